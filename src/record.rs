@@ -1,0 +1,419 @@
+//! The records of the claims (coordination) topic.
+//!
+//! The claims topic is the only shared state of the pool: every instance writes
+//! its story there and every instance reads everybody's story back. A record is
+//! keyed `<instance>:<event>` (for example `3:claimed`) so that a compacted
+//! topic keeps the newest record per instance and event type, as seed 002 asks;
+//! its value is a small JSON object that a person can read with
+//! `kcat -C -t work_claims -f '%k %s\n'`.
+//!
+//! This module only says what a record *is* and how it is written and parsed.
+//! What records *mean* is in `boot.rs` (the replay) and `claim.rs` (the
+//! negotiation); docs/protocol.md is the reference.
+//!
+//! Parsing is strict and never panics: anything pool_worker did not write (a
+//! null key, a key that does not match the value, an unknown event, a field of
+//! the wrong type, an instance number out of range) is a [`Foreign`] record,
+//! which the replay skips with one warning.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Instance numbers are positive and at most this (a sanity bound, so that a
+/// stray record cannot make the replay allocate for instance 4 billion).
+pub const MAX_INSTANCE: u32 = 1_000_000;
+
+/// Largest coordination record we accept (a completed record carries bounded
+/// output tails, a checkpoint carries a summary; both stay far below this).
+pub const MAX_RECORD_BYTES: usize = 4 * 1024 * 1024;
+
+/// An order's identity: its partition and offset in the orders topic.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+pub struct OrderId {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl OrderId {
+    pub fn new(partition: i32, offset: i64) -> Self {
+        OrderId { partition, offset }
+    }
+}
+
+impl fmt::Display for OrderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.partition, self.offset)
+    }
+}
+
+impl std::str::FromStr for OrderId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (p, o) = s
+            .split_once(':')
+            .ok_or_else(|| format!("order '{s}' is not PARTITION:OFFSET"))?;
+        let partition = p.parse().map_err(|_| format!("bad partition in '{s}'"))?;
+        let offset = o.parse().map_err(|_| format!("bad offset in '{s}'"))?;
+        if partition < 0 || offset < 0 {
+            return Err(format!("order '{s}' has a negative partition or offset"));
+        }
+        Ok(OrderId { partition, offset })
+    }
+}
+
+/// The event types. The first four are seed 002's; the others are the fixes
+/// and additions that docs/protocol.md explains.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Event {
+    /// An incarnation of an instance starts; fences older incarnations.
+    Booted,
+    /// "I want this order."
+    Claimed,
+    /// "I won this order and run it."
+    Committed,
+    /// "I do not run this order" (or, with `by`, a rival's expired claim is
+    /// closed on its behalf).
+    Yielded,
+    /// "I still hold this order" (renewed while negotiating or running).
+    Lease,
+    /// A committed holder whose lease expired loses the order (always `by`).
+    Revoked,
+    /// "This order is done", with its outcome.
+    Completed,
+    /// A summary of the log up to a position, so boot need not replay all.
+    Checkpoint,
+}
+
+impl Event {
+    pub const ALL: [Event; 8] = [
+        Event::Booted,
+        Event::Claimed,
+        Event::Committed,
+        Event::Yielded,
+        Event::Lease,
+        Event::Revoked,
+        Event::Completed,
+        Event::Checkpoint,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::Booted => "booted",
+            Event::Claimed => "claimed",
+            Event::Committed => "committed",
+            Event::Yielded => "yielded",
+            Event::Lease => "lease",
+            Event::Revoked => "revoked",
+            Event::Completed => "completed",
+            Event::Checkpoint => "checkpoint",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Event> {
+        Event::ALL.into_iter().find(|e| e.as_str() == s)
+    }
+
+    /// Events that concern one order and must name it.
+    pub fn needs_order(self) -> bool {
+        !matches!(self, Event::Booted | Event::Checkpoint)
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How an order ended.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The job ran and exited 0.
+    Ok,
+    /// The job ran and exited non-zero (or was killed by a signal).
+    Failed,
+    /// The job ran past its time limit and its process group was killed.
+    TimedOut,
+    /// The order could not be run: malformed, empty, program not found...
+    Error,
+    /// The order asked for something the pool's allow lists refuse.
+    Refused,
+    /// An order with the same `id` was already committed or completed.
+    Duplicate,
+    /// The order was attempted `MAX_ATTEMPTS` times, each attempt lost with
+    /// its instance; it is not run again.
+    GaveUp,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::TimedOut => "timed_out",
+            Status::Error => "error",
+            Status::Refused => "refused",
+            Status::Duplicate => "duplicate",
+            Status::GaveUp => "gave_up",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The result of running (or refusing to run) one order; carried by `completed`.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Outcome {
+    pub status: Status,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// Why, for every status but `ok` and `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The last bytes of the job's standard output (bounded, lossy UTF-8).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stdout_tail: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr_tail: String,
+}
+
+impl Outcome {
+    /// An order that never ran: `status` with a human reason.
+    pub fn not_run(status: Status, reason: impl Into<String>) -> Self {
+        Outcome {
+            status,
+            exit_code: None,
+            duration_ms: 0,
+            reason: Some(reason.into()),
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        }
+    }
+}
+
+/// One coordination record (the value; the key is derived from it).
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// The instance whose story this is (the key's instance).
+    pub instance: u32,
+    pub event: Event,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<i64>,
+    /// The writer, when it is not `instance` (a forced `yielded`, a `revoked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<u32>,
+    /// The writer's incarnation (one per process start; see `booted`).
+    pub incarnation: String,
+    /// Writer's wall clock, milliseconds since the UNIX epoch.
+    pub ts: u64,
+    /// Which run of the order this is (1 for the first; claims and commits).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempt: u32,
+    /// On a claim: the holders of this order whose lease had expired when it
+    /// was claimed (a takeover). See docs/protocol.md, "Leases".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub takeover_of: Vec<u32>,
+    /// The writer's knowledge of the claim frontier: per orders partition,
+    /// the lowest offset nobody has claimed yet. Carried by every record so
+    /// that compaction never loses it (docs/protocol.md, "The frontier").
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub next: BTreeMap<i32, i64>,
+    /// The order's `id` (duplicate detection), on claims and completions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<String>,
+    /// Human reason (yields, revocations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// On `completed`: how the order ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    /// On `checkpoint`: the summary (see `boot::Summary`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<serde_json::Value>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Record {
+    /// A record with the given instance, event and writer incarnation; the
+    /// other fields empty.
+    pub fn new(instance: u32, event: Event, incarnation: &str, ts: u64) -> Self {
+        Record {
+            instance,
+            event,
+            partition: None,
+            offset: None,
+            by: None,
+            incarnation: incarnation.to_string(),
+            ts,
+            attempt: 0,
+            takeover_of: Vec::new(),
+            next: BTreeMap::new(),
+            order_id: None,
+            reason: None,
+            outcome: None,
+            summary: None,
+        }
+    }
+
+    pub fn with_order(mut self, order: OrderId) -> Self {
+        self.partition = Some(order.partition);
+        self.offset = Some(order.offset);
+        self
+    }
+
+    /// The order this record concerns, if any.
+    pub fn order(&self) -> Option<OrderId> {
+        Some(OrderId::new(self.partition?, self.offset?))
+    }
+
+    /// The instance that wrote the record.
+    pub fn writer(&self) -> u32 {
+        self.by.unwrap_or(self.instance)
+    }
+
+    /// The record's key: `<instance>:<event>`.
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.instance, self.event)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        // Serialising plain data to a Vec cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Parses a record from its key and value, refusing anything pool_worker
+    /// would not have written.
+    pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Record, Foreign> {
+        let key = key.ok_or(Foreign::NoKey)?;
+        let key = std::str::from_utf8(key).map_err(|_| Foreign::BadKey(lossy(key)))?;
+        let (inst, ev) = key.split_once(':').ok_or_else(|| Foreign::BadKey(key.into()))?;
+        let inst: u32 = inst.parse().map_err(|_| Foreign::BadKey(key.into()))?;
+        let ev = Event::parse(ev).ok_or_else(|| Foreign::BadKey(key.into()))?;
+        let value = value.ok_or(Foreign::NoValue)?;
+        if value.len() > MAX_RECORD_BYTES {
+            return Err(Foreign::BadValue(format!("{} bytes", value.len())));
+        }
+        let rec: Record =
+            serde_json::from_slice(value).map_err(|e| Foreign::BadValue(e.to_string()))?;
+        if rec.instance != inst || rec.event != ev {
+            return Err(Foreign::Mismatch(key.into()));
+        }
+        rec.validate()?;
+        Ok(rec)
+    }
+
+    fn validate(&self) -> Result<(), Foreign> {
+        let in_range = |n: u32| (1..=MAX_INSTANCE).contains(&n);
+        if !in_range(self.instance) || self.by.is_some_and(|b| !in_range(b)) {
+            return Err(Foreign::Range(format!("instance {}", self.instance)));
+        }
+        if self.takeover_of.iter().any(|&n| !in_range(n)) {
+            return Err(Foreign::Range("takeover_of".into()));
+        }
+        if self.event.needs_order() {
+            match (self.partition, self.offset) {
+                (Some(p), Some(o)) if p >= 0 && o >= 0 => {}
+                _ => return Err(Foreign::Range("missing or negative partition/offset".into())),
+            }
+        }
+        if self.next.iter().any(|(&p, &o)| p < 0 || o < 0) {
+            return Err(Foreign::Range("negative frontier".into()));
+        }
+        if self.event == Event::Completed && self.outcome.is_none() {
+            return Err(Foreign::BadValue("completed without outcome".into()));
+        }
+        Ok(())
+    }
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(&b[..b.len().min(64)]).into_owned()
+}
+
+/// Why a record of the claims topic is not ours. Skipped with a warning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Foreign {
+    NoKey,
+    NoValue,
+    BadKey(String),
+    BadValue(String),
+    Mismatch(String),
+    Range(String),
+}
+
+impl fmt::Display for Foreign {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Foreign::NoKey => write!(f, "record has no key"),
+            Foreign::NoValue => write!(f, "record has no value"),
+            Foreign::BadKey(k) => write!(f, "key '{k}' is not <instance>:<event>"),
+            Foreign::BadValue(e) => write!(f, "value is not a pool_worker record: {e}"),
+            Foreign::Mismatch(k) => write!(f, "key '{k}' does not match its value"),
+            Foreign::Range(e) => write!(f, "value out of range: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim() -> Record {
+        let mut r = Record::new(3, Event::Claimed, "a1", 1000).with_order(OrderId::new(0, 17));
+        r.attempt = 1;
+        r.next.insert(0, 18);
+        r
+    }
+
+    #[test]
+    fn round_trip_and_key() {
+        let r = claim();
+        assert_eq!(r.key(), "3:claimed");
+        let back = Record::decode(Some(b"3:claimed"), Some(&r.encode())).unwrap();
+        assert_eq!(back, r);
+        let text = String::from_utf8(r.encode()).unwrap();
+        assert!(text.starts_with(r#"{"instance":3,"event":"claimed","partition":0,"offset":17"#), "{text}");
+    }
+
+    #[test]
+    fn foreign_records_are_refused() {
+        let v = claim().encode();
+        assert_eq!(Record::decode(None, Some(&v)), Err(Foreign::NoKey));
+        assert_eq!(Record::decode(Some(b"3:claimed"), None), Err(Foreign::NoValue));
+        assert!(matches!(Record::decode(Some(b"3:exploded"), Some(&v)), Err(Foreign::BadKey(_))));
+        assert!(matches!(Record::decode(Some(b"x:claimed"), Some(&v)), Err(Foreign::BadKey(_))));
+        assert!(matches!(Record::decode(Some(b"4:claimed"), Some(&v)), Err(Foreign::Mismatch(_))));
+        assert!(matches!(Record::decode(Some(b"3:claimed"), Some(b"{oops")), Err(Foreign::BadValue(_))));
+        assert!(matches!(Record::decode(Some(&[0xff, 0xfe]), Some(&v)), Err(Foreign::BadKey(_))));
+        let wrong_type = br#"{"instance":"3","event":"claimed","incarnation":"a","ts":1}"#;
+        assert!(Record::decode(Some(b"3:claimed"), Some(wrong_type)).is_err());
+        let zero = br#"{"instance":0,"event":"booted","incarnation":"a","ts":1}"#;
+        assert!(matches!(Record::decode(Some(b"0:booted"), Some(zero)), Err(Foreign::Range(_))));
+        let no_order = br#"{"instance":3,"event":"claimed","incarnation":"a","ts":1}"#;
+        assert!(matches!(Record::decode(Some(b"3:claimed"), Some(no_order)), Err(Foreign::Range(_))));
+        let done = br#"{"instance":3,"event":"completed","partition":0,"offset":1,"incarnation":"a","ts":1}"#;
+        assert!(Record::decode(Some(b"3:completed"), Some(done)).is_err());
+    }
+
+    #[test]
+    fn order_id_parses() {
+        assert_eq!("2:40".parse::<OrderId>(), Ok(OrderId::new(2, 40)));
+        assert!("2".parse::<OrderId>().is_err());
+        assert!("-1:4".parse::<OrderId>().is_err());
+    }
+}
