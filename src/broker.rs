@@ -1,0 +1,428 @@
+//! The embedded Kafka broker: a real Kafka-protocol server inside the process.
+//!
+//! Development and the integration tests need a Kafka cluster, and a JVM is a
+//! heavy thing to ask of a newcomer or a CI box. librdkafka ships a *mock
+//! cluster* (`rdkafka::mocking::MockCluster`): brokers that speak enough of the
+//! Kafka protocol (produce, fetch, list offsets, metadata, consumer groups)
+//! for any Kafka client, listening on `127.0.0.1` on ports of its choosing. A
+//! worker process, `kcat`, or a test in another process connects to it
+//! exactly as it would to a real cluster. What it lacks: topic administration
+//! over the wire (no CreateTopics, so topics are created here with
+//! [`Broker::create_topic`]), persistence (the log lives in memory and dies
+//! with the process), and compaction (the claims topic just grows, which is
+//! harmless in development).
+//!
+//! What it adds is fault injection, which is why the tests use it: all
+//! brokers can be taken [down](Broker::all_down) (connections are closed and
+//! new ones refused, but the port is kept, so clients reconnect by themselves
+//! after [`Broker::all_up`]) and every request can be delayed by a
+//! [round-trip time](Broker::round_trip_time).
+//!
+//! # One thread owns the cluster
+//!
+//! `MockCluster` holds a raw pointer and so is neither `Send` nor `Sync`. The
+//! C functions behind it are in fact thread-safe (each posts an operation to
+//! the mock cluster's own thread and waits for the answer), but rather than
+//! assert that with `unsafe`, [`Broker`] keeps the cluster on a thread of its
+//! own and talks to it over a channel: every method sends a [`Control`]
+//! message and waits for the reply. The methods block only for as long as the
+//! mock cluster takes to apply the change (microseconds), so they may be
+//! called from async code too. Dropping the `Broker` stops the thread, which
+//! destroys the cluster.
+//!
+//! # The `broker` subcommand
+//!
+//! `pool_worker broker` runs the same thing as a process, for tests in other
+//! processes and for trying the pool by hand. It creates the topics, prints
+//! one line with the bootstrap address, then obeys commands on standard
+//! input, one per line, answering each with one line:
+//!
+//! ```text
+//! down            -> ok down          all brokers refuse connections
+//! up              -> ok up            and accept them again
+//! rtt <ms>        -> ok rtt <ms>      delay every request by <ms>
+//! create <topic> <partitions>  -> ok create <topic> <partitions>
+//! quit            -> ok quit          then exit 0
+//! anything else   -> error <why>
+//! ```
+//!
+//! End of input, SIGTERM and SIGINT also end it with status 0. Standard input
+//! is read on a plain thread rather than with `tokio::io::stdin`, whose
+//! blocking read cannot be cancelled and would hold up the runtime's shutdown.
+
+use anyhow::{anyhow, bail, Context as _};
+use rdkafka::mocking::MockCluster;
+use std::io::Write as _;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Largest number of brokers the subcommand starts (each is a listener and a
+/// few threads; more is never useful for a mock).
+pub const MAX_BROKERS: i32 = 16;
+
+/// Largest partition count accepted for a topic.
+pub const MAX_PARTITIONS: i32 = 1024;
+
+/// Exit status of the subcommand for a bad argument.
+const EXIT_CONFIG: i32 = 2;
+
+/// A request to the thread that owns the mock cluster.
+enum Control {
+    CreateTopic { name: String, partitions: i32 },
+    Down,
+    Up,
+    Rtt(Duration),
+}
+
+type Reply = Result<(), String>;
+
+/// An embedded Kafka cluster of one or more mock brokers on 127.0.0.1.
+pub struct Broker {
+    bootstrap: String,
+    broker_count: i32,
+    /// `None` once dropped; closing the channel ends the owner thread.
+    ctl: Option<mpsc::Sender<(Control, mpsc::SyncSender<Reply>)>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Broker {
+    /// Starts `broker_count` brokers and creates `topics` (name, partitions).
+    pub fn start(broker_count: i32, topics: &[(String, i32)]) -> anyhow::Result<Broker> {
+        if !(1..=MAX_BROKERS).contains(&broker_count) {
+            bail!("broker count must be between 1 and {MAX_BROKERS}, not {broker_count}");
+        }
+        let (ctl_tx, ctl_rx) = mpsc::channel::<(Control, mpsc::SyncSender<Reply>)>();
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<String, String>>(1);
+        let thread = std::thread::Builder::new()
+            .name("mock-broker".into())
+            .spawn(move || {
+                let cluster = match MockCluster::new(broker_count) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("cannot start the mock cluster: {e}")));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(cluster.bootstrap_servers()));
+                // Replication never exceeds the broker count (and 3 is plenty).
+                let replication = broker_count.min(3);
+                while let Ok((op, reply)) = ctl_rx.recv() {
+                    let result = match op {
+                        Control::CreateTopic { name, partitions } => {
+                            cluster.create_topic(&name, partitions, replication)
+                        }
+                        Control::Down => cluster.broker_down(-1),
+                        Control::Up => cluster.broker_up(-1),
+                        Control::Rtt(d) => cluster.broker_round_trip_time(-1, d),
+                    };
+                    let _ = reply.send(result.map_err(|e| e.to_string()));
+                }
+                // The channel is closed: `cluster` is dropped here, which
+                // stops the brokers.
+            })
+            .context("cannot start the mock broker thread")?;
+        let bootstrap = match ready_rx.recv() {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                bail!(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                bail!("the mock broker thread ended before it started the cluster")
+            }
+        };
+        let broker = Broker { bootstrap, broker_count, ctl: Some(ctl_tx), thread: Some(thread) };
+        for (name, partitions) in topics {
+            broker.create_topic(name, *partitions)?;
+        }
+        Ok(broker)
+    }
+
+    /// The `bootstrap.servers` list, e.g. `127.0.0.1:40123`.
+    pub fn bootstrap(&self) -> String {
+        self.bootstrap.clone()
+    }
+
+    pub fn broker_count(&self) -> i32 {
+        self.broker_count
+    }
+
+    /// Creates a topic (an error if it exists or the name is not a legal
+    /// Kafka topic name).
+    pub fn create_topic(&self, name: &str, partitions: i32) -> anyhow::Result<()> {
+        check_topic_name(name).map_err(|e| anyhow!(e))?;
+        if !(1..=MAX_PARTITIONS).contains(&partitions) {
+            bail!("topic {name}: partitions must be between 1 and {MAX_PARTITIONS}, not {partitions}");
+        }
+        self.call(Control::CreateTopic { name: name.to_string(), partitions })
+            .with_context(|| format!("cannot create topic {name}"))
+    }
+
+    /// All brokers close their connections and refuse new ones.
+    pub fn all_down(&self) -> anyhow::Result<()> {
+        self.call(Control::Down)
+    }
+
+    /// All brokers accept connections again (on the same ports).
+    pub fn all_up(&self) -> anyhow::Result<()> {
+        self.call(Control::Up)
+    }
+
+    /// Every broker delays each response by `rtt` (zero to stop).
+    pub fn round_trip_time(&self, rtt: Duration) -> anyhow::Result<()> {
+        self.call(Control::Rtt(rtt))
+    }
+
+    fn call(&self, op: Control) -> anyhow::Result<()> {
+        let ctl = self.ctl.as_ref().ok_or_else(|| anyhow!("the broker is stopped"))?;
+        let (tx, rx) = mpsc::sync_channel(1);
+        ctl.send((op, tx)).map_err(|_| anyhow!("the mock broker thread has ended"))?;
+        match rx.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(anyhow!(e)),
+            Err(_) => Err(anyhow!("the mock broker thread has ended")),
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.ctl = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not `.`/`..`.
+pub fn check_topic_name(name: &str) -> Result<(), String> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > 249 || name == "." || name == ".." || !name.chars().all(legal) {
+        return Err(format!(
+            "'{name}' is not a legal topic name (1 to 249 characters of a-z, A-Z, 0-9, '.', '_', '-')"
+        ));
+    }
+    Ok(())
+}
+
+/// `pool_worker broker`: run the embedded broker as a process.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BrokerArgs {
+    /// The orders topic to create.
+    #[arg(long, env = "ORDERS_TOPIC", default_value = "work_orders")]
+    pub orders_topic: String,
+    /// Partitions of the orders topic.
+    #[arg(long, default_value_t = 1)]
+    pub orders_partitions: i32,
+    /// The coordination (claims) topic to create; always one partition.
+    #[arg(long, env = "COORDINATION_TOPIC", default_value = "work_claims")]
+    pub coordination_topic: String,
+    /// Also create this results topic (one partition).
+    #[arg(long, env = "RESULTS_TOPIC")]
+    pub results_topic: Option<String>,
+    /// Number of mock brokers.
+    #[arg(long, default_value_t = 1)]
+    pub brokers: i32,
+    /// Print the bootstrap line as JSON: {"bootstrap":"127.0.0.1:PORT"}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl BrokerArgs {
+    /// The topics to create: (name, partitions).
+    pub fn topics(&self) -> Vec<(String, i32)> {
+        let mut topics = vec![
+            (self.orders_topic.clone(), self.orders_partitions),
+            (self.coordination_topic.clone(), 1),
+        ];
+        if let Some(r) = self.results_topic.as_ref().filter(|r| !r.is_empty()) {
+            topics.push((r.clone(), 1));
+        }
+        topics
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_BROKERS).contains(&self.brokers) {
+            return Err(format!("--brokers must be between 1 and {MAX_BROKERS}"));
+        }
+        let topics = self.topics();
+        for (i, (name, partitions)) in topics.iter().enumerate() {
+            check_topic_name(name)?;
+            if !(1..=MAX_PARTITIONS).contains(partitions) {
+                return Err(format!("--orders-partitions must be between 1 and {MAX_PARTITIONS}"));
+            }
+            if topics[..i].iter().any(|(n, _)| n == name) {
+                return Err(format!("topic '{name}' is named twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `pool_worker broker`; returns the exit status.
+pub async fn run(args: BrokerArgs) -> anyhow::Result<i32> {
+    if let Err(e) = args.check() {
+        eprintln!("pool_worker broker: {e}");
+        return Ok(EXIT_CONFIG);
+    }
+    // Handlers first, so that a signal right after the bootstrap line is seen.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let broker = Broker::start(args.brokers, &args.topics())?;
+    let bootstrap = broker.bootstrap();
+    if args.json {
+        say(&serde_json::json!({ "bootstrap": bootstrap }).to_string());
+    } else {
+        say(&format!("bootstrap {bootstrap}"));
+    }
+
+    let mut lines = stdin_lines();
+    loop {
+        let line = tokio::select! {
+            line = lines.recv() => match line {
+                Some(line) => line,
+                None => break, // end of input
+            },
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        match obey(&broker, line) {
+            Ok(Some(ack)) => say(&format!("ok {ack}")),
+            Ok(None) => {
+                say("ok quit");
+                break;
+            }
+            Err(e) => say(&format!("error {e}")),
+        }
+    }
+    drop(broker);
+    Ok(0)
+}
+
+/// Applies one control command; `Ok(None)` is `quit`, `Ok(Some(ack))` names
+/// what was done.
+fn obey(broker: &Broker, line: &str) -> Result<Option<String>, String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let err = |e: anyhow::Error| format!("{e:#}");
+    match words.as_slice() {
+        ["down"] => broker.all_down().map_err(err).map(|()| Some("down".into())),
+        ["up"] => broker.all_up().map_err(err).map(|()| Some("up".into())),
+        ["rtt", ms] => {
+            let ms: u32 = ms.parse().map_err(|_| format!("rtt wants milliseconds, not '{ms}'"))?;
+            broker
+                .round_trip_time(Duration::from_millis(ms.into()))
+                .map_err(err)
+                .map(|()| Some(format!("rtt {ms}")))
+        }
+        ["create", name, partitions] => {
+            let p: i32 = partitions
+                .parse()
+                .map_err(|_| format!("create wants a partition count, not '{partitions}'"))?;
+            broker.create_topic(name, p).map_err(err).map(|()| Some(format!("create {name} {p}")))
+        }
+        ["quit"] => Ok(None),
+        _ => Err(format!(
+            "unknown command '{}' (expected down, up, rtt <ms>, create <topic> <partitions>, quit)",
+            line.chars().take(80).collect::<String>()
+        )),
+    }
+}
+
+/// Writes one line to stdout and flushes it (a closed stdout is ignored: the
+/// broker keeps serving whoever still uses it).
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Standard input, line by line, read on a detached thread (see the module
+/// docs). The channel closes at end of input or on a read error; lines that
+/// are not UTF-8 are passed on lossily (and then refused as commands).
+fn stdin_lines() -> tokio::sync::mpsc::Receiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let spawned = std::thread::Builder::new().name("broker-stdin".into()).spawn(move || {
+        use std::io::{BufRead as _, Read as _};
+        let stdin = std::io::stdin();
+        let mut input = stdin.lock();
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            // A control line is short; a longer one is cut (and refused).
+            match (&mut input).take(4096).read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx.blocking_send(String::from_utf8_lossy(&buf).into_owned()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    if spawned.is_err() {
+        // Without a reader the channel is closed at once: treated as end of
+        // input, so the broker exits rather than running uncontrolled.
+        let (_tx, rx) = tokio::sync::mpsc::channel(1);
+        return rx;
+    }
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::ClientConfig;
+
+    #[test]
+    fn topic_names() {
+        assert!(check_topic_name("work_orders").is_ok());
+        assert!(check_topic_name("a.b-c_9").is_ok());
+        for bad in ["", ".", "..", "a b", "a/b", "é", &"x".repeat(250)] {
+            assert!(check_topic_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn starts_creates_topics_and_toggles() {
+        let broker = Broker::start(1, &[("t_orders".into(), 3), ("t_claims".into(), 1)]).unwrap();
+        assert!(broker.bootstrap().starts_with("127.0.0.1:"), "{}", broker.bootstrap());
+        assert!(broker.create_topic("t_orders", 1).is_err(), "exists already");
+        assert!(broker.create_topic("bad name", 1).is_err());
+
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", broker.bootstrap())
+            .create()
+            .unwrap();
+        producer.send(BaseRecord::<str, str>::to("t_claims").payload("x")).unwrap();
+        producer.flush(Duration::from_secs(10)).unwrap();
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", broker.bootstrap())
+            .set("group.id", "t")
+            .create()
+            .unwrap();
+        assert_eq!(consumer.fetch_watermarks("t_claims", 0, Duration::from_secs(10)).unwrap(), (0, 1));
+        let md = consumer.fetch_metadata(Some("t_orders"), Duration::from_secs(10)).unwrap();
+        assert_eq!(md.topics()[0].partitions().len(), 3);
+
+        broker.round_trip_time(Duration::from_millis(5)).unwrap();
+        broker.round_trip_time(Duration::ZERO).unwrap();
+        broker.all_down().unwrap();
+        broker.all_up().unwrap();
+        assert_eq!(consumer.fetch_watermarks("t_claims", 0, Duration::from_secs(10)).unwrap(), (0, 1));
+    }
+
+    #[test]
+    fn bad_broker_counts() {
+        assert!(Broker::start(0, &[]).is_err());
+        assert!(Broker::start(MAX_BROKERS + 1, &[]).is_err());
+    }
+}

@@ -15,3 +15,4 @@ pub mod orders;
 pub mod job;
 pub mod broker;
 pub mod supervise;
+pub mod dev;

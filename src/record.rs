@@ -169,7 +169,7 @@ impl fmt::Display for Status {
 }
 
 /// The result of running (or refusing to run) one order; carried by `completed`.
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 pub struct Outcome {
     pub status: Status,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -201,7 +201,7 @@ impl Outcome {
 }
 
 /// One coordination record (the value; the key is derived from it).
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Record {
     /// The instance whose story this is (the key's instance).
@@ -221,10 +221,18 @@ pub struct Record {
     /// Which run of the order this is (1 for the first; claims and commits).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempt: u32,
-    /// On a claim: the holders of this order whose lease had expired when it
+    /// On a claim: the holds of this order whose lease had expired when it
     /// was claimed (a takeover). See docs/protocol.md, "Leases".
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub takeover_of: Vec<u32>,
+    pub takeover_of: Vec<Cite>,
+    /// On `revoked`: the incarnation of `instance` that loses its hold and
+    /// whose later records are void (a fence, like `booted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fences: Option<String>,
+    /// On `booted`: the incarnation this one replaces and where it had booted,
+    /// so the fence of the previous boot survives compaction of its record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<Prev>,
     /// The writer's knowledge of the claim frontier: per orders partition,
     /// the lowest offset nobody has claimed yet. Carried by every record so
     /// that compaction never loses it (docs/protocol.md, "The frontier").
@@ -239,9 +247,22 @@ pub struct Record {
     /// On `completed`: how the order ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
-    /// On `checkpoint`: the summary (see `boot::Summary`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary: Option<serde_json::Value>,
+}
+
+/// A hold named in a takeover: instance and the incarnation that held it.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cite {
+    pub instance: u32,
+    pub incarnation: String,
+}
+
+/// The boot an incarnation replaced (see `Record::prev`).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prev {
+    pub incarnation: String,
+    pub pos: u64,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -262,11 +283,12 @@ impl Record {
             ts,
             attempt: 0,
             takeover_of: Vec::new(),
+            fences: None,
+            prev: None,
             next: BTreeMap::new(),
             order_id: None,
             reason: None,
             outcome: None,
-            summary: None,
         }
     }
 
@@ -322,7 +344,7 @@ impl Record {
         if !in_range(self.instance) || self.by.is_some_and(|b| !in_range(b)) {
             return Err(Foreign::Range(format!("instance {}", self.instance)));
         }
-        if self.takeover_of.iter().any(|&n| !in_range(n)) {
+        if self.takeover_of.iter().any(|c| !in_range(c.instance)) {
             return Err(Foreign::Range("takeover_of".into()));
         }
         if self.event.needs_order() {
@@ -336,6 +358,9 @@ impl Record {
         }
         if self.event == Event::Completed && self.outcome.is_none() {
             return Err(Foreign::BadValue("completed without outcome".into()));
+        }
+        if self.event == Event::Revoked && (self.fences.is_none() || self.by.is_none()) {
+            return Err(Foreign::BadValue("revoked without fences/by".into()));
         }
         Ok(())
     }

@@ -1,0 +1,875 @@
+//! The supervisor: keep N instances of the worker running.
+//!
+//! A pool_worker process completes one order and exits (seed 002: "arrange
+//! for instances to be restarted when they exit"), so in production systemd or
+//! Docker restarts it (docs/deploy.md). For development and tests this module
+//! is that supervisor in miniature: `pool_worker supervise --instances 1-4`
+//! starts the current executable once per instance number, with no
+//! subcommand (worker mode) and `INSTANCE_NUMBER` set, and starts each again
+//! whenever it exits, after a short delay.
+//!
+//! # Exit statuses decide what happens next
+//!
+//! | child exit | meaning | the supervisor |
+//! | --- | --- | --- |
+//! | 2 | configuration error | does not restart that instance: a bad configuration would only fail again, fast, forever |
+//! | 3 | fenced: another process runs this instance number | does not restart it: that process owns the number now |
+//! | anything else, or a signal | done, or crashed | restarts it after `--restart-delay-ms` |
+//!
+//! When no instance is left (all retired, or `--max-runs` starts used up), the
+//! supervisor ends: status 2 if any instance had a configuration error, 3 if
+//! all were fenced, 0 otherwise. SIGTERM or SIGINT ends it with status 0 after
+//! stopping the children: each gets SIGTERM, and SIGKILL if it is still
+//! running 5 seconds later.
+//!
+//! # Events
+//!
+//! Every start and exit is one line on standard output, for people:
+//!
+//! ```text
+//! instance 3 started pid 1234
+//! instance 3 exited code 0 after 1.2s (restarts: 5)
+//! instance 3 not restarted: configuration error (exit 2)
+//! ```
+//!
+//! or, with `--json`, for programs (the tests find pids to kill this way):
+//!
+//! ```text
+//! {"event":"started","instance":3,"pid":1234,"run":6}
+//! {"event":"exited","instance":3,"pid":1234,"code":0,"signal":null,"after_ms":1200,"restarts":5}
+//! {"event":"retired","instance":3,"reason":"config_error"}
+//! {"event":"spawn_failed","instance":3,"error":"..."}
+//! {"event":"done","code":0}
+//! ```
+//!
+//! `run` counts this instance's starts (1 for the first); `restarts` is
+//! `run - 1`; `reason` is `config_error`, `fenced` or `max_runs`.
+//!
+//! # Children's output
+//!
+//! Standard output carries only events, so that it stays parseable. By
+//! default (`--child-output prefix`) the supervisor reads each child's stdout
+//! and stderr and copies every line to its own **stderr**, prefixed with the
+//! instance number: `[3] ...`. `inherit` lets the children write to the
+//! supervisor's stdout and stderr directly (their lines then mix with the
+//! events); `null` discards their output.
+//!
+//! # No orphans
+//!
+//! The children stay in the supervisor's process group, so a terminal's
+//! Ctrl-C, or `kill -- -PGID`, reaches all of them. If the supervisor itself
+//! dies without cleaning up (SIGKILL), Linux kills the children too: each is
+//! started with `PR_SET_PDEATHSIG = SIGKILL`. That signal fires when the
+//! *thread* that forked the child ends, not the process, and tokio retires
+//! idle threads, so every child is forked from one dedicated thread that
+//! lives as long as the supervisor (see [`Spawner`]).
+//!
+//! # Library use
+//!
+//! [`supervise`] is the whole loop as an async function; `pool_worker dev`
+//! runs it in-process through the [`Supervisor`] handle and prints the same
+//! [`SupEvent`]s.
+
+use anyhow::{anyhow, bail, Context as _};
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::io::{self, Write as _};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+/// Worker exit status: configuration error (not restarted).
+pub const EXIT_CONFIG: i32 = 2;
+/// Worker exit status: fenced by a newer process with the same number (not
+/// restarted).
+pub const EXIT_FENCED: i32 = 3;
+
+/// Most instances one supervisor runs (a typo like `1-100000` should not
+/// fork a hundred thousand processes).
+pub const MAX_SUPERVISED: usize = 1024;
+
+/// Longest line of a child's output copied as one line; longer ones are split.
+const MAX_LINE: u64 = 16 * 1024;
+
+/// What becomes of the children's stdout and stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChildOutput {
+    /// Copied line by line to the supervisor's stderr, prefixed `[i] `.
+    Prefix,
+    /// The supervisor's own stdout and stderr.
+    Inherit,
+    /// Discarded.
+    Null,
+}
+
+/// What to supervise and how.
+#[derive(Clone, Debug)]
+pub struct SupervisorConfig {
+    /// Instance numbers, one child each.
+    pub instances: Vec<u32>,
+    /// The program to run (normally this executable).
+    pub program: PathBuf,
+    /// Its arguments (normally none: worker mode).
+    pub args: Vec<OsString>,
+    /// Set in each child's environment on top of the supervisor's own (then
+    /// `INSTANCE_NUMBER`, which nothing overrides).
+    pub env: Vec<(OsString, OsString)>,
+    pub restart_delay: Duration,
+    /// Stop starting children after this many starts in total.
+    pub max_runs: Option<u64>,
+    /// How long a child has between SIGTERM and SIGKILL when stopping.
+    pub stop_grace: Duration,
+    pub output: ChildOutput,
+}
+
+impl SupervisorConfig {
+    /// This executable in worker mode for `instances`, with the defaults
+    /// (100 ms restart delay, 5 s stop grace, prefixed output).
+    pub fn new(instances: Vec<u32>) -> anyhow::Result<Self> {
+        let program = std::env::current_exe().context("cannot find this executable")?;
+        Ok(SupervisorConfig {
+            instances,
+            program,
+            args: Vec::new(),
+            env: Vec::new(),
+            restart_delay: Duration::from_millis(100),
+            max_runs: None,
+            stop_grace: Duration::from_secs(5),
+            output: ChildOutput::Prefix,
+        })
+    }
+}
+
+/// Why an instance is no longer started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retirement {
+    /// It exited with status 2.
+    ConfigError,
+    /// It exited with status 3.
+    Fenced,
+    /// `max_runs` starts were used up.
+    MaxRuns,
+}
+
+impl Retirement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Retirement::ConfigError => "config_error",
+            Retirement::Fenced => "fenced",
+            Retirement::MaxRuns => "max_runs",
+        }
+    }
+}
+
+/// Something that happened to a child.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SupEvent {
+    /// `run` counts this instance's starts, from 1.
+    Started { instance: u32, pid: u32, run: u64 },
+    /// Exactly one of `code` and `signal` is set (neither if waiting failed).
+    Exited {
+        instance: u32,
+        pid: u32,
+        code: Option<i32>,
+        signal: Option<i32>,
+        after: Duration,
+        restarts: u64,
+    },
+    /// The program could not be started; retried after the restart delay.
+    SpawnFailed { instance: u32, error: String },
+    /// The instance will not be started again.
+    Retired { instance: u32, reason: Retirement },
+}
+
+impl SupEvent {
+    pub fn instance(&self) -> u32 {
+        match self {
+            SupEvent::Started { instance, .. }
+            | SupEvent::Exited { instance, .. }
+            | SupEvent::SpawnFailed { instance, .. }
+            | SupEvent::Retired { instance, .. } => *instance,
+        }
+    }
+
+    /// The event as one line of JSON, `event` first (see the module docs).
+    pub fn json_line(&self) -> String {
+        #[derive(serde::Serialize)]
+        #[serde(tag = "event", rename_all = "snake_case")]
+        enum Line<'a> {
+            Started { instance: u32, pid: u32, run: u64 },
+            Exited {
+                instance: u32,
+                pid: u32,
+                code: Option<i32>,
+                signal: Option<i32>,
+                after_ms: u64,
+                restarts: u64,
+            },
+            SpawnFailed { instance: u32, error: &'a str },
+            Retired { instance: u32, reason: &'static str },
+        }
+        let line = match self {
+            SupEvent::Started { instance, pid, run } => {
+                Line::Started { instance: *instance, pid: *pid, run: *run }
+            }
+            SupEvent::Exited { instance, pid, code, signal, after, restarts } => Line::Exited {
+                instance: *instance,
+                pid: *pid,
+                code: *code,
+                signal: *signal,
+                after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+                restarts: *restarts,
+            },
+            SupEvent::SpawnFailed { instance, error } => {
+                Line::SpawnFailed { instance: *instance, error }
+            }
+            SupEvent::Retired { instance, reason } => {
+                Line::Retired { instance: *instance, reason: reason.as_str() }
+            }
+        };
+        serde_json::to_string(&line).unwrap_or_default()
+    }
+
+    /// The event as one line for people.
+    pub fn human(&self) -> String {
+        match self {
+            SupEvent::Started { instance, pid, .. } => format!("instance {instance} started pid {pid}"),
+            SupEvent::Exited { instance, code, signal, after, restarts, .. } => {
+                let how = match (code, signal) {
+                    (Some(c), _) => format!("code {c}"),
+                    (None, Some(s)) => format!("signal {s}{}", signal_name(*s)),
+                    (None, None) => "(status unknown)".to_string(),
+                };
+                format!(
+                    "instance {instance} exited {how} after {:.1}s (restarts: {restarts})",
+                    after.as_secs_f64()
+                )
+            }
+            SupEvent::SpawnFailed { instance, error } => {
+                format!("instance {instance} could not be started: {error}")
+            }
+            SupEvent::Retired { instance, reason } => {
+                let why = match reason {
+                    Retirement::ConfigError => {
+                        "configuration error (exit 2); fix the configuration and start again"
+                    }
+                    Retirement::Fenced => "fenced (exit 3): another process runs this instance number",
+                    Retirement::MaxRuns => "the --max-runs limit is reached",
+                };
+                format!("instance {instance} not restarted: {why}")
+            }
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => " (SIGKILL)",
+        libc::SIGTERM => " (SIGTERM)",
+        libc::SIGINT => " (SIGINT)",
+        libc::SIGSEGV => " (SIGSEGV)",
+        libc::SIGABRT => " (SIGABRT)",
+        _ => "",
+    }
+}
+
+/// How supervision ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Asked to stop.
+    Stopped,
+    /// `max_runs` starts were made and all children have exited.
+    MaxRuns,
+    /// No instance is left and at least one had a configuration error.
+    ConfigError,
+    /// Every instance was fenced.
+    Fenced,
+}
+
+impl Ending {
+    /// The supervisor's exit status.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Ending::Stopped | Ending::MaxRuns => 0,
+            Ending::ConfigError => EXIT_CONFIG,
+            Ending::Fenced => EXIT_FENCED,
+        }
+    }
+}
+
+/// How one instance's loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Stopped,
+    Retired(Retirement),
+}
+
+/// Runs the children of `cfg` until `stop` becomes true (or its sender is
+/// dropped) or no instance is left, sending every [`SupEvent`] to `events`
+/// (a closed receiver is fine). Returns once every child has exited.
+pub async fn supervise(
+    cfg: SupervisorConfig,
+    stop: watch::Receiver<bool>,
+    events: mpsc::UnboundedSender<SupEvent>,
+) -> anyhow::Result<Ending> {
+    if cfg.instances.is_empty() {
+        bail!("no instances to supervise");
+    }
+    if cfg.instances.len() > MAX_SUPERVISED {
+        bail!("at most {MAX_SUPERVISED} instances, not {}", cfg.instances.len());
+    }
+    let shared = Arc::new(Shared {
+        spawner: Spawner::start()?,
+        runs: AtomicU64::new(0),
+        events,
+        cfg,
+    });
+    let mut tasks = JoinSet::new();
+    for &instance in &shared.cfg.instances {
+        tasks.spawn(run_instance(instance, shared.clone(), stop.clone()));
+    }
+    let mut fates = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        fates.push(joined.map_err(|e| anyhow!("an instance's task failed: {e}"))?);
+    }
+    let retired = |r| fates.contains(&Fate::Retired(r));
+    Ok(if fates.contains(&Fate::Stopped) {
+        Ending::Stopped
+    } else if retired(Retirement::MaxRuns) {
+        Ending::MaxRuns
+    } else if retired(Retirement::ConfigError) {
+        Ending::ConfigError
+    } else {
+        Ending::Fenced
+    })
+}
+
+/// A running [`supervise`] task.
+pub struct Supervisor {
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<anyhow::Result<Ending>>>,
+    ended: Option<Ending>,
+}
+
+impl Supervisor {
+    /// Starts supervising on the current tokio runtime; the events arrive on
+    /// the returned receiver.
+    pub fn spawn(cfg: SupervisorConfig) -> (Supervisor, mpsc::UnboundedReceiver<SupEvent>) {
+        let (stop, stop_rx) = watch::channel(false);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(supervise(cfg, stop_rx, tx));
+        (Supervisor { stop, task: Some(task), ended: None }, rx)
+    }
+
+    /// Asks for a stop (children get SIGTERM, then SIGKILL); see [`wait`](Self::wait).
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Waits until supervision ends. Cancel-safe, and may be called again
+    /// after it returned.
+    pub async fn wait(&mut self) -> anyhow::Result<Ending> {
+        if let Some(e) = self.ended {
+            return Ok(e);
+        }
+        let task = self.task.as_mut().ok_or_else(|| anyhow!("the supervisor has failed"))?;
+        let joined = task.await;
+        self.task = None;
+        let ending = joined.map_err(|e| anyhow!("the supervisor task failed: {e}"))??;
+        self.ended = Some(ending);
+        Ok(ending)
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        // The task goes on in the background and stops the children.
+        self.stop.send_replace(true);
+    }
+}
+
+struct Shared {
+    cfg: SupervisorConfig,
+    spawner: Spawner,
+    runs: AtomicU64,
+    events: mpsc::UnboundedSender<SupEvent>,
+}
+
+impl Shared {
+    fn emit(&self, e: SupEvent) {
+        let _ = self.events.send(e);
+    }
+
+    /// Takes one start from the `max_runs` budget.
+    fn take_run(&self) -> bool {
+        let Some(max) = self.cfg.max_runs else { return true };
+        self.runs.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1)).is_ok()
+    }
+
+    fn command(&self, instance: u32) -> Command {
+        let mut cmd = Command::new(&self.cfg.program);
+        cmd.args(&self.cfg.args)
+            .envs(self.cfg.env.iter().map(|(k, v)| (k, v)))
+            .env("INSTANCE_NUMBER", instance.to_string())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let (out, err) = match self.cfg.output {
+            ChildOutput::Prefix => (Stdio::piped(), Stdio::piped()),
+            ChildOutput::Inherit => (Stdio::inherit(), Stdio::inherit()),
+            ChildOutput::Null => (Stdio::null(), Stdio::null()),
+        };
+        cmd.stdout(out).stderr(err);
+        die_with_parent(&mut cmd);
+        cmd
+    }
+}
+
+/// Resolves when a stop is asked for (or nobody can ask any more).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    loop {
+        if *stop.borrow_and_update() {
+            return;
+        }
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Fate {
+    let mut run: u64 = 0;
+    loop {
+        if *stop.borrow() {
+            return Fate::Stopped;
+        }
+        if !sh.take_run() {
+            sh.emit(SupEvent::Retired { instance, reason: Retirement::MaxRuns });
+            return Fate::Retired(Retirement::MaxRuns);
+        }
+        run += 1;
+        match sh.spawner.spawn(sh.command(instance)).await {
+            Err(e) => sh.emit(SupEvent::SpawnFailed { instance, error: e.to_string() }),
+            Ok(mut child) => {
+                let started = Instant::now();
+                let pid = child.id().unwrap_or(0);
+                sh.emit(SupEvent::Started { instance, pid, run });
+                if sh.cfg.output == ChildOutput::Prefix {
+                    relay_output(instance, &mut child);
+                }
+                let status = tokio::select! {
+                    status = child.wait() => status,
+                    () = stopped(&mut stop) => terminate(&mut child, sh.cfg.stop_grace).await,
+                };
+                let (code, signal) = match &status {
+                    Ok(s) => (s.code(), s.signal()),
+                    Err(_) => (None, None),
+                };
+                sh.emit(SupEvent::Exited {
+                    instance,
+                    pid,
+                    code,
+                    signal,
+                    after: started.elapsed(),
+                    restarts: run - 1,
+                });
+                if *stop.borrow() {
+                    return Fate::Stopped;
+                }
+                let retire = match code {
+                    Some(EXIT_CONFIG) => Some(Retirement::ConfigError),
+                    Some(EXIT_FENCED) => Some(Retirement::Fenced),
+                    _ => None,
+                };
+                if let Some(reason) = retire {
+                    sh.emit(SupEvent::Retired { instance, reason });
+                    return Fate::Retired(reason);
+                }
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(sh.cfg.restart_delay) => {}
+            () = stopped(&mut stop) => return Fate::Stopped,
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL after `grace`; returns the child's exit status.
+async fn terminate(child: &mut Child, grace: Duration) -> io::Result<ExitStatus> {
+    // `id()` is None once the child has been reaped, so the pid cannot have
+    // been reused by another process.
+    if let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            let _ = child.start_kill();
+            child.wait().await
+        }
+    }
+}
+
+/// Copies the child's stdout and stderr to our stderr, line by line, with
+/// the `[instance] ` prefix. The copiers end at end of file.
+fn relay_output(instance: u32, child: &mut Child) {
+    let prefix = format!("[{instance}] ");
+    if let Some(out) = child.stdout.take() {
+        tokio::spawn(relay(prefix.clone(), out));
+    }
+    if let Some(err) = child.stderr.take() {
+        tokio::spawn(relay(prefix, err));
+    }
+}
+
+async fn relay(prefix: String, from: impl AsyncRead + Unpin) {
+    let mut from = BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut from).take(MAX_LINE).read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if line.last() != Some(&b'\n') {
+            line.push(b'\n');
+        }
+        let mut out = Vec::with_capacity(prefix.len() + line.len());
+        out.extend_from_slice(prefix.as_bytes());
+        out.extend_from_slice(&line);
+        // One write per line, so lines of different children do not mix.
+        let _ = io::stderr().lock().write_all(&out);
+    }
+}
+
+/// Makes the kernel SIGKILL the child when the thread that forked it ends
+/// (Linux; elsewhere a no-op).
+fn die_with_parent(cmd: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs between fork and exec and calls only
+        // async-signal-safe functions (prctl, getppid, _exit).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The parent may have died before prctl: then nobody would
+                // send the signal.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
+type SpawnRequest = (Command, oneshot::Sender<io::Result<Child>>);
+
+/// The one thread that forks every child (see "No orphans" in the module
+/// docs). It ends when the supervisor drops it.
+struct Spawner {
+    tx: std::sync::mpsc::Sender<SpawnRequest>,
+}
+
+impl Spawner {
+    fn start() -> anyhow::Result<Spawner> {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| anyhow!("the supervisor needs a tokio runtime"))?;
+        let (tx, rx) = std::sync::mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("supervise-spawn".into())
+            .spawn(move || {
+                // tokio::process registers children with the runtime.
+                let _guard = handle.enter();
+                while let Ok((mut cmd, reply)) = rx.recv() {
+                    // If the requester is gone, the child is dropped and,
+                    // being kill_on_drop, killed.
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .context("cannot start the spawner thread")?;
+        Ok(Spawner { tx })
+    }
+
+    async fn spawn(&self, cmd: Command) -> io::Result<Child> {
+        let (reply, rx) = oneshot::channel();
+        let gone = || io::Error::other("the spawner thread has ended");
+        self.tx.send((cmd, reply)).map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+}
+
+/// Parses `--instances`: `N` means 1..=N; otherwise a comma-separated list
+/// of numbers and inclusive ranges, like `1-4,7` (so instance 7 alone is
+/// `7-7`).
+pub fn parse_instances(spec: &str) -> Result<Vec<u32>, String> {
+    let spec = spec.trim();
+    let number = |s: &str| -> Result<u32, String> {
+        let n: u32 = s.trim().parse().map_err(|_| format!("'{s}' is not an instance number"))?;
+        if !(1..=crate::record::MAX_INSTANCE).contains(&n) {
+            return Err(format!(
+                "instance numbers run from 1 to {}, not {n}",
+                crate::record::MAX_INSTANCE
+            ));
+        }
+        Ok(n)
+    };
+    let too_many = || format!("at most {MAX_SUPERVISED} instances");
+    if !spec.is_empty() && spec.bytes().all(|b| b.is_ascii_digit()) {
+        let n = number(spec)?;
+        if n as usize > MAX_SUPERVISED {
+            return Err(too_many());
+        }
+        return Ok((1..=n).collect());
+    }
+    let mut set = BTreeSet::new();
+    for part in spec.split(',') {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (number(a)?, number(b)?),
+            None => {
+                let n = number(part)?;
+                (n, n)
+            }
+        };
+        if lo > hi {
+            return Err(format!("range '{}' runs backwards", part.trim()));
+        }
+        if (hi - lo) as usize >= MAX_SUPERVISED {
+            return Err(too_many());
+        }
+        set.extend(lo..=hi);
+        if set.len() > MAX_SUPERVISED {
+            return Err(too_many());
+        }
+    }
+    Ok(set.into_iter().collect())
+}
+
+/// The parsed `--instances` value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Instances(pub Vec<u32>);
+
+impl std::str::FromStr for Instances {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_instances(s).map(Instances)
+    }
+}
+
+/// `pool_worker supervise`: run and restart instances of this program.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SuperviseArgs {
+    /// Which instances: N (1 to N), or a list of numbers and ranges like 1-4,7.
+    #[arg(long)]
+    pub instances: Instances,
+    /// Delay before an exited instance is started again.
+    #[arg(long, default_value_t = 100)]
+    pub restart_delay_ms: u64,
+    /// Stop starting instances after this many starts in total.
+    #[arg(long)]
+    pub max_runs: Option<u64>,
+    /// Print events as JSON lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Where the children's stdout and stderr go.
+    #[arg(long, value_enum, default_value_t = ChildOutput::Prefix)]
+    pub child_output: ChildOutput,
+    /// When stopping: time between SIGTERM and SIGKILL.
+    #[arg(long, default_value_t = 5000)]
+    pub stop_grace_ms: u64,
+    /// Run this program instead of this executable's worker mode (for tests,
+    /// or to supervise something else); its arguments follow `--`.
+    #[arg(long)]
+    pub program: Option<PathBuf>,
+    #[arg(last = true)]
+    pub program_args: Vec<OsString>,
+}
+
+/// Runs `pool_worker supervise`; returns the exit status.
+pub async fn run(args: SuperviseArgs) -> anyhow::Result<i32> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+
+    let mut cfg = SupervisorConfig::new(args.instances.0)?;
+    if let Some(program) = args.program {
+        cfg.program = program;
+    }
+    cfg.args = args.program_args;
+    cfg.restart_delay = Duration::from_millis(args.restart_delay_ms);
+    cfg.max_runs = args.max_runs;
+    cfg.stop_grace = Duration::from_millis(args.stop_grace_ms);
+    cfg.output = args.child_output;
+
+    let json = args.json;
+    let (mut sup, mut events) = Supervisor::spawn(cfg);
+    let ending = loop {
+        tokio::select! {
+            Some(event) = events.recv() => print_event(&event, json),
+            _ = term.recv() => sup.stop(),
+            _ = int.recv() => sup.stop(),
+            ending = sup.wait() => break ending,
+        }
+    };
+    while let Ok(event) = events.try_recv() {
+        print_event(&event, json);
+    }
+    let code = match ending {
+        Ok(e) => e.exit_code(),
+        Err(e) => {
+            eprintln!("pool_worker supervise: {e:#}");
+            1
+        }
+    };
+    print_line(&if json {
+        format!(r#"{{"event":"done","code":{code}}}"#)
+    } else {
+        format!("supervisor done (exit {code})")
+    });
+    Ok(code)
+}
+
+fn print_event(event: &SupEvent, json: bool) {
+    print_line(&if json { event.json_line() } else { event.human() });
+}
+
+/// One line on stdout, flushed (errors ignored: a closed stdout must not
+/// stop the supervision).
+fn print_line(line: &str) {
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_specs() {
+        assert_eq!(parse_instances("3"), Ok(vec![1, 2, 3]));
+        assert_eq!(parse_instances(" 1-4,7 "), Ok(vec![1, 2, 3, 4, 7]));
+        assert_eq!(parse_instances("7-7"), Ok(vec![7]));
+        assert_eq!(parse_instances("2,1,2"), Ok(vec![1, 2]));
+        for bad in ["", "0", "-1", "1-", "4-2", "a", "1,,2", "1-2-3", "1-100000", "2000", "1,0"] {
+            assert!(parse_instances(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn sh(instances: Vec<u32>, script: &str) -> SupervisorConfig {
+        let mut cfg = SupervisorConfig::new(instances).unwrap();
+        cfg.program = "/bin/sh".into();
+        cfg.args = vec!["-c".into(), script.into()];
+        cfg.restart_delay = Duration::from_millis(10);
+        cfg.output = ChildOutput::Null;
+        cfg
+    }
+
+    async fn collect(cfg: SupervisorConfig) -> (Ending, Vec<SupEvent>) {
+        let (_stop_tx, stop) = watch::channel(false);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let ending = tokio::time::timeout(Duration::from_secs(30), supervise(cfg, stop, tx))
+            .await
+            .expect("supervise ends")
+            .unwrap();
+        let mut events = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            events.push(e);
+        }
+        (ending, events)
+    }
+
+    #[tokio::test]
+    async fn restarts_until_max_runs() {
+        let mut cfg = sh(vec![1, 2], "exit 0");
+        cfg.max_runs = Some(5);
+        let (ending, events) = collect(cfg).await;
+        assert_eq!(ending, Ending::MaxRuns);
+        let starts = events.iter().filter(|e| matches!(e, SupEvent::Started { .. })).count();
+        let exits = events.iter().filter(|e| matches!(e, SupEvent::Exited { code: Some(0), .. })).count();
+        assert_eq!((starts, exits), (5, 5), "{events:?}");
+    }
+
+    #[tokio::test]
+    async fn config_error_and_fence_retire() {
+        let (ending, events) = collect(sh(vec![1, 2], "exit 2")).await;
+        assert_eq!(ending, Ending::ConfigError);
+        assert_eq!(events.iter().filter(|e| matches!(e, SupEvent::Started { .. })).count(), 2);
+        let script = r#"[ "$INSTANCE_NUMBER" = 1 ] && exit 2; exit 3"#;
+        let (ending, events) = collect(sh(vec![1, 2], script)).await;
+        assert_eq!(ending, Ending::ConfigError);
+        assert!(events.contains(&SupEvent::Retired { instance: 2, reason: Retirement::Fenced }));
+        let (ending, _) = collect(sh(vec![4], "exit 3")).await;
+        assert_eq!(ending, Ending::Fenced);
+    }
+
+    #[tokio::test]
+    async fn stop_terms_then_kills() {
+        // The child ignores SIGTERM (and says so in a file once it does), so
+        // stopping needs the SIGKILL.
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready");
+        let script = format!("trap '' TERM; : > '{}'; while :; do sleep 1; done", ready.display());
+        let mut cfg = sh(vec![1], &script);
+        cfg.stop_grace = Duration::from_millis(300);
+        let (mut sup, mut events) = Supervisor::spawn(cfg);
+        let first = tokio::time::timeout(Duration::from_secs(10), events.recv()).await.unwrap();
+        assert!(matches!(first, Some(SupEvent::Started { instance: 1, run: 1, .. })), "{first:?}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ready.exists() {
+            assert!(Instant::now() < deadline, "the child never became ready");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        sup.stop();
+        let ending = tokio::time::timeout(Duration::from_secs(10), sup.wait()).await.unwrap().unwrap();
+        assert_eq!(ending, Ending::Stopped);
+        let exited = events.recv().await;
+        assert!(
+            matches!(exited, Some(SupEvent::Exited { signal: Some(libc::SIGKILL), .. })),
+            "{exited:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn spawn_failure_is_an_event() {
+        let mut cfg = sh(vec![1], "");
+        cfg.program = "/nonexistent/pool_worker".into();
+        cfg.max_runs = Some(2);
+        let (ending, events) = collect(cfg).await;
+        assert_eq!(ending, Ending::MaxRuns);
+        assert_eq!(events.iter().filter(|e| matches!(e, SupEvent::SpawnFailed { .. })).count(), 2);
+    }
+
+    #[test]
+    fn event_lines() {
+        let e = SupEvent::Exited {
+            instance: 3,
+            pid: 1234,
+            code: Some(0),
+            signal: None,
+            after: Duration::from_millis(1200),
+            restarts: 5,
+        };
+        assert_eq!(e.human(), "instance 3 exited code 0 after 1.2s (restarts: 5)");
+        assert_eq!(
+            e.json_line(),
+            r#"{"event":"exited","instance":3,"pid":1234,"code":0,"signal":null,"after_ms":1200,"restarts":5}"#
+        );
+        let s = SupEvent::Started { instance: 3, pid: 1234, run: 1 };
+        assert_eq!(s.human(), "instance 3 started pid 1234");
+        assert_eq!(s.json_line(), r#"{"event":"started","instance":3,"pid":1234,"run":1}"#);
+    }
+}

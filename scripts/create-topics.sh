@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# Creates the Kafka topics of a pool_worker pool:
+#
+#   * the orders topic (ORDERS_TOPIC, default work_orders): ORDERS_PARTITIONS
+#     partitions (default 3), cleanup.policy=delete;
+#   * the coordination ("claims") topic (COORDINATION_TOPIC, default
+#     work_claims): EXACTLY ONE partition, cleanup.policy=compact;
+#   * optionally the results topic (RESULTS_TOPIC, unset = not created):
+#     cleanup.policy=delete with a retention time.
+#
+# docs/deploy.md explains every setting; the short version is in the comments
+# next to each one below.
+#
+# Kafka documentation relied on:
+#   * Topic-level configs (cleanup.policy, min.compaction.lag.ms,
+#     max.compaction.lag.ms, min.cleanable.dirty.ratio, segment.ms,
+#     delete.retention.ms, min.insync.replicas, retention.ms):
+#     https://kafka.apache.org/documentation/#topicconfigs
+#     (the same text as org.apache.kafka.common.config.TopicConfig).
+#   * Log compaction, its guarantees, and "the active segment is never
+#     compacted": https://kafka.apache.org/documentation/#compaction
+#     (sections "What guarantees does log compaction provide?" and
+#     "Configuring The Log Cleaner").
+#   * kafka-topics.sh --create/--describe/--if-not-exists/--command-config:
+#     https://kafka.apache.org/documentation/#basic_ops_add_topic
+#
+# Usage: scripts/create-topics.sh [--dry-run] [--bootstrap HOST:PORT]
+#          [--orders-topic NAME] [--coordination-topic NAME]
+#          [--results-topic NAME] [--orders-partitions N]
+#          [--replication-factor N] [--command-config FILE]
+#
+# Every option has an environment variable (the option wins): BOOTSTRAP,
+# ORDERS_TOPIC, COORDINATION_TOPIC, RESULTS_TOPIC, ORDERS_PARTITIONS,
+# REPLICATION_FACTOR, COMMAND_CONFIG. Further knobs, by environment only:
+#   MIN_INSYNC_REPLICAS          default 2 when REPLICATION_FACTOR >= 3, else 1
+#   ORDERS_RETENTION_MS          unset = the broker's default (7 days)
+#   RESULTS_RETENTION_MS         default 604800000 (7 days)
+#   CLAIMS_MIN_COMPACTION_LAG_MS default 3600000 (1 hour)
+#   CLAIMS_MAX_COMPACTION_LAG_MS default 86400000 (1 day)
+#   CLAIMS_SEGMENT_MS            default 3600000 (1 hour)
+#   TOPICS_TOOL                  path of kafka-topics.sh (default: searched)
+# (None of this script's variables starts with KAFKA_: pool_worker passes every
+# KAFKA_* variable of its environment to librdkafka, so a shared environment
+# file must not contain any that librdkafka does not know.)
+#
+# The embedded development broker (`pool_worker dev`) needs none of this.
+set -euo pipefail
+
+prog=${0##*/}
+
+usage() {
+    sed -n '/^# Usage:/,/^# The embedded/p' "$0" | sed 's/^# \{0,1\}//'
+}
+
+die() {
+    printf '%s: %s\n' "$prog" "$*" >&2
+    exit 1
+}
+
+BOOTSTRAP=${BOOTSTRAP:-localhost:9092}
+ORDERS_TOPIC=${ORDERS_TOPIC:-work_orders}
+COORDINATION_TOPIC=${COORDINATION_TOPIC:-work_claims}
+RESULTS_TOPIC=${RESULTS_TOPIC:-}
+ORDERS_PARTITIONS=${ORDERS_PARTITIONS:-3}
+REPLICATION_FACTOR=${REPLICATION_FACTOR:-1}
+COMMAND_CONFIG=${COMMAND_CONFIG:-}
+DRY_RUN=0
+
+while [ $# -gt 0 ]; do
+    case $1 in
+        --dry-run) DRY_RUN=1 ;;
+        -h | --help) usage; exit 0 ;;
+        --bootstrap | --orders-topic | --coordination-topic | --results-topic | \
+            --orders-partitions | --replication-factor | --command-config)
+            [ $# -ge 2 ] || die "$1 needs a value"
+            case $1 in
+                --bootstrap) BOOTSTRAP=$2 ;;
+                --orders-topic) ORDERS_TOPIC=$2 ;;
+                --coordination-topic) COORDINATION_TOPIC=$2 ;;
+                --results-topic) RESULTS_TOPIC=$2 ;;
+                --orders-partitions) ORDERS_PARTITIONS=$2 ;;
+                --replication-factor) REPLICATION_FACTOR=$2 ;;
+                *) COMMAND_CONFIG=$2 ;; # --command-config
+            esac
+            shift
+            ;;
+        *) die "unknown argument '$1' (try --help)" ;;
+    esac
+    shift
+done
+
+is_count() { [[ $1 =~ ^[1-9][0-9]*$ ]]; }
+is_ms() { [[ $1 =~ ^[0-9]+$ ]]; }
+
+is_count "$ORDERS_PARTITIONS" || die "ORDERS_PARTITIONS must be a positive integer, not '$ORDERS_PARTITIONS'"
+is_count "$REPLICATION_FACTOR" || die "REPLICATION_FACTOR must be a positive integer, not '$REPLICATION_FACTOR'"
+if [ "$REPLICATION_FACTOR" -ge 3 ]; then
+    MIN_INSYNC_REPLICAS=${MIN_INSYNC_REPLICAS:-2}
+else
+    MIN_INSYNC_REPLICAS=${MIN_INSYNC_REPLICAS:-1}
+fi
+is_count "$MIN_INSYNC_REPLICAS" || die "MIN_INSYNC_REPLICAS must be a positive integer"
+[ "$MIN_INSYNC_REPLICAS" -le "$REPLICATION_FACTOR" ] ||
+    die "MIN_INSYNC_REPLICAS ($MIN_INSYNC_REPLICAS) exceeds REPLICATION_FACTOR ($REPLICATION_FACTOR): every write would fail"
+
+ORDERS_RETENTION_MS=${ORDERS_RETENTION_MS:-}
+RESULTS_RETENTION_MS=${RESULTS_RETENTION_MS:-604800000}
+CLAIMS_MIN_COMPACTION_LAG_MS=${CLAIMS_MIN_COMPACTION_LAG_MS:-3600000}
+CLAIMS_MAX_COMPACTION_LAG_MS=${CLAIMS_MAX_COMPACTION_LAG_MS:-86400000}
+CLAIMS_SEGMENT_MS=${CLAIMS_SEGMENT_MS:-3600000}
+for v in RESULTS_RETENTION_MS CLAIMS_MIN_COMPACTION_LAG_MS CLAIMS_MAX_COMPACTION_LAG_MS CLAIMS_SEGMENT_MS; do
+    is_ms "${!v}" || die "$v must be a number of milliseconds, not '${!v}'"
+done
+[ -z "$ORDERS_RETENTION_MS" ] || [ "$ORDERS_RETENTION_MS" = -1 ] || is_ms "$ORDERS_RETENTION_MS" ||
+    die "ORDERS_RETENTION_MS must be a number of milliseconds or -1"
+[ "$CLAIMS_MAX_COMPACTION_LAG_MS" -ge "$CLAIMS_MIN_COMPACTION_LAG_MS" ] ||
+    die "CLAIMS_MAX_COMPACTION_LAG_MS must be >= CLAIMS_MIN_COMPACTION_LAG_MS"
+
+for t in "$ORDERS_TOPIC" "$COORDINATION_TOPIC" ${RESULTS_TOPIC:+"$RESULTS_TOPIC"}; do
+    [[ $t =~ ^[A-Za-z0-9._-]{1,249}$ ]] || die "'$t' is not a valid Kafka topic name"
+done
+[ "$ORDERS_TOPIC" != "$COORDINATION_TOPIC" ] || die "the orders and coordination topics must differ"
+if [ -n "$RESULTS_TOPIC" ]; then
+    if [ "$RESULTS_TOPIC" = "$ORDERS_TOPIC" ] || [ "$RESULTS_TOPIC" = "$COORDINATION_TOPIC" ]; then
+        die "the results topic must differ from the orders and coordination topics"
+    fi
+fi
+
+# Find kafka-topics.sh (Apache tarball / apache/kafka image) or kafka-topics
+# (Confluent packages).
+TOOL=${TOPICS_TOOL:-}
+if [ -z "$TOOL" ]; then
+    for candidate in kafka-topics.sh kafka-topics /opt/kafka/bin/kafka-topics.sh \
+        ${KAFKA_HOME:+"$KAFKA_HOME/bin/kafka-topics.sh"}; do
+        if command -v "$candidate" >/dev/null 2>&1; then
+            TOOL=$(command -v "$candidate")
+            break
+        fi
+    done
+fi
+
+common=(--bootstrap-server "$BOOTSTRAP")
+[ -z "$COMMAND_CONFIG" ] || common+=(--command-config "$COMMAND_CONFIG")
+
+# --- the topics -------------------------------------------------------------
+
+orders=(--create --if-not-exists --topic "$ORDERS_TOPIC"
+    --partitions "$ORDERS_PARTITIONS" --replication-factor "$REPLICATION_FACTOR"
+    --config cleanup.policy=delete
+    --config min.insync.replicas="$MIN_INSYNC_REPLICAS")
+# An order deleted by retention before an instance claims it is never run:
+# keep this longer than the longest backlog you can have.
+[ -z "$ORDERS_RETENTION_MS" ] || orders+=(--config retention.ms="$ORDERS_RETENTION_MS")
+
+claims=(--create --if-not-exists --topic "$COORDINATION_TOPIC"
+    # One partition: the log's order IS the protocol's total order; every
+    # instance must see every record in the same order.
+    --partitions 1 --replication-factor "$REPLICATION_FACTOR"
+    # Keep the newest record per key <instance>:<event>, forever.
+    --config cleanup.policy=compact
+    # Records younger than this are never compacted: a reader less than this
+    # far behind (a negotiation takes a few LEASE_MS; a boot replay, seconds)
+    # sees every record. Keep it far above LEASE_MS.
+    --config min.compaction.lag.ms="$CLAIMS_MIN_COMPACTION_LAG_MS"
+    # ...but compact within a day even when the log is quiet, so that a boot
+    # replay stays short.
+    --config max.compaction.lag.ms="$CLAIMS_MAX_COMPACTION_LAG_MS"
+    # The active segment is never compacted and the default roll is 7 days /
+    # 1 GiB, which this small topic would not reach: roll hourly.
+    --config segment.ms="$CLAIMS_SEGMENT_MS"
+    # The log is small and is replayed at every boot: clean when 10% of it is
+    # superseded records rather than the default 50%.
+    --config min.cleanable.dirty.ratio=0.1
+    # pool_worker writes no tombstones; an operator may (to forget a retired
+    # instance). Keep them a day so that every reader sees them.
+    --config delete.retention.ms=86400000
+    --config min.insync.replicas="$MIN_INSYNC_REPLICAS"
+    # Losing an acknowledged claims record would break run-exactly-once.
+    --config unclean.leader.election.enable=false)
+
+results=()
+if [ -n "$RESULTS_TOPIC" ]; then
+    # An output stream, not state: one record per order outcome (the
+    # authoritative outcome is the `completed` record in the claims topic).
+    # Keys are unique per order, so compaction would reclaim almost nothing;
+    # plain time retention instead.
+    results=(--create --if-not-exists --topic "$RESULTS_TOPIC"
+        --partitions "$ORDERS_PARTITIONS" --replication-factor "$REPLICATION_FACTOR"
+        --config cleanup.policy=delete
+        --config retention.ms="$RESULTS_RETENTION_MS"
+        --config min.insync.replicas="$MIN_INSYNC_REPLICAS")
+fi
+
+# Prints a command line that a shell reads back as the same words.
+quote() {
+    if [[ $1 =~ ^[A-Za-z0-9_./:=,@+-]+$ ]]; then
+        printf '%s' "$1"
+    else
+        printf "'%s'" "${1//\'/\'\\\'\'}"
+    fi
+}
+
+show() {
+    local first=1 word
+    for word in "$@"; do
+        [ "$first" = 1 ] || printf ' '
+        first=0
+        quote "$word"
+    done
+    printf '\n'
+}
+
+print_all() {
+    local tool=$1
+    show "$tool" "${common[@]}" "${orders[@]}"
+    show "$tool" "${common[@]}" "${claims[@]}"
+    [ ${#results[@]} -eq 0 ] || show "$tool" "${common[@]}" "${results[@]}"
+}
+
+if [ "$DRY_RUN" = 1 ]; then
+    print_all "${TOOL:-kafka-topics.sh}"
+    echo "# then check that $COORDINATION_TOPIC has PartitionCount: 1 and cleanup.policy=compact:"
+    show "${TOOL:-kafka-topics.sh}" "${common[@]}" --describe --topic "$COORDINATION_TOPIC"
+    exit 0
+fi
+
+if [ -z "$TOOL" ]; then
+    {
+        echo "$prog: kafka-topics.sh (or kafka-topics) is not on PATH; no topic was created."
+        echo "Run these commands where Kafka's command-line tools are installed, e.g. in the broker's"
+        echo "container (docker compose -f deploy/compose.yaml exec kafka ...; the tools are in /opt/kafka/bin),"
+        echo "or set TOPICS_TOOL=/path/to/kafka-topics.sh and run this script again:"
+        echo
+        print_all kafka-topics.sh | sed 's/^/    /'
+        echo
+        echo "(The embedded development broker, 'pool_worker dev', needs no topics.)"
+    } >&2
+    exit 1
+fi
+
+echo "$prog: using $TOOL against $BOOTSTRAP"
+"$TOOL" "${common[@]}" "${orders[@]}"
+"$TOOL" "${common[@]}" "${claims[@]}"
+[ ${#results[@]} -eq 0 ] || "$TOOL" "${common[@]}" "${results[@]}"
+
+# --if-not-exists keeps a topic that already exists whatever its settings:
+# check the one setting that cannot be repaired in place.
+desc=$("$TOOL" "${common[@]}" --describe --topic "$COORDINATION_TOPIC")
+printf '%s\n' "$desc"
+count=$(printf '%s\n' "$desc" | grep -o 'PartitionCount: *[0-9]*' | head -n 1 | grep -o '[0-9]*$' || true)
+if [ "$count" != 1 ]; then
+    die "coordination topic $COORDINATION_TOPIC has ${count:-an unknown number of} partitions, it must have exactly 1. Partitions cannot be removed: delete and recreate it (kafka-topics.sh --delete) while no instance runs, or choose another COORDINATION_TOPIC."
+fi
+if ! printf '%s\n' "$desc" | grep -q 'cleanup\.policy=compact'; then
+    echo "$prog: WARNING: $COORDINATION_TOPIC does not show cleanup.policy=compact; with time retention an idle instance's records would expire. Fix with:" >&2
+    configs_tool=${TOOL%/*}/kafka-configs${TOOL##*/kafka-topics}
+    show "$configs_tool" "${common[@]}" --alter --entity-type topics \
+        --entity-name "$COORDINATION_TOPIC" --add-config cleanup.policy=compact >&2
+fi
+echo "$prog: topics ready: $ORDERS_TOPIC, $COORDINATION_TOPIC${RESULTS_TOPIC:+, $RESULTS_TOPIC}"

@@ -1,0 +1,670 @@
+//! `pool_worker dev`: the whole pool in one command, for trying it out.
+//!
+//! A newcomer should be able to see the pool work before they have a Kafka
+//! cluster, topics or a supervisor. `pool_worker dev` puts the three pieces
+//! the production deployment spreads over several machines into one process:
+//!
+//! 1. the embedded broker ([`crate::broker`]) on a free 127.0.0.1 port, with
+//!    the orders topic and the one-partition claims topic created;
+//! 2. the supervisor ([`crate::supervise`]), running `--instances` copies of
+//!    this executable in worker mode (`KAFKA_BROKERS` pointing at the broker,
+//!    `LEASE_MS=5000` unless set, so that takeovers are quick to watch);
+//! 3. a reader of the claims topic that prints each record as it arrives, one
+//!    readable line per record, so the negotiation can be watched live:
+//!
+//! ```text
+//! supervisor  instance 2 started pid 41230
+//! claims #0    2:booted      incarnation 5f1c9e
+//! claims #1    2:claimed     order 0:0 attempt 1
+//! claims #2    2:committed   order 0:0 attempt 1
+//! claims #3    2:completed   order 0:0 ok exit 0 in 4 ms | hello from the pool
+//! supervisor  instance 2 exited code 0 after 0.6s (restarts: 0)
+//! ```
+//!
+//! It also prints the `kcat` commands that send an order and read the audit
+//! trail, so that the next step, talking to the pool from outside, is one
+//! paste away. It runs until Ctrl-C, then stops the workers and the broker
+//! (whose topics live in memory only).
+//!
+//! With `--demo` it also sends a handful of sample orders (one that works,
+//! one that fails, one malformed, one that times out, two with the same `id`,
+//! ...), waits at most `--demo-timeout-secs` (60) for a `completed` record of
+//! each, prints a table of the results and the whole audit trail, and exits:
+//! 0 if every order completed, 1 if the deadline passed first.
+//!
+//! Workers' own logs go to stderr prefixed `[i] ` (`--worker-output`), so
+//! stdout shows only the story: supervisor events and claims records. With
+//! `--json` every stdout line is a JSON object instead (see [`run`]).
+//!
+//! The claims reader is a consumer without a group: it assigns partition 0
+//! of the claims topic from the beginning and never commits, the same way a
+//! worker replays the log at boot.
+
+use crate::broker::{check_topic_name, Broker};
+use crate::record::{Event, OrderId, Record};
+use crate::supervise::{ChildOutput, SupEvent, Supervisor, SupervisorConfig};
+use anyhow::Context as _;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Most instances `dev` starts.
+pub const MAX_DEV_INSTANCES: u32 = 64;
+
+/// The lease for dev workers unless `LEASE_MS` is set: short, so a takeover
+/// after a killed worker happens while you watch.
+pub const DEV_LEASE_MS: &str = "5000";
+
+/// The demo's sample orders: (what it shows, payload).
+pub const DEMO_ORDERS: &[(&str, &str)] = &[
+    ("a plain command line", "echo hello from the pool"),
+    (
+        "JSON, with the job's environment",
+        r#"{"cmd":["sh","-c","echo order $ORDER_PARTITION:$ORDER_OFFSET ran on instance $INSTANCE_NUMBER"]}"#,
+    ),
+    ("a command that fails", "false"),
+    ("stderr and an exit code", r#"sh -c "echo something went wrong >&2; exit 7""#),
+    ("malformed: cmd must be a list", r#"{"cmd": 5}"#),
+    ("runs past its time limit", r#"{"cmd":["sleep","5"],"timeout_secs":1}"#),
+    ("an order with an id", r#"{"cmd":["echo","first order with id demo-1"],"id":"demo-1"}"#),
+    ("the same id again", r#"{"cmd":["echo","second order with id demo-1"],"id":"demo-1"}"#),
+];
+
+/// `pool_worker dev`: broker, supervisor and live audit trail in one process.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DevArgs {
+    /// How many worker instances to run (numbered 1 to N).
+    #[arg(long, default_value_t = 3)]
+    pub instances: u32,
+    /// Send sample orders, show their results and exit.
+    #[arg(long)]
+    pub demo: bool,
+    /// How long --demo waits for its orders.
+    #[arg(long, default_value_t = 60)]
+    pub demo_timeout_secs: u64,
+    /// Partitions of the orders topic.
+    #[arg(long, default_value_t = 1)]
+    pub orders_partitions: i32,
+    #[arg(long, env = "ORDERS_TOPIC", default_value = "work_orders")]
+    pub orders_topic: String,
+    #[arg(long, env = "COORDINATION_TOPIC", default_value = "work_claims")]
+    pub coordination_topic: String,
+    /// Also create this results topic (and pass it to the workers).
+    #[arg(long, env = "RESULTS_TOPIC")]
+    pub results_topic: Option<String>,
+    /// Where the workers' own stdout and stderr go.
+    #[arg(long, value_enum, default_value_t = ChildOutput::Prefix)]
+    pub worker_output: ChildOutput,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl DevArgs {
+    fn results_topic(&self) -> Option<&str> {
+        self.results_topic.as_deref().filter(|t| !t.is_empty())
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_DEV_INSTANCES).contains(&self.instances) {
+            return Err(format!("--instances must be between 1 and {MAX_DEV_INSTANCES}"));
+        }
+        if !(1..=crate::broker::MAX_PARTITIONS).contains(&self.orders_partitions) {
+            return Err(format!(
+                "--orders-partitions must be between 1 and {}",
+                crate::broker::MAX_PARTITIONS
+            ));
+        }
+        let mut names = vec![self.orders_topic.as_str(), self.coordination_topic.as_str()];
+        names.extend(self.results_topic());
+        for (i, name) in names.iter().enumerate() {
+            check_topic_name(name)?;
+            if names[..i].contains(name) {
+                return Err(format!("topic '{name}' is named twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One record of the claims topic as read.
+#[derive(Clone, Debug)]
+pub struct RawClaim {
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// Runs `pool_worker dev`; returns the exit status.
+///
+/// With `--json`, stdout carries one object per line: `{"event":"ready",
+/// "bootstrap":...}` first, then the supervisor's events (as `supervise
+/// --json` prints them), `{"event":"record","offset":N,"key":"3:claimed",
+/// "record":{...}}` for each claims record (`"foreign"` with the reason, raw
+/// `key` and `value` instead of `record` for a record pool_worker did not
+/// write), with `--demo` `{"event":"produced",...}` and `{"event":"result",
+/// ...}`, and last `{"event":"done","code":N}`.
+pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
+    if let Err(e) = args.check() {
+        eprintln!("pool_worker dev: {e}");
+        return Ok(crate::supervise::EXIT_CONFIG);
+    }
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let out = Out { json: args.json };
+
+    let mut topics = vec![
+        (args.orders_topic.clone(), args.orders_partitions),
+        (args.coordination_topic.clone(), 1),
+    ];
+    if let Some(r) = args.results_topic() {
+        topics.push((r.to_string(), 1));
+    }
+    let broker = Broker::start(1, &topics)?;
+    let addr = broker.bootstrap();
+    out.banner(&args, &addr);
+
+    let (claims_tx, mut claims) = mpsc::unbounded_channel();
+    let tail = tokio::spawn(tail_claims(addr.clone(), args.coordination_topic.clone(), claims_tx));
+
+    let mut cfg = SupervisorConfig::new((1..=args.instances).collect())?;
+    cfg.env = worker_env(&args, &addr);
+    cfg.output = args.worker_output;
+    let (mut sup, mut sup_events) = Supervisor::spawn(cfg);
+
+    let mut pending: BTreeMap<OrderId, &str> = BTreeMap::new();
+    let mut deadline = None;
+    if args.demo {
+        for (order, (_, payload)) in produce_demo(&addr, &args.orders_topic).await?.into_iter().zip(DEMO_ORDERS) {
+            out.produced(order, payload);
+            pending.insert(order, payload);
+        }
+        out.note(&format!(
+            "sent {} sample orders; waiting up to {} s for their results",
+            pending.len(),
+            args.demo_timeout_secs
+        ));
+        deadline = Some(Instant::now() + Duration::from_secs(args.demo_timeout_secs));
+    }
+    let demo_orders = pending.clone();
+
+    let mut trail: Vec<RawClaim> = Vec::new();
+    let mut results: BTreeMap<OrderId, Record> = BTreeMap::new();
+    let mut code = 0;
+    let mut sup_ended = None;
+    loop {
+        if args.demo && pending.is_empty() {
+            break;
+        }
+        tokio::select! {
+            Some(event) = sup_events.recv() => out.sup_event(&event),
+            Some(claim) = claims.recv() => {
+                out.claim(&claim);
+                if let Ok(rec) = Record::decode(claim.key.as_deref(), claim.value.as_deref()) {
+                    if rec.event == Event::Completed {
+                        if let Some(order) = rec.order() {
+                            if pending.remove(&order).is_some() {
+                                results.insert(order, rec);
+                            }
+                        }
+                    }
+                }
+                trail.push(claim);
+            }
+            () = sleep_until(deadline) => {
+                out.note(&format!(
+                    "the demo's deadline passed with {} of {} orders not completed",
+                    pending.len(),
+                    demo_orders.len()
+                ));
+                code = 1;
+                break;
+            }
+            ending = sup.wait() => {
+                // Every instance retired (e.g. a configuration error).
+                let c = match ending {
+                    Ok(e) => e.exit_code(),
+                    Err(e) => { out.note(&format!("the supervisor failed: {e:#}")); 1 }
+                };
+                out.note("no worker instance is left running");
+                sup_ended = Some(c);
+                code = c;
+                break;
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+
+    if args.demo {
+        out.results(&demo_orders, &results);
+        if !args.json {
+            out.trail(&trail);
+        }
+    }
+
+    // Workers first (they need the broker to finish cleanly), then the rest.
+    if sup_ended.is_none() {
+        out.note("stopping the workers");
+        sup.stop();
+        loop {
+            tokio::select! {
+                Some(event) = sup_events.recv() => out.sup_event(&event),
+                ending = sup.wait() => {
+                    if let Err(e) = ending {
+                        out.note(&format!("the supervisor failed: {e:#}"));
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    while let Ok(event) = sup_events.try_recv() {
+        out.sup_event(&event);
+    }
+    tail.abort();
+    drop(broker);
+    out.done(code);
+    Ok(code)
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The environment of the dev workers (on top of dev's own).
+fn worker_env(args: &DevArgs, addr: &str) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env = vec![
+        ("KAFKA_BROKERS", addr.to_string()),
+        ("ORDERS_TOPIC", args.orders_topic.clone()),
+        ("COORDINATION_TOPIC", args.coordination_topic.clone()),
+    ];
+    if let Some(r) = args.results_topic() {
+        env.push(("RESULTS_TOPIC", r.to_string()));
+    }
+    if std::env::var_os("LEASE_MS").is_none() {
+        env.push(("LEASE_MS", DEV_LEASE_MS.to_string()));
+    }
+    env.into_iter().map(|(k, v)| (k.into(), v.into())).collect()
+}
+
+/// Sends [`DEMO_ORDERS`] and returns where each landed.
+async fn produce_demo(addr: &str, topic: &str) -> anyhow::Result<Vec<OrderId>> {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", addr)
+        .set("acks", "all")
+        .set("message.timeout.ms", "15000")
+        .create()
+        .context("cannot create the demo producer")?;
+    let mut ids = Vec::new();
+    for (_, payload) in DEMO_ORDERS {
+        let delivery = producer
+            .send(FutureRecord::<str, str>::to(topic).payload(payload), Duration::from_secs(15))
+            .await
+            .map_err(|(e, _)| e)
+            .context("cannot send a demo order")?;
+        ids.push(OrderId::new(delivery.partition, delivery.offset));
+    }
+    Ok(ids)
+}
+
+/// Reads the claims topic from the beginning and forwards every record until
+/// the receiver is gone (or the task is aborted). Errors are librdkafka's
+/// transient ones (it reconnects by itself) and are not fatal.
+async fn tail_claims(addr: String, topic: String, tx: mpsc::UnboundedSender<RawClaim>) {
+    let consumer: StreamConsumer = match ClientConfig::new()
+        .set("bootstrap.servers", &addr)
+        .set("group.id", "pool_worker-dev-tail")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        .create()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("pool_worker dev: cannot read the claims topic: {e}");
+            return;
+        }
+    };
+    let mut tpl = TopicPartitionList::new();
+    let assigned = tpl
+        .add_partition_offset(&topic, 0, Offset::Beginning)
+        .and_then(|()| consumer.assign(&tpl));
+    if let Err(e) = assigned {
+        eprintln!("pool_worker dev: cannot read the claims topic: {e}");
+        return;
+    }
+    loop {
+        match consumer.recv().await {
+            Ok(m) => {
+                let claim = RawClaim {
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                };
+                if tx.send(claim).is_err() {
+                    return;
+                }
+            }
+            Err(e) => eprintln!("pool_worker dev: claims reader: {e}"),
+        }
+    }
+}
+
+/// One claims record as a readable line (without the offset), e.g.
+/// `3:claimed     order 0:17 attempt 1`.
+pub fn describe_claim(key: Option<&[u8]>, value: Option<&[u8]>) -> String {
+    match Record::decode(key, value) {
+        Ok(rec) => format!("{:<13} {}", rec.key(), describe_record(&rec)),
+        Err(why) => format!(
+            "{:<13} (not a pool_worker record: {why}) {}",
+            key.map_or("(no key)".into(), |k| clip(&String::from_utf8_lossy(k), 40)),
+            value.map_or("(no value)".into(), |v| clip(&String::from_utf8_lossy(v), 80)),
+        ),
+    }
+}
+
+/// What a record says, after its key.
+pub fn describe_record(rec: &Record) -> String {
+    let order = rec.order().map_or_else(|| "?".into(), |o| o.to_string());
+    let mut s = match rec.event {
+        Event::Booted => {
+            let mut s = format!("incarnation {}", rec.incarnation);
+            if let Some(prev) = &rec.prev {
+                s.push_str(&format!(" (replaces {})", prev.incarnation));
+            }
+            s
+        }
+        Event::Claimed | Event::Committed => {
+            let mut s = format!("order {order} attempt {}", rec.attempt);
+            if !rec.takeover_of.is_empty() {
+                let from: Vec<String> = rec.takeover_of.iter().map(|c| c.instance.to_string()).collect();
+                s.push_str(&format!(", taking over from instance {}", from.join(", ")));
+            }
+            s
+        }
+        Event::Yielded | Event::Lease => format!("order {order}"),
+        Event::Revoked => format!(
+            "order {order}, fencing incarnation {}",
+            rec.fences.as_deref().unwrap_or("?")
+        ),
+        Event::Completed => match &rec.outcome {
+            Some(o) => {
+                let mut s = format!("order {order} {}", o.status);
+                if let Some(c) = o.exit_code {
+                    s.push_str(&format!(" exit {c}"));
+                }
+                s.push_str(&format!(" in {} ms", o.duration_ms));
+                if let Some(line) = first_line(&o.stdout_tail) {
+                    s.push_str(&format!(" | {}", clip(line, 60)));
+                }
+                s
+            }
+            None => format!("order {order}"),
+        },
+        Event::Checkpoint => {
+            let next: Vec<String> = rec.next.iter().map(|(p, o)| format!("{p}:{o}")).collect();
+            format!("frontier {}", next.join(" "))
+        }
+    };
+    if let Some(id) = &rec.order_id {
+        s.push_str(&format!(" (id {})", clip(id, 40)));
+    }
+    if let Some(by) = rec.by {
+        s.push_str(&format!(" by instance {by}"));
+    }
+    let reason = rec.reason.as_deref().or(rec.outcome.as_ref().and_then(|o| o.reason.as_deref()));
+    if let Some(r) = reason {
+        s.push_str(&format!(": {}", clip(r, 80)));
+    }
+    s
+}
+
+fn first_line(text: &str) -> Option<&str> {
+    text.lines().map(str::trim).find(|l| !l.is_empty())
+}
+
+/// At most `n` characters, with `…` when cut.
+fn clip(s: &str, n: usize) -> String {
+    let s = s.replace(['\n', '\r'], " ");
+    if s.chars().count() <= n {
+        s
+    } else {
+        let mut c: String = s.chars().take(n.saturating_sub(1)).collect();
+        c.push('…');
+        c
+    }
+}
+
+/// Everything `dev` prints to stdout, in text or JSON.
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn line(&self, line: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+
+    fn banner(&self, args: &DevArgs, addr: &str) {
+        if self.json {
+            self.line(
+                &serde_json::json!({
+                    "event": "ready", "bootstrap": addr, "orders_topic": args.orders_topic,
+                    "coordination_topic": args.coordination_topic,
+                    "results_topic": args.results_topic(), "instances": args.instances,
+                })
+                .to_string(),
+            );
+            return;
+        }
+        let (orders, claims) = (&args.orders_topic, &args.coordination_topic);
+        let plural = if args.orders_partitions == 1 { "" } else { "s" };
+        let mut text = format!(
+            "pool_worker dev: an embedded Kafka broker and {n} worker instances\n\
+             \n  bootstrap     {addr}\
+             \n  orders topic  {orders} ({p} partition{plural})\
+             \n  claims topic  {claims} (1 partition)\n",
+            n = args.instances,
+            p = args.orders_partitions,
+        );
+        if let Some(r) = args.results_topic() {
+            text.push_str(&format!("  results topic {r}\n"));
+        }
+        text.push_str(&format!(
+            "\nSend an order:\n  echo 'echo hello' | kcat -P -b {addr} -t {orders}\n\
+             Read the audit trail:\n  kcat -C -b {addr} -t {claims} -f '%k %s\\n'\n\
+             Run one more worker by hand:\n  KAFKA_BROKERS={addr} ORDERS_TOPIC={orders} \
+             COORDINATION_TOPIC={claims} INSTANCE_NUMBER={next} {exe}\n",
+            next = args.instances + 1,
+            exe = std::env::current_exe().map_or("pool_worker".into(), |p| p.display().to_string()),
+        ));
+        if !args.demo {
+            text.push_str("Stop with Ctrl-C.\n");
+        }
+        self.line(&text);
+    }
+
+    fn note(&self, text: &str) {
+        if self.json {
+            self.line(&serde_json::json!({"event": "note", "text": text}).to_string());
+        } else {
+            self.line(&format!("dev         {text}"));
+        }
+    }
+
+    fn sup_event(&self, e: &SupEvent) {
+        if self.json {
+            self.line(&e.json_line());
+        } else {
+            self.line(&format!("supervisor  {}", e.human()));
+        }
+    }
+
+    fn claim(&self, c: &RawClaim) {
+        if !self.json {
+            self.line(&format!("claims #{:<4} {}", c.offset, describe_claim(c.key.as_deref(), c.value.as_deref())));
+            return;
+        }
+        let lossy = |b: &Option<Vec<u8>>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+        let v = match Record::decode(c.key.as_deref(), c.value.as_deref()) {
+            Ok(rec) => serde_json::json!({
+                "event": "record", "offset": c.offset, "key": rec.key(), "record": rec,
+            }),
+            Err(why) => serde_json::json!({
+                "event": "record", "offset": c.offset, "key": lossy(&c.key),
+                "value": lossy(&c.value), "foreign": why.to_string(),
+            }),
+        };
+        self.line(&v.to_string());
+    }
+
+    fn produced(&self, order: OrderId, payload: &str) {
+        if self.json {
+            self.line(
+                &serde_json::json!({"event": "produced", "order": order.to_string(), "payload": payload})
+                    .to_string(),
+            );
+        } else {
+            self.line(&format!("dev         sent order {order}: {payload}"));
+        }
+    }
+
+    fn results(&self, orders: &BTreeMap<OrderId, &str>, results: &BTreeMap<OrderId, Record>) {
+        let rows: Vec<[String; 7]> = orders
+            .iter()
+            .map(|(order, payload)| {
+                let Some(rec) = results.get(order) else {
+                    return [order.to_string(), clip(payload, 40), "-".into(), "not completed".into(), "-".into(), "-".into(), String::new()];
+                };
+                let o = rec.outcome.as_ref();
+                let output = o
+                    .and_then(|o| first_line(&o.stdout_tail).or(o.reason.as_deref()).or(first_line(&o.stderr_tail)))
+                    .map_or(String::new(), |l| clip(l, 50));
+                [
+                    order.to_string(),
+                    clip(payload, 40),
+                    rec.instance.to_string(),
+                    o.map_or("?".into(), |o| o.status.to_string()),
+                    o.and_then(|o| o.exit_code).map_or("-".into(), |c| c.to_string()),
+                    o.map_or("-".into(), |o| format!("{} ms", o.duration_ms)),
+                    output,
+                ]
+            })
+            .collect();
+        if self.json {
+            for (row, (order, _)) in rows.iter().zip(orders) {
+                let rec = results.get(order);
+                self.line(
+                    &serde_json::json!({
+                        "event": "result", "order": row[0], "payload": orders[order],
+                        "instance": rec.map(|r| r.instance),
+                        "outcome": rec.and_then(|r| r.outcome.as_ref()),
+                    })
+                    .to_string(),
+                );
+            }
+            return;
+        }
+        let header = ["order", "what", "instance", "status", "exit", "duration", "output"].map(String::from);
+        let mut widths = [0usize; 7];
+        for row in std::iter::once(&header).chain(&rows) {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let fmt_row = |row: &[String; 7]| {
+            let cells: Vec<String> = row.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+            cells.join("  ").trim_end().to_string()
+        };
+        let mut text = format!("\nResults:\n{}\n", fmt_row(&header));
+        for row in &rows {
+            text.push_str(&fmt_row(row));
+            text.push('\n');
+        }
+        self.line(&text);
+    }
+
+    fn trail(&self, trail: &[RawClaim]) {
+        let mut text = format!("Audit trail ({} records of the claims topic):\n", trail.len());
+        for c in trail {
+            text.push_str(&format!(
+                "  #{:<4} {}\n",
+                c.offset,
+                describe_claim(c.key.as_deref(), c.value.as_deref())
+            ));
+        }
+        self.line(&text);
+    }
+
+    fn done(&self, code: i32) {
+        if self.json {
+            self.line(&format!(r#"{{"event":"done","code":{code}}}"#));
+        } else {
+            self.line(&format!("dev         done (exit {code})"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Cite, Outcome, Status};
+
+    #[test]
+    fn demo_orders_are_what_they_say() {
+        for (what, payload) in DEMO_ORDERS {
+            let parsed = crate::orders::parse(Some(payload.as_bytes()));
+            assert_eq!(parsed.is_err(), what.starts_with("malformed"), "{payload}: {parsed:?}");
+        }
+        assert!((5..=8).contains(&DEMO_ORDERS.len()));
+    }
+
+    #[test]
+    fn readable_lines() {
+        let mut claim = Record::new(3, Event::Claimed, "a1", 0).with_order(OrderId::new(0, 17));
+        claim.attempt = 1;
+        let key = claim.key();
+        assert_eq!(
+            describe_claim(Some(key.as_bytes()), Some(&claim.encode())),
+            "3:claimed     order 0:17 attempt 1"
+        );
+        claim.takeover_of.push(Cite { instance: 2, incarnation: "b".into() });
+        assert!(describe_record(&claim).ends_with("taking over from instance 2"));
+
+        let mut done = Record::new(3, Event::Completed, "a1", 0).with_order(OrderId::new(0, 17));
+        done.outcome = Some(Outcome {
+            status: Status::Ok,
+            exit_code: Some(0),
+            duration_ms: 12,
+            reason: None,
+            stdout_tail: "\nhello\nworld\n".into(),
+            stderr_tail: String::new(),
+        });
+        assert_eq!(describe_record(&done), "order 0:17 ok exit 0 in 12 ms | hello");
+        done.outcome = Some(Outcome::not_run(Status::Error, "bad JSON order"));
+        assert_eq!(describe_record(&done), "order 0:17 error in 0 ms: bad JSON order");
+
+        let foreign = describe_claim(None, Some(b"\xff{oops"));
+        assert!(foreign.contains("not a pool_worker record"), "{foreign}");
+        assert!(describe_claim(Some(b"x"), None).contains("(no value)"));
+    }
+
+    #[test]
+    fn clipping() {
+        assert_eq!(clip("abc", 3), "abc");
+        assert_eq!(clip("abcd", 3), "ab…");
+        assert_eq!(clip("a\nb", 5), "a b");
+    }
+}

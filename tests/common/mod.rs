@@ -1,0 +1,808 @@
+//! The shared harness of the integration tests.
+//!
+//! Integration tests run the real `pool_worker` binary as separate
+//! processes, against the embedded Kafka-protocol broker, and judge the pool
+//! by what it leaves in Kafka (the claims topic is the audit trail) and on
+//! disk (ledger files written by the jobs). This module provides:
+//!
+//! * [`BrokerProc`]: `pool_worker broker --json` as a child process, with its
+//!   fault injection (`down`, `up`, `rtt`) as methods that wait for the
+//!   broker's acknowledgment;
+//! * [`SupervisorProc`]: `pool_worker supervise --json` as a child process;
+//!   its event lines are parsed on a thread into a [`SupState`] (current pid,
+//!   starts and exits per instance) that tests wait on and use to kill
+//!   instances;
+//! * Kafka helpers on plain rdkafka clients: [`produce_orders`],
+//!   [`read_claims`], [`decoded_claims`], [`wait_completed`], ...;
+//! * small things: [`bin`], [`unique_topic`], [`ledger`], [`poll_until`].
+//!
+//! Conventions: every wait has a deadline; helpers whose failure means the
+//! test cannot go on panic with a message (they are test code), helpers
+//! whose failure a test may want to inspect return `Result`. Child processes
+//! get a clean environment (only `PATH`, `HOME`, `TMPDIR`, `RUST_LOG`,
+//! `RUST_BACKTRACE` and the locale pass through) plus what the test gives, so
+//! a developer's `KAFKA_BROKERS` cannot leak into a test. Their stderr is
+//! copied line by line into the test's captured output (shown when a test
+//! fails) and the last lines are kept for error messages.
+//!
+//! Set `POOL_WORKER_BIN` to run the tests against another build of the
+//! binary (a release build, say).
+
+#![allow(dead_code)]
+
+use pool_worker::record::{Event, Record};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a broker control command may take to be acknowledged.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long Kafka helpers wait for the broker by default.
+pub const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Environment variables that child processes inherit from the test.
+const PASS_ENV: &[&str] = &[
+    "PATH", "HOME", "TMPDIR", "RUST_LOG", "RUST_BACKTRACE", "LANG", "LC_ALL", "USER",
+];
+
+/// The `pool_worker` binary under test.
+pub fn bin() -> PathBuf {
+    std::env::var_os("POOL_WORKER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pool_worker")))
+}
+
+/// A command for the binary with the clean environment (see the module docs).
+pub fn command() -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.env_clear();
+    for name in PASS_ENV {
+        if let Some(v) = std::env::var_os(name) {
+            cmd.env(name, v);
+        }
+    }
+    cmd
+}
+
+/// A topic name no other test (or earlier run) uses.
+pub fn unique_topic(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{prefix}_{}_{}_{nanos}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The lines of a ledger file (empty if it does not exist yet).
+pub fn ledger(path: impl AsRef<Path>) -> Vec<String> {
+    match std::fs::read_to_string(path.as_ref()) {
+        Ok(text) => text.lines().map(str::to_string).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => panic!("cannot read ledger {}: {e}", path.as_ref().display()),
+    }
+}
+
+/// Calls `check` every `interval` until it returns true (→ true) or
+/// `timeout` passes (→ false). For conditions nothing can be waited on for.
+pub fn poll_until(timeout: Duration, interval: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        std::thread::sleep(interval.min(deadline - now));
+    }
+}
+
+/// The last lines a child wrote to stderr.
+#[derive(Clone, Default)]
+pub struct Tail(Arc<Mutex<VecDeque<String>>>);
+
+impl Tail {
+    const KEEP: usize = 200;
+
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+    }
+
+    /// The last `n` lines joined, for error messages.
+    pub fn last(&self, n: usize) -> String {
+        let lines = self.lines();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    fn push(&self, line: String) {
+        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() == Self::KEEP {
+            q.pop_front();
+        }
+        q.push_back(line);
+    }
+}
+
+/// Copies a child's stderr into the test's output, keeping the tail.
+fn forward_stderr(name: String, from: impl Read + Send + 'static) -> Tail {
+    let tail = Tail::default();
+    let keep = tail.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { break };
+            eprintln!("{name}: {line}");
+            keep.push(line);
+        }
+    });
+    tail
+}
+
+/// A child's stdout, line by line, on a channel.
+fn stdout_lines(from: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn signal(pid: u32, sig: i32) -> bool {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    libc::pid_t::try_from(pid).is_ok_and(|p| unsafe { libc::kill(p, sig) } == 0)
+}
+
+/// Waits for a child with a deadline; `None` if it is still running.
+fn wait_child(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => return None,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- broker
+
+/// What `BrokerProc` creates.
+#[derive(Clone, Debug)]
+pub struct BrokerOpts {
+    pub orders_topic: String,
+    pub orders_partitions: i32,
+    pub coordination_topic: String,
+    pub results_topic: Option<String>,
+    pub brokers: i32,
+}
+
+impl Default for BrokerOpts {
+    fn default() -> Self {
+        BrokerOpts {
+            orders_topic: "work_orders".into(),
+            orders_partitions: 1,
+            coordination_topic: "work_claims".into(),
+            results_topic: None,
+            brokers: 1,
+        }
+    }
+}
+
+/// `pool_worker broker --json` as a child process; killed on drop.
+pub struct BrokerProc {
+    child: Child,
+    control: Mutex<(ChildStdin, mpsc::Receiver<String>)>,
+    bootstrap: String,
+    pub opts: BrokerOpts,
+    pub stderr: Tail,
+}
+
+impl BrokerProc {
+    /// A broker with the default topics (`work_orders`, 1 partition, and
+    /// `work_claims`).
+    pub fn start() -> Self {
+        Self::start_with(BrokerOpts::default())
+    }
+
+    /// A broker with `partitions` orders partitions and the default topic names.
+    pub fn with_partitions(partitions: i32) -> Self {
+        Self::start_with(BrokerOpts { orders_partitions: partitions, ..BrokerOpts::default() })
+    }
+
+    pub fn start_with(opts: BrokerOpts) -> Self {
+        let mut cmd = command();
+        cmd.arg("broker")
+            .arg("--json")
+            .args(["--orders-topic", &opts.orders_topic])
+            .args(["--orders-partitions", &opts.orders_partitions.to_string()])
+            .args(["--coordination-topic", &opts.coordination_topic])
+            .args(["--brokers", &opts.brokers.to_string()]);
+        if let Some(r) = &opts.results_topic {
+            cmd.args(["--results-topic", r]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {} broker: {e}", bin().display()));
+        let stderr = forward_stderr("broker".into(), child.stderr.take().expect("piped stderr"));
+        let lines = stdout_lines(child.stdout.take().expect("piped stdout"));
+        let stdin = child.stdin.take().expect("piped stdin");
+        let first = match lines.recv_timeout(KAFKA_TIMEOUT) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the broker printed no bootstrap line; stderr:\n{}", stderr.last(20));
+            }
+        };
+        let bootstrap = serde_json::from_str::<serde_json::Value>(&first)
+            .ok()
+            .and_then(|v| v["bootstrap"].as_str().map(str::to_string))
+            .unwrap_or_else(|| panic!("unexpected first line from the broker: {first}"));
+        BrokerProc { child, control: Mutex::new((stdin, lines)), bootstrap, opts, stderr }
+    }
+
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The pool's environment for this broker: `KAFKA_BROKERS`,
+    /// `ORDERS_TOPIC`, `COORDINATION_TOPIC` (and `RESULTS_TOPIC`).
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("KAFKA_BROKERS".to_string(), self.bootstrap.clone()),
+            ("ORDERS_TOPIC".to_string(), self.opts.orders_topic.clone()),
+            ("COORDINATION_TOPIC".to_string(), self.opts.coordination_topic.clone()),
+        ];
+        if let Some(r) = &self.opts.results_topic {
+            env.push(("RESULTS_TOPIC".to_string(), r.clone()));
+        }
+        env
+    }
+
+    /// Sends one control line and waits for its answer: `Ok` with the text
+    /// after `ok `, `Err` with the broker's `error ...` line (or a timeout).
+    pub fn command(&self, line: &str) -> Result<String, String> {
+        let mut guard = self.control.lock().unwrap_or_else(|e| e.into_inner());
+        let (stdin, lines) = &mut *guard;
+        writeln!(stdin, "{line}")
+            .and_then(|()| stdin.flush())
+            .map_err(|e| format!("cannot write to the broker: {e}"))?;
+        match lines.recv_timeout(CONTROL_TIMEOUT) {
+            Ok(answer) => match answer.strip_prefix("ok ") {
+                Some(ack) => Ok(ack.to_string()),
+                None => Err(answer),
+            },
+            Err(_) => Err(format!("no answer from the broker to '{line}' in {CONTROL_TIMEOUT:?}")),
+        }
+    }
+
+    fn must(&self, line: &str) {
+        if let Err(e) = self.command(line) {
+            panic!("broker command '{line}' failed: {e}");
+        }
+    }
+
+    /// All brokers refuse connections (existing ones are closed).
+    pub fn down(&self) {
+        self.must("down");
+    }
+
+    pub fn up(&self) {
+        self.must("up");
+    }
+
+    /// Delay every response by `ms` milliseconds (0 to stop).
+    pub fn rtt(&self, ms: u64) {
+        self.must(&format!("rtt {ms}"));
+    }
+
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        self.must(&format!("create {name} {partitions}"));
+    }
+}
+
+impl Drop for BrokerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ------------------------------------------------------------ supervisor
+
+/// How `SupervisorProc` runs `pool_worker supervise`.
+#[derive(Clone, Debug, Default)]
+pub struct SupervisorOpts {
+    /// `--instances`: `N` or a list like `1-4,7`.
+    pub instances: String,
+    /// Environment of the supervisor and so of the workers.
+    pub env: Vec<(String, String)>,
+    pub restart_delay_ms: Option<u64>,
+    pub max_runs: Option<u64>,
+    pub stop_grace_ms: Option<u64>,
+    /// A stand-in program (and its arguments) instead of worker mode.
+    pub program: Option<(PathBuf, Vec<String>)>,
+}
+
+/// One `exited` event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    pub instance: u32,
+    pub pid: u32,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// What the supervisor has reported so far.
+#[derive(Clone, Debug, Default)]
+pub struct SupState {
+    /// The pid of each instance's running process (absent between runs).
+    pub pids: BTreeMap<u32, u32>,
+    pub starts: BTreeMap<u32, u64>,
+    pub exits: Vec<Exit>,
+    /// Retired instances and why (`config_error`, `fenced`, `max_runs`).
+    pub retired: BTreeMap<u32, String>,
+    /// Every event line, parsed.
+    pub events: Vec<serde_json::Value>,
+    /// The supervisor's `done` code, once it printed it.
+    pub done: Option<i32>,
+    /// The supervisor's stdout is closed (it has exited).
+    pub closed: bool,
+}
+
+impl SupState {
+    pub fn starts(&self, instance: u32) -> u64 {
+        self.starts.get(&instance).copied().unwrap_or(0)
+    }
+
+    pub fn total_starts(&self) -> u64 {
+        self.starts.values().sum()
+    }
+
+    pub fn exits_of(&self, instance: u32) -> Vec<&Exit> {
+        self.exits.iter().filter(|e| e.instance == instance).collect()
+    }
+
+    pub fn pid(&self, instance: u32) -> Option<u32> {
+        self.pids.get(&instance).copied()
+    }
+
+    fn apply(&mut self, v: serde_json::Value) {
+        let num = |k: &str| v[k].as_u64().and_then(|n| u32::try_from(n).ok());
+        let int = |k: &str| v[k].as_i64().and_then(|n| i32::try_from(n).ok());
+        match (v["event"].as_str(), num("instance")) {
+            (Some("started"), Some(i)) => {
+                *self.starts.entry(i).or_default() += 1;
+                if let Some(pid) = num("pid") {
+                    self.pids.insert(i, pid);
+                }
+            }
+            (Some("exited"), Some(i)) => {
+                let pid = num("pid").unwrap_or(0);
+                if self.pids.get(&i) == Some(&pid) {
+                    self.pids.remove(&i);
+                }
+                self.exits.push(Exit { instance: i, pid, code: int("code"), signal: int("signal") });
+            }
+            (Some("retired"), Some(i)) => {
+                self.retired.insert(i, v["reason"].as_str().unwrap_or("").to_string());
+            }
+            (Some("done"), _) => self.done = int("code"),
+            _ => {}
+        }
+        self.events.push(v);
+    }
+}
+
+type Shared = Arc<(Mutex<SupState>, Condvar)>;
+
+/// `pool_worker supervise --json` as a child process; stopped on drop
+/// (SIGTERM, then SIGKILL).
+pub struct SupervisorProc {
+    child: Child,
+    state: Shared,
+    pub stderr: Tail,
+}
+
+impl SupervisorProc {
+    /// Supervises worker-mode instances `instances` with `env`.
+    pub fn start<K: AsRef<str>, V: AsRef<str>>(instances: &str, env: &[(K, V)]) -> Self {
+        Self::start_with(SupervisorOpts {
+            instances: instances.to_string(),
+            env: env.iter().map(|(k, v)| (k.as_ref().to_string(), v.as_ref().to_string())).collect(),
+            ..SupervisorOpts::default()
+        })
+    }
+
+    pub fn start_with(opts: SupervisorOpts) -> Self {
+        let mut cmd = command();
+        cmd.args(["supervise", "--json", "--instances", &opts.instances]);
+        if let Some(ms) = opts.restart_delay_ms {
+            cmd.args(["--restart-delay-ms", &ms.to_string()]);
+        }
+        if let Some(n) = opts.max_runs {
+            cmd.args(["--max-runs", &n.to_string()]);
+        }
+        if let Some(ms) = opts.stop_grace_ms {
+            cmd.args(["--stop-grace-ms", &ms.to_string()]);
+        }
+        if let Some((program, args)) = &opts.program {
+            cmd.arg("--program").arg(program).arg("--").args(args);
+        }
+        cmd.envs(opts.env.iter().map(|(k, v)| (OsStr::new(k), OsStr::new(v))));
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {} supervise: {e}", bin().display()));
+        let stderr = forward_stderr("supervise".into(), child.stderr.take().expect("piped stderr"));
+        let state: Shared = Arc::default();
+        let writer = state.clone();
+        let stdout = child.stdout.take().expect("piped stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    eprintln!("supervise (not an event): {line}");
+                    continue;
+                };
+                let (lock, cv) = &*writer;
+                lock.lock().unwrap_or_else(|e| e.into_inner()).apply(v);
+                cv.notify_all();
+            }
+            let (lock, cv) = &*writer;
+            lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+            cv.notify_all();
+        });
+        SupervisorProc { child, state, stderr }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A copy of what has been reported so far.
+    pub fn snapshot(&self) -> SupState {
+        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits until `cond` holds for the reported events (→ true) or
+    /// `timeout` passes (→ false). Wakes on every event, no polling.
+    pub fn wait_for(&self, cond: impl Fn(&SupState) -> bool, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let (lock, cv) = &*self.state;
+        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if cond(&state) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            state = cv.wait_timeout(state, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// Like [`wait_for`](Self::wait_for) but panics (with the events so far)
+    /// on timeout.
+    pub fn expect(&self, what: &str, cond: impl Fn(&SupState) -> bool, timeout: Duration) {
+        if !self.wait_for(cond, timeout) {
+            let s = self.snapshot();
+            panic!(
+                "supervisor: {what}: not within {timeout:?}; events:\n{}\nstderr:\n{}",
+                s.events.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"),
+                self.stderr.last(30)
+            );
+        }
+    }
+
+    /// The pid of `instance` once it runs (None on timeout).
+    pub fn wait_pid(&self, instance: u32, timeout: Duration) -> Option<u32> {
+        self.wait_for(|s| s.pid(instance).is_some(), timeout);
+        self.snapshot().pid(instance)
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGKILL`) to the running process of
+    /// `instance`; returns its pid, or None if it is not running.
+    pub fn kill_instance(&self, instance: u32, signal_number: i32) -> Option<u32> {
+        let pid = self.snapshot().pid(instance)?;
+        signal(pid, signal_number).then_some(pid)
+    }
+
+    /// Stops the supervisor (SIGTERM; SIGKILL after 15 s) and returns its
+    /// exit code (None if it was killed by a signal).
+    pub fn stop(&mut self) -> Option<i32> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return status.code();
+        }
+        signal(self.child.id(), libc::SIGTERM);
+        if let Some(status) = wait_child(&mut self.child, Duration::from_secs(15)) {
+            return status.code();
+        }
+        let _ = self.child.kill();
+        self.child.wait().ok().and_then(|s| s.code())
+    }
+
+    /// Waits for the supervisor to exit by itself (e.g. all instances
+    /// retired); its exit code, or None on timeout or a signal.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        wait_child(&mut self.child, timeout).and_then(|s| s.code())
+    }
+}
+
+impl Drop for SupervisorProc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+// ------------------------------------------------------------------ kafka
+
+/// One record as read: (offset, key, value).
+pub type Raw = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+struct Deliveries(Mutex<Vec<Option<Result<(i32, i64), String>>>>);
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
+        let r = match result {
+            Ok(m) => Ok((m.partition(), m.offset())),
+            Err((e, _)) => Err(e.to_string()),
+        };
+        if let Some(slot) = self.0.lock().unwrap_or_else(|e| e.into_inner()).get_mut(index) {
+            *slot = Some(r);
+        }
+    }
+}
+
+/// Produces (key, value) records with `acks=all`, to `partition` or wherever
+/// the partitioner puts them, and returns each one's (partition, offset)
+/// from its delivery report.
+pub fn try_produce(
+    bootstrap: &str,
+    topic: &str,
+    records: &[(Option<&[u8]>, Option<&[u8]>)],
+    partition: Option<i32>,
+) -> Result<Vec<(i32, i64)>, String> {
+    let ctx = Deliveries(Mutex::new(vec![None; records.len()]));
+    let producer: BaseProducer<Deliveries> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("message.timeout.ms", &KAFKA_TIMEOUT.as_millis().to_string())
+        .create_with_context(ctx)
+        .map_err(|e| format!("cannot create a producer: {e}"))?;
+    for (i, (key, value)) in records.iter().enumerate() {
+        let mut rec = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, i);
+        if let Some(k) = key {
+            rec = rec.key(k);
+        }
+        if let Some(v) = value {
+            rec = rec.payload(v);
+        }
+        if let Some(p) = partition {
+            rec = rec.partition(p);
+        }
+        producer.send(rec).map_err(|(e, _)| format!("cannot send record {i}: {e}"))?;
+    }
+    producer.flush(KAFKA_TIMEOUT).map_err(|e| format!("flush: {e}"))?;
+    let results = std::mem::take(&mut *producer.context().0.lock().unwrap_or_else(|e| e.into_inner()));
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.unwrap_or_else(|| Err(format!("no delivery report for record {i}"))))
+        .collect()
+}
+
+/// Produces orders (payloads without keys); panics if any is not delivered.
+pub fn produce_orders<P: AsRef<[u8]>>(
+    bootstrap: &str,
+    topic: &str,
+    payloads: &[P],
+    partition: Option<i32>,
+) -> Vec<(i32, i64)> {
+    let records: Vec<_> = payloads.iter().map(|p| (None, Some(p.as_ref()))).collect();
+    try_produce(bootstrap, topic, &records, partition)
+        .unwrap_or_else(|e| panic!("cannot produce orders to {topic}: {e}"))
+}
+
+/// Writes one coordination record (key `<instance>:<event>`) to partition 0;
+/// returns its offset.
+pub fn produce_record(bootstrap: &str, topic: &str, record: &Record) -> i64 {
+    let key = record.key();
+    let value = record.encode();
+    try_produce(bootstrap, topic, &[(Some(key.as_bytes()), Some(&value))], Some(0))
+        .unwrap_or_else(|e| panic!("cannot write {key} to {topic}: {e}"))[0]
+        .1
+}
+
+/// Reads one partition from the beginning, incrementally.
+pub struct TopicReader {
+    consumer: BaseConsumer,
+    topic: String,
+    partition: i32,
+    /// Every record read so far, in offset order.
+    pub records: Vec<Raw>,
+    next: i64,
+    /// The last consumer error (transient errors are not fatal).
+    pub last_error: Option<String>,
+}
+
+impl TopicReader {
+    pub fn new(bootstrap: &str, topic: &str, partition: i32) -> Result<Self, String> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "pool_worker-tests")
+            // Answer fetches quickly: tests wait for new records often.
+            .set("fetch.wait.max.ms", "50")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .create()
+            .map_err(|e| format!("cannot create a consumer: {e}"))?;
+        let mut tpl = TopicPartitionList::new();
+        // Offset 0 rather than Offset::Beginning: the latter costs a
+        // ListOffsets round that librdkafka delays by ~500 ms. If 0 is gone
+        // (retention, compaction), auto.offset.reset starts at the earliest.
+        tpl.add_partition_offset(topic, partition, Offset::Offset(0))
+            .and_then(|()| consumer.assign(&tpl))
+            .map_err(|e| format!("cannot assign {topic}/{partition}: {e}"))?;
+        Ok(TopicReader {
+            consumer,
+            topic: topic.to_string(),
+            partition,
+            records: Vec::new(),
+            next: 0,
+            last_error: None,
+        })
+    }
+
+    /// Waits up to `timeout` for the next record; true if one was read.
+    pub fn poll(&mut self, timeout: Duration) -> bool {
+        match self.consumer.poll(timeout) {
+            Some(Ok(m)) => {
+                self.next = m.offset() + 1;
+                self.records.push((
+                    m.offset(),
+                    m.key().map(<[u8]>::to_vec),
+                    m.payload().map(<[u8]>::to_vec),
+                ));
+                true
+            }
+            Some(Err(e)) => {
+                self.last_error = Some(e.to_string());
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Reads everything up to the high watermark as it is now.
+    pub fn catch_up(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let (_, high) = self
+            .consumer
+            .fetch_watermarks(&self.topic, self.partition, timeout)
+            .map_err(|e| format!("watermarks of {}/{}: {e}", self.topic, self.partition))?;
+        while self.next < high {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(format!(
+                    "read {}/{} up to offset {} of {high} in {timeout:?} (last error: {:?})",
+                    self.topic, self.partition, self.next, self.last_error
+                ));
+            }
+            self.poll((deadline - now).min(Duration::from_millis(500)));
+        }
+        Ok(())
+    }
+
+    /// The records read so far that are pool_worker records.
+    pub fn decoded(&self) -> Vec<(i64, Record)> {
+        decode_all(&self.records)
+    }
+}
+
+fn decode_all(records: &[Raw]) -> Vec<(i64, Record)> {
+    records
+        .iter()
+        .filter_map(|(o, k, v)| Record::decode(k.as_deref(), v.as_deref()).ok().map(|r| (*o, r)))
+        .collect()
+}
+
+/// Every record of `topic`/`partition` from the beginning up to the high
+/// watermark at the time of the call.
+pub fn read_topic(bootstrap: &str, topic: &str, partition: i32) -> Vec<Raw> {
+    let mut reader = TopicReader::new(bootstrap, topic, partition).unwrap_or_else(|e| panic!("{e}"));
+    reader.catch_up(KAFKA_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    reader.records
+}
+
+/// Every record of the claims topic (partition 0) up to its current end.
+pub fn read_claims(bootstrap: &str, topic: &str) -> Vec<Raw> {
+    read_topic(bootstrap, topic, 0)
+}
+
+/// The claims records that are pool_worker records (foreign ones skipped).
+pub fn decoded_claims(bootstrap: &str, topic: &str) -> Vec<(i64, Record)> {
+    decode_all(&read_claims(bootstrap, topic))
+}
+
+/// Waits until every order of `orders` (partition, offset) has a
+/// `completed` record in the claims topic; returns the first such record of
+/// each, in the order of `orders`. On timeout, says which are missing.
+pub fn wait_completed(
+    bootstrap: &str,
+    topic: &str,
+    orders: &[(i32, i64)],
+    timeout: Duration,
+) -> Result<Vec<Record>, String> {
+    let deadline = Instant::now() + timeout;
+    let mut reader = TopicReader::new(bootstrap, topic, 0)?;
+    let mut done: BTreeMap<(i32, i64), Record> = BTreeMap::new();
+    let mut seen = 0;
+    loop {
+        for (_, k, v) in &reader.records[seen..] {
+            if let Ok(rec) = Record::decode(k.as_deref(), v.as_deref()) {
+                if let (Event::Completed, Some(o)) = (rec.event, rec.order()) {
+                    done.entry((o.partition, o.offset)).or_insert(rec);
+                }
+            }
+        }
+        seen = reader.records.len();
+        if orders.iter().all(|o| done.contains_key(o)) {
+            return Ok(orders.iter().map(|o| done[o].clone()).collect());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let missing: Vec<String> = orders
+                .iter()
+                .filter(|o| !done.contains_key(o))
+                .map(|(p, o)| format!("{p}:{o}"))
+                .collect();
+            let recent: Vec<String> = reader.records[reader.records.len().saturating_sub(15)..]
+                .iter()
+                .map(|(o, k, v)| {
+                    let s = |b: &Option<Vec<u8>>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+                    format!("  #{o} {} {}", s(k).unwrap_or_default(), s(v).unwrap_or_default())
+                })
+                .collect();
+            return Err(format!(
+                "orders not completed within {timeout:?}: {}; {} claims records read (last error: {:?}); the last:\n{}",
+                missing.join(", "),
+                reader.records.len(),
+                reader.last_error,
+                recent.join("\n")
+            ));
+        }
+        reader.poll((deadline - now).min(Duration::from_millis(500)));
+    }
+}
