@@ -1,83 +1,149 @@
 //! Boot replay: rebuilding every instance's state from the claims topic.
 //!
 //! An instance keeps no state of its own between runs. At every boot it reads
-//! the claims topic and rebuilds a [`View`]: who holds which order, who
-//! committed, who completed, how far orders have been claimed. The same `View`
-//! then stays up to date as the instance keeps reading while it negotiates
-//! and runs.
+//! the claims topic from the beginning and folds each record, in log order,
+//! into a [`View`]: who holds which order and whether they committed to it,
+//! how far the orders have been claimed (the *frontier*), and, for orders
+//! whose negotiation is still recent, every instance's stance on them (the
+//! [`Contest`]). The same `View` then stays up to date while the instance
+//! keeps reading the log as it negotiates and runs, so boot and steady state
+//! are one code path.
 //!
-//! ## The log is a table
+//! ## What the replay must get right
 //!
-//! The claims topic is compacted on `<instance>:<event>`, so the broker may at
-//! any time drop a record for which a newer one with the same key exists. The
-//! replay is built so that this cannot change what it concludes: the `View`
-//! keeps **only the newest record of each key** (with its position), and every
-//! question it answers is a function of that table. Replaying the full log and
-//! replaying any compaction of it therefore give the same `View`, by
-//! construction. Records carry what must survive compaction (the claim
-//! frontier rides on every record; a takeover closes the old hold with a
-//! `revoked` record under the old holder's key). docs/protocol.md, "The log is
-//! a table", says why each fact survives.
+//! * **Compaction.** The claims topic is compacted on `<instance>:<event>`:
+//!   the broker may drop a record once a newer record with the same key
+//!   exists. What boot concludes about each instance (its hold and the
+//!   frontier) is a function of each instance's *newest* records, so it is the
+//!   same with or without compaction: an instance's newest claim is its hold;
+//!   its decisions and completion about that claim are its newest records of
+//!   those keys; and every claim carries its writer's frontier (`next`), so
+//!   the frontier survives the claims that compaction erases.
+//!   docs/protocol.md, "Compaction", says why and what the topic's
+//!   `min.compaction.lag.ms` must protect (the records of a negotiation that
+//!   is still open).
+//! * **Fences.** Every process start appends `booted` with a fresh
+//!   incarnation. From then on, a record of the same instance number written
+//!   by any other incarnation is *void*: a zombie's, or one that a crashed
+//!   process had in flight and that landed late.
+//! * **Duplicates.** A producer retry can append a record twice. Each
+//!   incarnation numbers its records (`seq`); a record whose seq is not above
+//!   the last one seen from its incarnation is void.
 //!
-//! ## Fences
-//!
-//! A record can be *void*: written by an incarnation after it was fenced,
-//! either by a newer `booted` of the same instance number (a zombie process) or
-//! by a `revoked` naming it (a takeover after its lease expired). Void records
-//! are kept in the table (they still shadow older records of their key) but
-//! count for nothing.
-//!
-//! This module is pure: records and positions in, answers out.
+//! This module is pure: records and positions in, answers out. No I/O, no
+//! clock (timestamps come inside the records).
 
-use crate::record::{Cite, Event, OrderId, Outcome, Record};
-use std::collections::BTreeMap;
+use crate::record::{Event, OrderId, Outcome, Record};
+use std::collections::{BTreeMap, VecDeque};
 
-/// A record and its position (offset) in the claims topic.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Entry {
-    pub pos: u64,
-    pub rec: Record,
+/// How many positions a settled contest is remembered after it settled. A
+/// claim of an order behind the frontier whose contest is no longer known is
+/// *late* and loses (docs/protocol.md, "Late claims").
+pub const CONTEST_MEMORY: u64 = 100_000;
+
+/// An instance's stance on one order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stance {
+    /// Claimed at this position, not yet decided.
+    Undecided,
+    Committed,
+    Yielded,
+    Completed,
 }
 
-/// What an instance holds: its newest claim, while not closed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Hold {
-    pub instance: u32,
-    pub order: OrderId,
-    /// The incarnation that claimed.
-    pub incarnation: String,
-    pub claim_pos: u64,
-    pub attempt: u32,
-    pub takeover_of: Vec<Cite>,
-    /// Position of the commit, once committed.
-    pub committed: Option<u64>,
-    /// Newest writer timestamp of the hold's claim, commit or lease.
-    pub last_ts: u64,
+/// Every instance's stance on one order, as the log tells it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Contest {
+    /// Instance → (position of its claim, its stance).
+    pub stances: BTreeMap<u32, (u64, Stance)>,
+    /// The order was behind the frontier when its first claim we know of
+    /// arrived, and nothing was known of it: the claim came late.
+    pub late: bool,
+    /// Position at which the order was completed.
+    pub completed_at: Option<u64>,
 }
 
-impl Hold {
-    pub fn cite(&self) -> Cite {
-        Cite { instance: self.instance, incarnation: self.incarnation.clone() }
+impl Contest {
+    /// Whether nobody is still deciding or running this order.
+    fn settled(&self) -> bool {
+        self.completed_at.is_some()
+            && self
+                .stances
+                .values()
+                .all(|(_, s)| matches!(s, Stance::Yielded | Stance::Completed))
     }
 }
 
-/// How an order was completed, as far as the table still shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Completion {
-    pub instance: u32,
-    pub pos: u64,
+/// What an instance holds: its newest claim, while it is not closed by a
+/// yield or a completion.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Hold {
+    pub order: OrderId,
+    pub claim_pos: u64,
+    /// The newest attempt number (claims start at 1; a resumed run writes a
+    /// new `committed` with the next number).
     pub attempt: u32,
-    pub outcome: Outcome,
+    /// Position of the first `committed` after the claim; `None` while undecided.
+    pub committed: Option<u64>,
+    /// The order's `id`, when the claim named one.
+    pub order_id: Option<String>,
+    /// Newest writer timestamp of the claim, its decisions and its leases.
+    pub last_ts: u64,
+}
+
+/// What the replay knows of one instance number.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Instance {
+    /// The current incarnation: that of the newest `booted`, with its position.
+    pub booted: Option<(u64, String)>,
+    /// Last (incarnation, seq) accepted from this instance number.
+    last_seq: Option<(String, u64)>,
+    pub hold: Option<Hold>,
+    /// The newest completion: order, position, attempt, outcome.
+    pub last_completed: Option<(OrderId, u64, u32, Outcome)>,
+    /// Newest timestamp written by this instance.
+    pub last_ts: u64,
+}
+
+/// Why a record was not applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Void {
+    /// Written by an incarnation older than the instance's newest `booted`.
+    Fenced,
+    /// A second copy of a record already applied.
+    Duplicate,
+    /// A decision, lease or completion that matches no open hold.
+    Stray,
 }
 
 /// The replayed state of the whole pool.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct View {
-    table: BTreeMap<(u32, Event), Entry>,
+    /// Keep duplicate records (a deliberate flaw for the checks; see
+    /// `worker::Flaw::KeepDuplicates`).
+    pub keep_duplicates: bool,
     /// Position of the next record to read.
     end: u64,
     /// Foreign records skipped so far.
     pub foreign: u64,
+    /// Records that were void (fenced, duplicate, stray).
+    pub void: u64,
+    /// Completions applied so far (only those this replay saw: compaction
+    /// may have erased older ones).
+    pub completions: u64,
+    instances: BTreeMap<u32, Instance>,
+    frontier: BTreeMap<i32, i64>,
+    contests: BTreeMap<OrderId, Contest>,
+    /// Settled contests, oldest first: (settled at, order).
+    settled: VecDeque<(u64, OrderId)>,
+}
+
+/// What boot (and the tests) compare across compaction: each instance's
+/// incarnation and hold, and the frontier.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub holds: BTreeMap<u32, (Option<String>, Option<(OrderId, bool)>)>,
+    pub frontier: BTreeMap<i32, i64>,
 }
 
 impl View {
@@ -85,10 +151,9 @@ impl View {
         View::default()
     }
 
-    /// Applies the record at `pos` (positions must increase).
-    pub fn apply(&mut self, pos: u64, rec: Record) {
-        self.end = self.end.max(pos + 1);
-        self.table.insert((rec.instance, rec.event), Entry { pos, rec });
+    /// Position of the next record to read.
+    pub fn end(&self) -> u64 {
+        self.end
     }
 
     /// Notes that the record at `pos` was foreign and skipped.
@@ -97,228 +162,229 @@ impl View {
         self.foreign += 1;
     }
 
-    /// Position of the next record to read.
-    pub fn end(&self) -> u64 {
-        self.end
+    /// Folds the record at `pos` (positions increase; gaps are compacted
+    /// records) into the view.
+    pub fn apply(&mut self, pos: u64, rec: &Record) -> Result<(), Void> {
+        self.end = self.end.max(pos + 1);
+        let r = self.apply_inner(pos, rec);
+        if r.is_err() {
+            self.void += 1;
+        }
+        self.forget_old_contests(pos);
+        r
     }
 
-    /// The newest record of a key.
-    pub fn get(&self, instance: u32, event: Event) -> Option<&Entry> {
-        self.table.get(&(instance, event))
-    }
-
-    /// Every newest record, in key order.
-    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
-        self.table.values()
-    }
-
-    /// Instance numbers that appear in the table.
-    pub fn instances(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.table.keys().map(|(i, _)| *i).collect();
-        v.dedup();
-        v
-    }
-
-    /// The current incarnation of an instance: that of its newest `booted`.
-    pub fn incarnation(&self, instance: u32) -> Option<&str> {
-        self.get(instance, Event::Booted).map(|e| e.rec.incarnation.as_str())
-    }
-
-    /// Whether a record at `pos` counts, or is void because its writer's
-    /// incarnation had been fenced before it (protocol.md, "Fences").
-    pub fn valid(&self, pos: u64, rec: &Record) -> bool {
+    fn apply_inner(&mut self, pos: u64, rec: &Record) -> Result<(), Void> {
+        let inst = self.instances.entry(rec.instance).or_default();
+        // Fences (protocol.md, "Fences"): only the newest incarnation speaks.
         if rec.event == Event::Booted {
-            return true;
-        }
-        !self.fenced_at(rec.writer(), &rec.incarnation, pos)
-    }
-
-    /// Whether `incarnation` of `instance` is fenced at position `pos`.
-    pub fn fenced_at(&self, instance: u32, incarnation: &str, pos: u64) -> bool {
-        if let Some(b) = self.get(instance, Event::Booted) {
-            if pos > b.pos && b.rec.incarnation != incarnation {
-                return true;
-            }
-            if let Some(prev) = &b.rec.prev {
-                if pos > prev.pos && pos < b.pos && prev.incarnation != incarnation {
-                    return true;
+            inst.booted = Some((pos, rec.incarnation.clone()));
+        } else if rec.by.is_none() {
+            if let Some((_, cur)) = &inst.booted {
+                if *cur != rec.incarnation {
+                    return Err(Void::Fenced);
                 }
             }
         }
-        if let Some(r) = self.get(instance, Event::Revoked) {
-            if pos > r.pos && r.rec.fences.as_deref() == Some(incarnation) && self.valid(r.pos, &r.rec)
-            {
-                return true;
-            }
-        }
-        false
-    }
-
-    /// Whether `incarnation` of `instance` is fenced by anything in the table.
-    pub fn fenced(&self, instance: u32, incarnation: &str) -> bool {
-        self.fenced_at(instance, incarnation, u64::MAX)
-    }
-
-    /// A valid record of `instance`/`event` about `order`, by `incarnation`,
-    /// after position `after`.
-    fn about(&self, instance: u32, event: Event, order: OrderId, inc: &str, after: u64) -> Option<&Entry> {
-        self.get(instance, event).filter(|e| {
-            e.pos > after
-                && e.rec.order() == Some(order)
-                && e.rec.incarnation == inc
-                && self.valid(e.pos, &e.rec)
-        })
-    }
-
-    /// The first takeover claim by another instance that cites `cite` on
-    /// `order` — from that position on, the cited hold's decisions are void.
-    fn cited_at(&self, cite: &Cite, order: OrderId) -> Option<u64> {
-        self.table
-            .iter()
-            .filter(|((_, ev), e)| {
-                *ev == Event::Claimed
-                    && e.rec.order() == Some(order)
-                    && e.rec.takeover_of.contains(cite)
-                    && self.valid(e.pos, &e.rec)
-            })
-            .map(|(_, e)| e.pos)
-            .min()
-    }
-
-    /// What `instance` holds: its newest claim, unless that claim was decided
-    /// `yielded`, completed after its commit, or revoked.
-    pub fn hold(&self, instance: u32) -> Option<Hold> {
-        let c = self.get(instance, Event::Claimed)?;
-        if !self.valid(c.pos, &c.rec) {
-            return None;
-        }
-        let order = c.rec.order()?;
-        let inc = c.rec.incarnation.as_str();
-        let cite = Cite { instance, incarnation: inc.to_string() };
-        // A revoked hold is closed: its incarnation is fenced after the claim.
-        if let Some(r) = self.get(instance, Event::Revoked) {
-            if r.pos > c.pos && r.rec.fences.as_deref() == Some(inc) && self.valid(r.pos, &r.rec) {
-                return None;
-            }
-        }
-        let cited = self.cited_at(&cite, order).unwrap_or(u64::MAX);
-        // The hold's decision is its first own `committed`/`yielded` after the
-        // claim, unless a takeover citing it came first (protocol.md, "Leases").
-        let commit = self.about(instance, Event::Committed, order, inc, c.pos);
-        let yielded = self.about(instance, Event::Yielded, order, inc, c.pos);
-        let decision = match (commit, yielded) {
-            (Some(a), Some(b)) => Some(if a.pos < b.pos { a } else { b }),
-            (a, b) => a.or(b),
-        }
-        .filter(|d| d.pos < cited);
-        let mut last_ts = c.rec.ts;
-        let committed = match decision {
-            Some(d) if d.rec.event == Event::Yielded => return None,
-            Some(d) => {
-                if self.about(instance, Event::Completed, order, inc, d.pos).is_some() {
-                    return None;
+        // Duplicates (protocol.md, "Duplicates").
+        if rec.by.is_none() && rec.seq > 0 {
+            if let Some((inc, seq)) = &inst.last_seq {
+                if *inc == rec.incarnation && rec.seq <= *seq && !self.keep_duplicates {
+                    return Err(Void::Duplicate);
                 }
-                last_ts = last_ts.max(d.rec.ts);
-                Some(d.pos)
             }
-            None => None,
+            inst.last_seq = Some((rec.incarnation.clone(), rec.seq));
+        }
+        inst.last_ts = inst.last_ts.max(rec.ts);
+        // Whether a claim's order was already behind the frontier before this
+        // record (its own `next` counts the claim itself).
+        let behind = rec.order().is_some_and(|o| o.offset < self.next_offset(o.partition));
+        for (&p, &o) in &rec.next {
+            raise(&mut self.frontier, p, o);
+        }
+        let Some(order) = rec.order() else {
+            return Ok(());
         };
-        if let Some(l) = self.about(instance, Event::Lease, order, inc, c.pos) {
-            last_ts = last_ts.max(l.rec.ts);
-        }
-        Some(Hold {
-            instance,
-            order,
-            incarnation: inc.to_string(),
-            claim_pos: c.pos,
-            attempt: c.rec.attempt,
-            takeover_of: c.rec.takeover_of.clone(),
-            committed,
-            last_ts,
-        })
-    }
-
-    /// Every hold in the pool, by instance.
-    pub fn holds(&self) -> Vec<Hold> {
-        self.instances().into_iter().filter_map(|i| self.hold(i)).collect()
-    }
-
-    /// The holds of one order.
-    pub fn holders(&self, order: OrderId) -> Vec<Hold> {
-        self.holds().into_iter().filter(|h| h.order == order).collect()
-    }
-
-    /// A valid completion of `order` still in the table, if any.
-    pub fn completion(&self, order: OrderId) -> Option<Completion> {
-        self.table
-            .iter()
-            .filter(|((_, ev), e)| {
-                *ev == Event::Completed && e.rec.order() == Some(order) && self.valid(e.pos, &e.rec)
-            })
-            .map(|((i, _), e)| Completion {
-                instance: *i,
-                pos: e.pos,
-                attempt: e.rec.attempt,
-                outcome: e.rec.outcome.clone().unwrap_or_else(|| {
-                    Outcome::not_run(crate::record::Status::Error, "missing outcome")
-                }),
-            })
-            .next()
-    }
-
-    /// The claim frontier: per orders partition, the lowest offset that no
-    /// valid claim has reached. Every record carries its writer's frontier,
-    /// so the maximum survives compaction (protocol.md, "The frontier").
-    pub fn frontier(&self) -> BTreeMap<i32, i64> {
-        let mut f: BTreeMap<i32, i64> = BTreeMap::new();
-        let mut raise = |p: i32, o: i64| {
-            let e = f.entry(p).or_insert(0);
-            *e = (*e).max(o);
-        };
-        for e in self.table.values() {
-            if !self.valid(e.pos, &e.rec) {
-                continue;
+        let i = rec.instance;
+        match rec.event {
+            Event::Claimed => {
+                let contest = self.contests.entry(order).or_insert_with(|| Contest {
+                    late: behind,
+                    ..Contest::default()
+                });
+                contest.stances.insert(i, (pos, Stance::Undecided));
+                raise(&mut self.frontier, order.partition, order.offset + 1);
+                let inst = self.instances.entry(i).or_default();
+                inst.hold = Some(Hold {
+                    order,
+                    claim_pos: pos,
+                    attempt: rec.attempt.max(1),
+                    committed: None,
+                    order_id: rec.order_id.clone(),
+                    last_ts: rec.ts,
+                });
+                Ok(())
             }
-            for (&p, &o) in &e.rec.next {
-                raise(p, o);
-            }
-            if e.rec.event == Event::Claimed {
-                if let Some(o) = e.rec.order() {
-                    raise(o.partition, o.offset + 1);
+            Event::Committed | Event::Yielded | Event::Completed | Event::Lease => {
+                let inst = self.instances.entry(i).or_default();
+                let Some(hold) = inst.hold.as_mut().filter(|h| h.order == order) else {
+                    return Err(Void::Stray);
+                };
+                hold.last_ts = hold.last_ts.max(rec.ts);
+                let claim_pos = hold.claim_pos;
+                let stance = match (rec.event, hold.committed) {
+                    (Event::Lease, _) => return Ok(()),
+                    // The first decision after a claim is the decision
+                    // (protocol.md, "Decisions"); a later `committed` is a
+                    // new attempt of the same run, a later `yielded` nothing.
+                    (Event::Committed, Some(_)) => {
+                        hold.attempt = hold.attempt.max(rec.attempt);
+                        return Ok(());
+                    }
+                    (Event::Committed, None) => {
+                        hold.committed = Some(pos);
+                        hold.attempt = hold.attempt.max(rec.attempt);
+                        Stance::Committed
+                    }
+                    (Event::Yielded, None) => {
+                        inst.hold = None;
+                        Stance::Yielded
+                    }
+                    (Event::Yielded, Some(_)) => return Err(Void::Stray),
+                    // A completion closes only a committed hold.
+                    (_, None) => return Err(Void::Stray),
+                    (_, Some(_)) => {
+                        let attempt = hold.attempt;
+                        inst.hold = None;
+                        let outcome = rec.outcome.clone().unwrap_or_else(|| {
+                            Outcome::not_run(crate::record::Status::Error, "missing outcome")
+                        });
+                        inst.last_completed = Some((order, pos, attempt, outcome));
+                        self.completions += 1;
+                        Stance::Completed
+                    }
+                };
+                let contest = self.contests.entry(order).or_default();
+                contest.stances.insert(i, (claim_pos, stance));
+                if stance == Stance::Completed {
+                    contest.completed_at = Some(pos);
                 }
+                if contest.settled() {
+                    self.settled.push_back((pos, order));
+                }
+                Ok(())
             }
+            Event::Booted | Event::Revoked | Event::Checkpoint => Ok(()),
         }
-        f
     }
 
-    /// The frontier of one partition.
+    /// Forgets contests that settled more than [`CONTEST_MEMORY`] positions
+    /// ago, so that memory does not grow with history.
+    fn forget_old_contests(&mut self, pos: u64) {
+        while let Some(&(at, order)) = self.settled.front() {
+            if at + CONTEST_MEMORY > pos {
+                break;
+            }
+            self.settled.pop_front();
+            if self.contests.get(&order).is_some_and(Contest::settled) {
+                self.contests.remove(&order);
+            }
+        }
+    }
+
+    pub fn instance(&self, i: u32) -> Option<&Instance> {
+        self.instances.get(&i)
+    }
+
+    /// Every instance number the log mentions.
+    pub fn instances(&self) -> impl Iterator<Item = (u32, &Instance)> {
+        self.instances.iter().map(|(i, s)| (*i, s))
+    }
+
+    /// What instance `i` holds.
+    pub fn hold(&self, i: u32) -> Option<&Hold> {
+        self.instances.get(&i)?.hold.as_ref()
+    }
+
+    /// The current incarnation of instance `i`.
+    pub fn incarnation(&self, i: u32) -> Option<&str> {
+        self.instances.get(&i)?.booted.as_ref().map(|(_, inc)| inc.as_str())
+    }
+
+    pub fn contest(&self, order: OrderId) -> Option<&Contest> {
+        self.contests.get(&order)
+    }
+
+    /// The claim frontier: per orders partition, the lowest offset no claim
+    /// has reached (docs/protocol.md, "The frontier").
+    pub fn frontier(&self) -> &BTreeMap<i32, i64> {
+        &self.frontier
+    }
+
     pub fn next_offset(&self, partition: i32) -> i64 {
-        self.frontier().get(&partition).copied().unwrap_or(0)
+        self.frontier.get(&partition).copied().unwrap_or(0)
     }
+
+    /// The facts that must not depend on compaction.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            holds: self
+                .instances
+                .iter()
+                .map(|(i, s)| {
+                    let inc = s.booted.as_ref().map(|(_, inc)| inc.clone());
+                    let hold = s.hold.as_ref().map(|h| (h.order, h.committed.is_some()));
+                    (*i, (inc, hold))
+                })
+                .filter(|(_, (inc, hold))| inc.is_some() || hold.is_some())
+                .collect(),
+            frontier: self.frontier.clone(),
+        }
+    }
+}
+
+fn raise(f: &mut BTreeMap<i32, i64>, p: i32, o: i64) {
+    let e = f.entry(p).or_insert(0);
+    *e = (*e).max(o);
+}
+
+/// The next order to claim, given the orders topic's end offsets: the order
+/// at the frontier of a partition that has one waiting. Partitions are tried
+/// starting from one that depends on the instance number, so that instances
+/// spread over partitions instead of all racing for the same order.
+pub fn next_order(view: &View, ends: &BTreeMap<i32, i64>, me: u32) -> Option<OrderId> {
+    let parts: Vec<i32> = ends.keys().copied().collect();
+    if parts.is_empty() {
+        return None;
+    }
+    let start = (me as usize).saturating_sub(1) % parts.len();
+    (0..parts.len())
+        .map(|k| parts[(start + k) % parts.len()])
+        .map(|p| OrderId::new(p, view.next_offset(p)))
+        .find(|o| o.offset < ends[&o.partition])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Prev, Status};
+    use crate::record::Status;
 
-    fn rec(i: u32, ev: Event, inc: &str, o: i64) -> Record {
-        let r = Record::new(i, ev, inc, 0);
+    pub(crate) fn rec(i: u32, ev: Event, inc: &str, o: i64) -> Record {
+        let mut r = Record::new(i, ev, inc, 0);
         if ev.needs_order() {
-            let mut r = r.with_order(OrderId::new(0, o));
+            r = r.with_order(OrderId::new(0, o));
+            r.attempt = 1;
             if ev == Event::Completed {
                 r.outcome = Some(Outcome::not_run(Status::Ok, "x"));
             }
-            r
-        } else {
-            r
         }
+        r
     }
 
     fn view(log: &[Record]) -> View {
         let mut v = View::new();
         for (p, r) in log.iter().enumerate() {
-            v.apply(p as u64, r.clone());
+            let _ = v.apply(p as u64, r);
         }
         v
     }
@@ -334,21 +400,42 @@ mod tests {
         log.push(rec(1, Event::Completed, "a", 0));
         let v = view(&log);
         assert!(v.hold(1).is_none());
-        assert_eq!(v.completion(OrderId::new(0, 0)).unwrap().instance, 1);
+        assert_eq!(v.instance(1).unwrap().last_completed.as_ref().unwrap().0, OrderId::new(0, 0));
+        assert_eq!(v.contest(OrderId::new(0, 0)).unwrap().completed_at, Some(3));
     }
 
     #[test]
-    fn zombie_records_after_a_newer_boot_are_void() {
-        let mut b2 = rec(1, Event::Booted, "new", 0);
-        b2.prev = Some(Prev { incarnation: "old".into(), pos: 0 });
-        let log = vec![rec(1, Event::Booted, "old", 0), b2, rec(1, Event::Claimed, "old", 5)];
+    fn records_of_a_fenced_incarnation_are_void() {
+        let log = vec![
+            rec(1, Event::Booted, "old", 0),
+            rec(1, Event::Booted, "new", 0),
+            rec(1, Event::Claimed, "old", 5),
+        ];
         let v = view(&log);
         assert!(v.hold(1).is_none(), "a claim by the fenced incarnation counts for nothing");
         assert_eq!(v.next_offset(0), 0);
+        assert_eq!(v.void, 1);
+    }
+
+    #[test]
+    fn a_duplicate_append_is_void() {
+        let mut c = rec(1, Event::Claimed, "a", 0);
+        c.seq = 2;
+        let mut y = rec(1, Event::Yielded, "a", 0);
+        y.seq = 3;
+        let v = view(&[c.clone(), y, c]);
+        assert!(v.hold(1).is_none(), "the second copy of the claim does not reopen it");
+        assert_eq!(v.void, 1);
     }
 
     #[test]
     fn the_first_decision_wins() {
+        let log = vec![
+            rec(2, Event::Claimed, "a", 0),
+            rec(2, Event::Committed, "a", 0),
+            rec(2, Event::Yielded, "a", 0),
+        ];
+        assert_eq!(view(&log).hold(2).unwrap().committed, Some(1));
         let log = vec![
             rec(2, Event::Claimed, "a", 0),
             rec(2, Event::Yielded, "a", 0),
@@ -358,27 +445,31 @@ mod tests {
     }
 
     #[test]
-    fn revoked_closes_and_fences() {
-        let mut rv = rec(2, Event::Revoked, "x", 0);
-        rv.by = Some(3);
-        rv.fences = Some("a".into());
-        let log = vec![
-            rec(2, Event::Claimed, "a", 0),
-            rec(2, Event::Committed, "a", 0),
-            rv,
-            rec(2, Event::Lease, "a", 0),
-        ];
-        let v = view(&log);
-        assert!(v.hold(2).is_none());
-        assert!(v.fenced(2, "a"));
-        assert!(!v.valid(3, &log[3]));
+    fn frontier_survives_a_superseded_claim() {
+        let mut c2 = rec(1, Event::Claimed, "a", 3);
+        c2.next.insert(0, 8);
+        // Compaction kept only the newer claim; its `next` remembers 0..8.
+        assert_eq!(view(&[c2]).next_offset(0), 8);
     }
 
     #[test]
-    fn frontier_survives_a_superseded_claim() {
-        let mut c2 = rec(1, Event::Claimed, "a", 0);
-        c2.next.insert(0, 8); // a takeover of order 0 by one who knew 0..8 were claimed
-        let log = vec![rec(1, Event::Claimed, "a", 7), c2];
-        assert_eq!(view(&log).next_offset(0), 8);
+    fn a_claim_behind_the_frontier_with_no_contest_is_late() {
+        let mut c = rec(1, Event::Claimed, "a", 9);
+        c.next.insert(0, 10);
+        let v = view(&[c, rec(2, Event::Claimed, "b", 4)]);
+        assert!(v.contest(OrderId::new(0, 4)).unwrap().late);
+        assert!(!v.contest(OrderId::new(0, 9)).unwrap().late);
+    }
+
+    #[test]
+    fn next_order_takes_the_frontier_of_a_partition_with_work() {
+        let v = view(&[rec(1, Event::Claimed, "a", 0)]);
+        let ends = BTreeMap::from([(0, 1), (1, 0)]);
+        assert_eq!(next_order(&v, &ends, 1), None);
+        let ends = BTreeMap::from([(0, 3), (1, 0)]);
+        assert_eq!(next_order(&v, &ends, 2), Some(OrderId::new(0, 1)));
+        let ends = BTreeMap::from([(0, 3), (1, 5)]);
+        assert_eq!(next_order(&v, &ends, 2), Some(OrderId::new(1, 0)));
+        assert_eq!(next_order(&v, &ends, 1), Some(OrderId::new(0, 1)));
     }
 }

@@ -3,14 +3,19 @@
 //!
 //! The crate is a pure protocol core with thin shells around it:
 //!
-//! * core (no I/O, no clock, no randomness): [`record`], [`boot`], [`claim`],
-//!   [`lease`], [`worker`];
+//! * core (no I/O, no clock, no randomness): [`record`] (what a claims record
+//!   is), [`boot`] (replaying the claims topic into a view), [`claim`] (the
+//!   negotiation), [`worker`] (one incarnation's life as a state machine);
 //! * shells: [`orders`] (parsing work orders), [`job`] (running them with
-//!   tokio::process), [`kafka`] (the rdkafka adapter), [`broker`] (the
-//!   embedded mock broker), [`supervise`] (the dev-mode supervisor),
-//!   [`config`] (the environment).
+//!   tokio::process), [`kafka`] (the rdkafka adapter), [`run`] (drives the
+//!   worker machine with Kafka and jobs), [`config`] (the environment),
+//!   [`broker`] (the embedded mock broker), [`supervise`] (the dev-mode
+//!   supervisor), [`dev`] (all of it in one command).
 
 pub mod record;
+pub mod boot;
+pub mod claim;
+pub mod worker;
 pub mod orders;
 pub mod job;
 pub mod broker;

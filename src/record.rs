@@ -218,6 +218,12 @@ pub struct Record {
     pub incarnation: String,
     /// Writer's wall clock, milliseconds since the UNIX epoch.
     pub ts: u64,
+    /// The writer incarnation's sequence number for this record (1, 2, ...).
+    /// A producer retry can append a record twice; readers drop a record whose
+    /// seq is not above the last one seen from that incarnation
+    /// (docs/protocol.md, "Duplicates").
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub seq: u64,
     /// Which run of the order this is (1 for the first; claims and commits).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempt: u32,
@@ -269,6 +275,10 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero64(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Record {
     /// A record with the given instance, event and writer incarnation; the
     /// other fields empty.
@@ -281,6 +291,7 @@ impl Record {
             by: None,
             incarnation: incarnation.to_string(),
             ts,
+            seq: 0,
             attempt: 0,
             takeover_of: Vec::new(),
             fences: None,

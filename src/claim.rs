@@ -1,0 +1,155 @@
+//! The claim negotiation of seed 002, as one pure function.
+//!
+//! An instance that wants an order appends `claimed`, reads the claims topic
+//! until it has read its own claim, and then asks [`decide`] what to do, again
+//! after every record it reads, until the answer is not [`Decision::Wait`]:
+//!
+//! 1. A rival has already committed to the order, or the order is completed:
+//!    **yield**.
+//! 2. A rival with a *lower* instance number has claimed it and not yet
+//!    decided: **yield** at once (the lower number wins a conflict).
+//! 3. A rival with a *higher* number has claimed it and not yet decided:
+//!    **wait** for its decision (it may have committed before it saw our
+//!    claim; if it commits we yield by rule 1, if it yields it drops out).
+//! 4. No undecided or committed rival remains: **commit**.
+//!
+//! Fixes to the seed's rules (docs/protocol.md, "Holes in seed 002"):
+//!
+//! * The negotiation runs on the log *as read past our own claim*, never on a
+//!   snapshot taken before it: any rival that claimed before us is visible,
+//!   and any rival that claimed after us sees our claim. That is what makes
+//!   rule 4 safe.
+//! * A claim that arrives *late* (the order had already been claimed and its
+//!   contest settled and forgotten) yields (rule 1 in another form).
+//! * After a crash the instance resumes an undecided claim *by negotiating
+//!   again* with the same rules, never by starting work.
+//!
+//! Why two commits cannot happen: let A commit order X after reading past its
+//! claim `a`, and B commit X after reading past its claim `b`, with `a`
+//! before `b`. B read past `b`, so it saw A's claim. When B decided, A was
+//! either undecided (B yields if A < B by rule 2, waits if A > B by rule 3)
+//! or committed (B yields by rule 1) — never rule 4. The model check
+//! (tests/model.rs) explores every interleaving to confirm it.
+
+use crate::boot::{Stance, View};
+use crate::record::OrderId;
+
+/// What an instance that claimed an order does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Commit,
+    /// Yield, with the reason that goes into the `yielded` record.
+    Yield(String),
+    /// Keep reading: a rival with a higher number has not decided yet.
+    Wait { on: Vec<u32> },
+}
+
+/// Decides for instance `me`, whose claim on `order` is in `view`.
+///
+/// Call it only once the view has read past `me`'s claim.
+pub fn decide(view: &View, me: u32, order: OrderId) -> Decision {
+    let Some(contest) = view.contest(order) else {
+        // Our own claim is in the view, so this is unreachable for a correct
+        // caller; yielding is the safe answer.
+        return Decision::Yield("no record of this order".into());
+    };
+    if contest.late {
+        return Decision::Yield("late claim: the order was claimed and settled before".into());
+    }
+    if let Some(at) = contest.completed_at {
+        return Decision::Yield(format!("order already completed (claims #{at})"));
+    }
+    let rivals = || contest.stances.iter().filter(|(i, _)| **i != me);
+    if let Some((i, _)) = rivals().find(|(_, (_, s))| *s == Stance::Committed) {
+        return Decision::Yield(format!("instance {i} committed first"));
+    }
+    let undecided: Vec<u32> =
+        rivals().filter(|(_, (_, s))| *s == Stance::Undecided).map(|(i, _)| *i).collect();
+    if let Some(lower) = undecided.iter().find(|i| **i < me) {
+        return Decision::Yield(format!("instance {lower} claimed too and has the lower number"));
+    }
+    if !undecided.is_empty() {
+        return Decision::Wait { on: undecided };
+    }
+    Decision::Commit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Event, Outcome, Record, Status};
+
+    fn rec(i: u32, ev: Event, o: i64) -> Record {
+        let mut r = Record::new(i, ev, "x", 0).with_order(OrderId::new(0, o));
+        r.attempt = 1;
+        if ev == Event::Completed {
+            r.outcome = Some(Outcome::not_run(Status::Ok, "x"));
+        }
+        r
+    }
+
+    fn decide_on(log: &[(u32, Event)], me: u32) -> Decision {
+        let mut v = View::new();
+        for (p, (i, ev)) in log.iter().enumerate() {
+            let _ = v.apply(p as u64, &rec(*i, *ev, 0));
+        }
+        decide(&v, me, OrderId::new(0, 0))
+    }
+
+    use Event::*;
+
+    #[test]
+    fn no_rival_commits() {
+        assert_eq!(decide_on(&[(2, Claimed)], 2), Decision::Commit);
+    }
+
+    #[test]
+    fn a_lower_undecided_rival_wins_at_once() {
+        assert!(matches!(decide_on(&[(1, Claimed), (2, Claimed)], 2), Decision::Yield(_)));
+        assert!(matches!(decide_on(&[(2, Claimed), (1, Claimed)], 2), Decision::Yield(_)));
+    }
+
+    #[test]
+    fn a_higher_undecided_rival_is_waited_for() {
+        assert_eq!(decide_on(&[(2, Claimed), (1, Claimed)], 1), Decision::Wait { on: vec![2] });
+    }
+
+    #[test]
+    fn a_higher_rival_that_committed_wins() {
+        let d = decide_on(&[(2, Claimed), (1, Claimed), (2, Committed)], 1);
+        assert!(matches!(d, Decision::Yield(r) if r.contains("instance 2 committed")));
+    }
+
+    #[test]
+    fn a_higher_rival_that_yielded_drops_out() {
+        assert_eq!(decide_on(&[(2, Claimed), (1, Claimed), (2, Yielded)], 1), Decision::Commit);
+    }
+
+    #[test]
+    fn several_rivals_yield_to_any_lower_else_wait_on_the_higher() {
+        let log = [(3, Claimed), (1, Claimed), (5, Claimed), (2, Claimed)];
+        assert!(matches!(decide_on(&log, 2), Decision::Yield(_)));
+        assert!(matches!(decide_on(&log, 5), Decision::Yield(_)));
+        assert_eq!(decide_on(&log, 1), Decision::Wait { on: vec![2, 3, 5] });
+        let mut log = log.to_vec();
+        log.extend([(2, Yielded), (3, Yielded)]);
+        assert_eq!(decide_on(&log, 1), Decision::Wait { on: vec![5] });
+        log.push((5, Yielded));
+        assert_eq!(decide_on(&log, 1), Decision::Commit);
+    }
+
+    #[test]
+    fn a_completed_order_is_never_committed_again() {
+        let log = [(2, Claimed), (2, Committed), (2, Completed), (1, Claimed)];
+        assert!(matches!(decide_on(&log, 1), Decision::Yield(r) if r.contains("completed")));
+    }
+
+    #[test]
+    fn a_crashed_claimant_resumes_by_negotiating() {
+        // Instance 1 claimed and crashed; 2 claimed and committed meanwhile
+        // (it read past its claim before 1's claim landed). On resume 1 must
+        // yield, not run.
+        let log = [(2, Claimed), (1, Claimed), (2, Committed)];
+        assert!(matches!(decide_on(&log, 1), Decision::Yield(_)));
+    }
+}

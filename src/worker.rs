@@ -1,0 +1,436 @@
+//! One incarnation of an instance, as a pure state machine.
+//!
+//! This is the whole life of a `pool_worker` process, from `booted` to
+//! `completed`, with the I/O taken out (in the spirit of quinn-proto): the
+//! shell ([`crate::run`]) feeds it [`Input`]s — records read from the claims
+//! topic, "caught up with the log", the orders waiting, a job's outcome — and
+//! carries out the [`Action`]s it returns — append a record, look for orders,
+//! run a job, exit. The model check and the simulation (tests/) drive the
+//! very same machine against a simulated log.
+//!
+//! ```text
+//!  Boot ──own booted read, caught up──► resume? ─ committed hold ──────────► Run (retry)
+//!                                          │     └ undecided hold ─► Negotiate
+//!                                          └ nothing held ─► Choose ─ order ─► Claim
+//!  Claim ──own claim read──► Negotiate ──decide: commit/yield──► Decide
+//!  Decide ──own decision read── committed ─► Run ─ job done ─► Complete ──own completion read──► Exit(0)
+//!                            └─ yielded ──► Choose
+//! ```
+//!
+//! The machine acts on a record only once it has *read it back* from the
+//! log: a produce that failed is not assumed written, one that timed out may
+//! have been written, and only the log says which (docs/protocol.md,
+//! "Appends"). Its own records are recognised by incarnation and `seq`.
+
+use crate::boot::{next_order, View};
+use crate::claim::{decide, Decision};
+use crate::record::{Event, OrderId, Outcome, Record, Status};
+use std::collections::BTreeMap;
+
+/// Exit status of a process that found a newer incarnation of its instance
+/// number in the log (a zombie).
+pub const EXIT_FENCED: i32 = 3;
+
+/// Attempts of one order before it is completed as `gave_up`.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+
+/// What the shell tells the machine.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// The record at this position of the claims topic.
+    Record(u64, Record),
+    /// A record at this position that is not pool_worker's (skipped).
+    Foreign(u64),
+    /// The reader has read everything the log held when asked.
+    CaughtUp,
+    /// The orders topic's end offsets (per partition), asked for by
+    /// [`Action::FindOrder`].
+    Orders(BTreeMap<i32, i64>),
+    /// The job of the order being run ended.
+    JobDone(Outcome),
+}
+
+/// What the machine asks the shell to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Append this record to the claims topic (retrying until it is
+    /// acknowledged; a duplicate is harmless).
+    Append(Record),
+    /// Report the orders topic's end offsets when caught up with the log; if
+    /// no order is waiting, the shell waits for a new order or a new record.
+    FindOrder,
+    /// Fetch the order and run it. `retry` when an earlier attempt was lost.
+    Run { order: OrderId, attempt: u32, retry: bool },
+    /// End the process with this status.
+    Exit(i32),
+}
+
+/// Where the machine is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Our `booted` is appended; waiting to read it and catch up.
+    Boot { seen: bool },
+    /// Waiting for the orders' end offsets.
+    Choose,
+    /// Our claim is appended; waiting to read it.
+    Claim { order: OrderId, seq: u64 },
+    /// Reading the log after our claim until [`decide`] is not `Wait`.
+    Negotiate { order: OrderId },
+    /// Our decision is appended; waiting to read it.
+    Decide { order: OrderId, seq: u64 },
+    /// The job runs.
+    Run { order: OrderId, attempt: u32 },
+    /// Our `completed` is appended; waiting to read it.
+    Complete { order: OrderId, seq: u64 },
+    /// Finished (the shell exits with the status).
+    Done(i32),
+}
+
+/// Knobs of the protocol that are the operator's.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Settings {
+    pub max_attempts: u32,
+    /// A rule deliberately broken, so that the model check and the
+    /// simulation can show that they catch it (tests/model.rs). Always
+    /// `None` in the binary.
+    pub flaw: Option<Flaw>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { max_attempts: DEFAULT_MAX_ATTEMPTS, flaw: None }
+    }
+}
+
+/// Broken rules for the checks to catch (see [`Settings::flaw`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flaw {
+    /// Seed 002 read literally: on boot, start work whenever a claim is
+    /// outstanding, decided or not.
+    ResumeBlindly,
+    /// Decide as soon as the claim is appended, without reading the log up
+    /// to it.
+    DecideWithoutReading,
+    /// Ignore rivals with higher numbers instead of waiting for them.
+    IgnoreHigherRivals,
+    /// Take the next order one past the frontier, leaving a gap.
+    SkipAnOrder,
+    /// Do not drop duplicate records.
+    KeepDuplicates,
+}
+
+/// One incarnation of instance `me`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Worker {
+    pub me: u32,
+    pub incarnation: String,
+    pub view: View,
+    pub phase: Phase,
+    settings: Settings,
+    /// Seq of our newest record.
+    seq: u64,
+    /// Time (ms since the epoch) given with the newest input; stamps records.
+    now: u64,
+}
+
+impl Worker {
+    /// A new incarnation; returns it with its first action (append `booted`).
+    pub fn start(me: u32, incarnation: String, settings: Settings, now: u64) -> (Worker, Vec<Action>) {
+        let mut view = View::new();
+        view.keep_duplicates = settings.flaw == Some(Flaw::KeepDuplicates);
+        let mut w = Worker {
+            me,
+            incarnation,
+            view,
+            phase: Phase::Boot { seen: false },
+            settings,
+            seq: 0,
+            now,
+        };
+        let booted = w.record(Event::Booted, None);
+        (w, vec![Action::Append(booted)])
+    }
+
+    /// Whether the process has finished.
+    pub fn done(&self) -> Option<i32> {
+        match self.phase {
+            Phase::Done(code) => Some(code),
+            _ => None,
+        }
+    }
+
+    /// A new record of ours, numbered.
+    fn record(&mut self, event: Event, order: Option<OrderId>) -> Record {
+        self.seq += 1;
+        let mut r = Record::new(self.me, event, &self.incarnation, self.now);
+        r.seq = self.seq;
+        if let Some(o) = order {
+            r = r.with_order(o);
+        }
+        r
+    }
+
+    fn is_ours(&self, rec: &Record, seq: u64) -> bool {
+        rec.instance == self.me && rec.by.is_none() && rec.incarnation == self.incarnation && rec.seq == seq
+    }
+
+    /// Feeds one input at time `now`; returns what to do.
+    pub fn handle(&mut self, input: Input, now: u64) -> Vec<Action> {
+        self.now = self.now.max(now);
+        if self.done().is_some() {
+            return Vec::new();
+        }
+        match input {
+            Input::Foreign(pos) => {
+                self.view.skip(pos);
+                Vec::new()
+            }
+            Input::Record(pos, rec) => self.on_record(pos, rec),
+            Input::CaughtUp => self.on_caught_up(),
+            Input::Orders(ends) => self.on_orders(&ends),
+            Input::JobDone(outcome) => self.on_job_done(outcome),
+        }
+    }
+
+    fn on_record(&mut self, pos: u64, rec: Record) -> Vec<Action> {
+        // A newer incarnation of our number fences us (protocol.md, "Fences").
+        if rec.event == Event::Booted && rec.instance == self.me && rec.incarnation != self.incarnation {
+            let seen = !matches!(self.phase, Phase::Boot { seen: false });
+            let _ = self.view.apply(pos, &rec);
+            if seen {
+                return self.finish(EXIT_FENCED);
+            }
+            return Vec::new();
+        }
+        let applied = self.view.apply(pos, &rec).is_ok();
+        match self.phase.clone() {
+            Phase::Boot { seen: false } if self.is_ours(&rec, 1) => {
+                self.phase = Phase::Boot { seen: true };
+                Vec::new()
+            }
+            Phase::Claim { order, seq } if self.is_ours(&rec, seq) => {
+                if !applied {
+                    return self.finish(EXIT_FENCED);
+                }
+                self.phase = Phase::Negotiate { order };
+                self.negotiate(order)
+            }
+            Phase::Negotiate { order } => self.negotiate(order),
+            Phase::Decide { order, seq } if self.is_ours(&rec, seq) => self.after_decision(order),
+            Phase::Complete { seq, .. } if self.is_ours(&rec, seq) => self.finish(0),
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_caught_up(&mut self) -> Vec<Action> {
+        match self.phase {
+            Phase::Boot { seen: true } => self.resume(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Boot is over: resume what our instance number holds, or take the next
+    /// order (protocol.md, "Boot").
+    fn resume(&mut self) -> Vec<Action> {
+        let Some(hold) = self.view.hold(self.me).cloned() else {
+            self.phase = Phase::Choose;
+            return vec![Action::FindOrder];
+        };
+        if hold.committed.is_none() && self.settings.flaw != Some(Flaw::ResumeBlindly) {
+            // Claimed but undecided when the last incarnation died: negotiate
+            // again, never start work blindly (hole 1 of seed 002).
+            self.phase = Phase::Negotiate { order: hold.order };
+            return self.negotiate(hold.order);
+        }
+        // Committed but not completed: the job was lost with the process.
+        let attempt = hold.attempt + 1;
+        if attempt > self.settings.max_attempts {
+            let reason = format!(
+                "gave up after {} attempts: each run was lost with its instance",
+                hold.attempt
+            );
+            return self.complete(hold.order, Outcome::not_run(Status::GaveUp, reason));
+        }
+        let mut commit = self.record(Event::Committed, Some(hold.order));
+        commit.attempt = attempt;
+        self.phase = Phase::Run { order: hold.order, attempt };
+        vec![
+            Action::Append(commit),
+            Action::Run { order: hold.order, attempt, retry: true },
+        ]
+    }
+
+    fn on_orders(&mut self, ends: &BTreeMap<i32, i64>) -> Vec<Action> {
+        if self.phase != Phase::Choose {
+            return Vec::new();
+        }
+        let Some(mut order) = next_order(&self.view, ends, self.me) else {
+            return Vec::new();
+        };
+        if self.settings.flaw == Some(Flaw::SkipAnOrder) && order.offset + 1 < ends[&order.partition] {
+            order.offset += 1;
+        }
+        let mut claim = self.record(Event::Claimed, Some(order));
+        claim.attempt = 1;
+        claim.next = self.view.frontier().clone();
+        claim.next.insert(order.partition, order.offset + 1);
+        self.phase = Phase::Claim { order, seq: claim.seq };
+        if self.settings.flaw == Some(Flaw::DecideWithoutReading) {
+            // The broken rule: decide on the log as read *before* the claim.
+            let mut view = self.view.clone();
+            let _ = view.apply(u64::MAX - 1, &claim);
+            let mut out = vec![Action::Append(claim)];
+            if decide(&view, self.me, order) == Decision::Commit {
+                let mut c = self.record(Event::Committed, Some(order));
+                c.attempt = 1;
+                self.phase = Phase::Decide { order, seq: c.seq };
+                out.push(Action::Append(c));
+            }
+            return out;
+        }
+        vec![Action::Append(claim)]
+    }
+
+    fn negotiate(&mut self, order: OrderId) -> Vec<Action> {
+        let mut decision = decide(&self.view, self.me, order);
+        if self.settings.flaw == Some(Flaw::IgnoreHigherRivals) && matches!(decision, Decision::Wait { .. }) {
+            decision = Decision::Commit;
+        }
+        let (event, reason) = match decision {
+            Decision::Wait { .. } => return Vec::new(),
+            Decision::Commit => (Event::Committed, None),
+            Decision::Yield(why) => (Event::Yielded, Some(why)),
+        };
+        let mut r = self.record(event, Some(order));
+        r.attempt = self.view.hold(self.me).map_or(1, |h| h.attempt);
+        r.reason = reason;
+        self.phase = Phase::Decide { order, seq: r.seq };
+        vec![Action::Append(r)]
+    }
+
+    /// Our decision is in the log; the log's first decision is the one that
+    /// counts (a decision of a crashed incarnation may have landed first).
+    fn after_decision(&mut self, order: OrderId) -> Vec<Action> {
+        match self.view.hold(self.me) {
+            Some(h) if h.order == order && h.committed.is_some() => {
+                let attempt = h.attempt;
+                self.phase = Phase::Run { order, attempt };
+                vec![Action::Run { order, attempt, retry: attempt > 1 }]
+            }
+            _ => {
+                self.phase = Phase::Choose;
+                vec![Action::FindOrder]
+            }
+        }
+    }
+
+    fn on_job_done(&mut self, outcome: Outcome) -> Vec<Action> {
+        match self.phase {
+            Phase::Run { order, .. } => self.complete(order, outcome),
+            _ => Vec::new(),
+        }
+    }
+
+    fn complete(&mut self, order: OrderId, outcome: Outcome) -> Vec<Action> {
+        let mut r = self.record(Event::Completed, Some(order));
+        r.attempt = self.view.hold(self.me).map_or(1, |h| h.attempt);
+        r.order_id = self.view.hold(self.me).and_then(|h| h.order_id.clone());
+        r.outcome = Some(outcome);
+        self.phase = Phase::Complete { order, seq: r.seq };
+        vec![Action::Append(r)]
+    }
+
+    fn finish(&mut self, code: i32) -> Vec<Action> {
+        self.phase = Phase::Done(code);
+        vec![Action::Exit(code)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny log that worker machines append to and read from in turn.
+    struct Log(Vec<Record>);
+
+    impl Log {
+        fn feed(&mut self, w: &mut Worker, cursor: &mut usize) -> Vec<Action> {
+            let mut out = Vec::new();
+            while *cursor < self.0.len() {
+                out.extend(w.handle(Input::Record(*cursor as u64, self.0[*cursor].clone()), 0));
+                *cursor += 1;
+            }
+            out.extend(w.handle(Input::CaughtUp, 0));
+            out
+        }
+        fn append(&mut self, actions: &[Action]) {
+            for a in actions {
+                if let Action::Append(r) = a {
+                    self.0.push(r.clone());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_worker_runs_one_order_and_exits() {
+        let mut log = Log(Vec::new());
+        let (mut w, a) = Worker::start(1, "i1".into(), Settings::default(), 0);
+        log.append(&a);
+        let mut cur = 0;
+        let a = log.feed(&mut w, &mut cur);
+        assert_eq!(a, vec![Action::FindOrder]);
+        let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
+        log.append(&a);
+        let a = log.feed(&mut w, &mut cur);
+        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed));
+        log.append(&a);
+        let a = log.feed(&mut w, &mut cur);
+        assert_eq!(a, vec![Action::Run { order: OrderId::new(0, 0), attempt: 1, retry: false }]);
+        let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
+        log.append(&a);
+        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(0)]);
+    }
+
+    #[test]
+    fn a_committed_hold_is_run_again_as_a_retry_then_given_up() {
+        let mut log = Log(Vec::new());
+        let (mut w, a) = Worker::start(1, "i1".into(), Settings::default(), 0);
+        log.append(&a);
+        let mut cur = 0;
+        log.feed(&mut w, &mut cur);
+        let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
+        log.append(&a);
+        let a = log.feed(&mut w, &mut cur);
+        log.append(&a);
+        log.feed(&mut w, &mut cur);
+        // Killed while running: each new incarnation retries, until the limit.
+        for (n, inc) in ["i2", "i3"].iter().enumerate() {
+            let (mut w, a) = Worker::start(1, inc.to_string(), Settings::default(), 0);
+            log.append(&a);
+            let mut cur = 0;
+            let a = log.feed(&mut w, &mut cur);
+            let attempt = n as u32 + 2;
+            assert!(a.contains(&Action::Run { order: OrderId::new(0, 0), attempt, retry: true }), "{a:?}");
+            log.append(&a);
+        }
+        let (mut w, a) = Worker::start(1, "i4".into(), Settings::default(), 0);
+        log.append(&a);
+        let mut cur = 0;
+        let a = log.feed(&mut w, &mut cur);
+        assert!(matches!(&a[..], [Action::Append(r)]
+            if r.event == Event::Completed && r.outcome.as_ref().unwrap().status == Status::GaveUp));
+    }
+
+    #[test]
+    fn an_older_incarnation_stops_when_a_newer_boots() {
+        let mut log = Log(Vec::new());
+        let (mut old, a) = Worker::start(1, "old".into(), Settings::default(), 0);
+        log.append(&a);
+        let mut cur = 0;
+        log.feed(&mut old, &mut cur);
+        let (_new, a) = Worker::start(1, "new".into(), Settings::default(), 0);
+        log.append(&a);
+        assert_eq!(log.feed(&mut old, &mut cur), vec![Action::Exit(EXIT_FENCED)]);
+    }
+}
