@@ -325,6 +325,11 @@ impl View {
         self.frontier.get(&partition).copied().unwrap_or(0)
     }
 
+    /// The frontier of each partition named in `ends` (0 where none).
+    pub fn frontier_for(&self, ends: &BTreeMap<i32, i64>) -> BTreeMap<i32, i64> {
+        ends.keys().map(|&p| (p, self.next_offset(p))).collect()
+    }
+
     /// The facts that must not depend on compaction.
     pub fn summary(&self) -> Summary {
         Summary {

@@ -1,1 +1,79 @@
-fn main() {}
+//! The `pool_worker` binary: worker mode (no subcommand) and the tools.
+//!
+//! Worker mode is configured by the environment only (see `config`), since
+//! it runs under a supervisor; the subcommands are for people and scripts.
+
+use clap::{Parser, Subcommand};
+use pool_worker::{broker, config::Config, dev, run, supervise};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "pool_worker", version, about = "A Kafka-native worker pool that runs each work order exactly once.\n\nWithout a subcommand: run one worker (configured by the environment: KAFKA_BROKERS, ORDERS_TOPIC, COORDINATION_TOPIC, INSTANCE_NUMBER; see README.md), complete at most one order, and exit.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The whole pool in one process: embedded broker, N instances, live audit trail.
+    Dev(dev::DevArgs),
+    /// Run the embedded Kafka-protocol broker (librdkafka's mock cluster).
+    Broker(broker::BrokerArgs),
+    /// Keep N worker instances running, restarting each when it exits.
+    Supervise(supervise::SuperviseArgs),
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.with_target(false).init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("pool_worker: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = match cli.command {
+        None => {
+            let cfg = match Config::from_env() {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("pool_worker: {e}");
+                    return ExitCode::from(supervise::EXIT_CONFIG as u8);
+                }
+            };
+            init_logs(cfg.log_json);
+            runtime.block_on(run::run(cfg))
+        }
+        Some(Command::Dev(args)) => {
+            init_logs(false);
+            runtime.block_on(dev::run(args))
+        }
+        Some(Command::Broker(args)) => {
+            init_logs(false);
+            runtime.block_on(broker::run(args))
+        }
+        Some(Command::Supervise(args)) => {
+            init_logs(false);
+            runtime.block_on(supervise::run(args))
+        }
+    };
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("pool_worker: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

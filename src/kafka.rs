@@ -1,0 +1,292 @@
+//! The Kafka adapter: the only module of the worker that speaks rdkafka.
+//!
+//! It offers the worker loop ([`crate::run`]) four things, each of them a
+//! thin wrapper with the retry policy written down in one place:
+//!
+//! * **the claims log**: [`Kafka::append`] (produce one record and wait for
+//!   the acknowledgment, retrying with backoff — a produce that timed out may
+//!   have been written, which the protocol tolerates: readers drop
+//!   duplicates by `seq`), and [`Kafka::next_claim`] (the next record of the
+//!   claims topic, read from its beginning, or "caught up" when the reader
+//!   reaches the end — librdkafka's partition EOF event);
+//! * **the orders' ends**: [`Kafka::order_ends`], the high watermark of every
+//!   orders partition;
+//! * **waiting for orders**: [`Kafka::watch_orders`] assigns the orders
+//!   partitions at the frontier and [`Kafka::order_arrived`] wakes when a
+//!   message arrives, so an idle worker sleeps in the broker's long poll
+//!   instead of polling;
+//! * **one order's payload**: [`Kafka::fetch_order`].
+//!
+//! Offsets are controlled by hand, as seed 002 asks, and more strictly: the
+//! consumers never commit an offset (`enable.auto.commit=false` and no
+//! commit call). Where a worker reads orders from is derived from the claims
+//! topic (the frontier), which is the one record of truth.
+
+use crate::config::Config;
+use crate::record::{Foreign, OrderId, Record};
+use anyhow::{bail, Context};
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long one metadata or watermark request may take before it is retried.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the claims reader yields.
+#[derive(Debug)]
+pub enum ClaimEvent {
+    Record(u64, Record),
+    Foreign(u64, Foreign),
+    CaughtUp,
+}
+
+pub struct Kafka {
+    producer: FutureProducer,
+    claims: StreamConsumer,
+    orders: StreamConsumer,
+    meta: Arc<BaseConsumer>,
+    claims_topic: String,
+    orders_topic: String,
+    instance: u32,
+}
+
+/// The client configuration every pool_worker client shares.
+pub fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers);
+    // Reconnect quickly after a broker outage.
+    c.set("reconnect.backoff.ms", "50").set("reconnect.backoff.max.ms", "1000");
+    for (k, v) in props {
+        c.set(k, v);
+    }
+    c
+}
+
+fn consumer_config(cfg: &Config, eof: bool) -> ClientConfig {
+    let mut c = client_config(&cfg.brokers, &cfg.kafka_props);
+    c.set("group.id", format!("pool_worker-{}", cfg.instance))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", if eof { "true" } else { "false" })
+        // Long polls end as soon as data arrives; this bounds an idle fetch.
+        .set("fetch.wait.max.ms", "100")
+        .set("fetch.error.backoff.ms", "50");
+    c
+}
+
+/// Runs a blocking rdkafka call off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
+    tokio::task::spawn_blocking(f).await.context("blocking task failed")
+}
+
+impl Kafka {
+    pub fn connect(cfg: &Config) -> anyhow::Result<Kafka> {
+        let producer: FutureProducer = client_config(&cfg.brokers, &cfg.kafka_props)
+            .set("acks", "all")
+            .set("linger.ms", "0")
+            .set("message.timeout.ms", "10000")
+            .create()
+            .context("cannot create the Kafka producer")?;
+        let claims: StreamConsumer = consumer_config(cfg, true).create().context("cannot create a Kafka consumer")?;
+        let orders: StreamConsumer = consumer_config(cfg, false).create().context("cannot create a Kafka consumer")?;
+        let meta: BaseConsumer = consumer_config(cfg, false).create().context("cannot create a Kafka consumer")?;
+        Ok(Kafka {
+            producer,
+            claims,
+            orders,
+            meta: Arc::new(meta),
+            claims_topic: cfg.coordination_topic.clone(),
+            orders_topic: cfg.orders_topic.clone(),
+            instance: cfg.instance,
+        })
+    }
+
+    /// The number of partitions of `topic`, waiting (with backoff, for at
+    /// most `patience`) while the brokers cannot be reached.
+    pub async fn partitions(&self, topic: &str, patience: Duration) -> anyhow::Result<i32> {
+        let start = std::time::Instant::now();
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let meta = self.meta.clone();
+            let t = topic.to_string();
+            let r = blocking(move || {
+                meta.fetch_metadata(Some(&t), REQUEST_TIMEOUT).map(|m| {
+                    m.topics().first().map(|tp| (tp.error(), tp.partitions().len() as i32))
+                })
+            })
+            .await?;
+            match r {
+                Ok(Some((None, n))) if n > 0 => return Ok(n),
+                Ok(Some((Some(_), _))) | Ok(Some((None, _))) | Ok(None) => {
+                    // Unknown topic (a broker may also say so while starting).
+                    if start.elapsed() > Duration::from_secs(3) {
+                        bail!("topic '{topic}' does not exist (create it with scripts/create-topics.sh)");
+                    }
+                }
+                Err(e) => {
+                    if start.elapsed() > patience {
+                        bail!("cannot reach the Kafka brokers to read topic '{topic}': {e}");
+                    }
+                    tracing::warn!(error = %e, "brokers unreachable; retrying in {:?}", backoff);
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// Checks the topics (the claims topic must have exactly one partition)
+    /// and starts reading the claims topic from its beginning.
+    pub async fn open(&self, patience: Duration) -> anyhow::Result<()> {
+        let n = self.partitions(&self.claims_topic, patience).await?;
+        if n != 1 {
+            bail!(
+                "the coordination topic '{}' has {n} partitions; it must have exactly 1 \
+                 (the protocol needs one total order of claims)",
+                self.claims_topic
+            );
+        }
+        self.partitions(&self.orders_topic, patience).await?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.claims_topic, 0, Offset::Beginning)?;
+        self.claims.assign(&tpl).context("cannot assign the claims topic")?;
+        Ok(())
+    }
+
+    /// Appends a record to the claims topic; retries until the broker
+    /// acknowledges it. Returns its position.
+    pub async fn append(&self, rec: &Record) -> u64 {
+        let key = rec.key();
+        let value = rec.encode();
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let r = self
+                .producer
+                .send(
+                    FutureRecord::to(&self.claims_topic).partition(0).key(&key).payload(&value),
+                    Duration::from_secs(10),
+                )
+                .await;
+            match r {
+                Ok(d) => return d.offset.max(0) as u64,
+                Err((e, _)) => {
+                    // Not assumed written, not assumed lost: append again; a
+                    // second copy is dropped by readers (same seq).
+                    tracing::warn!(instance = self.instance, key, error = %e, "append failed; retrying in {:?}", backoff);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    /// The next event of the claims topic.
+    pub async fn next_claim(&self) -> ClaimEvent {
+        loop {
+            match self.claims.recv().await {
+                Ok(m) => {
+                    let pos = m.offset().max(0) as u64;
+                    return match Record::decode(m.key(), m.payload()) {
+                        Ok(r) => ClaimEvent::Record(pos, r),
+                        Err(why) => ClaimEvent::Foreign(pos, why),
+                    };
+                }
+                Err(KafkaError::PartitionEOF(_)) => return ClaimEvent::CaughtUp,
+                Err(e) => {
+                    tracing::warn!(instance = self.instance, error = %e, "reading the claims topic");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    /// The end offset (high watermark) of every orders partition.
+    pub async fn order_ends(&self) -> BTreeMap<i32, i64> {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let meta = self.meta.clone();
+            let topic = self.orders_topic.clone();
+            let r = blocking(move || -> Result<BTreeMap<i32, i64>, KafkaError> {
+                let md = meta.fetch_metadata(Some(&topic), REQUEST_TIMEOUT)?;
+                let parts: Vec<i32> = md
+                    .topics()
+                    .first()
+                    .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+                    .unwrap_or_default();
+                let mut ends = BTreeMap::new();
+                for p in parts {
+                    let (_, high) = meta.fetch_watermarks(&topic, p, REQUEST_TIMEOUT)?;
+                    ends.insert(p, high);
+                }
+                Ok(ends)
+            })
+            .await;
+            match r {
+                Ok(Ok(ends)) if !ends.is_empty() => return ends,
+                Ok(Ok(_)) => tracing::warn!("the orders topic has no partitions yet"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot read the orders topic's end offsets"),
+                Err(e) => tracing::warn!(error = %e, "cannot read the orders topic's end offsets"),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// Reads the orders partitions from the given offsets, so that
+    /// [`Kafka::order_arrived`] wakes when a new order comes.
+    pub fn watch_orders(&self, from: &BTreeMap<i32, i64>) -> anyhow::Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        for (&p, &o) in from {
+            tpl.add_partition_offset(&self.orders_topic, p, Offset::Offset(o))?;
+        }
+        self.orders.assign(&tpl).context("cannot assign the orders topic")?;
+        Ok(())
+    }
+
+    /// Waits until a message arrives on a watched orders partition.
+    pub async fn order_arrived(&self) {
+        loop {
+            match self.orders.recv().await {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "watching the orders topic");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    /// The payload of one order (`Ok(None)` for a message without payload).
+    /// An error when the order is no longer in the topic (retention).
+    pub async fn fetch_order(&self, order: OrderId) -> Result<Option<Vec<u8>>, String> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.orders_topic, order.partition, Offset::Offset(order.offset))
+            .map_err(|e| e.to_string())?;
+        self.orders.assign(&tpl).map_err(|e| format!("cannot assign the orders topic: {e}"))?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(format!("order {order} could not be read from the orders topic in 120 s"));
+            }
+            match tokio::time::timeout(left, self.orders.recv()).await {
+                Ok(Ok(m)) if m.partition() == order.partition && m.offset() == order.offset => {
+                    return Ok(m.payload().map(<[u8]>::to_vec));
+                }
+                Ok(Ok(m)) if m.partition() == order.partition && m.offset() > order.offset => {
+                    return Err(format!("order {order} is no longer in the orders topic (retention?)"));
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, %order, "reading the order");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}

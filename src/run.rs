@@ -1,0 +1,228 @@
+//! Worker mode: one process, one incarnation, at most one order, then exit.
+//!
+//! This is the shell around [`crate::worker::Worker`]. It owns the I/O and
+//! the clock and nothing else: every decision is the machine's. The loop is
+//!
+//! 1. carry out the machine's actions in order — append a record (waiting
+//!    for the broker's acknowledgment), report the orders' end offsets, start
+//!    a job, exit;
+//! 2. wait for the next event — a claims record (or "caught up"), a job's
+//!    end, a new order while idle, a signal — and feed it to the machine.
+//!
+//! An idle worker blocks in the brokers' long polls on the claims and orders
+//! topics; it burns no CPU while no order is waiting. SIGTERM or SIGINT
+//! kills a running job's process group and exits 143: the order stays
+//! committed, and the next incarnation runs it again as a retry.
+
+use crate::config::Config;
+use crate::job::{self, JobContext};
+use crate::kafka::{ClaimEvent, Kafka};
+use crate::orders;
+use crate::record::{Event, OrderId, Outcome, Status};
+use crate::worker::{Action, Input, Phase, Settings, Worker};
+use anyhow::Context;
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, watch};
+
+/// How long boot waits for unreachable brokers before giving up (the
+/// supervisor then starts the process again).
+const BROKER_PATIENCE: Duration = Duration::from_secs(120);
+
+/// While idle, the orders' end offsets are also re-read this often, in case
+/// a wake-up was missed.
+const IDLE_RECHECK: Duration = Duration::from_secs(5);
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A fresh incarnation id: unique per process start (time, pid and a few
+/// bits from the OS's hasher seed, so two starts in the same millisecond
+/// with a recycled pid still differ).
+pub fn new_incarnation() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_ms());
+    h.write_u32(std::process::id());
+    format!("{:x}-{:08x}", std::process::id(), h.finish() as u32)
+}
+
+/// Runs one worker process to its end; returns the exit status.
+pub async fn run(cfg: Config) -> anyhow::Result<i32> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    if cfg.allowed_commands.is_none() {
+        tracing::warn!("ALLOWED_COMMANDS is not set: orders may run any program");
+    }
+    let kafka = Kafka::connect(&cfg)?;
+    if let Err(e) = kafka.open(BROKER_PATIENCE).await {
+        let msg = format!("{e:#}");
+        if msg.contains("cannot reach") {
+            return Err(e);
+        }
+        // A missing topic or a claims topic with several partitions is the
+        // operator's to fix: exit 2 so that the supervisor does not loop.
+        eprintln!("pool_worker: {msg}");
+        return Ok(crate::supervise::EXIT_CONFIG);
+    }
+    let me = cfg.instance;
+    let settings = Settings { max_attempts: cfg.max_attempts, ..Settings::default() };
+    let (mut w, first) = Worker::start(me, new_incarnation(), settings, now_ms());
+    tracing::info!(instance = me, incarnation = %w.incarnation, "booting: replaying the claims topic");
+    let mut todo: VecDeque<Action> = first.into();
+    let (job_tx, mut job_rx) = mpsc::channel::<Outcome>(1);
+    let mut cancel: Option<watch::Sender<bool>> = None;
+    let mut job_task: Option<tokio::task::JoinHandle<()>> = None;
+    let mut idle = false;
+    loop {
+        while let Some(action) = todo.pop_front() {
+            match action {
+                Action::Append(rec) => {
+                    let pos = kafka.append(&rec).await;
+                    log_step(&rec, pos);
+                }
+                Action::FindOrder => {
+                    let ends = kafka.order_ends().await;
+                    let ends_now = ends.clone();
+                    todo.extend(w.handle(Input::Orders(ends), now_ms()));
+                    if w.phase == Phase::Choose && !idle {
+                        idle = true;
+                        kafka.watch_orders(&w.view.frontier_for(&ends_now))?;
+                        tracing::info!(instance = me, "no order waiting; idle");
+                    }
+                }
+                Action::Run { order, attempt, retry } => {
+                    idle = false;
+                    let (tx, rx) = watch::channel(false);
+                    cancel = Some(tx);
+                    let payload = kafka.fetch_order(order).await;
+                    let ctx = job_context(&cfg, order, attempt);
+                    let allowed_urls = cfg.allowed_urls.clone();
+                    let out = job_tx.clone();
+                    tracing::info!(instance = me, %order, attempt, retry, "running");
+                    job_task = Some(tokio::spawn(async move {
+                        let outcome = run_order(payload, &ctx, &allowed_urls, rx).await;
+                        let _ = out.send(outcome).await;
+                    }));
+                }
+                Action::Exit(code) => {
+                    stop_job(&mut cancel, &mut job_task).await;
+                    if code == crate::worker::EXIT_FENCED {
+                        tracing::error!(
+                            instance = me,
+                            "fenced: a newer process with INSTANCE_NUMBER={me} started; this one stops"
+                        );
+                    }
+                    return Ok(code);
+                }
+            }
+        }
+        let input = tokio::select! {
+            ev = kafka.next_claim() => match ev {
+                ClaimEvent::Record(pos, rec) => Input::Record(pos, rec),
+                ClaimEvent::Foreign(pos, why) => {
+                    tracing::warn!(instance = me, pos, "skipping a record of the claims topic: {why}");
+                    Input::Foreign(pos)
+                }
+                ClaimEvent::CaughtUp => {
+                    if idle {
+                        todo.push_back(Action::FindOrder);
+                    }
+                    Input::CaughtUp
+                }
+            },
+            Some(outcome) = job_rx.recv() => {
+                job_task = None;
+                cancel = None;
+                Input::JobDone(outcome)
+            }
+            _ = kafka.order_arrived(), if idle => {
+                todo.push_back(Action::FindOrder);
+                continue;
+            }
+            _ = tokio::time::sleep(IDLE_RECHECK), if idle => {
+                todo.push_back(Action::FindOrder);
+                continue;
+            }
+            _ = term.recv() => { stop_job(&mut cancel, &mut job_task).await; return Ok(143) }
+            _ = int.recv() => { stop_job(&mut cancel, &mut job_task).await; return Ok(130) }
+        };
+        todo.extend(w.handle(input, now_ms()));
+        if w.phase != Phase::Choose {
+            idle = false;
+        }
+    }
+}
+
+async fn stop_job(cancel: &mut Option<watch::Sender<bool>>, task: &mut Option<tokio::task::JoinHandle<()>>) {
+    if let Some(c) = cancel.take() {
+        let _ = c.send(true);
+    }
+    if let Some(t) = task.take() {
+        let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
+    }
+}
+
+fn job_context(cfg: &Config, order: OrderId, attempt: u32) -> JobContext {
+    let mut ctx = JobContext::new(order, cfg.instance, attempt);
+    ctx.default_timeout = cfg.job_timeout;
+    ctx.output_limit = cfg.output_limit;
+    ctx.env_deny = cfg.env_deny.clone();
+    ctx.allowed_commands = cfg.allowed_commands.clone();
+    ctx
+}
+
+/// Parses and runs one order. Never fails: whatever goes wrong is the
+/// order's outcome, so a bad order is completed, never retried forever.
+async fn run_order(
+    payload: Result<Option<Vec<u8>>, String>,
+    ctx: &JobContext,
+    allowed_urls: &Option<Vec<String>>,
+    cancel: watch::Receiver<bool>,
+) -> Outcome {
+    let payload = match payload {
+        Ok(p) => p,
+        Err(why) => return Outcome::not_run(Status::Error, why),
+    };
+    let spec = match orders::parse(payload.as_deref()) {
+        Ok(s) => s,
+        Err(e) => return Outcome::not_run(Status::Error, e.to_string()),
+    };
+    let spec = match &spec.kind {
+        orders::OrderKind::Url { url } => {
+            match job::fetch_order(url, orders::MAX_ORDER_BYTES, Duration::from_secs(30), allowed_urls).await {
+                Ok(body) => match orders::parse_url_body(&body) {
+                    Ok(s) => s,
+                    Err(e) => return Outcome::not_run(Status::Error, format!("order fetched from {url}: {e}")),
+                },
+                Err(why) => {
+                    let status = if why.contains("not under an allowed prefix") { Status::Refused } else { Status::Error };
+                    return Outcome::not_run(status, why);
+                }
+            }
+        }
+        _ => spec,
+    };
+    job::run(&spec, ctx, cancel).await
+}
+
+/// One log line per protocol step.
+fn log_step(rec: &crate::record::Record, pos: u64) {
+    let order = rec.order().map(|o| o.to_string()).unwrap_or_default();
+    match rec.event {
+        Event::Completed => {
+            let (status, code) = rec
+                .outcome
+                .as_ref()
+                .map(|o| (o.status.as_str(), o.exit_code))
+                .unwrap_or(("?", None));
+            tracing::info!(instance = rec.instance, order, event = "completed", pos, status, exit_code = ?code, attempt = rec.attempt);
+        }
+        Event::Yielded => {
+            tracing::info!(instance = rec.instance, order, event = "yielded", pos, reason = rec.reason.as_deref().unwrap_or(""));
+        }
+        ev => tracing::info!(instance = rec.instance, order, event = ev.as_str(), pos, attempt = rec.attempt),
+    }
+}
