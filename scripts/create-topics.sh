@@ -35,8 +35,8 @@
 #   MIN_INSYNC_REPLICAS          default 2 when REPLICATION_FACTOR >= 3, else 1
 #   ORDERS_RETENTION_MS          unset = the broker's default (7 days)
 #   RESULTS_RETENTION_MS         default 604800000 (7 days)
-#   CLAIMS_MIN_COMPACTION_LAG_MS default 3600000 (1 hour)
-#   CLAIMS_MAX_COMPACTION_LAG_MS default 86400000 (1 day)
+#   CLAIMS_MIN_COMPACTION_LAG_MS default 604800000 (7 days)
+#   CLAIMS_MAX_COMPACTION_LAG_MS default 691200000 (8 days)
 #   CLAIMS_SEGMENT_MS            default 3600000 (1 hour)
 #   TOPICS_TOOL                  path of kafka-topics.sh (default: searched)
 # (None of this script's variables starts with KAFKA_: pool_worker passes every
@@ -105,8 +105,8 @@ is_count "$MIN_INSYNC_REPLICAS" || die "MIN_INSYNC_REPLICAS must be a positive i
 
 ORDERS_RETENTION_MS=${ORDERS_RETENTION_MS:-}
 RESULTS_RETENTION_MS=${RESULTS_RETENTION_MS:-604800000}
-CLAIMS_MIN_COMPACTION_LAG_MS=${CLAIMS_MIN_COMPACTION_LAG_MS:-3600000}
-CLAIMS_MAX_COMPACTION_LAG_MS=${CLAIMS_MAX_COMPACTION_LAG_MS:-86400000}
+CLAIMS_MIN_COMPACTION_LAG_MS=${CLAIMS_MIN_COMPACTION_LAG_MS:-604800000}
+CLAIMS_MAX_COMPACTION_LAG_MS=${CLAIMS_MAX_COMPACTION_LAG_MS:-691200000}
 CLAIMS_SEGMENT_MS=${CLAIMS_SEGMENT_MS:-3600000}
 for v in RESULTS_RETENTION_MS CLAIMS_MIN_COMPACTION_LAG_MS CLAIMS_MAX_COMPACTION_LAG_MS CLAIMS_SEGMENT_MS; do
     is_ms "${!v}" || die "$v must be a number of milliseconds, not '${!v}'"
@@ -158,12 +158,13 @@ claims=(--create --if-not-exists --topic "$COORDINATION_TOPIC"
     --partitions 1 --replication-factor "$REPLICATION_FACTOR"
     # Keep the newest record per key <instance>:<event>, forever.
     --config cleanup.policy=compact
-    # Records younger than this are never compacted: a reader less than this
-    # far behind (a negotiation takes a few LEASE_MS; a boot replay, seconds)
-    # sees every record. Keep it far above LEASE_MS.
+    # Records younger than this are never compacted. The protocol relies on
+    # it (docs/protocol.md, "Compaction"): the records of a negotiation that
+    # is still open must all be there when an instance decides or resumes it.
+    # 7 days covers an instance that is down, claim undecided, for a week.
     --config min.compaction.lag.ms="$CLAIMS_MIN_COMPACTION_LAG_MS"
-    # ...but compact within a day even when the log is quiet, so that a boot
-    # replay stays short.
+    # ...but compact a day after that even when the log is quiet, so that a
+    # boot replay stays short (must not be below min.compaction.lag.ms).
     --config max.compaction.lag.ms="$CLAIMS_MAX_COMPACTION_LAG_MS"
     # The active segment is never compacted and the default roll is 7 days /
     # 1 GiB, which this small topic would not reach: roll hourly.

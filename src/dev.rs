@@ -27,8 +27,8 @@
 //! (whose topics live in memory only).
 //!
 //! With `--demo` it also sends a handful of sample orders (one that works,
-//! one that fails, one malformed, one that times out, two with the same `id`,
-//! ...), waits at most `--demo-timeout-secs` (60) for a `completed` record of
+//! one that fails, one malformed, one that times out, one naming a missing
+//! program), waits at most `--demo-timeout-secs` (60) for a `completed` record of
 //! each, prints a table of the results and the whole audit trail, and exits:
 //! 0 if every order completed, 1 if the deadline passed first.
 //!
@@ -71,8 +71,7 @@ pub const DEMO_ORDERS: &[(&str, &str)] = &[
     ("stderr and an exit code", r#"sh -c "echo something went wrong >&2; exit 7""#),
     ("malformed: cmd must be a list", r#"{"cmd": 5}"#),
     ("runs past its time limit", r#"{"cmd":["sleep","5"],"timeout_secs":1}"#),
-    ("an order with an id", r#"{"cmd":["echo","first order with id demo-1"],"id":"demo-1"}"#),
-    ("the same id again", r#"{"cmd":["echo","second order with id demo-1"],"id":"demo-1"}"#),
+    ("an order naming a program that does not exist", "no-such-program --flag"),
 ];
 
 /// `pool_worker dev`: broker, supervisor and live audit trail in one process.
