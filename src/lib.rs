@@ -24,3 +24,4 @@ pub mod job;
 pub mod broker;
 pub mod supervise;
 pub mod dev;
+pub mod status;

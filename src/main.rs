@@ -4,7 +4,7 @@
 //! it runs under a supervisor; the subcommands are for people and scripts.
 
 use clap::{Parser, Subcommand};
-use pool_worker::{broker, config::Config, dev, run, supervise};
+use pool_worker::{broker, config::Config, dev, run, status, supervise};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -22,6 +22,10 @@ enum Command {
     Broker(broker::BrokerArgs),
     /// Keep N worker instances running, restarting each when it exits.
     Supervise(supervise::SuperviseArgs),
+    /// The pool's state: each instance, and counts of orders (from the claims topic).
+    Status(status::StatusArgs),
+    /// Every claims record about one order (PARTITION:OFFSET), in log order.
+    History(status::HistoryArgs),
 }
 
 fn init_logs(json: bool) {
@@ -67,6 +71,14 @@ fn main() -> ExitCode {
         Some(Command::Supervise(args)) => {
             init_logs(false);
             runtime.block_on(supervise::run(args))
+        }
+        Some(Command::Status(args)) => {
+            init_logs(false);
+            runtime.block_on(status::status(args))
+        }
+        Some(Command::History(args)) => {
+            init_logs(false);
+            runtime.block_on(status::history(args))
         }
     };
     match result {

@@ -1,0 +1,275 @@
+//! `pool_worker status` and `pool_worker history`: the pool as the claims
+//! topic tells it.
+//!
+//! Both read the claims topic from its beginning to its end with a consumer
+//! that has no group and commits nothing, and fold it into the same
+//! [`View`] a worker builds at boot, so what they show is what the workers
+//! themselves conclude. `status` adds the orders topic's offsets, to count
+//! what is waiting. Neither writes anything.
+//!
+//! Counts of completions come from the records the replay saw: on a claims
+//! topic that Kafka has compacted, completions older than
+//! `min.compaction.lag.ms` may be gone, and the counts say "at least".
+
+use crate::boot::View;
+use crate::kafka::client_config;
+use crate::record::{Event, OrderId, Record, Status};
+use anyhow::{bail, Context};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Where to read from: the same variables as the worker's.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Source {
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "localhost:9092")]
+    pub brokers: String,
+    #[arg(long, env = "ORDERS_TOPIC", default_value = "work_orders")]
+    pub orders_topic: String,
+    #[arg(long, env = "COORDINATION_TOPIC", default_value = "work_claims")]
+    pub coordination_topic: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub source: Source,
+    /// Refresh in place every 2 seconds until Ctrl-C.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct HistoryArgs {
+    /// The order, as PARTITION:OFFSET.
+    pub order: OrderId,
+    #[command(flatten)]
+    pub source: Source,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
+    client_config(&src.brokers, &BTreeMap::new())
+        .set("group.id", "pool_worker-status")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .context("cannot create a Kafka consumer")
+}
+
+/// Every record of the claims topic, with its position (foreign ones as
+/// errors), read up to the end the topic had when we started.
+pub fn read_claims(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, String>)>> {
+    let c = consumer(src)?;
+    let (_, high) = c
+        .fetch_watermarks(&src.coordination_topic, 0, TIMEOUT)
+        .with_context(|| format!("cannot read topic '{}'", src.coordination_topic))?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&src.coordination_topic, 0, Offset::Beginning)?;
+    c.assign(&tpl)?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + TIMEOUT;
+    let mut at_end = high == 0;
+    while !at_end {
+        if Instant::now() > deadline {
+            bail!("reading '{}' took more than {:?}", src.coordination_topic, TIMEOUT);
+        }
+        match c.poll(Duration::from_millis(500)) {
+            Some(Ok(m)) => {
+                let pos = m.offset().max(0) as u64;
+                out.push((pos, Record::decode(m.key(), m.payload()).map_err(|e| e.to_string())));
+                at_end = m.offset() + 1 >= high;
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => at_end = true,
+            Some(Err(e)) => eprintln!("pool_worker: reading the claims topic: {e}"),
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The pool's state as one JSON value (the `--json` form; the text form is
+/// made from it).
+pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> {
+    let records = read_claims(src)?;
+    let mut view = View::new();
+    let mut by_status: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut last_completion: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
+    for (pos, r) in &records {
+        match r {
+            Ok(rec) => {
+                if view.apply(*pos, rec).is_ok() && rec.event == Event::Completed {
+                    let status = rec.outcome.as_ref().map_or(Status::Error, |o| o.status);
+                    *by_status.entry(status.as_str()).or_default() += 1;
+                    last_completion.insert(
+                        rec.instance,
+                        json!({"order": rec.order().map(|o| o.to_string()), "status": status.as_str(), "ts": rec.ts}),
+                    );
+                }
+            }
+            Err(_) => view.skip(*pos),
+        }
+    }
+    // The orders topic: per partition, its offsets and the frontier.
+    let c = consumer(src)?;
+    let md = c
+        .fetch_metadata(Some(&src.orders_topic), TIMEOUT)
+        .with_context(|| format!("cannot read topic '{}'", src.orders_topic))?;
+    let parts: Vec<i32> =
+        md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    let (mut in_topic, mut waiting, mut oldest_ts): (i64, i64, Option<i64>) = (0, 0, None);
+    for p in parts {
+        let (low, high) = c.fetch_watermarks(&src.orders_topic, p, TIMEOUT)?;
+        in_topic += high - low;
+        let next = view.next_offset(p).max(low);
+        if next < high {
+            waiting += high - next;
+            if let Some(ts) = message_ts(&c, &src.orders_topic, p, next) {
+                oldest_ts = Some(oldest_ts.map_or(ts, |o: i64| o.min(ts)));
+            }
+        }
+    }
+    let instances: Vec<serde_json::Value> = view
+        .instances()
+        .map(|(i, s)| {
+            let (state, order, since) = match &s.hold {
+                None => ("idle", None, None),
+                Some(h) if h.committed.is_none() => ("negotiating", Some(h.order.to_string()), Some(h.last_ts)),
+                Some(h) => ("running", Some(h.order.to_string()), Some(h.last_ts)),
+            };
+            json!({
+                "instance": i,
+                "state": state,
+                "order": order,
+                "since_ts": since,
+                "attempt": s.hold.as_ref().map(|h| h.attempt),
+                "incarnation": s.booted.as_ref().map(|(_, inc)| inc.clone()),
+                "last_completion": last_completion.get(&i),
+            })
+        })
+        .collect();
+    let completed: u64 = by_status.values().sum();
+    let claimed: i64 = view.frontier().values().sum();
+    Ok(json!({
+        "claims_records": records.len(),
+        "foreign_records": view.foreign,
+        "orders_in_topic": in_topic,
+        "claimed": claimed,
+        "completed": completed,
+        "failed": completed - by_status.get("ok").copied().unwrap_or(0),
+        "by_status": by_status,
+        "waiting": waiting,
+        "oldest_waiting_age_ms": oldest_ts.map(|t| (now_ms as i64 - t).max(0)),
+        "instances": instances,
+    }))
+}
+
+/// The timestamp of the message at one offset, if it can be read quickly.
+fn message_ts(c: &BaseConsumer, topic: &str, p: i32, offset: i64) -> Option<i64> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, p, Offset::Offset(offset)).ok()?;
+    c.assign(&tpl).ok()?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            if m.partition() == p && m.offset() >= offset {
+                return m.timestamp().to_millis();
+            }
+        }
+    }
+    None
+}
+
+/// The text form of a snapshot.
+pub fn render(s: &serde_json::Value) -> String {
+    let n = |k: &str| s[k].as_i64().unwrap_or(0);
+    let mut out = String::new();
+    out.push_str(&format!(
+        "orders: {} in topic, {} claimed, {} completed ({} not ok), {} waiting",
+        n("orders_in_topic"),
+        n("claimed"),
+        n("completed"),
+        n("failed"),
+        n("waiting")
+    ));
+    if let Some(age) = s["oldest_waiting_age_ms"].as_i64() {
+        out.push_str(&format!(", oldest waiting {:.1} s", age as f64 / 1000.0));
+    }
+    out.push('\n');
+    if let Some(by) = s["by_status"].as_object() {
+        let parts: Vec<String> = by.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        if !parts.is_empty() {
+            out.push_str(&format!("completions by status: {}\n", parts.join(", ")));
+        }
+    }
+    out.push_str("instance  state        order      last completion\n");
+    for i in s["instances"].as_array().into_iter().flatten() {
+        let order = i["order"].as_str().unwrap_or("-");
+        let last = match &i["last_completion"] {
+            serde_json::Value::Null => "-".to_string(),
+            l => format!("{} {}", l["order"].as_str().unwrap_or("?"), l["status"].as_str().unwrap_or("?")),
+        };
+        out.push_str(&format!(
+            "{:<9} {:<12} {:<10} {}\n",
+            i["instance"].as_u64().unwrap_or(0),
+            i["state"].as_str().unwrap_or("?"),
+            order,
+            last
+        ));
+    }
+    if n("foreign_records") > 0 {
+        out.push_str(&format!("{} foreign records skipped\n", n("foreign_records")));
+    }
+    out
+}
+
+pub async fn status(args: StatusArgs) -> anyhow::Result<i32> {
+    loop {
+        let src = args.source.clone();
+        let s = tokio::task::spawn_blocking(move || snapshot(&src, crate::run::now_ms())).await??;
+        if args.source.json {
+            println!("{s}");
+        } else {
+            if args.watch {
+                print!("\x1b[2J\x1b[H");
+            }
+            print!("{}", render(&s));
+        }
+        if !args.watch {
+            return Ok(0);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(0),
+        }
+    }
+}
+
+pub async fn history(args: HistoryArgs) -> anyhow::Result<i32> {
+    let src = args.source.clone();
+    let records = tokio::task::spawn_blocking(move || read_claims(&src)).await??;
+    let mine: Vec<(u64, Record)> = records
+        .into_iter()
+        .filter_map(|(p, r)| r.ok().map(|r| (p, r)))
+        .filter(|(_, r)| r.order() == Some(args.order))
+        .collect();
+    if args.source.json {
+        let list: Vec<serde_json::Value> =
+            mine.iter().map(|(p, r)| json!({"pos": p, "key": r.key(), "record": r})).collect();
+        println!("{}", json!({"order": args.order.to_string(), "records": list}));
+    } else if mine.is_empty() {
+        println!("no record about order {} in the claims topic", args.order);
+    } else {
+        for (p, r) in &mine {
+            println!("#{p:<6} {:<13} {}", r.key(), crate::dev::describe_record(r));
+        }
+    }
+    Ok(0)
+}
