@@ -806,3 +806,251 @@ pub fn wait_completed(
         reader.poll((deadline - now).min(Duration::from_millis(500)));
     }
 }
+
+// ------------------------------------------------------ worker processes
+
+/// One worker-mode process started directly (not under a supervisor);
+/// killed on drop.
+pub struct WorkerProc {
+    child: Child,
+    pub stderr: Tail,
+}
+
+impl WorkerProc {
+    /// Starts `pool_worker` in worker mode with `env` (plus the clean
+    /// environment of [`command`]).
+    pub fn start<K: AsRef<str>, V: AsRef<str>>(name: &str, env: &[(K, V)]) -> Self {
+        let mut cmd = command();
+        cmd.envs(env.iter().map(|(k, v)| (OsStr::new(k.as_ref()), OsStr::new(v.as_ref()))));
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin().display()));
+        let stderr = forward_stderr(name.to_string(), child.stderr.take().expect("piped stderr"));
+        WorkerProc { child, stderr }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process has exited (without reaping it twice).
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Waits for the process to exit; its status, or None on timeout.
+    pub fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        wait_child(&mut self.child, timeout)
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs the binary in worker mode with exactly `env` and returns (exit
+/// code, stderr); panics if it does not exit within `timeout`.
+pub fn run_worker_once(env: &[(&str, &str)], timeout: Duration) -> (Option<i32>, String) {
+    let mut cmd = command();
+    cmd.envs(env.iter().map(|(k, v)| (OsStr::new(k), OsStr::new(v))));
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin().display()));
+    let mut err = child.stderr.take().expect("piped stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let Some(status) = wait_child(&mut child, timeout) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the worker did not exit within {timeout:?}");
+    };
+    (status.code(), reader.join().unwrap_or_default())
+}
+
+// ------------------------------------------------------------ the audit
+
+/// What the claims topic says about one order.
+#[derive(Clone, Debug, Default)]
+pub struct OrderTrail {
+    /// (position, instance, attempt) of every valid claim.
+    pub claims: Vec<(i64, u32, u32)>,
+    /// (position, instance, event, attempt) of every valid `committed` and
+    /// `yielded` written by the instance itself.
+    pub decisions: Vec<(i64, u32, Event, u32)>,
+    /// Instances whose *first* decision after their claim was `committed`
+    /// (the effective commits), with the position of that decision.
+    pub effective_commits: Vec<(i64, u32)>,
+    /// Every valid `completed` (duplicates by incarnation+seq dropped).
+    pub completions: Vec<(i64, Record)>,
+    /// `completed` records not preceded by the writer's `committed` of the
+    /// order (since its claim).
+    pub completed_without_commit: Vec<i64>,
+    /// Every record of the order, for error messages: "#pos inst:event attempt".
+    pub lines: Vec<String>,
+}
+
+/// The whole claims topic, judged order by order.
+#[derive(Clone, Debug, Default)]
+pub struct Audit {
+    pub orders: BTreeMap<pool_worker::record::OrderId, OrderTrail>,
+    /// Records of an incarnation older than its instance's newest `booted`
+    /// (a zombie's), and duplicates: skipped.
+    pub void: usize,
+}
+
+impl Audit {
+    /// Reads the claims records in order and applies the rules: fences
+    /// (only the newest incarnation of an instance number speaks),
+    /// duplicates (a repeated incarnation+seq is dropped), first decision
+    /// after a claim counts.
+    pub fn of(records: &[(i64, Record)]) -> Audit {
+        use pool_worker::record::OrderId;
+        let mut audit = Audit::default();
+        let mut current: BTreeMap<u32, String> = BTreeMap::new();
+        let mut seen: std::collections::BTreeSet<(String, u64)> = Default::default();
+        // Instance → (order of its newest claim, first decision seen?, committed?)
+        let mut holds: BTreeMap<u32, (OrderId, Option<Event>)> = BTreeMap::new();
+        for (pos, rec) in records {
+            if rec.event == Event::Booted {
+                current.insert(rec.instance, rec.incarnation.clone());
+            } else if rec.by.is_none()
+                && current.get(&rec.instance).is_some_and(|c| *c != rec.incarnation)
+            {
+                audit.void += 1;
+                continue;
+            }
+            if rec.by.is_none() && rec.seq > 0 && !seen.insert((rec.incarnation.clone(), rec.seq)) {
+                audit.void += 1;
+                continue;
+            }
+            let Some(order) = rec.order() else { continue };
+            let t = audit.orders.entry(order).or_default();
+            t.lines.push(format!(
+                "  #{pos} {}:{}{} attempt {}{}",
+                rec.instance,
+                rec.event,
+                rec.by.map(|b| format!(" by {b}")).unwrap_or_default(),
+                rec.attempt,
+                rec.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
+            ));
+            if rec.by.is_some() {
+                continue;
+            }
+            let i = rec.instance;
+            match rec.event {
+                Event::Claimed => {
+                    t.claims.push((*pos, i, rec.attempt));
+                    holds.insert(i, (order, None));
+                }
+                Event::Committed | Event::Yielded => {
+                    t.decisions.push((*pos, i, rec.event, rec.attempt));
+                    if let Some((o, first @ None)) = holds.get_mut(&i) {
+                        if *o == order {
+                            *first = Some(rec.event);
+                            if rec.event == Event::Committed {
+                                t.effective_commits.push((*pos, i));
+                            }
+                        }
+                    }
+                }
+                Event::Completed => {
+                    let committed = matches!(holds.get(&i), Some((o, Some(Event::Committed))) if *o == order);
+                    if !committed {
+                        t.completed_without_commit.push(*pos);
+                    }
+                    t.completions.push((*pos, rec.clone()));
+                }
+                _ => {}
+            }
+        }
+        audit
+    }
+
+    /// The trail of one order, for error messages.
+    pub fn show(&self, order: (i32, i64)) -> String {
+        let id = pool_worker::record::OrderId::new(order.0, order.1);
+        match self.orders.get(&id) {
+            Some(t) => format!("claims trail of {id}:\n{}", t.lines.join("\n")),
+            None => format!("no claims record names {id}"),
+        }
+    }
+
+    /// Checks that each of `orders` was completed exactly once, committed
+    /// (effectively) by exactly one instance, by the instance that
+    /// completes it, and that no completion lacks its writer's commit.
+    pub fn check_exactly_once(&self, orders: &[(i32, i64)]) -> Result<(), String> {
+        let mut errors = Vec::new();
+        for &o in orders {
+            let id = pool_worker::record::OrderId::new(o.0, o.1);
+            let Some(t) = self.orders.get(&id) else {
+                errors.push(format!("{id}: no record at all"));
+                continue;
+            };
+            let mut problems = Vec::new();
+            if t.completions.len() != 1 {
+                problems.push(format!("{} completions", t.completions.len()));
+            }
+            let committers: std::collections::BTreeSet<u32> =
+                t.effective_commits.iter().map(|(_, i)| *i).collect();
+            if committers.len() != 1 {
+                problems.push(format!("effectively committed by {committers:?}"));
+            }
+            if !t.completed_without_commit.is_empty() {
+                problems.push(format!("completed without commit at {:?}", t.completed_without_commit));
+            }
+            for (pos, c) in &t.completions {
+                if !committers.contains(&c.instance) {
+                    problems.push(format!("completed at #{pos} by {} which did not commit", c.instance));
+                }
+            }
+            if !problems.is_empty() {
+                errors.push(format!("{id}: {}\n{}", problems.join("; "), self.show(o)));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("\n"))
+        }
+    }
+}
+
+/// Waits for every order to complete and returns the audit of the claims
+/// topic at that moment; panics with the missing orders on timeout.
+pub fn wait_and_audit(bootstrap: &str, topic: &str, orders: &[(i32, i64)], timeout: Duration) -> Audit {
+    if let Err(e) = wait_completed(bootstrap, topic, orders, timeout) {
+        panic!("{e}");
+    }
+    Audit::of(&decoded_claims(bootstrap, topic))
+}
+
+/// A JSON order running `script` with `sh -c` (as an argv, so no word
+/// splitting surprises), with an optional time limit.
+pub fn sh_order(script: &str, timeout_secs: Option<u64>) -> String {
+    let mut v = serde_json::json!({ "cmd": ["sh", "-c", script] });
+    if let Some(t) = timeout_secs {
+        v["timeout_secs"] = t.into();
+    }
+    v.to_string()
+}
+
+/// Single-quotes a path for a shell script.
+pub fn shq(p: impl AsRef<Path>) -> String {
+    format!("'{}'", p.as_ref().display().to_string().replace('\'', r"'\''"))
+}
