@@ -1054,3 +1054,45 @@ pub fn sh_order(script: &str, timeout_secs: Option<u64>) -> String {
 pub fn shq(p: impl AsRef<Path>) -> String {
     format!("'{}'", p.as_ref().display().to_string().replace('\'', r"'\''"))
 }
+
+/// Like [`try_produce`], with extra producer properties (for example a
+/// larger `message.max.bytes` for oversized orders).
+pub fn try_produce_with(
+    bootstrap: &str,
+    topic: &str,
+    records: &[(Option<&[u8]>, Option<&[u8]>)],
+    partition: Option<i32>,
+    props: &[(&str, &str)],
+) -> Result<Vec<(i32, i64)>, String> {
+    let ctx = Deliveries(Mutex::new(vec![None; records.len()]));
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("message.timeout.ms", &KAFKA_TIMEOUT.as_millis().to_string());
+    for (k, v) in props {
+        config.set(*k, *v);
+    }
+    let producer: BaseProducer<Deliveries> =
+        config.create_with_context(ctx).map_err(|e| format!("cannot create a producer: {e}"))?;
+    for (i, (key, value)) in records.iter().enumerate() {
+        let mut rec = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, i);
+        if let Some(k) = key {
+            rec = rec.key(k);
+        }
+        if let Some(v) = value {
+            rec = rec.payload(v);
+        }
+        if let Some(p) = partition {
+            rec = rec.partition(p);
+        }
+        producer.send(rec).map_err(|(e, _)| format!("cannot send record {i}: {e}"))?;
+    }
+    producer.flush(KAFKA_TIMEOUT).map_err(|e| format!("flush: {e}"))?;
+    let results = std::mem::take(&mut *producer.context().0.lock().unwrap_or_else(|e| e.into_inner()));
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.unwrap_or_else(|| Err(format!("no delivery report for record {i}"))))
+        .collect()
+}

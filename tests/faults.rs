@@ -1,0 +1,171 @@
+//! Fault tests: hostile orders, foreign records in the claims topic, a
+//! zombie process, a broker outage. The real binary, judged by the claims
+//! topic and by ledger files. Each test ends with a figures line:
+//! `faults: injected N, orders M, lost 0, completed twice 0, committed by two 0, ran twice K`.
+
+mod common;
+
+use common::*;
+use pool_worker::record::{Event, OrderId, Record, Status};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+const LONG: Duration = Duration::from_secs(180);
+
+fn broker(partitions: i32) -> BrokerProc {
+    BrokerProc::start_with(BrokerOpts {
+        orders_topic: unique_topic("orders"),
+        orders_partitions: partitions,
+        coordination_topic: unique_topic("claims"),
+        ..BrokerOpts::default()
+    })
+}
+
+fn pool(broker: &BrokerProc, instances: &str) -> SupervisorProc {
+    SupervisorProc::start_with(SupervisorOpts {
+        instances: instances.into(),
+        env: broker.env(),
+        restart_delay_ms: Some(20),
+        ..SupervisorOpts::default()
+    })
+}
+
+fn ledger_order(ledger: &Path) -> String {
+    sh_order(&format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)), None)
+}
+
+fn ledger_counts(ledger: &Path) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for l in common::ledger(ledger) {
+        *m.entry(l).or_default() += 1;
+    }
+    m
+}
+
+/// The figures of a run: prints the line and returns (lost, completed
+/// twice, committed by two, ran twice).
+fn figures(injected: usize, audit: &Audit, orders: &[(i32, i64)], ran: &BTreeMap<String, usize>) -> [usize; 4] {
+    let trail = |o: &(i32, i64)| audit.orders.get(&OrderId::new(o.0, o.1));
+    let lost = orders.iter().filter(|o| trail(o).is_none_or(|t| t.completions.is_empty())).count();
+    let twice = orders.iter().filter(|o| trail(o).is_some_and(|t| t.completions.len() > 1)).count();
+    let two = orders
+        .iter()
+        .filter(|o| {
+            trail(o).is_some_and(|t| {
+                t.effective_commits.iter().map(|c| c.1).collect::<std::collections::BTreeSet<_>>().len() > 1
+            })
+        })
+        .count();
+    let ran_twice = ran.values().filter(|n| **n > 1).count();
+    println!(
+        "faults: injected {injected}, orders {}, lost {lost}, completed twice {twice}, committed by two {two}, ran twice {ran_twice}",
+        orders.len()
+    );
+    [lost, twice, two, ran_twice]
+}
+
+#[test]
+fn bad_orders_are_completed_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker(1);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let sup = pool(&broker, "3");
+    // 4 MB, four times MAX_ORDER_BYTES. Not 5 MB: the embedded (librdkafka
+    // mock) broker cannot serve a partition that holds a record of 5 MB or
+    // more (a fetch from any offset before it returns nothing, kcat
+    // included), so the orders before it could never be read.
+    let big = format!("echo {}", "x".repeat(4 * 1024 * 1024 - 64));
+    let timeout = sh_order("sleep 30", Some(1));
+    // (what, payload, expected status)
+    let bad: Vec<(&str, Option<&[u8]>, Status)> = vec![
+        ("empty", Some(b"".as_slice()), Status::Error),
+        ("null payload", None, Status::Error),
+        ("not UTF-8", Some(&[0xff, 0xfe]), Status::Error),
+        ("invalid JSON", Some(b"{\"cmd\": [\"echo\""), Status::Error),
+        ("wrong shape", Some(br#"{"cmd":5}"#), Status::Error),
+        ("unknown field", Some(br#"{"cmd":["true"],"timout_secs":3}"#), Status::Error),
+        ("4 MB", Some(big.as_bytes()), Status::Error),
+        ("no such program", Some(br#"{"cmd":["no-such-program-pool-worker-test"]}"#), Status::Error),
+        ("timeout", Some(timeout.as_bytes()), Status::TimedOut),
+    ];
+    let records: Vec<_> = bad.iter().map(|(_, p, _)| (None, *p)).collect();
+    let mut orders = try_produce_with(broker.bootstrap(), &topic, &records, Some(0), &[("message.max.bytes", "10000000")])
+        .unwrap_or_else(|e| panic!("cannot produce the bad orders: {e}"));
+    let good = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0))[0];
+    orders.push(good);
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
+    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    for ((what, _, status), o) in bad.iter().zip(&orders) {
+        let done = &audit.orders[&OrderId::new(o.0, o.1)].completions[0].1;
+        let outcome = done.outcome.as_ref().unwrap();
+        assert_eq!(outcome.status, *status, "{what}: {outcome:?}");
+        let reason = outcome.reason.as_deref().unwrap_or("");
+        assert!(!reason.trim().is_empty(), "{what}: no reason: {outcome:?}");
+        eprintln!("{what}: {} ({reason})", outcome.status);
+    }
+    let done = &audit.orders[&OrderId::new(good.0, good.1)].completions[0].1;
+    assert_eq!(done.outcome.as_ref().unwrap().status, Status::Ok);
+    let ran = ledger_counts(&ledger);
+    assert_eq!(ran.get(&format!("{}:{}", good.0, good.1)), Some(&1), "{ran:?}");
+    let s = sup.snapshot();
+    assert!(s.exits.iter().all(|e| e.code == Some(0)), "a worker crashed on a bad order: {:?}", s.exits);
+    assert_eq!(figures(bad.len(), &audit, &orders, &ran), [0; 4]);
+}
+
+#[test]
+fn foreign_records_in_the_claims_topic_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker(1);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let valid = {
+        let mut r = Record::new(3, Event::Claimed, "x", 1).with_order(OrderId::new(0, 0));
+        r.attempt = 1;
+        r.encode()
+    };
+    let garbage: Vec<(Option<&[u8]>, Option<&[u8]>)> = vec![
+        (None, Some(valid.as_slice())),
+        (None, None),
+        (Some(b"\xff\xfe"), Some(b"\x00\x01garbage")),
+        (Some(b"hello"), Some(b"world")),
+        (Some(b"3:exploded"), Some(valid.as_slice())),
+        (Some(b"4:claimed"), Some(valid.as_slice())),
+        (Some(b"3:claimed"), None),
+        (Some(b"3:claimed"), Some(b"{not json")),
+        (Some(b"3:claimed"), Some(br#"{"instance":"3","event":"claimed","partition":0,"offset":0,"incarnation":"x","ts":1}"#)),
+        (Some(b"3:claimed"), Some(br#"{"instance":3,"event":"claimed","partition":"0","offset":0,"incarnation":"x","ts":1}"#)),
+        (Some(b"3:claimed"), Some(br#"{"instance":3,"event":"claimed","incarnation":"x","ts":1}"#)),
+        (Some(b"0:booted"), Some(br#"{"instance":0,"event":"booted","incarnation":"x","ts":1}"#)),
+        (Some(b"3:completed"), Some(br#"{"instance":3,"event":"completed","partition":0,"offset":1,"incarnation":"x","ts":1}"#)),
+        (Some(b"3:claimed"), Some(br#"{"instance":3,"event":"claimed","partition":0,"offset":-4,"incarnation":"x","ts":1}"#)),
+        (Some(b"3:claimed"), Some(br#"{"instance":3,"event":"claimed","partition":0,"offset":0,"incarnation":"x","ts":1,"extra":true}"#)),
+    ];
+    let inject = || {
+        try_produce(broker.bootstrap(), &claims, &garbage, Some(0)).unwrap_or_else(|e| panic!("{e}"));
+    };
+    inject();
+    let sup = pool(&broker, "3");
+    let mut orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 5], Some(0));
+    wait_completed(broker.bootstrap(), &claims, &orders[..2], T).unwrap_or_else(|e| panic!("{e}"));
+    inject();
+    orders.extend(produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 5], Some(0)));
+    wait_completed(broker.bootstrap(), &claims, &orders[..7], T).unwrap_or_else(|e| panic!("{e}"));
+    inject();
+    orders.extend(produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 2], Some(0)));
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
+    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    // No record of ours came from the garbage: instance 3's records are all
+    // from real incarnations (the garbage used incarnation "x").
+    let recs = decoded_claims(broker.bootstrap(), &claims);
+    assert!(!recs.iter().any(|(_, r)| r.incarnation == "x"), "a garbage record decoded as a pool_worker record");
+    let ran = ledger_counts(&ledger);
+    for o in &orders {
+        assert_eq!(ran.get(&format!("{}:{}", o.0, o.1)), Some(&1), "{}", audit.show(*o));
+    }
+    let s = sup.snapshot();
+    assert!(s.exits.iter().all(|e| e.code == Some(0)), "a worker stumbled on a foreign record: {:?}", s.exits);
+    assert_eq!(figures(3 * garbage.len(), &audit, &orders, &ran), [0; 4]);
+}
