@@ -169,3 +169,112 @@ fn foreign_records_in_the_claims_topic_are_skipped() {
     assert!(s.exits.iter().all(|e| e.code == Some(0)), "a worker stumbled on a foreign record: {:?}", s.exits);
     assert_eq!(figures(3 * garbage.len(), &audit, &orders, &ran), [0; 4]);
 }
+
+/// Whether process `pid` still runs (exists and is not a zombie).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// The pid in the ledger's "start:A:R:PID" line for attempt `attempt`.
+fn started_pid(ledger: &Path, attempt: u32) -> Option<i32> {
+    common::ledger(ledger)
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("start:{attempt}:"))?.split(':').nth(1)?.parse().ok())
+}
+
+fn wait_record(broker: &BrokerProc, claims: &str, what: &str, pred: impl Fn(&Record) -> bool) -> Vec<(i64, Record)> {
+    let mut recs = Vec::new();
+    let ok = poll_until(T, Duration::from_millis(100), || {
+        recs = decoded_claims(broker.bootstrap(), claims);
+        recs.iter().any(|(_, r)| pred(r))
+    });
+    let all: Vec<String> = recs.iter().map(|(p, r)| format!("  #{p} {} {} {:?} attempt {}", r.key(), r.incarnation, r.order(), r.attempt)).collect();
+    assert!(ok, "no {what} in the claims topic within {T:?}; it holds:\n{}", all.join("\n"));
+    recs
+}
+
+#[test]
+fn zombie_is_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, flag) = (dir.path().join("ledger"), dir.path().join("flag"));
+    let broker = broker(1);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let mut env = broker.env();
+    env.push(("INSTANCE_NUMBER".into(), "5".into()));
+    let (l, f) = (shq(&ledger), shq(&flag));
+    let script = format!(
+        "echo start:$ORDER_ATTEMPT:$ORDER_RETRY:$$ >> {l}; while [ ! -e {f} ]; do sleep 0.05; done; \
+         echo ran:$ORDER_ATTEMPT:$ORDER_RETRY >> {l}"
+    );
+    let order = produce_orders(broker.bootstrap(), &topic, &[sh_order(&script, None)], Some(0))[0];
+    let id = OrderId::new(order.0, order.1);
+    let mut old = WorkerProc::start("old5", &env);
+    wait_record(&broker, &claims, "commit by instance 5", |r| r.event == Event::Committed && r.order() == Some(id));
+    assert!(poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1).is_some()), "the job never started");
+    let old_job = started_pid(&ledger, 1).unwrap();
+
+    // A second process with the same number: the old one is a zombie now.
+    let mut new = WorkerProc::start("new5", &env);
+    let status = old.wait(T).unwrap_or_else(|| panic!("the zombie did not stop:\n{}", old.stderr.last(20)));
+    assert_eq!(status.code(), Some(3), "the zombie's exit:\n{}", old.stderr.last(20));
+    assert!(
+        poll_until(Duration::from_secs(5), Duration::from_millis(50), || !alive(old_job)),
+        "the fenced process left its job (pid {old_job}) running"
+    );
+    let recs = wait_record(&broker, &claims, "the retry's commit", |r| {
+        r.event == Event::Committed && r.order() == Some(id) && r.attempt == 2
+    });
+    assert!(poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 2).is_some()), "the retry never started");
+    std::fs::write(&flag, b"").unwrap();
+    let status = new.wait(T).unwrap_or_else(|| panic!("the new process did not finish:\n{}", new.stderr.last(20)));
+    assert_eq!(status.code(), Some(0), "{}", new.stderr.last(20));
+
+    let new_inc = recs.iter().filter(|(_, r)| r.event == Event::Booted && r.instance == 5).last().unwrap().1.incarnation.clone();
+    let audit = Audit::of(&decoded_claims(broker.bootstrap(), &claims));
+    audit.check_exactly_once(&[order]).unwrap_or_else(|e| panic!("{e}"));
+    let done = &audit.orders[&id].completions[0].1;
+    assert_eq!(done.incarnation, new_inc, "{}", audit.show(order));
+    let ran = ledger_counts(&ledger);
+    let runs: Vec<&String> = ran.keys().filter(|k| k.starts_with("ran:")).collect();
+    assert_eq!(runs, vec!["ran:2:1"], "the job ran once, as the retry: {ran:?}");
+    let ran_twice = ran.iter().filter(|(k, n)| k.starts_with("ran:") && **n > 1).count();
+    let only_runs: BTreeMap<String, usize> = ran.into_iter().filter(|(k, _)| k.starts_with("ran:")).collect();
+    assert_eq!(figures(1, &audit, &[order], &only_runs), [0, 0, 0, ran_twice]);
+}
+
+#[test]
+fn broker_outage_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker(1);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let sup = pool(&broker, "3");
+    let mut orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 15], Some(0));
+    let outage = Duration::from_millis(2500);
+    let mut injected = 0;
+    for batch in 0..2 {
+        // Orders are flowing: a few of the newest batch are done.
+        let from = batch * 15;
+        wait_completed(broker.bootstrap(), &claims, &orders[from..from + 3], T).unwrap_or_else(|e| panic!("{e}"));
+        broker.down();
+        injected += 1;
+        std::thread::sleep(outage); // the fault itself
+        broker.up();
+        if batch == 0 {
+            orders.extend(produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 15], Some(0)));
+        }
+    }
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, LONG);
+    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    let ran = ledger_counts(&ledger);
+    for o in &orders {
+        assert_eq!(ran.get(&format!("{}:{}", o.0, o.1)), Some(&1), "{}", audit.show(*o));
+    }
+    assert_eq!(ran.len(), orders.len(), "{ran:?}");
+    let s = sup.snapshot();
+    eprintln!("worker exits during the outages: {:?}", s.exits.iter().filter(|e| e.code != Some(0)).collect::<Vec<_>>());
+    assert_eq!(figures(injected, &audit, &orders, &ran), [0; 4]);
+}
