@@ -17,6 +17,11 @@
 //!   process that calls `setsid` leaves the group; only a container or cgroup
 //!   can hold such a job, which is what `image` orders are for.)
 //!
+//!   If the worker itself is killed (SIGKILL), the job's main process gets
+//!   SIGKILL too (`PR_SET_PDEATHSIG`); its own children outlive it unless
+//!   they die with it (a shell's pipeline does), which is one more reason
+//!   for `image` orders.
+//!
 //! * **Output is unbounded, memory is not.** stdout and stderr are read
 //!   concurrently (reading one while the job blocks writing the other would
 //!   deadlock) into [`Tail`] buffers that keep only the last `output_limit`
@@ -198,6 +203,12 @@ pub async fn run(spec: &OrderSpec, ctx: &JobContext, mut cancel: watch::Receiver
         // Should this future be dropped, the main process dies with it and
         // `Group` below kills the rest.
         .kill_on_drop(true);
+    // Should the worker be killed (SIGKILL), its job's main process dies
+    // with it instead of running on as an orphan beside the retry that the
+    // next incarnation starts. This future runs on a runtime worker thread,
+    // which lives as long as the process. (A process the job started that
+    // left the job's main process behind is not covered: see the module doc.)
+    crate::supervise::die_with_parent(&mut cmd);
 
     let started = Instant::now();
     let mut child = match cmd.spawn() {

@@ -552,7 +552,10 @@ async fn relay(prefix: String, from: impl AsyncRead + Unpin) {
 
 /// Makes the kernel SIGKILL the child when the thread that forked it ends
 /// (Linux; elsewhere a no-op).
-fn die_with_parent(cmd: &mut Command) {
+/// Makes the child get SIGKILL when the *thread* that forks it ends (Linux's
+/// `PR_SET_PDEATHSIG`): for a long-lived thread, when the process dies, even
+/// by SIGKILL. Used for supervised instances and for jobs.
+pub(crate) fn die_with_parent(cmd: &mut Command) {
     #[cfg(target_os = "linux")]
     {
         let parent = std::process::id() as libc::pid_t;

@@ -9,7 +9,7 @@
 //! very same machine against a simulated log.
 //!
 //! ```text
-//!  Boot ──own booted read, caught up──► resume? ─ committed hold ──────────► Run (retry)
+//!  Boot ──own booted read, caught up──► resume? ─ committed hold ─► Retry ──own commit read──► Run
 //!                                          │     └ undecided hold ─► Negotiate
 //!                                          └ nothing held ─► Choose ─ order ─► Claim
 //!  Claim ──own claim read──► Negotiate ──decide: commit/yield──► Decide
@@ -78,6 +78,9 @@ pub enum Phase {
     Negotiate { order: OrderId },
     /// Our decision is appended; waiting to read it.
     Decide { order: OrderId, seq: u64 },
+    /// Our `committed` for a new attempt of a lost run is appended; waiting
+    /// to read it before running (boot's resume).
+    Retry { order: OrderId, attempt: u32, seq: u64 },
     /// The job runs.
     Run { order: OrderId, attempt: u32 },
     /// Our `completed` is appended; waiting to read it.
@@ -217,6 +220,13 @@ impl Worker {
             }
             Phase::Negotiate { order } => self.negotiate(order),
             Phase::Decide { order, seq } if self.is_ours(&rec, seq) => self.after_decision(order),
+            Phase::Retry { order, attempt, seq } if self.is_ours(&rec, seq) => {
+                if !applied {
+                    return self.finish(EXIT_FENCED);
+                }
+                self.phase = Phase::Run { order, attempt };
+                vec![Action::Run { order, attempt, retry: true }]
+            }
             Phase::Complete { seq, .. } if self.is_ours(&rec, seq) => self.finish(0),
             _ => Vec::new(),
         }
@@ -249,15 +259,14 @@ impl Worker {
                 "gave up after {} attempts: each run was lost with its instance",
                 hold.attempt
             );
-            return self.complete(hold.order, Outcome::not_run(Status::GaveUp, reason));
+            return self.complete(hold.order, hold.attempt, Outcome::not_run(Status::GaveUp, reason));
         }
         let mut commit = self.record(Event::Committed, Some(hold.order));
         commit.attempt = attempt;
-        self.phase = Phase::Run { order: hold.order, attempt };
-        vec![
-            Action::Append(commit),
-            Action::Run { order: hold.order, attempt, retry: true },
-        ]
+        // Run only once the new attempt is in the log (protocol.md,
+        // "Appends"): a fenced incarnation's retry must not run.
+        self.phase = Phase::Retry { order: hold.order, attempt, seq: commit.seq };
+        vec![Action::Append(commit)]
     }
 
     fn on_orders(&mut self, ends: &BTreeMap<i32, i64>) -> Vec<Action> {
@@ -326,14 +335,14 @@ impl Worker {
 
     fn on_job_done(&mut self, outcome: Outcome) -> Vec<Action> {
         match self.phase {
-            Phase::Run { order, .. } => self.complete(order, outcome),
+            Phase::Run { order, attempt } => self.complete(order, attempt, outcome),
             _ => Vec::new(),
         }
     }
 
-    fn complete(&mut self, order: OrderId, outcome: Outcome) -> Vec<Action> {
+    fn complete(&mut self, order: OrderId, attempt: u32, outcome: Outcome) -> Vec<Action> {
         let mut r = self.record(Event::Completed, Some(order));
-        r.attempt = self.view.hold(self.me).map_or(1, |h| h.attempt);
+        r.attempt = attempt;
         r.order_id = self.view.hold(self.me).and_then(|h| h.order_id.clone());
         r.outcome = Some(outcome);
         self.phase = Phase::Complete { order, seq: r.seq };
@@ -411,8 +420,10 @@ mod tests {
             let mut cur = 0;
             let a = log.feed(&mut w, &mut cur);
             let attempt = n as u32 + 2;
-            assert!(a.contains(&Action::Run { order: OrderId::new(0, 0), attempt, retry: true }), "{a:?}");
+            assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == attempt), "{a:?}");
             log.append(&a);
+            let a = log.feed(&mut w, &mut cur);
+            assert_eq!(a, vec![Action::Run { order: OrderId::new(0, 0), attempt, retry: true }]);
         }
         let (mut w, a) = Worker::start(1, "i4".into(), Settings::default(), 0);
         log.append(&a);
