@@ -89,6 +89,11 @@ pub struct Hold {
     pub order_id: Option<String>,
     /// Newest writer timestamp of the claim, its decisions and its leases.
     pub last_ts: u64,
+    /// Position of the hold's newest record (claim, commit or lease): a
+    /// revocation must name it (protocol.md, "Leases").
+    pub last_pos: u64,
+    /// Incarnation that wrote the hold's newest record.
+    pub incarnation: String,
 }
 
 /// What the replay knows of one instance number.
@@ -99,6 +104,8 @@ pub struct Instance {
     /// Last (incarnation, seq) accepted from this instance number.
     last_seq: Option<(String, u64)>,
     pub hold: Option<Hold>,
+    /// An incarnation whose hold was revoked: its later records are void.
+    pub revoked: Option<String>,
     /// The newest completion: order, position, attempt, outcome.
     pub last_completed: Option<(OrderId, u64, u32, Outcome)>,
     /// Newest timestamp written by this instance.
@@ -175,15 +182,27 @@ impl View {
     }
 
     fn apply_inner(&mut self, pos: u64, rec: &Record) -> Result<(), Void> {
+        // Written on another's behalf (a revocation): the writer must not be
+        // fenced itself.
+        if let Some(w) = rec.by.and_then(|w| self.instances.get(&w)) {
+            let current = w.booted.as_ref().is_none_or(|(_, cur)| *cur == rec.incarnation);
+            if !current || w.revoked.as_deref() == Some(rec.incarnation.as_str()) {
+                return Err(Void::Fenced);
+            }
+        }
         let inst = self.instances.entry(rec.instance).or_default();
         // Fences (protocol.md, "Fences"): only the newest incarnation speaks.
         if rec.event == Event::Booted {
             inst.booted = Some((pos, rec.incarnation.clone()));
+            inst.revoked = None;
         } else if rec.by.is_none() {
             if let Some((_, cur)) = &inst.booted {
                 if *cur != rec.incarnation {
                     return Err(Void::Fenced);
                 }
+            }
+            if inst.revoked.as_deref() == Some(rec.incarnation.as_str()) {
+                return Err(Void::Fenced);
             }
         }
         // Duplicates (protocol.md, "Duplicates").
@@ -222,7 +241,26 @@ impl View {
                     committed: None,
                     order_id: rec.order_id.clone(),
                     last_ts: rec.ts,
+                    last_pos: pos,
+                    incarnation: rec.incarnation.clone(),
                 });
+                Ok(())
+            }
+            Event::Revoked => {
+                // Valid only if the hold wrote nothing since the revoker
+                // looked, so that every reader agrees (protocol.md, "Leases").
+                let inst = self.instances.entry(i).or_default();
+                let Some(hold) = inst.hold.as_ref().filter(|h| {
+                    h.order == order && Some(h.last_pos) == rec.seen && Some(&h.incarnation) == rec.fences.as_ref()
+                }) else {
+                    return Err(Void::Stray);
+                };
+                let claim_pos = hold.claim_pos;
+                inst.revoked = Some(hold.incarnation.clone());
+                inst.hold = None;
+                // A revoked holder is out of the contest, like one that yielded.
+                let contest = self.contests.entry(order).or_default();
+                contest.stances.insert(i, (claim_pos, Stance::Yielded));
                 Ok(())
             }
             Event::Committed | Event::Yielded | Event::Completed | Event::Lease => {
@@ -231,6 +269,10 @@ impl View {
                     return Err(Void::Stray);
                 };
                 hold.last_ts = hold.last_ts.max(rec.ts);
+                if matches!(rec.event, Event::Lease | Event::Committed) {
+                    hold.last_pos = pos;
+                    hold.incarnation = rec.incarnation.clone();
+                }
                 let claim_pos = hold.claim_pos;
                 let stance = match (rec.event, hold.committed) {
                     (Event::Lease, _) => return Ok(()),
@@ -274,7 +316,7 @@ impl View {
                 }
                 Ok(())
             }
-            Event::Booted | Event::Revoked | Event::Checkpoint => Ok(()),
+            Event::Booted | Event::Checkpoint => Ok(()),
         }
     }
 

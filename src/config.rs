@@ -13,6 +13,7 @@
 //! | `ORDERS_TOPIC` | the orders topic | required |
 //! | `COORDINATION_TOPIC` | the claims topic (one partition, compacted) | required |
 //! | `INSTANCE_NUMBER` | this instance's number, 1 to 1,000,000, unique in the pool | required |
+//! | `LEASE_MS` | an instance that writes nothing about the order it holds for this long loses it to another | 30000 |
 //! | `MAX_ATTEMPTS` | runs of one order lost with their instance before it is given up | 3 |
 //! | `JOB_TIMEOUT_SECS` | time limit of an order that sets none | 3600 |
 //! | `OUTPUT_LIMIT_BYTES` | bytes kept of the end of a job's stdout and of its stderr | 4096 |
@@ -34,6 +35,7 @@ struct RawEnv {
     coordination_topic: Option<String>,
     instance_number: Option<String>,
     max_attempts: Option<String>,
+    lease_ms: Option<String>,
     job_timeout_secs: Option<String>,
     output_limit_bytes: Option<String>,
     allowed_commands: Option<String>,
@@ -52,6 +54,7 @@ pub struct Config {
     pub coordination_topic: String,
     pub instance: u32,
     pub max_attempts: u32,
+    pub lease_ms: u64,
     pub job_timeout: Duration,
     pub output_limit: usize,
     pub allowed_commands: Option<Vec<String>>,
@@ -152,6 +155,7 @@ impl Config {
             orders_topic,
             coordination_topic,
             instance,
+            lease_ms: number("LEASE_MS", raw.lease_ms, 30_000u64, (300, 24 * 3600 * 1000))?,
             max_attempts: number("MAX_ATTEMPTS", raw.max_attempts, crate::worker::DEFAULT_MAX_ATTEMPTS, (1, 1000))?,
             job_timeout: Duration::from_secs(number("JOB_TIMEOUT_SECS", raw.job_timeout_secs, 3600u64, (1, 7 * 24 * 3600))?),
             output_limit: number("OUTPUT_LIMIT_BYTES", raw.output_limit_bytes, 4096usize, (0, 1 << 20))?,

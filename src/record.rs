@@ -235,6 +235,11 @@ pub struct Record {
     /// whose later records are void (a fence, like `booted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fences: Option<String>,
+    /// On `revoked`: the position of the newest record of the hold that the
+    /// revoker saw. The revocation counts only if the hold has written
+    /// nothing since (docs/protocol.md, "Leases").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<u64>,
     /// On `booted`: the incarnation this one replaces and where it had booted,
     /// so the fence of the previous boot survives compaction of its record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -295,6 +300,7 @@ impl Record {
             attempt: 0,
             takeover_of: Vec::new(),
             fences: None,
+            seen: None,
             prev: None,
             next: BTreeMap::new(),
             order_id: None,
@@ -370,8 +376,8 @@ impl Record {
         if self.event == Event::Completed && self.outcome.is_none() {
             return Err(Foreign::BadValue("completed without outcome".into()));
         }
-        if self.event == Event::Revoked && (self.fences.is_none() || self.by.is_none()) {
-            return Err(Foreign::BadValue("revoked without fences/by".into()));
+        if self.event == Event::Revoked && (self.fences.is_none() || self.by.is_none() || self.seen.is_none()) {
+            return Err(Foreign::BadValue("revoked without fences/by/seen".into()));
         }
         Ok(())
     }

@@ -68,7 +68,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         return Ok(crate::supervise::EXIT_CONFIG);
     }
     let me = cfg.instance;
-    let settings = Settings { max_attempts: cfg.max_attempts, ..Settings::default() };
+    let settings = Settings { max_attempts: cfg.max_attempts, lease_ms: Some(cfg.lease_ms), ..Settings::default() };
+    let mut ticks = tokio::time::interval(Duration::from_millis((cfg.lease_ms / 3).max(100)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut w, first) = Worker::start(me, new_incarnation(), settings, now_ms());
     tracing::info!(instance = me, incarnation = %w.incarnation, "booting: replaying the claims topic");
     let mut todo: VecDeque<Action> = first.into();
@@ -109,6 +111,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 }
                 Action::Exit(code) => {
                     stop_job(&mut cancel, &mut job_task).await;
+                    if code == crate::worker::EXIT_REVOKED {
+                        tracing::error!(
+                            instance = me,
+                            "revoked: this instance's lease expired and another instance took its order over; stopping"
+                        );
+                    }
                     if code == crate::worker::EXIT_FENCED {
                         tracing::error!(
                             instance = me,
@@ -146,6 +154,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 todo.push_back(Action::FindOrder);
                 continue;
             }
+            _ = ticks.tick() => Input::Tick,
             _ = term.recv() => { stop_job(&mut cancel, &mut job_task).await; return Ok(143) }
             _ = int.recv() => { stop_job(&mut cancel, &mut job_task).await; return Ok(130) }
         };
@@ -222,6 +231,10 @@ fn log_step(rec: &crate::record::Record, pos: u64) {
         }
         Event::Yielded => {
             tracing::info!(instance = rec.instance, order, event = "yielded", pos, reason = rec.reason.as_deref().unwrap_or(""));
+        }
+        Event::Lease => tracing::debug!(instance = rec.instance, order, event = "lease", pos),
+        Event::Revoked => {
+            tracing::info!(instance = rec.instance, by = rec.by, order, event = "revoked", pos, reason = rec.reason.as_deref().unwrap_or(""));
         }
         ev => tracing::info!(instance = rec.instance, order, event = ev.as_str(), pos, attempt = rec.attempt),
     }

@@ -31,6 +31,10 @@ use std::collections::BTreeMap;
 /// number in the log (a zombie).
 pub const EXIT_FENCED: i32 = 3;
 
+/// Exit status of a process whose hold was revoked after its lease expired
+/// (it was too slow or cut off); unlike a fenced one, it is restarted.
+pub const EXIT_REVOKED: i32 = 4;
+
 /// Attempts of one order before it is completed as `gave_up`.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 
@@ -48,6 +52,9 @@ pub enum Input {
     Orders(BTreeMap<i32, i64>),
     /// The job of the order being run ended.
     JobDone(Outcome),
+    /// Time passed (the shell sends one every lease/3): renew our lease,
+    /// look for expired ones.
+    Tick,
 }
 
 /// What the machine asks the shell to do.
@@ -97,11 +104,15 @@ pub struct Settings {
     /// simulation can show that they catch it (tests/model.rs). Always
     /// `None` in the binary.
     pub flaw: Option<Flaw>,
+    /// The lease: a hold whose instance wrote nothing about it for this long
+    /// (ms, by the reader's clock against the writer's `ts`) may be revoked
+    /// and taken over. `None`: no leases (an order waits for its instance).
+    pub lease_ms: Option<u64>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { max_attempts: DEFAULT_MAX_ATTEMPTS, flaw: None }
+        Settings { max_attempts: DEFAULT_MAX_ATTEMPTS, flaw: None, lease_ms: None }
     }
 }
 
@@ -134,6 +145,10 @@ pub struct Worker {
     seq: u64,
     /// Time (ms since the epoch) given with the newest input; stamps records.
     now: u64,
+    /// When we last wrote about our hold.
+    renewed: u64,
+    /// Revocations we appended: (instance, position of the hold's record).
+    revoking: std::collections::BTreeSet<(u32, u64)>,
 }
 
 impl Worker {
@@ -149,6 +164,8 @@ impl Worker {
             settings,
             seq: 0,
             now,
+            renewed: now,
+            revoking: Default::default(),
         };
         let booted = w.record(Event::Booted, None);
         (w, vec![Action::Append(booted)])
@@ -192,7 +209,81 @@ impl Worker {
             Input::CaughtUp => self.on_caught_up(),
             Input::Orders(ends) => self.on_orders(&ends),
             Input::JobDone(outcome) => self.on_job_done(outcome),
+            Input::Tick => self.on_tick(),
         }
+    }
+
+    /// The order we hold, in the phases where our hold is in the log.
+    fn held(&self) -> Option<OrderId> {
+        match self.phase {
+            Phase::Negotiate { order }
+            | Phase::Decide { order, .. }
+            | Phase::Retry { order, .. }
+            | Phase::Run { order, .. } => Some(order),
+            _ => None,
+        }
+    }
+
+    fn expired(&self, h: &crate::boot::Hold) -> bool {
+        self.settings.lease_ms.is_some_and(|l| self.now.saturating_sub(h.last_ts) > l)
+    }
+
+    fn on_tick(&mut self) -> Vec<Action> {
+        let Some(lease) = self.settings.lease_ms else { return Vec::new() };
+        let mut out = Vec::new();
+        if let Some(order) = self.held() {
+            if self.now.saturating_sub(self.renewed) >= lease / 3 {
+                self.renewed = self.now;
+                let mut r = self.record(Event::Lease, Some(order));
+                r.attempt = self.view.hold(self.me).map_or(1, |h| h.attempt);
+                out.push(Action::Append(r));
+            }
+        }
+        match self.phase {
+            Phase::Negotiate { order } => out.extend(self.negotiate(order)),
+            Phase::Choose => out.extend(self.take_over()),
+            _ => {}
+        }
+        out
+    }
+
+    /// A revocation of instance `j`'s hold, which we saw at its newest record.
+    fn revoke(&mut self, j: u32, h: &crate::boot::Hold) -> Record {
+        self.revoking.insert((j, h.last_pos));
+        let mut r = self.record(Event::Revoked, Some(h.order));
+        r.instance = j;
+        r.by = Some(self.me);
+        r.fences = Some(h.incarnation.clone());
+        r.seen = Some(h.last_pos);
+        r.attempt = h.attempt;
+        r.reason = Some(format!("lease expired: nothing from instance {j} about this order for over {} ms", self.settings.lease_ms.unwrap_or(0)));
+        r
+    }
+
+    /// While idle: take over the oldest hold whose lease expired — revoke
+    /// it, then claim its order through the same negotiation
+    /// (protocol.md, "Leases").
+    fn take_over(&mut self) -> Vec<Action> {
+        if self.phase != Phase::Choose {
+            return Vec::new();
+        }
+        let victim = self
+            .view
+            .instances()
+            .filter(|(j, _)| *j != self.me)
+            .filter_map(|(j, s)| s.hold.clone().map(|h| (j, h)))
+            .filter(|(j, h)| self.expired(h) && !self.revoking.contains(&(*j, h.last_pos)))
+            .min_by_key(|(_, h)| (h.last_ts, h.order));
+        let Some((j, h)) = victim else { return Vec::new() };
+        let revoke = self.revoke(j, &h);
+        let mut claim = self.record(Event::Claimed, Some(h.order));
+        // A committed hold may have run: the takeover's run is a retry.
+        claim.attempt = h.attempt + u32::from(h.committed.is_some());
+        claim.takeover_of = vec![crate::record::Cite { instance: j, incarnation: h.incarnation.clone() }];
+        claim.next = self.view.frontier().clone();
+        self.phase = Phase::Claim { order: h.order, seq: claim.seq };
+        self.renewed = self.now;
+        vec![Action::Append(revoke), Action::Append(claim)]
     }
 
     fn on_record(&mut self, pos: u64, rec: Record) -> Vec<Action> {
@@ -206,6 +297,13 @@ impl Worker {
             return Vec::new();
         }
         let applied = self.view.apply(pos, &rec).is_ok();
+        if applied
+            && rec.event == Event::Revoked
+            && rec.instance == self.me
+            && rec.fences.as_deref() == Some(self.incarnation.as_str())
+        {
+            return self.finish(EXIT_REVOKED);
+        }
         match self.phase.clone() {
             Phase::Boot { seen: false } if self.is_ours(&rec, 1) => {
                 self.phase = Phase::Boot { seen: true };
@@ -273,6 +371,10 @@ impl Worker {
         if self.phase != Phase::Choose {
             return Vec::new();
         }
+        let takeover = self.take_over();
+        if !takeover.is_empty() {
+            return takeover;
+        }
         let Some(mut order) = next_order(&self.view, ends, self.me) else {
             return Vec::new();
         };
@@ -284,6 +386,7 @@ impl Worker {
         claim.next = self.view.frontier().clone();
         claim.next.insert(order.partition, order.offset + 1);
         self.phase = Phase::Claim { order, seq: claim.seq };
+        self.renewed = self.now;
         if self.settings.flaw == Some(Flaw::DecideWithoutReading) {
             // The broken rule: decide on the log as read *before* the claim.
             let mut view = self.view.clone();
@@ -306,7 +409,19 @@ impl Worker {
             decision = Decision::Commit;
         }
         let (event, reason) = match decision {
-            Decision::Wait { .. } => return Vec::new(),
+            Decision::Wait { on } => {
+                // A rival we wait on whose lease expired is revoked, so that
+                // a dead rival does not block the order forever.
+                let mut out = Vec::new();
+                for j in on {
+                    if let Some(h) = self.view.hold(j).filter(|h| h.order == order).cloned() {
+                        if self.expired(&h) && !self.revoking.contains(&(j, h.last_pos)) {
+                            out.push(Action::Append(self.revoke(j, &h)));
+                        }
+                    }
+                }
+                return out;
+            }
             Decision::Commit => (Event::Committed, None),
             Decision::Yield(why) => (Event::Yielded, Some(why)),
         };
@@ -323,6 +438,10 @@ impl Worker {
         match self.view.hold(self.me) {
             Some(h) if h.order == order && h.committed.is_some() => {
                 let attempt = h.attempt;
+                if attempt > self.settings.max_attempts {
+                    let reason = format!("gave up after {} attempts: each run was lost with its instance", attempt - 1);
+                    return self.complete(order, attempt, Outcome::not_run(Status::GaveUp, reason));
+                }
                 self.phase = Phase::Run { order, attempt };
                 vec![Action::Run { order, attempt, retry: attempt > 1 }]
             }
@@ -431,6 +550,72 @@ mod tests {
         let a = log.feed(&mut w, &mut cur);
         assert!(matches!(&a[..], [Action::Append(r)]
             if r.event == Event::Completed && r.outcome.as_ref().unwrap().status == Status::GaveUp));
+    }
+
+    fn leased(me: u32, inc: &str, now: u64) -> (Worker, Vec<Action>) {
+        let settings = Settings { lease_ms: Some(1000), ..Settings::default() };
+        Worker::start(me, inc.into(), settings, now)
+    }
+
+    /// Instance 1 claims and commits order 0:0 at time 0, then goes silent.
+    fn silent_holder(log: &mut Log) -> (Worker, usize) {
+        let (mut w1, a) = leased(1, "one", 0);
+        log.append(&a);
+        let mut c1 = 0;
+        log.feed(&mut w1, &mut c1);
+        let a = w1.handle(Input::Orders(BTreeMap::from([(0, 2)])), 0);
+        log.append(&a);
+        let a = log.feed(&mut w1, &mut c1);
+        log.append(&a);
+        assert!(matches!(&log.feed(&mut w1, &mut c1)[..], [Action::Run { .. }]));
+        (w1, c1)
+    }
+
+    #[test]
+    fn an_expired_hold_is_taken_over_and_its_holder_stops() {
+        let mut log = Log(Vec::new());
+        let (mut w1, mut c1) = silent_holder(&mut log);
+        let (mut w2, a) = leased(2, "two", 5000);
+        log.append(&a);
+        let mut c2 = 0;
+        for input in [Input::CaughtUp] {
+            let _ = w2.handle(input, 5000);
+        }
+        let a = log.feed(&mut w2, &mut c2);
+        assert_eq!(a, vec![Action::FindOrder]);
+        // Idle with an expired hold in sight: revoke it and claim its order.
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
+        assert!(matches!(&a[..], [Action::Append(r), Action::Append(c)]
+            if r.event == Event::Revoked && r.instance == 1 && c.event == Event::Claimed
+               && c.order() == Some(OrderId::new(0, 0)) && c.attempt == 2), "{a:?}");
+        log.append(&a);
+        let a = log.feed(&mut w2, &mut c2);
+        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed), "{a:?}");
+        log.append(&a);
+        let a = log.feed(&mut w2, &mut c2);
+        assert_eq!(a, vec![Action::Run { order: OrderId::new(0, 0), attempt: 2, retry: true }]);
+        // The old holder, cut off until now, reads the revocation and stops.
+        assert_eq!(log.feed(&mut w1, &mut c1), vec![Action::Exit(EXIT_REVOKED)]);
+    }
+
+    #[test]
+    fn a_revocation_after_a_renewal_is_void() {
+        let mut log = Log(Vec::new());
+        let (mut w1, mut c1) = silent_holder(&mut log);
+        let (mut w2, a) = leased(2, "two", 5000);
+        log.append(&a);
+        let mut c2 = 0;
+        log.feed(&mut w2, &mut c2);
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
+        // Instance 1 renews its lease before the revocation lands.
+        let renew = w1.handle(Input::Tick, 5000);
+        assert!(matches!(&renew[..], [Action::Append(r)] if r.event == Event::Lease));
+        log.append(&renew);
+        log.append(&a);
+        let a = log.feed(&mut w2, &mut c2);
+        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Yielded), "{a:?}");
+        assert!(log.feed(&mut w1, &mut c1).is_empty(), "instance 1 keeps its order");
+        assert!(w2.view.hold(1).is_some_and(|h| h.committed.is_some()));
     }
 
     #[test]
