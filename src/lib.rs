@@ -25,3 +25,4 @@ pub mod broker;
 pub mod supervise;
 pub mod dev;
 pub mod status;
+pub mod submit;

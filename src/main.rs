@@ -4,7 +4,7 @@
 //! it runs under a supervisor; the subcommands are for people and scripts.
 
 use clap::{Parser, Subcommand};
-use pool_worker::{broker, config::Config, dev, run, status, supervise};
+use pool_worker::{broker, config::Config, dev, run, status, submit, supervise};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -26,6 +26,8 @@ enum Command {
     Status(status::StatusArgs),
     /// Every claims record about one order (PARTITION:OFFSET), in log order.
     History(status::HistoryArgs),
+    /// Send one order (`-- prog args`, --text or --json-file); --wait for its result.
+    Submit(submit::SubmitArgs),
 }
 
 fn init_logs(json: bool) {
@@ -79,6 +81,10 @@ fn main() -> ExitCode {
         Some(Command::History(args)) => {
             init_logs(false);
             runtime.block_on(status::history(args))
+        }
+        Some(Command::Submit(args)) => {
+            init_logs(false);
+            runtime.block_on(submit::run(args))
         }
     };
     match result {

@@ -1,0 +1,168 @@
+//! `pool_worker submit`: send one order, and optionally wait for its result.
+//!
+//! ```text
+//! pool_worker submit -- sh -c 'echo hi'        # argv, sent as a JSON order
+//! pool_worker submit --text 'echo hi'          # a plain-text command line
+//! pool_worker submit --json order.json         # a JSON order from a file (- for stdin)
+//! pool_worker submit --wait -- make test       # wait, print the result, exit with the job's code
+//! ```
+//!
+//! The order is checked with the workers' own parser before it is sent, so a
+//! malformed order is refused here with the reason instead of being completed
+//! as an error later. It prints the order's `PARTITION:OFFSET` (its identity
+//! in the pool). `--wait` then reads the claims topic until the order's
+//! `completed` record appears, prints the outcome, and exits with the job's
+//! exit code (1 when the order did not run to an exit code, for example a
+//! time-out or a refusal).
+
+use crate::kafka::client_config;
+use crate::record::{Event, OrderId, Outcome, Record};
+use crate::status::Source;
+use anyhow::{bail, Context};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SubmitArgs {
+    /// A plain-text command line (split like a shell would, run without one).
+    #[arg(long, conflicts_with_all = ["json_file", "argv"])]
+    pub text: Option<String>,
+    /// A JSON order from this file (`-` for standard input).
+    #[arg(long = "json-file", value_name = "FILE", conflicts_with = "argv")]
+    pub json_file: Option<String>,
+    /// Wait for the order's completion, print it, exit with the job's code.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value_t = 3600)]
+    pub wait_timeout_secs: u64,
+    #[command(flatten)]
+    pub source: Source,
+    /// The program and its arguments (after `--`).
+    #[arg(last = true)]
+    pub argv: Vec<String>,
+}
+
+impl SubmitArgs {
+    fn payload(&self) -> anyhow::Result<Vec<u8>> {
+        if let Some(t) = &self.text {
+            return Ok(t.clone().into_bytes());
+        }
+        if let Some(f) = &self.json_file {
+            return if f == "-" {
+                let mut v = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut v).context("reading standard input")?;
+                Ok(v)
+            } else {
+                std::fs::read(f).with_context(|| format!("cannot read {f}"))
+            };
+        }
+        if self.argv.is_empty() {
+            bail!("nothing to submit: give `-- PROGRAM ARGS...`, --text or --json-file");
+        }
+        Ok(json!({ "cmd": self.argv }).to_string().into_bytes())
+    }
+}
+
+pub async fn run(args: SubmitArgs) -> anyhow::Result<i32> {
+    let payload = args.payload()?;
+    if let Err(e) = crate::orders::parse(Some(&payload)) {
+        eprintln!("pool_worker submit: not a valid order: {e}");
+        return Ok(2);
+    }
+    let src = &args.source;
+    // Start reading the claims topic at its current end *before* sending, so
+    // that no completion can be missed.
+    let claims_from = {
+        let s = src.clone();
+        tokio::task::spawn_blocking(move || claims_end(&s)).await??
+    };
+    let producer: FutureProducer = client_config(&src.brokers, &BTreeMap::new())
+        .set("acks", "all")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .context("cannot create a Kafka producer")?;
+    let d = producer
+        .send(FutureRecord::<(), [u8]>::to(&src.orders_topic).payload(&payload), Duration::from_secs(30))
+        .await
+        .map_err(|(e, _)| anyhow::anyhow!("cannot send the order to '{}': {e}", src.orders_topic))?;
+    let order = OrderId::new(d.partition, d.offset);
+    if src.json {
+        println!("{}", json!({"event": "submitted", "order": order.to_string()}));
+    } else {
+        println!("{order}");
+    }
+    if !args.wait {
+        return Ok(0);
+    }
+    let s = src.clone();
+    let timeout = Duration::from_secs(args.wait_timeout_secs);
+    let done = tokio::task::spawn_blocking(move || wait_completed(&s, claims_from, order, timeout)).await??;
+    let Some((rec, outcome)) = done else {
+        eprintln!("pool_worker submit: order {order} not completed within {} s", args.wait_timeout_secs);
+        return Ok(124);
+    };
+    if src.json {
+        println!("{}", json!({"event": "completed", "order": order.to_string(), "instance": rec.instance, "outcome": outcome}));
+    } else {
+        print!("{}", outcome.stdout_tail);
+        eprint!("{}", outcome.stderr_tail);
+        eprintln!(
+            "order {order}: {} on instance {} (attempt {}){}{}",
+            outcome.status,
+            rec.instance,
+            rec.attempt,
+            outcome.exit_code.map(|c| format!(", exit {c}")).unwrap_or_default(),
+            outcome.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+        );
+    }
+    Ok(outcome.exit_code.unwrap_or(1).clamp(0, 255))
+}
+
+fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
+    client_config(&src.brokers, &BTreeMap::new())
+        .set("group.id", "pool_worker-submit")
+        .set("enable.auto.commit", "false")
+        .create()
+        .context("cannot create a Kafka consumer")
+}
+
+fn claims_end(src: &Source) -> anyhow::Result<i64> {
+    let c = consumer(src)?;
+    let (_, high) = c
+        .fetch_watermarks(&src.coordination_topic, 0, Duration::from_secs(30))
+        .with_context(|| format!("cannot read topic '{}'", src.coordination_topic))?;
+    Ok(high)
+}
+
+/// Reads the claims topic until a completion of `order` that the replay
+/// accepts (a void one, say of a revoked holder, does not count). The
+/// replay starts at the beginning, as a worker's does; completions are
+/// looked for from `from` on.
+fn wait_completed(src: &Source, from: i64, order: OrderId, timeout: Duration) -> anyhow::Result<Option<(Record, Outcome)>> {
+    let c = consumer(src)?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&src.coordination_topic, 0, Offset::Beginning)?;
+    c.assign(&tpl)?;
+    let mut view = crate::boot::View::new();
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        let Some(Ok(m)) = c.poll(Duration::from_millis(500)) else { continue };
+        let pos = m.offset().max(0) as u64;
+        let Ok(rec) = Record::decode(m.key(), m.payload()) else {
+            view.skip(pos);
+            continue;
+        };
+        let valid = view.apply(pos, &rec).is_ok();
+        if valid && m.offset() >= from && rec.event == Event::Completed && rec.order() == Some(order) {
+            if let Some(o) = rec.outcome.clone() {
+                return Ok(Some((rec, o)));
+            }
+        }
+    }
+    Ok(None)
+}
