@@ -20,6 +20,7 @@
 //! | `ALLOWED_COMMANDS` | comma-separated program names or path prefixes orders may run | all allowed (a warning) |
 //! | `ALLOWED_URLS` | comma-separated URL prefixes URL orders may fetch | all allowed |
 //! | `JOB_ENV_DENY` | comma-separated variable names (or `PREFIX*`) removed from jobs' environment | `KAFKA_*` |
+//! | `RESULTS_TOPIC` | also publish each order's result there, keyed `PARTITION:OFFSET` | none |
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |
 
@@ -42,6 +43,7 @@ struct RawEnv {
     allowed_urls: Option<String>,
     job_env_deny: Option<String>,
     log_format: Option<String>,
+    results_topic: Option<String>,
 }
 
 /// Variables that are pool_worker's own, not librdkafka properties.
@@ -61,6 +63,7 @@ pub struct Config {
     pub allowed_urls: Option<Vec<String>>,
     pub env_deny: Vec<String>,
     pub log_json: bool,
+    pub results_topic: Option<String>,
     /// Extra librdkafka properties (from `KAFKA_<PROPERTY>`).
     pub kafka_props: BTreeMap<String, String>,
 }
@@ -134,6 +137,13 @@ impl Config {
         if orders_topic == coordination_topic {
             return Err(ConfigError("ORDERS_TOPIC and COORDINATION_TOPIC name the same topic".into()));
         }
+        let results_topic = raw.results_topic.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        if let Some(t) = &results_topic {
+            crate::broker::check_topic_name(t).map_err(|e| ConfigError(format!("RESULTS_TOPIC: {e}")))?;
+            if *t == orders_topic || *t == coordination_topic {
+                return Err(ConfigError("RESULTS_TOPIC must differ from ORDERS_TOPIC and COORDINATION_TOPIC".into()));
+            }
+        }
         let brokers = raw.kafka_brokers.map(|s| s.trim().to_string()).unwrap_or_default();
         let brokers = if brokers.is_empty() { "localhost:9092".to_string() } else { brokers };
         let log_json = match raw.log_format.as_deref().map(str::trim) {
@@ -163,6 +173,7 @@ impl Config {
             allowed_urls: list(raw.allowed_urls),
             env_deny: list(raw.job_env_deny).unwrap_or_else(|| vec!["KAFKA_*".to_string()]),
             log_json,
+            results_topic,
             kafka_props,
         })
     }

@@ -51,6 +51,7 @@ pub struct Kafka {
     meta: Arc<BaseConsumer>,
     claims_topic: String,
     orders_topic: String,
+    results_topic: Option<String>,
     instance: u32,
 }
 
@@ -101,6 +102,7 @@ impl Kafka {
             meta: Arc::new(meta),
             claims_topic: cfg.coordination_topic.clone(),
             orders_topic: cfg.orders_topic.clone(),
+            results_topic: cfg.results_topic.clone(),
             instance: cfg.instance,
         })
     }
@@ -177,6 +179,44 @@ impl Kafka {
                     // Not assumed written, not assumed lost: append again; a
                     // second copy is dropped by readers (same seq).
                     tracing::warn!(instance = self.instance, key, error = %e, "append failed; retrying in {:?}", backoff);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    /// Publishes a completion to the results topic, if there is one (seed
+    /// 000's result publication): key `PARTITION:OFFSET`, value the order,
+    /// instance, attempt and outcome. Called *before* the `completed` record
+    /// is appended, so a crash in between publishes the result again rather
+    /// than never: subscribers see each result at least once, keyed by order.
+    pub async fn publish_result(&self, rec: &Record) {
+        let (Some(topic), Some(order), Some(outcome)) = (&self.results_topic, rec.order(), &rec.outcome) else {
+            return;
+        };
+        let value = serde_json::json!({
+            "order": order.to_string(),
+            "partition": order.partition,
+            "offset": order.offset,
+            "instance": rec.instance,
+            "attempt": rec.attempt,
+            "status": outcome.status,
+            "exit_code": outcome.exit_code,
+            "duration_ms": outcome.duration_ms,
+            "reason": outcome.reason,
+            "stdout": outcome.stdout_tail,
+            "stderr": outcome.stderr_tail,
+            "ts": rec.ts,
+        })
+        .to_string();
+        let key = order.to_string();
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match self.producer.send(FutureRecord::to(topic).key(&key).payload(&value), Duration::from_secs(10)).await {
+                Ok(_) => return,
+                Err((e, _)) => {
+                    tracing::warn!(instance = self.instance, topic, error = %e, "publishing the result failed; retrying in {:?}", backoff);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }

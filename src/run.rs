@@ -82,6 +82,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         while let Some(action) = todo.pop_front() {
             match action {
                 Action::Append(rec) => {
+                    if rec.event == Event::Completed {
+                        kafka.publish_result(&rec).await;
+                    }
                     let pos = kafka.append(&rec).await;
                     log_step(&rec, pos);
                 }
