@@ -212,13 +212,12 @@ fn killed_while_running_resumes_as_retry() {
         r.event == Event::Committed && r.order() == Some(id) && r.attempt == 2
     });
     assert!(poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 2).is_some()), "the retry never started");
-    // The killed worker's job may outlive it (see
-    // killed_worker_takes_its_job_with_it); end it here so that this test
-    // checks the protocol only.
-    if alive(first_job) {
-        // SAFETY: killpg on the group of a job this test's pool started.
-        unsafe { libc::killpg(first_job, libc::SIGKILL) };
-    }
+    // The killed worker's job died with it (PR_SET_PDEATHSIG), before the
+    // retry can race it.
+    assert!(
+        poll_until(Duration::from_secs(5), Duration::from_millis(50), || !alive(first_job)),
+        "the job (pid {first_job}) of the SIGKILLed worker is still running"
+    );
     // The new incarnation did not claim again: it resumed its committed hold.
     let inc2 = recs.iter().find(|(_, r)| r.attempt == 2 && r.event == Event::Committed).unwrap().1.incarnation.clone();
     assert!(
@@ -243,13 +242,11 @@ fn killed_while_running_resumes_as_retry() {
 /// must still not outlive it (else it races the retry: the side effect
 /// happens twice).
 ///
-/// BUG (src/job.rs): the job gets its own process group and no
-/// PR_SET_PDEATHSIG, so after `kill -9` of its worker it is reparented to
-/// init and keeps running; with the retry running too, the side effect
-/// happened twice ("ran:2:1" and "ran:1:0" in killed_while_running_resumes_as_retry
-/// when that test does not end the orphan itself).
+/// Regression test: before ca01b48 the job (its own process group, no
+/// PR_SET_PDEATHSIG) was reparented to init and kept running, and with the
+/// retry running too the side effect happened twice ("ran:2:1" and
+/// "ran:1:0").
 #[test]
-#[ignore = "bug: a SIGKILLed worker's job is orphaned and keeps running (no PR_SET_PDEATHSIG on jobs)"]
 fn killed_worker_takes_its_job_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let (ledger, flag) = (dir.path().join("ledger"), dir.path().join("flag"));
@@ -271,10 +268,16 @@ fn killed_worker_takes_its_job_with_it() {
     assert!(gone, "the job (pid {job}) of a SIGKILLed worker is still running 5 s later ({stat})");
 }
 
+/// The wall clock as records carry it. Hand-written records use it so that
+/// their holds are fresh (an old `ts` is an expired lease, taken over).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Hand-written claims records of an older incarnation of instance 1 that
 /// claimed order 0:0 and died before deciding.
 fn old_claim(instance: u32, inc: &str, seq: u64, order: OrderId) -> Record {
-    let mut c = Record::new(instance, Event::Claimed, inc, 1);
+    let mut c = Record::new(instance, Event::Claimed, inc, now_ms());
     c = c.with_order(order);
     c.seq = seq;
     c.attempt = 1;
@@ -283,7 +286,7 @@ fn old_claim(instance: u32, inc: &str, seq: u64, order: OrderId) -> Record {
 }
 
 fn booted(instance: u32, inc: &str) -> Record {
-    let mut b = Record::new(instance, Event::Booted, inc, 1);
+    let mut b = Record::new(instance, Event::Booted, inc, now_ms());
     b.seq = 1;
     b
 }
@@ -342,7 +345,7 @@ fn killed_between_claim_and_decision_yields_to_a_committed_rival() {
     produce_record(broker.bootstrap(), &claims, &booted(2, "dead-2"));
     produce_record(broker.bootstrap(), &claims, &old_claim(2, "dead-2", 2, id));
     produce_record(broker.bootstrap(), &claims, &old_claim(1, "dead-1", 2, id));
-    let mut commit = Record::new(2, Event::Committed, "dead-2", 1).with_order(id);
+    let mut commit = Record::new(2, Event::Committed, "dead-2", now_ms()).with_order(id);
     commit.seq = 3;
     commit.attempt = 1;
     produce_record(broker.bootstrap(), &claims, &commit);
@@ -367,8 +370,7 @@ fn killed_between_claim_and_decision_yields_to_a_committed_rival() {
     audit.check_exactly_once(&[first, second]).unwrap_or_else(|e| panic!("{e}"));
     let t = &audit.orders[&id];
     assert_eq!(t.completions[0].1.instance, 2, "{}", audit.show(first));
-    // (The completion's own attempt field is checked by
-    // a_resumed_run_completes_with_its_attempt.)
+    assert_eq!(t.completions[0].1.attempt, 2, "{}", audit.show(first));
     let commits: Vec<(u32, u32)> = t.decisions.iter().filter(|d| d.2 == Event::Committed).map(|d| (d.1, d.3)).collect();
     assert_eq!(commits, vec![(2, 1), (2, 2)], "{}", audit.show(first));
     assert_eq!(audit.orders[&OrderId::new(second.0, second.1)].completions[0].1.instance, 1);
@@ -416,14 +418,12 @@ fn a_claims_topic_with_3_partitions_is_a_config_error() {
 /// 2; the job is quick. Each `completed` must say attempt 2, like the
 /// `committed` it follows and the job's ORDER_ATTEMPT.
 ///
-/// BUG (src/worker.rs): on resume the machine appends `committed` (attempt
-/// 2) and starts the job at once; `complete` takes the attempt from the
-/// view's hold, which still says 1 when the job ends before the reader has
-/// read the new `committed` back. Observed (1 run in 5 of
-/// killed_between_claim_and_decision_yields_to_a_committed_rival):
-/// `#11 2:committed attempt 2`, `#12 2:completed attempt 1`.
+/// Regression test: before ca01b48 the machine appended `committed`
+/// (attempt 2) and started the job at once, and `complete` took the attempt
+/// from the view's hold, which still said 1 when the job ended before the
+/// new `committed` was read back (`#11 2:committed attempt 2`,
+/// `#12 2:completed attempt 1`; about 1 run in 3).
 #[test]
-#[ignore = "bug: a quick retried job's `completed` can say attempt 1 (worker.rs complete() reads the hold before its new commit is read back); fails about 1 run in 3"]
 fn a_resumed_run_completes_with_its_attempt() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
@@ -437,7 +437,7 @@ fn a_resumed_run_completes_with_its_attempt() {
         let id = OrderId::new(p, o);
         produce_record(broker.bootstrap(), &claims, &booted(i, &inc));
         produce_record(broker.bootstrap(), &claims, &old_claim(i, &inc, 2, id));
-        let mut commit = Record::new(i, Event::Committed, &inc, 1).with_order(id);
+        let mut commit = Record::new(i, Event::Committed, &inc, now_ms()).with_order(id);
         commit.seq = 3;
         commit.attempt = 1;
         produce_record(broker.bootstrap(), &claims, &commit);
