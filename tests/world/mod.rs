@@ -1,0 +1,666 @@
+//! The simulated world shared by the model check (tests/model.rs) and the
+//! deterministic simulation (tests/simulation.rs): a claims log, the
+//! processes of every instance (each one the real [`Worker`] machine of
+//! src/worker.rs, fed exactly the inputs the shell feeds it), the appends in
+//! flight, compaction, and the ghost history that the properties are judged
+//! on.
+//!
+//! Nothing here re-implements a rule of the protocol. The world only moves
+//! records around and feeds them to the machines; the judge (the *referee*)
+//! is a [`View`] of src/boot.rs that reads every record ever delivered, in
+//! log order, never compacted.
+//!
+//! ## The world
+//!
+//! * The log is a vector of entries; compaction marks an entry erased, it
+//!   never moves one (positions are Kafka offsets).
+//! * Each instance number has at most one live process (a [`Worker`]) with a
+//!   read cursor, its appends not yet delivered (FIFO, like one producer),
+//!   whether it asked for orders ([`Action::FindOrder`]) and the job it runs.
+//! * A crash drops the process; its undelivered appends become *orphans*
+//!   that may land later, in any order, or never.
+//! * A duplicate delivery (a producer retry) lands a record and keeps a copy
+//!   as an orphan, which may land again later.
+//! * Compaction erases every record that has a newer record with the same
+//!   key (`rec.key()`, i.e. instance and event) — but only below the
+//!   *horizon*, the smallest of: every live process's read cursor, the
+//!   position of each instance number's newest `booted`, and the position of
+//!   every claim that the referee sees undecided ([`HorizonRule::Claim`]), or
+//!   the position of the first record about the order of such a claim
+//!   ([`HorizonRule::Contest`]). This stands for the claims topic's
+//!   `min.compaction.lag.ms` protecting the records of open negotiations.
+
+#![allow(dead_code)]
+
+use pool_worker::boot::View;
+use pool_worker::dev::describe_record;
+use pool_worker::record::{Event, OrderId, Outcome, Record, Status};
+use pool_worker::worker::{Action, Flaw, Input, Phase, Settings, Worker};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt::Write as _;
+
+/// What compaction must leave alone below an undecided claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HorizonRule {
+    /// Protect the records from each undecided claim on.
+    Claim,
+    /// Protect the records from the first record about the order of each
+    /// undecided claim on (the whole open negotiation, rivals included).
+    Contest,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub instances: u32,
+    pub orders: u32,
+    pub max_crashes: u32,
+    pub max_dups: u32,
+    pub compaction: bool,
+    pub horizon: HorizonRule,
+    pub flaw: Option<Flaw>,
+    /// The supervisor restarts a crashed instance (false: a broken
+    /// supervisor, for the liveness check to catch).
+    pub restart_crashed: bool,
+    /// A `booted` of a dead process (or a retry copy of it) may still land
+    /// after its instance number's next process has started. False: the
+    /// supervisor restarts an instance only once the dead process's appends
+    /// in flight have landed or expired, so a stale `booted` is dropped when
+    /// the next process starts (see `stale_booted_fences_its_successor` in
+    /// tests/model.rs for what happens otherwise).
+    pub stale_boots: bool,
+    /// Partial-order reduction: a read in a phase where the machine does
+    /// not react to what it reads (Boot, Choose, Run) goes on to the end
+    /// of the log, or until the machine acts, in one step.
+    pub batch_reads: bool,
+}
+
+impl Config {
+    pub fn settings(&self) -> Settings {
+        Settings { flaw: self.flaw, ..Settings::default() }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Entry {
+    pub rec: Record,
+    pub erased: bool,
+}
+
+/// One instance number.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Inst {
+    /// The live process, if any.
+    pub worker: Option<Worker>,
+    /// Next log position to read.
+    pub cursor: usize,
+    /// Appends not yet delivered, oldest first.
+    pub pending: VecDeque<Record>,
+    /// The process asked for orders and has not been answered.
+    pub asked: bool,
+    /// The job the process runs.
+    pub running: Option<OrderId>,
+    /// Ghost: the order the process was told to run, until it dies or exits
+    /// (a run is over only once its `completed` is read back).
+    pub ran: Option<OrderId>,
+    /// Processes started so far (names incarnations `<i>.<starts>`).
+    pub starts: u32,
+    /// The last process died by a crash (not by exiting).
+    pub crashed: bool,
+}
+
+/// Ghost history of one order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct OrderGhost {
+    /// The instance that ran it (Action::Run).
+    pub runner: Option<u32>,
+    pub runs: u32,
+    /// How often the runner died while running it.
+    pub deaths_running: u32,
+    /// `completed` records the referee accepted.
+    pub completions: u32,
+    /// A claim of it was accepted.
+    pub claimed: bool,
+    /// Position of the first record about it.
+    pub first_pos: Option<usize>,
+    /// Instances whose `committed` for it the referee accepted.
+    pub committed_by: Vec<u32>,
+}
+
+/// One nondeterministic step.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Start a process for a dead instance.
+    Start(u32),
+    /// Deliver the instance's oldest pending append.
+    Deliver(u32),
+    /// Deliver it and keep a copy that may land again (a producer retry).
+    DeliverDup(u32),
+    /// An orphan (append of a dead process, or a retry copy) lands.
+    Land(usize),
+    /// An orphan is lost for good.
+    Lose(usize),
+    /// Read the next record (erased positions skipped).
+    Read(u32),
+    /// Tell the process it has read everything.
+    CaughtUp(u32),
+    /// Answer FindOrder with the orders' end offsets.
+    Answer(u32),
+    /// The running job ends ok.
+    JobDone(u32),
+    /// The process dies.
+    Crash(u32),
+    /// Compaction below the horizon.
+    Compact,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct World {
+    pub log: Vec<Entry>,
+    /// Instance `i` is `insts[i - 1]`.
+    pub insts: Vec<Inst>,
+    pub orphans: Vec<Record>,
+    pub crashes: u32,
+    pub dups: u32,
+    /// Reads every delivered record, in order, never compacted.
+    pub referee: View,
+    pub orders: Vec<OrderGhost>,
+    pub newest_booted: Vec<Option<usize>>,
+    pub max_claimed: Option<i64>,
+    pub claimed_count: i64,
+    /// Orders with at least one accepted completion.
+    pub completed: u32,
+    /// The first property violated: (property, what happened).
+    pub violation: Option<(&'static str, String)>,
+}
+
+pub const RUN_BY_TWO: &str = "no order is run by two instances";
+pub const RUN_TWICE: &str = "an order is run again only after its runner died running it";
+pub const COMPLETED_TWICE: &str = "no order is completed twice";
+pub const COMPLETED_UNCOMMITTED: &str = "every completion follows a commit by the same instance";
+pub const SKIPPED: &str = "no order is left unclaimed below the highest claimed";
+pub const SAFETY: [&str; 5] = [RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE, COMPLETED_UNCOMMITTED, SKIPPED];
+
+fn ok_outcome() -> Outcome {
+    Outcome {
+        status: Status::Ok,
+        exit_code: Some(0),
+        duration_ms: 0,
+        reason: None,
+        stdout_tail: String::new(),
+        stderr_tail: String::new(),
+    }
+}
+
+impl World {
+    pub fn new(cfg: &Config) -> World {
+        World {
+            log: Vec::new(),
+            insts: vec![Inst::default(); cfg.instances as usize],
+            orphans: Vec::new(),
+            crashes: 0,
+            dups: 0,
+            referee: View::new(),
+            orders: vec![OrderGhost::default(); cfg.orders as usize],
+            newest_booted: vec![None; cfg.instances as usize],
+            max_claimed: None,
+            claimed_count: 0,
+            completed: 0,
+            violation: None,
+        }
+    }
+
+    pub fn all_completed(&self, cfg: &Config) -> bool {
+        self.completed == cfg.orders
+    }
+
+    fn inst(&self, i: u32) -> &Inst {
+        &self.insts[i as usize - 1]
+    }
+
+    fn inst_mut(&mut self, i: u32) -> &mut Inst {
+        &mut self.insts[i as usize - 1]
+    }
+
+    /// The next present position at or after `from`.
+    pub fn next_present(&self, from: usize) -> Option<usize> {
+        (from..self.log.len()).find(|&p| !self.log[p].erased)
+    }
+
+    fn violate(&mut self, prop: &'static str, what: String) {
+        if self.violation.is_none() {
+            self.violation = Some((prop, what));
+        }
+    }
+
+    /// The steps one instance can take (not Crash, not DeliverDup).
+    pub fn instance_steps(&self, i: u32, out: &mut Vec<Step>) {
+        let inst = self.inst(i);
+        let Some(w) = &inst.worker else {
+            out.push(Step::Start(i));
+            return;
+        };
+        if !inst.pending.is_empty() {
+            out.push(Step::Deliver(i));
+        }
+        let at_end = self.next_present(inst.cursor).is_none();
+        if !at_end {
+            out.push(Step::Read(i));
+        } else {
+            // CaughtUp is fed whenever the reader is at the end; in every
+            // phase but a boot that has seen its own `booted` the machine
+            // ignores it (Worker::on_caught_up), so only that one is a step.
+            if w.phase == (Phase::Boot { seen: true }) {
+                out.push(Step::CaughtUp(i));
+            }
+            if inst.asked {
+                out.push(Step::Answer(i));
+            }
+        }
+        if inst.running.is_some() {
+            out.push(Step::JobDone(i));
+        }
+    }
+
+    /// Every step enabled (the model check's branching).
+    pub fn steps(&self, cfg: &Config, out: &mut Vec<Step>) {
+        for i in 1..=cfg.instances {
+            self.instance_steps(i, out);
+            let inst = self.inst(i);
+            if inst.worker.is_some() {
+                if !inst.pending.is_empty() && self.dups < cfg.max_dups {
+                    out.push(Step::DeliverDup(i));
+                }
+                if self.crashes < cfg.max_crashes {
+                    out.push(Step::Crash(i));
+                }
+            }
+        }
+        for k in 0..self.orphans.len() {
+            // Identical orphans give identical successors.
+            if !self.orphans[..k].contains(&self.orphans[k]) {
+                out.push(Step::Land(k));
+            }
+        }
+        if cfg.compaction && !self.erasable(cfg).is_empty() {
+            out.push(Step::Compact);
+        }
+    }
+
+    pub fn step(&mut self, cfg: &Config, s: &Step) {
+        match *s {
+            Step::Start(i) => {
+                if !cfg.stale_boots {
+                    self.orphans.retain(|r| !(r.instance == i && r.event == Event::Booted));
+                }
+                let inst = self.inst_mut(i);
+                inst.starts += 1;
+                let inc = format!("{i}.{}", inst.starts);
+                let (w, acts) = Worker::start(i, inc, cfg.settings(), 0);
+                inst.worker = Some(w);
+                inst.cursor = 0;
+                inst.asked = false;
+                inst.running = None;
+                inst.crashed = false;
+                self.act(i, acts);
+            }
+            Step::Deliver(i) => {
+                let r = self.inst_mut(i).pending.pop_front().expect("pending");
+                self.append(r);
+            }
+            Step::DeliverDup(i) => {
+                let r = self.inst_mut(i).pending.pop_front().expect("pending");
+                self.dups += 1;
+                self.orphans.push(r.clone());
+                self.append(r);
+            }
+            Step::Land(k) => {
+                let r = self.orphans.remove(k);
+                self.append(r);
+            }
+            Step::Lose(k) => {
+                self.orphans.remove(k);
+            }
+            Step::Read(i) => loop {
+                let Some(pos) = self.next_present(self.inst(i).cursor) else { break };
+                let rec = self.log[pos].rec.clone();
+                self.inst_mut(i).cursor = pos + 1;
+                if self.feed(i, Input::Record(pos as u64, rec)) || !cfg.batch_reads {
+                    break;
+                }
+                match &self.inst(i).worker {
+                    Some(w) if matches!(w.phase, Phase::Boot { .. } | Phase::Choose | Phase::Run { .. }) => {}
+                    _ => break,
+                }
+            },
+            Step::CaughtUp(i) => {
+                self.inst_mut(i).cursor = self.log.len();
+                self.feed(i, Input::CaughtUp);
+            }
+            Step::Answer(i) => {
+                self.inst_mut(i).asked = false;
+                self.inst_mut(i).cursor = self.log.len();
+                let ends = BTreeMap::from([(0, cfg.orders as i64)]);
+                self.feed(i, Input::Orders(ends));
+            }
+            Step::JobDone(i) => {
+                self.inst_mut(i).running = None;
+                self.feed(i, Input::JobDone(ok_outcome()));
+            }
+            Step::Crash(i) => {
+                self.crashes += 1;
+                if let Some(o) = self.inst(i).ran {
+                    self.orders[o.offset as usize].deaths_running += 1;
+                }
+                self.kill(i);
+                self.inst_mut(i).crashed = true;
+            }
+            Step::Compact => {
+                for p in self.erasable(cfg) {
+                    self.log[p].erased = true;
+                }
+            }
+        }
+    }
+
+    /// Feeds one input; whether the machine acted.
+    fn feed(&mut self, i: u32, input: Input) -> bool {
+        let acts = match &mut self.inst_mut(i).worker {
+            Some(w) => w.handle(input, 0),
+            None => return false,
+        };
+        let acted = !acts.is_empty();
+        self.act(i, acts);
+        acted
+    }
+
+    fn kill(&mut self, i: u32) {
+        let inst = self.inst_mut(i);
+        inst.worker = None;
+        inst.cursor = 0;
+        inst.asked = false;
+        inst.running = None;
+        inst.ran = None;
+        let pending: Vec<Record> = inst.pending.drain(..).collect();
+        self.orphans.extend(pending);
+    }
+
+    fn act(&mut self, i: u32, acts: Vec<Action>) {
+        for a in acts {
+            match a {
+                Action::Append(r) => self.inst_mut(i).pending.push_back(r),
+                Action::FindOrder => self.inst_mut(i).asked = true,
+                Action::Run { order, attempt, .. } => {
+                    self.inst_mut(i).running = Some(order);
+                    self.inst_mut(i).ran = Some(order);
+                    let og = &mut self.orders[order.offset as usize];
+                    og.runs += 1;
+                    let (prev, runs, deaths) = (og.runner, og.runs, og.deaths_running);
+                    og.runner = Some(i);
+                    if let Some(j) = prev.filter(|j| *j != i) {
+                        self.violate(RUN_BY_TWO, format!("instance {i} runs order {order} (attempt {attempt}), which instance {j} ran"));
+                    } else if runs > 1 + deaths {
+                        self.violate(RUN_TWICE, format!("instance {i} runs order {order} for the {runs}th time (attempt {attempt}) but died running it only {deaths} times"));
+                    }
+                }
+                Action::Exit(_) => self.kill(i),
+            }
+        }
+    }
+
+    /// Lands a record at the end of the log and lets the referee judge it.
+    fn append(&mut self, r: Record) {
+        let pos = self.log.len();
+        if r.event == Event::Booted {
+            self.newest_booted[r.instance as usize - 1] = Some(pos);
+        }
+        if let Some(o) = r.order() {
+            if let Some(og) = self.orders.get_mut(o.offset as usize) {
+                og.first_pos.get_or_insert(pos);
+            }
+        }
+        let accepted = self.referee.apply(pos as u64, &r).is_ok();
+        if accepted {
+            if let Some(o) = r.order() {
+                self.judge(pos, &r, o);
+            }
+        }
+        self.log.push(Entry { rec: r, erased: false });
+    }
+
+    fn judge(&mut self, pos: usize, r: &Record, o: OrderId) {
+        let n = self.orders.len() as i64;
+        if o.offset >= n {
+            return self.violate(SKIPPED, format!("#{pos}: a record about order {o}, which does not exist"));
+        }
+        let og = &mut self.orders[o.offset as usize];
+        match r.event {
+            Event::Claimed => {
+                if !og.claimed {
+                    og.claimed = true;
+                    self.claimed_count += 1;
+                }
+                let max = self.max_claimed.map_or(o.offset, |m| m.max(o.offset));
+                self.max_claimed = Some(max);
+                if self.claimed_count != max + 1 {
+                    self.violate(SKIPPED, format!("#{pos}: order {o} is claimed but {} orders below {max} were never claimed", max + 1 - self.claimed_count));
+                }
+            }
+            Event::Committed => {
+                if !og.committed_by.contains(&r.instance) {
+                    og.committed_by.push(r.instance);
+                }
+            }
+            Event::Completed => {
+                og.completions += 1;
+                let (c, by) = (og.completions, og.committed_by.contains(&r.instance));
+                if c == 1 {
+                    self.completed += 1;
+                }
+                if !by {
+                    self.violate(COMPLETED_UNCOMMITTED, format!("#{pos}: instance {} completed order {o} without a commit of its own", r.instance));
+                } else if c > 1 {
+                    self.violate(COMPLETED_TWICE, format!("#{pos}: order {o} completed for the {c}th time"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The compaction horizon (see the module doc).
+    pub fn horizon(&self, cfg: &Config) -> usize {
+        let mut h = self.log.len();
+        for inst in &self.insts {
+            if inst.worker.is_some() {
+                h = h.min(inst.cursor);
+            }
+        }
+        for p in self.newest_booted.iter().flatten() {
+            h = h.min(*p);
+        }
+        for (_, inst) in self.referee.instances() {
+            if let Some(hold) = inst.hold.as_ref().filter(|h| h.committed.is_none()) {
+                let claim = hold.claim_pos as usize;
+                let p = match cfg.horizon {
+                    HorizonRule::Claim => claim,
+                    HorizonRule::Contest => self
+                        .orders
+                        .get(hold.order.offset as usize)
+                        .and_then(|o| o.first_pos)
+                        .map_or(claim, |f| f.min(claim)),
+                };
+                h = h.min(p);
+            }
+        }
+        h
+    }
+
+    /// Positions that compaction would erase now.
+    pub fn erasable(&self, cfg: &Config) -> Vec<usize> {
+        let h = self.horizon(cfg);
+        if h == 0 {
+            return Vec::new();
+        }
+        // key() is `<instance>:<event>`; (instance, event) is the same key.
+        let mut newest: HashMap<(u32, Event), usize> = HashMap::new();
+        for (p, e) in self.log.iter().enumerate() {
+            if !e.erased {
+                newest.insert((e.rec.instance, e.rec.event), p);
+            }
+        }
+        (0..h)
+            .filter(|&p| !self.log[p].erased && newest[&(self.log[p].rec.instance, self.log[p].rec.event)] > p)
+            .collect()
+    }
+
+    /// The deterministic fair schedule without crashes: the first enabled of
+    /// deliver, land an orphan, read, caught up, answer, finish a job,
+    /// restart a dead instance. Every category but the last is exhausted in
+    /// finitely many steps, so every process gets to move.
+    pub fn fair_step(&self, cfg: &Config) -> Option<Step> {
+        let ids = 1..=cfg.instances;
+        let mut steps = Vec::new();
+        for i in ids.clone() {
+            if self.inst(i).worker.is_some() {
+                self.instance_steps(i, &mut steps);
+            }
+        }
+        let rank = |s: &Step| match s {
+            Step::Deliver(_) => 0,
+            Step::Read(_) => 2,
+            Step::CaughtUp(_) => 3,
+            Step::Answer(_) => 4,
+            Step::JobDone(_) => 5,
+            _ => 9,
+        };
+        if let Some(s) = steps.iter().filter(|s| rank(s) == 0).next() {
+            return Some(s.clone());
+        }
+        if !self.orphans.is_empty() {
+            return Some(Step::Land(0));
+        }
+        if let Some(s) = steps.iter().min_by_key(|s| rank(s)) {
+            return Some(s.clone());
+        }
+        if self.all_completed(cfg) {
+            return None;
+        }
+        ids.into_iter()
+            .find(|&i| {
+                let inst = self.inst(i);
+                inst.worker.is_none() && (cfg.restart_crashed || !inst.crashed)
+            })
+            .map(Step::Start)
+    }
+
+    /// One line per log entry.
+    pub fn describe_log(&self) -> String {
+        let mut s = String::new();
+        for (p, e) in self.log.iter().enumerate() {
+            let _ = writeln!(s, "{}", self.describe_entry(p));
+            let _ = e;
+        }
+        s
+    }
+
+    pub fn describe_entry(&self, p: usize) -> String {
+        let e = &self.log[p];
+        let r = &e.rec;
+        let verdict = {
+            // What the referee said of it: replay the prefix.
+            let mut v = View::new();
+            let mut out = Ok(());
+            for (q, f) in self.log[..=p].iter().enumerate() {
+                out = v.apply(q as u64, &f.rec);
+            }
+            match out {
+                Ok(()) => String::new(),
+                Err(why) => format!(" VOID({why:?})"),
+            }
+        };
+        format!(
+            "  #{p:<3} {:<13} {}  [inc {} seq {}]{}{}",
+            r.key(),
+            describe_record(r),
+            r.incarnation,
+            r.seq,
+            verdict,
+            if e.erased { " (erased by compaction)" } else { "" }
+        )
+    }
+
+    pub fn describe_processes(&self) -> String {
+        let mut s = String::new();
+        for (k, inst) in self.insts.iter().enumerate() {
+            let i = k + 1;
+            match &inst.worker {
+                None => {
+                    let _ = writeln!(s, "  instance {i}: dead{}", if inst.crashed { " (crashed)" } else { "" });
+                }
+                Some(w) => {
+                    let _ = writeln!(
+                        s,
+                        "  instance {i}: {} {:?}, cursor {}, pending {}, asked {}, running {:?}",
+                        w.incarnation,
+                        w.phase,
+                        inst.cursor,
+                        inst.pending.len(),
+                        inst.asked,
+                        inst.running
+                    );
+                }
+            }
+        }
+        if !self.orphans.is_empty() {
+            let o: Vec<String> = self.orphans.iter().map(|r| format!("{} {}", r.key(), describe_record(r))).collect();
+            let _ = writeln!(s, "  orphans in flight: {}", o.join("; "));
+        }
+        s
+    }
+
+    /// Runs the fair schedule from here for at most `bound` steps. Ok(steps)
+    /// when every order is completed; Err(the world where it got stuck).
+    pub fn fair_run(&self, cfg: &Config, bound: usize) -> Result<usize, (World, Vec<Step>)> {
+        let mut w = self.clone();
+        let mut taken = Vec::new();
+        for n in 0..bound {
+            if w.all_completed(cfg) {
+                return Ok(n);
+            }
+            match w.fair_step(cfg) {
+                Some(s) => {
+                    w.step(cfg, &s);
+                    taken.push(s);
+                }
+                None => return Err((w, taken)),
+            }
+        }
+        if w.all_completed(cfg) {
+            Ok(bound)
+        } else {
+            Err((w, taken))
+        }
+    }
+}
+
+/// A readable account of a run: every step, with the records it landed.
+pub fn describe_run(cfg: &Config, start: &World, steps: &[Step]) -> String {
+    let mut w = start.clone();
+    let mut s = String::new();
+    for (n, st) in steps.iter().enumerate() {
+        let before = w.log.len();
+        let erased_before = w.log.iter().filter(|e| e.erased).count();
+        w.step(cfg, st);
+        let mut line = format!("  step {:<3} {:?}", n + 1, st);
+        if let Step::Read(i) = st {
+            let _ = write!(line, " (instance {i} has read up to #{})", w.insts[*i as usize - 1].cursor as i64 - 1);
+        }
+        if let Step::Compact = st {
+            let _ = write!(line, " ({} records erased)", w.log.iter().filter(|e| e.erased).count() - erased_before);
+        }
+        let _ = writeln!(s, "{line}");
+        for p in before..w.log.len() {
+            let _ = writeln!(s, "        lands {}", w.describe_entry(p).trim_start());
+        }
+    }
+    s
+}
