@@ -1,0 +1,963 @@
+//! Performance figures for the pool ("Performance", part 1).
+//!
+//! Run with
+//!
+//! ```text
+//! cargo bench --bench pool
+//! ```
+//!
+//! It builds the release binary (cargo builds `pool_worker` for a bench and
+//! hands its path over as `CARGO_BIN_EXE_pool_worker`), starts the embedded
+//! broker as a child process (`pool_worker broker`), and for each N in
+//! {1, 4, 8}:
+//!
+//! * **pool**: `pool_worker supervise --instances 1-N --json --child-output
+//!   null --restart-delay-ms 0` on a fresh orders/claims topic pair (orders
+//!   topic with N partitions), a burst of M trivial orders (`true`), then L
+//!   orders sent one at a time (each after the previous completed);
+//! * **baseline**: N plain rdkafka consumer-group members (threads of this
+//!   program, one shared `group.id`, `enable.auto.commit=false`, each message
+//!   run with `std::process::Command` and its offset committed synchronously
+//!   afterwards) on a fresh topic with the same payloads and partitions.
+//!
+//! Then boot time against the size of the claims history (K pre-filled
+//! orders). Everything prints to stdout and goes to bench/RESULTS.md. This
+//! is a report: nothing here asserts on a timing. Every wait is bounded; a
+//! case that does not finish in time is reported as incomplete.
+//!
+//! Knobs (environment): BENCH_NS (default `1,4,8`), BENCH_MS (orders per
+//! burst for each N, default `60,150,250`, sized so that each burst fits
+//! the case time limit at the pool's measured rate), BENCH_SEQ (orders sent
+//! one at a time, default 10), BENCH_KS (history sizes, default
+//! `1000,10000,100000`, empty to skip), BENCH_K_RUNS (boots per K, default 3),
+//! BENCH_RESTART_DELAY_MS (default 0), BENCH_CASE_SECS (default 120),
+//! BENCH_OUT (default bench/RESULTS.md; `-` for none).
+
+use pool_worker::record::{Event, OrderId, Outcome, Record, Status};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pool_worker");
+const PAYLOAD: &str = "true";
+
+fn now_ms() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_micros() as f64 / 1000.0)
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+fn env_list(name: &str, default: &str) -> Vec<usize> {
+    env_or(name, default).split(',').filter_map(|s| s.trim().parse().ok()).collect()
+}
+
+fn progress(msg: impl AsRef<str>) {
+    println!("# {}", msg.as_ref());
+    let _ = std::io::stdout().flush();
+}
+
+/// Nearest-rank percentile of unsorted data (None when empty).
+fn pct(data: &[f64], p: f64) -> Option<f64> {
+    if data.is_empty() {
+        return None;
+    }
+    let mut v = data.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
+    Some(v[rank.min(v.len()) - 1])
+}
+
+fn fmt_ms(v: Option<f64>) -> String {
+    match v {
+        Some(x) if x >= 100.0 => format!("{x:.0}"),
+        Some(x) => format!("{x:.1}"),
+        None => "-".into(),
+    }
+}
+
+// ---------------------------------------------------------------- broker
+
+/// `pool_worker broker` as a child; topics are created over its stdin.
+struct BrokerProc {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+    bootstrap: String,
+}
+
+impl BrokerProc {
+    fn start(run: &str) -> BrokerProc {
+        let mut child = Command::new(BIN)
+            .args(["broker", "--orders-partitions", "1"])
+            .args(["--orders-topic", &format!("{run}-init-orders")])
+            .args(["--coordination-topic", &format!("{run}-init-claims")])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cannot start `pool_worker broker`");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("broker output");
+        let bootstrap = line.trim().strip_prefix("bootstrap ").expect("bootstrap line").to_string();
+        BrokerProc { child, stdin, stdout, bootstrap }
+    }
+
+    fn create(&mut self, topic: &str, partitions: i32) {
+        writeln!(self.stdin, "create {topic} {partitions}").expect("broker stdin");
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("broker reply");
+        assert!(line.starts_with("ok create"), "broker: {line}");
+    }
+
+    fn quit(mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------- producing
+
+/// Delivery reports: index of the send -> (partition, offset).
+#[derive(Default)]
+struct Acks {
+    acks: Mutex<HashMap<usize, (i32, i64)>>,
+    failed: AtomicUsize,
+}
+
+struct AckCtx(Arc<Acks>);
+
+impl ClientContext for AckCtx {}
+
+impl ProducerContext for AckCtx {
+    type DeliveryOpaque = usize;
+    fn delivery(&self, r: &DeliveryResult<'_>, idx: usize) {
+        match r {
+            Ok(m) => {
+                self.0.acks.lock().unwrap().insert(idx, (m.partition(), m.offset()));
+            }
+            Err(_) => {
+                self.0.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// A producer of orders that remembers when each was sent.
+struct Sender {
+    producer: ThreadedProducer<AckCtx>,
+    acks: Arc<Acks>,
+    sent: Vec<f64>,
+}
+
+impl Sender {
+    fn new(bootstrap: &str) -> Sender {
+        let acks = Arc::new(Acks::default());
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "0")
+            .set("acks", "all")
+            .create_with_context(AckCtx(acks.clone()))
+            .expect("producer");
+        Sender { producer, acks, sent: Vec::new() }
+    }
+
+    /// Sends one order; returns its index.
+    fn send(&mut self, topic: &str, partition: i32) -> usize {
+        let idx = self.sent.len();
+        self.sent.push(now_ms());
+        let mut rec: BaseRecord<'_, (), str, usize> =
+            BaseRecord::with_opaque_to(topic, idx).payload(PAYLOAD).partition(partition);
+        loop {
+            match self.producer.send(rec) {
+                Ok(()) => return idx,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    rec = r;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => panic!("produce: {e}"),
+            }
+        }
+    }
+
+    /// (partition, offset) -> send time of the given sends, once acknowledged.
+    fn positions(&self, idxs: &[usize]) -> HashMap<(i32, i64), f64> {
+        let _ = self.producer.flush(Duration::from_secs(30));
+        let acks = self.acks.acks.lock().unwrap();
+        idxs.iter().filter_map(|i| acks.get(i).map(|&po| (po, self.sent[*i]))).collect()
+    }
+}
+
+// ---------------------------------------------------------------- claims reader
+
+struct Seen {
+    /// Arrival (bench wall clock, ms), log position, record.
+    recs: Vec<(f64, i64, Record)>,
+}
+
+/// Reads a claims topic on a thread into a shared list.
+struct Reader {
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Reader {
+    fn start(bootstrap: &str, topic: &str, from: Offset) -> Reader {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", format!("{topic}-bench-reader"))
+            .set("enable.auto.commit", "false")
+            .set("fetch.wait.max.ms", "5")
+            .create()
+            .expect("reader");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, from).unwrap();
+        consumer.assign(&tpl).expect("assign");
+        let seen = Arc::new(Mutex::new(Seen { recs: Vec::new() }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s2, st2) = (seen.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !st2.load(Ordering::Relaxed) {
+                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(20)) {
+                    if let Ok(r) = Record::decode(m.key(), m.payload()) {
+                        s2.lock().unwrap().recs.push((now_ms(), m.offset(), r));
+                    }
+                }
+            }
+        });
+        Reader { seen, stop, thread: Some(thread) }
+    }
+
+    fn snapshot(&self) -> Vec<(f64, i64, Record)> {
+        self.seen.lock().unwrap().recs.clone()
+    }
+
+    /// Completed orders so far: order -> the record's ts (worker clock).
+    fn completions(&self) -> HashMap<(i32, i64), f64> {
+        let seen = self.seen.lock().unwrap();
+        seen.recs
+            .iter()
+            .filter(|(_, _, r)| r.event == Event::Completed && r.by.is_none())
+            .filter_map(|(_, _, r)| r.order().map(|o| ((o.partition, o.offset), r.ts as f64)))
+            .collect()
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- RSS sampling
+
+/// Samples VmHWM of live pids every few milliseconds.
+struct Sampler {
+    live: Arc<Mutex<HashSet<u32>>>,
+    hwm: Arc<Mutex<HashMap<u32, u64>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn vm_hwm_kb(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+impl Sampler {
+    fn start() -> Sampler {
+        let live = Arc::new(Mutex::new(HashSet::new()));
+        let hwm = Arc::new(Mutex::new(HashMap::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (l2, h2, s2) = (live.clone(), hwm.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s2.load(Ordering::Relaxed) {
+                let pids: Vec<u32> = l2.lock().unwrap().iter().copied().collect();
+                for pid in pids {
+                    match vm_hwm_kb(pid) {
+                        Some(kb) => {
+                            let mut h = h2.lock().unwrap();
+                            let e = h.entry(pid).or_insert(0);
+                            *e = (*e).max(kb);
+                        }
+                        None => {
+                            l2.lock().unwrap().remove(&pid);
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Sampler { live, hwm, stop, thread: Some(thread) }
+    }
+
+    fn peaks_kb(&self) -> Vec<f64> {
+        self.hwm.lock().unwrap().values().map(|&k| k as f64).collect()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- supervisor
+
+#[derive(Clone, Debug)]
+struct Started {
+    at: f64,
+    pid: u32,
+}
+
+struct Supervisor {
+    child: Child,
+    started: Arc<Mutex<Vec<Started>>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Supervisor {
+    fn start(n: usize, env: &[(&str, String)], restart_delay_ms: u64, sampler: &Sampler) -> Supervisor {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["supervise", "--instances", &format!("1-{n}"), "--json", "--child-output", "null"])
+            .args(["--restart-delay-ms", &restart_delay_ms.to_string(), "--stop-grace-ms", "2000"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("cannot start `pool_worker supervise`");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let started = Arc::new(Mutex::new(Vec::new()));
+        let (st2, live) = (started.clone(), sampler.live.clone());
+        let reader = std::thread::spawn(move || {
+            for line in out.lines() {
+                let Ok(line) = line else { break };
+                let at = now_ms();
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+                match v["event"].as_str() {
+                    Some("started") => {
+                        let pid = v["pid"].as_u64().unwrap_or(0) as u32;
+                        live.lock().unwrap().insert(pid);
+                        st2.lock().unwrap().push(Started { at, pid });
+                    }
+                    _ => {}
+                }
+            }
+        });
+        Supervisor { child, started, reader: Some(reader) }
+    }
+
+    fn stop(mut self) {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// The pid an incarnation id starts with (`{pid:x}-{hash}`, see run.rs).
+fn pid_of(incarnation: &str) -> Option<u32> {
+    u32::from_str_radix(incarnation.split('-').next()?, 16).ok()
+}
+
+// ---------------------------------------------------------------- results
+
+#[derive(Default, Clone)]
+struct CaseResult {
+    what: String,
+    n: usize,
+    m: usize,
+    done: usize,
+    secs: f64,
+    incomplete: Option<String>,
+    /// Burst latencies (send -> completion), ms.
+    burst_lat: Vec<f64>,
+    /// Latencies of orders sent one at a time, ms.
+    seq_lat: Vec<f64>,
+    seq_sent: usize,
+    /// Pool only.
+    boot_ready: Vec<f64>,
+    boot_connect: Vec<f64>,
+    processes: usize,
+    rss_kb: Vec<f64>,
+    records_per_order: f64,
+    yields: usize,
+    rebalance_ms: Option<f64>,
+}
+
+impl CaseResult {
+    fn rate(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.done as f64 / self.secs
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Waits until `done()` reaches `want` or `deadline`; prints progress.
+fn wait_for(label: &str, want: usize, deadline: Instant, mut done: impl FnMut() -> usize) -> usize {
+    let mut last_print = Instant::now();
+    loop {
+        let d = done();
+        if d >= want || Instant::now() > deadline {
+            return d;
+        }
+        if last_print.elapsed() > Duration::from_secs(5) {
+            progress(format!("{label}: {d}/{want}"));
+            last_print = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+struct Bench {
+    broker: BrokerProc,
+    run: String,
+    restart_delay_ms: u64,
+    case_secs: u64,
+    seq: usize,
+}
+
+impl Bench {
+    fn pool_case(&mut self, n: usize, m: usize) -> CaseResult {
+        let orders = format!("{}-n{n}-orders", self.run);
+        let claims = format!("{}-n{n}-claims", self.run);
+        self.broker.create(&orders, n as i32);
+        self.broker.create(&claims, 1);
+        let mut res = CaseResult { what: "pool".into(), n, m, ..Default::default() };
+        let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Beginning);
+        let sampler = Sampler::start();
+        let env = vec![
+            ("KAFKA_BROKERS", self.broker.bootstrap.clone()),
+            ("ORDERS_TOPIC", orders.clone()),
+            ("COORDINATION_TOPIC", claims.clone()),
+        ];
+        let sup = Supervisor::start(n, &env, self.restart_delay_ms, &sampler);
+        // Ready: every instance has booted (and, a moment later, is idle).
+        let booted = |r: &Reader| {
+            let s = r.seen.lock().unwrap();
+            s.recs.iter().filter(|(_, _, r)| r.event == Event::Booted).map(|(_, _, r)| r.instance).collect::<HashSet<_>>().len()
+        };
+        let b = wait_for(&format!("pool N={n} booting"), n, Instant::now() + Duration::from_secs(60), || booted(&reader));
+        if b < n {
+            res.incomplete = Some(format!("only {b}/{n} instances booted in 60 s"));
+            sup.stop();
+            return res;
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+
+        progress(format!("pool N={n}: sending {m} orders"));
+        let mut sender = Sender::new(&self.broker.bootstrap);
+        let t0 = now_ms();
+        let idxs: Vec<usize> = (0..m).map(|i| sender.send(&orders, (i % n) as i32)).collect();
+        let sent = sender.positions(&idxs);
+        let deadline = Instant::now() + Duration::from_secs(self.case_secs);
+        let done = wait_for(&format!("pool N={n} completed"), m, deadline, || {
+            let c = reader.completions();
+            sent.keys().filter(|k| c.contains_key(k)).count()
+        });
+        let comp = reader.completions();
+        let ends: Vec<f64> = sent.keys().filter_map(|k| comp.get(k)).copied().collect();
+        res.done = done;
+        let last = ends.iter().cloned().fold(t0, f64::max);
+        res.secs = (last - t0) / 1000.0;
+        res.burst_lat = sent.iter().filter_map(|(k, s)| comp.get(k).map(|c| c - s)).collect();
+        if done < m {
+            res.incomplete = Some(format!("{done}/{m} completed in {} s", self.case_secs));
+        }
+        let burst_end = last;
+
+        // Orders one at a time.
+        if res.incomplete.is_none() {
+            progress(format!("pool N={n}: {} orders one at a time", self.seq));
+            for j in 0..self.seq {
+                let idx = sender.send(&orders, (j % n) as i32);
+                let pos = sender.positions(&[idx]);
+                let Some((&key, &s)) = pos.iter().next() else { break };
+                let dl = Instant::now() + Duration::from_secs(20);
+                let got = wait_for("pool one order", 1, dl, || reader.completions().contains_key(&key) as usize);
+                res.seq_sent += 1;
+                if got == 0 {
+                    res.incomplete = Some(format!("order {j} of the one-at-a-time phase did not complete in 20 s"));
+                    break;
+                }
+                res.seq_lat.push(reader.completions()[&key] - s);
+            }
+        }
+        let started = sup.started.lock().unwrap().clone();
+        sup.stop();
+
+        // The claims log of the burst.
+        let recs = reader.snapshot();
+        let burst_orders: HashSet<(i32, i64)> = sent.keys().copied().collect();
+        let mut per_order: HashMap<(i32, i64), usize> = HashMap::new();
+        for (_, _, r) in &recs {
+            if let Some(o) = r.order() {
+                if burst_orders.contains(&(o.partition, o.offset)) {
+                    *per_order.entry((o.partition, o.offset)).or_default() += 1;
+                    if r.event == Event::Yielded {
+                        res.yields += 1;
+                    }
+                }
+            }
+        }
+        res.records_per_order = per_order.values().sum::<usize>() as f64 / per_order.len().max(1) as f64;
+        // Boot: per incarnation started during the burst, supervisor's
+        // `started` -> its `booted` ts (connect) and -> its first `claimed` ts
+        // (ready to claim: the replay has caught up and it picked an order).
+        let mut booted_ts: HashMap<u32, f64> = HashMap::new();
+        let mut claimed_ts: HashMap<u32, f64> = HashMap::new();
+        for (_, _, r) in &recs {
+            let Some(pid) = pid_of(&r.incarnation) else { continue };
+            if r.by.is_some() {
+                continue;
+            }
+            match r.event {
+                Event::Booted => {
+                    booted_ts.entry(pid).or_insert(r.ts as f64);
+                }
+                Event::Claimed => {
+                    claimed_ts.entry(pid).or_insert(r.ts as f64);
+                }
+                _ => {}
+            }
+        }
+        for s in started.iter().filter(|s| s.at >= t0 && s.at < burst_end) {
+            res.processes += 1;
+            if let Some(b) = booted_ts.get(&s.pid) {
+                res.boot_connect.push(b - s.at);
+            }
+            if let Some(c) = claimed_ts.get(&s.pid) {
+                if *c <= burst_end {
+                    res.boot_ready.push(c - s.at);
+                }
+            }
+        }
+        res.rss_kb = sampler.peaks_kb();
+        res
+    }
+
+    fn baseline_case(&mut self, n: usize, m: usize) -> CaseResult {
+        let topic = format!("{}-n{n}-baseline", self.run);
+        self.broker.create(&topic, n as i32);
+        let mut res = CaseResult { what: "baseline".into(), n, m, ..Default::default() };
+        let group = format!("{}-n{n}-group", self.run);
+        let stop = Arc::new(AtomicBool::new(false));
+        let assigned: Arc<Vec<AtomicUsize>> = Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect());
+        let done: Arc<Mutex<HashMap<(i32, i64), f64>>> = Arc::new(Mutex::new(HashMap::new()));
+        let t_join = Instant::now();
+        let threads: Vec<JoinHandle<()>> = (0..n)
+            .map(|i| {
+                let consumer: BaseConsumer = ClientConfig::new()
+                    .set("bootstrap.servers", &self.broker.bootstrap)
+                    .set("group.id", &group)
+                    .set("enable.auto.commit", "false")
+                    .set("auto.offset.reset", "earliest")
+                    // Same long-poll bound as the pool's consumers (src/kafka.rs).
+                    .set("fetch.wait.max.ms", "100")
+                    .create()
+                    .expect("consumer");
+                consumer.subscribe(&[&topic]).expect("subscribe");
+                let (stop, assigned, done) = (stop.clone(), assigned.clone(), done.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let msg = consumer.poll(Duration::from_millis(50));
+                        if let Ok(a) = consumer.assignment() {
+                            assigned[i].store(a.count(), Ordering::Relaxed);
+                        }
+                        let Some(Ok(m)) = msg else { continue };
+                        let text = m.payload().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
+                        let argv = shell_words::split(&text).unwrap_or_default();
+                        if let Some((prog, args)) = argv.split_first() {
+                            let _ = Command::new(prog)
+                                .args(args)
+                                .stdin(Stdio::null())
+                                .stdout(Stdio::null())
+                                .stderr(Stdio::null())
+                                .status();
+                        }
+                        let mut backoff = 0;
+                        while let Err(e) = consumer.commit_message(&m, CommitMode::Sync) {
+                            backoff += 1;
+                            if backoff > 50 {
+                                eprintln!("baseline: commit failed: {e}");
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        done.lock().unwrap().insert((m.partition(), m.offset()), now_ms());
+                    }
+                })
+            })
+            .collect();
+        let ok = wait_for(&format!("baseline N={n} joining the group"), n, Instant::now() + Duration::from_secs(60), || {
+            let counts: Vec<usize> = assigned.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+            if counts.iter().all(|&c| c >= 1) && counts.iter().sum::<usize>() == n {
+                n
+            } else {
+                0
+            }
+        });
+        res.rebalance_ms = Some(t_join.elapsed().as_secs_f64() * 1000.0);
+        if ok < n {
+            res.incomplete = Some("the group did not assign every member a partition in 60 s".into());
+        } else {
+            std::thread::sleep(Duration::from_millis(500));
+            progress(format!("baseline N={n}: sending {m} orders (group assigned after {:.0} ms)", res.rebalance_ms.unwrap()));
+            let mut sender = Sender::new(&self.broker.bootstrap);
+            let t0 = now_ms();
+            let idxs: Vec<usize> = (0..m).map(|i| sender.send(&topic, (i % n) as i32)).collect();
+            let sent = sender.positions(&idxs);
+            let deadline = Instant::now() + Duration::from_secs(self.case_secs);
+            let got = wait_for(&format!("baseline N={n} completed"), m, deadline, || {
+                let d = done.lock().unwrap();
+                sent.keys().filter(|k| d.contains_key(k)).count()
+            });
+            let comp = done.lock().unwrap().clone();
+            res.done = got;
+            let last = sent.keys().filter_map(|k| comp.get(k)).cloned().fold(t0, f64::max);
+            res.secs = (last - t0) / 1000.0;
+            res.burst_lat = sent.iter().filter_map(|(k, s)| comp.get(k).map(|c| c - s)).collect();
+            if got < m {
+                res.incomplete = Some(format!("{got}/{m} completed in {} s", self.case_secs));
+            } else {
+                progress(format!("baseline N={n}: {} orders one at a time", self.seq));
+                for j in 0..self.seq {
+                    let idx = sender.send(&topic, (j % n) as i32);
+                    let pos = sender.positions(&[idx]);
+                    let Some((&key, &s)) = pos.iter().next() else { break };
+                    let dl = Instant::now() + Duration::from_secs(20);
+                    let got = wait_for("baseline one order", 1, dl, || done.lock().unwrap().contains_key(&key) as usize);
+                    res.seq_sent += 1;
+                    if got == 0 {
+                        res.incomplete = Some(format!("order {j} of the one-at-a-time phase did not complete in 20 s"));
+                        break;
+                    }
+                    res.seq_lat.push(done.lock().unwrap()[&key] - s);
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            let _ = t.join();
+        }
+        res
+    }
+
+    /// Boot time of one instance against K completed orders in the claims
+    /// topic (each pre-filled as booted/claimed/committed/completed).
+    fn history_case(&mut self, k: usize, runs: usize) -> HistResult {
+        let orders = format!("{}-k{k}-orders", self.run);
+        let claims = format!("{}-k{k}-claims", self.run);
+        self.broker.create(&orders, 1);
+        self.broker.create(&claims, 1);
+        let mut res = HistResult { k, ..Default::default() };
+        progress(format!("history K={k}: pre-filling {k} orders and {} claims records", 4 * k));
+        let t = Instant::now();
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.broker.bootstrap)
+            .set("linger.ms", "20")
+            .set("batch.num.messages", "10000")
+            .set("queue.buffering.max.messages", "1000000")
+            .set("queue.buffering.max.kbytes", "1048576")
+            .create()
+            .expect("producer");
+        let produce = |topic: &str, key: Option<&str>, value: &[u8]| {
+            let mut rec: BaseRecord<'_, str, [u8]> = BaseRecord::to(topic).payload(value).partition(0);
+            if let Some(k) = key {
+                rec = rec.key(k);
+            }
+            loop {
+                match producer.send(rec) {
+                    Ok(()) => return,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                        rec = r;
+                        producer.poll(Duration::from_millis(5));
+                    }
+                    Err((e, _)) => panic!("produce: {e}"),
+                }
+            }
+        };
+        for i in 0..k {
+            produce(&orders, None, PAYLOAD.as_bytes());
+            if i % 10_000 == 0 {
+                producer.poll(Duration::ZERO);
+            }
+        }
+        let ts = now_ms() as u64;
+        for i in 0..k {
+            let inst = 1000 + (i % 100) as u32;
+            let inc = format!("pre-{i}");
+            let order = OrderId::new(0, i as i64);
+            let mut b = Record::new(inst, Event::Booted, &inc, ts);
+            b.seq = 1;
+            let mut c = Record::new(inst, Event::Claimed, &inc, ts).with_order(order);
+            c.seq = 2;
+            c.attempt = 1;
+            c.next.insert(0, i as i64 + 1);
+            let mut cm = Record::new(inst, Event::Committed, &inc, ts).with_order(order);
+            cm.seq = 3;
+            cm.attempt = 1;
+            let mut d = Record::new(inst, Event::Completed, &inc, ts).with_order(order);
+            d.seq = 4;
+            d.attempt = 1;
+            d.outcome = Some(Outcome { status: Status::Ok, exit_code: Some(0), duration_ms: 1, reason: None, stdout_tail: String::new(), stderr_tail: String::new() });
+            for r in [b, c, cm, d] {
+                produce(&claims, Some(&r.key()), &r.encode());
+            }
+            if i % 10_000 == 0 {
+                producer.poll(Duration::ZERO);
+            }
+        }
+        if producer.flush(Duration::from_secs(120)).is_err() {
+            res.incomplete = Some("pre-fill not flushed in 120 s".into());
+            return res;
+        }
+        res.prefill_secs = t.elapsed().as_secs_f64();
+        progress(format!("history K={k}: pre-filled in {:.1} s", res.prefill_secs));
+
+        let meta: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.broker.bootstrap)
+            .set("group.id", format!("{claims}-meta"))
+            .create()
+            .expect("consumer");
+        let mut sender = Sender::new(&self.broker.bootstrap);
+        for run in 0..runs {
+            let (_, high) = meta.fetch_watermarks(&claims, 0, Duration::from_secs(10)).expect("watermarks");
+            let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Offset(high));
+            let idx = sender.send(&orders, 0);
+            let _ = sender.positions(&[idx]);
+            let start_ms = now_ms();
+            let t = Instant::now();
+            let mut child = Command::new(BIN)
+                .env("KAFKA_BROKERS", &self.broker.bootstrap)
+                .env("ORDERS_TOPIC", &orders)
+                .env("COORDINATION_TOPIC", &claims)
+                .env("INSTANCE_NUMBER", "1")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("worker");
+            let pid = child.id();
+            let mut peak = 0;
+            let exited = loop {
+                if let Some(kb) = vm_hwm_kb(pid) {
+                    peak = peak.max(kb);
+                }
+                if let Ok(Some(_)) = child.try_wait() {
+                    break true;
+                }
+                if t.elapsed() > Duration::from_secs(self.case_secs) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            let exit_ms = t.elapsed().as_secs_f64() * 1000.0;
+            std::thread::sleep(Duration::from_millis(300));
+            let recs = reader.snapshot();
+            let mine = |ev: Event| {
+                recs.iter()
+                    .find(|(_, _, r)| r.event == ev && r.by.is_none() && pid_of(&r.incarnation) == Some(pid))
+                    .map(|(_, _, r)| r.ts as f64 - start_ms)
+            };
+            if !exited {
+                res.incomplete = Some(format!("run {run}: the worker did not finish in {} s", self.case_secs));
+            }
+            res.runs.push(HistRun { connect: mine(Event::Booted), ready: mine(Event::Claimed), done: mine(Event::Completed), exit_ms, rss_kb: peak });
+            progress(format!(
+                "history K={k} run {run}: start->booted {} ms, start->claimed {} ms, exit after {:.0} ms, peak RSS {} kB",
+                fmt_ms(mine(Event::Booted)),
+                fmt_ms(mine(Event::Claimed)),
+                exit_ms,
+                peak
+            ));
+            if !exited {
+                break;
+            }
+        }
+        res
+    }
+}
+
+#[derive(Default)]
+struct HistRun {
+    connect: Option<f64>,
+    ready: Option<f64>,
+    done: Option<f64>,
+    exit_ms: f64,
+    rss_kb: u64,
+}
+
+#[derive(Default)]
+struct HistResult {
+    k: usize,
+    prefill_secs: f64,
+    runs: Vec<HistRun>,
+    incomplete: Option<String>,
+}
+
+fn median(v: Vec<f64>) -> Option<f64> {
+    pct(&v, 50.0)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing to parse.
+    let ns = env_list("BENCH_NS", "1,4,8");
+    let ms = env_list("BENCH_MS", "60,150,250");
+    let ks = env_list("BENCH_KS", "1000,10000,100000");
+    let k_runs = env_or("BENCH_K_RUNS", "3").parse().unwrap_or(3);
+    let seq = env_or("BENCH_SEQ", "10").parse().unwrap_or(10);
+    let restart_delay_ms: u64 = env_or("BENCH_RESTART_DELAY_MS", "0").parse().unwrap_or(0);
+    let case_secs: u64 = env_or("BENCH_CASE_SECS", "120").parse().unwrap_or(120);
+    let out = env_or("BENCH_OUT", concat!(env!("CARGO_MANIFEST_DIR"), "/bench/RESULTS.md"));
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let run = format!("bench{}-{}", std::process::id(), (now_ms() as u64) % 1_000_000);
+    let date = Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    progress(format!("pool_worker bench: binary {BIN}, {cores} cores, N {ns:?}, M {ms:?}, one-at-a-time {seq}, restart delay {restart_delay_ms} ms"));
+    let broker = BrokerProc::start(&run);
+    progress(format!("broker at {}", broker.bootstrap));
+    let mut bench = Bench { broker, run, restart_delay_ms, case_secs, seq };
+
+    let mut cases: Vec<(CaseResult, CaseResult)> = Vec::new();
+    for (i, &n) in ns.iter().enumerate() {
+        let m = ms.get(i).or(ms.last()).copied().unwrap_or(200);
+        progress(format!("=== N={n}, M={m}: pool"));
+        let p = bench.pool_case(n, m);
+        progress(format!("pool N={n}: {} orders in {:.2} s = {:.1} orders/s{}", p.done, p.secs, p.rate(), p.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
+        progress(format!("=== N={n}, M={m}: baseline"));
+        let b = bench.baseline_case(n, m);
+        progress(format!("baseline N={n}: {} orders in {:.2} s = {:.1} orders/s{}", b.done, b.secs, b.rate(), b.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
+        cases.push((p, b));
+    }
+    let mut hist = Vec::new();
+    for &k in &ks {
+        hist.push(bench.history_case(k, k_runs));
+    }
+    bench.broker.quit();
+
+    // ------------------------------------------------------------ report
+    let mut r = String::new();
+    use std::fmt::Write as _;
+    let _ = writeln!(r, "## Throughput and latency\n");
+    let _ = writeln!(r, "| N | system | orders | done | orders/s | pool/baseline | burst p50 ms | burst p99 ms | 1-at-a-time p50 ms | 1-at-a-time p99 ms | note |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for (p, b) in &cases {
+        let ratio = if b.rate() > 0.0 { format!("{:.3}", p.rate() / b.rate()) } else { "-".into() };
+        for (c, ratio) in [(p, ratio.as_str()), (b, "")] {
+            let note = c.incomplete.clone().map(|s| format!("INCOMPLETE: {s}")).unwrap_or_default();
+            let _ = writeln!(
+                r,
+                "| {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} |",
+                c.n, c.what, c.m, c.done, c.rate(), ratio,
+                fmt_ms(pct(&c.burst_lat, 50.0)), fmt_ms(pct(&c.burst_lat, 99.0)),
+                fmt_ms(pct(&c.seq_lat, 50.0)), fmt_ms(pct(&c.seq_lat, 99.0)), note
+            );
+        }
+    }
+    let _ = writeln!(r, "\n## Pool: boot, memory, claims records\n");
+    let _ = writeln!(r, "| N | processes started in burst | start→booted p50/p99 ms | start→first claim p50/p99 ms | peak RSS (VmHWM) p50/max MB | claims records per order | yields | baseline group join ms |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
+    for (p, b) in &cases {
+        let mb = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.1}", x / 1024.0));
+        let _ = writeln!(
+            r,
+            "| {} | {} | {} / {} | {} / {} | {} / {} | {:.2} | {} | {} |",
+            p.n, p.processes,
+            fmt_ms(pct(&p.boot_connect, 50.0)), fmt_ms(pct(&p.boot_connect, 99.0)),
+            fmt_ms(pct(&p.boot_ready, 50.0)), fmt_ms(pct(&p.boot_ready, 99.0)),
+            mb(pct(&p.rss_kb, 50.0)), mb(pct(&p.rss_kb, 100.0)),
+            p.records_per_order, p.yields, fmt_ms(b.rebalance_ms)
+        );
+    }
+    if !hist.is_empty() {
+        let _ = writeln!(r, "\n## Boot time vs claims history (one instance, median of runs)\n");
+        let _ = writeln!(r, "| K orders in history | claims records | pre-fill s | runs | start→booted ms | start→first claim ms | start→completed ms | start→exit ms | peak RSS MB | note |");
+        let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|");
+        for h in &hist {
+            let med = |f: &dyn Fn(&HistRun) -> Option<f64>| median(h.runs.iter().filter_map(f).collect());
+            let _ = writeln!(
+                r,
+                "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+                h.k, 4 * h.k, h.prefill_secs, h.runs.len(),
+                fmt_ms(med(&|x| x.connect)), fmt_ms(med(&|x| x.ready)), fmt_ms(med(&|x| x.done)),
+                fmt_ms(med(&|x| Some(x.exit_ms))),
+                med(&|x| Some(x.rss_kb as f64)).map_or("-".into(), |x| format!("{:.1}", x / 1024.0)),
+                h.incomplete.clone().unwrap_or_default()
+            );
+        }
+    }
+    println!("\n{r}");
+    if out != "-" {
+        let mut doc = String::new();
+        let _ = writeln!(doc, "# Benchmark results\n");
+        let _ = writeln!(doc, "Command: `cargo bench --bench pool` (benches/pool.rs)  ");
+        let _ = writeln!(doc, "Date: {date}  ");
+        let _ = writeln!(doc, "Machine: {cores} cores (nproc), shared and noisy; embedded broker (librdkafka mock cluster, `pool_worker broker`) on the same machine.\n");
+        let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null --restart-delay-ms {restart_delay_ms}` on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine).");
+        let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms=100` (as the pool's consumers), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.");
+        let _ = writeln!(doc, "Boot: per worker process started during the burst: supervisor's `started` event (read by the bench) → the incarnation's `booted` record ts (process up, Kafka clients connected, topics checked) and → its first `claimed` record ts (replay caught up, order chosen: ready to claim). Peak RSS: VmHWM of every instance process, sampled from /proc every 5 ms.\n");
+        doc.push_str(&r);
+        if let Some(dir) = std::path::Path::new(&out).parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        // Keep any findings section written by hand below the figures.
+        let keep = std::fs::read_to_string(&out)
+            .ok()
+            .and_then(|old| old.find("\n## Findings").map(|i| old[i..].to_string()))
+            .unwrap_or_default();
+        doc.push_str(&keep);
+        std::fs::write(&out, doc).expect("cannot write the results");
+        progress(format!("written to {out}"));
+    }
+}
