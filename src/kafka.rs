@@ -25,10 +25,10 @@
 use crate::config::Config;
 use crate::record::{Foreign, OrderId, Record};
 use anyhow::{bail, Context};
-use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,10 +44,25 @@ pub enum ClaimEvent {
     CaughtUp,
 }
 
+/// The consumers' context: librdkafka reports "end of partition" through its
+/// error callback as well, which is how the claims reader knows it caught up;
+/// it is not an error, so it is not logged as one.
+pub struct Quiet;
+
+impl ClientContext for Quiet {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() != Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF) {
+            tracing::warn!(error = %error, "kafka: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for Quiet {}
+
 pub struct Kafka {
     producer: FutureProducer,
-    claims: StreamConsumer,
-    orders: StreamConsumer,
+    claims: StreamConsumer<Quiet>,
+    orders: StreamConsumer<Quiet>,
     meta: Arc<BaseConsumer>,
     claims_topic: String,
     orders_topic: String,
@@ -92,8 +107,10 @@ impl Kafka {
             .set("message.timeout.ms", "10000")
             .create()
             .context("cannot create the Kafka producer")?;
-        let claims: StreamConsumer = consumer_config(cfg, true).create().context("cannot create a Kafka consumer")?;
-        let orders: StreamConsumer = consumer_config(cfg, false).create().context("cannot create a Kafka consumer")?;
+        let claims: StreamConsumer<Quiet> =
+            consumer_config(cfg, true).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
+        let orders: StreamConsumer<Quiet> =
+            consumer_config(cfg, false).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
         let meta: BaseConsumer = consumer_config(cfg, false).create().context("cannot create a Kafka consumer")?;
         Ok(Kafka {
             producer,
