@@ -115,12 +115,21 @@ impl BrokerProc {
         BrokerProc { child, stdin, stdout, bootstrap }
     }
 
-    fn create(&mut self, topic: &str, partitions: i32) {
-        writeln!(self.stdin, "create {topic} {partitions}").expect("broker stdin");
-        self.stdin.flush().unwrap();
+    fn create(&mut self, topic: &str, partitions: i32) -> Result<(), String> {
+        let gone = |e: std::io::Error| format!("the broker is gone ({e})");
+        writeln!(self.stdin, "create {topic} {partitions}").map_err(gone)?;
+        self.stdin.flush().map_err(gone)?;
         let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("broker reply");
-        assert!(line.starts_with("ok create"), "broker: {line}");
+        self.stdout.read_line(&mut line).map_err(gone)?;
+        if !line.starts_with("ok create") {
+            return Err(format!("broker: '{}'", line.trim()));
+        }
+        Ok(())
+    }
+
+    /// The broker's exit status, if it has ended.
+    fn ended(&mut self) -> Option<String> {
+        self.child.try_wait().ok().flatten().map(|s| s.to_string())
     }
 
     fn quit(mut self) {
@@ -469,9 +478,11 @@ impl Bench {
     fn pool_case(&mut self, n: usize, m: usize) -> CaseResult {
         let orders = format!("{}-n{n}-orders", self.run);
         let claims = format!("{}-n{n}-claims", self.run);
-        self.broker.create(&orders, n as i32);
-        self.broker.create(&claims, 1);
         let mut res = CaseResult { what: "pool".into(), n, m, ..Default::default() };
+        if let Err(e) = self.broker.create(&orders, n as i32).and_then(|()| self.broker.create(&claims, 1)) {
+            res.incomplete = Some(e);
+            return res;
+        }
         let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Beginning);
         let sampler = Sampler::start();
         let env = vec![
@@ -586,8 +597,11 @@ impl Bench {
 
     fn baseline_case(&mut self, n: usize, m: usize) -> CaseResult {
         let topic = format!("{}-n{n}-baseline", self.run);
-        self.broker.create(&topic, n as i32);
         let mut res = CaseResult { what: "baseline".into(), n, m, ..Default::default() };
+        if let Err(e) = self.broker.create(&topic, n as i32) {
+            res.incomplete = Some(e);
+            return res;
+        }
         let group = format!("{}-n{n}-group", self.run);
         let stop = Arc::new(AtomicBool::new(false));
         let assigned: Arc<Vec<AtomicUsize>> = Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect());
@@ -696,9 +710,11 @@ impl Bench {
     fn history_case(&mut self, k: usize, runs: usize) -> HistResult {
         let orders = format!("{}-k{k}-orders", self.run);
         let claims = format!("{}-k{k}-claims", self.run);
-        self.broker.create(&orders, 1);
-        self.broker.create(&claims, 1);
         let mut res = HistResult { k, ..Default::default() };
+        if let Err(e) = self.broker.create(&orders, 1).and_then(|()| self.broker.create(&claims, 1)) {
+            res.incomplete = Some(e);
+            return res;
+        }
         progress(format!("history K={k}: pre-filling {k} orders and {} claims records", 4 * k));
         let t = Instant::now();
         let producer: BaseProducer = ClientConfig::new()
@@ -867,23 +883,39 @@ fn main() {
     progress(format!("pool_worker bench: binary {BIN}, {cores} cores, N {ns:?}, M {ms:?}, one-at-a-time {seq}, restart delay {restart_delay_ms} ms"));
     let broker = BrokerProc::start(&run);
     progress(format!("broker at {}", broker.bootstrap));
-    let mut bench = Bench { broker, run, restart_delay_ms, case_secs, seq };
+    let mut bench = Bench { broker, run: run.clone(), restart_delay_ms, case_secs, seq };
+    // A broker that died (it has happened: see the notes) is replaced before
+    // the next case; the case it died in is reported incomplete.
+    let mut broker_notes: Vec<String> = Vec::new();
+    let mut check_broker = |bench: &mut Bench, before: &str| {
+        if let Some(status) = bench.broker.ended() {
+            let note = format!("the broker process ended ({status}) before {before}; a new broker was started");
+            progress(&note);
+            broker_notes.push(note);
+            bench.broker = BrokerProc::start(&format!("{run}r{}", broker_notes.len()));
+            bench.run = format!("{run}r{}", broker_notes.len());
+        }
+    };
 
     let mut cases: Vec<(CaseResult, CaseResult)> = Vec::new();
     for (i, &n) in ns.iter().enumerate() {
         let m = ms.get(i).or(ms.last()).copied().unwrap_or(200);
+        check_broker(&mut bench, &format!("pool N={n}"));
         progress(format!("=== N={n}, M={m}: pool"));
         let p = bench.pool_case(n, m);
         progress(format!("pool N={n}: {} orders in {:.2} s = {:.1} orders/s{}", p.done, p.secs, p.rate(), p.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
         progress(format!("=== N={n}, M={m}: baseline"));
+        check_broker(&mut bench, &format!("baseline N={n}"));
         let b = bench.baseline_case(n, m);
         progress(format!("baseline N={n}: {} orders in {:.2} s = {:.1} orders/s{}", b.done, b.secs, b.rate(), b.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
         cases.push((p, b));
     }
     let mut hist = Vec::new();
     for &k in &ks {
+        check_broker(&mut bench, &format!("history K={k}"));
         hist.push(bench.history_case(k, k_runs));
     }
+    check_broker(&mut bench, "the end");
     bench.broker.quit();
 
     // ------------------------------------------------------------ report
@@ -936,6 +968,9 @@ fn main() {
                 h.incomplete.clone().unwrap_or_default()
             );
         }
+    }
+    for note in &broker_notes {
+        let _ = writeln!(r, "\nNote: {note}.");
     }
     println!("\n{r}");
     if out != "-" {
