@@ -143,6 +143,9 @@ pub struct View {
     contests: BTreeMap<OrderId, Contest>,
     /// Settled contests, oldest first: (settled at, order).
     settled: VecDeque<(u64, OrderId)>,
+    /// Order ids (a JSON order's `id`): the order that first announced each
+    /// (protocol.md, "Duplicate orders").
+    ids: BTreeMap<String, OrderId>,
 }
 
 /// What boot (and the tests) compare across compaction: each instance's
@@ -273,6 +276,13 @@ impl View {
                     hold.last_pos = pos;
                     hold.incarnation = rec.incarnation.clone();
                 }
+                // An id announced by the holder of a committed order (the
+                // first one wins; a duplicate's own completion names its id
+                // too, but it is never first).
+                if let (Some(id), Some(_)) = (&rec.order_id, hold.committed) {
+                    hold.order_id = Some(id.clone());
+                    self.ids.entry(id.clone()).or_insert(order);
+                }
                 let claim_pos = hold.claim_pos;
                 let stance = match (rec.event, hold.committed) {
                     (Event::Lease, _) => return Ok(()),
@@ -351,6 +361,11 @@ impl View {
     /// The current incarnation of instance `i`.
     pub fn incarnation(&self, i: u32) -> Option<&str> {
         self.instances.get(&i)?.booted.as_ref().map(|(_, inc)| inc.as_str())
+    }
+
+    /// The order that first announced `id`.
+    pub fn id_owner(&self, id: &str) -> Option<OrderId> {
+        self.ids.get(id).copied()
     }
 
     pub fn contest(&self, order: OrderId) -> Option<&Contest> {

@@ -77,6 +77,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     let (job_tx, mut job_rx) = mpsc::channel::<Outcome>(1);
     let mut cancel: Option<watch::Sender<bool>> = None;
     let mut job_task: Option<tokio::task::JoinHandle<()>> = None;
+    let mut prepared: Option<(orders::OrderSpec, JobContext)> = None;
     let mut idle = false;
     loop {
         while let Some(action) = todo.pop_front() {
@@ -100,17 +101,28 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 }
                 Action::Run { order, attempt, retry } => {
                     idle = false;
-                    let (tx, rx) = watch::channel(false);
-                    cancel = Some(tx);
-                    let payload = kafka.fetch_order(order).await;
-                    let ctx = job_context(&cfg, order, attempt);
-                    let allowed_urls = cfg.allowed_urls.clone();
-                    let out = job_tx.clone();
                     tracing::info!(instance = me, %order, attempt, retry, "running");
-                    job_task = Some(tokio::spawn(async move {
-                        let outcome = run_order(payload, &ctx, &allowed_urls, rx).await;
-                        let _ = out.send(outcome).await;
-                    }));
+                    let ctx = job_context(&cfg, order, attempt);
+                    match prepare(kafka.fetch_order(order).await, &cfg.allowed_urls).await {
+                        // An order with an id runs only once the log says it
+                        // is the first with that id (Action::Start).
+                        Ok(spec) if spec.id.is_some() => {
+                            let id = spec.id.clone().unwrap_or_default();
+                            prepared = Some((spec, ctx));
+                            todo.extend(w.handle(Input::OrderId(id), now_ms()));
+                        }
+                        Ok(spec) => {
+                            let (tx, task) = start_job(spec, ctx, job_tx.clone());
+                            (cancel, job_task) = (Some(tx), Some(task));
+                        }
+                        Err(outcome) => todo.extend(w.handle(Input::JobDone(outcome), now_ms())),
+                    }
+                }
+                Action::Start { .. } => {
+                    if let Some((spec, ctx)) = prepared.take() {
+                        let (tx, task) = start_job(spec, ctx, job_tx.clone());
+                        (cancel, job_task) = (Some(tx), Some(task));
+                    }
                 }
                 Action::Exit(code) => {
                     stop_job(&mut cancel, &mut job_task).await;
@@ -186,38 +198,40 @@ fn job_context(cfg: &Config, order: OrderId, attempt: u32) -> JobContext {
     ctx
 }
 
-/// Parses and runs one order. Never fails: whatever goes wrong is the
-/// order's outcome, so a bad order is completed, never retried forever.
-async fn run_order(
+/// Runs a prepared order in a task; its outcome arrives on `out`.
+fn start_job(
+    spec: orders::OrderSpec,
+    ctx: JobContext,
+    out: mpsc::Sender<Outcome>,
+) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let outcome = job::run(&spec, &ctx, rx).await;
+        let _ = out.send(outcome).await;
+    });
+    (tx, task)
+}
+
+/// Parses an order's payload (fetching a URL order's body). Whatever is
+/// wrong with it is the order's outcome, so a bad order is completed, never
+/// retried forever.
+async fn prepare(
     payload: Result<Option<Vec<u8>>, String>,
-    ctx: &JobContext,
     allowed_urls: &Option<Vec<String>>,
-    cancel: watch::Receiver<bool>,
-) -> Outcome {
-    let payload = match payload {
-        Ok(p) => p,
-        Err(why) => return Outcome::not_run(Status::Error, why),
+) -> Result<orders::OrderSpec, Outcome> {
+    let payload = payload.map_err(|why| Outcome::not_run(Status::Error, why))?;
+    let spec = orders::parse(payload.as_deref()).map_err(|e| Outcome::not_run(Status::Error, e.to_string()))?;
+    let orders::OrderKind::Url { url } = &spec.kind else {
+        return Ok(spec);
     };
-    let spec = match orders::parse(payload.as_deref()) {
-        Ok(s) => s,
-        Err(e) => return Outcome::not_run(Status::Error, e.to_string()),
-    };
-    let spec = match &spec.kind {
-        orders::OrderKind::Url { url } => {
-            match job::fetch_order(url, orders::MAX_ORDER_BYTES, Duration::from_secs(30), allowed_urls).await {
-                Ok(body) => match orders::parse_url_body(&body) {
-                    Ok(s) => s,
-                    Err(e) => return Outcome::not_run(Status::Error, format!("order fetched from {url}: {e}")),
-                },
-                Err(why) => {
-                    let status = if why.contains("not under an allowed prefix") { Status::Refused } else { Status::Error };
-                    return Outcome::not_run(status, why);
-                }
-            }
+    match job::fetch_order(url, orders::MAX_ORDER_BYTES, Duration::from_secs(30), allowed_urls).await {
+        Ok(body) => orders::parse_url_body(&body)
+            .map_err(|e| Outcome::not_run(Status::Error, format!("order fetched from {url}: {e}"))),
+        Err(why) => {
+            let status = if why.contains("not under an allowed prefix") { Status::Refused } else { Status::Error };
+            Err(Outcome::not_run(status, why))
         }
-        _ => spec,
-    };
-    job::run(&spec, ctx, cancel).await
+    }
 }
 
 /// One log line per protocol step.

@@ -55,6 +55,9 @@ pub enum Input {
     /// Time passed (the shell sends one every lease/3): renew our lease,
     /// look for expired ones.
     Tick,
+    /// The order being run (after [`Action::Run`]) names this `id`; the
+    /// shell waits for [`Action::Start`] before running it.
+    OrderId(String),
 }
 
 /// What the machine asks the shell to do.
@@ -67,7 +70,11 @@ pub enum Action {
     /// no order is waiting, the shell waits for a new order or a new record.
     FindOrder,
     /// Fetch the order and run it. `retry` when an earlier attempt was lost.
+    /// If the order names an `id`, report it with [`Input::OrderId`] and
+    /// run only on [`Action::Start`].
     Run { order: OrderId, attempt: u32, retry: bool },
+    /// The order's id is its own (not a duplicate): run it now.
+    Start { order: OrderId },
     /// End the process with this status.
     Exit(i32),
 }
@@ -88,8 +95,10 @@ pub enum Phase {
     /// Our `committed` for a new attempt of a lost run is appended; waiting
     /// to read it before running (boot's resume).
     Retry { order: OrderId, attempt: u32, seq: u64 },
-    /// The job runs.
+    /// The job runs (or is being fetched).
     Run { order: OrderId, attempt: u32 },
+    /// The order's `id` is announced; waiting to read it back.
+    Announce { order: OrderId, attempt: u32, id: String, seq: u64 },
     /// Our `completed` is appended; waiting to read it.
     Complete { order: OrderId, seq: u64 },
     /// Finished (the shell exits with the status).
@@ -210,7 +219,20 @@ impl Worker {
             Input::Orders(ends) => self.on_orders(&ends),
             Input::JobDone(outcome) => self.on_job_done(outcome),
             Input::Tick => self.on_tick(),
+            Input::OrderId(id) => self.on_order_id(id),
         }
+    }
+
+    /// Announce the order's id in the log; the first order to announce an id
+    /// owns it (protocol.md, "Duplicate orders").
+    fn on_order_id(&mut self, id: String) -> Vec<Action> {
+        let Phase::Run { order, attempt } = self.phase else { return Vec::new() };
+        let mut r = self.record(Event::Lease, Some(order));
+        r.attempt = attempt;
+        r.order_id = Some(id.clone());
+        self.renewed = self.now;
+        self.phase = Phase::Announce { order, attempt, id, seq: r.seq };
+        vec![Action::Append(r)]
     }
 
     /// The order we hold, in the phases where our hold is in the log.
@@ -219,6 +241,7 @@ impl Worker {
             Phase::Negotiate { order }
             | Phase::Decide { order, .. }
             | Phase::Retry { order, .. }
+            | Phase::Announce { order, .. }
             | Phase::Run { order, .. } => Some(order),
             _ => None,
         }
@@ -236,6 +259,7 @@ impl Worker {
                 self.renewed = self.now;
                 let mut r = self.record(Event::Lease, Some(order));
                 r.attempt = self.view.hold(self.me).map_or(1, |h| h.attempt);
+                r.order_id = self.view.hold(self.me).and_then(|h| h.order_id.clone());
                 out.push(Action::Append(r));
             }
         }
@@ -318,6 +342,21 @@ impl Worker {
             }
             Phase::Negotiate { order } => self.negotiate(order),
             Phase::Decide { order, seq } if self.is_ours(&rec, seq) => self.after_decision(order),
+            Phase::Announce { order, attempt, id, seq } if self.is_ours(&rec, seq) => {
+                if !applied {
+                    return self.finish(EXIT_FENCED);
+                }
+                match self.view.id_owner(&id) {
+                    Some(first) if first != order => {
+                        let reason = format!("duplicate: order {first} has the same id '{id}'");
+                        self.complete(order, attempt, Outcome::not_run(Status::Duplicate, reason))
+                    }
+                    _ => {
+                        self.phase = Phase::Run { order, attempt };
+                        vec![Action::Start { order }]
+                    }
+                }
+            }
             Phase::Retry { order, attempt, seq } if self.is_ours(&rec, seq) => {
                 if !applied {
                     return self.finish(EXIT_FENCED);
@@ -616,6 +655,40 @@ mod tests {
         assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Yielded), "{a:?}");
         assert!(log.feed(&mut w1, &mut c1).is_empty(), "instance 1 keeps its order");
         assert!(w2.view.hold(1).is_some_and(|h| h.committed.is_some()));
+    }
+
+    /// Runs one worker of a fresh incarnation through claim and commit of
+    /// the next order, then reports `id`; returns what it does next.
+    fn run_with_id(log: &mut Log, me: u32, inc: &str, id: &str, ends: i64) -> Vec<Action> {
+        let (mut w, a) = Worker::start(me, inc.into(), Settings::default(), 0);
+        log.append(&a);
+        let mut cur = 0;
+        log.feed(&mut w, &mut cur);
+        let a = w.handle(Input::Orders(BTreeMap::from([(0, ends)])), 0);
+        log.append(&a);
+        let a = log.feed(&mut w, &mut cur);
+        log.append(&a);
+        assert!(matches!(&log.feed(&mut w, &mut cur)[..], [Action::Run { .. }]));
+        let a = w.handle(Input::OrderId(id.into()), 0);
+        assert!(matches!(&a[..], [Action::Append(r)] if r.order_id.as_deref() == Some(id)));
+        log.append(&a);
+        log.feed(&mut w, &mut cur)
+    }
+
+    #[test]
+    fn the_second_order_with_an_id_is_a_duplicate() {
+        let mut log = Log(Vec::new());
+        let a = run_with_id(&mut log, 1, "one", "backup-1", 2);
+        assert_eq!(a, vec![Action::Start { order: OrderId::new(0, 0) }]);
+        let a = run_with_id(&mut log, 2, "two", "backup-1", 2);
+        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Completed
+            && r.outcome.as_ref().is_some_and(|o| o.status == Status::Duplicate
+                && o.reason.as_deref().is_some_and(|x| x.contains("0:0")))), "{a:?}");
+        let mut log2 = Log(Vec::new());
+        let a = run_with_id(&mut log2, 1, "one", "a", 2);
+        assert_eq!(a, vec![Action::Start { order: OrderId::new(0, 0) }]);
+        let a = run_with_id(&mut log2, 2, "two", "b", 2);
+        assert_eq!(a, vec![Action::Start { order: OrderId::new(0, 1) }], "another id runs");
     }
 
     #[test]

@@ -68,9 +68,14 @@ pub struct Config {
     /// the next process starts (see `stale_booted_fences_its_successor` in
     /// tests/model.rs for what happens otherwise).
     pub stale_boots: bool,
-    /// Partial-order reduction: a read in a phase where the machine does
-    /// not react to what it reads (Boot, Choose, Run) goes on to the end
-    /// of the log, or until the machine acts, in one step.
+    /// Partial-order reduction: reads go on to the end of the log in one
+    /// step, stopping as soon as the machine acts or is negotiating. Outside
+    /// Negotiate the machine reacts only to its own records (whose
+    /// positions are fixed) or to CaughtUp/Orders (which need the reader at
+    /// the end), so what it does never depends on where a read stopped;
+    /// a further cursor only raises the compaction horizon; a dead
+    /// process's cursor does not matter. In Negotiate every record counts,
+    /// so reads stay one at a time.
     pub batch_reads: bool,
 }
 
@@ -328,7 +333,7 @@ impl World {
                     break;
                 }
                 match &self.inst(i).worker {
-                    Some(w) if matches!(w.phase, Phase::Boot { .. } | Phase::Choose | Phase::Run { .. }) => {}
+                    Some(w) if !matches!(w.phase, Phase::Negotiate { .. }) => {}
                     _ => break,
                 }
             },
@@ -402,6 +407,9 @@ impl World {
                         self.violate(RUN_TWICE, format!("instance {i} runs order {order} for the {runs}th time (attempt {attempt}) but died running it only {deaths} times"));
                     }
                 }
+                // Only after Input::OrderId, which the model does not send
+                // (orders here carry no id).
+                Action::Start { .. } => {}
                 Action::Exit(_) => self.kill(i),
             }
         }
