@@ -1,0 +1,711 @@
+//! Chaos tests: the real binary under random SIGKILLs, broker outages and
+//! added round-trip time, plus the lease takeover of an instance that never
+//! comes back, a poison order, and a job past its time limit.
+//!
+//! The chaos test (`chaos_kills_and_outages_lose_nothing`) runs a pool of
+//! supervised instances with a short lease (`LEASE_MS` of a few seconds),
+//! kills a random instance about every 0.3 s (so kills land at boot, during
+//! negotiation, while a job runs and between `completed` and exit), takes
+//! the broker down twice and slows it down for a while, then stops the chaos
+//! and waits for every order to complete. It is judged by the claims topic
+//! (the audit of `tests/common`, which understands lease takeovers: see
+//! [`common::Audit::check_exactly_once`]) and by the ledger the jobs write
+//! ("P:O:ATTEMPT", one line per run). A run twice is accepted only when the
+//! earlier run's process was SIGKILLed by the test (its pid, from the
+//! incarnation that committed that attempt, is among the kills and the
+//! supervisor saw it die of SIGKILL) or lost its hold to a revocation; the
+//! later run must carry a higher `ORDER_ATTEMPT`. It prints, and appends to
+//! `target/figures.txt`:
+//!
+//! `chaos: faults injected N (kills K, outages O), orders M, lost 0, completed twice 0, committed by two 0, ran twice R (killed while running R)`
+//!
+//! The long version is ignored by default; run it with
+//!
+//! ```text
+//! POOL_CHAOS_ORDERS=500 cargo test --release --test chaos -- --ignored --nocapture chaos_long
+//! ```
+//!
+//! Its knobs (environment): `POOL_CHAOS_ORDERS` (500), `POOL_CHAOS_SECS`
+//! (seconds of chaos; orders/6), `POOL_CHAOS_INSTANCES` (8),
+//! `POOL_CHAOS_LEASE_MS` (3000), `POOL_CHAOS_SEED` (random; printed, and
+//! honoured by the CI test too to replay a run's schedule of kills).
+
+mod common;
+
+use common::*;
+use pool_worker::record::{Event, OrderId, Record, Status};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(60);
+
+fn broker(partitions: i32) -> BrokerProc {
+    BrokerProc::start_with(BrokerOpts {
+        orders_topic: unique_topic("orders"),
+        orders_partitions: partitions,
+        coordination_topic: unique_topic("claims"),
+        ..BrokerOpts::default()
+    })
+}
+
+fn pool(broker: &BrokerProc, instances: &str, extra: &[(&str, String)]) -> SupervisorProc {
+    let mut env = broker.env();
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    SupervisorProc::start_with(SupervisorOpts {
+        instances: instances.into(),
+        env,
+        restart_delay_ms: Some(20),
+        ..SupervisorOpts::default()
+    })
+}
+
+/// Appends a figures line to `target/figures.txt` (CI prints that file).
+fn record_figures(line: &str) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/figures.txt");
+    if let Some(dir) = Path::new(path).parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        Ok(mut f) => {
+            let _ = writeln!(f, "{line}");
+        }
+        Err(e) => eprintln!("cannot append to {path}: {e}"),
+    }
+}
+
+/// Whether process `pid` still runs (exists and is not a zombie).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Live (non-zombie) processes whose command line is exactly `argv`.
+fn processes_with_argv(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .filter(|pid| alive(*pid))
+        .collect()
+}
+
+/// The pid of the process behind an incarnation ("<pid hex>-<hash>", see
+/// `run::new_incarnation`).
+fn incarnation_pid(inc: &str) -> Option<u32> {
+    u32::from_str_radix(inc.split('-').next()?, 16).ok()
+}
+
+/// A small deterministic generator (xorshift64*), so that a seed replays a
+/// run's schedule.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.max(1))
+    }
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn env_num(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+fn show_all(recs: &[(i64, Record)]) -> String {
+    recs.iter()
+        .map(|(p, r)| {
+            format!(
+                "  #{p} {}{} {} {:?} attempt {} seq {}",
+                r.key(),
+                r.by.map(|b| format!(" by {b}")).unwrap_or_default(),
+                r.incarnation,
+                r.order(),
+                r.attempt,
+                r.seq
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Waits until the claims topic holds a record matching `pred`.
+fn wait_record(broker: &BrokerProc, claims: &str, what: &str, timeout: Duration, pred: impl Fn(&Record) -> bool) -> Vec<(i64, Record)> {
+    let mut recs = Vec::new();
+    let ok = poll_until(timeout, Duration::from_millis(50), || {
+        recs = decoded_claims(broker.bootstrap(), claims);
+        recs.iter().any(|(_, r)| pred(r))
+    });
+    assert!(ok, "no {what} in the claims topic within {timeout:?}; it holds:\n{}", show_all(&recs));
+    recs
+}
+
+// ------------------------------------------------------------------ chaos
+
+struct Chaos {
+    label: &'static str,
+    orders: usize,
+    instances: u32,
+    /// How long faults are injected.
+    secs: f64,
+    lease_ms: u64,
+    max_attempts: u32,
+    kill_every: Duration,
+    outage: Duration,
+    /// Waiting for the last orders once the chaos stopped.
+    deadline: Duration,
+    seed: u64,
+}
+
+enum Step {
+    Produce(usize),
+    Down,
+    Up,
+    Rtt(u64),
+}
+
+fn seed() -> u64 {
+    env_num("POOL_CHAOS_SEED").unwrap_or_else(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
+    })
+}
+
+fn run_chaos(c: Chaos) {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger_path = dir.path().join("ledger");
+    let mut rng = Rng::new(c.seed);
+    eprintln!(
+        "{}: seed {} (POOL_CHAOS_SEED={} replays the schedule), {} orders, {} instances, {:.0} s of chaos, LEASE_MS {}",
+        c.label, c.seed, c.seed, c.orders, c.instances, c.secs, c.lease_ms
+    );
+    let broker = broker(2);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let mut sup = pool(
+        &broker,
+        &c.instances.to_string(),
+        &[("LEASE_MS", c.lease_ms.to_string()), ("MAX_ATTEMPTS", c.max_attempts.to_string())],
+    );
+    // Each order: one ledger line per run, then 0-40 ms of "work".
+    let payloads: Vec<String> = (0..c.orders)
+        .map(|_| {
+            sh_order(
+                &format!(
+                    "echo $ORDER_PARTITION:$ORDER_OFFSET:$ORDER_ATTEMPT >> {}; sleep 0.0{}",
+                    shq(&ledger_path),
+                    rng.below(5)
+                ),
+                None,
+            )
+        })
+        .collect();
+
+    // The schedule: orders in four batches over the chaos, two outages, a
+    // slow period; kills all along.
+    let d = Duration::from_secs_f64(c.secs);
+    let at = |f: f64| d.mul_f64(f);
+    let batch = c.orders.div_ceil(4);
+    let rtt = 20 + rng.below(31);
+    let mut steps: Vec<(Duration, Step)> = vec![
+        (at(0.3), Step::Down),
+        (at(0.3) + c.outage, Step::Up),
+        (at(0.45), Step::Rtt(rtt)),
+        (at(0.65), Step::Rtt(0)),
+        (at(0.8), Step::Down),
+        (at(0.8) + c.outage, Step::Up),
+    ];
+    for k in 0..4 {
+        steps.push((at(0.25 * k as f64), Step::Produce((k * batch).min(c.orders))));
+    }
+    steps.sort_by_key(|s| s.0);
+
+    let mut orders: Vec<(i32, i64)> = Vec::new();
+    let mut produced = 0usize;
+    let mut produce = |upto_batch: usize, orders: &mut Vec<(i32, i64)>| {
+        // Batch k covers payloads [k*batch, (k+1)*batch); half to each partition.
+        let end = (upto_batch + batch).min(c.orders);
+        if produced >= end {
+            return;
+        }
+        let part = &payloads[produced..end];
+        let half = part.len() / 2;
+        orders.extend(produce_orders(broker.bootstrap(), &topic, &part[..half], Some(0)));
+        orders.extend(produce_orders(broker.bootstrap(), &topic, &part[half..], Some(1)));
+        produced = end;
+    };
+
+    let t0 = Instant::now();
+    let mut kills: Vec<(Duration, u32, u32)> = Vec::new();
+    let mut outages = 0usize;
+    let mut down = false;
+    let mut deferred: Vec<usize> = Vec::new();
+    let mut next_kill = c.kill_every;
+    let mut idx = 0;
+    loop {
+        let now = t0.elapsed();
+        if idx < steps.len() && steps[idx].0 <= now {
+            match steps[idx].1 {
+                Step::Produce(from) if down => deferred.push(from),
+                Step::Produce(from) => produce(from, &mut orders),
+                Step::Down => {
+                    broker.down();
+                    down = true;
+                    outages += 1;
+                    eprintln!("{}: broker down at {:.1} s", c.label, now.as_secs_f64());
+                }
+                Step::Up => {
+                    broker.up();
+                    down = false;
+                    eprintln!("{}: broker up at {:.1} s", c.label, t0.elapsed().as_secs_f64());
+                    for from in std::mem::take(&mut deferred) {
+                        produce(from, &mut orders);
+                    }
+                }
+                Step::Rtt(ms) => {
+                    broker.rtt(ms);
+                    eprintln!("{}: rtt {ms} ms at {:.1} s", c.label, now.as_secs_f64());
+                }
+            }
+            idx += 1;
+            continue;
+        }
+        if now >= d && idx == steps.len() {
+            break;
+        }
+        if now >= next_kill {
+            next_kill += c.kill_every;
+            if now < d {
+                // A random instance; another if that one is between runs.
+                for _ in 0..3 {
+                    let i = 1 + rng.below(u64::from(c.instances)) as u32;
+                    if let Some(pid) = sup.kill_instance(i, libc::SIGKILL) {
+                        kills.push((now, i, pid));
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        let wake = [steps.get(idx).map(|s| s.0), Some(next_kill), Some(d)]
+            .into_iter()
+            .flatten()
+            .filter(|w| *w > now)
+            .min()
+            .unwrap_or(now + Duration::from_millis(10));
+        std::thread::sleep(wake - now);
+    }
+    assert_eq!(orders.len(), c.orders, "every batch was produced");
+    let chaos_over = t0.elapsed();
+    eprintln!("{}: chaos over after {:.1} s: {} kills, {outages} outages; waiting for the orders", c.label, chaos_over.as_secs_f64(), kills.len());
+
+    if let Err(e) = wait_completed(broker.bootstrap(), &claims, &orders, c.deadline) {
+        panic!("{}: {e}", c.label);
+    }
+    let drained = t0.elapsed();
+    // Stop the pool (so that nothing can still write to the ledger) before
+    // judging.
+    std::thread::sleep(Duration::from_millis(500));
+    sup.stop();
+    let recs = decoded_claims(broker.bootstrap(), &claims);
+    let audit = Audit::of(&recs);
+    let sup_state = sup.snapshot();
+
+    // -- the claims topic
+    let trail = |o: &(i32, i64)| audit.orders.get(&OrderId::new(o.0, o.1));
+    let lost = orders.iter().filter(|o| trail(o).is_none_or(|t| t.completions.is_empty())).count();
+    let twice = orders.iter().filter(|o| trail(o).is_some_and(|t| t.completions.len() > 1)).count();
+    let two = orders.iter().filter(|o| trail(o).is_some_and(|t| !t.committed_by_two().is_empty())).count();
+    let takeovers: usize = audit.orders.values().map(|t| t.revocations.len()).sum();
+    let gave_up: Vec<(i32, i64)> = orders
+        .iter()
+        .copied()
+        .filter(|o| {
+            trail(o).is_some_and(|t| {
+                t.completions.iter().any(|(_, r)| r.outcome.as_ref().is_some_and(|x| x.status == Status::GaveUp))
+            })
+        })
+        .collect();
+
+    // -- the ledger: runs per order, by attempt
+    let mut runs: BTreeMap<OrderId, Vec<u32>> = BTreeMap::new();
+    for line in ledger(&ledger_path) {
+        let mut it = line.split(':').map(|x| x.parse::<i64>().ok());
+        let (Some(Some(p)), Some(Some(o)), Some(Some(a)), None) = (it.next(), it.next(), it.next(), it.next()) else {
+            panic!("{}: unexpected ledger line {line:?}", c.label);
+        };
+        runs.entry(OrderId::new(p as i32, o)).or_default().push(a as u32);
+    }
+    let killed_pids: BTreeSet<u32> = kills.iter().map(|k| k.2).collect();
+    let sigkilled: BTreeSet<u32> =
+        sup_state.exits.iter().filter(|e| e.signal == Some(libc::SIGKILL)).map(|e| e.pid).collect();
+    let mut problems: Vec<String> = Vec::new();
+    let mut ran_twice = 0usize;
+    let mut explained = 0usize;
+    let mut by_revocation = 0usize;
+    for &o in &orders {
+        let id = OrderId::new(o.0, o.1);
+        let t = trail(&o);
+        let attempts = runs.get(&id).cloned().unwrap_or_default();
+        let Some(t) = t else { continue };
+        let Some((_, done)) = t.completions.first() else { continue };
+        let status = done.outcome.as_ref().map(|x| x.status);
+        // The completing run is the last one and wrote its line.
+        if status == Some(Status::Ok) && attempts.iter().max() != Some(&done.attempt) {
+            problems.push(format!("{id}: completed ok as attempt {} but the ledger's runs are {attempts:?}\n{}", done.attempt, audit.show(o)));
+        }
+        if status != Some(Status::Ok) && status != Some(Status::GaveUp) {
+            problems.push(format!("{id}: completed {status:?}\n{}", audit.show(o)));
+        }
+        let mut sorted = attempts.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != attempts.len() {
+            problems.push(format!("{id}: one attempt ran twice: {attempts:?}\n{}", audit.show(o)));
+        }
+        // Every run but the last, and (for gave_up) every run, must have
+        // been cut short: its process SIGKILLed by us, or its hold revoked.
+        let cut_short: Vec<u32> = if status == Some(Status::GaveUp) {
+            sorted.clone()
+        } else {
+            sorted[..sorted.len().saturating_sub(1)].to_vec()
+        };
+        let mut all_explained = true;
+        for a in &cut_short {
+            let incs: Vec<&String> = t.commits.iter().filter(|cm| cm.3 == *a).map(|cm| &cm.2).collect();
+            let why = incs.iter().find_map(|inc| {
+                let pid = incarnation_pid(inc)?;
+                if killed_pids.contains(&pid) && sigkilled.contains(&pid) {
+                    Some("killed")
+                } else if t.revocations.iter().any(|r| r.2 == **inc) {
+                    Some("revoked")
+                } else {
+                    None
+                }
+            });
+            match why {
+                Some("revoked") => by_revocation += 1,
+                Some(_) => {}
+                None => {
+                    all_explained = false;
+                    problems.push(format!(
+                        "{id}: attempt {a} ran (runs {attempts:?}) and was run again, but its process ({incs:?}) was neither killed by the test nor revoked\n{}",
+                        audit.show(o)
+                    ));
+                }
+            }
+        }
+        if attempts.len() > 1 {
+            ran_twice += 1;
+            if sorted.get(1).is_some_and(|a| *a >= 2) && all_explained {
+                explained += 1;
+            }
+        }
+    }
+    for id in runs.keys() {
+        if !orders.contains(&(id.partition, id.offset)) {
+            problems.push(format!("the ledger names {id}, which was never produced"));
+        }
+    }
+    // gave_up is allowed only when every attempt was lost (checked above);
+    // with MAX_ATTEMPTS of c.max_attempts it is rare.
+    for o in &gave_up {
+        eprintln!("{}: {} gave up\n{}", c.label, OrderId::new(o.0, o.1), audit.show(*o));
+    }
+
+    // -- the supervisor: every SIGKILL was ours
+    let foreign_kills: Vec<&Exit> =
+        sup_state.exits.iter().filter(|e| e.signal == Some(libc::SIGKILL) && !killed_pids.contains(&e.pid)).collect();
+    if !foreign_kills.is_empty() {
+        problems.push(format!("workers died of SIGKILL the test did not send: {foreign_kills:?}"));
+    }
+    let mut exit_kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &sup_state.exits {
+        let k = match (e.code, e.signal) {
+            (Some(code), _) => format!("code {code}"),
+            (_, Some(s)) => format!("signal {s}"),
+            _ => "?".into(),
+        };
+        *exit_kinds.entry(k).or_default() += 1;
+    }
+    // Where the kills landed: the killed incarnation's last valid record.
+    let mut last_of: BTreeMap<&str, Event> = BTreeMap::new();
+    for (_, r) in &recs {
+        if r.by.is_none() {
+            last_of.insert(r.incarnation.as_str(), r.event);
+        }
+    }
+    let mut landed: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, _, pid) in &kills {
+        let inc = last_of.keys().find(|inc| incarnation_pid(inc) == Some(*pid));
+        let phase = match inc.map(|i| last_of[i]) {
+            None => "before booted",
+            Some(Event::Booted) => "boot/choosing",
+            Some(Event::Claimed) | Some(Event::Yielded) => "negotiation",
+            Some(Event::Committed) | Some(Event::Lease) => "job",
+            Some(Event::Completed) => "after completed",
+            Some(_) => "other",
+        };
+        *landed.entry(phase).or_default() += 1;
+    }
+    eprintln!(
+        "{}: {} orders drained {:.1} s after the chaos; worker starts {}, exits {exit_kinds:?}; kills landed {landed:?}; \
+         lease takeovers {takeovers}; gave up {}; extra runs explained by revocation {by_revocation}; {:.1} s in all",
+        c.label,
+        c.orders,
+        (drained - chaos_over).as_secs_f64(),
+        sup_state.total_starts(),
+        gave_up.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let line = format!(
+        "{}: faults injected {} (kills {}, outages {outages}), orders {}, lost {lost}, completed twice {twice}, committed by two {two}, ran twice {ran_twice} (killed while running {explained})",
+        c.label,
+        kills.len() + outages,
+        kills.len(),
+        c.orders
+    );
+    println!("{line}");
+    record_figures(&line);
+
+    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{}: {e}", c.label));
+    assert!(problems.is_empty(), "{}:\n{}", c.label, problems.join("\n"));
+    assert_eq!((lost, twice, two), (0, 0, 0));
+    assert_eq!(ran_twice, explained);
+    assert!(kills.len() >= 10, "too few kills landed: {kills:?}");
+}
+
+#[test]
+fn chaos_kills_and_outages_lose_nothing() {
+    run_chaos(Chaos {
+        label: "chaos",
+        orders: 150,
+        instances: 6,
+        secs: 20.0,
+        lease_ms: 3000,
+        max_attempts: 5,
+        kill_every: Duration::from_millis(300),
+        outage: Duration::from_millis(2500),
+        deadline: Duration::from_secs(150),
+        seed: seed(),
+    });
+}
+
+/// The long version; see the module docs for the command and knobs.
+#[test]
+#[ignore = "long: POOL_CHAOS_ORDERS=500 cargo test --release --test chaos -- --ignored --nocapture chaos_long"]
+fn chaos_long() {
+    let orders = env_num("POOL_CHAOS_ORDERS").unwrap_or(500) as usize;
+    run_chaos(Chaos {
+        label: "chaos long",
+        orders,
+        instances: env_num("POOL_CHAOS_INSTANCES").unwrap_or(8) as u32,
+        secs: env_num("POOL_CHAOS_SECS").map_or(orders as f64 / 6.0, |s| s as f64),
+        lease_ms: env_num("POOL_CHAOS_LEASE_MS").unwrap_or(3000),
+        max_attempts: 5,
+        kill_every: Duration::from_millis(300),
+        outage: Duration::from_millis(2800),
+        deadline: Duration::from_secs(600),
+        seed: seed(),
+    });
+}
+
+// --------------------------------------------------------- lease takeover
+
+/// An order that logs "start:ATTEMPT:RETRY:INSTANCE:PID", blocks until
+/// `flag` exists, then logs "ran:ATTEMPT:RETRY:INSTANCE".
+fn blocking_order(ledger: &Path, flag: &Path) -> String {
+    let (l, f) = (shq(ledger), shq(flag));
+    sh_order(
+        &format!(
+            "echo start:$ORDER_ATTEMPT:$ORDER_RETRY:$INSTANCE_NUMBER:$$ >> {l}; \
+             while [ ! -e {f} ]; do sleep 0.05; done; \
+             echo ran:$ORDER_ATTEMPT:$ORDER_RETRY:$INSTANCE_NUMBER >> {l}"
+        ),
+        None,
+    )
+}
+
+#[test]
+fn a_lost_instance_order_is_taken_over() {
+    const LEASE: Duration = Duration::from_millis(2000);
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger_path, flag) = (dir.path().join("ledger"), dir.path().join("flag"));
+    let broker = broker(1);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let env = |i: u32| {
+        let mut env = broker.env();
+        env.push(("INSTANCE_NUMBER".into(), i.to_string()));
+        env.push(("LEASE_MS".into(), LEASE.as_millis().to_string()));
+        env
+    };
+    let order = produce_orders(broker.bootstrap(), &topic, &[blocking_order(&ledger_path, &flag)], Some(0))[0];
+    let id = OrderId::new(order.0, order.1);
+    let mut w1 = WorkerProc::start("worker1", &env(1));
+    wait_record(&broker, &claims, "commit by instance 1", T, |r| {
+        r.instance == 1 && r.event == Event::Committed && r.order() == Some(id)
+    });
+    let job_pid = |attempt: u32| {
+        ledger(&ledger_path).iter().find_map(|l| {
+            let rest = l.strip_prefix(&format!("start:{attempt}:"))?;
+            rest.split(':').nth(2)?.parse::<i32>().ok()
+        })
+    };
+    assert!(poll_until(T, Duration::from_millis(20), || job_pid(1).is_some()), "instance 1's job never started");
+    let first_job = job_pid(1).unwrap();
+
+    // Instance 1 is lost for good.
+    w1.kill();
+    let killed = Instant::now();
+    assert!(
+        poll_until(Duration::from_secs(5), Duration::from_millis(20), || !alive(first_job)),
+        "instance 1's job (pid {first_job}) outlived its SIGKILLed worker"
+    );
+    let mut w2 = WorkerProc::start("worker2", &env(2));
+    let recs = wait_record(&broker, &claims, "instance 2's takeover claim", LEASE + Duration::from_secs(10), |r| {
+        r.instance == 2 && r.event == Event::Claimed && r.order() == Some(id) && r.takeover_of.iter().any(|c| c.instance == 1)
+    });
+    let takeover = recs
+        .iter()
+        .find(|(_, r)| r.instance == 2 && r.event == Event::Claimed && r.order() == Some(id))
+        .map(|(p, r)| (*p, r.clone()))
+        .unwrap();
+    eprintln!("takeover claim at #{} {:.1} s after the kill", takeover.0, killed.elapsed().as_secs_f64());
+    assert_eq!(takeover.1.attempt, 2, "a takeover of a committed hold is a retry:\n{}", show_all(&recs));
+    std::fs::write(&flag, b"").unwrap();
+
+    let budget = (LEASE + Duration::from_secs(10)).saturating_sub(killed.elapsed());
+    let done = wait_completed(broker.bootstrap(), &claims, &[order], budget)
+        .unwrap_or_else(|e| panic!("not completed within lease + 10 s of the kill: {e}"));
+    let took = killed.elapsed();
+    let status = w2.wait(T).unwrap_or_else(|| panic!("instance 2 did not exit:\n{}", w2.stderr.last(20)));
+    assert_eq!(status.code(), Some(0), "{}", w2.stderr.last(20));
+
+    let recs = decoded_claims(broker.bootstrap(), &claims);
+    let audit = Audit::of(&recs);
+    audit.check_exactly_once(&[order]).unwrap_or_else(|e| panic!("{e}"));
+    let t = &audit.orders[&id];
+    assert_eq!(t.completions.len(), 1, "{}", audit.show(order));
+    let (_, c) = &t.completions[0];
+    assert_eq!((c.instance, c.attempt), (2, 2), "{}", audit.show(order));
+    assert_eq!(c.outcome.as_ref().map(|o| o.status), Some(Status::Ok), "{}", audit.show(order));
+    assert_eq!(done[0].instance, 2);
+    assert!(
+        recs.iter().any(|(_, r)| r.key() == "1:revoked" && r.by == Some(2) && r.order() == Some(id)),
+        "no 1:revoked by 2 in the claims trail:\n{}",
+        show_all(&recs)
+    );
+    assert_eq!(t.revocations.iter().map(|r| (r.1, r.3)).collect::<Vec<_>>(), vec![(1, 2)], "{}", audit.show(order));
+    let effective: Vec<u32> = t.effective_commits.iter().map(|c| c.1).collect();
+    assert_eq!(effective, vec![1, 2], "{}", audit.show(order));
+    let ran: Vec<String> = ledger(&ledger_path).into_iter().filter(|l| l.starts_with("ran:")).collect();
+    assert_eq!(ran, vec!["ran:2:1:2".to_string()], "the job ran to its end once, on instance 2, as a retry");
+    eprintln!("takeover: completed by instance 2 {:.1} s after instance 1 was killed (lease {LEASE:?})\n{}", took.as_secs_f64(), audit.show(order));
+}
+
+// ------------------------------------------------------------ poison order
+
+#[test]
+fn a_poison_order_is_given_up() {
+    const MAX_ATTEMPTS: u32 = 2;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger_path = dir.path().join("ledger");
+    let broker = broker(1);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let l = shq(&ledger_path);
+    // The job's parent is its worker: it logs the pid it kills.
+    let poison = sh_order(&format!("echo poison:$ORDER_ATTEMPT:$PPID >> {l}; kill -9 $PPID; sleep 5"), None);
+    let normal = sh_order(&format!("echo normal:$ORDER_ATTEMPT >> {l}"), None);
+    let orders = produce_orders(broker.bootstrap(), &topic, &[poison, normal], Some(0));
+    let sup = pool(&broker, "1", &[("MAX_ATTEMPTS", MAX_ATTEMPTS.to_string())]);
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
+    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    let p = &audit.orders[&OrderId::new(orders[0].0, orders[0].1)];
+    let (_, done) = &p.completions[0];
+    let outcome = done.outcome.as_ref().unwrap();
+    assert_eq!(outcome.status, Status::GaveUp, "{}", audit.show(orders[0]));
+    assert_eq!(done.attempt, MAX_ATTEMPTS, "{}", audit.show(orders[0]));
+    eprintln!("poison: {} ({})", outcome.status, outcome.reason.as_deref().unwrap_or(""));
+    let n = &audit.orders[&OrderId::new(orders[1].0, orders[1].1)];
+    assert_eq!(n.completions[0].1.outcome.as_ref().map(|o| o.status), Some(Status::Ok), "{}", audit.show(orders[1]));
+
+    let lines = ledger(&ledger_path);
+    let poison_runs: Vec<(u32, u32)> = lines
+        .iter()
+        .filter_map(|l| {
+            let mut it = l.strip_prefix("poison:")?.split(':');
+            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(
+        poison_runs.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (1..=MAX_ATTEMPTS).collect::<Vec<_>>(),
+        "the poison job ran exactly MAX_ATTEMPTS times, as attempts 1, 2, ...: {lines:?}"
+    );
+    // Each run killed the worker that ran it (its parent), which the
+    // supervisor saw die of SIGKILL.
+    let s = sup.snapshot();
+    for (attempt, ppid) in &poison_runs {
+        assert!(
+            s.exits.iter().any(|e| e.instance == 1 && e.pid == *ppid && e.signal == Some(libc::SIGKILL)),
+            "attempt {attempt}: the job's parent {ppid} is not a worker that died of SIGKILL: {:?}",
+            s.exits
+        );
+    }
+    assert_eq!(lines.iter().filter(|l| l.starts_with("normal:")).collect::<Vec<_>>(), vec!["normal:1"], "{lines:?}");
+}
+
+// -------------------------------------------------------------- time limit
+
+#[test]
+fn a_job_past_its_time_limit_is_killed() {
+    let broker = broker(1);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    // A unique argument, so that /proc tells this job's sleeps from others.
+    let arg = format!("30.{:06}", std::process::id() % 1_000_000);
+    let order = serde_json::json!({
+        "cmd": ["sh", "-c", format!("sleep {arg} & sleep {arg}")],
+        "timeout_secs": 1,
+    })
+    .to_string();
+    let orders = produce_orders(broker.bootstrap(), &topic, &[order], Some(0));
+    let _sup = pool(&broker, "1", &[]);
+    // Both sleeps run (the background one and the foreground one) ...
+    let mut seen = Vec::new();
+    assert!(
+        poll_until(T, Duration::from_millis(10), || {
+            seen = processes_with_argv(&["sleep", &arg]);
+            seen.len() >= 2
+        }),
+        "the job's two sleeps were never seen running ({seen:?})"
+    );
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
+    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    let done = &audit.orders[&OrderId::new(orders[0].0, orders[0].1)].completions[0].1;
+    let outcome = done.outcome.as_ref().unwrap();
+    assert_eq!(outcome.status, Status::TimedOut, "{outcome:?}");
+    assert!(outcome.duration_ms >= 1000 && outcome.duration_ms < 10_000, "{outcome:?}");
+    // ... and none survives the time limit: the whole group was killed.
+    let mut left = Vec::new();
+    let gone = poll_until(Duration::from_secs(2), Duration::from_millis(20), || {
+        left = processes_with_argv(&["sleep", &arg]);
+        left.is_empty()
+    });
+    for pid in &left {
+        // SAFETY: a leftover of this test's own job.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(gone, "sleep {arg} survived the job's time limit: pids {left:?} (were {seen:?})");
+}
