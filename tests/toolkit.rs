@@ -1,0 +1,619 @@
+//! The operator's toolkit and the order features, end to end with the real
+//! binary: `status`, `history`, `submit`, `RESULTS_TOPIC`, duplicate ids,
+//! `image` and `url` orders, the allow lists, the job environment's deny
+//! list, the output bound and `LOG_FORMAT=json`.
+//!
+//! Each test starts its own broker (unique topic names) and pool, and every
+//! wait has a deadline. Jobs leave their side effects in files of a temp dir,
+//! so that "never ran" can be checked, not assumed.
+
+mod common;
+
+use common::*;
+use pool_worker::record::{Event, Outcome, Status};
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Budget for a pool to finish a handful of orders.
+const T: Duration = Duration::from_secs(60);
+/// Budget for one run of a tool (`status`, `history`, `submit`).
+const TOOL: Duration = Duration::from_secs(45);
+
+fn broker_with(results: bool) -> BrokerProc {
+    BrokerProc::start_with(BrokerOpts {
+        orders_topic: unique_topic("orders"),
+        coordination_topic: unique_topic("claims"),
+        results_topic: results.then(|| unique_topic("results")),
+        ..BrokerOpts::default()
+    })
+}
+
+fn broker() -> BrokerProc {
+    broker_with(false)
+}
+
+/// A supervised pool of `instances` against `broker`, with `extra` env.
+fn pool(broker: &BrokerProc, instances: &str, extra: &[(&str, &str)]) -> SupervisorProc {
+    let mut env = broker.env();
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    SupervisorProc::start_with(SupervisorOpts {
+        instances: instances.into(),
+        env,
+        restart_delay_ms: Some(20),
+        ..SupervisorOpts::default()
+    })
+}
+
+/// What a finished tool run left.
+#[derive(Debug)]
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `pool_worker ARGS` with the broker's environment (plus `extra`),
+/// feeding `stdin`; kills it and panics after `timeout`.
+fn tool(env: &[(String, String)], args: &[&str], stdin: Option<&[u8]>, timeout: Duration) -> Ran {
+    let mut cmd = command();
+    cmd.envs(env.iter().map(|(k, v)| (OsStr::new(k), OsStr::new(v))))
+        .args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", bin().display()));
+    if let Some(input) = stdin {
+        let mut w = child.stdin.take().expect("piped stdin");
+        w.write_all(input).expect("write the tool's stdin");
+        // Dropped: EOF.
+    }
+    let reader = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = reader(Box::new(child.stdout.take().expect("piped stdout")));
+    let err = reader(Box::new(child.stderr.take().expect("piped stderr")));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("pool_worker {args:?} did not exit within {timeout:?}");
+            }
+        }
+    };
+    let ran = Ran { code: status.code(), stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() };
+    eprintln!("pool_worker {args:?} -> {:?}\nstdout:\n{}\nstderr:\n{}", ran.code, ran.stdout, ran.stderr);
+    ran
+}
+
+/// The outcome of each order's (first) completion, in the order of `orders`.
+fn outcomes(broker: &BrokerProc, orders: &[(i32, i64)]) -> Vec<Outcome> {
+    wait_completed(broker.bootstrap(), &broker.opts.coordination_topic, orders, T)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(|r| r.outcome.clone().unwrap_or_else(|| panic!("a completion without outcome: {r:?}")))
+        .collect()
+}
+
+/// An order that appends "$ORDER_PARTITION:$ORDER_OFFSET" to `ledger`.
+fn ledger_order(ledger: &Path) -> String {
+    sh_order(&format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)), None)
+}
+
+/// Writes an executable script.
+fn script(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn pos((p, o): (i32, i64)) -> String {
+    format!("{p}:{o}")
+}
+
+// ------------------------------------------------------------- 1. status
+
+#[test]
+fn status_and_history_report_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker();
+    let topic = broker.opts.orders_topic.clone();
+    let mut orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 3], Some(0));
+    // One failing order, to see it counted apart.
+    orders.extend(produce_orders(broker.bootstrap(), &topic, &[sh_order("exit 3", None)], Some(0)));
+    let sup = pool(&broker, "2", &[]);
+    let audit = wait_and_audit(broker.bootstrap(), &broker.opts.coordination_topic, &orders, T);
+    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    sup.expect("both instances booted", |s| s.starts(1) >= 1 && s.starts(2) >= 1, T);
+
+    let env = broker.env();
+    let r = tool(&env, &["status", "--json"], None, TOOL);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let s: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    assert_eq!(s["completed"], serde_json::json!(4), "{s:#}");
+    assert_eq!(s["failed"], serde_json::json!(1), "{s:#}");
+    assert_eq!(s["by_status"]["ok"], serde_json::json!(3), "{s:#}");
+    assert_eq!(s["by_status"]["failed"], serde_json::json!(1), "{s:#}");
+    assert_eq!(s["orders_in_topic"], serde_json::json!(4), "{s:#}");
+    assert_eq!(s["waiting"], serde_json::json!(0), "{s:#}");
+    let instances = s["instances"].as_array().unwrap_or_else(|| panic!("no instances: {s:#}"));
+    let numbers: Vec<u64> = instances.iter().filter_map(|i| i["instance"].as_u64()).collect();
+    assert!(numbers.contains(&1) && numbers.contains(&2), "{s:#}");
+    for i in instances {
+        assert!(i["state"].is_string() && i["incarnation"].is_string(), "{i}");
+    }
+    // Each completion is some instance's last completion, or overwritten by a later one.
+    let completers: std::collections::BTreeSet<u32> =
+        audit.orders.values().flat_map(|t| t.completions.iter().map(|c| c.1.instance)).collect();
+    for c in completers {
+        let e = instances.iter().find(|i| i["instance"] == serde_json::json!(c)).expect("completer listed");
+        assert!(e["last_completion"]["order"].is_string(), "{e}");
+    }
+
+    let r = tool(&env, &["status"], None, TOOL);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.contains("4 completed"), "{}", r.stdout);
+    assert!(r.stdout.contains("(1 not ok)"), "{}", r.stdout);
+
+    // Flags instead of the environment give the same answer.
+    let args = [
+        "status",
+        "--json",
+        "--brokers",
+        broker.bootstrap(),
+        "--orders-topic",
+        &broker.opts.orders_topic,
+        "--coordination-topic",
+        &broker.opts.coordination_topic,
+    ];
+    let r = tool(&[], &args, None, TOOL);
+    let s2: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    assert_eq!(s2["completed"], serde_json::json!(4), "{s2:#}");
+
+    // history of the failing order.
+    let o = pos(orders[3]);
+    let r = tool(&env, &["history", &o], None, TOOL);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    for ev in ["claimed", "committed", "completed"] {
+        assert!(r.stdout.contains(&format!(":{ev}")), "history lacks {ev}:\n{}", r.stdout);
+    }
+    assert!(r.stdout.contains("failed exit 3"), "{}", r.stdout);
+    let r = tool(&env, &["history", &o, "--json"], None, TOOL);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let h: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    assert_eq!(h["order"], serde_json::json!(o));
+    let records = h["records"].as_array().expect("records");
+    let events: Vec<&str> = records.iter().filter_map(|r| r["record"]["event"].as_str()).collect();
+    for ev in ["claimed", "committed", "completed"] {
+        assert!(events.contains(&ev), "{events:?}");
+    }
+    let c = events.iter().position(|e| *e == "committed").unwrap();
+    let d = events.iter().position(|e| *e == "completed").unwrap();
+    assert!(c < d, "{events:?}");
+    for rec in records {
+        assert_eq!(rec["record"]["offset"], serde_json::json!(orders[3].1), "{rec}");
+        assert!(rec["pos"].is_u64() && rec["key"].is_string(), "{rec}");
+    }
+    // An order nobody touched.
+    let r = tool(&env, &["history", "0:999"], None, TOOL);
+    assert_eq!(r.code, Some(0));
+    assert!(r.stdout.contains("no record about order 0:999"), "{}", r.stdout);
+}
+
+// ------------------------------------------------------------- 2. submit
+
+#[test]
+fn submit_waits_and_refuses_invalid_orders() {
+    let broker = broker();
+    let env = broker.env();
+    let topic = broker.opts.orders_topic.clone();
+
+    // Invalid orders are refused before anything is sent (no pool needed).
+    let r = tool(&env, &["submit", "--json-file", "-"], Some(br#"{"cmd":5}"#), TOOL);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stderr.contains("not a valid order"), "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    let r = tool(&env, &["submit", "--text", "echo 'unclosed"], None, TOOL);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(read_topic(broker.bootstrap(), &topic, 0).is_empty(), "an invalid order was sent");
+
+    let sup = pool(&broker, "1", &[]);
+    let r = tool(&env, &["submit", "--wait", "--", "sh", "-c", "echo out; echo err >&2; exit 7"], None, T);
+    assert_eq!(r.code, Some(7), "{r:?}");
+    let mut lines = r.stdout.lines();
+    let order = lines.next().unwrap_or_default().to_string();
+    assert_eq!(order, "0:0", "first line is the order's P:O: {}", r.stdout);
+    assert_eq!(lines.collect::<Vec<_>>(), ["out"], "{}", r.stdout);
+    assert!(r.stderr.contains("err"), "{}", r.stderr);
+    assert!(r.stderr.contains("order 0:0: failed on instance 1") && r.stderr.contains("exit 7"), "{}", r.stderr);
+
+    // Exit 0, text form, JSON output.
+    let r = tool(&env, &["submit", "--wait", "--json", "--text", "echo hello world"], None, T);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let lines: Vec<serde_json::Value> =
+        r.stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    assert_eq!(lines.len(), 2, "{}", r.stdout);
+    assert_eq!(lines[0]["event"], "submitted");
+    assert_eq!(lines[0]["order"], "0:1");
+    assert_eq!(lines[1]["event"], "completed");
+    assert_eq!(lines[1]["outcome"]["status"], "ok");
+    assert_eq!(lines[1]["outcome"]["stdout_tail"], "hello world\n");
+
+    // Without --wait: prints P:O and returns at once; the order still runs.
+    let r = tool(&env, &["submit", "--json-file", "-"], Some(sh_order("exit 0", None).as_bytes()), TOOL);
+    assert_eq!((r.code, r.stdout.trim()), (Some(0), "0:2"), "{r:?}");
+    let o = outcomes(&broker, &[(0, 2)]);
+    assert_eq!(o[0].status, Status::Ok);
+    assert_eq!(read_topic(broker.bootstrap(), &topic, 0).len(), 3, "exactly the three valid orders were sent");
+    drop(sup);
+}
+
+// --------------------------------------------------------- 3. duplicates
+
+#[test]
+fn duplicate_ids_run_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker();
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let with_id = |id: &str| {
+        let mut v: serde_json::Value = serde_json::from_str(&ledger_order(&ledger)).unwrap();
+        v["id"] = id.into();
+        v.to_string()
+    };
+    // Both wait before the pool starts: six instances race for them.
+    let first = produce_orders(broker.bootstrap(), &topic, &[with_id("dup-1"), with_id("dup-1")], Some(0));
+    let sup = pool(&broker, "6", &[]);
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &first, T);
+    audit.check_exactly_once(&first).unwrap_or_else(|e| panic!("{e}"));
+    let lines = common::ledger(&ledger);
+    assert_eq!(lines.len(), 1, "two orders with one id: {lines:?}");
+    let ran = lines[0].clone();
+    let other = first.iter().map(|o| pos(*o)).find(|o| *o != ran).unwrap_or_else(|| panic!("ran {ran}?"));
+    let o = outcomes(&broker, &first);
+    let by_pos: BTreeMap<String, &Outcome> = first.iter().map(|o| pos(*o)).zip(o.iter()).collect();
+    assert_eq!(by_pos[&ran].status, Status::Ok, "{by_pos:?}");
+    let dup = by_pos[&other];
+    assert_eq!(dup.status, Status::Duplicate, "{by_pos:?}");
+    let reason = dup.reason.as_deref().unwrap_or("");
+    assert!(reason.contains(&format!("order {ran} ")) && reason.contains("dup-1"), "{reason}");
+    assert!(dup.exit_code.is_none() && dup.stdout_tail.is_empty(), "{dup:?}");
+
+    // Later: the same id again is a duplicate of the first; a new id runs.
+    let later = produce_orders(broker.bootstrap(), &topic, &[with_id("dup-1"), with_id("dup-2")], Some(0));
+    let o = outcomes(&broker, &later);
+    assert_eq!(o[0].status, Status::Duplicate, "{o:?}");
+    assert!(o[0].reason.as_deref().unwrap_or("").contains(&format!("order {ran} ")), "{o:?}");
+    assert_eq!(o[1].status, Status::Ok, "{o:?}");
+    let lines = common::ledger(&ledger);
+    assert_eq!(lines, [ran, pos(later[1])], "ledger");
+    let all: Vec<_> = first.iter().chain(&later).copied().collect();
+    Audit::of(&decoded_claims(broker.bootstrap(), &claims)).check_exactly_once(&all).unwrap_or_else(|e| panic!("{e}"));
+    // The completions carry the id.
+    let recs = decoded_claims(broker.bootstrap(), &claims);
+    let ids: Vec<Option<String>> = recs
+        .iter()
+        .filter(|(_, r)| r.event == Event::Completed && r.order().map(|o| (o.partition, o.offset)) == Some(later[1]))
+        .map(|(_, r)| r.order_id.clone())
+        .collect();
+    eprintln!("completion ids of {}: {ids:?}", pos(later[1]));
+    drop(sup);
+}
+
+// ------------------------------------------------------- 4. results topic
+
+#[test]
+fn results_topic_gets_every_completion() {
+    let broker = broker_with(true);
+    let results = broker.opts.results_topic.clone().unwrap();
+    let topic = broker.opts.orders_topic.clone();
+    let payloads = [
+        sh_order("echo r$ORDER_OFFSET ${KAFKA_BROKERS-nokafka}", None),
+        sh_order("echo r$ORDER_OFFSET; echo oops >&2; exit 3", None),
+        "no-such-program-pw".to_string(),
+    ];
+    let orders = produce_orders(broker.bootstrap(), &topic, &payloads, Some(0));
+    let sup = pool(&broker, "2", &[]);
+    let done = outcomes(&broker, &orders);
+    let mut recs = Vec::new();
+    assert!(
+        poll_until(Duration::from_secs(15), Duration::from_millis(200), || {
+            recs = read_topic(broker.bootstrap(), &results, 0);
+            recs.len() >= 3
+        }),
+        "results topic has {} records",
+        recs.len()
+    );
+    assert_eq!(recs.len(), 3, "one result per completion: {recs:?}");
+    let mut by_key: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    for (_, k, v) in &recs {
+        let k = String::from_utf8(k.clone().expect("a key")).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(v.as_deref().expect("a value")).unwrap();
+        assert_eq!(v["order"], serde_json::json!(k), "{v}");
+        by_key.insert(k, v);
+    }
+    let get = |i: usize| by_key.get(&pos(orders[i])).unwrap_or_else(|| panic!("no result for {}: {by_key:?}", pos(orders[i])));
+    let (r0, r1, r2) = (get(0), get(1), get(2));
+    assert_eq!(r0["status"], "ok");
+    assert_eq!(r0["exit_code"], 0);
+    // The job does not see the worker's KAFKA_* variables (JOB_ENV_DENY's default).
+    assert_eq!(r0["stdout"], format!("r{} nokafka\n", orders[0].1));
+    assert_eq!(r1["status"], "failed");
+    assert_eq!(r1["exit_code"], 3);
+    assert_eq!(r1["stdout"], format!("r{}\n", orders[1].1));
+    assert_eq!(r1["stderr"], "oops\n");
+    assert_eq!(r2["status"], "error");
+    assert!(r2["exit_code"].is_null(), "{r2}");
+    assert!(r2["reason"].as_str().unwrap_or("").contains("not found"), "{r2}");
+    for (i, r) in [r0, r1, r2].into_iter().enumerate() {
+        assert!(r["instance"].as_u64().is_some_and(|n| n == 1 || n == 2), "{r}");
+        assert_eq!(r["attempt"], 1, "{r}");
+        assert!(r["duration_ms"].is_u64(), "{r}");
+        assert_eq!(r["status"], serde_json::json!(done[i].status), "the result agrees with the claims topic");
+    }
+    drop(sup);
+}
+
+// ----------------------------------------------------- 5. image orders
+
+#[test]
+fn image_orders_run_docker_from_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let bindir = dir.path().join("bin");
+    std::fs::create_dir(&bindir).unwrap();
+    let out = dir.path().join("argv");
+    let envfile = dir.path().join("env");
+    script(
+        &bindir.join("docker"),
+        &format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\necho \"GREETING=$GREETING SECRET_X=${{SECRET_X-unset}}\" > {}\necho from-docker\n",
+            shq(&out),
+            shq(&envfile)
+        ),
+    );
+    let path = format!("{}:{}", bindir.display(), std::env::var("PATH").unwrap_or_default());
+    let broker = broker();
+    let order = serde_json::json!({
+        "image": "alpine:3",
+        "env": {"GREETING": "hi there", "SECRET_X": "no"},
+        "args": ["echo", "a b"],
+    })
+    .to_string();
+    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &[order], Some(0));
+    let sup = pool(&broker, "1", &[("PATH", &path), ("ALLOWED_COMMANDS", "docker"), ("JOB_ENV_DENY", "SECRET_*")]);
+    let o = outcomes(&broker, &orders);
+    assert_eq!((o[0].status, o[0].exit_code), (Status::Ok, Some(0)), "{o:?}");
+    assert_eq!(o[0].stdout_tail, "from-docker\n");
+    let argv = std::fs::read_to_string(&out).unwrap();
+    let argv: Vec<&str> = argv.lines().collect();
+    let (p, off) = orders[0];
+    let name = format!("pool_worker-1-{p}-{off}-a1");
+    let expected = [
+        "run", "--rm", "--name", &name, "-e", "GREETING", "-e", "ORDER_PARTITION", "-e", "ORDER_OFFSET", "-e",
+        "INSTANCE_NUMBER", "-e", "ORDER_ATTEMPT", "-e", "ORDER_RETRY", "alpine:3", "echo", "a b",
+    ];
+    assert_eq!(argv, expected);
+    // Values pass through docker's environment (-e NAME), not its argv; a denied one does not.
+    assert_eq!(std::fs::read_to_string(&envfile).unwrap(), "GREETING=hi there SECRET_X=unset\n");
+    drop(sup);
+}
+
+// --------------------------------------------------------- 6. URL orders
+
+/// A tiny HTTP server: `GET path` answers `routes[path]` with 200, anything
+/// else 404; every request line is recorded.
+struct Http {
+    port: u16,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl Http {
+    fn start(routes: BTreeMap<String, String>) -> Http {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests: Arc<Mutex<Vec<String>>> = Arc::default();
+        let log = requests.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 16 * 1024 {
+                    match conn.read(&mut b) {
+                        Ok(1) => head.push(b[0]),
+                        _ => break,
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let line = head.lines().next().unwrap_or_default().to_string();
+                log.lock().unwrap().push(line.clone());
+                let path = line.split(' ').nth(1).unwrap_or_default();
+                let resp = match routes.get(path) {
+                    Some(body) => format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()),
+                    None => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_string(),
+                };
+                let _ = conn.write_all(resp.as_bytes());
+            }
+        });
+        Http { port, requests }
+    }
+}
+
+#[test]
+fn url_orders_fetch_run_and_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let marker = dir.path().join("secret-ran");
+    let routes = BTreeMap::from([
+        ("/allowed/ok".to_string(), ledger_order(&ledger)),
+        ("/secret/x".to_string(), sh_order(&format!("touch {}", shq(&marker)), None)),
+    ]);
+    let http = Http::start(routes);
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let base = format!("http://127.0.0.1:{}", http.port);
+    let url = |u: String| serde_json::json!({ "url": u }).to_string();
+    let payloads = [
+        url(format!("{base}/allowed/ok")),
+        url(format!("{base}/allowed/missing")),
+        url(format!("{base}/secret/x")),
+        url(format!("http://127.0.0.1:{dead}/gone")),
+    ];
+    let broker = broker();
+    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
+    let allowed = format!("{base}/allowed/,http://127.0.0.1:{dead}/");
+    let sup = pool(&broker, "2", &[("ALLOWED_URLS", &allowed)]);
+    let o = outcomes(&broker, &orders);
+    assert_eq!(o[0].status, Status::Ok, "{o:?}");
+    assert_eq!(common::ledger(&ledger), [pos(orders[0])], "the fetched order ran, once");
+    assert_eq!(o[1].status, Status::Error, "{o:?}");
+    assert!(o[1].reason.as_deref().unwrap_or("").contains("404"), "{o:?}");
+    assert_eq!(o[2].status, Status::Refused, "{o:?}");
+    assert!(o[2].reason.as_deref().unwrap_or("").contains("not under an allowed prefix"), "{o:?}");
+    assert_eq!(o[3].status, Status::Error, "{o:?}");
+    assert!(o[3].reason.as_deref().unwrap_or("").contains("cannot connect"), "{o:?}");
+    assert!(!marker.exists(), "a refused URL order ran");
+    let reqs = http.requests.lock().unwrap().clone();
+    assert!(!reqs.iter().any(|r| r.contains("/secret")), "a refused URL was fetched: {reqs:?}");
+    assert_eq!(reqs.iter().filter(|r| r.starts_with("GET /allowed/ok ")).count(), 1, "{reqs:?}");
+    drop(sup);
+}
+
+// ---------------------------------------------------- 7. allowed commands
+
+#[test]
+fn allowed_commands_refuse_other_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("sh-ran");
+    let broker = broker();
+    let payloads = [
+        "echo allowed".to_string(),
+        sh_order(&format!("touch {}", shq(&marker)), None),
+        format!("/bin/touch {}", shq(&marker)),
+    ];
+    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
+    let sup = pool(&broker, "1", &[("ALLOWED_COMMANDS", "echo,true")]);
+    let o = outcomes(&broker, &orders);
+    assert_eq!((o[0].status, o[0].stdout_tail.as_str()), (Status::Ok, "allowed\n"), "{o:?}");
+    for (i, prog) in [(1, "'sh'"), (2, "'/bin/touch'")] {
+        assert_eq!(o[i].status, Status::Refused, "{o:?}");
+        let reason = o[i].reason.as_deref().unwrap_or("");
+        assert!(reason.contains(prog) && reason.contains("allowed commands"), "{reason}");
+        assert!(o[i].exit_code.is_none() && o[i].duration_ms == 0, "{o:?}");
+    }
+    assert!(!marker.exists(), "a refused order ran");
+    let warned = sup.stderr.lines().iter().any(|l| l.contains("ALLOWED_COMMANDS is not set"));
+    assert!(!warned, "warned although ALLOWED_COMMANDS is set");
+    drop(sup);
+}
+
+#[test]
+fn unset_allowed_commands_warns_once_at_start() {
+    let broker = broker();
+    let mut env = broker.env();
+    env.push(("INSTANCE_NUMBER".into(), "1".into()));
+    let mut w = WorkerProc::start("worker", &env);
+    assert!(
+        poll_until(T, Duration::from_millis(50), || w.stderr.lines().iter().any(|l| l.contains("idle"))),
+        "the worker did not get idle:\n{}",
+        w.stderr.last(20)
+    );
+    let lines = w.stderr.lines();
+    let warnings: Vec<&String> = lines.iter().filter(|l| l.contains("ALLOWED_COMMANDS")).collect();
+    assert_eq!(warnings.len(), 1, "{lines:#?}");
+    assert!(warnings[0].contains("WARN"), "{}", warnings[0]);
+    let first_boot = lines.iter().position(|l| l.contains("booting")).unwrap_or(usize::MAX);
+    let warn_at = lines.iter().position(|l| l.contains("ALLOWED_COMMANDS")).unwrap();
+    assert!(warn_at < first_boot, "the warning comes at start:\n{lines:#?}");
+    w.kill();
+}
+
+// ----------------------------------------- 8. env deny and output bound
+
+#[test]
+fn job_env_deny_and_output_limit() {
+    let broker = broker();
+    let payloads = [
+        sh_order("echo \"token=${SECRET_TOKEN-unset} other=${OTHER_VAR-unset} kafka=${KAFKA_BROKERS-unset}\"", None),
+        sh_order("head -c 100000 /dev/zero | tr '\\0' x; echo END; head -c 50000 /dev/zero | tr '\\0' y >&2", None),
+    ];
+    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
+    let extra = [
+        ("JOB_ENV_DENY", "SECRET_*"),
+        ("SECRET_TOKEN", "hunter2"),
+        ("OTHER_VAR", "visible"),
+        ("OUTPUT_LIMIT_BYTES", "1000"),
+    ];
+    let sup = pool(&broker, "1", &extra);
+    let o = outcomes(&broker, &orders);
+    assert_eq!(o[0].status, Status::Ok, "{o:?}");
+    // The deny list replaces the default (KAFKA_*), so KAFKA_BROKERS is seen.
+    assert_eq!(o[0].stdout_tail, format!("token=unset other=visible kafka={}\n", broker.bootstrap()));
+    assert_eq!(o[1].status, Status::Ok, "{o:?}");
+    let out = &o[1].stdout_tail;
+    assert!(out.len() <= 1000, "stdout tail is {} bytes", out.len());
+    assert!(out.len() >= 900, "stdout tail is only {} bytes", out.len());
+    assert!(out.ends_with("xxxxEND\n"), "{out:?}");
+    assert!(out.trim_end_matches("END\n").chars().all(|c| c == 'x'));
+    let err = &o[1].stderr_tail;
+    assert_eq!(err.len(), 1000, "stderr tail is {} bytes", err.len());
+    assert!(err.chars().all(|c| c == 'y'));
+    // The completed record stays small.
+    let recs = decoded_claims(broker.bootstrap(), &broker.opts.coordination_topic);
+    let big = recs
+        .iter()
+        .filter(|(_, r)| r.event == Event::Completed)
+        .map(|(_, r)| r.encode().len())
+        .max()
+        .unwrap_or(0);
+    assert!(big < 4000, "a completed record of {big} bytes");
+    drop(sup);
+}
+
+// ------------------------------------------------------ 9. LOG_FORMAT=json
+
+#[test]
+fn log_format_json_is_json_lines() {
+    let broker = broker();
+    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &["echo hi".to_string()], Some(0));
+    let mut env = broker.env();
+    env.push(("INSTANCE_NUMBER".into(), "1".into()));
+    env.push(("LOG_FORMAT".into(), "json".into()));
+    let mut w = WorkerProc::start("worker", &env);
+    let status = w.wait(T).unwrap_or_else(|| panic!("the worker did not finish:\n{}", w.stderr.last(20)));
+    assert_eq!(status.code(), Some(0), "{}", w.stderr.last(20));
+    let o = outcomes(&broker, &orders);
+    assert_eq!(o[0].status, Status::Ok);
+    // The stderr thread may still be copying the last lines.
+    std::thread::sleep(Duration::from_millis(200));
+    let lines = w.stderr.lines();
+    assert!(lines.len() >= 3, "{lines:#?}");
+    let mut parsed = Vec::new();
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        assert!(v.is_object(), "{l}");
+        assert!(v["level"].is_string() && v["timestamp"].is_string(), "{l}");
+        parsed.push(v);
+    }
+    let warn: Vec<_> = parsed
+        .iter()
+        .filter(|v| v["fields"]["message"].as_str().is_some_and(|m| m.contains("ALLOWED_COMMANDS")))
+        .collect();
+    assert_eq!(warn.len(), 1, "{parsed:#?}");
+    assert_eq!(warn[0]["level"], "WARN");
+    let completed = parsed.iter().any(|v| v["fields"]["event"] == "completed" && v["fields"]["status"] == "ok");
+    assert!(completed, "no completed line: {parsed:#?}");
+}
