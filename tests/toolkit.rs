@@ -348,20 +348,24 @@ fn results_topic_gets_every_completion() {
         sh_order("echo r$ORDER_OFFSET ${KAFKA_BROKERS-nokafka}", None),
         sh_order("echo r$ORDER_OFFSET; echo oops >&2; exit 3", None),
         "no-such-program-pw".to_string(),
+        r#"{"cmd": ["true"], "id": "r-1"}"#.to_string(),
     ];
-    let orders = produce_orders(broker.bootstrap(), &topic, &payloads, Some(0));
+    let mut orders = produce_orders(broker.bootstrap(), &topic, &payloads, Some(0));
     let sup = pool(&broker, "2", &[]);
+    // The same id once the first is done: a duplicate, published too.
+    outcomes(&broker, &orders[3..]);
+    orders.extend(produce_orders(broker.bootstrap(), &topic, &[payloads[3].clone()], Some(0)));
     let done = outcomes(&broker, &orders);
     let mut recs = Vec::new();
     assert!(
         poll_until(Duration::from_secs(15), Duration::from_millis(200), || {
             recs = read_topic(broker.bootstrap(), &results, 0);
-            recs.len() >= 3
+            recs.len() >= 5
         }),
         "results topic has {} records",
         recs.len()
     );
-    assert_eq!(recs.len(), 3, "one result per completion: {recs:?}");
+    assert_eq!(recs.len(), 5, "one result per completion: {recs:?}");
     let mut by_key: BTreeMap<String, serde_json::Value> = BTreeMap::new();
     for (_, k, v) in &recs {
         let k = String::from_utf8(k.clone().expect("a key")).unwrap();
@@ -371,6 +375,9 @@ fn results_topic_gets_every_completion() {
     }
     let get = |i: usize| by_key.get(&pos(orders[i])).unwrap_or_else(|| panic!("no result for {}: {by_key:?}", pos(orders[i])));
     let (r0, r1, r2) = (get(0), get(1), get(2));
+    assert_eq!(get(3)["status"], "ok");
+    assert_eq!(get(4)["status"], "duplicate");
+    assert!(get(4)["reason"].as_str().unwrap_or("").contains(&format!("order {} ", pos(orders[3]))), "{}", get(4));
     assert_eq!(r0["status"], "ok");
     assert_eq!(r0["exit_code"], 0);
     // The job does not see the worker's KAFKA_* variables (JOB_ENV_DENY's default).
@@ -494,8 +501,11 @@ fn url_orders_fetch_run_and_fail() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let marker = dir.path().join("secret-ran");
+    let mut with_id: serde_json::Value = serde_json::from_str(&ledger_order(&ledger)).unwrap();
+    with_id["id"] = "from-url".into();
     let routes = BTreeMap::from([
         ("/allowed/ok".to_string(), ledger_order(&ledger)),
+        ("/allowed/dup".to_string(), with_id.to_string()),
         ("/secret/x".to_string(), sh_order(&format!("touch {}", shq(&marker)), None)),
     ]);
     let http = Http::start(routes);
@@ -507,6 +517,9 @@ fn url_orders_fetch_run_and_fail() {
         url(format!("{base}/allowed/missing")),
         url(format!("{base}/secret/x")),
         url(format!("http://127.0.0.1:{dead}/gone")),
+        // The id of a fetched body counts: the second is a duplicate.
+        url(format!("{base}/allowed/dup")),
+        url(format!("{base}/allowed/dup")),
     ];
     let broker = broker();
     let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
@@ -514,7 +527,14 @@ fn url_orders_fetch_run_and_fail() {
     let sup = pool(&broker, "2", &[("ALLOWED_URLS", &allowed)]);
     let o = outcomes(&broker, &orders);
     assert_eq!(o[0].status, Status::Ok, "{o:?}");
-    assert_eq!(common::ledger(&ledger), [pos(orders[0])], "the fetched order ran, once");
+    assert_eq!(o[4].status, Status::Ok, "{o:?}");
+    assert_eq!(o[5].status, Status::Duplicate, "{o:?}");
+    assert!(o[5].reason.as_deref().unwrap_or("").contains(&format!("order {} ", pos(orders[4]))), "{o:?}");
+    let mut ran = common::ledger(&ledger);
+    ran.sort();
+    let mut want = vec![pos(orders[0]), pos(orders[4])];
+    want.sort();
+    assert_eq!(ran, want, "each fetched order ran once, the duplicate not at all");
     assert_eq!(o[1].status, Status::Error, "{o:?}");
     assert!(o[1].reason.as_deref().unwrap_or("").contains("404"), "{o:?}");
     assert_eq!(o[2].status, Status::Refused, "{o:?}");
