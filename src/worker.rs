@@ -193,6 +193,11 @@ impl Worker {
         self.seq += 1;
         let mut r = Record::new(self.me, event, &self.incarnation, self.now);
         r.seq = self.seq;
+        // Every record carries our frontier (record.rs, `next`): compaction
+        // keeps only the newest record per key, and that one may be void (a
+        // dead incarnation's claim landing late), so the frontier must not
+        // live in claims alone (tests/model.rs found the double run).
+        r.next = self.view.frontier().clone();
         if let Some(o) = order {
             r = r.with_order(o);
         }
