@@ -76,21 +76,33 @@ pub fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientC
     c.set("bootstrap.servers", brokers);
     // Reconnect quickly after a broker outage.
     c.set("reconnect.backoff.ms", "50").set("reconnect.backoff.max.ms", "1000");
+    // Every protocol step is a small request waiting on a small answer:
+    // Nagle's algorithm would hold them back.
+    c.set("socket.nagle.disable", "true");
     for (k, v) in props {
         c.set(k, v);
     }
     c
 }
 
-fn consumer_config(cfg: &Config, eof: bool) -> ClientConfig {
-    let mut c = client_config(&cfg.brokers, &cfg.kafka_props);
+/// `wait_ms`: how long the broker may hold an empty fetch. Kafka answers a
+/// fetch as soon as data arrives, but librdkafka's mock cluster holds an
+/// empty one for the whole wait, and every protocol step waits to read its
+/// own record back; so the claims reader asks for short waits. Operators of
+/// a real cluster may raise it (`KAFKA_FETCH_WAIT_MAX_MS`) to make idle
+/// workers quieter: their properties are applied last.
+fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
+    let mut c = client_config(&cfg.brokers, &BTreeMap::new());
     c.set("group.id", format!("pool_worker-{}", cfg.instance))
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", if eof { "true" } else { "false" })
-        // Long polls end as soon as data arrives; this bounds an idle fetch.
-        .set("fetch.wait.max.ms", "100")
-        .set("fetch.error.backoff.ms", "50");
+        .set("fetch.wait.max.ms", wait_ms.to_string())
+        .set("fetch.error.backoff.ms", "50")
+        .set("auto.offset.reset", "earliest");
+    for (k, v) in &cfg.kafka_props {
+        c.set(k, v);
+    }
     c
 }
 
@@ -108,10 +120,10 @@ impl Kafka {
             .create()
             .context("cannot create the Kafka producer")?;
         let claims: StreamConsumer<Quiet> =
-            consumer_config(cfg, true).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
+            consumer_config(cfg, true, 10).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
         let orders: StreamConsumer<Quiet> =
-            consumer_config(cfg, false).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
-        let meta: BaseConsumer = consumer_config(cfg, false).create().context("cannot create a Kafka consumer")?;
+            consumer_config(cfg, false, 50).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
+        let meta: BaseConsumer = consumer_config(cfg, false, 100).create().context("cannot create a Kafka consumer")?;
         Ok(Kafka {
             producer,
             claims,
@@ -170,8 +182,19 @@ impl Kafka {
             );
         }
         self.partitions(&self.orders_topic, patience).await?;
+        // Each consumer learns its topic's leaders *before* it is assigned a
+        // partition: assigned blind, librdkafka waits for a 500 ms retry
+        // timer before it starts fetching, and that wait would be on every
+        // boot (see bench/RESULTS.md).
+        tokio::task::block_in_place(|| {
+            let _ = self.claims.fetch_metadata(Some(&self.claims_topic), REQUEST_TIMEOUT);
+            let _ = self.orders.fetch_metadata(Some(&self.orders_topic), REQUEST_TIMEOUT);
+        });
+        // Offset 0 rather than "beginning", which costs an offset query;
+        // should the log no longer start at 0, auto.offset.reset=earliest
+        // starts at its first record.
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.claims_topic, 0, Offset::Beginning)?;
+        tpl.add_partition_offset(&self.claims_topic, 0, Offset::Offset(0))?;
         self.claims.assign(&tpl).context("cannot assign the claims topic")?;
         Ok(())
     }

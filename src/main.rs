@@ -60,7 +60,17 @@ fn main() -> ExitCode {
                 }
             };
             init_logs(cfg.log_json);
-            runtime.block_on(run::run(cfg))
+            let result = runtime.block_on(run::run(cfg));
+            // Exit at once: tearing down the runtime and the Kafka clients
+            // would only delay the supervisor's restart (see run::run).
+            let code = match result {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("pool_worker: {e:#}");
+                    1
+                }
+            };
+            std::process::exit(code)
         }
         Some(Command::Dev(args)) => {
             init_logs(false);

@@ -56,7 +56,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     if cfg.allowed_commands.is_none() {
         tracing::warn!("ALLOWED_COMMANDS is not set: orders may run any program");
     }
-    let kafka = Kafka::connect(&cfg)?;
+    // Never dropped: destroying librdkafka's clients takes hundreds of
+    // milliseconds (closing connections, joining threads), and the process
+    // exits right after this function returns, with every append and result
+    // already acknowledged. The OS reclaims the rest.
+    let kafka = std::mem::ManuallyDrop::new(Kafka::connect(&cfg)?);
     if let Err(e) = kafka.open(BROKER_PATIENCE).await {
         let msg = format!("{e:#}");
         if msg.contains("cannot reach") {
@@ -91,6 +95,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 }
                 Action::FindOrder => {
                     let ends = kafka.order_ends().await;
+                    tracing::debug!(instance = me, ?ends, "orders' end offsets");
                     let ends_now = ends.clone();
                     todo.extend(w.handle(Input::Orders(ends), now_ms()));
                     if w.phase == Phase::Choose && !idle {
@@ -173,6 +178,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
             _ = term.recv() => { stop_job(&mut cancel, &mut job_task).await; return Ok(143) }
             _ = int.recv() => { stop_job(&mut cancel, &mut job_task).await; return Ok(130) }
         };
+        if let Input::CaughtUp = input {
+            tracing::debug!(instance = me, end = w.view.end(), "caught up with the claims topic");
+        }
         todo.extend(w.handle(input, now_ms()));
         if w.phase != Phase::Choose {
             idle = false;
