@@ -513,6 +513,18 @@ const MAX_LINE: usize = 8 * 1024;
 /// Most header lines accepted from a server.
 const MAX_HEADERS: usize = 100;
 
+/// Whether a (lower-cased) URL's path has a `..` segment, literally or
+/// percent-encoded (`%2e%2e`, `.%2e`, `%2e.`), or an encoded slash that
+/// could hide one.
+fn climbs(url: &str) -> bool {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    let path = path.split_once("://").map_or(path, |(_, rest)| rest);
+    if path.contains("%2f") || path.contains("%5c") || path.contains('\\') {
+        return true;
+    }
+    path.split('/').any(|seg| seg.replace("%2e", ".") == "..")
+}
+
 /// Fetches the body of a URL order: an HTTP/1.1 `GET` of a plain `http://`
 /// URL that must answer `200` within `timeout` with at most `max_bytes` of
 /// body (`Content-Length`, chunked, or read to close). With `allowed_urls`,
@@ -525,6 +537,13 @@ pub async fn fetch_order(
     allowed_urls: &Option<Vec<String>>,
 ) -> Result<Vec<u8>, String> {
     if let Some(allowed) = allowed_urls {
+        // A prefix check means nothing if the path can climb out of it:
+        // servers resolve `..` (and its percent-encoded forms) before they
+        // look the path up.
+        let lower = url.to_ascii_lowercase();
+        if climbs(&lower) {
+            return Err(format!("URL {url} climbs out with '..', so it is not under an allowed prefix"));
+        }
         if !allowed
             .iter()
             .any(|prefix| url.starts_with(prefix.as_str()))
@@ -757,6 +776,21 @@ async fn read_line<R: AsyncBufRead + Unpin>(rd: &mut R) -> Result<String, String
         line.pop();
     }
     Ok(String::from_utf8_lossy(&line).into_owned())
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::climbs;
+
+    #[test]
+    fn dot_dot_in_any_form_climbs() {
+        for u in ["http://h/a/../b", "http://h/a/%2e%2e/b", "http://h/a/.%2e/b", "http://h/a/%2e./b", "http://h/a%2f..%2fb", "http://h/a/.."] {
+            assert!(climbs(u), "{u}");
+        }
+        for u in ["http://h/a/b", "http://h/a/..b/c", "http://h/a/b?x=../y", "http://h/a.b/c"] {
+            assert!(!climbs(u), "{u}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,31 @@ fn init_logs(json: bool) {
     }
 }
 
+/// The current time as RFC 3339 UTC (for the one log line written before
+/// logging is set up).
+fn humantime_now() -> String {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since the epoch (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_micros()
+    )
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
@@ -55,7 +80,20 @@ fn main() -> ExitCode {
             let cfg = match Config::from_env() {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("pool_worker: {e}");
+                    // Logging is not set up yet (its format is part of the
+                    // configuration), so honour LOG_FORMAT=json by hand.
+                    let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v.trim() == "json");
+                    if json {
+                        let line = serde_json::json!({
+                            "timestamp": humantime_now(),
+                            "level": "ERROR",
+                            "fields": {"message": format!("pool_worker: {e}")},
+                            "target": "pool_worker",
+                        });
+                        eprintln!("{line}");
+                    } else {
+                        eprintln!("pool_worker: {e}");
+                    }
                     return ExitCode::from(supervise::EXIT_CONFIG as u8);
                 }
             };
@@ -66,7 +104,7 @@ fn main() -> ExitCode {
             let code = match result {
                 Ok(code) => code,
                 Err(e) => {
-                    eprintln!("pool_worker: {e:#}");
+                    tracing::error!("pool_worker: {e:#}");
                     1
                 }
             };

@@ -68,7 +68,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         }
         // A missing topic or a claims topic with several partitions is the
         // operator's to fix: exit 2 so that the supervisor does not loop.
-        eprintln!("pool_worker: {msg}");
+        tracing::error!("pool_worker: {msg}");
         return Ok(crate::supervise::EXIT_CONFIG);
     }
     let me = cfg.instance;

@@ -682,7 +682,6 @@ fn log_format_json_is_json_lines() {
 }
 
 #[test]
-#[ignore = "bug: ALLOWED_URLS is a plain string prefix: http://host/allowed/../secret/x passes the check and the worker fetches it (a normalizing server serves /secret/x)"]
 fn allowed_urls_cannot_be_escaped_with_dot_dot() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("secret-ran");
@@ -746,7 +745,6 @@ fn status_watch_refreshes() {
 }
 
 #[test]
-#[ignore = "bug: with LOG_FORMAT=json, a worker that stops on a missing topic writes a plain-text 'pool_worker: ...' line to stderr (run.rs eprintln!, main.rs error path)"]
 fn log_format_json_covers_startup_errors() {
     let broker = broker();
     let env = [
