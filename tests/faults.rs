@@ -59,10 +59,12 @@ fn figures(injected: usize, audit: &Audit, orders: &[(i32, i64)], ran: &BTreeMap
         })
         .count();
     let ran_twice = ran.values().filter(|n| **n > 1).count();
-    println!(
+    let line = format!(
         "faults: injected {injected}, orders {}, lost {lost}, completed twice {twice}, committed by two {two}, ran twice {ran_twice}",
         orders.len()
     );
+    println!("{line}");
+    record_figures(&line);
     [lost, twice, two, ran_twice]
 }
 

@@ -234,10 +234,12 @@ fn check(cfg: Config, stop_at: Option<&[&'static str]>) -> Found {
 
 fn assert_holds(cfg: Config) {
     let f = check(cfg.clone(), None);
-    println!(
+    let line = format!(
         "model check: {} instances, {} orders, ≤{} crashes, ≤{} dups: {} states explored in {:.1}s",
         cfg.instances, cfg.orders, cfg.max_crashes, cfg.max_dups, f.states, f.secs
     );
+    println!("{line}");
+    world::record_figures(&line);
     for (_, text) in &f.failures {
         println!("{text}");
     }
@@ -254,7 +256,9 @@ fn assert_holds(cfg: Config) {
 /// counter-example.
 fn assert_caught(cfg: Config, expect: &[&'static str]) {
     let f = check(cfg.clone(), Some(expect));
-    println!("flaw {:?}: {} states explored in {:.1}s", cfg.flaw, f.states, f.secs);
+    let line = format!("flaw {:?}: caught after {} states explored in {:.1}s", cfg.flaw, f.states, f.secs);
+    println!("{line}");
+    world::record_figures(&line);
     for (_, text) in &f.failures {
         println!("{text}");
     }

@@ -173,14 +173,17 @@ fn simulation_many_seeds() {
     });
     let failures = failures.into_inner().unwrap();
     let ran = (next.load(Ordering::Relaxed) - first).min(seeds);
-    println!(
-        "simulation: {ran} seeds ({} instances, {} orders each), {} steps, {} crashes, in {:.1}s",
+    let line = format!(
+        "simulation: {ran} seeds ({} instances, {} orders each), {} steps, {} crashes, {} failing, in {:.1}s",
         INSTANCES,
         ORDERS,
         total_steps.load(Ordering::Relaxed),
         total_crashes.load(Ordering::Relaxed),
+        failures.len(),
         t.elapsed().as_secs_f64()
     );
+    println!("{line}");
+    world::record_figures(&line);
     for f in &failures {
         println!("{f}");
     }
