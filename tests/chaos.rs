@@ -10,11 +10,12 @@
 //! and waits for every order to complete. It is judged by the claims topic
 //! (the audit of `tests/common`, which understands lease takeovers: see
 //! [`common::Audit::check_exactly_once`]) and by the ledger the jobs write
-//! ("P:O:ATTEMPT", one line per run). A run twice is accepted only when the
-//! earlier run's process was SIGKILLed by the test (its pid, from the
-//! incarnation that committed that attempt, is among the kills and the
-//! supervisor saw it die of SIGKILL) or lost its hold to a revocation; the
-//! later run must carry a higher `ORDER_ATTEMPT`. It prints, and appends to
+//! ("P:O:ATTEMPT:WORKER_PID", one line per run, written as the job starts).
+//! A run twice is accepted only when the earlier run's worker was SIGKILLed
+//! by the test (its pid is among the kills and the supervisor saw it die of
+//! SIGKILL) or the incarnation that committed that attempt lost its hold to
+//! a valid revocation; the later run must carry a higher `ORDER_ATTEMPT`.
+//! It prints, and appends to
 //! `target/figures.txt`:
 //!
 //! `chaos: faults injected N (kills K, outages O), orders M, lost 0, completed twice 0, committed by two 0, ran twice R (killed while running R)`
@@ -167,6 +168,10 @@ struct Chaos {
     /// Waiting for the last orders once the chaos stopped.
     deadline: Duration,
     seed: u64,
+    /// Fail if a worker exited 3 ("fenced") or an instance was retired;
+    /// off in the CI test because of the bug that
+    /// `chaos_retires_no_instance` documents.
+    strict_exits: bool,
 }
 
 enum Step {
@@ -199,12 +204,13 @@ fn run_chaos(c: Chaos) {
         &c.instances.to_string(),
         &[("LEASE_MS", c.lease_ms.to_string()), ("MAX_ATTEMPTS", c.max_attempts.to_string())],
     );
-    // Each order: one ledger line per run, then 0-40 ms of "work".
+    // Each order: one ledger line per run, "P:O:ATTEMPT:WORKER_PID" (the
+    // job's parent is its worker process), then 0-40 ms of "work".
     let payloads: Vec<String> = (0..c.orders)
         .map(|_| {
             sh_order(
                 &format!(
-                    "echo $ORDER_PARTITION:$ORDER_OFFSET:$ORDER_ATTEMPT >> {}; sleep 0.0{}",
+                    "echo $ORDER_PARTITION:$ORDER_OFFSET:$ORDER_ATTEMPT:$PPID >> {}; sleep 0.0{}",
                     shq(&ledger_path),
                     rng.below(5)
                 ),
@@ -312,7 +318,15 @@ fn run_chaos(c: Chaos) {
     eprintln!("{}: chaos over after {:.1} s: {} kills, {outages} outages; waiting for the orders", c.label, chaos_over.as_secs_f64(), kills.len());
 
     if let Err(e) = wait_completed(broker.bootstrap(), &claims, &orders, c.deadline) {
-        panic!("{}: {e}", c.label);
+        let s = sup.snapshot();
+        panic!(
+            "{}: {e}\nbroker process alive: {}; retired instances: {:?}; running: {:?}\nbroker stderr:\n{}",
+            c.label,
+            alive(broker.pid() as i32),
+            s.retired,
+            s.pids,
+            broker.stderr.last(20)
+        );
     }
     let drained = t0.elapsed();
     // Stop the pool (so that nothing can still write to the ledger) before
@@ -339,14 +353,16 @@ fn run_chaos(c: Chaos) {
         })
         .collect();
 
-    // -- the ledger: runs per order, by attempt
-    let mut runs: BTreeMap<OrderId, Vec<u32>> = BTreeMap::new();
+    // -- the ledger: runs per order, (attempt, worker pid) each
+    let mut runs: BTreeMap<OrderId, Vec<(u32, u32)>> = BTreeMap::new();
     for line in ledger(&ledger_path) {
         let mut it = line.split(':').map(|x| x.parse::<i64>().ok());
-        let (Some(Some(p)), Some(Some(o)), Some(Some(a)), None) = (it.next(), it.next(), it.next(), it.next()) else {
+        let (Some(Some(p)), Some(Some(o)), Some(Some(a)), Some(Some(pid)), None) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
             panic!("{}: unexpected ledger line {line:?}", c.label);
         };
-        runs.entry(OrderId::new(p as i32, o)).or_default().push(a as u32);
+        runs.entry(OrderId::new(p as i32, o)).or_default().push((a as u32, pid as u32));
     }
     let killed_pids: BTreeSet<u32> = kills.iter().map(|k| k.2).collect();
     let sigkilled: BTreeSet<u32> =
@@ -358,7 +374,8 @@ fn run_chaos(c: Chaos) {
     for &o in &orders {
         let id = OrderId::new(o.0, o.1);
         let t = trail(&o);
-        let attempts = runs.get(&id).cloned().unwrap_or_default();
+        let order_runs = runs.get(&id).cloned().unwrap_or_default();
+        let attempts: Vec<u32> = order_runs.iter().map(|r| r.0).collect();
         let Some(t) = t else { continue };
         let Some((_, done)) = t.completions.first() else { continue };
         let status = done.outcome.as_ref().map(|x| x.status);
@@ -376,36 +393,29 @@ fn run_chaos(c: Chaos) {
             problems.push(format!("{id}: one attempt ran twice: {attempts:?}\n{}", audit.show(o)));
         }
         // Every run but the last, and (for gave_up) every run, must have
-        // been cut short: its process SIGKILLed by us, or its hold revoked.
-        let cut_short: Vec<u32> = if status == Some(Status::GaveUp) {
-            sorted.clone()
-        } else {
-            sorted[..sorted.len().saturating_sub(1)].to_vec()
-        };
+        // been cut short: its worker process (the job's parent) SIGKILLed by
+        // the test, or the incarnation that committed that attempt revoked.
+        let mut cut_short = order_runs.clone();
+        cut_short.sort_unstable();
+        if status != Some(Status::GaveUp) {
+            cut_short.pop();
+        }
         let mut all_explained = true;
-        for a in &cut_short {
+        for (a, pid) in &cut_short {
             let incs: Vec<&String> = t.commits.iter().filter(|cm| cm.3 == *a).map(|cm| &cm.2).collect();
-            let why = incs.iter().find_map(|inc| {
-                let pid = incarnation_pid(inc)?;
-                if killed_pids.contains(&pid) && sigkilled.contains(&pid) {
-                    Some("killed")
-                } else if t.revocations.iter().any(|r| r.2 == **inc) {
-                    Some("revoked")
-                } else {
-                    None
-                }
-            });
-            match why {
-                Some("revoked") => by_revocation += 1,
-                Some(_) => {}
-                None => {
-                    all_explained = false;
-                    problems.push(format!(
-                        "{id}: attempt {a} ran (runs {attempts:?}) and was run again, but its process ({incs:?}) was neither killed by the test nor revoked\n{}",
-                        audit.show(o)
-                    ));
-                }
+            if killed_pids.contains(pid) && sigkilled.contains(pid) {
+                continue;
             }
+            if incs.iter().any(|inc| t.revocations.iter().any(|r| r.2 == **inc)) {
+                by_revocation += 1;
+                continue;
+            }
+            all_explained = false;
+            problems.push(format!(
+                "{id}: attempt {a} ran on worker {pid} (runs {order_runs:?}) and was run again, but that worker was \
+                 neither killed by the test nor revoked (committed by {incs:?})\n{}",
+                audit.show(o)
+            ));
         }
         if attempts.len() > 1 {
             ran_twice += 1;
@@ -462,12 +472,13 @@ fn run_chaos(c: Chaos) {
     }
     eprintln!(
         "{}: {} orders drained {:.1} s after the chaos; worker starts {}, exits {exit_kinds:?}; kills landed {landed:?}; \
-         lease takeovers {takeovers}; gave up {}; extra runs explained by revocation {by_revocation}; {:.1} s in all",
+         lease takeovers {takeovers}; gave up {}; extra runs explained by revocation {by_revocation}; retired instances {:?}; {:.1} s in all",
         c.label,
         c.orders,
         (drained - chaos_over).as_secs_f64(),
         sup_state.total_starts(),
         gave_up.len(),
+        sup_state.retired,
         started.elapsed().as_secs_f64()
     );
     let line = format!(
@@ -485,6 +496,15 @@ fn run_chaos(c: Chaos) {
     assert_eq!((lost, twice, two), (0, 0, 0));
     assert_eq!(ran_twice, explained);
     assert!(kills.len() >= 10, "too few kills landed: {kills:?}");
+    if c.strict_exits {
+        let fenced: Vec<&Exit> = sup_state.exits.iter().filter(|e| e.code == Some(3)).collect();
+        assert!(
+            fenced.is_empty() && sup_state.retired.is_empty(),
+            "{}: workers exited 3 (fenced) with no other process of their number: {fenced:?}; retired: {:?}",
+            c.label,
+            sup_state.retired
+        );
+    }
 }
 
 #[test]
@@ -500,6 +520,49 @@ fn chaos_kills_and_outages_lose_nothing() {
         outage: Duration::from_millis(2500),
         deadline: Duration::from_secs(150),
         seed: seed(),
+        strict_exits: false,
+    });
+}
+
+/// A restarted instance resumes its committed hold and appends `committed`
+/// (attempt + 1) for the retry; if an idle instance revokes that hold (its
+/// lease expired while the instance was down, e.g. during a broker outage)
+/// just before the retry's `committed` lands, that `committed` is void
+/// (the hold is closed) and the worker stops with exit status 3 and
+/// "fenced: a newer process with INSTANCE_NUMBER=3 started" although no
+/// other process has its number; the supervisor then retires the instance
+/// for good (exit 3 is not restarted), so the pool shrinks with every such
+/// race. Seen in `chaos_long` (500 orders, seed 1795329086249710567): 2 of
+/// 8 instances retired. Claims trail (order 0:52):
+///
+/// ```text
+/// #532 3:committed attempt 1     (incarnation 68cc-…, then SIGKILLed)
+/// #539 3:booted                  (6a83-…, SIGKILLed while booting)
+/// #546 3:booted                  (6af8-…; the broker goes down right after)
+/// #556 3:revoked by 2            (after the outage: the hold is 4.2 s old)
+/// #557 2:claimed attempt 2       (the takeover)
+/// #558 3:committed attempt 2     (6af8's retry: void, the hold was revoked)
+///      → 6af8 exits 3 "fenced", instance 3 retired
+/// ```
+///
+/// Expected: the instance whose retry lost the race goes on (chooses new
+/// work) or exits 4 ("revoked", which the supervisor restarts), never 3.
+/// Probabilistic: the chaos run must hit the race.
+#[test]
+#[ignore = "bug: a retry commit that loses the race to a revocation exits 3 (fenced) and the supervisor retires the instance"]
+fn chaos_retires_no_instance() {
+    run_chaos(Chaos {
+        label: "chaos strict",
+        orders: 300,
+        instances: 8,
+        secs: 50.0,
+        lease_ms: 3000,
+        max_attempts: 5,
+        kill_every: Duration::from_millis(300),
+        outage: Duration::from_millis(2800),
+        deadline: Duration::from_secs(300),
+        seed: seed(),
+        strict_exits: true,
     });
 }
 
@@ -519,6 +582,7 @@ fn chaos_long() {
         outage: Duration::from_millis(2800),
         deadline: Duration::from_secs(600),
         seed: seed(),
+        strict_exits: false,
     });
 }
 

@@ -592,33 +592,7 @@ pub fn try_produce(
     records: &[(Option<&[u8]>, Option<&[u8]>)],
     partition: Option<i32>,
 ) -> Result<Vec<(i32, i64)>, String> {
-    let ctx = Deliveries(Mutex::new(vec![None; records.len()]));
-    let producer: BaseProducer<Deliveries> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("acks", "all")
-        .set("message.timeout.ms", &KAFKA_TIMEOUT.as_millis().to_string())
-        .create_with_context(ctx)
-        .map_err(|e| format!("cannot create a producer: {e}"))?;
-    for (i, (key, value)) in records.iter().enumerate() {
-        let mut rec = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, i);
-        if let Some(k) = key {
-            rec = rec.key(k);
-        }
-        if let Some(v) = value {
-            rec = rec.payload(v);
-        }
-        if let Some(p) = partition {
-            rec = rec.partition(p);
-        }
-        producer.send(rec).map_err(|(e, _)| format!("cannot send record {i}: {e}"))?;
-    }
-    producer.flush(KAFKA_TIMEOUT).map_err(|e| format!("flush: {e}"))?;
-    let results = std::mem::take(&mut *producer.context().0.lock().unwrap_or_else(|e| e.into_inner()));
-    results
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| r.unwrap_or_else(|| Err(format!("no delivery report for record {i}"))))
-        .collect()
+    try_produce_with(bootstrap, topic, records, partition, &[])
 }
 
 /// Produces orders (payloads without keys); panics if any is not delivered.
@@ -1213,4 +1187,31 @@ pub fn record_figures(line: &str) {
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
         let _ = writeln!(f, "{line}");
     }
+}
+
+/// The claims records, one readable line each (for assertion messages).
+pub fn show_all(recs: &[(i64, Record)]) -> String {
+    recs.iter()
+        .map(|(p, r)| format!("  #{p} {} {} {:?} attempt {} seq {}", r.key(), r.incarnation, r.order(), r.attempt, r.seq))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Waits (at most `KAFKA_TIMEOUT`) until the claims topic holds a record
+/// matching `pred`; returns the records read. Panics naming `what`.
+pub fn wait_record(broker: &BrokerProc, claims: &str, what: &str, pred: impl Fn(&Record) -> bool) -> Vec<(i64, Record)> {
+    let mut recs = Vec::new();
+    let ok = poll_until(KAFKA_TIMEOUT, Duration::from_millis(100), || {
+        recs = decoded_claims(broker.bootstrap(), claims);
+        recs.iter().any(|(_, r)| pred(r))
+    });
+    assert!(ok, "no {what} in the claims topic within {KAFKA_TIMEOUT:?}; it holds:\n{}", show_all(&recs));
+    recs
+}
+
+/// The pid in a ledger's "start:A:R:PID" line for attempt `attempt`.
+pub fn started_pid(ledger: &Path, attempt: u32) -> Option<i32> {
+    self::ledger(ledger)
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("start:{attempt}:"))?.split(':').nth(1)?.parse().ok())
 }
