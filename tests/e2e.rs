@@ -163,31 +163,6 @@ fn blocking_order(ledger: &std::path::Path, flag: &std::path::Path) -> String {
     )
 }
 
-/// The pid in the ledger's "start:A:R:PID" line for attempt `attempt`.
-fn started_pid(ledger: &std::path::Path, attempt: u32) -> Option<i32> {
-    common::ledger(ledger)
-        .iter()
-        .find_map(|l| l.strip_prefix(&format!("start:{attempt}:"))?.split(':').nth(1)?.parse().ok())
-}
-
-/// Waits until the claims topic holds a record matching `pred`.
-fn wait_record(broker: &BrokerProc, claims: &str, what: &str, pred: impl Fn(&Record) -> bool) -> Vec<(i64, Record)> {
-    let mut recs = Vec::new();
-    let ok = poll_until(T, Duration::from_millis(100), || {
-        recs = decoded_claims(broker.bootstrap(), claims);
-        recs.iter().any(|(_, r)| pred(r))
-    });
-    assert!(ok, "no {what} in the claims topic within {T:?}; it holds:\n{}", show_all(&recs));
-    recs
-}
-
-fn show_all(recs: &[(i64, Record)]) -> String {
-    recs.iter()
-        .map(|(p, r)| format!("  #{p} {} {} {:?} attempt {} seq {}", r.key(), r.incarnation, r.order(), r.attempt, r.seq))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[test]
 fn killed_while_running_resumes_as_retry() {
     let dir = tempfile::tempdir().unwrap();

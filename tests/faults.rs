@@ -180,24 +180,6 @@ fn alive(pid: i32) -> bool {
     }
 }
 
-/// The pid in the ledger's "start:A:R:PID" line for attempt `attempt`.
-fn started_pid(ledger: &Path, attempt: u32) -> Option<i32> {
-    common::ledger(ledger)
-        .iter()
-        .find_map(|l| l.strip_prefix(&format!("start:{attempt}:"))?.split(':').nth(1)?.parse().ok())
-}
-
-fn wait_record(broker: &BrokerProc, claims: &str, what: &str, pred: impl Fn(&Record) -> bool) -> Vec<(i64, Record)> {
-    let mut recs = Vec::new();
-    let ok = poll_until(T, Duration::from_millis(100), || {
-        recs = decoded_claims(broker.bootstrap(), claims);
-        recs.iter().any(|(_, r)| pred(r))
-    });
-    let all: Vec<String> = recs.iter().map(|(p, r)| format!("  #{p} {} {} {:?} attempt {}", r.key(), r.incarnation, r.order(), r.attempt)).collect();
-    assert!(ok, "no {what} in the claims topic within {T:?}; it holds:\n{}", all.join("\n"));
-    recs
-}
-
 #[test]
 fn zombie_is_fenced() {
     let dir = tempfile::tempdir().unwrap();
