@@ -325,7 +325,8 @@ impl Worker {
             }
             return Vec::new();
         }
-        let applied = self.view.apply(pos, &rec).is_ok();
+        let result = self.view.apply(pos, &rec);
+        let applied = result.is_ok();
         if applied
             && rec.event == Event::Revoked
             && rec.instance == self.me
@@ -339,8 +340,8 @@ impl Worker {
                 Vec::new()
             }
             Phase::Claim { order, seq } if self.is_ours(&rec, seq) => {
-                if !applied {
-                    return self.finish(EXIT_FENCED);
+                if let Err(void) = result {
+                    return self.own_record_void(void);
                 }
                 self.phase = Phase::Negotiate { order };
                 self.negotiate(order)
@@ -348,8 +349,8 @@ impl Worker {
             Phase::Negotiate { order } => self.negotiate(order),
             Phase::Decide { order, seq } if self.is_ours(&rec, seq) => self.after_decision(order),
             Phase::Announce { order, attempt, id, seq } if self.is_ours(&rec, seq) => {
-                if !applied {
-                    return self.finish(EXIT_FENCED);
+                if let Err(void) = result {
+                    return self.own_record_void(void);
                 }
                 match self.view.id_owner(&id) {
                     Some(first) if first != order => {
@@ -363,14 +364,28 @@ impl Worker {
                 }
             }
             Phase::Retry { order, attempt, seq } if self.is_ours(&rec, seq) => {
-                if !applied {
-                    return self.finish(EXIT_FENCED);
+                if let Err(void) = result {
+                    return self.own_record_void(void);
                 }
                 self.phase = Phase::Run { order, attempt };
                 vec![Action::Run { order, attempt, retry: true }]
             }
             Phase::Complete { seq, .. } if self.is_ours(&rec, seq) => self.finish(0),
             _ => Vec::new(),
+        }
+    }
+
+    /// Our own record came back void. Fenced: a newer process has our
+    /// number, stop for good. Stray: the hold it was about is gone — an
+    /// earlier incarnation's hold was revoked and taken over before our
+    /// retry landed — so this process holds nothing and takes new work.
+    fn own_record_void(&mut self, void: crate::boot::Void) -> Vec<Action> {
+        match void {
+            crate::boot::Void::Stray => {
+                self.phase = Phase::Choose;
+                vec![Action::FindOrder]
+            }
+            _ => self.finish(EXIT_FENCED),
         }
     }
 
@@ -640,6 +655,28 @@ mod tests {
         assert_eq!(a, vec![Action::Run { order: OrderId::new(0, 0), attempt: 2, retry: true }]);
         // The old holder, cut off until now, reads the revocation and stops.
         assert_eq!(log.feed(&mut w1, &mut c1), vec![Action::Exit(EXIT_REVOKED)]);
+    }
+
+    #[test]
+    fn a_retry_that_lands_after_a_takeover_takes_new_work() {
+        let mut log = Log(Vec::new());
+        let (_dead, _) = silent_holder(&mut log);
+        // Instance 1 restarts and appends its retry; before it lands,
+        // instance 2 revokes the old incarnation's expired hold.
+        let (mut w1, a) = leased(1, "one-again", 5000);
+        log.append(&a);
+        let mut c1 = 0;
+        let retry = log.feed(&mut w1, &mut c1);
+        assert!(matches!(&retry[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 2));
+        let (mut w2, a) = leased(2, "two", 5000);
+        log.append(&a);
+        let mut c2 = 0;
+        log.feed(&mut w2, &mut c2);
+        let takeover = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
+        log.append(&takeover);
+        log.append(&retry);
+        assert_eq!(log.feed(&mut w1, &mut c1), vec![Action::FindOrder], "not fenced: it takes new work");
+        assert_eq!(w1.phase, Phase::Choose);
     }
 
     #[test]
