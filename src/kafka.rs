@@ -44,9 +44,11 @@ pub enum ClaimEvent {
     CaughtUp,
 }
 
-/// The consumers' context: librdkafka reports "end of partition" through its
-/// error callback as well, which is how the claims reader knows it caught up;
-/// it is not an error, so it is not logged as one.
+/// The clients' context: librdkafka's errors become one warning each (its
+/// own debug log stays off unless `RUST_LOG` asks for target `librdkafka`).
+/// "End of partition" also comes through the error callback, which is how
+/// the claims reader knows it caught up; it is not an error, so it is not
+/// logged as one.
 pub struct Quiet;
 
 impl ClientContext for Quiet {
@@ -60,7 +62,7 @@ impl ClientContext for Quiet {
 impl ConsumerContext for Quiet {}
 
 pub struct Kafka {
-    producer: FutureProducer,
+    producer: FutureProducer<Quiet>,
     claims: StreamConsumer<Quiet>,
     orders: StreamConsumer<Quiet>,
     meta: Arc<BaseConsumer>,
@@ -113,11 +115,11 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 impl Kafka {
     pub fn connect(cfg: &Config) -> anyhow::Result<Kafka> {
-        let producer: FutureProducer = client_config(&cfg.brokers, &cfg.kafka_props)
+        let producer: FutureProducer<Quiet> = client_config(&cfg.brokers, &cfg.kafka_props)
             .set("acks", "all")
             .set("linger.ms", "0")
             .set("message.timeout.ms", "10000")
-            .create()
+            .create_with_context(Quiet)
             .context("cannot create the Kafka producer")?;
         let claims: StreamConsumer<Quiet> =
             consumer_config(cfg, true, 10).create_with_context(Quiet).context("cannot create a Kafka consumer")?;

@@ -32,7 +32,7 @@ enum Command {
 
 fn init_logs(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=error,rdkafka=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=off,rdkafka=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if json {
         builder.json().init();
