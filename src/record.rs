@@ -452,6 +452,38 @@ mod tests {
         assert!(Record::decode(Some(b"3:completed"), Some(done)).is_err());
     }
 
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+            /// Whatever lands in the claims topic, decoding never panics.
+            #[test]
+            fn decode_never_panics(key in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+                                   value in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300))) {
+                let _ = Record::decode(key.as_deref(), value.as_deref());
+            }
+
+            /// Nor on a real record with bytes changed here and there, which
+            /// reaches deep into the JSON and the validation.
+            #[test]
+            fn decode_never_panics_on_mutated_records(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6)) {
+                let mut r = claim();
+                r.outcome = Some(Outcome::not_run(Status::Error, "x"));
+                let mut v = r.encode();
+                for (at, b) in edits {
+                    let n = v.len();
+                    v[at % n] = b;
+                }
+                if let Ok(back) = Record::decode(Some(b"3:claimed"), Some(&v)) {
+                    prop_assert_eq!(back.instance, 3);
+                }
+            }
+        }
+    }
+
     #[test]
     fn order_id_parses() {
         assert_eq!("2:40".parse::<OrderId>(), Ok(OrderId::new(2, 40)));
