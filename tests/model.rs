@@ -174,6 +174,11 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
         restart_crashed: true,
         stale_boots: false,
         batch_reads: true,
+        lease_ms: None,
+        max_jumps: 0,
+        forge_seen: false,
+        atomic_takeover: false,
+        late_appends: true,
     }
 }
 

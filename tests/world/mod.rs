@@ -47,6 +47,13 @@ pub enum HorizonRule {
     /// Protect the records from the first record about the order of each
     /// undecided claim on (the whole open negotiation, rivals included).
     Contest,
+    /// Protect the records from the first record about the order of every
+    /// hold on (undecided or committed): `min.compaction.lag.ms` longer than
+    /// any order is held, takeovers included. Leases need it: a takeover
+    /// claim is behind the frontier, and a reader that lost the order's
+    /// first claim to compaction takes it for a late claim (see
+    /// `takeover_after_compaction_is_late` in tests/simulation.rs).
+    Hold,
 }
 
 #[derive(Clone, Debug)]
@@ -77,11 +84,48 @@ pub struct Config {
     /// process's cursor does not matter. In Negotiate every record counts,
     /// so reads stay one at a time.
     pub batch_reads: bool,
+    /// The lease (`Settings::lease_ms`); `None`: no leases, the clock does
+    /// not matter and no Tick is sent.
+    pub lease_ms: Option<u64>,
+    /// Model check: how often the clock may jump past the lease
+    /// ([`Step::Advance`]); the simulation moves the clock itself.
+    pub max_jumps: u32,
+    /// A broken rule emulated by the world, since the View cannot be
+    /// changed from here: every revocation lands naming the hold's newest
+    /// record (`seen` rewritten), which is what a View that did not check
+    /// `seen` would accept — a hold that renewed in time is revoked anyway.
+    pub forge_seen: bool,
+    /// A takeover's revocation and claim land together or not at all (one
+    /// produce batch, which Kafka writes to a partition atomically). False:
+    /// each may land or be lost alone — a revoker that dies between them
+    /// strands the order (see `lease_takeover_split_strands_the_order` in
+    /// tests/simulation.rs).
+    pub atomic_takeover: bool,
+    /// Appends may land late: a dead process's appends after its
+    /// successor started, a duplicate copy after later records. False: the
+    /// supervisor restarts an instance only once the dead process's appends
+    /// landed or were lost (all of them, not only `booted`), and a producer
+    /// retry lands right after the original or not at all. With true, a
+    /// void record landing late supersedes a valid one of the same key under
+    /// compaction (see `late_void_commit_hides_a_completion` in
+    /// tests/simulation.rs).
+    pub late_appends: bool,
+}
+
+/// Whether `b` is the takeover claim that follows revocation `a` (the two
+/// records `Worker::take_over` appends).
+pub fn takeover_pair(a: &Record, b: &Record) -> bool {
+    a.event == Event::Revoked
+        && b.event == Event::Claimed
+        && !b.takeover_of.is_empty()
+        && a.by == Some(b.instance)
+        && a.incarnation == b.incarnation
+        && b.seq == a.seq + 1
 }
 
 impl Config {
     pub fn settings(&self) -> Settings {
-        Settings { flaw: self.flaw, ..Settings::default() }
+        Settings { flaw: self.flaw, lease_ms: self.lease_ms, ..Settings::default() }
     }
 }
 
@@ -111,6 +155,13 @@ pub struct Inst {
     pub starts: u32,
     /// The last process died by a crash (not by exiting).
     pub crashed: bool,
+    /// Simulation: the live process is frozen (a GC pause, a network
+    /// partition) until this time: it reads, delivers, ticks nothing.
+    pub frozen_until: u64,
+    /// Simulation: the dead instance is not restarted before this time.
+    pub down_until: u64,
+    /// Simulation: when the shell's timer next sends Tick.
+    pub next_tick: u64,
 }
 
 /// Ghost history of one order.
@@ -129,6 +180,20 @@ pub struct OrderGhost {
     pub first_pos: Option<usize>,
     /// Instances whose `committed` for it the referee accepted.
     pub committed_by: Vec<u32>,
+    /// Leases: the newest run has not ended (by a completion, a valid
+    /// revocation of its runner's hold, or its runner's death).
+    pub open: bool,
+    /// Leases: how the newest run ended, when it did without a completion.
+    pub ended: Option<RunEnd>,
+}
+
+/// How a run ended without a completion (leases).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunEnd {
+    /// The runner's hold was validly revoked (a lease takeover).
+    Revoked,
+    /// The runner's process died while running it.
+    Died,
 }
 
 /// One nondeterministic step.
@@ -156,6 +221,15 @@ pub enum Step {
     Crash(u32),
     /// Compaction below the horizon.
     Compact,
+    /// The shell's timer: Input::Tick (leases only).
+    Tick(u32),
+    /// The clock moves on by this many ms.
+    Advance(u64),
+    /// The live process freezes for this many ms (simulation).
+    Pause(u32, u64),
+    /// The process dies and its instance stays down for this many ms
+    /// (simulation: a host that is gone for a while).
+    Outage(u32, u64),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -176,6 +250,27 @@ pub struct World {
     pub completed: u32,
     /// The first property violated: (property, what happened).
     pub violation: Option<(&'static str, String)>,
+    /// The clock (ms), given with every input.
+    pub now: u64,
+    /// Clock jumps taken (model check, bounded by `Config::max_jumps`).
+    pub jumps: u32,
+    /// Pauses and outages so far (simulation).
+    pub pauses: u32,
+    pub outages: u32,
+    /// Revocations the referee accepted (lease takeovers).
+    pub takeovers: u32,
+    /// Runs of an order after an earlier run of it ended by a valid
+    /// revocation (the one case of a second run that leases add), and
+    /// after its runner's death.
+    pub second_runs_takeover: u32,
+    pub second_runs_death: u32,
+    /// Of the second runs after a takeover: runs started by a process
+    /// whose hold was already revoked in the log (it had not read it yet).
+    pub stale_runs: u32,
+    /// Copied from the config: `Config::lease_ms`, `Config::forge_seen`.
+    pub lease_ms: Option<u64>,
+    pub forge_seen: bool,
+    leases: bool,
 }
 
 pub const RUN_BY_TWO: &str = "no order is run by two instances";
@@ -183,7 +278,22 @@ pub const RUN_TWICE: &str = "an order is run again only after its runner died ru
 pub const COMPLETED_TWICE: &str = "no order is completed twice";
 pub const COMPLETED_UNCOMMITTED: &str = "every completion follows a commit by the same instance";
 pub const SKIPPED: &str = "no order is left unclaimed below the highest claimed";
-pub const SAFETY: [&str; 5] = [RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE, COMPLETED_UNCOMMITTED, SKIPPED];
+/// With leases, RUN_BY_TWO and RUN_TWICE read: an order is run again (by
+/// anyone) only after the earlier run ended without a completion — its
+/// runner's hold was validly revoked or its runner died running it.
+pub const RUN_AFTER_REVOKED: &str = "a process never runs an order after reading its own revocation";
+pub const TWO_HOLDS: &str = "no two instances hold a valid committed hold on the same order";
+pub const LEASE_RESPECTED: &str = "a hold is revoked only if nothing of it was written within the lease before the revocation";
+pub const SAFETY: [&str; 8] = [
+    RUN_BY_TWO,
+    RUN_TWICE,
+    COMPLETED_TWICE,
+    COMPLETED_UNCOMMITTED,
+    SKIPPED,
+    RUN_AFTER_REVOKED,
+    TWO_HOLDS,
+    LEASE_RESPECTED,
+];
 
 fn ok_outcome() -> Outcome {
     Outcome {
@@ -211,6 +321,17 @@ impl World {
             claimed_count: 0,
             completed: 0,
             violation: None,
+            now: 0,
+            jumps: 0,
+            pauses: 0,
+            outages: 0,
+            takeovers: 0,
+            second_runs_takeover: 0,
+            second_runs_death: 0,
+            stale_runs: 0,
+            lease_ms: cfg.lease_ms,
+            forge_seen: cfg.forge_seen,
+            leases: cfg.lease_ms.is_some(),
         }
     }
 
@@ -241,9 +362,14 @@ impl World {
     pub fn instance_steps(&self, i: u32, out: &mut Vec<Step>) {
         let inst = self.inst(i);
         let Some(w) = &inst.worker else {
-            out.push(Step::Start(i));
+            if self.now >= inst.down_until {
+                out.push(Step::Start(i));
+            }
             return;
         };
+        if self.now < inst.frozen_until {
+            return;
+        }
         if !inst.pending.is_empty() {
             out.push(Step::Deliver(i));
         }
@@ -278,6 +404,14 @@ impl World {
                 if self.crashes < cfg.max_crashes {
                     out.push(Step::Crash(i));
                 }
+                if cfg.lease_ms.is_some() {
+                    out.push(Step::Tick(i));
+                }
+            }
+        }
+        if let Some(lease) = cfg.lease_ms {
+            if self.jumps < cfg.max_jumps {
+                out.push(Step::Advance(lease + 1));
             }
         }
         for k in 0..self.orphans.len() {
@@ -297,33 +431,51 @@ impl World {
                 if !cfg.stale_boots {
                     self.orphans.retain(|r| !(r.instance == i && r.event == Event::Booted));
                 }
+                if !cfg.late_appends {
+                    self.orphans.retain(|r| !(r.instance == i && r.by.is_none()) && r.by != Some(i));
+                }
+                let now = self.now;
                 let inst = self.inst_mut(i);
                 inst.starts += 1;
                 let inc = format!("{i}.{}", inst.starts);
-                let (w, acts) = Worker::start(i, inc, cfg.settings(), 0);
+                let (w, acts) = Worker::start(i, inc, cfg.settings(), now);
                 inst.worker = Some(w);
                 inst.cursor = 0;
                 inst.asked = false;
                 inst.running = None;
                 inst.crashed = false;
+                inst.frozen_until = 0;
+                if let Some(lease) = cfg.lease_ms {
+                    inst.next_tick = now + lease / 3;
+                }
                 self.act(i, acts);
             }
             Step::Deliver(i) => {
                 let r = self.inst_mut(i).pending.pop_front().expect("pending");
+                let pair = self.pair_pending(cfg, i, &r);
                 self.append(r);
+                pair.map(|c| self.append(c));
             }
             Step::DeliverDup(i) => {
                 let r = self.inst_mut(i).pending.pop_front().expect("pending");
+                let pair = self.pair_pending(cfg, i, &r);
                 self.dups += 1;
-                self.orphans.push(r.clone());
+                if cfg.late_appends {
+                    self.orphans.push(r.clone());
+                } else {
+                    // The retry lands next (or, if the process dies, never).
+                    self.inst_mut(i).pending.push_front(r.clone());
+                }
                 self.append(r);
+                pair.map(|c| self.append(c));
             }
             Step::Land(k) => {
-                let r = self.orphans.remove(k);
-                self.append(r);
+                for r in self.take_orphan(cfg, k) {
+                    self.append(r);
+                }
             }
             Step::Lose(k) => {
-                self.orphans.remove(k);
+                self.take_orphan(cfg, k);
             }
             Step::Read(i) => loop {
                 let Some(pos) = self.next_present(self.inst(i).cursor) else { break };
@@ -351,13 +503,27 @@ impl World {
                 self.inst_mut(i).running = None;
                 self.feed(i, Input::JobDone(ok_outcome()));
             }
-            Step::Crash(i) => {
-                self.crashes += 1;
-                if let Some(o) = self.inst(i).ran {
-                    self.orders[o.offset as usize].deaths_running += 1;
+            Step::Crash(i) => self.crash(i),
+            Step::Outage(i, ms) => {
+                self.outages += 1;
+                self.crash(i);
+                self.inst_mut(i).down_until = self.now + ms;
+            }
+            Step::Tick(i) => {
+                if let Some(lease) = cfg.lease_ms {
+                    let now = self.now;
+                    self.inst_mut(i).next_tick = now + lease / 3;
                 }
-                self.kill(i);
-                self.inst_mut(i).crashed = true;
+                self.feed(i, Input::Tick);
+            }
+            Step::Advance(ms) => {
+                self.now += ms;
+                self.jumps += 1;
+            }
+            Step::Pause(i, ms) => {
+                self.pauses += 1;
+                let now = self.now;
+                self.inst_mut(i).frozen_until = now + ms;
             }
             Step::Compact => {
                 for p in self.erasable(cfg) {
@@ -367,10 +533,46 @@ impl World {
         }
     }
 
+    /// With `atomic_takeover`, the takeover claim delivered with revocation `r`.
+    fn pair_pending(&mut self, cfg: &Config, i: u32, r: &Record) -> Option<Record> {
+        let inst = self.inst_mut(i);
+        let paired = cfg.atomic_takeover && inst.pending.front().is_some_and(|c| takeover_pair(r, c));
+        paired.then(|| inst.pending.pop_front()).flatten()
+    }
+
+    /// Removes orphan `k` (with its takeover partner, with `atomic_takeover`).
+    fn take_orphan(&mut self, cfg: &Config, k: usize) -> Vec<Record> {
+        let o = &self.orphans;
+        if cfg.atomic_takeover {
+            if k + 1 < o.len() && takeover_pair(&o[k], &o[k + 1]) {
+                return self.orphans.drain(k..k + 2).collect();
+            }
+            if k > 0 && takeover_pair(&o[k - 1], &o[k]) {
+                return self.orphans.drain(k - 1..k + 1).collect();
+            }
+        }
+        vec![self.orphans.remove(k)]
+    }
+
+    fn crash(&mut self, i: u32) {
+        self.crashes += 1;
+        if let Some(o) = self.inst(i).ran {
+            let og = &mut self.orders[o.offset as usize];
+            og.deaths_running += 1;
+            if og.open && og.runner == Some(i) {
+                og.open = false;
+                og.ended = Some(RunEnd::Died);
+            }
+        }
+        self.kill(i);
+        self.inst_mut(i).crashed = true;
+    }
+
     /// Feeds one input; whether the machine acted.
     fn feed(&mut self, i: u32, input: Input) -> bool {
+        let now = self.now;
         let acts = match &mut self.inst_mut(i).worker {
-            Some(w) => w.handle(input, 0),
+            Some(w) => w.handle(input, now),
             None => return false,
         };
         let acted = !acts.is_empty();
@@ -397,6 +599,17 @@ impl World {
                 Action::Run { order, attempt, .. } => {
                     self.inst_mut(i).running = Some(order);
                     self.inst_mut(i).ran = Some(order);
+                    if let Some(w) = &self.inst(i).worker {
+                        let own = w.view.instance(i).and_then(|s| s.revoked.as_deref());
+                        if own == Some(w.incarnation.as_str()) {
+                            let what = format!("instance {i} ({}) runs order {order} after reading its own revocation", w.incarnation);
+                            self.violate(RUN_AFTER_REVOKED, what);
+                        }
+                    }
+                    if self.leases {
+                        self.leased_run(i, order, attempt);
+                        continue;
+                    }
                     let og = &mut self.orders[order.offset as usize];
                     og.runs += 1;
                     let (prev, runs, deaths) = (og.runner, og.runs, og.deaths_running);
@@ -415,9 +628,60 @@ impl World {
         }
     }
 
+    /// A run with leases: an order is run again (by anyone) only once the
+    /// earlier run ended without a completion — or by a process whose hold
+    /// the log has already revoked and that has not read it yet (a *stale*
+    /// run: it read its own commit, then was paused or cut off past the
+    /// lease; protocol.md, "The one case of a second run").
+    fn leased_run(&mut self, i: u32, order: OrderId, attempt: u32) {
+        let inc = self.inst(i).worker.as_ref().map(|w| w.incarnation.clone()).unwrap_or_default();
+        let holds = self
+            .referee
+            .hold(i)
+            .is_some_and(|h| h.order == order && h.committed.is_some() && h.incarnation == inc);
+        if !holds {
+            let revoked = self.referee.instance(i).and_then(|s| s.revoked.as_deref()) == Some(inc.as_str());
+            self.orders[order.offset as usize].runs += 1;
+            if revoked {
+                self.second_runs_takeover += 1;
+                self.stale_runs += 1;
+            } else {
+                let what = format!("instance {i} ({inc}) runs order {order} (attempt {attempt}), which the log says it does not hold, and its hold was not revoked");
+                self.violate(RUN_BY_TWO, what);
+            }
+            return;
+        }
+        let og = &mut self.orders[order.offset as usize];
+        og.runs += 1;
+        let (prev, open, completions, ended, runs) = (og.runner, og.open, og.completions, og.ended, og.runs);
+        og.runner = Some(i);
+        og.open = true;
+        og.ended = None;
+        let Some(j) = prev.filter(|_| runs > 1) else { return };
+        let prop = if j != i { RUN_BY_TWO } else { RUN_TWICE };
+        if completions > 0 {
+            self.violate(prop, format!("instance {i} runs order {order} (attempt {attempt}), which is completed"));
+        } else if open {
+            self.violate(prop, format!("instance {i} runs order {order} (attempt {attempt}) while instance {j}'s run of it has not ended (no valid revocation of its hold, no death)"));
+        } else if ended == Some(RunEnd::Revoked) {
+            self.second_runs_takeover += 1;
+        } else {
+            self.second_runs_death += 1;
+        }
+    }
+
     /// Lands a record at the end of the log and lets the referee judge it.
-    fn append(&mut self, r: Record) {
+    fn append(&mut self, mut r: Record) {
         let pos = self.log.len();
+        // The hold a revocation is about, as the referee sees it before.
+        let revoked = (r.event == Event::Revoked)
+            .then(|| self.referee.hold(r.instance).filter(|h| Some(h.order) == r.order()).cloned())
+            .flatten();
+        if self.forge_seen {
+            if let Some(h) = &revoked {
+                r.seen = Some(h.last_pos);
+            }
+        }
         if r.event == Event::Booted {
             self.newest_booted[r.instance as usize - 1] = Some(pos);
         }
@@ -431,8 +695,51 @@ impl World {
             if let Some(o) = r.order() {
                 self.judge(pos, &r, o);
             }
+            if let (Some(h), Event::Revoked) = (&revoked, r.event) {
+                self.judge_revocation(pos, &r, h);
+            }
+            if self.leases {
+                self.judge_holds(pos);
+            }
         }
         self.log.push(Entry { rec: r, erased: false });
+    }
+
+    /// A valid revocation: the lease had expired, and it ends the holder's run.
+    fn judge_revocation(&mut self, pos: usize, r: &Record, h: &pool_worker::boot::Hold) {
+        self.takeovers += 1;
+        let lease = self.lease_ms.unwrap_or(0);
+        if r.ts.saturating_sub(h.last_ts) <= lease {
+            let what = format!(
+                "#{pos}: instance {}'s hold of order {} is revoked by instance {} at {} ms, but it wrote about it at {} ms (lease {lease} ms)",
+                r.instance, h.order, r.by.unwrap_or(0), r.ts, h.last_ts
+            );
+            self.violate(LEASE_RESPECTED, what);
+        }
+        if let Some(og) = self.orders.get_mut(h.order.offset as usize) {
+            if og.open && og.runner == Some(r.instance) {
+                og.open = false;
+                og.ended = Some(RunEnd::Revoked);
+            }
+        }
+    }
+
+    /// No two valid committed holds on one order, in the referee's view.
+    fn judge_holds(&mut self, pos: usize) {
+        let mut seen: Vec<(OrderId, u32)> = Vec::new();
+        let mut clash = None;
+        for (i, inst) in self.referee.instances() {
+            if let Some(h) = inst.hold.as_ref().filter(|h| h.committed.is_some()) {
+                if let Some((_, j)) = seen.iter().find(|(o, _)| *o == h.order) {
+                    clash = Some(format!("#{pos}: instances {j} and {i} both hold order {} committed", h.order));
+                    break;
+                }
+                seen.push((h.order, i));
+            }
+        }
+        if let Some(what) = clash {
+            self.violate(TWO_HOLDS, what);
+        }
     }
 
     fn judge(&mut self, pos: usize, r: &Record, o: OrderId) {
@@ -486,11 +793,11 @@ impl World {
             h = h.min(*p);
         }
         for (_, inst) in self.referee.instances() {
-            if let Some(hold) = inst.hold.as_ref().filter(|h| h.committed.is_none()) {
+            if let Some(hold) = inst.hold.as_ref().filter(|h| h.committed.is_none() || cfg.horizon == HorizonRule::Hold) {
                 let claim = hold.claim_pos as usize;
                 let p = match cfg.horizon {
                     HorizonRule::Claim => claim,
-                    HorizonRule::Contest => self
+                    HorizonRule::Contest | HorizonRule::Hold => self
                         .orders
                         .get(hold.order.offset as usize)
                         .and_then(|o| o.first_pos)
@@ -555,7 +862,7 @@ impl World {
         ids.into_iter()
             .find(|&i| {
                 let inst = self.inst(i);
-                inst.worker.is_none() && (cfg.restart_crashed || !inst.crashed)
+                inst.worker.is_none() && (cfg.restart_crashed || !inst.crashed) && self.now >= inst.down_until
             })
             .map(Step::Start)
     }
@@ -585,8 +892,14 @@ impl World {
                 Err(why) => format!(" VOID({why:?})"),
             }
         };
+        let lease = if r.event == Event::Revoked {
+            format!(" by {} seen #{}", r.by.unwrap_or(0), r.seen.map_or(-1, |s| s as i64))
+        } else {
+            String::new()
+        };
+        let ts = if self.leases { format!(" ts {}", r.ts) } else { String::new() };
         format!(
-            "  #{p:<3} {:<13} {}  [inc {} seq {}]{}{}",
+            "  #{p:<3} {:<13} {}{lease}  [inc {} seq {}{ts}]{}{}",
             r.key(),
             describe_record(r),
             r.incarnation,
@@ -598,11 +911,15 @@ impl World {
 
     pub fn describe_processes(&self) -> String {
         let mut s = String::new();
+        if self.leases {
+            let _ = writeln!(s, "  clock: {} ms", self.now);
+        }
         for (k, inst) in self.insts.iter().enumerate() {
             let i = k + 1;
             match &inst.worker {
                 None => {
-                    let _ = writeln!(s, "  instance {i}: dead{}", if inst.crashed { " (crashed)" } else { "" });
+                    let down = if inst.down_until > self.now { format!(" (down until {} ms)", inst.down_until) } else { String::new() };
+                    let _ = writeln!(s, "  instance {i}: dead{}{down}", if inst.crashed { " (crashed)" } else { "" });
                 }
                 Some(w) => {
                     let _ = writeln!(
@@ -615,12 +932,63 @@ impl World {
                         inst.asked,
                         inst.running
                     );
+                    if inst.frozen_until > self.now {
+                        let _ = writeln!(s, "    frozen until {} ms", inst.frozen_until);
+                    }
                 }
             }
         }
         if !self.orphans.is_empty() {
             let o: Vec<String> = self.orphans.iter().map(|r| format!("{} {}", r.key(), describe_record(r))).collect();
             let _ = writeln!(s, "  orphans in flight: {}", o.join("; "));
+        }
+        s
+    }
+
+    /// Orders claimed, not completed, and held by nobody in the referee's
+    /// view: no process will ever claim them again (they are behind the
+    /// frontier), unless a record in flight changes that.
+    pub fn stranded(&self) -> Vec<OrderId> {
+        let held: Vec<OrderId> = self.referee.instances().filter_map(|(_, s)| s.hold.as_ref().map(|h| h.order)).collect();
+        (0..self.orders.len())
+            .filter(|&k| self.orders[k].claimed && self.orders[k].completions == 0)
+            .map(|k| OrderId::new(0, k as i64))
+            .filter(|o| !held.contains(o))
+            .collect()
+    }
+
+    /// Nothing in flight: no append pending or orphaned, every live process
+    /// choosing with no question open.
+    pub fn quiet(&self) -> bool {
+        self.orphans.is_empty()
+            && self.insts.iter().all(|inst| {
+                inst.pending.is_empty()
+                    && !inst.asked
+                    && inst.worker.as_ref().is_none_or(|w| w.phase == Phase::Choose)
+            })
+    }
+
+    /// The orders not completed yet, with what the referee knows of them.
+    pub fn describe_open_orders(&self) -> String {
+        let mut s = String::new();
+        for (k, og) in self.orders.iter().enumerate().filter(|(_, og)| og.completions == 0) {
+            let o = OrderId::new(0, k as i64);
+            if !og.claimed {
+                continue;
+            }
+            let holders: Vec<String> = self
+                .referee
+                .instances()
+                .filter_map(|(i, st)| st.hold.as_ref().filter(|h| h.order == o).map(|h| format!("{i}: {h:?}")))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  order {o}: runs {}, runner {:?}, contest {:?}, holds [{}]",
+                og.runs,
+                og.runner,
+                self.referee.contest(o),
+                holders.join("; ")
+            );
         }
         s
     }
