@@ -61,6 +61,8 @@ pub struct Contest {
     pub late: bool,
     /// Position at which the order was completed.
     pub completed_at: Option<u64>,
+    /// The highest attempt any commit of this order named (0: none).
+    pub committed_attempt: u32,
 }
 
 impl Contest {
@@ -291,6 +293,8 @@ impl View {
                     // new attempt of the same run, a later `yielded` nothing.
                     (Event::Committed, Some(_)) => {
                         hold.attempt = hold.attempt.max(rec.attempt);
+                        let c = self.contests.entry(order).or_default();
+                        c.committed_attempt = c.committed_attempt.max(rec.attempt);
                         return Ok(());
                     }
                     (Event::Committed, None) => {
@@ -303,9 +307,12 @@ impl View {
                         Stance::Yielded
                     }
                     (Event::Yielded, Some(_)) => return Err(Void::Stray),
-                    // A completion closes only a committed hold.
-                    (_, None) => return Err(Void::Stray),
-                    (_, Some(_)) => {
+                    // A completion closes the hold of its order. A valid
+                    // completion is written only after its writer's commit,
+                    // but compaction may have erased that commit (a void
+                    // record of the same key superseded it), so it is not
+                    // required here (protocol.md, "Compaction").
+                    _ => {
                         let attempt = hold.attempt;
                         inst.hold = None;
                         let outcome = rec.outcome.clone().unwrap_or_else(|| {
@@ -318,6 +325,9 @@ impl View {
                 };
                 let contest = self.contests.entry(order).or_default();
                 contest.stances.insert(i, (claim_pos, stance));
+                if stance == Stance::Committed {
+                    contest.committed_attempt = contest.committed_attempt.max(rec.attempt);
+                }
                 if stance == Stance::Completed {
                     contest.completed_at = Some(pos);
                 }
