@@ -9,6 +9,16 @@
 //! every seed must end with all orders completed within a step bound (after
 //! the crash window, crashes stop).
 //!
+//! `simulation_with_leases` runs the same world with leases (1,000 ms): a
+//! simulated clock, Tick every lease/3, pauses of live processes past the
+//! lease, hosts down for several leases, and the properties of leases (see
+//! the test). The bugs it found are ignored tests with their seeds and
+//! traces: `lease_takeover_split_strands_the_order`,
+//! `takeover_after_compaction_is_late` and `stranded_orders_after_takeovers`
+//! (the CI run avoids the first two with world settings and tolerates, and
+//! counts, the orders the last one strands); a fourth, fixed since, has a
+//! regression check (`late_void_commit_hides_a_completion`).
+//!
 //! CI: `cargo test --test simulation -- --nocapture` runs 1,000 seeds on two
 //! threads (`POOL_SIM_SEEDS`, `POOL_SIM_FIRST` to change). A failing seed is
 //! printed with the command that replays it alone:
@@ -33,7 +43,7 @@ const LEASE_MS: u64 = 1_000;
 /// Seeds and orders of the simulation with leases in CI (each process runs
 /// one order and then replays the whole log at its next boot, so a seed's
 /// cost grows with the square of its orders; fewer orders, more seeds).
-const LEASE_SEEDS: u64 = 300;
+const LEASE_SEEDS: u64 = 500;
 const LEASE_ORDERS: u32 = 300;
 /// Pauses per seed, at most.
 const MAX_PAUSES: u32 = 40;
@@ -354,16 +364,21 @@ fn simulation_with_leases() {
 /// appends. A revoker that dies after its revocation landed and before its
 /// claim did (or whose claim lands only after its next incarnation booted,
 /// and is void) leaves the order held by nobody, behind the frontier: no
-/// instance ever claims it again, and it is never completed. Seed 6 of the
-/// simulation with leases, with the two records landing separately, shows
-/// it: `POOL_SIM_SPLIT_SEEDS=100 cargo test --test simulation
-/// lease_takeover_split -- --ignored --nocapture`.
+/// instance ever claims it again, and it is never completed. Seed 114 of the
+/// simulation with leases, with the two records landing separately: 7
+/// claims 0:107 (#545) and pauses past the lease; 9 revokes it (#789, valid,
+/// seen #545) and dies before its takeover claim lands; the claim is lost.
+/// Nobody holds 0:107 and the frontier is past it
+/// (`POOL_SIM_LEASES=1 POOL_SIM_SPLIT=1 POOL_SIM_STRICT=1 POOL_SIM_SEED=114
+/// POOL_SIM_ORDER=107 cargo test --test simulation replay -- --nocapture`).
+/// The fix: one produce batch for both records, or let an idle instance
+/// claim an order that nobody holds and nobody completed.
 #[test]
 #[ignore = "bug: a revoker that dies between its revocation and its takeover claim strands the order forever (liveness)"]
 fn lease_takeover_split_strands_the_order() {
     STRICT.store(true, Ordering::Relaxed);
     let cfg = Config { atomic_takeover: false, ..config_leases() };
-    let seeds = env("POOL_SIM_SPLIT_SEEDS", 100);
+    let seeds = env("POOL_SIM_SPLIT_SEEDS", 150);
     let first = env("POOL_SIM_FIRST", 0);
     leased_seeds(&cfg, first, seeds, "simulation with leases, takeovers split");
 }

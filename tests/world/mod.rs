@@ -105,10 +105,10 @@ pub struct Config {
     /// successor started, a duplicate copy after later records. False: the
     /// supervisor restarts an instance only once the dead process's appends
     /// landed or were lost (all of them, not only `booted`), and a producer
-    /// retry lands right after the original or not at all. With true, a
-    /// void record landing late supersedes a valid one of the same key under
-    /// compaction (see `late_void_commit_hides_a_completion` in
-    /// tests/simulation.rs).
+    /// retry lands right after the original or not at all. (With true, a
+    /// void record landing late superseded a valid commit under compaction
+    /// before 16a82d8: `late_void_commit_hides_a_completion` in
+    /// tests/simulation.rs.)
     pub late_appends: bool,
 }
 
