@@ -140,18 +140,21 @@ impl Kafka {
 
     /// The number of partitions of `topic`, waiting (with backoff, for at
     /// most `patience`) while the brokers cannot be reached.
-    pub async fn partitions(&self, topic: &str, patience: Duration) -> anyhow::Result<i32> {
+    ///
+    /// Asked through `consumer`, the client that will read the topic: it
+    /// then knows the partitions' leaders *before* it is assigned one.
+    /// Assigned blind, librdkafka waits for a 500 ms retry timer before it
+    /// starts fetching, and that wait would be on every boot (see
+    /// bench/RESULTS.md).
+    async fn partitions(&self, consumer: &StreamConsumer<Quiet>, topic: &str, patience: Duration) -> anyhow::Result<i32> {
         let start = std::time::Instant::now();
         let mut backoff = Duration::from_millis(100);
         loop {
-            let meta = self.meta.clone();
-            let t = topic.to_string();
-            let r = blocking(move || {
-                meta.fetch_metadata(Some(&t), REQUEST_TIMEOUT).map(|m| {
+            let r = tokio::task::block_in_place(|| {
+                consumer.fetch_metadata(Some(topic), REQUEST_TIMEOUT).map(|m| {
                     m.topics().first().map(|tp| (tp.error(), tp.partitions().len() as i32))
                 })
-            })
-            .await?;
+            });
             match r {
                 Ok(Some((None, n))) if n > 0 => return Ok(n),
                 Ok(Some((Some(_), _))) | Ok(Some((None, _))) | Ok(None) => {
@@ -175,7 +178,7 @@ impl Kafka {
     /// Checks the topics (the claims topic must have exactly one partition)
     /// and starts reading the claims topic from its beginning.
     pub async fn open(&self, patience: Duration) -> anyhow::Result<()> {
-        let n = self.partitions(&self.claims_topic, patience).await?;
+        let n = self.partitions(&self.claims, &self.claims_topic, patience).await?;
         if n != 1 {
             bail!(
                 "the coordination topic '{}' has {n} partitions; it must have exactly 1 \
@@ -183,15 +186,7 @@ impl Kafka {
                 self.claims_topic
             );
         }
-        self.partitions(&self.orders_topic, patience).await?;
-        // Each consumer learns its topic's leaders *before* it is assigned a
-        // partition: assigned blind, librdkafka waits for a 500 ms retry
-        // timer before it starts fetching, and that wait would be on every
-        // boot (see bench/RESULTS.md).
-        tokio::task::block_in_place(|| {
-            let _ = self.claims.fetch_metadata(Some(&self.claims_topic), REQUEST_TIMEOUT);
-            let _ = self.orders.fetch_metadata(Some(&self.orders_topic), REQUEST_TIMEOUT);
-        });
+        self.partitions(&self.orders, &self.orders_topic, patience).await?;
         // Offset 0 rather than "beginning", which costs an offset query;
         // should the log no longer start at 0, auto.offset.reset=earliest
         // starts at its first record.

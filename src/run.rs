@@ -96,11 +96,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 Action::FindOrder => {
                     let ends = kafka.order_ends().await;
                     tracing::debug!(instance = me, ?ends, "orders' end offsets");
-                    let ends_now = ends.clone();
+                    let frontier = w.view.frontier_for(&ends);
                     todo.extend(w.handle(Input::Orders(ends), now_ms()));
                     if w.phase == Phase::Choose && !idle {
                         idle = true;
-                        kafka.watch_orders(&w.view.frontier_for(&ends_now))?;
+                        kafka.watch_orders(&frontier)?;
                         tracing::info!(instance = me, "no order waiting; idle");
                     }
                 }
