@@ -36,45 +36,10 @@ mod common;
 use common::*;
 use pool_worker::record::{Event, OrderId, Record, Status};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(60);
-
-fn broker(partitions: i32) -> BrokerProc {
-    BrokerProc::start_with(BrokerOpts {
-        orders_topic: unique_topic("orders"),
-        orders_partitions: partitions,
-        coordination_topic: unique_topic("claims"),
-        ..BrokerOpts::default()
-    })
-}
-
-fn pool(broker: &BrokerProc, instances: &str, extra: &[(&str, String)]) -> SupervisorProc {
-    let mut env = broker.env();
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
-    SupervisorProc::start_with(SupervisorOpts {
-        instances: instances.into(),
-        env,
-        restart_delay_ms: Some(20),
-        ..SupervisorOpts::default()
-    })
-}
-
-/// Appends a figures line to `target/figures.txt` (CI prints that file).
-fn record_figures(line: &str) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/figures.txt");
-    if let Some(dir) = Path::new(path).parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    match std::fs::OpenOptions::new().create(true).append(true).open(path) {
-        Ok(mut f) => {
-            let _ = writeln!(f, "{line}");
-        }
-        Err(e) => eprintln!("cannot append to {path}: {e}"),
-    }
-}
 
 /// Whether process `pid` still runs (exists and is not a zombie).
 fn alive(pid: i32) -> bool {
@@ -202,7 +167,7 @@ fn run_chaos(c: Chaos) {
     let mut sup = pool(
         &broker,
         &c.instances.to_string(),
-        &[("LEASE_MS", c.lease_ms.to_string()), ("MAX_ATTEMPTS", c.max_attempts.to_string())],
+        &[("LEASE_MS", &c.lease_ms.to_string()), ("MAX_ATTEMPTS", &c.max_attempts.to_string())],
     );
     // Each order: one ledger line per run, "P:O:ATTEMPT:WORKER_PID" (the
     // job's parent is its worker process), then 0-40 ms of "work".
@@ -693,7 +658,7 @@ fn a_poison_order_is_given_up() {
     let poison = sh_order(&format!("echo poison:$ORDER_ATTEMPT:$PPID >> {l}; kill -9 $PPID; sleep 5"), None);
     let normal = sh_order(&format!("echo normal:$ORDER_ATTEMPT >> {l}"), None);
     let orders = produce_orders(broker.bootstrap(), &topic, &[poison, normal], Some(0));
-    let sup = pool(&broker, "1", &[("MAX_ATTEMPTS", MAX_ATTEMPTS.to_string())]);
+    let sup = pool(&broker, "1", &[("MAX_ATTEMPTS", &MAX_ATTEMPTS.to_string())]);
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
     audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
     let p = &audit.orders[&OrderId::new(orders[0].0, orders[0].1)];

@@ -18,27 +18,6 @@ use std::time::{Duration, Instant};
 const LONG: Duration = Duration::from_secs(240);
 const T: Duration = Duration::from_secs(60);
 
-fn broker(partitions: i32) -> BrokerProc {
-    BrokerProc::start_with(BrokerOpts {
-        orders_topic: unique_topic("orders"),
-        orders_partitions: partitions,
-        coordination_topic: unique_topic("claims"),
-        ..BrokerOpts::default()
-    })
-}
-
-/// The supervisor's options for worker mode against `broker`.
-fn pool(broker: &BrokerProc, instances: &str, extra: &[(&str, &str)]) -> SupervisorProc {
-    let mut env = broker.env();
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    SupervisorProc::start_with(SupervisorOpts {
-        instances: instances.into(),
-        env,
-        restart_delay_ms: Some(20),
-        ..SupervisorOpts::default()
-    })
-}
-
 /// An order that appends "$ORDER_PARTITION:$ORDER_OFFSET" to `ledger`.
 fn ledger_order(ledger: &std::path::Path) -> String {
     sh_order(&format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)), None)

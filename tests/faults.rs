@@ -14,24 +14,6 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(180);
 
-fn broker(partitions: i32) -> BrokerProc {
-    BrokerProc::start_with(BrokerOpts {
-        orders_topic: unique_topic("orders"),
-        orders_partitions: partitions,
-        coordination_topic: unique_topic("claims"),
-        ..BrokerOpts::default()
-    })
-}
-
-fn pool(broker: &BrokerProc, instances: &str) -> SupervisorProc {
-    SupervisorProc::start_with(SupervisorOpts {
-        instances: instances.into(),
-        env: broker.env(),
-        restart_delay_ms: Some(20),
-        ..SupervisorOpts::default()
-    })
-}
-
 fn ledger_order(ledger: &Path) -> String {
     sh_order(&format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)), None)
 }
@@ -74,7 +56,7 @@ fn bad_orders_are_completed_with_a_reason() {
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
     let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
-    let sup = pool(&broker, "3");
+    let sup = pool(&broker, "3", &[]);
     // 4 MB, four times MAX_ORDER_BYTES. Not 5 MB: the embedded (librdkafka
     // mock) broker cannot serve a partition that holds a record of 5 MB or
     // more (a fetch from any offset before it returns nothing, kcat
@@ -149,7 +131,7 @@ fn foreign_records_in_the_claims_topic_are_skipped() {
         try_produce(broker.bootstrap(), &claims, &garbage, Some(0)).unwrap_or_else(|e| panic!("{e}"));
     };
     inject();
-    let sup = pool(&broker, "3");
+    let sup = pool(&broker, "3", &[]);
     let mut orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 5], Some(0));
     wait_completed(broker.bootstrap(), &claims, &orders[..2], T).unwrap_or_else(|e| panic!("{e}"));
     inject();
@@ -235,7 +217,7 @@ fn broker_outage_loses_nothing() {
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
     let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
-    let sup = pool(&broker, "3");
+    let sup = pool(&broker, "3", &[]);
     let mut orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 15], Some(0));
     let outage = Duration::from_millis(2500);
     let mut injected = 0;

@@ -37,18 +37,6 @@ fn broker() -> BrokerProc {
     broker_with(false)
 }
 
-/// A supervised pool of `instances` against `broker`, with `extra` env.
-fn pool(broker: &BrokerProc, instances: &str, extra: &[(&str, &str)]) -> SupervisorProc {
-    let mut env = broker.env();
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    SupervisorProc::start_with(SupervisorOpts {
-        instances: instances.into(),
-        env,
-        restart_delay_ms: Some(20),
-        ..SupervisorOpts::default()
-    })
-}
-
 /// What a finished tool run left.
 #[derive(Debug)]
 struct Ran {

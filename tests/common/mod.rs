@@ -1215,3 +1215,27 @@ pub fn started_pid(ledger: &Path, attempt: u32) -> Option<i32> {
         .iter()
         .find_map(|l| l.strip_prefix(&format!("start:{attempt}:"))?.split(':').nth(1)?.parse().ok())
 }
+
+/// A broker process with fresh orders (`partitions` partitions) and claims
+/// topics.
+pub fn broker(partitions: i32) -> BrokerProc {
+    BrokerProc::start_with(BrokerOpts {
+        orders_topic: unique_topic("orders"),
+        orders_partitions: partitions,
+        coordination_topic: unique_topic("claims"),
+        ..BrokerOpts::default()
+    })
+}
+
+/// A supervised pool of `instances` (e.g. "4" or "1-3") in worker mode
+/// against `broker`, with `extra` environment.
+pub fn pool(broker: &BrokerProc, instances: &str, extra: &[(&str, &str)]) -> SupervisorProc {
+    let mut env = broker.env();
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    SupervisorProc::start_with(SupervisorOpts {
+        instances: instances.into(),
+        env,
+        restart_delay_ms: Some(20),
+        ..SupervisorOpts::default()
+    })
+}
