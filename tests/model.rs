@@ -295,8 +295,19 @@ fn assert_holds_upto(cfg: Config, target: Option<usize>) {
 /// counter-example.
 fn assert_caught(cfg: Config, expect: &[&'static str]) {
     let f = check_upto(cfg.clone(), Some(expect), Some(2_000_000));
-    let flaw = if cfg.forge_seen { "revocations not checked against seen".to_string() } else { format!("{:?}", cfg.flaw) };
-    let line = format!("flaw {flaw}: caught after {} states explored in {:.1}s", f.states, f.secs);
+    // What is broken: a rule of the worker, the View's `seen` check, or (with
+    // no flaw) the world itself, e.g. a supervisor that never restarts.
+    let flaw = match cfg.flaw {
+        Some(flaw) => format!("{flaw:?}"),
+        None if cfg.forge_seen => "revocations not checked against seen".to_string(),
+        None => "world".to_string(),
+    };
+    let line = format!(
+        "broken {flaw}: caught ({}) after {} states explored in {:.1}s",
+        f.failures.iter().map(|x| x.0).collect::<Vec<_>>().join("; "),
+        f.states,
+        f.secs
+    );
     println!("{line}");
     world::record_figures(&line);
     for (_, text) in &f.failures {
