@@ -376,13 +376,7 @@ pub fn describe_claim(key: Option<&[u8]>, value: Option<&[u8]>) -> String {
 pub fn describe_record(rec: &Record) -> String {
     let order = rec.order().map_or_else(|| "?".into(), |o| o.to_string());
     let mut s = match rec.event {
-        Event::Booted => {
-            let mut s = format!("incarnation {}", rec.incarnation);
-            if let Some(prev) = &rec.prev {
-                s.push_str(&format!(" (replaces {})", prev.incarnation));
-            }
-            s
-        }
+        Event::Booted => format!("incarnation {}", rec.incarnation),
         Event::Claimed | Event::Committed => {
             let mut s = format!("order {order} attempt {}", rec.attempt);
             if !rec.takeover_of.is_empty() {

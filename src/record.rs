@@ -82,7 +82,8 @@ pub enum Event {
     Revoked,
     /// "This order is done", with its outcome.
     Completed,
-    /// A summary of the log up to a position, so boot need not replay all.
+    /// Reserved for a summary of the log up to a position, so that boot need
+    /// not replay all of it. Not written yet; readers accept and ignore it.
     Checkpoint,
 }
 
@@ -240,10 +241,6 @@ pub struct Record {
     /// nothing since (docs/protocol.md, "Leases").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seen: Option<u64>,
-    /// On `booted`: the incarnation this one replaces and where it had booted,
-    /// so the fence of the previous boot survives compaction of its record.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prev: Option<Prev>,
     /// The writer's knowledge of the claim frontier: per orders partition,
     /// the lowest offset nobody has claimed yet. Carried by every record so
     /// that compaction never loses it (docs/protocol.md, "The frontier").
@@ -266,14 +263,6 @@ pub struct Record {
 pub struct Cite {
     pub instance: u32,
     pub incarnation: String,
-}
-
-/// The boot an incarnation replaced (see `Record::prev`).
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Prev {
-    pub incarnation: String,
-    pub pos: u64,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -301,7 +290,6 @@ impl Record {
             takeover_of: Vec::new(),
             fences: None,
             seen: None,
-            prev: None,
             next: BTreeMap::new(),
             order_id: None,
             reason: None,
