@@ -33,8 +33,8 @@
 //! This module is pure: records and positions in, answers out. No I/O, no
 //! clock (timestamps come inside the records).
 
-use crate::record::{Event, OrderId, Outcome, Record};
-use std::collections::{BTreeMap, VecDeque};
+use crate::record::{Cite, Event, OrderId, Outcome, Record};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// How many positions a settled contest is remembered after it settled. A
 /// claim of an order behind the frontier whose contest is no longer known is
@@ -61,14 +61,36 @@ pub struct Contest {
     pub late: bool,
     /// Position at which the order was completed.
     pub completed_at: Option<u64>,
+    /// A void `completed` of the order (its writer was fenced or revoked,
+    /// but it ran the job to its end): position and outcome. See
+    /// [`View::apply`] and protocol.md, "Compaction".
+    pub finished: Option<(u64, Outcome)>,
     /// The highest attempt any commit of this order named (0: none).
     pub committed_attempt: u32,
+    /// Claimants whose rank is not their instance number: takeovers, which
+    /// stand where the hold they took over stood.
+    pub ranks: BTreeMap<u32, u32>,
+    /// Claimants that hold the order through a valid revocation (heirs of a
+    /// takeover): their claims are never late.
+    pub heirs: BTreeSet<u32>,
 }
 
 impl Contest {
+    /// Instance `i`'s place in the negotiation: (rank, number), lower wins.
+    /// A total order on claimants, fixed by their records, which is all the
+    /// safety argument of `claim::decide` needs.
+    pub fn rank(&self, i: u32) -> (u32, u32) {
+        (self.ranks.get(&i).copied().unwrap_or(i), i)
+    }
+
+    /// Whether instance `i`'s claim must yield as late.
+    pub fn late_for(&self, i: u32) -> bool {
+        self.late && !self.heirs.contains(&i)
+    }
+
     /// Whether nobody is still deciding or running this order.
     fn settled(&self) -> bool {
-        self.completed_at.is_some()
+        (self.completed_at.is_some() || self.finished.is_some())
             && self
                 .stances
                 .values()
@@ -96,6 +118,13 @@ pub struct Hold {
     pub last_pos: u64,
     /// Incarnation that wrote the hold's newest record.
     pub incarnation: String,
+    /// The hold's rank in the negotiation (see [`Contest::rank`]).
+    pub rank: u32,
+    /// Opened by the instance's revocation of another's hold; its takeover
+    /// claim is not in the log yet (protocol.md, "Leases").
+    pub pending: bool,
+    /// The hold this one took over, if it is a takeover.
+    pub took_over: Option<Cite>,
 }
 
 /// What the replay knows of one instance number.
@@ -181,6 +210,7 @@ impl View {
         let r = self.apply_inner(pos, rec);
         if r.is_err() {
             self.void += 1;
+            self.note_completion(pos, rec);
         }
         self.forget_old_contests(pos);
         r
@@ -232,11 +262,25 @@ impl View {
         let i = rec.instance;
         match rec.event {
             Event::Claimed => {
+                // A takeover claim (it names the hold it took over) is never
+                // late: it follows a valid revocation of an open hold.
+                let takeover = !rec.takeover_of.is_empty();
                 let contest = self.contests.entry(order).or_insert_with(|| Contest {
-                    late: behind,
+                    late: behind && !takeover,
                     ..Contest::default()
                 });
+                let rank = rec.rank.unwrap_or(i);
                 contest.stances.insert(i, (pos, Stance::Undecided));
+                if rank == i {
+                    contest.ranks.remove(&i);
+                } else {
+                    contest.ranks.insert(i, rank);
+                }
+                if takeover {
+                    contest.heirs.insert(i);
+                } else {
+                    contest.heirs.remove(&i);
+                }
                 raise(&mut self.frontier, order.partition, order.offset + 1);
                 let inst = self.instances.entry(i).or_default();
                 inst.hold = Some(Hold {
@@ -248,6 +292,9 @@ impl View {
                     last_ts: rec.ts,
                     last_pos: pos,
                     incarnation: rec.incarnation.clone(),
+                    rank,
+                    pending: false,
+                    took_over: rec.takeover_of.first().cloned(),
                 });
                 Ok(())
             }
@@ -260,12 +307,44 @@ impl View {
                 }) else {
                     return Err(Void::Stray);
                 };
-                let claim_pos = hold.claim_pos;
+                let (claim_pos, order_id) = (hold.claim_pos, hold.order_id.clone());
+                let from = Cite { instance: i, incarnation: hold.incarnation.clone() };
                 inst.revoked = Some(hold.incarnation.clone());
                 inst.hold = None;
                 // A revoked holder is out of the contest, like one that yielded.
                 let contest = self.contests.entry(order).or_default();
                 contest.stances.insert(i, (claim_pos, Stance::Yielded));
+                let rank = rec.rank.unwrap_or(contest.rank(i).0);
+                // A revoker that holds nothing (an idle instance taking the
+                // order over) holds it from here, in the revoked hold's
+                // place, until its takeover claim lands: the two appends are
+                // not atomic, and a revoker that dies between them must not
+                // leave the order held by nobody (protocol.md, "Leases").
+                let Some(by) = rec.by else { return Ok(()) };
+                let heir = self.instances.entry(by).or_default();
+                if heir.hold.is_some() {
+                    return Ok(());
+                }
+                heir.hold = Some(Hold {
+                    order,
+                    claim_pos: pos,
+                    attempt: rec.attempt.max(1),
+                    committed: None,
+                    order_id,
+                    last_ts: rec.ts,
+                    last_pos: pos,
+                    incarnation: rec.incarnation.clone(),
+                    rank,
+                    pending: true,
+                    took_over: Some(from),
+                });
+                contest.stances.insert(by, (pos, Stance::Undecided));
+                if rank == by {
+                    contest.ranks.remove(&by);
+                } else {
+                    contest.ranks.insert(by, rank);
+                }
+                contest.heirs.insert(by);
                 Ok(())
             }
             Event::Committed | Event::Yielded | Event::Completed | Event::Lease => {
@@ -337,6 +416,27 @@ impl View {
                 Ok(())
             }
             Event::Booted | Event::Checkpoint => Ok(()),
+        }
+    }
+
+    /// A `completed` record is evidence that its order ran to its end (or
+    /// was given up) even when it is void: a process appends `completed`
+    /// only after reading its own commit back valid, and a fenced or revoked
+    /// writer (a zombie, a holder cut off past its lease, a late copy of a
+    /// valid completion) still ran the job. Compaction can erase the valid
+    /// completion in favour of a void one with the same key, so the void
+    /// one must still keep the order from being committed again
+    /// (protocol.md, "Compaction").
+    fn note_completion(&mut self, pos: u64, rec: &Record) {
+        let (Event::Completed, Some(order), Some(outcome)) = (rec.event, rec.order(), &rec.outcome) else {
+            return;
+        };
+        let c = self.contests.entry(order).or_default();
+        if c.finished.is_none() {
+            c.finished = Some((pos, outcome.clone()));
+            if c.settled() {
+                self.settled.push_back((pos, order));
+            }
         }
     }
 
@@ -585,9 +685,16 @@ mod tests {
                 }
                 for (i, s) in v.instances() {
                     if let Some(h) = &s.hold {
+                        // A hold is an instance's own claim, or (pending) its
+                        // revocation of another's hold of the same order.
                         let c = &log[h.claim_pos as usize];
-                        prop_assert_eq!(c.event, Event::Claimed);
-                        prop_assert_eq!(c.instance, i);
+                        if h.pending {
+                            prop_assert_eq!(c.event, Event::Revoked);
+                            prop_assert_eq!(c.by, Some(i));
+                        } else {
+                            prop_assert_eq!(c.event, Event::Claimed);
+                            prop_assert_eq!(c.instance, i);
+                        }
                         prop_assert_eq!(c.order(), Some(h.order));
                     }
                 }

@@ -6,12 +6,17 @@
 //!
 //! 1. A rival has already committed to the order, or the order is completed:
 //!    **yield**.
-//! 2. A rival with a *lower* instance number has claimed it and not yet
-//!    decided: **yield** at once (the lower number wins a conflict).
-//! 3. A rival with a *higher* number has claimed it and not yet decided:
+//! 2. A rival that *ranks lower* has claimed it and not yet decided:
+//!    **yield** at once (the lower number wins a conflict).
+//! 3. A rival that *ranks higher* has claimed it and not yet decided:
 //!    **wait** for its decision (it may have committed before it saw our
 //!    claim; if it commits we yield by rule 1, if it yields it drops out).
 //! 4. No undecided or committed rival remains: **commit**.
+//!
+//! A claim's rank is its instance number, except that a lease takeover
+//! stands where the hold it took over stood: that hold's rank if it was
+//! undecided, 0 if it had committed (docs/protocol.md, "Leases"). The rank
+//! is written in the claim, so all readers order claimants alike.
 //!
 //! Fixes to the seed's rules (docs/protocol.md, "Holes in seed 002"):
 //!
@@ -27,8 +32,8 @@
 //! Why two commits cannot happen: let A commit order X after reading past its
 //! claim `a`, and B commit X after reading past its claim `b`, with `a`
 //! before `b`. B read past `b`, so it saw A's claim. When B decided, A was
-//! either undecided (B yields if A < B by rule 2, waits if A > B by rule 3)
-//! or committed (B yields by rule 1) — never rule 4. The model check
+//! either undecided (B yields if A ranks lower by rule 2, waits if higher by
+//! rule 3) or committed (B yields by rule 1) — never rule 4. The model check
 //! (tests/model.rs) explores every interleaving to confirm it.
 
 use crate::boot::{Stance, View};
@@ -53,11 +58,17 @@ pub fn decide(view: &View, me: u32, order: OrderId) -> Decision {
         // caller; yielding is the safe answer.
         return Decision::Yield("no record of this order".into());
     };
-    if contest.late {
+    if contest.late_for(me) {
         return Decision::Yield("late claim: the order was claimed and settled before".into());
     }
     if let Some(at) = contest.completed_at {
         return Decision::Yield(format!("order already completed (claims #{at})"));
+    }
+    // A void completion: its writer's hold was revoked or fenced, but the
+    // job ran to its end; or compaction erased the claim that made it valid
+    // (docs/protocol.md, "Compaction"). Either way, not again.
+    if let Some((at, _)) = &contest.finished {
+        return Decision::Yield(format!("order already ran to its end (claims #{at}, a void completion)"));
     }
     let rivals = || contest.stances.iter().filter(|(i, _)| **i != me);
     if let Some((i, _)) = rivals().find(|(_, (_, s))| *s == Stance::Committed) {
@@ -65,8 +76,16 @@ pub fn decide(view: &View, me: u32, order: OrderId) -> Decision {
     }
     let undecided: Vec<u32> =
         rivals().filter(|(_, (_, s))| *s == Stance::Undecided).map(|(i, _)| *i).collect();
-    if let Some(lower) = undecided.iter().find(|i| **i < me) {
-        return Decision::Yield(format!("instance {lower} claimed too and has the lower number"));
+    // Ranks are instance numbers, except for takeovers, which stand where
+    // the hold they took over stood (docs/protocol.md, "Leases").
+    let mine = contest.rank(me);
+    if let Some(lower) = undecided.iter().find(|i| contest.rank(**i) < mine) {
+        let (rank, _) = contest.rank(*lower);
+        return Decision::Yield(if rank == *lower {
+            format!("instance {lower} claimed too and has the lower number")
+        } else {
+            format!("instance {lower} claimed too and ranks lower (it took over a claim of rank {rank})")
+        });
     }
     if !undecided.is_empty() {
         return Decision::Wait { on: undecided };

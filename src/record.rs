@@ -228,10 +228,16 @@ pub struct Record {
     /// Which run of the order this is (1 for the first; claims and commits).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempt: u32,
-    /// On a claim: the holds of this order whose lease had expired when it
-    /// was claimed (a takeover). See docs/protocol.md, "Leases".
+    /// On a takeover claim: the hold it took over (its writer's revocation
+    /// of that hold came first). See docs/protocol.md, "Leases".
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub takeover_of: Vec<Cite>,
+    /// On claims and revocations: the claim's place in the negotiation (the
+    /// lower wins). Absent: the writer's instance number. A takeover carries
+    /// the rank of the hold it took over, so that it stands where that hold
+    /// stood (docs/protocol.md, "Leases").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
     /// On `revoked`: the incarnation of `instance` that loses its hold and
     /// whose later records are void (a fence, like `booted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -288,6 +294,7 @@ impl Record {
             seq: 0,
             attempt: 0,
             takeover_of: Vec::new(),
+            rank: None,
             fences: None,
             seen: None,
             next: BTreeMap::new(),
@@ -349,7 +356,7 @@ impl Record {
         if !in_range(self.instance) || self.by.is_some_and(|b| !in_range(b)) {
             return Err(Foreign::Range(format!("instance {}", self.instance)));
         }
-        if self.takeover_of.iter().any(|c| !in_range(c.instance)) {
+        if self.takeover_of.iter().any(|c| !in_range(c.instance)) || self.rank.is_some_and(|r| r > MAX_INSTANCE) {
             return Err(Foreign::Range("takeover_of".into()));
         }
         if self.event.needs_order() {

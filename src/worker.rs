@@ -86,6 +86,9 @@ pub enum Phase {
     Boot { seen: bool },
     /// Waiting for the orders' end offsets.
     Choose,
+    /// Our revocation of an expired hold is appended; waiting to read it
+    /// (valid: we hold the order in its place and claim it).
+    Takeover { order: OrderId, seq: u64 },
     /// Our claim is appended; waiting to read it.
     Claim { order: OrderId, seq: u64 },
     /// Reading the log after our claim until [`decide`] is not `Wait`.
@@ -277,6 +280,8 @@ impl Worker {
     }
 
     /// A revocation of instance `j`'s hold, which we saw at its newest record.
+    /// It carries the hold's rank and the attempt a taker runs: an idle
+    /// revoker holds the order in the hold's place once it reads it back.
     fn revoke(&mut self, j: u32, h: &crate::boot::Hold) -> Record {
         self.revoking.insert((j, h.last_pos));
         let mut r = self.record(Event::Revoked, Some(h.order));
@@ -284,14 +289,21 @@ impl Worker {
         r.by = Some(self.me);
         r.fences = Some(h.incarnation.clone());
         r.seen = Some(h.last_pos);
-        r.attempt = h.attempt;
+        // The taker stands where the hold stood: at its rank if it was
+        // undecided; before every claim (rank 0) if it had committed, as a
+        // committed hold did (rivals that saw the commit yield; the taker
+        // must not yield to them in turn).
+        r.rank = Some(if h.committed.is_some() { 0 } else { h.rank });
+        // A committed hold may have run: the takeover's run is a retry.
+        r.attempt = h.attempt + u32::from(h.committed.is_some());
         r.reason = Some(format!("lease expired: nothing from instance {j} about this order for over {} ms", self.settings.lease_ms.unwrap_or(0)));
         r
     }
 
     /// While idle: take over the oldest hold whose lease expired — revoke
-    /// it, then claim its order through the same negotiation
-    /// (protocol.md, "Leases").
+    /// it; once the revocation is read back valid, we hold the order in its
+    /// place and claim it, and negotiate like any claim (protocol.md,
+    /// "Leases").
     fn take_over(&mut self) -> Vec<Action> {
         if self.phase != Phase::Choose {
             return Vec::new();
@@ -305,14 +317,36 @@ impl Worker {
             .min_by_key(|(_, h)| (h.last_ts, h.order));
         let Some((j, h)) = victim else { return Vec::new() };
         let revoke = self.revoke(j, &h);
+        self.phase = Phase::Takeover { order: h.order, seq: revoke.seq };
+        self.renewed = self.now;
+        vec![Action::Append(revoke)]
+    }
+
+    /// Our revocation was read back. Valid, we hold the order pending: claim
+    /// it under our own key (the revocation is keyed by the old holder, and
+    /// compaction keeps only its newest), then negotiate. Void (the holder
+    /// renewed in time, or another revoked it first): take other work.
+    fn after_takeover(&mut self, order: OrderId) -> Vec<Action> {
+        match self.view.hold(self.me).cloned() {
+            Some(h) if h.order == order && h.pending => self.claim_takeover(&h),
+            _ => {
+                self.phase = Phase::Choose;
+                vec![Action::FindOrder]
+            }
+        }
+    }
+
+    /// The takeover claim of a pending hold (after our revocation, or at
+    /// boot when the last process died between the two).
+    fn claim_takeover(&mut self, h: &crate::boot::Hold) -> Vec<Action> {
         let mut claim = self.record(Event::Claimed, Some(h.order));
-        // A committed hold may have run: the takeover's run is a retry.
-        claim.attempt = h.attempt + u32::from(h.committed.is_some());
-        claim.takeover_of = vec![crate::record::Cite { instance: j, incarnation: h.incarnation.clone() }];
-        claim.next = self.view.frontier().clone();
+        claim.attempt = h.attempt;
+        claim.rank = Some(h.rank);
+        claim.takeover_of = h.took_over.iter().cloned().collect();
+        claim.order_id = h.order_id.clone();
         self.phase = Phase::Claim { order: h.order, seq: claim.seq };
         self.renewed = self.now;
-        vec![Action::Append(revoke), Action::Append(claim)]
+        vec![Action::Append(claim)]
     }
 
     fn on_record(&mut self, pos: u64, rec: Record) -> Vec<Action> {
@@ -338,6 +372,11 @@ impl Worker {
             Phase::Boot { seen: false } if self.is_ours(&rec, 1) => {
                 self.phase = Phase::Boot { seen: true };
                 Vec::new()
+            }
+            Phase::Takeover { order, seq }
+                if rec.by == Some(self.me) && rec.incarnation == self.incarnation && rec.seq == seq =>
+            {
+                self.after_takeover(order)
             }
             Phase::Claim { order, seq } if self.is_ours(&rec, seq) => {
                 if let Err(void) = result {
@@ -403,13 +442,25 @@ impl Worker {
             self.phase = Phase::Choose;
             return vec![Action::FindOrder];
         };
+        if hold.pending {
+            // The last process revoked a hold and died before its takeover
+            // claim: claim it now, in the revoked hold's place.
+            return self.claim_takeover(&hold);
+        }
         if hold.committed.is_none() && self.settings.flaw != Some(Flaw::ResumeBlindly) {
             // Claimed but undecided when the last incarnation died: negotiate
             // again, never start work blindly (hole 1 of seed 002).
             self.phase = Phase::Negotiate { order: hold.order };
             return self.negotiate(hold.order);
         }
-        // Committed but not completed: the job was lost with the process.
+        // Committed but not completed: the job was lost with the process —
+        // unless a fenced process of ours ran it to its end (a zombie, or a
+        // process whose `completed` landed after our `booted`). Only we
+        // hold the order, so that void completion is nobody's valid one:
+        // record its outcome validly instead of running the job again.
+        if let Some(done) = self.ran_elsewhere(hold.order) {
+            return self.complete(hold.order, hold.attempt, done);
+        }
         let attempt = hold.attempt + 1;
         if attempt > self.settings.max_attempts {
             let reason = format!(
@@ -509,6 +560,22 @@ impl Worker {
                 vec![Action::FindOrder]
             }
         }
+    }
+
+    /// The outcome of a run of `order` that ended in a process whose records
+    /// are void (revoked or fenced), for the resume of a committed hold.
+    fn ran_elsewhere(&self, order: OrderId) -> Option<Outcome> {
+        let c = self.view.contest(order)?;
+        if c.completed_at.is_some() {
+            return None;
+        }
+        let (at, outcome) = c.finished.clone()?;
+        let mut o = outcome;
+        o.reason = Some(format!(
+            "not run again: a revoked or fenced process ran it to its end (void completion, claims #{at}){}",
+            o.reason.as_deref().map(|r| format!("; its reason: {r}")).unwrap_or_default()
+        ));
+        Some(o)
     }
 
     fn on_job_done(&mut self, outcome: Outcome) -> Vec<Action> {
@@ -642,11 +709,16 @@ mod tests {
         }
         let a = log.feed(&mut w2, &mut c2);
         assert_eq!(a, vec![Action::FindOrder]);
-        // Idle with an expired hold in sight: revoke it and claim its order.
+        // Idle with an expired hold in sight: revoke it; read back, claim
+        // its order in the hold's place.
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
-        assert!(matches!(&a[..], [Action::Append(r), Action::Append(c)]
-            if r.event == Event::Revoked && r.instance == 1 && c.event == Event::Claimed
-               && c.order() == Some(OrderId::new(0, 0)) && c.attempt == 2), "{a:?}");
+        assert!(matches!(&a[..], [Action::Append(r)]
+            if r.event == Event::Revoked && r.instance == 1 && r.rank == Some(0) && r.attempt == 2), "{a:?}");
+        log.append(&a);
+        let a = log.feed(&mut w2, &mut c2);
+        assert!(matches!(&a[..], [Action::Append(c)]
+            if c.event == Event::Claimed && c.order() == Some(OrderId::new(0, 0)) && c.attempt == 2
+               && c.rank == Some(0) && c.takeover_of.len() == 1), "{a:?}");
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
         assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed), "{a:?}");
@@ -694,9 +766,38 @@ mod tests {
         log.append(&renew);
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
-        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Yielded), "{a:?}");
+        assert_eq!(a, vec![Action::FindOrder], "a void revocation: no takeover claim, other work");
+        assert!(w2.view.hold(2).is_none());
         assert!(log.feed(&mut w1, &mut c1).is_empty(), "instance 1 keeps its order");
         assert!(w2.view.hold(1).is_some_and(|h| h.committed.is_some()));
+    }
+
+    #[test]
+    fn a_revoker_that_dies_before_its_takeover_claim_claims_at_its_next_boot() {
+        let mut log = Log(Vec::new());
+        let (_w1, _) = silent_holder(&mut log);
+        let (mut w2, a) = leased(2, "two", 5000);
+        log.append(&a);
+        let mut c2 = 0;
+        log.feed(&mut w2, &mut c2);
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
+        log.append(&a);
+        // Instance 2 dies with only its revocation in the log: it holds the
+        // order nonetheless (nobody else may take it but by its lease).
+        let (mut w3, a) = leased(3, "three", 5000);
+        log.append(&a);
+        let mut c3 = 0;
+        log.feed(&mut w3, &mut c3);
+        assert!(w3.view.hold(2).is_some_and(|h| h.pending && h.order == OrderId::new(0, 0) && h.rank == 0));
+        let (mut w2, a) = leased(2, "two-again", 5100);
+        log.append(&a);
+        let mut c2 = 0;
+        let a = log.feed(&mut w2, &mut c2);
+        assert!(matches!(&a[..], [Action::Append(c)]
+            if c.event == Event::Claimed && c.attempt == 2 && c.rank == Some(0)), "{a:?}");
+        log.append(&a);
+        let a = log.feed(&mut w2, &mut c2);
+        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 2), "{a:?}");
     }
 
     /// Runs one worker of a fresh incarnation through claim and commit of

@@ -12,12 +12,18 @@
 //! `simulation_with_leases` runs the same world with leases (1,000 ms): a
 //! simulated clock, Tick every lease/3, pauses of live processes past the
 //! lease, hosts down for several leases, and the properties of leases (see
-//! the test). The bugs it found are ignored tests with their seeds and
-//! traces: `lease_takeover_split_strands_the_order`,
-//! `takeover_after_compaction_is_late` and `stranded_orders_after_takeovers`
-//! (the CI run avoids the first two with world settings and tolerates, and
-//! counts, the orders the last one strands); a fourth, fixed since, has a
-//! regression check (`late_void_commit_hides_a_completion`).
+//! the test), with liveness checked strictly: an order that nobody holds,
+//! behind the frontier and not completed, fails the seed at once. It runs
+//! as harsh as the world allows: a revocation and its takeover claim land
+//! (or are lost) separately, appends of dead processes land late, and
+//! compaction spares only the records from each undecided claim on
+//! (`HorizonRule::Claim`). Five bugs it found are fixed, each written up
+//! in docs/protocol.md ("Leases", "Compaction"): a revoker dying between its
+//! revocation and its takeover claim; rule 2 yielding to a rival that a
+//! revocation then removed undecided; a taker yielding to a rival that had
+//! itself yielded to the committed hold just taken over; a takeover claim
+//! taken for late after compaction; a void record hiding a valid completion.
+//! `POOL_SIM_HORIZON=claim|contest|hold` varies the compaction horizon.
 //!
 //! CI: `cargo test --test simulation -- --nocapture` runs 1,000 seeds on two
 //! threads (`POOL_SIM_SEEDS`, `POOL_SIM_FIRST` to change). A failing seed is
@@ -43,7 +49,7 @@ const LEASE_MS: u64 = 1_000;
 /// Seeds and orders of the simulation with leases in CI (each process runs
 /// one order and then replays the whole log at its next boot, so a seed's
 /// cost grows with the square of its orders; fewer orders, more seeds).
-const LEASE_SEEDS: u64 = 500;
+const LEASE_SEEDS: u64 = 1_000;
 const LEASE_ORDERS: u32 = 300;
 /// Pauses per seed, at most.
 const MAX_PAUSES: u32 = 40;
@@ -67,17 +73,6 @@ impl Rng {
     }
 }
 
-/// Whether the run may end with orders stranded by the known liveness bug
-/// (`stranded_orders_after_takeovers`): the CI simulation with leases
-/// checks every safety property and completes every other order; the
-/// strict liveness check is the ignored test.
-fn tolerate_stranded(cfg: &Config) -> bool {
-    cfg.lease_ms.is_some() && env("POOL_SIM_STRICT", 0) == 0 && !STRICT.load(Ordering::Relaxed)
-}
-
-/// Set by the ignored tests of liveness bugs (strict liveness).
-static STRICT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 fn config_leases() -> Config {
     Config {
         orders: LEASE_ORDERS,
@@ -85,17 +80,13 @@ fn config_leases() -> Config {
         // Boot reads go on in one step (tests/world, `batch_reads`), so
         // that a boot does not outlast many leases of simulated time.
         batch_reads: true,
-        // The revocation and the takeover claim land together: split, a
-        // revoker that dies between them strands the order (a bug, see
-        // `lease_takeover_split_strands_the_order`).
-        atomic_takeover: true,
-        // No append lands late (a void record landing late can hide a
-        // valid one under compaction: a bug, see
-        // `late_void_commit_hides_a_completion`).
-        late_appends: false,
-        // Compaction spares every held order's records (a bug otherwise:
-        // `takeover_after_compaction_is_late`).
-        horizon: HorizonRule::Hold,
+        // The rest as harsh as the world allows: a revocation and the
+        // takeover claim after it land (or are lost) separately, appends
+        // of dead processes land late, and compaction spares only the
+        // records from each undecided claim on.
+        atomic_takeover: false,
+        late_appends: true,
+        horizon: HorizonRule::Claim,
         ..config()
     }
 }
@@ -131,9 +122,6 @@ struct Outcome {
     second_runs_death: u32,
     stale_runs: u32,
     clock_ms: u64,
-    /// Orders left held by nobody, never completed (a known liveness bug
-    /// of leases; tolerated only when `Config::tolerate_stranded`).
-    stranded: u32,
     /// The failure, readable.
     failure: Option<String>,
 }
@@ -174,7 +162,6 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
         second_runs_death: w.second_runs_death,
         stale_runs: w.stale_runs,
         clock_ms: w.now,
-        stranded: 0,
         failure,
     };
     while !w.all_completed(cfg) {
@@ -184,13 +171,14 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
             return (done(&w, steps, Some(f)), w);
         }
         let step = pick(&mut rng, &w, cfg, steps, &mut choices);
-        if let (Some(Step::Advance(_)), true) = (&step, tolerate_stranded(cfg)) {
-            // Nothing moves: end here if every order left is stranded.
+        if let (Some(Step::Advance(_)), true) = (&step, cfg.lease_ms.is_some()) {
+            // Nothing moves but the clock: an order that nobody holds, that
+            // is behind the frontier and not completed will never be.
             let stranded = w.stranded();
-            if stranded.len() as u32 + w.completed == cfg.orders && w.quiet() {
-                let mut out = done(&w, steps, None);
-                out.stranded = stranded.len() as u32;
-                return (out, w);
+            if !stranded.is_empty() && w.quiet() {
+                let why = format!("stranded: {stranded:?} held by nobody, behind the frontier, not completed");
+                let f = fail(&w, steps, &recent, why);
+                return (done(&w, steps, Some(f)), w);
             }
         }
         let Some(step) = step else {
@@ -359,97 +347,20 @@ fn simulation_with_leases() {
     leased_seeds(&config_leases(), first, seeds, "simulation with leases");
 }
 
-/// A bug found by the simulation with leases (src/worker.rs,
-/// `Worker::take_over`): the revocation and the takeover claim are two
-/// appends. A revoker that dies after its revocation landed and before its
-/// claim did (or whose claim lands only after its next incarnation booted,
-/// and is void) leaves the order held by nobody, behind the frontier: no
-/// instance ever claims it again, and it is never completed. Seed 114 of the
-/// simulation with leases, with the two records landing separately: 7
-/// claims 0:107 (#545) and pauses past the lease; 9 revokes it (#789, valid,
-/// seen #545) and dies before its takeover claim lands; the claim is lost.
-/// Nobody holds 0:107 and the frontier is past it
-/// (`POOL_SIM_LEASES=1 POOL_SIM_SPLIT=1 POOL_SIM_STRICT=1 POOL_SIM_SEED=114
-/// POOL_SIM_ORDER=107 cargo test --test simulation replay -- --nocapture`).
-/// The fix: one produce batch for both records, or let an idle instance
-/// claim an order that nobody holds and nobody completed.
-#[test]
-#[ignore = "bug: a revoker that dies between its revocation and its takeover claim strands the order forever (liveness)"]
-fn lease_takeover_split_strands_the_order() {
-    STRICT.store(true, Ordering::Relaxed);
-    let cfg = Config { atomic_takeover: false, ..config_leases() };
-    let seeds = env("POOL_SIM_SPLIT_SEEDS", 150);
-    let first = env("POOL_SIM_FIRST", 0);
-    leased_seeds(&cfg, first, seeds, "simulation with leases, takeovers split");
-}
-
-/// A bug found by the simulation with leases (compaction, src/boot.rs),
-/// fixed (a valid completion closes its hold without a visible commit):
-/// a void record — here the `committed` of a dead incarnation, landing
-/// after its successor's claim, commit and completion of another order —
-/// has the same key `<i>:committed` as the valid commit, so compaction
-/// erases the valid one. A replay of the compacted log then sees the newest
-/// claim without its commit, takes its completion for stray (a completion
-/// closes only a committed hold), and keeps an undecided hold that expires:
-/// another instance revokes it and runs the completed order again (seed 23:
-/// `POOL_SIM_LEASES=1 POOL_SIM_LATE=1 POOL_SIM_SEED=23 POOL_SIM_ORDER=156
-/// cargo test --test simulation replay -- --nocapture`).
-#[test]
-fn late_void_commit_hides_a_completion() {
-    let cfg = Config { late_appends: true, ..config_leases() };
-    let seeds = env("POOL_SIM_SPLIT_SEEDS", 100);
-    let first = env("POOL_SIM_FIRST", 0);
-    leased_seeds(&cfg, first, seeds, "simulation with leases, late appends");
-}
-
-/// A bug found by the simulation with leases (src/boot.rs, the late-claim
-/// rule): a takeover claim is always behind the frontier. A reader whose
-/// log lost the order's first claim to compaction (its holder claimed again
-/// since, and the hold had been taken over) creates the order's contest at
-/// the takeover claim and marks it *late*; when that reader in turn revokes
-/// the (expired) taker and claims the order, its claim yields as "late" —
-/// after the revocation closed the only hold. Nobody holds the order, it is
-/// behind the frontier, and it is never completed. Seed 134: 1 claims 0:16
-/// and pauses; 3 revokes it and takes over, and pauses; 1 claims other
-/// orders (its claim of 0:16 is compacted); 6 boots, revokes 3 and claims
-/// 0:16, yields "late claim"
-/// (`POOL_SIM_LEASES=1 POOL_SIM_CLAIM_HORIZON=1 POOL_SIM_SEED=134
-/// POOL_SIM_ORDER=16 cargo test --test simulation replay -- --nocapture`).
-/// With Kafka it needs a hold that lasts longer than
-/// `min.compaction.lag.ms` (7 days): a long job taken over twice.
-#[test]
-#[ignore = "bug: a takeover claim read without the order's first claim (compacted) is taken for late, yields, and strands the order (liveness)"]
-fn takeover_after_compaction_is_late() {
-    STRICT.store(true, Ordering::Relaxed);
-    let cfg = Config { horizon: HorizonRule::Claim, ..config_leases() };
-    let seeds = env("POOL_SIM_SPLIT_SEEDS", 200);
-    let first = env("POOL_SIM_FIRST", 0);
-    leased_seeds(&cfg, first, seeds, "simulation with leases, claim horizon");
-}
-
-/// The known liveness bug of leases, strictly checked: an order that every
-/// claimant yielded or lost to a revocation is held by nobody, is behind
-/// the frontier, and is never claimed again. Seed 403: 8 claims 0:5 (#37),
-/// 1 claims 0:5 (#48); 8 must yield to 1, 1 waits for 8; both pause past
-/// the lease. 10 revokes 8 and takes over (#241–242); 7 and 5 also take
-/// over (their revocations of 8 are void, their claims count: #245, #247);
-/// 10 and 5 yield to 1 (lower, undecided); 9 revokes 1 (#251, valid) and
-/// claims (#252); 7, which had not read #251, yields to 1 (#253); 9, which
-/// had read 7's claim but not its yield, yields to 7 (#256). Every claim is
-/// now yielded or revoked. Rule 2 (yield to a lower undecided rival)
-/// assumes that rival will decide; a revocation removes it undecided.
-/// `POOL_SIM_STRICT=1 POOL_SIM_LEASES=1 POOL_SIM_SEED=403 POOL_SIM_ORDER=5
-/// cargo test --test simulation replay -- --nocapture`.
-#[test]
-#[ignore = "bug: after takeovers, an order whose every claim yielded or was revoked is never claimed again (liveness)"]
-fn stranded_orders_after_takeovers() {
-    STRICT.store(true, Ordering::Relaxed);
-    let seeds = env("POOL_SIM_LEASE_SEEDS", LEASE_SEEDS);
-    leased_seeds(&config_leases(), env("POOL_SIM_FIRST", 0), seeds, "simulation with leases, strict liveness");
+/// `POOL_SIM_HORIZON=claim|contest|hold` overrides a configuration's
+/// compaction horizon (tests/world, `HorizonRule`).
+fn horizon_from_env(cfg: &mut Config) {
+    match std::env::var("POOL_SIM_HORIZON").as_deref() {
+        Ok("claim") => cfg.horizon = HorizonRule::Claim,
+        Ok("contest") => cfg.horizon = HorizonRule::Contest,
+        Ok("hold") => cfg.horizon = HorizonRule::Hold,
+        _ => {}
+    }
 }
 
 fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
-    let cfg = cfg.clone();
+    let mut cfg = cfg.clone();
+    horizon_from_env(&mut cfg);
     let t = Instant::now();
     let next = AtomicU64::new(first);
     let totals: Mutex<Outcome> = Mutex::new(Outcome::default());
@@ -472,7 +383,6 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
                 tot.second_runs_death += out.second_runs_death;
                 tot.stale_runs += out.stale_runs;
                 tot.clock_ms += out.clock_ms;
-                tot.stranded += out.stranded;
                 drop(tot);
                 if let Some(f) = out.failure {
                     failures.lock().unwrap().push(f);
@@ -484,7 +394,7 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
     let tot = totals.into_inner().unwrap();
     let ran = (next.load(Ordering::Relaxed) - first).min(seeds);
     let line = format!(
-        "{name} ({LEASE_MS} ms): {ran} seeds ({INSTANCES} instances, {LEASE_ORDERS} orders each), {} steps, {:.0} s simulated, {} crashes ({} long outages), {} pauses, {} takeovers (valid revocations), {} second runs after a takeover ({} of them started by a holder already revoked), {} after a death, {} orders stranded (known bug), {} failing, in {:.1}s",
+        "{name} ({LEASE_MS} ms): {ran} seeds ({INSTANCES} instances, {LEASE_ORDERS} orders each), {} steps, {:.0} s simulated, {} crashes ({} long outages), {} pauses, {} takeovers (valid revocations), {} second runs after a takeover ({} of them started by a holder already revoked), {} after a death, {} failing, in {:.1}s",
         tot.steps,
         tot.clock_ms as f64 / 1000.0,
         tot.crashes,
@@ -494,7 +404,6 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
         tot.second_runs_takeover,
         tot.stale_runs,
         tot.second_runs_death,
-        tot.stranded,
         failures.len(),
         t.elapsed().as_secs_f64()
     );
@@ -515,11 +424,10 @@ fn replay() {
     };
     let t = Instant::now();
     let mut cfg = if env("POOL_SIM_LEASES", 0) == 1 { config_leases() } else { config() };
-    cfg.atomic_takeover &= env("POOL_SIM_SPLIT", 0) == 0;
-    cfg.late_appends |= env("POOL_SIM_LATE", 0) == 1;
     if env("POOL_SIM_CLAIM_HORIZON", 0) == 1 {
         cfg.horizon = HorizonRule::Claim;
     }
+    horizon_from_env(&mut cfg);
     let (out, w) = run_world(seed, &cfg);
     // POOL_SIM_ORDER=<offset>: every record about that order.
     if let Some(o) = std::env::var("POOL_SIM_ORDER").ok().and_then(|v| v.parse::<i64>().ok()) {
@@ -531,7 +439,7 @@ fn replay() {
         }
     }
     println!(
-        "seed {seed}: {} steps, {} crashes, {} pauses, {} takeovers, {} second runs after a takeover, {:.1}s (POOL_SIM_SPLIT=1: takeovers split; POOL_SIM_LATE=1: late appends)",
+        "seed {seed}: {} steps, {} crashes, {} pauses, {} takeovers, {} second runs after a takeover, {:.1}s",
         out.steps,
         out.crashes,
         out.pauses,

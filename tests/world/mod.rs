@@ -174,6 +174,12 @@ pub struct OrderGhost {
     pub deaths_running: u32,
     /// `completed` records the referee accepted.
     pub completions: u32,
+    /// A void `completed` (its writer was revoked or fenced, or compaction
+    /// erased what made it valid) came before any valid one: the job ran to
+    /// its end, and the protocol does not run it again (src/boot.rs,
+    /// `note_completion`). It counts as completed for liveness, not for
+    /// "completed twice".
+    pub finished_void: bool,
     /// A claim of it was accepted.
     pub claimed: bool,
     /// Position of the first record about it.
@@ -691,6 +697,14 @@ impl World {
             }
         }
         let accepted = self.referee.apply(pos as u64, &r).is_ok();
+        if let (false, Event::Completed, Some(o)) = (accepted, r.event, r.order()) {
+            if let Some(og) = self.orders.get_mut(o.offset as usize) {
+                if og.completions == 0 && !og.finished_void {
+                    og.finished_void = true;
+                    self.completed += 1;
+                }
+            }
+        }
         if accepted {
             if let Some(o) = r.order() {
                 self.judge(pos, &r, o);
@@ -768,7 +782,7 @@ impl World {
             Event::Completed => {
                 og.completions += 1;
                 let (c, by) = (og.completions, og.committed_by.contains(&r.instance));
-                if c == 1 {
+                if c == 1 && !og.finished_void {
                     self.completed += 1;
                 }
                 if !by {
@@ -951,7 +965,7 @@ impl World {
     pub fn stranded(&self) -> Vec<OrderId> {
         let held: Vec<OrderId> = self.referee.instances().filter_map(|(_, s)| s.hold.as_ref().map(|h| h.order)).collect();
         (0..self.orders.len())
-            .filter(|&k| self.orders[k].claimed && self.orders[k].completions == 0)
+            .filter(|&k| self.orders[k].claimed && self.orders[k].completions == 0 && !self.orders[k].finished_void)
             .map(|k| OrderId::new(0, k as i64))
             .filter(|o| !held.contains(o))
             .collect()
