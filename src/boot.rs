@@ -33,7 +33,9 @@
 //! This module is pure: records and positions in, answers out. No I/O, no
 //! clock (timestamps come inside the records).
 
+use crate::checkpoint::{Snapshot, ID_MEMORY};
 use crate::record::{Cite, Event, OrderId, Outcome, Record};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// How many positions a settled contest is remembered after it settled. A
@@ -42,7 +44,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub const CONTEST_MEMORY: u64 = 100_000;
 
 /// An instance's stance on one order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Stance {
     /// Claimed at this position, not yet decided.
     Undecided,
@@ -52,7 +55,8 @@ pub enum Stance {
 }
 
 /// Every instance's stance on one order, as the log tells it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Contest {
     /// Instance → (position of its claim, its stance).
     pub stances: BTreeMap<u32, (u64, Stance)>,
@@ -70,8 +74,8 @@ pub struct Contest {
     /// Claimants whose rank is not their instance number: takeovers, which
     /// stand where the hold they took over stood.
     pub ranks: BTreeMap<u32, u32>,
-    /// Claimants that hold the order through a valid revocation (heirs of a
-    /// takeover): their claims are never late.
+    /// Takeover claimants whose claims are not late even though the contest
+    /// is: heirs of a committed hold, or of a claim that was not late.
     pub heirs: BTreeSet<u32>,
 }
 
@@ -100,7 +104,8 @@ impl Contest {
 
 /// What an instance holds: its newest claim, while it is not closed by a
 /// yield or a completion.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Hold {
     pub order: OrderId,
     pub claim_pos: u64,
@@ -128,7 +133,8 @@ pub struct Hold {
 }
 
 /// What the replay knows of one instance number.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Instance {
     /// The current incarnation: that of the newest `booted`, with its position.
     pub booted: Option<(u64, String)>,
@@ -174,9 +180,11 @@ pub struct View {
     contests: BTreeMap<OrderId, Contest>,
     /// Settled contests, oldest first: (settled at, order).
     settled: VecDeque<(u64, OrderId)>,
-    /// Order ids (a JSON order's `id`): the order that first announced each
-    /// (protocol.md, "Duplicate orders").
-    ids: BTreeMap<String, OrderId>,
+    /// Order ids (a JSON order's `id`): the order that first announced each,
+    /// and where (protocol.md, "Duplicate orders").
+    ids: BTreeMap<String, (OrderId, u64)>,
+    /// The newest checkpoint read covers the log before this position.
+    checkpoint: u64,
 }
 
 /// What boot (and the tests) compare across compaction: each instance's
@@ -256,15 +264,21 @@ impl View {
         for (&p, &o) in &rec.next {
             raise(&mut self.frontier, p, o);
         }
+        if let (Event::Checkpoint, Some(snap)) = (rec.event, &rec.snapshot) {
+            self.checkpoint = self.checkpoint.max(snap.at);
+        }
         let Some(order) = rec.order() else {
             return Ok(());
         };
         let i = rec.instance;
         match rec.event {
             Event::Claimed => {
-                // A takeover claim (it names the hold it took over) is never
-                // late: it follows a valid revocation of an open hold.
+                // A takeover claim (it names the hold it took over) follows
+                // a valid revocation of an open hold: it is late only if it
+                // continues a pending hold that inherited lateness (below).
                 let takeover = !rec.takeover_of.is_empty();
+                let continues = takeover
+                    && self.instances.get(&i).and_then(|s| s.hold.as_ref()).is_some_and(|h| h.pending && h.order == order);
                 let contest = self.contests.entry(order).or_insert_with(|| Contest {
                     late: behind && !takeover,
                     ..Contest::default()
@@ -276,7 +290,9 @@ impl View {
                 } else {
                     contest.ranks.insert(i, rank);
                 }
-                if takeover {
+                if continues {
+                    // As the pending hold was.
+                } else if takeover {
                     contest.heirs.insert(i);
                 } else {
                     contest.heirs.remove(&i);
@@ -307,12 +323,16 @@ impl View {
                 }) else {
                     return Err(Void::Stray);
                 };
-                let (claim_pos, order_id) = (hold.claim_pos, hold.order_id.clone());
+                let (claim_pos, order_id, was_committed) = (hold.claim_pos, hold.order_id.clone(), hold.committed.is_some());
                 let from = Cite { instance: i, incarnation: hold.incarnation.clone() };
                 inst.revoked = Some(hold.incarnation.clone());
                 inst.hold = None;
                 // A revoked holder is out of the contest, like one that yielded.
                 let contest = self.contests.entry(order).or_default();
+                // A late claim stays late in its heir's hands (it may be a
+                // claim of an order completed and forgotten); a committed
+                // hold was never late to its holder.
+                let late = !was_committed && contest.late_for(i);
                 contest.stances.insert(i, (claim_pos, Stance::Yielded));
                 let rank = rec.rank.unwrap_or(contest.rank(i).0);
                 // A revoker that holds nothing (an idle instance taking the
@@ -344,7 +364,11 @@ impl View {
                 } else {
                     contest.ranks.insert(by, rank);
                 }
-                contest.heirs.insert(by);
+                if late {
+                    contest.heirs.remove(&by);
+                } else {
+                    contest.heirs.insert(by);
+                }
                 Ok(())
             }
             Event::Committed | Event::Yielded | Event::Completed | Event::Lease => {
@@ -362,7 +386,7 @@ impl View {
                 // too, but it is never first).
                 if let (Some(id), Some(_)) = (&rec.order_id, hold.committed) {
                     hold.order_id = Some(id.clone());
-                    self.ids.entry(id.clone()).or_insert(order);
+                    self.ids.entry(id.clone()).or_insert((order, pos));
                 }
                 let claim_pos = hold.claim_pos;
                 let stance = match (rec.event, hold.committed) {
@@ -475,7 +499,7 @@ impl View {
 
     /// The order that first announced `id`.
     pub fn id_owner(&self, id: &str) -> Option<OrderId> {
-        self.ids.get(id).copied()
+        self.ids.get(id).map(|(o, _)| *o)
     }
 
     pub fn contest(&self, order: OrderId) -> Option<&Contest> {
@@ -495,6 +519,40 @@ impl View {
     /// The frontier of each partition named in `ends` (0 where none).
     pub fn frontier_for(&self, ends: &BTreeMap<i32, i64>) -> BTreeMap<i32, i64> {
         ends.keys().map(|&p| (p, self.next_offset(p))).collect()
+    }
+
+    /// The newest checkpoint read covers the log before this position.
+    pub fn checkpoint(&self) -> u64 {
+        self.checkpoint
+    }
+
+    /// This view as a checkpoint's snapshot (src/checkpoint.rs says what it
+    /// leaves out and why that is safe).
+    pub fn snapshot(&self) -> Snapshot {
+        let mut ids: Vec<(String, OrderId, u64)> =
+            self.ids.iter().map(|(id, (o, pos))| (id.clone(), *o, *pos)).collect();
+        ids.sort_by_key(|(_, _, pos)| std::cmp::Reverse(*pos));
+        ids.truncate(ID_MEMORY);
+        Snapshot {
+            at: self.end,
+            instances: self.instances.clone(),
+            frontier: self.frontier.clone(),
+            contests: self.contests.iter().filter(|(_, c)| !c.settled()).map(|(o, c)| (*o, c.clone())).collect(),
+            ids,
+        }
+    }
+
+    /// The view a snapshot describes: read on from `snapshot.at`.
+    pub fn from_snapshot(snap: &Snapshot) -> View {
+        View {
+            end: snap.at,
+            instances: snap.instances.clone(),
+            frontier: snap.frontier.clone(),
+            contests: snap.contests.iter().cloned().collect(),
+            ids: snap.ids.iter().map(|(id, o, pos)| (id.clone(), (*o, *pos))).collect(),
+            checkpoint: snap.at,
+            ..View::default()
+        }
     }
 
     /// The facts that must not depend on compaction.

@@ -22,6 +22,7 @@
 //! commit call). Where a worker reads orders from is derived from the claims
 //! topic (the frontier), which is the one record of truth.
 
+use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
 use crate::config::Config;
 use crate::record::{Foreign, OrderId, Record};
 use anyhow::{bail, Context};
@@ -70,7 +71,13 @@ pub struct Kafka {
     orders_topic: String,
     results_topic: Option<String>,
     instance: u32,
+    /// Where the claims reader was last told to start.
+    claims_from: std::sync::atomic::AtomicU64,
 }
+
+/// How far back from the end of the claims topic boot looks for a
+/// checkpoint: a few checkpoint intervals.
+pub const CHECKPOINT_WINDOW: i64 = 4 * DEFAULT_CHECKPOINT_EVERY as i64;
 
 /// The client configuration every pool_worker client shares.
 pub fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientConfig {
@@ -135,6 +142,7 @@ impl Kafka {
             orders_topic: cfg.orders_topic.clone(),
             results_topic: cfg.results_topic.clone(),
             instance: cfg.instance,
+            claims_from: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -187,13 +195,62 @@ impl Kafka {
             );
         }
         self.partitions(&self.orders, &self.orders_topic, patience).await?;
-        // Offset 0 rather than "beginning", which costs an offset query;
-        // should the log no longer start at 0, auto.offset.reset=earliest
+        Ok(())
+    }
+
+    /// Starts reading the claims topic at `pos` (0: from its beginning).
+    pub fn read_claims_from(&self, pos: u64) -> anyhow::Result<()> {
+        // An offset rather than "beginning", which costs an offset query;
+        // should the log no longer start there, auto.offset.reset=earliest
         // starts at its first record.
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.claims_topic, 0, Offset::Offset(0))?;
+        tpl.add_partition_offset(&self.claims_topic, 0, Offset::Offset(pos as i64))?;
         self.claims.assign(&tpl).context("cannot assign the claims topic")?;
+        self.claims_from.store(pos, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The newest checkpoint near the end of the claims topic
+    /// (src/checkpoint.rs): the last [`CHECKPOINT_WINDOW`] positions are
+    /// read, and only records keyed `<n>:checkpoint` are decoded. `None` when
+    /// the log is shorter than the window (replaying it all costs no more)
+    /// or holds no checkpoint there; boot then replays from the beginning.
+    pub async fn find_checkpoint(&self) -> Option<Snapshot> {
+        let topic = self.claims_topic.clone();
+        let (low, high) = tokio::task::block_in_place(|| self.claims.fetch_watermarks(&topic, 0, REQUEST_TIMEOUT)).ok()?;
+        if high - low <= CHECKPOINT_WINDOW {
+            return None;
+        }
+        let start = high - CHECKPOINT_WINDOW;
+        self.read_claims_from(start as u64).ok()?;
+        let mut best: Option<Snapshot> = None;
+        let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            let next = tokio::time::timeout_at(deadline, self.claims.recv()).await;
+            match next {
+                Ok(Ok(m)) => {
+                    let pos = m.offset();
+                    if m.key().is_some_and(|k| k.ends_with(b":checkpoint")) {
+                        if let Ok(rec) = Record::decode(m.key(), m.payload()) {
+                            if let Some(snap) = rec.snapshot.filter(|s| best.as_ref().is_none_or(|b| s.at > b.at)) {
+                                best = Some(*snap);
+                            }
+                        }
+                    }
+                    if pos + 1 >= high {
+                        break;
+                    }
+                }
+                Ok(Err(KafkaError::PartitionEOF(_))) => break,
+                Ok(Err(e)) => {
+                    tracing::warn!(instance = self.instance, error = %e, "looking for a checkpoint");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                // Too slow: replay from the beginning instead.
+                Err(_) => return None,
+            }
+        }
+        best
     }
 
     /// Appends a record to the claims topic; retries until the broker
@@ -267,6 +324,11 @@ impl Kafka {
             match self.claims.recv().await {
                 Ok(m) => {
                     let pos = m.offset().max(0) as u64;
+                    // A message fetched before the reader moved (the
+                    // checkpoint search) is not ours to hand on.
+                    if pos < self.claims_from.load(std::sync::atomic::Ordering::Relaxed) {
+                        continue;
+                    }
                     return match Record::decode(m.key(), m.payload()) {
                         Ok(r) => ClaimEvent::Record(pos, r),
                         Err(why) => ClaimEvent::Foreign(pos, why),

@@ -5,7 +5,9 @@
 //!
 //! * core (no I/O, no clock, no randomness): [`record`] (what a claims record
 //!   is), [`boot`] (replaying the claims topic into a view), [`claim`] (the
-//!   negotiation), [`worker`] (one incarnation's life as a state machine);
+//!   negotiation), [`checkpoint`] (a summary of the log, so that boot need
+//!   not replay all of it), [`worker`] (one incarnation's life as a state
+//!   machine);
 //! * shells: [`orders`] (parsing work orders), [`job`] (running them with
 //!   tokio::process), [`kafka`] (the rdkafka adapter), [`run`] (drives the
 //!   worker machine with Kafka and jobs), [`config`] (the environment),
@@ -15,6 +17,7 @@
 pub mod record;
 pub mod boot;
 pub mod claim;
+pub mod checkpoint;
 pub mod worker;
 pub mod config;
 pub mod kafka;

@@ -82,8 +82,8 @@ pub enum Event {
     Revoked,
     /// "This order is done", with its outcome.
     Completed,
-    /// Reserved for a summary of the log up to a position, so that boot need
-    /// not replay all of it. Not written yet; readers accept and ignore it.
+    /// A summary of the log before a position, so that boot need not replay
+    /// all of it (src/checkpoint.rs).
     Checkpoint,
 }
 
@@ -261,6 +261,10 @@ pub struct Record {
     /// On `completed`: how the order ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
+    /// On `checkpoint`: the writer's view of the log before a position
+    /// (src/checkpoint.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<Box<crate::checkpoint::Snapshot>>,
 }
 
 /// A hold named in a takeover: instance and the incarnation that held it.
@@ -301,6 +305,7 @@ impl Record {
             order_id: None,
             reason: None,
             outcome: None,
+            snapshot: None,
         }
     }
 
@@ -367,6 +372,9 @@ impl Record {
         }
         if self.next.iter().any(|(&p, &o)| p < 0 || o < 0) {
             return Err(Foreign::Range("negative frontier".into()));
+        }
+        if self.event == Event::Checkpoint && self.snapshot.is_none() {
+            return Err(Foreign::BadValue("checkpoint without snapshot".into()));
         }
         if self.event == Event::Completed && self.outcome.is_none() {
             return Err(Foreign::BadValue("completed without outcome".into()));

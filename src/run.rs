@@ -72,11 +72,22 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         return Ok(crate::supervise::EXIT_CONFIG);
     }
     let me = cfg.instance;
-    let settings = Settings { max_attempts: cfg.max_attempts, lease_ms: Some(cfg.lease_ms), ..Settings::default() };
+    let settings = Settings {
+        max_attempts: cfg.max_attempts,
+        lease_ms: Some(cfg.lease_ms),
+        checkpoint_every: Some(crate::checkpoint::DEFAULT_CHECKPOINT_EVERY),
+        ..Settings::default()
+    };
     let mut ticks = tokio::time::interval(Duration::from_millis((cfg.lease_ms / 3).max(100)));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut w, first) = Worker::start(me, new_incarnation(), settings, now_ms());
-    tracing::info!(instance = me, incarnation = %w.incarnation, "booting: replaying the claims topic");
+    // Replay from the newest checkpoint near the end, else from the start.
+    let from = match kafka.find_checkpoint().await {
+        Some(snap) if w.load(&snap) => snap.at,
+        _ => 0,
+    };
+    kafka.read_claims_from(from)?;
+    tracing::info!(instance = me, incarnation = %w.incarnation, from, "booting: replaying the claims topic");
     let mut todo: VecDeque<Action> = first.into();
     let (job_tx, mut job_rx) = mpsc::channel::<Outcome>(1);
     let mut cancel: Option<watch::Sender<bool>> = None;

@@ -120,11 +120,14 @@ pub struct Settings {
     /// (ms, by the reader's clock against the writer's `ts`) may be revoked
     /// and taken over. `None`: no leases (an order waits for its instance).
     pub lease_ms: Option<u64>,
+    /// Write a checkpoint at boot when the newest one read covers less than
+    /// the log minus this many positions (src/checkpoint.rs). `None`: never.
+    pub checkpoint_every: Option<u64>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { max_attempts: DEFAULT_MAX_ATTEMPTS, flaw: None, lease_ms: None }
+        Settings { max_attempts: DEFAULT_MAX_ATTEMPTS, flaw: None, lease_ms: None, checkpoint_every: None }
     }
 }
 
@@ -181,6 +184,19 @@ impl Worker {
         };
         let booted = w.record(Event::Booted, None);
         (w, vec![Action::Append(booted)])
+    }
+
+    /// Starts the replay from a checkpoint's snapshot instead of from
+    /// position 0: the shell then reads on from `snapshot.at`. Only before
+    /// the first record is read; refused (false) after.
+    pub fn load(&mut self, snapshot: &crate::checkpoint::Snapshot) -> bool {
+        if self.phase != (Phase::Boot { seen: false }) || self.view.end() > 0 {
+            return false;
+        }
+        let keep = self.view.keep_duplicates;
+        self.view = View::from_snapshot(snapshot);
+        self.view.keep_duplicates = keep;
+        true
     }
 
     /// Whether the process has finished.
@@ -436,8 +452,22 @@ impl Worker {
     }
 
     /// Boot is over: resume what our instance number holds, or take the next
-    /// order (protocol.md, "Boot").
+    /// order (protocol.md, "Boot"); first leave a checkpoint if the newest
+    /// one is far behind, so that the next boots read less.
     fn resume(&mut self) -> Vec<Action> {
+        let mut out = Vec::new();
+        if let Some(every) = self.settings.checkpoint_every {
+            if self.view.end() >= self.view.checkpoint() + every {
+                let mut r = self.record(Event::Checkpoint, None);
+                r.snapshot = Some(Box::new(self.view.snapshot()));
+                out.push(Action::Append(r));
+            }
+        }
+        out.extend(self.resume_hold());
+        out
+    }
+
+    fn resume_hold(&mut self) -> Vec<Action> {
         let Some(hold) = self.view.hold(self.me).cloned() else {
             self.phase = Phase::Choose;
             return vec![Action::FindOrder];

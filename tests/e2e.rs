@@ -412,3 +412,63 @@ fn a_resumed_run_completes_with_its_attempt() {
         assert_eq!(done.attempt, 2, "{}", audit.show(o));
     }
 }
+
+/// Boot reads the claims topic from the newest checkpoint near its end
+/// (src/checkpoint.rs), not from position 0, and orders still run once:
+/// over a history longer than the checkpoint window, the first worker finds
+/// no checkpoint, replays it all and leaves one; the second boots from it.
+#[test]
+fn boot_starts_from_the_newest_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker(1);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    // History: instance 9 booted 4,500 times (valid records, no orders).
+    let history: Vec<(String, Vec<u8>)> =
+        (0..4_500).map(|k| booted(9, &format!("old-{k}"))).map(|r| (r.key(), r.encode())).collect();
+    let batch: Vec<(Option<&[u8]>, Option<&[u8]>)> =
+        history.iter().map(|(k, v)| (Some(k.as_bytes()), Some(v.as_slice()))).collect();
+    try_produce(broker.bootstrap(), &claims, &batch, Some(0)).expect("history written");
+    let first = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0))[0];
+    let mut w = WorkerProc::start("worker1", &worker_env(&broker, 1));
+    expect_exit(&mut w, 0, "instance 1 completes the first order");
+    let recs = decoded_claims(broker.bootstrap(), &claims);
+    let at = recs
+        .iter()
+        .filter(|(_, r)| r.event == Event::Checkpoint && r.instance == 1)
+        .filter_map(|(_, r)| r.snapshot.as_ref().map(|s| s.at))
+        .max()
+        .unwrap_or_else(|| panic!("instance 1 left no checkpoint:\n{}", w.stderr.last(20)));
+    assert!(at > 4_500, "the checkpoint covers the history (at {at})");
+    let second = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0))[0];
+    let mut w = WorkerProc::start("worker2", &worker_env(&broker, 2));
+    expect_exit(&mut w, 0, "instance 2 completes the second order");
+    let booting: Vec<String> = w.stderr.lines().into_iter().map(|l| strip_ansi(&l)).filter(|l| l.contains("booting")).collect();
+    assert!(
+        booting.iter().any(|l| l.contains(&format!("from={at}"))),
+        "instance 2 must replay from the checkpoint at {at}:\n{}",
+        booting.join("\n")
+    );
+    let recs = decoded_claims(broker.bootstrap(), &claims);
+    let audit = Audit::of(&recs);
+    audit.check_exactly_once(&[first, second]).unwrap_or_else(|e| panic!("{e}"));
+    assert_ledger_once(&ledger, &[first, second], &audit);
+}
+
+/// The text of a log line without its terminal colours.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -197,6 +197,7 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
         forge_seen: false,
         atomic_takeover: false,
         late_appends: true,
+        checkpoint_every: None,
     }
 }
 

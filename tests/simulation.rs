@@ -51,6 +51,9 @@ const LEASE_MS: u64 = 1_000;
 /// cost grows with the square of its orders; fewer orders, more seeds).
 const LEASE_SEEDS: u64 = 1_000;
 const LEASE_ORDERS: u32 = 300;
+/// Positions between checkpoints in the simulation (small, so that
+/// processes boot from checkpoints all the time).
+const CHECKPOINT_EVERY: u64 = 40;
 /// Pauses per seed, at most.
 const MAX_PAUSES: u32 = 40;
 
@@ -108,6 +111,8 @@ fn config() -> Config {
         forge_seen: false,
         atomic_takeover: false,
         late_appends: true,
+        // Processes checkpoint and boot from the newest checkpoint.
+        checkpoint_every: Some(CHECKPOINT_EVERY),
     }
 }
 

@@ -97,19 +97,23 @@ pub struct Config {
     pub forge_seen: bool,
     /// A takeover's revocation and claim land together or not at all (one
     /// produce batch, which Kafka writes to a partition atomically). False:
-    /// each may land or be lost alone — a revoker that dies between them
-    /// strands the order (see `lease_takeover_split_strands_the_order` in
-    /// tests/simulation.rs).
+    /// each may land or be lost alone (a revoker that dies between them
+    /// stranded the order before the pending hold of docs/protocol.md,
+    /// "Leases").
     pub atomic_takeover: bool,
     /// Appends may land late: a dead process's appends after its
     /// successor started, a duplicate copy after later records. False: the
     /// supervisor restarts an instance only once the dead process's appends
     /// landed or were lost (all of them, not only `booted`), and a producer
     /// retry lands right after the original or not at all. (With true, a
-    /// void record landing late superseded a valid commit under compaction
-    /// before 16a82d8: `late_void_commit_hides_a_completion` in
-    /// tests/simulation.rs.)
+    /// void record landing late superseded a valid commit, or a valid
+    /// completion, under compaction: docs/protocol.md, "Holes found in
+    /// leases".)
     pub late_appends: bool,
+    /// Processes write checkpoints (`Settings::checkpoint_every`), and a
+    /// process starts from the newest checkpoint left in the log instead of
+    /// position 0 (src/checkpoint.rs).
+    pub checkpoint_every: Option<u64>,
 }
 
 /// Whether `b` is the takeover claim that follows revocation `a` (the two
@@ -125,7 +129,7 @@ pub fn takeover_pair(a: &Record, b: &Record) -> bool {
 
 impl Config {
     pub fn settings(&self) -> Settings {
-        Settings { flaw: self.flaw, lease_ms: self.lease_ms, ..Settings::default() }
+        Settings { flaw: self.flaw, lease_ms: self.lease_ms, checkpoint_every: self.checkpoint_every, ..Settings::default() }
     }
 }
 
@@ -444,9 +448,24 @@ impl World {
                 let inst = self.inst_mut(i);
                 inst.starts += 1;
                 let inc = format!("{i}.{}", inst.starts);
-                let (w, acts) = Worker::start(i, inc, cfg.settings(), now);
+                let (mut w, acts) = Worker::start(i, inc, cfg.settings(), now);
+                // Boot from the newest checkpoint the log still holds, as
+                // the shell does (src/kafka.rs).
+                let snap = self
+                    .log
+                    .iter()
+                    .filter(|e| !e.erased && e.rec.event == Event::Checkpoint)
+                    .filter_map(|e| e.rec.snapshot.as_deref())
+                    .max_by_key(|s| s.at)
+                    .filter(|_| cfg.checkpoint_every.is_some())
+                    .cloned();
+                let cursor = match &snap {
+                    Some(s) if w.load(s) => s.at as usize,
+                    _ => 0,
+                };
+                let inst = self.inst_mut(i);
                 inst.worker = Some(w);
-                inst.cursor = 0;
+                inst.cursor = cursor;
                 inst.asked = false;
                 inst.running = None;
                 inst.crashed = false;

@@ -1,0 +1,161 @@
+//! Checkpoints: a summary of the claims log up to a position, so that boot
+//! does not replay all of history.
+//!
+//! Every process boots once per order and, without a checkpoint, replays the
+//! whole claims topic: the embedded broker never compacts, and Kafka's
+//! compaction is lazy, so boot would grow with every order ever run. A
+//! checkpoint is a record (`<instance>:checkpoint`) that carries a
+//! [`Snapshot`] of its writer's [`View`] as it stood before position `at`.
+//! Boot starts from the newest checkpoint it finds near the end of the log
+//! and reads on from `at` (src/kafka.rs), instead of from position 0.
+//!
+//! ## Why starting from a checkpoint is safe
+//!
+//! A process that loads a snapshot taken before `at` and then reads from `at`
+//! is, record for record, a process that had read the log up to `at` and
+//! went on reading: exactly what every live process does while it
+//! negotiates and runs. The protocol never depends on *who* did the reading
+//! of the prefix, only on the records read in log order, so any process's
+//! snapshot will do, and a checkpoint written by a process that was fenced
+//! since is as good as any. Compaction does not change this: a snapshot
+//! summarises the log as its writer read it, which is one of the views the
+//! protocol is already correct for (docs/protocol.md, "Compaction").
+//!
+//! ## What a snapshot leaves out, and why that is safe
+//!
+//! * **Settled contests** (orders completed, nobody deciding or running):
+//!   a claim of such an order can only be a late one. With the contest
+//!   forgotten, the claim is behind the frontier with nothing known about
+//!   the order, so it is *late* and yields, as it would have yielded to the
+//!   completion (docs/protocol.md, "Late claims").
+//! * **Old order ids**: the snapshot keeps the newest [`ID_MEMORY`] ids
+//!   announced. Duplicate detection by id (docs/protocol.md, "Duplicate
+//!   orders") remembers those and everything read since.
+//! * Counters (foreign, void, completions) restart at 0.
+//!
+//! Checkpoints are advisory: a reader that finds none replays from 0, and a
+//! checkpoint that compaction erased (each instance's newest survives) only
+//! makes boot read further back.
+
+use crate::boot::{Contest, Instance};
+use crate::record::OrderId;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Order ids a snapshot remembers (the newest announced).
+pub const ID_MEMORY: usize = 10_000;
+
+/// A process writes a checkpoint at boot when the newest one it knows of
+/// covers less than the log minus this many positions (about 300 orders).
+pub const DEFAULT_CHECKPOINT_EVERY: u64 = 1_000;
+
+/// A [`View`](crate::boot::View) as it stood before position `at`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Snapshot {
+    /// The view after every record before this position: read on from here.
+    pub at: u64,
+    /// Every instance number the log mentions.
+    pub instances: BTreeMap<u32, Instance>,
+    /// The claim frontier, per orders partition.
+    pub frontier: BTreeMap<i32, i64>,
+    /// Contests not settled yet.
+    pub contests: Vec<(OrderId, Contest)>,
+    /// The newest order ids announced: id, order, position.
+    pub ids: Vec<(String, OrderId, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::boot::View;
+    use crate::claim::decide;
+    use crate::record::{Event, Outcome, Record, Status};
+
+    fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
+        let mut r = Record::new(i, ev, inc, 0);
+        r.seq = seq;
+        if ev.needs_order() {
+            r = r.with_order(OrderId::new(0, o));
+            r.attempt = 1;
+            r.next.insert(0, o + 1);
+        }
+        if ev == Event::Completed {
+            r.outcome = Some(Outcome::not_run(Status::Ok, "x"));
+        }
+        r
+    }
+
+    /// A log with a completed order, an open negotiation, a committed hold
+    /// and an announced id.
+    fn log() -> Vec<Record> {
+        let mut announce = rec(3, Event::Lease, "c", 4, 2);
+        announce.order_id = Some("report-7".into());
+        vec![
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(2, Event::Booted, "b", 1, 0),
+            rec(3, Event::Booted, "c", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(1, Event::Committed, "a", 3, 0),
+            rec(1, Event::Completed, "a", 4, 0),
+            rec(2, Event::Claimed, "b", 2, 1),
+            rec(3, Event::Claimed, "c", 2, 2),
+            rec(3, Event::Committed, "c", 3, 2),
+            announce,
+            rec(1, Event::Booted, "a2", 1, 0),
+            rec(1, Event::Claimed, "a2", 2, 1),
+        ]
+    }
+
+    fn replay(from: View, log: &[Record], start: usize) -> View {
+        let mut v = from;
+        for (p, r) in log.iter().enumerate().skip(start) {
+            let _ = v.apply(p as u64, r);
+        }
+        v
+    }
+
+    #[test]
+    fn a_view_loaded_from_a_checkpoint_decides_like_a_full_replay() {
+        let log = log();
+        let full = replay(View::new(), &log, 0);
+        for cut in 0..=log.len() {
+            let before = replay(View::new(), &log[..cut], 0);
+            // Through the record's JSON, as the shell would read it.
+            let mut r = Record::new(2, Event::Checkpoint, "b", 0);
+            r.seq = 9;
+            r.snapshot = Some(Box::new(before.snapshot()));
+            let back = Record::decode(Some(r.key().as_bytes()), Some(&r.encode())).expect("decodes");
+            let snap = back.snapshot.expect("snapshot");
+            assert_eq!(snap.at, cut as u64);
+            let resumed = replay(View::from_snapshot(&snap), &log, cut);
+            assert_eq!(resumed.summary(), full.summary(), "cut at {cut}");
+            assert_eq!(resumed.id_owner("report-7"), full.id_owner("report-7"), "cut at {cut}");
+            for i in 1..=3 {
+                if let Some(h) = full.hold(i) {
+                    assert_eq!(decide(&resumed, i, h.order), decide(&full, i, h.order), "cut at {cut}, instance {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_snapshot_leaves_out_settled_contests_and_a_late_claim_still_yields() {
+        let log = log();
+        let v = replay(View::new(), &log, 0);
+        let snap = v.snapshot();
+        assert!(snap.contests.iter().all(|(o, _)| *o != OrderId::new(0, 0)), "order 0:0 is settled");
+        // A stalled instance claims 0:0 again, after the checkpoint.
+        let mut late = rec(4, Event::Claimed, "d", 2, 0);
+        late.next.clear();
+        let mut resumed = View::from_snapshot(&snap);
+        let _ = resumed.apply(snap.at, &late);
+        assert!(matches!(decide(&resumed, 4, OrderId::new(0, 0)), crate::claim::Decision::Yield(_)));
+    }
+
+    #[test]
+    fn a_checkpoint_without_a_snapshot_is_foreign() {
+        let r = Record::new(2, Event::Checkpoint, "b", 0);
+        assert!(Record::decode(Some(r.key().as_bytes()), Some(&r.encode())).is_err());
+    }
+}
