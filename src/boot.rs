@@ -33,7 +33,7 @@
 //! This module is pure: records and positions in, answers out. No I/O, no
 //! clock (timestamps come inside the records).
 
-use crate::checkpoint::{Snapshot, ID_MEMORY};
+use crate::checkpoint::{Snapshot, ID_MEMORY, ID_MEMORY_BYTES};
 use crate::record::{Cite, Event, OrderId, Outcome, Record};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -533,6 +533,12 @@ impl View {
             self.ids.iter().map(|(id, (o, pos))| (id.clone(), *o, *pos)).collect();
         ids.sort_by_key(|(_, _, pos)| std::cmp::Reverse(*pos));
         ids.truncate(ID_MEMORY);
+        // Keep the record well under Kafka's default max.message.bytes (1 MB).
+        let mut bytes = 0;
+        ids.retain(|(id, _, _)| {
+            bytes += id.len() + 40;
+            bytes <= ID_MEMORY_BYTES
+        });
         Snapshot {
             at: self.end,
             instances: self.instances.clone(),

@@ -29,7 +29,7 @@
 //!   the order, so it is *late* and yields, as it would have yielded to the
 //!   completion (docs/protocol.md, "Late claims").
 //! * **Old order ids**: the snapshot keeps the newest [`ID_MEMORY`] ids
-//!   announced. Duplicate detection by id (docs/protocol.md, "Duplicate
+//!   announced (fewer if they are long: [`ID_MEMORY_BYTES`]). Duplicate detection by id (docs/protocol.md, "Duplicate
 //!   orders") remembers those and everything read since.
 //! * Counters (foreign, void, completions) restart at 0.
 //!
@@ -42,8 +42,12 @@ use crate::record::OrderId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Order ids a snapshot remembers (the newest announced).
+/// Order ids a snapshot remembers (the newest announced), at most.
 pub const ID_MEMORY: usize = 10_000;
+
+/// ... and in at most about this many bytes, so that a checkpoint stays well
+/// under Kafka's default `max.message.bytes` (1 MB).
+pub const ID_MEMORY_BYTES: usize = 512 * 1024;
 
 /// A process writes a checkpoint at boot when the newest one it knows of
 /// covers less than the log minus this many positions (about 300 orders).
