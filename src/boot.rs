@@ -87,6 +87,16 @@ impl Contest {
         (self.ranks.get(&i).copied().unwrap_or(i), i)
     }
 
+    /// Instance `i` claims (undecided) at `pos`, with `rank`.
+    fn claim(&mut self, i: u32, pos: u64, rank: u32) {
+        self.stances.insert(i, (pos, Stance::Undecided));
+        if rank == i {
+            self.ranks.remove(&i);
+        } else {
+            self.ranks.insert(i, rank);
+        }
+    }
+
     /// Whether instance `i`'s claim must yield as late.
     pub fn late_for(&self, i: u32) -> bool {
         self.late && !self.heirs.contains(&i)
@@ -284,12 +294,7 @@ impl View {
                     ..Contest::default()
                 });
                 let rank = rec.rank.unwrap_or(i);
-                contest.stances.insert(i, (pos, Stance::Undecided));
-                if rank == i {
-                    contest.ranks.remove(&i);
-                } else {
-                    contest.ranks.insert(i, rank);
-                }
+                contest.claim(i, pos, rank);
                 if continues {
                     // As the pending hold was.
                 } else if takeover {
@@ -358,12 +363,7 @@ impl View {
                     pending: true,
                     took_over: Some(from),
                 });
-                contest.stances.insert(by, (pos, Stance::Undecided));
-                if rank == by {
-                    contest.ranks.remove(&by);
-                } else {
-                    contest.ranks.insert(by, rank);
-                }
+                contest.claim(by, pos, rank);
                 if late {
                     contest.heirs.remove(&by);
                 } else {
