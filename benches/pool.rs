@@ -15,13 +15,17 @@
 //!   null --restart-delay-ms 0` on a fresh orders/claims topic pair (orders
 //!   topic with N partitions), a burst of M trivial orders (`true`), then L
 //!   orders sent one at a time (each after the previous completed);
+//! * **pool, ORDERS_PER_PROCESS=K**: the same with each process completing
+//!   up to K orders before it exits (BENCH_OPP);
 //! * **baseline**: N plain rdkafka consumer-group members (threads of this
 //!   program, one shared `group.id`, `enable.auto.commit=false`, each message
 //!   run with `std::process::Command` and its offset committed synchronously
 //!   afterwards) on a fresh topic with the same payloads and partitions.
 //!
 //! Then boot time against the size of the claims history (K pre-filled
-//! orders). Everything prints to stdout and goes to bench/RESULTS.md. This
+//! orders; the mock broker keeps 5 MB per partition, so the pre-fill is
+//! compressed and the case reports how much of the history the broker kept
+//! and the worker replayed, and the replay's in-process cost for every K). Everything prints to stdout and goes to bench/RESULTS.md. This
 //! is a report: nothing here asserts on a timing. Every wait is bounded; a
 //! case that does not finish in time is reported as incomplete.
 //!
@@ -30,7 +34,8 @@
 //! the case time limit at the pool's measured rate), BENCH_SEQ (orders sent
 //! one at a time, default 10), BENCH_KS (history sizes, default
 //! `1000,10000,35000,100000`, empty to skip), BENCH_K_RUNS (boots per K, default 3),
-//! BENCH_RESTART_DELAY_MS (default 0), BENCH_CASE_SECS (default 120),
+//! BENCH_OPP (ORDERS_PER_PROCESS values of extra pool rows, default `100`,
+//! empty for none), BENCH_RESTART_DELAY_MS (default 0), BENCH_CASE_SECS (default 120),
 //! BENCH_OUT (default bench/RESULTS.md; `-` for none), BENCH_PERF (a
 //! directory: run each history boot under `perf record --call-graph dwarf` into it),
 //! BENCH_PREFILL_COMPRESSION (compression of the history pre-fill, default
@@ -441,6 +446,8 @@ struct CaseResult {
     records_per_order: f64,
     yields: usize,
     rebalance_ms: Option<f64>,
+    /// Pool only: ORDERS_PER_PROCESS.
+    opp: u32,
 }
 
 impl CaseResult {
@@ -482,21 +489,30 @@ struct Bench {
 }
 
 impl Bench {
-    fn pool_case(&mut self, n: usize, m: usize) -> CaseResult {
-        let orders = format!("{}-n{n}-orders", self.run);
-        let claims = format!("{}-n{n}-claims", self.run);
-        let mut res = CaseResult { what: "pool".into(), n, m, ..Default::default() };
+    /// `opp`: ORDERS_PER_PROCESS for the workers (None: the default, 1).
+    fn pool_case(&mut self, n: usize, m: usize, opp: Option<u32>) -> CaseResult {
+        let tag = opp.map(|k| format!("-opp{k}")).unwrap_or_default();
+        let orders = format!("{}-n{n}{tag}-orders", self.run);
+        let claims = format!("{}-n{n}{tag}-claims", self.run);
+        let what = match opp {
+            Some(k) => format!("pool, ORDERS_PER_PROCESS={k}"),
+            None => "pool".into(),
+        };
+        let mut res = CaseResult { what, n, m, opp: opp.unwrap_or(1), ..Default::default() };
         if let Err(e) = self.broker.create(&orders, n as i32).and_then(|()| self.broker.create(&claims, 1)) {
             res.incomplete = Some(e);
             return res;
         }
         let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Beginning);
         let sampler = Sampler::start();
-        let env = vec![
+        let mut env = vec![
             ("KAFKA_BROKERS", self.broker.bootstrap.clone()),
             ("ORDERS_TOPIC", orders.clone()),
             ("COORDINATION_TOPIC", claims.clone()),
         ];
+        if let Some(k) = opp {
+            env.push(("ORDERS_PER_PROCESS", k.to_string()));
+        }
         let sup = Supervisor::start(n, &env, self.restart_delay_ms, &sampler);
         // Ready: every instance has booted (and, a moment later, is idle).
         let booted = |r: &Reader| {
@@ -986,6 +1002,7 @@ fn main() {
     let ns = env_list("BENCH_NS", "1,4,8");
     let ms = env_list("BENCH_MS", "60,150,250");
     let ks = env_list("BENCH_KS", "1000,10000,35000,100000");
+    let opps = env_list("BENCH_OPP", "100");
     let k_runs = env_or("BENCH_K_RUNS", "3").parse().unwrap_or(3);
     let seq = env_or("BENCH_SEQ", "10").parse().unwrap_or(10);
     let restart_delay_ms: u64 = env_or("BENCH_RESTART_DELAY_MS", "0").parse().unwrap_or(0);
@@ -1014,18 +1031,22 @@ fn main() {
         }
     };
 
-    let mut cases: Vec<(CaseResult, CaseResult)> = Vec::new();
+    let mut cases: Vec<(Vec<CaseResult>, CaseResult)> = Vec::new();
     for (i, &n) in ns.iter().enumerate() {
         let m = ms.get(i).or(ms.last()).copied().unwrap_or(200);
-        check_broker(&mut bench, &format!("pool N={n}"));
-        progress(format!("=== N={n}, M={m}: pool"));
-        let p = bench.pool_case(n, m);
-        progress(format!("pool N={n}: {} orders in {:.2} s = {:.1} orders/s{}", p.done, p.secs, p.rate(), p.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
+        let mut pools = Vec::new();
+        for opp in std::iter::once(None).chain(opps.iter().map(|&k| Some(k as u32))) {
+            check_broker(&mut bench, &format!("pool N={n}"));
+            progress(format!("=== N={n}, M={m}: pool, ORDERS_PER_PROCESS={}", opp.unwrap_or(1)));
+            let p = bench.pool_case(n, m, opp);
+            progress(format!("{} N={n}: {} orders in {:.2} s = {:.1} orders/s{}", p.what, p.done, p.secs, p.rate(), p.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
+            pools.push(p);
+        }
         progress(format!("=== N={n}, M={m}: baseline"));
         check_broker(&mut bench, &format!("baseline N={n}"));
         let b = bench.baseline_case(n, m);
         progress(format!("baseline N={n}: {} orders in {:.2} s = {:.1} orders/s{}", b.done, b.secs, b.rate(), b.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
-        cases.push((p, b));
+        cases.push((pools, b));
     }
     let mut hist = Vec::new();
     for &k in &ks {
@@ -1041,9 +1062,11 @@ fn main() {
     let _ = writeln!(r, "## Throughput and latency\n");
     let _ = writeln!(r, "| N | system | orders | done | orders/s | pool/baseline | burst p50 ms | burst p99 ms | 1-at-a-time p50 ms | 1-at-a-time p99 ms | note |");
     let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
-    for (p, b) in &cases {
-        let ratio = if b.rate() > 0.0 { format!("{:.3}", p.rate() / b.rate()) } else { "-".into() };
-        for (c, ratio) in [(p, ratio.as_str()), (b, "")] {
+    for (pools, b) in &cases {
+        let ratio = |p: &CaseResult| if b.rate() > 0.0 { format!("{:.3}", p.rate() / b.rate()) } else { "-".into() };
+        let rows: Vec<(&CaseResult, String)> =
+            pools.iter().map(|p| (p, ratio(p))).chain(std::iter::once((b, String::new()))).collect();
+        for (c, ratio) in rows {
             let note = c.incomplete.clone().map(|s| format!("INCOMPLETE: {s}")).unwrap_or_default();
             let _ = writeln!(
                 r,
@@ -1055,14 +1078,14 @@ fn main() {
         }
     }
     let _ = writeln!(r, "\n## Pool: boot, memory, claims records\n");
-    let _ = writeln!(r, "| N | processes started in burst | start→booted p50/p99 ms | start→first claim p50/p99 ms | peak RSS (VmHWM) p50/max MB | claims records per order | yields | baseline group join ms |");
-    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
-    for (p, b) in &cases {
+    let _ = writeln!(r, "| N | ORDERS_PER_PROCESS | processes started in burst | start→booted p50/p99 ms | start→first claim p50/p99 ms | peak RSS (VmHWM) p50/max MB | claims records per order | yields | baseline group join ms |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|");
+    for (p, b) in cases.iter().flat_map(|(pools, b)| pools.iter().map(move |p| (p, b))) {
         let mb = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.1}", x / 1024.0));
         let _ = writeln!(
             r,
-            "| {} | {} | {} / {} | {} / {} | {} / {} | {:.2} | {} | {} |",
-            p.n, p.processes,
+            "| {} | {} | {} | {} / {} | {} / {} | {} / {} | {:.2} | {} | {} |",
+            p.n, p.opp, p.processes,
             fmt_ms(pct(&p.boot_connect, 50.0)), fmt_ms(pct(&p.boot_connect, 99.0)),
             fmt_ms(pct(&p.boot_ready, 50.0)), fmt_ms(pct(&p.boot_ready, 99.0)),
             mb(pct(&p.rss_kb, 50.0)), mb(pct(&p.rss_kb, 100.0)),

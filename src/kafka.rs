@@ -29,9 +29,25 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer}
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Records the claims reader thread decodes before handing them over at
+/// once: one wake-up of the worker loop per batch, not per record.
+const CLAIMS_BATCH: usize = 1024;
+
+/// Batches in flight between the reader thread and the worker loop (bounds
+/// the memory of a replay that reads faster than the View folds).
+const CLAIMS_BATCHES: usize = 8;
+
+/// The worker loop's end of the claims reader: batches received, and the
+/// rest of the batch being consumed.
+struct ClaimsQueue {
+    rx: mpsc::Receiver<Vec<ClaimEvent>>,
+    buf: VecDeque<ClaimEvent>,
+}
 
 /// How long one metadata or watermark request may take before it is retried.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -63,7 +79,10 @@ impl ConsumerContext for Quiet {}
 
 pub struct Kafka {
     producer: FutureProducer<Quiet>,
-    claims: StreamConsumer<Quiet>,
+    /// The claims consumer, read by a thread of its own (see [`ClaimsReader`]).
+    claims: Arc<BaseConsumer<Quiet>>,
+    claims_rx: tokio::sync::Mutex<ClaimsQueue>,
+    claims_tx: std::sync::Mutex<Option<mpsc::Sender<Vec<ClaimEvent>>>>,
     orders: StreamConsumer<Quiet>,
     meta: Arc<BaseConsumer>,
     claims_topic: String,
@@ -108,6 +127,67 @@ fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
     c
 }
 
+/// The claims consumer's settings: [`consumer_config`] with partition EOF
+/// (how the reader knows it caught up) and the fetch sizes of a replay.
+///
+/// A boot replays the whole topic through a small local queue that resumes
+/// fetching at once when it drains: librdkafka's `fetch.queue.backoff.ms`
+/// is 1 s by default, and a replay longer than `queued.min.messages`
+/// (100,000) records waited for it, up to a second per pause
+/// (bench/RESULTS.md). A small queue (1 MB fetches, 2 MB or 5,000 records
+/// queued) also bounds a replay's memory, and was not slower than 4 MB
+/// fetches into an 8 MB queue (which a replay fills faster than the
+/// worker folds it).
+fn claims_config(cfg: &Config) -> ClientConfig {
+    let mut c = consumer_config(cfg, true, 10);
+    c.set("max.partition.fetch.bytes", "1048576")
+        .set("fetch.max.bytes", "1048576")
+        .set("queued.max.messages.kbytes", "2048")
+        .set("queued.min.messages", "5000")
+        .set("fetch.queue.backoff.ms", "1");
+    for (k, v) in &cfg.kafka_props {
+        c.set(k, v);
+    }
+    c
+}
+
+/// The claims reader thread: polls the consumer, decodes records (so that
+/// decoding runs beside the worker's fold of the previous batch), and hands
+/// them over in batches. Ends when the worker's end is gone.
+fn read_claims(consumer: &BaseConsumer<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>, instance: u32) {
+    let event = |m: rdkafka::message::BorrowedMessage<'_>| {
+        let pos = m.offset().max(0) as u64;
+        match Record::decode(m.key(), m.payload()) {
+            Ok(r) => ClaimEvent::Record(pos, r),
+            Err(why) => ClaimEvent::Foreign(pos, why),
+        }
+    };
+    let mut batch = Vec::with_capacity(CLAIMS_BATCH);
+    while !tx.is_closed() {
+        // Block for the first event, then take whatever is already queued.
+        let mut wait = Duration::from_millis(100);
+        while batch.len() < CLAIMS_BATCH {
+            match consumer.poll(wait) {
+                None => break,
+                Some(Ok(m)) => batch.push(event(m)),
+                Some(Err(KafkaError::PartitionEOF(_))) => batch.push(ClaimEvent::CaughtUp),
+                Some(Err(e)) => {
+                    tracing::warn!(instance, error = %e, "reading the claims topic");
+                    std::thread::sleep(Duration::from_millis(100));
+                    break;
+                }
+            }
+            wait = Duration::ZERO;
+        }
+        if !batch.is_empty() {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(CLAIMS_BATCH));
+            if tx.blocking_send(full).is_err() {
+                return;
+            }
+        }
+    }
+}
+
 /// Runs a blocking rdkafka call off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
     tokio::task::spawn_blocking(f).await.context("blocking task failed")
@@ -121,14 +201,16 @@ impl Kafka {
             .set("message.timeout.ms", "10000")
             .create_with_context(Quiet)
             .context("cannot create the Kafka producer")?;
-        let claims: StreamConsumer<Quiet> =
-            consumer_config(cfg, true, 10).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
+        let claims: BaseConsumer<Quiet> = claims_config(cfg).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
+        let (tx, rx) = mpsc::channel(CLAIMS_BATCHES);
         let orders: StreamConsumer<Quiet> =
             consumer_config(cfg, false, 50).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
         let meta: BaseConsumer = consumer_config(cfg, false, 100).create().context("cannot create a Kafka consumer")?;
         Ok(Kafka {
             producer,
-            claims,
+            claims: Arc::new(claims),
+            claims_rx: tokio::sync::Mutex::new(ClaimsQueue { rx, buf: VecDeque::new() }),
+            claims_tx: std::sync::Mutex::new(Some(tx)),
             orders,
             meta: Arc::new(meta),
             claims_topic: cfg.coordination_topic.clone(),
@@ -146,7 +228,7 @@ impl Kafka {
     /// Assigned blind, librdkafka waits for a 500 ms retry timer before it
     /// starts fetching, and that wait would be on every boot (see
     /// bench/RESULTS.md).
-    async fn partitions(&self, consumer: &StreamConsumer<Quiet>, topic: &str, patience: Duration) -> anyhow::Result<i32> {
+    async fn partitions<C: Consumer<Quiet>>(&self, consumer: &C, topic: &str, patience: Duration) -> anyhow::Result<i32> {
         let start = std::time::Instant::now();
         let mut backoff = Duration::from_millis(100);
         loop {
@@ -178,7 +260,7 @@ impl Kafka {
     /// Checks the topics (the claims topic must have exactly one partition)
     /// and starts reading the claims topic from its beginning.
     pub async fn open(&self, patience: Duration) -> anyhow::Result<()> {
-        let n = self.partitions(&self.claims, &self.claims_topic, patience).await?;
+        let n = self.partitions(&*self.claims, &self.claims_topic, patience).await?;
         if n != 1 {
             bail!(
                 "the coordination topic '{}' has {n} partitions; it must have exactly 1 \
@@ -193,6 +275,14 @@ impl Kafka {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.claims_topic, 0, Offset::Offset(0))?;
         self.claims.assign(&tpl).context("cannot assign the claims topic")?;
+        if let Some(tx) = self.claims_tx.lock().ok().and_then(|mut t| t.take()) {
+            let consumer = self.claims.clone();
+            let instance = self.instance;
+            std::thread::Builder::new()
+                .name("claims-reader".into())
+                .spawn(move || read_claims(&consumer, &tx, instance))
+                .context("cannot start the claims reader thread")?;
+        }
         Ok(())
     }
 
@@ -261,24 +351,33 @@ impl Kafka {
         }
     }
 
-    /// The next event of the claims topic.
+    /// The next event of the claims topic. Cancel-safe: an event received
+    /// is kept until it is returned.
     pub async fn next_claim(&self) -> ClaimEvent {
+        let mut q = self.claims_rx.lock().await;
         loop {
-            match self.claims.recv().await {
-                Ok(m) => {
-                    let pos = m.offset().max(0) as u64;
-                    return match Record::decode(m.key(), m.payload()) {
-                        Ok(r) => ClaimEvent::Record(pos, r),
-                        Err(why) => ClaimEvent::Foreign(pos, why),
-                    };
-                }
-                Err(KafkaError::PartitionEOF(_)) => return ClaimEvent::CaughtUp,
-                Err(e) => {
-                    tracing::warn!(instance = self.instance, error = %e, "reading the claims topic");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+            if let Some(ev) = q.buf.pop_front() {
+                return ev;
+            }
+            match q.rx.recv().await {
+                Some(batch) => q.buf.extend(batch),
+                // The reader thread ended (it does not, while `self` lives).
+                None => std::future::pending::<()>().await,
             }
         }
+    }
+
+    /// The next event of the claims topic if one is already here, without
+    /// waiting: the worker loop folds a whole batch without going back to
+    /// its `select!` for each record.
+    pub fn try_next_claim(&self) -> Option<ClaimEvent> {
+        let mut q = self.claims_rx.try_lock().ok()?;
+        if let Some(ev) = q.buf.pop_front() {
+            return Some(ev);
+        }
+        let batch = q.rx.try_recv().ok()?;
+        q.buf.extend(batch);
+        q.buf.pop_front()
     }
 
     /// The end offset (high watermark) of every orders partition.

@@ -1,4 +1,5 @@
-//! Worker mode: one process, one incarnation, at most one order, then exit.
+//! Worker mode: one process, one incarnation, at most one order (or
+//! `ORDERS_PER_PROCESS` orders), then exit.
 //!
 //! This is the shell around [`crate::worker::Worker`]. It owns the I/O and
 //! the clock and nothing else: every decision is the machine's. The loop is
@@ -72,7 +73,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         return Ok(crate::supervise::EXIT_CONFIG);
     }
     let me = cfg.instance;
-    let settings = Settings { max_attempts: cfg.max_attempts, lease_ms: Some(cfg.lease_ms), ..Settings::default() };
+    let settings = Settings {
+        max_attempts: cfg.max_attempts,
+        lease_ms: Some(cfg.lease_ms),
+        orders_per_process: cfg.orders_per_process,
+        ..Settings::default()
+    };
     let mut ticks = tokio::time::interval(Duration::from_millis((cfg.lease_ms / 3).max(100)));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut w, first) = Worker::start(me, new_incarnation(), settings, now_ms());
@@ -83,6 +89,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     let mut job_task: Option<tokio::task::JoinHandle<()>> = None;
     let mut prepared: Option<(orders::OrderSpec, JobContext)> = None;
     let mut idle = false;
+    let mut replay = Replay::new();
     loop {
         while let Some(action) = todo.pop_front() {
             match action {
@@ -147,20 +154,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 }
             }
         }
-        let input = tokio::select! {
-            ev = kafka.next_claim() => match ev {
-                ClaimEvent::Record(pos, rec) => Input::Record(pos, rec),
-                ClaimEvent::Foreign(pos, why) => {
-                    tracing::warn!(instance = me, pos, "skipping a record of the claims topic: {why}");
-                    Input::Foreign(pos)
-                }
-                ClaimEvent::CaughtUp => {
-                    if idle {
-                        todo.push_back(Action::FindOrder);
-                    }
-                    Input::CaughtUp
-                }
-            },
+        let mut input = tokio::select! {
+            ev = kafka.next_claim() => claim_input(ev, me, idle, &mut todo),
             Some(outcome) = job_rx.recv() => {
                 job_task = None;
                 cancel = None;
@@ -178,13 +173,84 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
             _ = term.recv() => { stop_job(&mut cancel, &mut job_task).await; return Ok(143) }
             _ = int.recv() => { stop_job(&mut cancel, &mut job_task).await; return Ok(130) }
         };
-        if let Input::CaughtUp = input {
-            tracing::debug!(instance = me, end = w.view.end(), "caught up with the claims topic");
+        // Fold the input, then every claims event already received, until
+        // the machine asks for something (a replay goes batch by batch, not
+        // once around the select! per record).
+        loop {
+            if let Input::CaughtUp = input {
+                tracing::debug!(instance = me, end = w.view.end(), "caught up with the claims topic");
+            }
+            match &input {
+                Input::Record(pos, _) | Input::Foreign(pos) => replay.read(*pos),
+                _ => {}
+            }
+            let booting = matches!(w.phase, Phase::Boot { .. });
+            todo.extend(w.handle(input, now_ms()));
+            if booting && !matches!(w.phase, Phase::Boot { .. }) {
+                replay.report(&w);
+            }
+            if w.phase != Phase::Choose {
+                idle = false;
+            }
+            if !todo.is_empty() || w.done().is_some() {
+                break;
+            }
+            match kafka.try_next_claim() {
+                Some(ev) => input = claim_input(ev, me, idle, &mut todo),
+                None => break,
+            }
         }
-        todo.extend(w.handle(input, now_ms()));
-        if w.phase != Phase::Choose {
-            idle = false;
+    }
+}
+
+/// The machine's input for an event of the claims reader. Caught up while
+/// idle: look at the orders again too (a record may have moved the frontier).
+fn claim_input(ev: ClaimEvent, me: u32, idle: bool, todo: &mut VecDeque<Action>) -> Input {
+    match ev {
+        ClaimEvent::Record(pos, rec) => Input::Record(pos, rec),
+        ClaimEvent::Foreign(pos, why) => {
+            tracing::warn!(instance = me, pos, "skipping a record of the claims topic: {why}");
+            Input::Foreign(pos)
         }
+        ClaimEvent::CaughtUp => {
+            if idle {
+                todo.push_back(Action::FindOrder);
+            }
+            Input::CaughtUp
+        }
+    }
+}
+
+/// What boot replayed, for one log line when it is over (and for the
+/// benchmark, which checks that the whole history was read).
+struct Replay {
+    started: std::time::Instant,
+    records: u64,
+    first: Option<u64>,
+}
+
+impl Replay {
+    fn new() -> Replay {
+        Replay { started: std::time::Instant::now(), records: 0, first: None }
+    }
+
+    fn read(&mut self, pos: u64) {
+        self.records += 1;
+        self.first.get_or_insert(pos);
+    }
+
+    fn report(&self, w: &Worker) {
+        tracing::info!(
+            instance = w.me,
+            records = self.records,
+            first = self.first.unwrap_or(0),
+            end = w.view.end(),
+            foreign = w.view.foreign,
+            void = w.view.void,
+            completions = w.view.completions,
+            ms = self.started.elapsed().as_millis() as u64,
+            "replayed the claims topic"
+        );
     }
 }
 
