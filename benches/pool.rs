@@ -34,8 +34,8 @@
 //! the case time limit at the pool's measured rate), BENCH_SEQ (orders sent
 //! one at a time, default 10), BENCH_KS (history sizes, default
 //! `1000,10000,35000,100000`, empty to skip), BENCH_K_RUNS (boots per K, default 3),
-//! BENCH_OPP (ORDERS_PER_PROCESS values of extra pool rows, default `100`,
-//! empty for none), BENCH_RESTART_DELAY_MS (default 0), BENCH_CASE_SECS (default 120),
+//! BENCH_OPP (ORDERS_PER_PROCESS of each pool row, default `1,100`; 1 is
+//! the default pool, without the variable), BENCH_RESTART_DELAY_MS (default 0), BENCH_CASE_SECS (default 120),
 //! BENCH_OUT (default bench/RESULTS.md; `-` for none), BENCH_PERF (a
 //! directory: run each history boot under `perf record --call-graph dwarf` into it),
 //! BENCH_PREFILL_COMPRESSION (compression of the history pre-fill, default
@@ -638,7 +638,7 @@ impl Bench {
                     .set("enable.auto.commit", "false")
                     .set("auto.offset.reset", "earliest")
                     // Same long-poll bound as the pool's consumers (src/kafka.rs).
-                    .set("fetch.wait.max.ms", "100")
+                    .set("fetch.wait.max.ms", pool_worker::kafka::FETCH_WAIT_MS.to_string())
                     .create()
                     .expect("consumer");
                 consumer.subscribe(&[&topic]).expect("subscribe");
@@ -1002,7 +1002,7 @@ fn main() {
     let ns = env_list("BENCH_NS", "1,4,8");
     let ms = env_list("BENCH_MS", "60,150,250");
     let ks = env_list("BENCH_KS", "1000,10000,35000,100000");
-    let opps = env_list("BENCH_OPP", "100");
+    let opps = env_list("BENCH_OPP", "1,100");
     let k_runs = env_or("BENCH_K_RUNS", "3").parse().unwrap_or(3);
     let seq = env_or("BENCH_SEQ", "10").parse().unwrap_or(10);
     let restart_delay_ms: u64 = env_or("BENCH_RESTART_DELAY_MS", "0").parse().unwrap_or(0);
@@ -1035,7 +1035,7 @@ fn main() {
     for (i, &n) in ns.iter().enumerate() {
         let m = ms.get(i).or(ms.last()).copied().unwrap_or(200);
         let mut pools = Vec::new();
-        for opp in std::iter::once(None).chain(opps.iter().map(|&k| Some(k as u32))) {
+        for opp in opps.iter().map(|&k| (k > 1).then_some(k as u32)) {
             check_broker(&mut bench, &format!("pool N={n}"));
             progress(format!("=== N={n}, M={m}: pool, ORDERS_PER_PROCESS={}", opp.unwrap_or(1)));
             let p = bench.pool_case(n, m, opp);
@@ -1126,8 +1126,9 @@ fn main() {
         let _ = writeln!(doc, "Command: `cargo bench --bench pool` (benches/pool.rs)  ");
         let _ = writeln!(doc, "Date: {date}  ");
         let _ = writeln!(doc, "Machine: {cores} cores (nproc), shared and noisy; embedded broker (librdkafka mock cluster, `pool_worker broker`) on the same machine.\n");
-        let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null --restart-delay-ms {restart_delay_ms}` on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine).");
-        let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms=100` (as the pool's consumers), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.");
+        let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null --restart-delay-ms {restart_delay_ms}` on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine). Rows \"pool, ORDERS_PER_PROCESS=K\": the same with each worker process completing up to K orders before it exits.");
+        let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms={}` (as the pool's consumers), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.", pool_worker::kafka::FETCH_WAIT_MS);
+        let _ = writeln!(doc, "History: one worker (instance 1) boots on a claims topic pre-filled with K completed orders (booted/claimed/committed/completed each, as the pool writes them, lz4-compressed so that the mock broker, which keeps 5 MB per partition, keeps them); `log start` > 0 means the broker dropped the oldest records, `records replayed` is the worker's own count (its \"replayed the claims topic\" log line), `in-process replay` is decode + `View::apply` of the same records in the bench process, without Kafka.");
         let _ = writeln!(doc, "Boot: per worker process started during the burst: supervisor's `started` event (read by the bench) → the incarnation's `booted` record ts (process up, Kafka clients connected, topics checked) and → its first `claimed` record ts (replay caught up, order chosen: ready to claim). Peak RSS: VmHWM of every instance process, sampled from /proc every 5 ms.\n");
         doc.push_str(&r);
         if let Some(dir) = std::path::Path::new(&out).parent() {

@@ -106,12 +106,20 @@ pub fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientC
     c
 }
 
-/// `wait_ms`: how long the broker may hold an empty fetch. Kafka answers a
-/// fetch as soon as data arrives, but librdkafka's mock cluster holds an
-/// empty one for the whole wait, and every protocol step waits to read its
-/// own record back; so the claims reader asks for short waits. Operators of
-/// a real cluster may raise it (`KAFKA_FETCH_WAIT_MAX_MS`) to make idle
-/// workers quieter: their properties are applied last.
+/// How long the broker may hold an empty fetch of the claims and orders
+/// consumers (`fetch.wait.max.ms`). Kafka answers a fetch as soon as data
+/// arrives, but librdkafka's mock cluster holds an empty one for the whole
+/// wait, and every order waits on such fetches five times: its arrival at an
+/// idle worker, the read-back of the claim, of the decision and of the
+/// completion, and the fetch of its payload. At 10 ms (claims) and 50 ms
+/// (orders) that was most of an idle pool's 45 ms latency; at 2 ms it is
+/// ~12 ms, for ~3.5 % of a core per idle worker and ~2 % in the mock broker
+/// (bench/RESULTS.md). Operators of a real cluster, where a long wait costs
+/// no latency, should raise it (`KAFKA_FETCH_WAIT_MAX_MS=500`) to make idle
+/// workers quiet: their properties are applied last.
+pub const FETCH_WAIT_MS: u32 = 2;
+
+/// `wait_ms`: the consumer's `fetch.wait.max.ms` (see [`FETCH_WAIT_MS`]).
 fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
     let mut c = client_config(&cfg.brokers, &BTreeMap::new());
     c.set("group.id", format!("pool_worker-{}", cfg.instance))
@@ -139,7 +147,7 @@ fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
 /// fetches into an 8 MB queue (which a replay fills faster than the
 /// worker folds it).
 fn claims_config(cfg: &Config) -> ClientConfig {
-    let mut c = consumer_config(cfg, true, 10);
+    let mut c = consumer_config(cfg, true, FETCH_WAIT_MS);
     c.set("max.partition.fetch.bytes", "1048576")
         .set("fetch.max.bytes", "1048576")
         .set("queued.max.messages.kbytes", "2048")
@@ -204,7 +212,7 @@ impl Kafka {
         let claims: BaseConsumer<Quiet> = claims_config(cfg).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
         let (tx, rx) = mpsc::channel(CLAIMS_BATCHES);
         let orders: StreamConsumer<Quiet> =
-            consumer_config(cfg, false, 50).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
+            consumer_config(cfg, false, FETCH_WAIT_MS).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
         let meta: BaseConsumer = consumer_config(cfg, false, 100).create().context("cannot create a Kafka consumer")?;
         Ok(Kafka {
             producer,
