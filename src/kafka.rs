@@ -27,7 +27,7 @@ use crate::record::{Foreign, OrderId, Record};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -83,7 +83,7 @@ pub struct Kafka {
     claims: Arc<BaseConsumer<Quiet>>,
     claims_rx: tokio::sync::Mutex<ClaimsQueue>,
     claims_tx: std::sync::Mutex<Option<mpsc::Sender<Vec<ClaimEvent>>>>,
-    orders: StreamConsumer<Quiet>,
+    orders: Arc<StreamConsumer<Quiet>>,
     meta: Arc<BaseConsumer>,
     claims_topic: String,
     orders_topic: String,
@@ -100,6 +100,14 @@ pub fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientC
     // Every protocol step is a small request waiting on a small answer:
     // Nagle's algorithm would hold them back.
     c.set("socket.nagle.disable", "true");
+    // Connect to the brokers as soon as they are known. With sparse
+    // connections (librdkafka's default) the connection to the broker named
+    // in the metadata, after the bootstrap connection is dropped, is held
+    // back by a "sparse connect" interval (reconnect.backoff.ms / 2, at
+    // least 11 ms): 25 ms of nearly every boot (bench/RESULTS.md). The cost
+    // is a connection per broker per client on a large cluster
+    // (`KAFKA_ENABLE_SPARSE_CONNECTIONS=true` to go back).
+    c.set("enable.sparse.connections", "false");
     for (k, v) in props {
         c.set(k, v);
     }
@@ -133,6 +141,47 @@ fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
         c.set(k, v);
     }
     c
+}
+
+/// The number of partitions of `topic`, waiting (with backoff, for at most
+/// `patience`) while the brokers cannot be reached.
+///
+/// Asked through `consumer`, the client that will read the topic: it then
+/// knows the partitions' leaders *before* it is assigned one. Assigned
+/// blind, librdkafka waits for a 500 ms retry timer before it starts
+/// fetching, and that wait would be on every boot (see bench/RESULTS.md).
+async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
+    consumer: Arc<C>,
+    topic: String,
+    patience: Duration,
+) -> anyhow::Result<i32> {
+    let start = std::time::Instant::now();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let (c, t) = (consumer.clone(), topic.clone());
+        let r = blocking(move || {
+            c.fetch_metadata(Some(&t), REQUEST_TIMEOUT)
+                .map(|m| m.topics().first().map(|tp| (tp.error(), tp.partitions().len() as i32)))
+        })
+        .await?;
+        match r {
+            Ok(Some((None, n))) if n > 0 => return Ok(n),
+            Ok(Some((Some(_), _))) | Ok(Some((None, _))) | Ok(None) => {
+                // Unknown topic (a broker may also say so while starting).
+                if start.elapsed() > Duration::from_secs(3) {
+                    bail!("topic '{topic}' does not exist (create it with scripts/create-topics.sh)");
+                }
+            }
+            Err(e) => {
+                if start.elapsed() > patience {
+                    bail!("cannot reach the Kafka brokers to read topic '{topic}': {e}");
+                }
+                tracing::warn!(error = %e, "brokers unreachable; retrying in {:?}", backoff);
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
 }
 
 /// The claims consumer's settings: [`consumer_config`] with partition EOF
@@ -219,7 +268,7 @@ impl Kafka {
             claims: Arc::new(claims),
             claims_rx: tokio::sync::Mutex::new(ClaimsQueue { rx, buf: VecDeque::new() }),
             claims_tx: std::sync::Mutex::new(Some(tx)),
-            orders,
+            orders: Arc::new(orders),
             meta: Arc::new(meta),
             claims_topic: cfg.coordination_topic.clone(),
             orders_topic: cfg.orders_topic.clone(),
@@ -228,47 +277,23 @@ impl Kafka {
         })
     }
 
-    /// The number of partitions of `topic`, waiting (with backoff, for at
-    /// most `patience`) while the brokers cannot be reached.
-    ///
-    /// Asked through `consumer`, the client that will read the topic: it
-    /// then knows the partitions' leaders *before* it is assigned one.
-    /// Assigned blind, librdkafka waits for a 500 ms retry timer before it
-    /// starts fetching, and that wait would be on every boot (see
-    /// bench/RESULTS.md).
-    async fn partitions<C: Consumer<Quiet>>(&self, consumer: &C, topic: &str, patience: Duration) -> anyhow::Result<i32> {
-        let start = std::time::Instant::now();
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            let r = tokio::task::block_in_place(|| {
-                consumer.fetch_metadata(Some(topic), REQUEST_TIMEOUT).map(|m| {
-                    m.topics().first().map(|tp| (tp.error(), tp.partitions().len() as i32))
-                })
-            });
-            match r {
-                Ok(Some((None, n))) if n > 0 => return Ok(n),
-                Ok(Some((Some(_), _))) | Ok(Some((None, _))) | Ok(None) => {
-                    // Unknown topic (a broker may also say so while starting).
-                    if start.elapsed() > Duration::from_secs(3) {
-                        bail!("topic '{topic}' does not exist (create it with scripts/create-topics.sh)");
-                    }
-                }
-                Err(e) => {
-                    if start.elapsed() > patience {
-                        bail!("cannot reach the Kafka brokers to read topic '{topic}': {e}");
-                    }
-                    tracing::warn!(error = %e, "brokers unreachable; retrying in {:?}", backoff);
-                }
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
-    }
-
     /// Checks the topics (the claims topic must have exactly one partition)
     /// and starts reading the claims topic from its beginning.
+    ///
+    /// The four clients connect in parallel: the two consumers ask for
+    /// their topic's partitions, and the producer and the watermark client
+    /// learn the topic they will need (otherwise the first append, `booted`,
+    /// waited ~15 ms for the producer's connection and metadata, on every
+    /// boot).
     pub async fn open(&self, patience: Duration) -> anyhow::Result<()> {
-        let n = self.partitions(&*self.claims, &self.claims_topic, patience).await?;
+        let (producer, topic) = (self.producer.clone(), self.claims_topic.clone());
+        std::thread::spawn(move || drop(producer.client().fetch_metadata(Some(&topic), REQUEST_TIMEOUT)));
+        let (meta, topic) = (self.meta.clone(), self.orders_topic.clone());
+        std::thread::spawn(move || drop(meta.fetch_metadata(Some(&topic), REQUEST_TIMEOUT)));
+        let (n, _) = tokio::try_join!(
+            partitions(self.claims.clone(), self.claims_topic.clone(), patience),
+            partitions(self.orders.clone(), self.orders_topic.clone(), patience),
+        )?;
         if n != 1 {
             bail!(
                 "the coordination topic '{}' has {n} partitions; it must have exactly 1 \
@@ -276,7 +301,6 @@ impl Kafka {
                 self.claims_topic
             );
         }
-        self.partitions(&self.orders, &self.orders_topic, patience).await?;
         // Offset 0 rather than "beginning", which costs an offset query;
         // should the log no longer start at 0, auto.offset.reset=earliest
         // starts at its first record.

@@ -133,9 +133,13 @@ fn race_8_instances_few_orders() {
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
     let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
-    // The orders wait before any instance starts: all 8 race for each.
+    // The orders wait before any instance starts: all 8 race for each. A
+    // long fetch wait (the mock broker holds an empty fetch for all of it)
+    // makes each read-back slow, so that instances claim an order before
+    // they read each other's claims: with the default 2 ms the race is
+    // often over before a second instance claims.
     let orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 5], Some(0));
-    let sup = pool(&broker, "8", &[]);
+    let sup = pool(&broker, "8", &[("KAFKA_FETCH_WAIT_MAX_MS", "50")]);
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
     audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
     assert_ledger_once(&ledger, &orders, &audit);
