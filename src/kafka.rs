@@ -471,6 +471,15 @@ impl Kafka {
     /// The payload of one order (`Ok(None)` for a message without payload).
     /// An error when the order is no longer in the topic (retention).
     pub async fn fetch_order(&self, order: OrderId) -> Result<Option<Vec<u8>>, String> {
+        let r = self.fetch_order_assigned(order).await;
+        // Stop fetching orders until the next wait for one (watch_orders):
+        // while it negotiates and runs, a worker has no use for them, and an
+        // assigned consumer polls the broker every FETCH_WAIT_MS.
+        let _ = self.orders.unassign();
+        r
+    }
+
+    async fn fetch_order_assigned(&self, order: OrderId) -> Result<Option<Vec<u8>>, String> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.orders_topic, order.partition, Offset::Offset(order.offset))
             .map_err(|e| e.to_string())?;
