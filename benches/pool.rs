@@ -15,13 +15,17 @@
 //!   null --restart-delay-ms 0` on a fresh orders/claims topic pair (orders
 //!   topic with N partitions), a burst of M trivial orders (`true`), then L
 //!   orders sent one at a time (each after the previous completed);
+//! * **pool, ORDERS_PER_PROCESS=K**: the same with each process completing
+//!   up to K orders before it exits (BENCH_OPP);
 //! * **baseline**: N plain rdkafka consumer-group members (threads of this
 //!   program, one shared `group.id`, `enable.auto.commit=false`, each message
 //!   run with `std::process::Command` and its offset committed synchronously
 //!   afterwards) on a fresh topic with the same payloads and partitions.
 //!
 //! Then boot time against the size of the claims history (K pre-filled
-//! orders). Everything prints to stdout and goes to bench/RESULTS.md. This
+//! orders; the mock broker keeps 5 MB per partition, so the pre-fill is
+//! compressed and the case reports how much of the history the broker kept
+//! and the worker replayed, and the replay's in-process cost for every K). Everything prints to stdout and goes to bench/RESULTS.md. This
 //! is a report: nothing here asserts on a timing. Every wait is bounded; a
 //! case that does not finish in time is reported as incomplete.
 //!
@@ -29,9 +33,13 @@
 //! burst for each N, default `60,150,250`, sized so that each burst fits
 //! the case time limit at the pool's measured rate), BENCH_SEQ (orders sent
 //! one at a time, default 10), BENCH_KS (history sizes, default
-//! `1000,10000,100000`, empty to skip), BENCH_K_RUNS (boots per K, default 3),
-//! BENCH_RESTART_DELAY_MS (default 0), BENCH_CASE_SECS (default 120),
-//! BENCH_OUT (default bench/RESULTS.md; `-` for none).
+//! `1000,10000,35000,100000`, empty to skip), BENCH_K_RUNS (boots per K, default 3),
+//! BENCH_OPP (ORDERS_PER_PROCESS of each pool row, default `1,100`; 1 is
+//! the default pool, without the variable), BENCH_RESTART_DELAY_MS (default 0), BENCH_CASE_SECS (default 120),
+//! BENCH_OUT (default bench/RESULTS.md; `-` for none), BENCH_PERF (a
+//! directory: run each history boot under `perf record --call-graph dwarf` into it),
+//! BENCH_PREFILL_COMPRESSION (compression of the history pre-fill, default
+//! `lz4`: the mock broker keeps only 5 MB per partition, see history_case).
 
 use pool_worker::record::{Event, OrderId, Outcome, Record, Status};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -438,6 +446,8 @@ struct CaseResult {
     records_per_order: f64,
     yields: usize,
     rebalance_ms: Option<f64>,
+    /// Pool only: ORDERS_PER_PROCESS.
+    opp: u32,
 }
 
 impl CaseResult {
@@ -472,24 +482,37 @@ struct Bench {
     restart_delay_ms: u64,
     case_secs: u64,
     seq: usize,
+    /// BENCH_PERF: profile each history run's worker into this directory.
+    perf_dir: Option<String>,
+    /// BENCH_PREFILL_COMPRESSION: the history pre-fill's compression.type.
+    prefill_compression: String,
 }
 
 impl Bench {
-    fn pool_case(&mut self, n: usize, m: usize) -> CaseResult {
-        let orders = format!("{}-n{n}-orders", self.run);
-        let claims = format!("{}-n{n}-claims", self.run);
-        let mut res = CaseResult { what: "pool".into(), n, m, ..Default::default() };
+    /// `opp`: ORDERS_PER_PROCESS for the workers (None: the default, 1).
+    fn pool_case(&mut self, n: usize, m: usize, opp: Option<u32>) -> CaseResult {
+        let tag = opp.map(|k| format!("-opp{k}")).unwrap_or_default();
+        let orders = format!("{}-n{n}{tag}-orders", self.run);
+        let claims = format!("{}-n{n}{tag}-claims", self.run);
+        let what = match opp {
+            Some(k) => format!("pool, ORDERS_PER_PROCESS={k}"),
+            None => "pool".into(),
+        };
+        let mut res = CaseResult { what, n, m, opp: opp.unwrap_or(1), ..Default::default() };
         if let Err(e) = self.broker.create(&orders, n as i32).and_then(|()| self.broker.create(&claims, 1)) {
             res.incomplete = Some(e);
             return res;
         }
         let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Beginning);
         let sampler = Sampler::start();
-        let env = vec![
+        let mut env = vec![
             ("KAFKA_BROKERS", self.broker.bootstrap.clone()),
             ("ORDERS_TOPIC", orders.clone()),
             ("COORDINATION_TOPIC", claims.clone()),
         ];
+        if let Some(k) = opp {
+            env.push(("ORDERS_PER_PROCESS", k.to_string()));
+        }
         let sup = Supervisor::start(n, &env, self.restart_delay_ms, &sampler);
         // Ready: every instance has booted (and, a moment later, is idle).
         let booted = |r: &Reader| {
@@ -615,7 +638,7 @@ impl Bench {
                     .set("enable.auto.commit", "false")
                     .set("auto.offset.reset", "earliest")
                     // Same long-poll bound as the pool's consumers (src/kafka.rs).
-                    .set("fetch.wait.max.ms", "100")
+                    .set("fetch.wait.max.ms", pool_worker::kafka::FETCH_WAIT_MS.to_string())
                     .create()
                     .expect("consumer");
                 consumer.subscribe(&[&topic]).expect("subscribe");
@@ -721,6 +744,14 @@ impl Bench {
             .set("bootstrap.servers", &self.broker.bootstrap)
             .set("linger.ms", "20")
             .set("batch.num.messages", "10000")
+            .set("batch.size", "4000000")
+            .set("message.max.bytes", "8000000")
+            // The mock broker keeps at most 5 MB per partition and drops the
+            // oldest batches beyond that (rdkafka_mock.c, max_size): without
+            // compression it would silently keep only the last ~20,000
+            // records, and boot would replay only those. The worker's
+            // consumer decompresses; the bench checks the log start below.
+            .set("compression.type", self.prefill_compression.as_str())
             .set("queue.buffering.max.messages", "1000000")
             .set("queue.buffering.max.kbytes", "1048576")
             .create()
@@ -747,28 +778,11 @@ impl Bench {
                 producer.poll(Duration::ZERO);
             }
         }
-        let ts = now_ms() as u64;
-        for i in 0..k {
-            let inst = 1000 + (i % 100) as u32;
-            let inc = format!("pre-{i}");
-            let order = OrderId::new(0, i as i64);
-            let mut b = Record::new(inst, Event::Booted, &inc, ts);
-            b.seq = 1;
-            let mut c = Record::new(inst, Event::Claimed, &inc, ts).with_order(order);
-            c.seq = 2;
-            c.attempt = 1;
-            c.next.insert(0, i as i64 + 1);
-            let mut cm = Record::new(inst, Event::Committed, &inc, ts).with_order(order);
-            cm.seq = 3;
-            cm.attempt = 1;
-            let mut d = Record::new(inst, Event::Completed, &inc, ts).with_order(order);
-            d.seq = 4;
-            d.attempt = 1;
-            d.outcome = Some(Outcome { status: Status::Ok, exit_code: Some(0), duration_ms: 1, reason: None, stdout_tail: String::new(), stderr_tail: String::new() });
-            for r in [b, c, cm, d] {
-                produce(&claims, Some(&r.key()), &r.encode());
-            }
-            if i % 10_000 == 0 {
+        let history = history_records(k, now_ms() as u64);
+        let bytes: usize = history.iter().map(|(k, v)| k.len() + v.len()).sum();
+        for (i, (key, value)) in history.iter().enumerate() {
+            produce(&claims, Some(key), value);
+            if i % 40_000 == 0 {
                 producer.poll(Duration::ZERO);
             }
         }
@@ -777,29 +791,56 @@ impl Bench {
             return res;
         }
         res.prefill_secs = t.elapsed().as_secs_f64();
-        progress(format!("history K={k}: pre-filled in {:.1} s", res.prefill_secs));
-
+        // The replay's own cost, without a broker: decode and fold the same
+        // records in this process (best of 3).
+        res.in_process_ms = (0..3).map(|_| replay_in_process(&history)).fold(f64::MAX, f64::min);
+        drop(history);
+        res.record_bytes = bytes as f64 / (4 * k).max(1) as f64;
         let meta: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.broker.bootstrap)
             .set("group.id", format!("{claims}-meta"))
             .create()
             .expect("consumer");
+        // Did the broker keep the whole history?
+        let (low, high) = meta.fetch_watermarks(&claims, 0, Duration::from_secs(10)).expect("watermarks");
+        res.log_start = low;
+        progress(format!(
+            "history K={k}: pre-filled in {:.1} s, {:.0} bytes per record (key + value), claims log {low}..{high}",
+            res.prefill_secs, res.record_bytes
+        ));
+        if low > 0 || high != 4 * k as i64 {
+            res.incomplete = Some(format!("the broker kept only records {low}..{high} of {}", 4 * k));
+        }
         let mut sender = Sender::new(&self.broker.bootstrap);
         for run in 0..runs {
             let (_, high) = meta.fetch_watermarks(&claims, 0, Duration::from_secs(10)).expect("watermarks");
             let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Offset(high));
             let idx = sender.send(&orders, 0);
             let _ = sender.positions(&[idx]);
+            let log_path = std::env::temp_dir().join(format!("{claims}-run{run}.log"));
+            let log_file = std::fs::File::create(&log_path).expect("worker log file");
+            // BENCH_PERF=DIR: run the worker under `perf record -g` (one
+            // profile per run in DIR).
+            let mut cmd = match &self.perf_dir {
+                Some(dir) => {
+                    let mut c = Command::new("perf");
+                    c.args(["record", "--call-graph", "dwarf,16384", "-q", "-o", &format!("{dir}/boot-k{k}-run{run}.data"), "--", BIN]);
+                    c
+                }
+                None => Command::new(BIN),
+            };
             let start_ms = now_ms();
             let t = Instant::now();
-            let mut child = Command::new(BIN)
+            let mut child = cmd
+                .env("LOG_FORMAT", "json")
+                .env("RUST_LOG", "info")
                 .env("KAFKA_BROKERS", &self.broker.bootstrap)
                 .env("ORDERS_TOPIC", &orders)
                 .env("COORDINATION_TOPIC", &claims)
                 .env("INSTANCE_NUMBER", "1")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(log_file)
                 .spawn()
                 .expect("worker");
             let pid = child.id();
@@ -821,15 +862,39 @@ impl Bench {
             let exit_ms = t.elapsed().as_secs_f64() * 1000.0;
             std::thread::sleep(Duration::from_millis(300));
             let recs = reader.snapshot();
+            // The reader starts at the end of the history: instance 1's
+            // records are this run's.
             let mine = |ev: Event| {
                 recs.iter()
-                    .find(|(_, _, r)| r.event == ev && r.by.is_none() && pid_of(&r.incarnation) == Some(pid))
+                    .find(|(_, _, r)| r.event == ev && r.by.is_none() && r.instance == 1)
                     .map(|(_, _, r)| r.ts as f64 - start_ms)
             };
+            // The worker's own account of its replay (run.rs logs it once).
+            let replayed = std::fs::read_to_string(&log_path).ok().and_then(|log| {
+                log.lines()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .find(|v| v["fields"]["message"] == "replayed the claims topic")
+                    .map(|v| v["fields"].clone())
+            });
+            let _ = std::fs::remove_file(&log_path);
+            let field = |name: &str| replayed.as_ref().and_then(|v| v[name].as_u64());
+            let replay = Replayed {
+                records: field("records"),
+                first: field("first"),
+                foreign: field("foreign"),
+                void: field("void"),
+                completions: field("completions"),
+                ms: field("ms"),
+            };
+            progress(format!("history K={k} run {run}: worker replayed {replay:?}"));
+            if replay.records.is_some_and(|n| n < 4 * k as u64) || replay.foreign.is_some_and(|n| n > 0) || replay.void.is_some_and(|n| n > 0) {
+                res.incomplete.get_or_insert(format!("run {run}: the worker replayed {replay:?}, not the {} records of the history", 4 * k));
+            }
             if !exited {
                 res.incomplete = Some(format!("run {run}: the worker did not finish in {} s", self.case_secs));
             }
-            res.runs.push(HistRun { connect: mine(Event::Booted), ready: mine(Event::Claimed), done: mine(Event::Completed), exit_ms, rss_kb: peak });
+            res.runs.push(HistRun { connect: mine(Event::Booted), ready: mine(Event::Claimed), done: mine(Event::Completed), exit_ms, rss_kb: peak, replay });
+            let _ = pid;
             progress(format!(
                 "history K={k} run {run}: start->booted {} ms, start->claimed {} ms, exit after {:.0} ms, peak RSS {} kB",
                 fmt_ms(mine(Event::Booted)),
@@ -845,6 +910,55 @@ impl Bench {
     }
 }
 
+/// The claims records of K completed orders, as the pool writes them: one
+/// process per order, a fresh incarnation (pid-like, as run.rs makes them)
+/// on one of 100 instance numbers, booted/claimed/committed/completed, every
+/// record carrying the writer's frontier. (key, value) each.
+fn history_records(k: usize, ts: u64) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::with_capacity(4 * k);
+    for i in 0..k {
+        let inst = 1000 + (i % 100) as u32;
+        let inc = format!("{:x}-{:08x}", 100_000 + i, (i as u32).wrapping_mul(2_654_435_761));
+        let order = OrderId::new(0, i as i64);
+        let ts = ts + i as u64;
+        let mut b = Record::new(inst, Event::Booted, &inc, ts);
+        b.seq = 1;
+        b.next.insert(0, i as i64);
+        let mut c = Record::new(inst, Event::Claimed, &inc, ts).with_order(order);
+        c.seq = 2;
+        c.attempt = 1;
+        c.next.insert(0, i as i64 + 1);
+        let mut cm = Record::new(inst, Event::Committed, &inc, ts).with_order(order);
+        cm.seq = 3;
+        cm.attempt = 1;
+        cm.next = c.next.clone();
+        let mut d = Record::new(inst, Event::Completed, &inc, ts).with_order(order);
+        d.seq = 4;
+        d.attempt = 1;
+        d.next = c.next.clone();
+        d.outcome = Some(Outcome { status: Status::Ok, exit_code: Some(0), duration_ms: 1, reason: None, stdout_tail: String::new(), stderr_tail: String::new() });
+        for r in [b, c, cm, d] {
+            out.push((r.key(), r.encode()));
+        }
+    }
+    out
+}
+
+/// Decodes and folds `history` into a fresh View, as boot does; returns the
+/// milliseconds it took. Panics if a record is foreign or void: the
+/// history must be one the replay accepts.
+fn replay_in_process(history: &[(String, Vec<u8>)]) -> f64 {
+    let t = Instant::now();
+    let mut view = pool_worker::boot::View::new();
+    for (pos, (k, v)) in history.iter().enumerate() {
+        let rec = Record::decode(Some(k.as_bytes()), Some(v)).expect("the pre-fill writes valid records");
+        view.apply(pos as u64, &rec).expect("the pre-fill's records are all applied");
+    }
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(view.completions as usize, history.len() / 4);
+    ms
+}
+
 #[derive(Default)]
 struct HistRun {
     connect: Option<f64>,
@@ -852,12 +966,29 @@ struct HistRun {
     done: Option<f64>,
     exit_ms: f64,
     rss_kb: u64,
+    replay: Replayed,
+}
+
+/// What the worker says it replayed at boot (its "replayed the claims
+/// topic" log line).
+#[derive(Default, Debug, Clone)]
+#[allow(dead_code)]
+struct Replayed {
+    records: Option<u64>,
+    first: Option<u64>,
+    foreign: Option<u64>,
+    void: Option<u64>,
+    completions: Option<u64>,
+    ms: Option<u64>,
 }
 
 #[derive(Default)]
 struct HistResult {
     k: usize,
     prefill_secs: f64,
+    record_bytes: f64,
+    log_start: i64,
+    in_process_ms: f64,
     runs: Vec<HistRun>,
     incomplete: Option<String>,
 }
@@ -870,7 +1001,8 @@ fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let ns = env_list("BENCH_NS", "1,4,8");
     let ms = env_list("BENCH_MS", "60,150,250");
-    let ks = env_list("BENCH_KS", "1000,10000,100000");
+    let ks = env_list("BENCH_KS", "1000,10000,35000,100000");
+    let opps = env_list("BENCH_OPP", "1,100");
     let k_runs = env_or("BENCH_K_RUNS", "3").parse().unwrap_or(3);
     let seq = env_or("BENCH_SEQ", "10").parse().unwrap_or(10);
     let restart_delay_ms: u64 = env_or("BENCH_RESTART_DELAY_MS", "0").parse().unwrap_or(0);
@@ -883,7 +1015,9 @@ fn main() {
     progress(format!("pool_worker bench: binary {BIN}, {cores} cores, N {ns:?}, M {ms:?}, one-at-a-time {seq}, restart delay {restart_delay_ms} ms"));
     let broker = BrokerProc::start(&run);
     progress(format!("broker at {}", broker.bootstrap));
-    let mut bench = Bench { broker, run: run.clone(), restart_delay_ms, case_secs, seq };
+    let perf_dir = std::env::var("BENCH_PERF").ok().filter(|s| !s.is_empty());
+    let prefill_compression = env_or("BENCH_PREFILL_COMPRESSION", "lz4");
+    let mut bench = Bench { broker, run: run.clone(), restart_delay_ms, case_secs, seq, perf_dir, prefill_compression };
     // A broker that died (it has happened: see the notes) is replaced before
     // the next case; the case it died in is reported incomplete.
     let mut broker_notes: Vec<String> = Vec::new();
@@ -897,18 +1031,22 @@ fn main() {
         }
     };
 
-    let mut cases: Vec<(CaseResult, CaseResult)> = Vec::new();
+    let mut cases: Vec<(Vec<CaseResult>, CaseResult)> = Vec::new();
     for (i, &n) in ns.iter().enumerate() {
         let m = ms.get(i).or(ms.last()).copied().unwrap_or(200);
-        check_broker(&mut bench, &format!("pool N={n}"));
-        progress(format!("=== N={n}, M={m}: pool"));
-        let p = bench.pool_case(n, m);
-        progress(format!("pool N={n}: {} orders in {:.2} s = {:.1} orders/s{}", p.done, p.secs, p.rate(), p.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
+        let mut pools = Vec::new();
+        for opp in opps.iter().map(|&k| (k > 1).then_some(k as u32)) {
+            check_broker(&mut bench, &format!("pool N={n}"));
+            progress(format!("=== N={n}, M={m}: pool, ORDERS_PER_PROCESS={}", opp.unwrap_or(1)));
+            let p = bench.pool_case(n, m, opp);
+            progress(format!("{} N={n}: {} orders in {:.2} s = {:.1} orders/s{}", p.what, p.done, p.secs, p.rate(), p.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
+            pools.push(p);
+        }
         progress(format!("=== N={n}, M={m}: baseline"));
         check_broker(&mut bench, &format!("baseline N={n}"));
         let b = bench.baseline_case(n, m);
         progress(format!("baseline N={n}: {} orders in {:.2} s = {:.1} orders/s{}", b.done, b.secs, b.rate(), b.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
-        cases.push((p, b));
+        cases.push((pools, b));
     }
     let mut hist = Vec::new();
     for &k in &ks {
@@ -924,9 +1062,11 @@ fn main() {
     let _ = writeln!(r, "## Throughput and latency\n");
     let _ = writeln!(r, "| N | system | orders | done | orders/s | pool/baseline | burst p50 ms | burst p99 ms | 1-at-a-time p50 ms | 1-at-a-time p99 ms | note |");
     let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
-    for (p, b) in &cases {
-        let ratio = if b.rate() > 0.0 { format!("{:.3}", p.rate() / b.rate()) } else { "-".into() };
-        for (c, ratio) in [(p, ratio.as_str()), (b, "")] {
+    for (pools, b) in &cases {
+        let ratio = |p: &CaseResult| if b.rate() > 0.0 { format!("{:.3}", p.rate() / b.rate()) } else { "-".into() };
+        let rows: Vec<(&CaseResult, String)> =
+            pools.iter().map(|p| (p, ratio(p))).chain(std::iter::once((b, String::new()))).collect();
+        for (c, ratio) in rows {
             let note = c.incomplete.clone().map(|s| format!("INCOMPLETE: {s}")).unwrap_or_default();
             let _ = writeln!(
                 r,
@@ -938,14 +1078,14 @@ fn main() {
         }
     }
     let _ = writeln!(r, "\n## Pool: boot, memory, claims records\n");
-    let _ = writeln!(r, "| N | processes started in burst | start→booted p50/p99 ms | start→first claim p50/p99 ms | peak RSS (VmHWM) p50/max MB | claims records per order | yields | baseline group join ms |");
-    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
-    for (p, b) in &cases {
+    let _ = writeln!(r, "| N | ORDERS_PER_PROCESS | processes started in burst | start→booted p50/p99 ms | start→first claim p50/p99 ms | peak RSS (VmHWM) p50/max MB | claims records per order | yields | baseline group join ms |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|");
+    for (p, b) in cases.iter().flat_map(|(pools, b)| pools.iter().map(move |p| (p, b))) {
         let mb = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.1}", x / 1024.0));
         let _ = writeln!(
             r,
-            "| {} | {} | {} / {} | {} / {} | {} / {} | {:.2} | {} | {} |",
-            p.n, p.processes,
+            "| {} | {} | {} | {} / {} | {} / {} | {} / {} | {:.2} | {} | {} |",
+            p.n, p.opp, p.processes,
             fmt_ms(pct(&p.boot_connect, 50.0)), fmt_ms(pct(&p.boot_connect, 99.0)),
             fmt_ms(pct(&p.boot_ready, 50.0)), fmt_ms(pct(&p.boot_ready, 99.0)),
             mb(pct(&p.rss_kb, 50.0)), mb(pct(&p.rss_kb, 100.0)),
@@ -954,14 +1094,21 @@ fn main() {
     }
     if !hist.is_empty() {
         let _ = writeln!(r, "\n## Boot time vs claims history (one instance, median of runs)\n");
-        let _ = writeln!(r, "| K orders in history | claims records | pre-fill s | runs | start→booted ms | start→first claim ms | start→completed ms | start→exit ms | peak RSS MB | note |");
-        let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(r, "| K orders in history | claims records | bytes/record | log start | records replayed (worker) | foreign/void | in-process replay ms (decode + View, no broker) | pre-fill s | runs | replay ms (worker) | start→booted ms | start→first claim ms | start→completed ms | start→exit ms | peak RSS MB | note |");
+        let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for h in &hist {
             let med = |f: &dyn Fn(&HistRun) -> Option<f64>| median(h.runs.iter().filter_map(f).collect());
+            let opt = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.0}"));
             let _ = writeln!(
                 r,
-                "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
-                h.k, 4 * h.k, h.prefill_secs, h.runs.len(),
+                "| {} | {} | {:.0} | {} | {} | {}/{} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                h.k, 4 * h.k, h.record_bytes, h.log_start,
+                opt(med(&|x| x.replay.records.map(|n| n as f64))),
+                opt(med(&|x| x.replay.foreign.map(|n| n as f64))),
+                opt(med(&|x| x.replay.void.map(|n| n as f64))),
+                fmt_ms(Some(h.in_process_ms)),
+                h.prefill_secs, h.runs.len(),
+                fmt_ms(med(&|x| x.replay.ms.map(|n| n as f64))),
                 fmt_ms(med(&|x| x.connect)), fmt_ms(med(&|x| x.ready)), fmt_ms(med(&|x| x.done)),
                 fmt_ms(med(&|x| Some(x.exit_ms))),
                 med(&|x| Some(x.rss_kb as f64)).map_or("-".into(), |x| format!("{:.1}", x / 1024.0)),
@@ -979,8 +1126,9 @@ fn main() {
         let _ = writeln!(doc, "Command: `cargo bench --bench pool` (benches/pool.rs)  ");
         let _ = writeln!(doc, "Date: {date}  ");
         let _ = writeln!(doc, "Machine: {cores} cores (nproc), shared and noisy; embedded broker (librdkafka mock cluster, `pool_worker broker`) on the same machine.\n");
-        let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null --restart-delay-ms {restart_delay_ms}` on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine).");
-        let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms=100` (as the pool's consumers), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.");
+        let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null --restart-delay-ms {restart_delay_ms}` on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine). Rows \"pool, ORDERS_PER_PROCESS=K\": the same with each worker process completing up to K orders before it exits.");
+        let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms={}` (as the pool's consumers), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.", pool_worker::kafka::FETCH_WAIT_MS);
+        let _ = writeln!(doc, "History: one worker (instance 1) boots on a claims topic pre-filled with K completed orders (booted/claimed/committed/completed each, as the pool writes them, lz4-compressed so that the mock broker, which keeps 5 MB per partition, keeps them); `log start` > 0 means the broker dropped the oldest records, `records replayed` is the worker's own count (its \"replayed the claims topic\" log line), `in-process replay` is decode + `View::apply` of the same records in the bench process, without Kafka.");
         let _ = writeln!(doc, "Boot: per worker process started during the burst: supervisor's `started` event (read by the bench) → the incarnation's `booted` record ts (process up, Kafka clients connected, topics checked) and → its first `claimed` record ts (replay caught up, order chosen: ready to claim). Peak RSS: VmHWM of every instance process, sampled from /proc every 5 ms.\n");
         doc.push_str(&r);
         if let Some(dir) = std::path::Path::new(&out).parent() {

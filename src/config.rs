@@ -15,6 +15,7 @@
 //! | `INSTANCE_NUMBER` | this instance's number, 1 to 1,000,000, unique in the pool | required |
 //! | `LEASE_MS` | an instance that writes nothing about the order it holds for this long loses it to another | 30000 |
 //! | `MAX_ATTEMPTS` | runs of one order lost with their instance before it is given up | 3 |
+//! | `ORDERS_PER_PROCESS` | orders one process completes before it exits (1 to 1,000,000); above 1, the process chooses its next order after each completion instead of exiting (one boot and one replay for up to that many orders) | 1 |
 //! | `JOB_TIMEOUT_SECS` | time limit of an order that sets none | 3600 |
 //! | `OUTPUT_LIMIT_BYTES` | bytes kept of the end of a job's stdout and of its stderr | 4096 |
 //! | `ALLOWED_COMMANDS` | comma-separated program names or path prefixes orders may run | all allowed (a warning) |
@@ -36,6 +37,7 @@ struct RawEnv {
     coordination_topic: Option<String>,
     instance_number: Option<String>,
     max_attempts: Option<String>,
+    orders_per_process: Option<String>,
     lease_ms: Option<String>,
     job_timeout_secs: Option<String>,
     output_limit_bytes: Option<String>,
@@ -56,6 +58,8 @@ pub struct Config {
     pub coordination_topic: String,
     pub instance: u32,
     pub max_attempts: u32,
+    /// `ORDERS_PER_PROCESS`: orders completed before the process exits.
+    pub orders_per_process: u32,
     pub lease_ms: u64,
     pub job_timeout: Duration,
     pub output_limit: usize,
@@ -167,6 +171,7 @@ impl Config {
             instance,
             lease_ms: number("LEASE_MS", raw.lease_ms, 30_000u64, (300, 24 * 3600 * 1000))?,
             max_attempts: number("MAX_ATTEMPTS", raw.max_attempts, crate::worker::DEFAULT_MAX_ATTEMPTS, (1, 1000))?,
+            orders_per_process: number("ORDERS_PER_PROCESS", raw.orders_per_process, 1u32, (1, 1_000_000))?,
             job_timeout: Duration::from_secs(number("JOB_TIMEOUT_SECS", raw.job_timeout_secs, 3600u64, (1, 7 * 24 * 3600))?),
             output_limit: number("OUTPUT_LIMIT_BYTES", raw.output_limit_bytes, 4096usize, (0, 1 << 20))?,
             allowed_commands: list(raw.allowed_commands),
@@ -195,6 +200,7 @@ mod tests {
         assert_eq!(c.brokers, "localhost:9092");
         assert_eq!(c.instance, 3);
         assert_eq!(c.env_deny, vec!["KAFKA_*"]);
+        assert_eq!(c.orders_per_process, 1, "seed 002: exit after each order");
         assert_eq!(vars(&OK[..2]).unwrap_err().0, "INSTANCE_NUMBER is not set");
         assert_eq!(vars(&OK[1..]).unwrap_err().0, "ORDERS_TOPIC is not set");
     }
@@ -210,6 +216,14 @@ mod tests {
         let mut v = OK.to_vec();
         v.push(("MAX_ATTEMPTS", "lots"));
         assert!(vars(&v).unwrap_err().0.starts_with("MAX_ATTEMPTS="));
+        for bad in ["0", "x", "2000000"] {
+            let mut v = OK.to_vec();
+            v.push(("ORDERS_PER_PROCESS", bad));
+            assert!(vars(&v).unwrap_err().0.starts_with("ORDERS_PER_PROCESS="), "{bad}");
+        }
+        let mut v = OK.to_vec();
+        v.push(("ORDERS_PER_PROCESS", "100"));
+        assert_eq!(vars(&v).unwrap().orders_per_process, 100);
     }
 
     #[test]

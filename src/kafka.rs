@@ -7,8 +7,9 @@
 //!   the acknowledgment, retrying with backoff — a produce that timed out may
 //!   have been written, which the protocol tolerates: readers drop
 //!   duplicates by `seq`), and [`Kafka::next_claim`] (the next record of the
-//!   claims topic, read from its beginning, or "caught up" when the reader
-//!   reaches the end — librdkafka's partition EOF event);
+//!   claims topic, read from the newest checkpoint near its end
+//!   ([`Kafka::find_checkpoint`]) or from its beginning, or "caught up" when
+//!   the reader reaches the end — librdkafka's partition EOF event);
 //! * **the orders' ends**: [`Kafka::order_ends`], the high watermark of every
 //!   orders partition;
 //! * **waiting for orders**: [`Kafka::watch_orders`] assigns the orders
@@ -28,11 +29,27 @@ use crate::record::{Foreign, OrderId, Record};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Records the claims reader thread decodes before handing them over at
+/// once: one wake-up of the worker loop per batch, not per record.
+const CLAIMS_BATCH: usize = 1024;
+
+/// Batches in flight between the reader thread and the worker loop (bounds
+/// the memory of a replay that reads faster than the View folds).
+const CLAIMS_BATCHES: usize = 8;
+
+/// The worker loop's end of the claims reader: batches received, and the
+/// rest of the batch being consumed.
+struct ClaimsQueue {
+    rx: mpsc::Receiver<Vec<ClaimEvent>>,
+    buf: VecDeque<ClaimEvent>,
+}
 
 /// How long one metadata or watermark request may take before it is retried.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -64,15 +81,62 @@ impl ConsumerContext for Quiet {}
 
 pub struct Kafka {
     producer: FutureProducer<Quiet>,
-    claims: StreamConsumer<Quiet>,
-    orders: StreamConsumer<Quiet>,
+    /// The claims consumer, read by a thread of its own (see [`ClaimsReader`]).
+    claims: Arc<BaseConsumer<Quiet>>,
+    claims_rx: tokio::sync::Mutex<ClaimsQueue>,
+    claims_tx: std::sync::Mutex<Option<mpsc::Sender<Vec<ClaimEvent>>>>,
+    orders: Arc<StreamConsumer<Quiet>>,
     meta: Arc<BaseConsumer>,
     claims_topic: String,
     orders_topic: String,
     results_topic: Option<String>,
     instance: u32,
-    /// Where the claims reader was last told to start.
-    claims_from: std::sync::atomic::AtomicU64,
+    /// The orders topic's partitions, and when they were asked for.
+    order_partitions: Arc<std::sync::Mutex<Option<(std::time::Instant, Vec<i32>)>>>,
+    /// Orders' payloads already received (by the idle watch, or in the same
+    /// fetch as an order fetched), so that fetching them costs no round trip.
+    payloads: std::sync::Mutex<Payloads>,
+}
+
+/// How long the orders topic's partition list is reused before it is asked
+/// for again (partitions added to the orders topic are seen within this).
+const PARTITIONS_REFRESH: Duration = Duration::from_secs(5);
+
+/// Bounds of [`Payloads`].
+const PAYLOADS_MAX: usize = 1024;
+const PAYLOADS_MAX_BYTES: usize = 4 << 20;
+
+/// Payloads by (partition, offset). Kafka never changes a message, so a
+/// payload received once is the order's payload.
+#[derive(Default)]
+struct Payloads {
+    map: BTreeMap<(i32, i64), Option<Vec<u8>>>,
+    bytes: usize,
+}
+
+impl Payloads {
+    fn put(&mut self, partition: i32, offset: i64, payload: Option<&[u8]>) {
+        let n = payload.map_or(0, <[u8]>::len);
+        if self.map.len() < PAYLOADS_MAX && self.bytes + n <= PAYLOADS_MAX_BYTES && !self.map.contains_key(&(partition, offset)) {
+            self.bytes += n;
+            self.map.insert((partition, offset), payload.map(<[u8]>::to_vec));
+        }
+    }
+
+    /// Takes the order's payload, forgetting those before it in its
+    /// partition (orders are claimed in offset order).
+    fn take(&mut self, order: OrderId) -> Option<Option<Vec<u8>>> {
+        let older: Vec<(i32, i64)> =
+            self.map.range((order.partition, 0)..(order.partition, order.offset)).map(|(k, _)| *k).collect();
+        for k in older {
+            if let Some(p) = self.map.remove(&k) {
+                self.bytes -= p.map_or(0, |v| v.len());
+            }
+        }
+        let p = self.map.remove(&(order.partition, order.offset))?;
+        self.bytes -= p.as_ref().map_or(0, Vec::len);
+        Some(p)
+    }
 }
 
 /// How far back from the end of the claims topic boot looks for a
@@ -88,18 +152,34 @@ pub fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientC
     // Every protocol step is a small request waiting on a small answer:
     // Nagle's algorithm would hold them back.
     c.set("socket.nagle.disable", "true");
+    // Connect to the brokers as soon as they are known. With sparse
+    // connections (librdkafka's default) the connection to the broker named
+    // in the metadata, after the bootstrap connection is dropped, is held
+    // back by a "sparse connect" interval (reconnect.backoff.ms / 2, at
+    // least 11 ms): 25 ms of nearly every boot (bench/RESULTS.md). The cost
+    // is a connection per broker per client on a large cluster
+    // (`KAFKA_ENABLE_SPARSE_CONNECTIONS=true` to go back).
+    c.set("enable.sparse.connections", "false");
     for (k, v) in props {
         c.set(k, v);
     }
     c
 }
 
-/// `wait_ms`: how long the broker may hold an empty fetch. Kafka answers a
-/// fetch as soon as data arrives, but librdkafka's mock cluster holds an
-/// empty one for the whole wait, and every protocol step waits to read its
-/// own record back; so the claims reader asks for short waits. Operators of
-/// a real cluster may raise it (`KAFKA_FETCH_WAIT_MAX_MS`) to make idle
-/// workers quieter: their properties are applied last.
+/// How long the broker may hold an empty fetch of the claims and orders
+/// consumers (`fetch.wait.max.ms`). Kafka answers a fetch as soon as data
+/// arrives, but librdkafka's mock cluster holds an empty one for the whole
+/// wait, and every order waits on such fetches five times: its arrival at an
+/// idle worker, the read-back of the claim, of the decision and of the
+/// completion, and the fetch of its payload. At 10 ms (claims) and 50 ms
+/// (orders) that was most of an idle pool's 45 ms latency; at 2 ms it is
+/// ~12 ms, for ~3.5 % of a core per idle worker and ~2 % in the mock broker
+/// (bench/RESULTS.md). Operators of a real cluster, where a long wait costs
+/// no latency, should raise it (`KAFKA_FETCH_WAIT_MAX_MS=500`) to make idle
+/// workers quiet: their properties are applied last.
+pub const FETCH_WAIT_MS: u32 = 2;
+
+/// `wait_ms`: the consumer's `fetch.wait.max.ms` (see [`FETCH_WAIT_MS`]).
 fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
     let mut c = client_config(&cfg.brokers, &BTreeMap::new());
     c.set("group.id", format!("pool_worker-{}", cfg.instance))
@@ -115,6 +195,110 @@ fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
     c
 }
 
+/// The number of partitions of `topic`, waiting (with backoff, for at most
+/// `patience`) while the brokers cannot be reached.
+///
+/// Asked through `consumer`, the client that will read the topic: it then
+/// knows the partitions' leaders *before* it is assigned one. Assigned
+/// blind, librdkafka waits for a 500 ms retry timer before it starts
+/// fetching, and that wait would be on every boot (see bench/RESULTS.md).
+async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
+    consumer: Arc<C>,
+    topic: String,
+    patience: Duration,
+) -> anyhow::Result<i32> {
+    let start = std::time::Instant::now();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let (c, t) = (consumer.clone(), topic.clone());
+        let r = blocking(move || {
+            c.fetch_metadata(Some(&t), REQUEST_TIMEOUT)
+                .map(|m| m.topics().first().map(|tp| (tp.error(), tp.partitions().len() as i32)))
+        })
+        .await?;
+        match r {
+            Ok(Some((None, n))) if n > 0 => return Ok(n),
+            Ok(Some((Some(_), _))) | Ok(Some((None, _))) | Ok(None) => {
+                // Unknown topic (a broker may also say so while starting).
+                if start.elapsed() > Duration::from_secs(3) {
+                    bail!("topic '{topic}' does not exist (create it with scripts/create-topics.sh)");
+                }
+            }
+            Err(e) => {
+                if start.elapsed() > patience {
+                    bail!("cannot reach the Kafka brokers to read topic '{topic}': {e}");
+                }
+                tracing::warn!(error = %e, "brokers unreachable; retrying in {:?}", backoff);
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// The claims consumer's settings: [`consumer_config`] with partition EOF
+/// (how the reader knows it caught up) and the fetch sizes of a replay.
+///
+/// A boot replays the whole topic through a small local queue that resumes
+/// fetching at once when it drains: librdkafka's `fetch.queue.backoff.ms`
+/// is 1 s by default, and a replay longer than `queued.min.messages`
+/// (100,000) records waited for it, up to a second per pause
+/// (bench/RESULTS.md). A small queue (1 MB fetches, 2 MB or 5,000 records
+/// queued) also bounds a replay's memory, and was not slower than 4 MB
+/// fetches into an 8 MB queue (which a replay fills faster than the
+/// worker folds it).
+fn claims_config(cfg: &Config) -> ClientConfig {
+    let mut c = consumer_config(cfg, true, FETCH_WAIT_MS);
+    c.set("max.partition.fetch.bytes", "1048576")
+        .set("fetch.max.bytes", "1048576")
+        .set("queued.max.messages.kbytes", "2048")
+        .set("queued.min.messages", "5000")
+        .set("fetch.queue.backoff.ms", "1");
+    for (k, v) in &cfg.kafka_props {
+        c.set(k, v);
+    }
+    c
+}
+
+/// The claims reader thread: polls the consumer, decodes records (so that
+/// decoding runs beside the worker's fold of the previous batch), and hands
+/// them over in batches. Ends when the worker's end is gone.
+fn read_claims(consumer: &BaseConsumer<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>, instance: u32, from: u64) {
+    let event = |m: rdkafka::message::BorrowedMessage<'_>| {
+        let pos = m.offset().max(0) as u64;
+        match Record::decode(m.key(), m.payload()) {
+            Ok(r) => ClaimEvent::Record(pos, r),
+            Err(why) => ClaimEvent::Foreign(pos, why),
+        }
+    };
+    let mut batch = Vec::with_capacity(CLAIMS_BATCH);
+    while !tx.is_closed() {
+        // Block for the first event, then take whatever is already queued.
+        let mut wait = Duration::from_millis(100);
+        while batch.len() < CLAIMS_BATCH {
+            match consumer.poll(wait) {
+                None => break,
+                // Below `from`: left over from the checkpoint search.
+                Some(Ok(m)) if (m.offset().max(0) as u64) < from => {}
+                Some(Ok(m)) => batch.push(event(m)),
+                Some(Err(KafkaError::PartitionEOF(_))) => batch.push(ClaimEvent::CaughtUp),
+                Some(Err(e)) => {
+                    tracing::warn!(instance, error = %e, "reading the claims topic");
+                    std::thread::sleep(Duration::from_millis(100));
+                    break;
+                }
+            }
+            wait = Duration::ZERO;
+        }
+        if !batch.is_empty() {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(CLAIMS_BATCH));
+            if tx.blocking_send(full).is_err() {
+                return;
+            }
+        }
+    }
+}
+
 /// Runs a blocking rdkafka call off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
     tokio::task::spawn_blocking(f).await.context("blocking task failed")
@@ -128,65 +312,44 @@ impl Kafka {
             .set("message.timeout.ms", "10000")
             .create_with_context(Quiet)
             .context("cannot create the Kafka producer")?;
-        let claims: StreamConsumer<Quiet> =
-            consumer_config(cfg, true, 10).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
+        let claims: BaseConsumer<Quiet> = claims_config(cfg).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
+        let (tx, rx) = mpsc::channel(CLAIMS_BATCHES);
         let orders: StreamConsumer<Quiet> =
-            consumer_config(cfg, false, 50).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
+            consumer_config(cfg, false, FETCH_WAIT_MS).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
         let meta: BaseConsumer = consumer_config(cfg, false, 100).create().context("cannot create a Kafka consumer")?;
         Ok(Kafka {
             producer,
-            claims,
-            orders,
+            claims: Arc::new(claims),
+            claims_rx: tokio::sync::Mutex::new(ClaimsQueue { rx, buf: VecDeque::new() }),
+            claims_tx: std::sync::Mutex::new(Some(tx)),
+            orders: Arc::new(orders),
             meta: Arc::new(meta),
             claims_topic: cfg.coordination_topic.clone(),
             orders_topic: cfg.orders_topic.clone(),
             results_topic: cfg.results_topic.clone(),
             instance: cfg.instance,
-            claims_from: std::sync::atomic::AtomicU64::new(0),
+            order_partitions: Arc::new(std::sync::Mutex::new(None)),
+            payloads: std::sync::Mutex::new(Payloads::default()),
         })
     }
 
-    /// The number of partitions of `topic`, waiting (with backoff, for at
-    /// most `patience`) while the brokers cannot be reached.
+    /// Checks the topics (the claims topic must have exactly one partition);
+    /// [`Kafka::read_claims_from`] then starts the claims reader.
     ///
-    /// Asked through `consumer`, the client that will read the topic: it
-    /// then knows the partitions' leaders *before* it is assigned one.
-    /// Assigned blind, librdkafka waits for a 500 ms retry timer before it
-    /// starts fetching, and that wait would be on every boot (see
-    /// bench/RESULTS.md).
-    async fn partitions(&self, consumer: &StreamConsumer<Quiet>, topic: &str, patience: Duration) -> anyhow::Result<i32> {
-        let start = std::time::Instant::now();
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            let r = tokio::task::block_in_place(|| {
-                consumer.fetch_metadata(Some(topic), REQUEST_TIMEOUT).map(|m| {
-                    m.topics().first().map(|tp| (tp.error(), tp.partitions().len() as i32))
-                })
-            });
-            match r {
-                Ok(Some((None, n))) if n > 0 => return Ok(n),
-                Ok(Some((Some(_), _))) | Ok(Some((None, _))) | Ok(None) => {
-                    // Unknown topic (a broker may also say so while starting).
-                    if start.elapsed() > Duration::from_secs(3) {
-                        bail!("topic '{topic}' does not exist (create it with scripts/create-topics.sh)");
-                    }
-                }
-                Err(e) => {
-                    if start.elapsed() > patience {
-                        bail!("cannot reach the Kafka brokers to read topic '{topic}': {e}");
-                    }
-                    tracing::warn!(error = %e, "brokers unreachable; retrying in {:?}", backoff);
-                }
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
-    }
-
-    /// Checks the topics (the claims topic must have exactly one partition)
-    /// and starts reading the claims topic from its beginning.
+    /// The four clients connect in parallel: the two consumers ask for
+    /// their topic's partitions, and the producer and the watermark client
+    /// learn the topic they will need (otherwise the first append, `booted`,
+    /// waited ~15 ms for the producer's connection and metadata, on every
+    /// boot).
     pub async fn open(&self, patience: Duration) -> anyhow::Result<()> {
-        let n = self.partitions(&self.claims, &self.claims_topic, patience).await?;
+        let (producer, topic) = (self.producer.clone(), self.claims_topic.clone());
+        std::thread::spawn(move || drop(producer.client().fetch_metadata(Some(&topic), REQUEST_TIMEOUT)));
+        let (meta, topic) = (self.meta.clone(), self.orders_topic.clone());
+        std::thread::spawn(move || drop(meta.fetch_metadata(Some(&topic), REQUEST_TIMEOUT)));
+        let (n, _) = tokio::try_join!(
+            partitions(self.claims.clone(), self.claims_topic.clone(), patience),
+            partitions(self.orders.clone(), self.orders_topic.clone(), patience),
+        )?;
         if n != 1 {
             bail!(
                 "the coordination topic '{}' has {n} partitions; it must have exactly 1 \
@@ -194,11 +357,11 @@ impl Kafka {
                 self.claims_topic
             );
         }
-        self.partitions(&self.orders, &self.orders_topic, patience).await?;
         Ok(())
     }
 
-    /// Starts reading the claims topic at `pos` (0: from its beginning).
+    /// Starts reading the claims topic at `pos` (0: from its beginning), on
+    /// the claims reader thread. Once only.
     pub fn read_claims_from(&self, pos: u64) -> anyhow::Result<()> {
         // An offset rather than "beginning", which costs an offset query;
         // should the log no longer start there, auto.offset.reset=earliest
@@ -206,7 +369,14 @@ impl Kafka {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.claims_topic, 0, Offset::Offset(pos as i64))?;
         self.claims.assign(&tpl).context("cannot assign the claims topic")?;
-        self.claims_from.store(pos, std::sync::atomic::Ordering::Relaxed);
+        if let Some(tx) = self.claims_tx.lock().ok().and_then(|mut t| t.take()) {
+            let consumer = self.claims.clone();
+            let instance = self.instance;
+            std::thread::Builder::new()
+                .name("claims-reader".into())
+                .spawn(move || read_claims(&consumer, &tx, instance, pos))
+                .context("cannot start the claims reader thread")?;
+        }
         Ok(())
     }
 
@@ -216,41 +386,45 @@ impl Kafka {
     /// the log is shorter than the window (replaying it all costs no more)
     /// or holds no checkpoint there; boot then replays from the beginning.
     pub async fn find_checkpoint(&self) -> Option<Snapshot> {
-        let topic = self.claims_topic.clone();
-        let (low, high) = tokio::task::block_in_place(|| self.claims.fetch_watermarks(&topic, 0, REQUEST_TIMEOUT)).ok()?;
-        if high - low <= CHECKPOINT_WINDOW {
-            return None;
-        }
-        let start = high - CHECKPOINT_WINDOW;
-        self.read_claims_from(start as u64).ok()?;
-        let mut best: Option<Snapshot> = None;
-        let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
-        loop {
-            let next = tokio::time::timeout_at(deadline, self.claims.recv()).await;
-            match next {
-                Ok(Ok(m)) => {
-                    let pos = m.offset();
-                    if m.key().is_some_and(|k| k.ends_with(b":checkpoint")) {
-                        if let Ok(rec) = Record::decode(m.key(), m.payload()) {
-                            if let Some(snap) = rec.snapshot.filter(|s| best.as_ref().is_none_or(|b| s.at > b.at)) {
-                                best = Some(*snap);
+        let (claims, topic, instance) = (self.claims.clone(), self.claims_topic.clone(), self.instance);
+        blocking(move || -> Option<Snapshot> {
+            let (low, high) = claims.fetch_watermarks(&topic, 0, REQUEST_TIMEOUT).ok()?;
+            if high - low <= CHECKPOINT_WINDOW {
+                return None;
+            }
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(&topic, 0, Offset::Offset(high - CHECKPOINT_WINDOW)).ok()?;
+            claims.assign(&tpl).ok()?;
+            let mut best: Option<Snapshot> = None;
+            let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
+            loop {
+                // Too slow: replay from the beginning instead.
+                let left = deadline.checked_duration_since(std::time::Instant::now())?;
+                match claims.poll(left.min(Duration::from_millis(100))) {
+                    None => {}
+                    Some(Ok(m)) => {
+                        if m.key().is_some_and(|k| k.ends_with(b":checkpoint")) {
+                            if let Ok(rec) = Record::decode(m.key(), m.payload()) {
+                                if let Some(snap) = rec.snapshot.filter(|s| best.as_ref().is_none_or(|b| s.at > b.at)) {
+                                    best = Some(*snap);
+                                }
                             }
                         }
+                        if m.offset() + 1 >= high {
+                            return best;
+                        }
                     }
-                    if pos + 1 >= high {
-                        break;
+                    Some(Err(KafkaError::PartitionEOF(_))) => return best,
+                    Some(Err(e)) => {
+                        tracing::warn!(instance, error = %e, "looking for a checkpoint");
+                        std::thread::sleep(Duration::from_millis(100));
                     }
                 }
-                Ok(Err(KafkaError::PartitionEOF(_))) => break,
-                Ok(Err(e)) => {
-                    tracing::warn!(instance = self.instance, error = %e, "looking for a checkpoint");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                // Too slow: replay from the beginning instead.
-                Err(_) => return None,
             }
-        }
-        best
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     /// Appends a record to the claims topic; retries until the broker
@@ -318,29 +492,33 @@ impl Kafka {
         }
     }
 
-    /// The next event of the claims topic.
+    /// The next event of the claims topic. Cancel-safe: an event received
+    /// is kept until it is returned.
     pub async fn next_claim(&self) -> ClaimEvent {
+        let mut q = self.claims_rx.lock().await;
         loop {
-            match self.claims.recv().await {
-                Ok(m) => {
-                    let pos = m.offset().max(0) as u64;
-                    // A message fetched before the reader moved (the
-                    // checkpoint search) is not ours to hand on.
-                    if pos < self.claims_from.load(std::sync::atomic::Ordering::Relaxed) {
-                        continue;
-                    }
-                    return match Record::decode(m.key(), m.payload()) {
-                        Ok(r) => ClaimEvent::Record(pos, r),
-                        Err(why) => ClaimEvent::Foreign(pos, why),
-                    };
-                }
-                Err(KafkaError::PartitionEOF(_)) => return ClaimEvent::CaughtUp,
-                Err(e) => {
-                    tracing::warn!(instance = self.instance, error = %e, "reading the claims topic");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+            if let Some(ev) = q.buf.pop_front() {
+                return ev;
+            }
+            match q.rx.recv().await {
+                Some(batch) => q.buf.extend(batch),
+                // The reader thread ended (it does not, while `self` lives).
+                None => std::future::pending::<()>().await,
             }
         }
+    }
+
+    /// The next event of the claims topic if one is already here, without
+    /// waiting: the worker loop folds a whole batch without going back to
+    /// its `select!` for each record.
+    pub fn try_next_claim(&self) -> Option<ClaimEvent> {
+        let mut q = self.claims_rx.try_lock().ok()?;
+        if let Some(ev) = q.buf.pop_front() {
+            return Some(ev);
+        }
+        let batch = q.rx.try_recv().ok()?;
+        q.buf.extend(batch);
+        q.buf.pop_front()
     }
 
     /// The end offset (high watermark) of every orders partition.
@@ -349,21 +527,51 @@ impl Kafka {
         loop {
             let meta = self.meta.clone();
             let topic = self.orders_topic.clone();
+            let cache = self.order_partitions.clone();
             let r = blocking(move || -> Result<BTreeMap<i32, i64>, KafkaError> {
-                let md = meta.fetch_metadata(Some(&topic), REQUEST_TIMEOUT)?;
-                let parts: Vec<i32> = md
-                    .topics()
-                    .first()
-                    .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-                    .unwrap_or_default();
-                let mut ends = BTreeMap::new();
-                for p in parts {
-                    let (_, high) = meta.fetch_watermarks(&topic, p, REQUEST_TIMEOUT)?;
-                    ends.insert(p, high);
+                // The partition list (a metadata request) at most every
+                // PARTITIONS_REFRESH; then the partitions' ends (one request
+                // each) in parallel: ~1 ms per order saved at N=1 and more
+                // with more partitions.
+                let cached = cache
+                    .lock()
+                    .ok()
+                    .and_then(|c| c.clone())
+                    .filter(|(at, parts)| at.elapsed() < PARTITIONS_REFRESH && !parts.is_empty())
+                    .map(|(_, parts)| parts);
+                let parts = match cached {
+                    Some(parts) => parts,
+                    None => {
+                        let md = meta.fetch_metadata(Some(&topic), REQUEST_TIMEOUT)?;
+                        let parts: Vec<i32> = md
+                            .topics()
+                            .first()
+                            .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+                            .unwrap_or_default();
+                        if let Ok(mut c) = cache.lock() {
+                            *c = Some((std::time::Instant::now(), parts.clone()));
+                        }
+                        parts
+                    }
+                };
+                let high = |p: i32| meta.fetch_watermarks(&topic, p, REQUEST_TIMEOUT).map(|(_, h)| (p, h));
+                if parts.len() <= 1 {
+                    return parts.into_iter().map(high).collect();
                 }
-                Ok(ends)
+                std::thread::scope(|sc| {
+                    let asks: Vec<_> = parts.iter().map(|&p| sc.spawn(move || high(p))).collect();
+                    asks.into_iter()
+                        .map(|a| a.join().unwrap_or(Err(KafkaError::Canceled)))
+                        .collect()
+                })
             })
             .await;
+            if !matches!(r, Ok(Ok(_))) {
+                // Ask for the partitions again next time.
+                if let Ok(mut c) = self.order_partitions.lock() {
+                    *c = None;
+                }
+            }
             match r {
                 Ok(Ok(ends)) if !ends.is_empty() => return ends,
                 Ok(Ok(_)) => tracing::warn!("the orders topic has no partitions yet"),
@@ -390,7 +598,12 @@ impl Kafka {
     pub async fn order_arrived(&self) {
         loop {
             match self.orders.recv().await {
-                Ok(_) => return,
+                Ok(m) => {
+                    if let Ok(mut c) = self.payloads.lock() {
+                        c.put(m.partition(), m.offset(), m.payload());
+                    }
+                    return;
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "watching the orders topic");
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -402,6 +615,18 @@ impl Kafka {
     /// The payload of one order (`Ok(None)` for a message without payload).
     /// An error when the order is no longer in the topic (retention).
     pub async fn fetch_order(&self, order: OrderId) -> Result<Option<Vec<u8>>, String> {
+        if let Some(p) = self.payloads.lock().ok().and_then(|mut c| c.take(order)) {
+            return Ok(p);
+        }
+        let r = self.fetch_order_assigned(order).await;
+        // Stop fetching orders until the next wait for one (watch_orders):
+        // while it negotiates and runs, a worker has no use for them, and an
+        // assigned consumer polls the broker every FETCH_WAIT_MS.
+        let _ = self.orders.unassign();
+        r
+    }
+
+    async fn fetch_order_assigned(&self, order: OrderId) -> Result<Option<Vec<u8>>, String> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.orders_topic, order.partition, Offset::Offset(order.offset))
             .map_err(|e| e.to_string())?;
@@ -414,7 +639,17 @@ impl Kafka {
             }
             match tokio::time::timeout(left, self.orders.recv()).await {
                 Ok(Ok(m)) if m.partition() == order.partition && m.offset() == order.offset => {
-                    return Ok(m.payload().map(<[u8]>::to_vec));
+                    let payload = m.payload().map(<[u8]>::to_vec);
+                    drop(m);
+                    // Keep the orders that came in the same fetch: the next
+                    // order this worker claims is often the next one.
+                    for _ in 0..PAYLOADS_MAX {
+                        let Ok(Ok(m)) = tokio::time::timeout(Duration::ZERO, self.orders.recv()).await else { break };
+                        if let Ok(mut c) = self.payloads.lock() {
+                            c.put(m.partition(), m.offset(), m.payload());
+                        }
+                    }
+                    return Ok(payload);
                 }
                 Ok(Ok(m)) if m.partition() == order.partition && m.offset() > order.offset => {
                     return Err(format!("order {order} is no longer in the orders topic (retention?)"));
@@ -427,5 +662,30 @@ impl Kafka {
                 Err(_) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_taken_once_and_older_ones_forgotten() {
+        let mut c = Payloads::default();
+        c.put(0, 5, Some(b"five"));
+        c.put(0, 6, None);
+        c.put(0, 7, Some(b"seven"));
+        c.put(1, 1, Some(b"one"));
+        assert_eq!(c.bytes, 12);
+        assert_eq!(c.take(OrderId::new(0, 6)), Some(None), "a message without payload");
+        assert_eq!(c.take(OrderId::new(0, 5)), None, "forgotten: behind the order taken");
+        assert_eq!(c.take(OrderId::new(0, 7)), Some(Some(b"seven".to_vec())));
+        assert_eq!(c.take(OrderId::new(0, 7)), None, "taken once");
+        assert_eq!(c.take(OrderId::new(1, 1)), Some(Some(b"one".to_vec())));
+        assert_eq!((c.map.len(), c.bytes), (0, 0));
+        for o in 0..(PAYLOADS_MAX as i64 + 10) {
+            c.put(2, o, Some(b"x"));
+        }
+        assert_eq!(c.map.len(), PAYLOADS_MAX, "bounded");
     }
 }

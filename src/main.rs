@@ -8,7 +8,7 @@ use pool_worker::{broker, config::Config, dev, run, status, submit, supervise};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "pool_worker", version, about = "A Kafka-native worker pool that runs each work order exactly once.\n\nWithout a subcommand: run one worker (configured by the environment: KAFKA_BROKERS, ORDERS_TOPIC, COORDINATION_TOPIC, INSTANCE_NUMBER; see README.md), complete at most one order, and exit.")]
+#[command(name = "pool_worker", version, about = "A Kafka-native worker pool that runs each work order exactly once.\n\nWithout a subcommand: run one worker (configured by the environment: KAFKA_BROKERS, ORDERS_TOPIC, COORDINATION_TOPIC, INSTANCE_NUMBER; see README.md), complete at most one order (ORDERS_PER_PROCESS orders), and exit.")]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,

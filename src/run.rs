@@ -1,4 +1,5 @@
-//! Worker mode: one process, one incarnation, at most one order, then exit.
+//! Worker mode: one process, one incarnation, at most one order (or
+//! `ORDERS_PER_PROCESS` orders), then exit.
 //!
 //! This is the shell around [`crate::worker::Worker`]. It owns the I/O and
 //! the clock and nothing else: every decision is the machine's. The loop is
@@ -56,11 +57,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     if cfg.allowed_commands.is_none() {
         tracing::warn!("ALLOWED_COMMANDS is not set: orders may run any program");
     }
-    // Never dropped: destroying librdkafka's clients takes hundreds of
-    // milliseconds (closing connections, joining threads), and the process
-    // exits right after this function returns, with every append and result
-    // already acknowledged. The OS reclaims the rest.
-    let kafka = std::mem::ManuallyDrop::new(Kafka::connect(&cfg)?);
+    // Never dropped (leaked, so that the appender task can hold it):
+    // destroying librdkafka's clients takes hundreds of milliseconds
+    // (closing connections, joining threads), and the process exits right
+    // after this function returns, with every append and result already
+    // acknowledged. The OS reclaims the rest.
+    let kafka: &'static Kafka = Box::leak(Box::new(Kafka::connect(&cfg)?));
     if let Err(e) = kafka.open(BROKER_PATIENCE).await {
         let msg = format!("{e:#}");
         if msg.contains("cannot reach") {
@@ -76,6 +78,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         max_attempts: cfg.max_attempts,
         lease_ms: Some(cfg.lease_ms),
         checkpoint_every: Some(crate::checkpoint::DEFAULT_CHECKPOINT_EVERY),
+        orders_per_process: cfg.orders_per_process,
         ..Settings::default()
     };
     let mut ticks = tokio::time::interval(Duration::from_millis((cfg.lease_ms / 3).max(100)));
@@ -94,22 +97,21 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     let mut job_task: Option<tokio::task::JoinHandle<()>> = None;
     let mut prepared: Option<(orders::OrderSpec, JobContext)> = None;
     let mut idle = false;
+    let mut replay = Replay::new();
+    let appender = Appender::start(kafka);
     loop {
         while let Some(action) = todo.pop_front() {
             match action {
-                Action::Append(rec) => {
-                    if rec.event == Event::Completed {
-                        kafka.publish_result(&rec).await;
-                    }
-                    let pos = kafka.append(&rec).await;
-                    log_step(&rec, pos);
-                }
+                Action::Append(rec) => appender.append(rec),
                 Action::FindOrder => {
                     let ends = kafka.order_ends().await;
                     tracing::debug!(instance = me, ?ends, "orders' end offsets");
                     let frontier = w.view.frontier_for(&ends);
                     todo.extend(w.handle(Input::Orders(ends), now_ms()));
-                    if w.phase == Phase::Choose && !idle {
+                    if w.phase != Phase::Choose {
+                        // Claimed: no more wake-ups for orders arriving.
+                        idle = false;
+                    } else if !idle {
                         idle = true;
                         kafka.watch_orders(&frontier)?;
                         tracing::info!(instance = me, "no order waiting; idle");
@@ -142,6 +144,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 }
                 Action::Exit(code) => {
                     stop_job(&mut cancel, &mut job_task).await;
+                    appender.flush(None).await;
                     if code == crate::worker::EXIT_REVOKED {
                         tracing::error!(
                             instance = me,
@@ -158,20 +161,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 }
             }
         }
-        let input = tokio::select! {
-            ev = kafka.next_claim() => match ev {
-                ClaimEvent::Record(pos, rec) => Input::Record(pos, rec),
-                ClaimEvent::Foreign(pos, why) => {
-                    tracing::warn!(instance = me, pos, "skipping a record of the claims topic: {why}");
-                    Input::Foreign(pos)
-                }
-                ClaimEvent::CaughtUp => {
-                    if idle {
-                        todo.push_back(Action::FindOrder);
-                    }
-                    Input::CaughtUp
-                }
-            },
+        let mut input = tokio::select! {
+            ev = kafka.next_claim() => claim_input(ev, me, idle, &mut todo),
             Some(outcome) = job_rx.recv() => {
                 job_task = None;
                 cancel = None;
@@ -186,16 +177,153 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 continue;
             }
             _ = ticks.tick() => Input::Tick,
-            _ = term.recv() => { stop_job(&mut cancel, &mut job_task).await; return Ok(143) }
-            _ = int.recv() => { stop_job(&mut cancel, &mut job_task).await; return Ok(130) }
+            _ = term.recv() => {
+                stop_job(&mut cancel, &mut job_task).await;
+                appender.flush(Some(SIGNAL_FLUSH)).await;
+                return Ok(143);
+            }
+            _ = int.recv() => {
+                stop_job(&mut cancel, &mut job_task).await;
+                appender.flush(Some(SIGNAL_FLUSH)).await;
+                return Ok(130);
+            }
         };
-        if let Input::CaughtUp = input {
-            tracing::debug!(instance = me, end = w.view.end(), "caught up with the claims topic");
+        // Fold the input, then every claims event already received, until
+        // the machine asks for something (a replay goes batch by batch, not
+        // once around the select! per record).
+        loop {
+            if let Input::CaughtUp = input {
+                tracing::debug!(instance = me, end = w.view.end(), "caught up with the claims topic");
+            }
+            match &input {
+                Input::Record(pos, _) | Input::Foreign(pos) => replay.read(*pos),
+                _ => {}
+            }
+            let booting = matches!(w.phase, Phase::Boot { .. });
+            todo.extend(w.handle(input, now_ms()));
+            if booting && !matches!(w.phase, Phase::Boot { .. }) {
+                replay.report(&w);
+            }
+            if w.phase != Phase::Choose {
+                idle = false;
+            }
+            if !todo.is_empty() || w.done().is_some() {
+                break;
+            }
+            match kafka.try_next_claim() {
+                Some(ev) => input = claim_input(ev, me, idle, &mut todo),
+                None => break,
+            }
         }
-        todo.extend(w.handle(input, now_ms()));
-        if w.phase != Phase::Choose {
-            idle = false;
+    }
+}
+
+/// The machine's input for an event of the claims reader. Caught up while
+/// idle: look at the orders again too (a record may have moved the frontier).
+fn claim_input(ev: ClaimEvent, me: u32, idle: bool, todo: &mut VecDeque<Action>) -> Input {
+    match ev {
+        ClaimEvent::Record(pos, rec) => Input::Record(pos, rec),
+        ClaimEvent::Foreign(pos, why) => {
+            tracing::warn!(instance = me, pos, "skipping a record of the claims topic: {why}");
+            Input::Foreign(pos)
         }
+        ClaimEvent::CaughtUp => {
+            if idle {
+                todo.push_back(Action::FindOrder);
+            }
+            Input::CaughtUp
+        }
+    }
+}
+
+/// How long a process stopped by a signal waits for the appends it has in
+/// flight (a process killed outright loses them; the protocol tolerates
+/// both).
+const SIGNAL_FLUSH: Duration = Duration::from_secs(5);
+
+/// Appends the machine's records in order, one at a time, each retried
+/// until acknowledged (and, for a completion, its result published first),
+/// on a task of its own: the worker loop goes on reading the claims topic
+/// meanwhile. The machine acts on its records only once it reads them back
+/// from the log, which usually happens before librdkafka reports the
+/// acknowledgment; waiting for the acknowledgment in the loop cost 1–2 ms
+/// per append, three appends per order (bench/RESULTS.md).
+struct Appender {
+    tx: mpsc::UnboundedSender<crate::record::Record>,
+    sent: std::cell::Cell<u64>,
+    acked: watch::Receiver<u64>,
+}
+
+impl Appender {
+    fn start(kafka: &'static Kafka) -> Appender {
+        let (tx, mut rx) = mpsc::unbounded_channel::<crate::record::Record>();
+        let (acked_tx, acked) = watch::channel(0u64);
+        tokio::spawn(async move {
+            let mut n = 0;
+            while let Some(rec) = rx.recv().await {
+                if rec.event == Event::Completed {
+                    kafka.publish_result(&rec).await;
+                }
+                let pos = kafka.append(&rec).await;
+                log_step(&rec, pos);
+                n += 1;
+                let _ = acked_tx.send(n);
+            }
+        });
+        Appender { tx, sent: std::cell::Cell::new(0), acked }
+    }
+
+    fn append(&self, rec: crate::record::Record) {
+        self.sent.set(self.sent.get() + 1);
+        let _ = self.tx.send(rec);
+    }
+
+    /// Waits until every append so far is acknowledged (at most `limit`).
+    async fn flush(&self, limit: Option<Duration>) {
+        let sent = self.sent.get();
+        let mut acked = self.acked.clone();
+        let all = async move {
+            let _ = acked.wait_for(|&n| n >= sent).await;
+        };
+        match limit {
+            Some(l) => {
+                let _ = tokio::time::timeout(l, all).await;
+            }
+            None => all.await,
+        }
+    }
+}
+
+/// What boot replayed, for one log line when it is over (and for the
+/// benchmark, which checks that the whole history was read).
+struct Replay {
+    started: std::time::Instant,
+    records: u64,
+    first: Option<u64>,
+}
+
+impl Replay {
+    fn new() -> Replay {
+        Replay { started: std::time::Instant::now(), records: 0, first: None }
+    }
+
+    fn read(&mut self, pos: u64) {
+        self.records += 1;
+        self.first.get_or_insert(pos);
+    }
+
+    fn report(&self, w: &Worker) {
+        tracing::info!(
+            instance = w.me,
+            records = self.records,
+            first = self.first.unwrap_or(0),
+            end = w.view.end(),
+            foreign = w.view.foreign,
+            void = w.view.void,
+            completions = w.view.completions,
+            ms = self.started.elapsed().as_millis() as u64,
+            "replayed the claims topic"
+        );
     }
 }
 

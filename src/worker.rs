@@ -15,6 +15,7 @@
 //!  Claim ──own claim read──► Negotiate ──decide: commit/yield──► Decide
 //!  Decide ──own decision read── committed ─► Run ─ job done ─► Complete ──own completion read──► Exit(0)
 //!                            └─ yielded ──► Choose
+//!  (below ORDERS_PER_PROCESS completions, own completion read ──► Choose)
 //! ```
 //!
 //! The machine acts on a record only once it has *read it back* from the
@@ -123,11 +124,16 @@ pub struct Settings {
     /// Write a checkpoint at boot when the newest one read covers less than
     /// the log minus this many positions (src/checkpoint.rs). `None`: never.
     pub checkpoint_every: Option<u64>,
+    /// Orders one incarnation completes before it exits (`ORDERS_PER_PROCESS`;
+    /// 1, seed 002's "exit after each order", by default). After reading back
+    /// its own `completed`, an incarnation below the limit chooses the next
+    /// order, exactly as it does after reading back a `yielded`.
+    pub orders_per_process: u32,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { max_attempts: DEFAULT_MAX_ATTEMPTS, flaw: None, lease_ms: None, checkpoint_every: None }
+        Settings { max_attempts: DEFAULT_MAX_ATTEMPTS, flaw: None, lease_ms: None, checkpoint_every: None, orders_per_process: 1 }
     }
 }
 
@@ -164,6 +170,8 @@ pub struct Worker {
     renewed: u64,
     /// Revocations we appended: (instance, position of the hold's record).
     revoking: std::collections::BTreeSet<(u32, u64)>,
+    /// Orders this incarnation has completed (read back).
+    completed: u32,
 }
 
 impl Worker {
@@ -181,6 +189,7 @@ impl Worker {
             now,
             renewed: now,
             revoking: Default::default(),
+            completed: 0,
         };
         let booted = w.record(Event::Booted, None);
         (w, vec![Action::Append(booted)])
@@ -425,7 +434,16 @@ impl Worker {
                 self.phase = Phase::Run { order, attempt };
                 vec![Action::Run { order, attempt, retry: true }]
             }
-            Phase::Complete { seq, .. } if self.is_ours(&rec, seq) => self.finish(0),
+            Phase::Complete { seq, .. } if self.is_ours(&rec, seq) => {
+                self.completed += 1;
+                // Below ORDERS_PER_PROCESS: our completion closed our hold
+                // (it applied), so choose the next order as after a yield.
+                if applied && self.completed < self.settings.orders_per_process.max(1) {
+                    self.phase = Phase::Choose;
+                    return vec![Action::FindOrder];
+                }
+                self.finish(0)
+            }
             _ => Vec::new(),
         }
     }
@@ -674,6 +692,48 @@ mod tests {
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
         log.append(&a);
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(0)]);
+    }
+
+    #[test]
+    fn below_orders_per_process_a_completion_leads_to_the_next_order() {
+        let mut log = Log(Vec::new());
+        let settings = Settings { orders_per_process: 2, ..Settings::default() };
+        let (mut w, a) = Worker::start(1, "i1".into(), settings, 0);
+        log.append(&a);
+        let mut cur = 0;
+        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::FindOrder]);
+        for offset in 0..2 {
+            let order = OrderId::new(0, offset);
+            let a = w.handle(Input::Orders(BTreeMap::from([(0, 3)])), 0);
+            assert!(matches!(&a[..], [Action::Append(r)]
+                if r.event == Event::Claimed && r.order() == Some(order) && r.attempt == 1), "{a:?}");
+            log.append(&a);
+            let a = log.feed(&mut w, &mut cur);
+            assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 1), "{a:?}");
+            log.append(&a);
+            assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Run { order, attempt: 1, retry: false }]);
+            let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
+            log.append(&a);
+            let a = log.feed(&mut w, &mut cur);
+            if offset == 0 {
+                // The first completion is read back: no exit, the hold is
+                // closed, and the machine chooses again (as after a yield).
+                assert_eq!(a, vec![Action::FindOrder]);
+                assert_eq!(w.phase, Phase::Choose);
+                assert!(w.view.hold(1).is_none());
+                assert!(w.handle(Input::Tick, 0).is_empty(), "nothing held, nothing to renew");
+            } else {
+                assert_eq!(a, vec![Action::Exit(0)], "the second completion is the last");
+            }
+        }
+        // One incarnation, one booted, records numbered 1..=7 in order, each
+        // order claimed, committed and completed once.
+        assert_eq!(log.0.iter().filter(|r| r.event == Event::Booted).count(), 1);
+        assert_eq!(log.0.iter().map(|r| r.seq).collect::<Vec<_>>(), (1..=7).collect::<Vec<_>>());
+        for o in 0..2 {
+            let n = |ev| log.0.iter().filter(|r| r.event == ev && r.order() == Some(OrderId::new(0, o))).count();
+            assert_eq!((n(Event::Claimed), n(Event::Committed), n(Event::Completed)), (1, 1, 1));
+        }
     }
 
     #[test]

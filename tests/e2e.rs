@@ -81,14 +81,65 @@ fn exactly_once_200_orders_4_instances() {
 }
 
 #[test]
+fn orders_per_process_5_completes_each_order_once_with_fewer_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker(2);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let payloads = vec![ledger_order(&ledger); 20];
+    // Some orders wait before the pool starts (instances race for them),
+    // the others arrive while it runs.
+    let mut orders = produce_orders(broker.bootstrap(), &topic, &payloads[..10], Some(0));
+    let sup = pool(&broker, "3", &[("ORDERS_PER_PROCESS", "5")]);
+    sup.expect("3 instances started", |s| (1..=3).all(|i| s.starts(i) >= 1), T);
+    orders.extend(produce_orders(broker.bootstrap(), &topic, &payloads[10..15], Some(0)));
+    orders.extend(produce_orders(broker.bootstrap(), &topic, &payloads[15..], Some(1)));
+    assert_eq!(orders.len(), 20);
+
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, LONG);
+    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    for (id, t) in &audit.orders {
+        let (pos, done) = &t.completions[0];
+        let (cpos, ci) = t.effective_commits[0];
+        assert!(cpos < *pos && ci == done.instance, "{id}: {}", audit.show((id.partition, id.offset)));
+        assert_eq!(done.outcome.as_ref().map(|o| o.status), Some(Status::Ok), "{id}");
+    }
+    assert_ledger_once(&ledger, &orders, &audit);
+    // Incarnations (processes) that completed orders: each completed at
+    // most 5, and together there are fewer of them than orders.
+    let recs = decoded_claims(broker.bootstrap(), &claims);
+    let mut per_incarnation: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, r) in &recs {
+        if r.event == Event::Completed && r.by.is_none() {
+            *per_incarnation.entry(r.incarnation.clone()).or_default() += 1;
+        }
+    }
+    assert!(per_incarnation.values().all(|&n| n <= 5), "an incarnation completed more than 5 orders: {per_incarnation:?}");
+    assert!(
+        per_incarnation.len() < orders.len(),
+        "{} processes completed the {} orders: none completed more than one",
+        per_incarnation.len(),
+        orders.len()
+    );
+    let s = sup.snapshot();
+    assert!(s.exits.iter().all(|e| e.code == Some(0)), "a worker exited abnormally: {:?}", s.exits);
+    assert!(s.total_starts() < orders.len() as u64, "{} starts for {} orders", s.total_starts(), orders.len());
+    eprintln!("orders_per_process=5: 20 orders, {} starts, completions per process {per_incarnation:?}", s.total_starts());
+}
+
+#[test]
 fn race_8_instances_few_orders() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
     let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
-    // The orders wait before any instance starts: all 8 race for each.
+    // The orders wait before any instance starts: all 8 race for each. A
+    // long fetch wait (the mock broker holds an empty fetch for all of it)
+    // makes each read-back slow, so that instances claim an order before
+    // they read each other's claims: with the default 2 ms the race is
+    // often over before a second instance claims.
     let orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 5], Some(0));
-    let sup = pool(&broker, "8", &[]);
+    let sup = pool(&broker, "8", &[("KAFKA_FETCH_WAIT_MAX_MS", "50")]);
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
     audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
     assert_ledger_once(&ledger, &orders, &audit);
