@@ -38,6 +38,8 @@
 //! the default pool, without the variable), BENCH_RESTART_DELAY_MS (default 0), BENCH_CASE_SECS (default 120),
 //! BENCH_OUT (default bench/RESULTS.md; `-` for none), BENCH_PERF (a
 //! directory: run each history boot under `perf record --call-graph dwarf` into it),
+//! BENCH_CHECKPOINTS (0: a history pre-fill without checkpoints, so that
+//! boot replays all of it; default 1, checkpoints as the pool leaves them),
 //! BENCH_PREFILL_COMPRESSION (compression of the history pre-fill, default
 //! `lz4`: the mock broker keeps only 5 MB per partition, see history_case).
 
@@ -486,6 +488,9 @@ struct Bench {
     perf_dir: Option<String>,
     /// BENCH_PREFILL_COMPRESSION: the history pre-fill's compression.type.
     prefill_compression: String,
+    /// The history pre-fill carries checkpoints, as the pool leaves them
+    /// (BENCH_CHECKPOINTS, default 1).
+    checkpoints: bool,
 }
 
 impl Bench {
@@ -778,7 +783,8 @@ impl Bench {
                 producer.poll(Duration::ZERO);
             }
         }
-        let history = history_records(k, now_ms() as u64);
+        let history = history_records(k, now_ms() as u64, self.checkpoints);
+        let total = history.len();
         let bytes: usize = history.iter().map(|(k, v)| k.len() + v.len()).sum();
         for (i, (key, value)) in history.iter().enumerate() {
             produce(&claims, Some(key), value);
@@ -795,7 +801,7 @@ impl Bench {
         // records in this process (best of 3).
         res.in_process_ms = (0..3).map(|_| replay_in_process(&history)).fold(f64::MAX, f64::min);
         drop(history);
-        res.record_bytes = bytes as f64 / (4 * k).max(1) as f64;
+        res.record_bytes = bytes as f64 / total.max(1) as f64;
         let meta: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.broker.bootstrap)
             .set("group.id", format!("{claims}-meta"))
@@ -808,8 +814,8 @@ impl Bench {
             "history K={k}: pre-filled in {:.1} s, {:.0} bytes per record (key + value), claims log {low}..{high}",
             res.prefill_secs, res.record_bytes
         ));
-        if low > 0 || high != 4 * k as i64 {
-            res.incomplete = Some(format!("the broker kept only records {low}..{high} of {}", 4 * k));
+        if low > 0 || high != total as i64 {
+            res.incomplete = Some(format!("the broker kept only records {low}..{high} of {total}"));
         }
         let mut sender = Sender::new(&self.broker.bootstrap);
         for run in 0..runs {
@@ -887,7 +893,9 @@ impl Bench {
                 ms: field("ms"),
             };
             progress(format!("history K={k} run {run}: worker replayed {replay:?}"));
-            if replay.records.is_some_and(|n| n < 4 * k as u64) || replay.foreign.is_some_and(|n| n > 0) || replay.void.is_some_and(|n| n > 0) {
+            // With checkpoints the worker replays only the tail after one.
+            let short = !self.checkpoints && replay.records.is_some_and(|n| n < 4 * k as u64);
+            if short || replay.foreign.is_some_and(|n| n > 0) || replay.void.is_some_and(|n| n > 0) {
                 res.incomplete.get_or_insert(format!("run {run}: the worker replayed {replay:?}, not the {} records of the history", 4 * k));
             }
             if !exited {
@@ -914,9 +922,24 @@ impl Bench {
 /// process per order, a fresh incarnation (pid-like, as run.rs makes them)
 /// on one of 100 instance numbers, booted/claimed/committed/completed, every
 /// record carrying the writer's frontier. (key, value) each.
-fn history_records(k: usize, ts: u64) -> Vec<(String, Vec<u8>)> {
+/// K completed orders as the pool writes them; with `checkpoints`, also a
+/// checkpoint every `DEFAULT_CHECKPOINT_EVERY` positions (written by
+/// instance 999, its snapshot the View of the history before it), as the
+/// pool's booting processes leave them.
+fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>)> {
+    use pool_worker::checkpoint::DEFAULT_CHECKPOINT_EVERY;
     let mut out = Vec::with_capacity(4 * k);
+    let mut view = pool_worker::boot::View::new();
+    let mut cp_seq = 0;
     for i in 0..k {
+        if checkpoints && out.len() as u64 >= view.checkpoint() + DEFAULT_CHECKPOINT_EVERY {
+            cp_seq += 1;
+            let mut r = Record::new(999, Event::Checkpoint, "bench-checkpoints", ts + i as u64);
+            r.seq = cp_seq;
+            r.snapshot = Some(Box::new(view.snapshot()));
+            let _ = view.apply(out.len() as u64, &r);
+            out.push((r.key(), r.encode()));
+        }
         let inst = 1000 + (i % 100) as u32;
         let inc = format!("{:x}-{:08x}", 100_000 + i, (i as u32).wrapping_mul(2_654_435_761));
         let order = OrderId::new(0, i as i64);
@@ -938,6 +961,9 @@ fn history_records(k: usize, ts: u64) -> Vec<(String, Vec<u8>)> {
         d.next = c.next.clone();
         d.outcome = Some(Outcome { status: Status::Ok, exit_code: Some(0), duration_ms: 1, reason: None, stdout_tail: String::new(), stderr_tail: String::new() });
         for r in [b, c, cm, d] {
+            if checkpoints {
+                let _ = view.apply(out.len() as u64, &r);
+            }
             out.push((r.key(), r.encode()));
         }
     }
@@ -955,7 +981,8 @@ fn replay_in_process(history: &[(String, Vec<u8>)]) -> f64 {
         view.apply(pos as u64, &rec).expect("the pre-fill's records are all applied");
     }
     let ms = t.elapsed().as_secs_f64() * 1000.0;
-    assert_eq!(view.completions as usize, history.len() / 4);
+    let checkpoints = history.iter().filter(|(k, _)| k.ends_with(":checkpoint")).count();
+    assert_eq!(view.completions as usize, (history.len() - checkpoints) / 4);
     ms
 }
 
@@ -1017,7 +1044,8 @@ fn main() {
     progress(format!("broker at {}", broker.bootstrap));
     let perf_dir = std::env::var("BENCH_PERF").ok().filter(|s| !s.is_empty());
     let prefill_compression = env_or("BENCH_PREFILL_COMPRESSION", "lz4");
-    let mut bench = Bench { broker, run: run.clone(), restart_delay_ms, case_secs, seq, perf_dir, prefill_compression };
+    let checkpoints = env_or("BENCH_CHECKPOINTS", "1") != "0";
+    let mut bench = Bench { broker, run: run.clone(), restart_delay_ms, case_secs, seq, perf_dir, prefill_compression, checkpoints };
     // A broker that died (it has happened: see the notes) is replaced before
     // the next case; the case it died in is reported incomplete.
     let mut broker_notes: Vec<String> = Vec::new();
