@@ -147,7 +147,7 @@
 //! | 3 × 1, ≤1 crash | — | over 11.3 million at 400 s, not finished |
 //! | 2 × 2, ≤1 crash | — | over 2.4 million at 90 s, not finished |
 //! | 2 × 3, no crash | — | over 2.9 million at 150 s, not finished |
-//! | 3 × 2, no crash, no compaction, no liveness | 1.2 million at 67 s (depth 23 of ~40) | over 15.7 million at 240 s, not finished |
+//! | 3 × 2, no crash | over 1.0 million at 64 s, not finished | over 15.7 million at 240 s (without compaction or liveness), not finished |
 //! | 3 × 3 | not finished in 300 s | not finished |
 //!
 //! **3 instances × 3 orders is still out of reach**, and 4 × 4 further.
@@ -162,8 +162,8 @@
 //!
 //! CI: `cargo test --test model -- --nocapture` runs 2 × 1 with ≤1 crash,
 //! 2 × 2 and 3 × 1, all with compaction (about 5 s), the flaw checks, and
-//! the lease checks (bounded, ~12 s); the whole file takes ~25 s. Larger, opt-in (does not finish on a
-//! 2-core machine for 3 × 2 and up): `POOL_MODEL_INSTANCES=3
+//! the lease checks (bounded, ~12 s); the whole file takes ~25 s. Larger,
+//! opt-in (does not finish on a 2-core machine for 3 × 2 and up): `POOL_MODEL_INSTANCES=3
 //! POOL_MODEL_ORDERS=3 POOL_MODEL_CRASHES=1 POOL_MODEL_DUPS=1 cargo test
 //! --release --test model protocol_holds_large -- --ignored --nocapture`
 //! (defaults 4 × 4, ≤2 crashes, ≤1 duplicate; also
