@@ -1,6 +1,7 @@
 //! Exhaustive model check of the claim protocol, with stateright.
 //!
-//! Every interleaving of a small pool is explored breadth-first: N orders in
+//! Every interleaving of a small pool is explored (up to the reductions
+//! below, each argued sound): N orders in
 //! one partition, all present from the start; a few instances whose
 //! processes are the real [`pool_worker::worker::Worker`] machine (the
 //! binary drives the same code against Kafka); a claims log that they append
@@ -64,22 +65,126 @@
 //! a bound, not exhaustively (see the test). `revocation_without_seen_is_caught`
 //! shows that the last property bites.
 //!
-//! CI: `cargo test --test model -- --nocapture`. Measured on 2 cores
-//! (test profile, opt-level 2): 2 instances × 1 order with ≤1 crash and
-//! compaction, 802,749 states in ~38 s; 2 instances × 2 orders with
-//! compaction, no crash, 460,425 states in ~27 s. 3 instances × 2 or 3
-//! orders did not finish within 200–300 s even without crashes or
-//! duplicates: the interleavings of reads during negotiation, deliveries
-//! and compaction points multiply too fast, so CI runs the two small
-//! configurations plus the flaw checks, and the large ones are opt-in:
-//! `POOL_MODEL_INSTANCES=3 POOL_MODEL_ORDERS=3 POOL_MODEL_CRASHES=2
-//! POOL_MODEL_DUPS=1 cargo test --release --test model -- --ignored
-//! --nocapture` (defaults 4 × 4, ≤2 crashes, ≤1 duplicate; also
-//! `POOL_MODEL_COMPACTION=0`).
+//! ## Reductions (and why no behaviour is lost)
+//!
+//! The world's own steps (`Pool::lazy`, still used for leases) interleave
+//! every read of every process with everything else. The full checks use
+//! a reduced state graph (`Pool::new`). Each reduction is an argument that
+//! every execution of the world is *equivalent* to one the reduced graph
+//! explores: the same steps of each process, the same records landing in
+//! the same log order, reordered only where two steps commute (the same
+//! state in either order).
+//!
+//! 1. **Readers never lag** (`eager`): after every step, every live process
+//!    reads the log to its end. A read changes only its reader, and a
+//!    record's position and content are fixed once it landed (appends go
+//!    at the end; compaction never erases at or above a live reader's
+//!    cursor). So, in any execution, a process's non-read step (Answer,
+//!    CaughtUp, JobDone, its crash) taken while records it has not read
+//!    had landed can be moved before those landings (it commutes with the
+//!    other processes' steps, and with its own deliveries: it appends to the
+//!    back of its queue, a delivery takes the front); then every read can
+//!    be moved up to just after its record landed, since it commutes with
+//!    everything of the other processes — except compaction, whose horizon
+//!    contains the reader's cursor. A lagging cursor can only *lower* the
+//!    horizon, so what such a compaction erases is a prefix of what the
+//!    eager horizon allows at that moment: compaction here may clean any
+//!    prefix (`Step::CompactBelow`, which is also how Kafka's log cleaner
+//!    works: it cleans the log up to a point). One thing differs: a reader
+//!    that reads a record making it act (a decision) produces its append
+//!    at once, and if it then crashes the append is an orphan that the
+//!    lazy execution (crash before the read) did not have. An orphan may
+//!    never land, so every safety violation is still reached; for liveness
+//!    every subset of the orphans is judged (`Pool::variants`). A new
+//!    process reads the whole log at its start; with lazy reads it sees the
+//!    same, since nothing it has not read can be erased while it lives.
+//! 2. **A boot that holds nothing resumes at once** (`force_resume`): once
+//!    a process has read its own `booted`, its instance's hold cannot change
+//!    (later records of older incarnations are fenced), and with no hold
+//!    CaughtUp only asks for orders — the same whenever it happens, and it
+//!    appends nothing, so a crash before or after it leaves the same state.
+//! 3. **Floating steps only where they can differ** (`canonical`): Answer,
+//!    JobDone, Start, Crash and Compact each depend on a small part of the
+//!    state (their *key*) and commute with every step that does not change
+//!    it, so in any execution each can be moved back to just after its key
+//!    last changed (or it became enabled). The reduced graph offers such a
+//!    step only then (the bits of `S::fresh`), and keeps it on offer across
+//!    other floating steps (which all commute with it, or change its key).
+//!    Keys: Answer and JobDone read only the process's frontier (the claim's
+//!    order and every record's `next`; the `DecideWithoutReading` flaw also
+//!    reads the contest, and is caught anyway); a Start depends on what is
+//!    erased and on the orphans (a start drops its instance's orphaned
+//!    `booted`); a crash on the process's phase, pending appends, question
+//!    and job (its view dies with it); a compaction on what is erasable, and
+//!    it does not commute with a Start (the new process reads the log), so
+//!    a Start renews the offer to compact, and a compaction the offer to
+//!    start.
+//!
+//! Liveness is judged on every state of the reduced graph (with its orphan
+//! variants); a world state it does not contain (a reader lagging) reaches
+//! one it judges by that reader's reads alone, which the fair schedule
+//! takes first anyway. The lease checks keep the world's own steps
+//! (`Pool::lazy`): there Tick and the clock jumps depend on how far each
+//! process has read, which the arguments above do not cover.
+//!
+//! 4. **Depth-first** for the full checks: the breadth-first queue of
+//!    3-instance worlds does not fit in memory; counter-examples of the
+//!    flaw checks are still searched breadth-first (shortest).
+//!
+//! Each `worker::Flaw` is still caught, with 2 and with 3 instances
+//! (`flaws_are_caught_with_three_instances`).
+//!
+//! ## Figures
+//!
+//! Measured on 2 shared cores, test profile (opt-level 2), states = unique
+//! states; before = the world's own steps, breadth-first (commit 8c75703):
+//!
+//! | configuration (compaction on) | before | after |
+//! | --- | --- | --- |
+//! | 2 instances × 1 order, ≤1 crash | 802,749 in 37.6 s | 67,525 in 1.4 s |
+//! | 2 × 2, no crash | 460,425 in 17.7 s | 52,354 in 1.6 s |
+//! | 3 × 1, no crash | not measured | 104,118 in 2.1 s |
+//! | 3 × 1, ≤1 crash | — | over 11.3 million at 400 s, not finished |
+//! | 2 × 2, ≤1 crash | — | over 2.4 million at 90 s, not finished |
+//! | 2 × 3, no crash | — | over 2.9 million at 150 s, not finished |
+//! | 3 × 2, no crash | over 1.0 million at 64 s, not finished | over 15.7 million at 240 s (without compaction or liveness), not finished |
+//! | 3 × 3 | not finished in 300 s | not finished |
+//!
+//! **3 instances × 3 orders is still out of reach**, and 4 × 4 further.
+//! With the reductions above the reduced graph is nearly a tree (unique ≈
+//! generated states): what remains is the order in which the processes'
+//! records land, and two orders almost never meet again, because every
+//! record carries its writer's frontier and every view stores positions.
+//! Going further needs commuting *deliveries* of unrelated records (sleep
+//! sets up to a renaming of positions), which requires a position-free
+//! digest of `boot::View` and an argument that the compaction horizon does
+//! not tell the two orders apart; not done.
+//!
+//! Checkpoints (`protocol_holds_with_checkpoints`): every boot that finds
+//! the newest checkpoint 2 or more positions behind writes one, and every
+//! process starts from the newest checkpoint the compacted log still holds:
+//! 2 × 1 with ≤1 crash, 1,405,299 states; 2 × 2, 665,939 (3 × 1: 3,396,444,
+//! not in CI). Leases (`protocol_holds_with_leases`) run with compaction
+//! from each undecided claim on, takeovers landing in two appends, and late
+//! appends.
+//!
+//! CI: `cargo test --test model -- --nocapture` runs 2 × 1 with ≤1 crash,
+//! 2 × 2 and 3 × 1, all with compaction (about 5 s), the same two small
+//! ones with checkpoints (~70 s), the flaw checks, and the lease checks
+//! (bounded, ~25 s). Larger,
+//! opt-in (does not finish on a 2-core machine for 3 × 2 and up): `POOL_MODEL_INSTANCES=3
+//! POOL_MODEL_ORDERS=3 POOL_MODEL_CRASHES=1 POOL_MODEL_DUPS=1 cargo test
+//! --release --test model protocol_holds_large -- --ignored --nocapture`
+//! (defaults 4 × 4, ≤2 crashes, ≤1 duplicate; also
+//! `POOL_MODEL_COMPACTION=0`). To measure a configuration for a while
+//! without finishing it: `POOL_MODEL_SECS=60 cargo test --test model
+//! explore -- --ignored --nocapture` (same variables; `POOL_MODEL_EAGER=0`,
+//! `POOL_MODEL_CANON=0`, `POOL_MODEL_PREFIXES=0` turn reductions off,
+//! `POOL_MODEL_DFS=0` searches breadth-first).
 
 mod world;
 
-use pool_worker::worker::Flaw;
+use pool_worker::worker::{Flaw, Phase};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -94,6 +199,19 @@ const LIVENESS: &str = "every order is completed by the fair crash-free schedule
 
 struct Pool {
     cfg: Config,
+    /// Readers never lag: after every step, every live process reads the
+    /// log to its end (see the module doc, "Reductions"). False: the
+    /// world's own steps, reads included (the lease checks).
+    eager: bool,
+    /// With `eager`: compaction may clean any prefix of what the horizon
+    /// allows (`Step::CompactBelow`), not only all of it.
+    prefixes: bool,
+    /// With `eager`: a boot that holds nothing resumes as soon as it has
+    /// read its own `booted` (module doc, "Reductions", 2).
+    force_resume: bool,
+    /// With `eager`: floating steps only where they can make a difference
+    /// (see the module doc, "Reductions").
+    canonical: bool,
     /// Fingerprints of states whose fair run completes.
     live: Mutex<HashSet<u64>>,
 }
@@ -106,7 +224,56 @@ fn fp(w: &World) -> u64 {
 
 impl Pool {
     fn new(cfg: Config) -> Self {
-        Pool { cfg, live: Mutex::new(HashSet::new()) }
+        Pool { cfg, eager: true, prefixes: true, force_resume: true, canonical: true, live: Mutex::new(HashSet::new()) }
+    }
+
+    fn lazy(cfg: Config) -> Self {
+        Pool { eager: false, canonical: false, ..Pool::new(cfg) }
+    }
+
+    /// Every live process reads to the end of the log (eager mode); the
+    /// reads are pushed on `taken`.
+    fn catch_up(&self, w: &mut World, taken: &mut Vec<Step>) {
+        if !self.eager {
+            return;
+        }
+        loop {
+            let mut moved = false;
+            for i in 1..=self.cfg.instances {
+                loop {
+                    let inst = &w.insts[i as usize - 1];
+                    if inst.worker.is_none() || w.next_present(inst.cursor).is_none() {
+                        break;
+                    }
+                    w.step(&self.cfg, &Step::Read(i));
+                    taken.push(Step::Read(i));
+                }
+                let resume = w.insts[i as usize - 1].worker.as_ref().is_some_and(|p| {
+                    self.force_resume && p.phase == (Phase::Boot { seen: true }) && p.view.hold(i).is_none()
+                });
+                if resume {
+                    w.step(&self.cfg, &Step::CaughtUp(i));
+                    taken.push(Step::CaughtUp(i));
+                    moved = true;
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    /// The world's steps a run of the model's actions takes (the reads of
+    /// eager mode included), for the printed counter-examples.
+    fn expand(&self, actions: &[Step]) -> Vec<Step> {
+        let mut w = World::new(&self.cfg);
+        let mut taken = Vec::new();
+        for a in actions {
+            w.step(&self.cfg, a);
+            taken.push(a.clone());
+            self.catch_up(&mut w, &mut taken);
+        }
+        taken
     }
 
     fn is_live(&self, s: &World) -> bool {
@@ -131,47 +298,186 @@ impl Pool {
         }
         false
     }
+
+    /// The states whose liveness `s` stands for: in eager mode, a process
+    /// that crashed may have had appends pending that it produced only
+    /// because it read early; with lazy reads it might have died before
+    /// producing them. So every subset of the orphans is judged (an orphan
+    /// may also simply be lost).
+    fn variants(&self, s: &World) -> Vec<World> {
+        if !self.eager || s.orphans.is_empty() {
+            return vec![s.clone()];
+        }
+        let n = s.orphans.len().min(12);
+        (0..1u32 << n)
+            .rev()
+            .map(|mask| {
+                let mut w = s.clone();
+                w.orphans = s.orphans.iter().enumerate().filter(|(k, _)| mask >> k & 1 == 1).map(|(_, r)| r.clone()).collect();
+                w
+            })
+            .collect()
+    }
+
+    /// A state `s` stands for whose fair run does not complete.
+    fn not_live(&self, s: &World) -> Option<World> {
+        self.variants(s).into_iter().find(|w| !self.is_live(w))
+    }
+}
+
+/// A state of the model: the world, and which floating steps may be taken
+/// now (see the module doc, "Reductions").
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct S {
+    w: World,
+    /// Bit `i - 1`: instance i may Answer or finish its job (JobDone) now;
+    /// bit `8 + i - 1`: dead instance i may Start now; bit `16 + i - 1`:
+    /// instance i may crash now; bit 24: Compact.
+    fresh: u32,
+}
+
+const COMPACT_BIT: u32 = 1 << 24;
+
+fn crash_bit(i: u32) -> u32 {
+    1 << (16 + i - 1)
+}
+
+fn start_bit(i: u32) -> u32 {
+    1 << (8 + i - 1)
+}
+
+fn local_bit(i: u32) -> u32 {
+    1 << (i - 1)
+}
+
+impl Pool {
+    /// The floating steps enabled in `w`, with their bits, and what their
+    /// outcome depends on: (bit, key). A floating step becomes fresh when it
+    /// becomes enabled or its key changes.
+    fn floating(&self, w: &World) -> Vec<(u32, String)> {
+        let mut out = Vec::new();
+        for i in 1..=self.cfg.instances {
+            let inst = &w.insts[i as usize - 1];
+            match &inst.worker {
+                None => out.push((start_bit(i), String::new())),
+                Some(p) => {
+                    if w.crashes < self.cfg.max_crashes {
+                        // What a crash of the process leaves behind (its
+                        // view dies with it).
+                        out.push((crash_bit(i), format!("{} {:?} {:?} {} {:?}", p.incarnation, p.phase, inst.pending, inst.asked, inst.running)));
+                    }
+                    let kind = if inst.asked {
+                        "answer"
+                    } else if inst.running.is_some() {
+                        "job"
+                    } else {
+                        continue;
+                    };
+                    out.push((local_bit(i), format!("{} {kind} {:?}", p.incarnation, p.view.frontier())));
+                }
+            }
+        }
+        if self.cfg.compaction {
+            let e = w.erasable(&self.cfg);
+            if !e.is_empty() {
+                out.push((COMPACT_BIT, format!("{e:?}")));
+            }
+        }
+        out
+    }
+
+    fn is_floating(&self, a: &Step) -> bool {
+        self.canonical
+            && matches!(a, Step::Answer(_) | Step::JobDone(_) | Step::Start(_) | Step::Crash(_) | Step::Compact | Step::CompactBelow(_))
+    }
+
+    fn bit_of(a: &Step) -> u32 {
+        match *a {
+            Step::Answer(i) | Step::JobDone(i) => local_bit(i),
+            Step::Start(i) => start_bit(i),
+            Step::Crash(i) => crash_bit(i),
+            Step::Compact | Step::CompactBelow(_) => COMPACT_BIT,
+            _ => 0,
+        }
+    }
 }
 
 impl Model for Pool {
-    type State = World;
+    type State = S;
     type Action = Step;
 
-    fn init_states(&self) -> Vec<World> {
-        vec![World::new(&self.cfg)]
+    fn init_states(&self) -> Vec<S> {
+        let w = World::new(&self.cfg);
+        let fresh = self.floating(&w).iter().fold(0, |f, (b, _)| f | b);
+        vec![S { w, fresh }]
     }
 
-    fn actions(&self, s: &World, out: &mut Vec<Step>) {
-        if s.violation.is_none() {
-            s.steps(&self.cfg, out);
+    fn actions(&self, s: &S, out: &mut Vec<Step>) {
+        let s_w = &s.w;
+        if s_w.violation.is_some() {
+            return;
         }
+        if !self.eager {
+            return s_w.steps(&self.cfg, out);
+        }
+        let mut all = Vec::new();
+        s_w.steps(&self.cfg, &mut all);
+        all.retain(|a| !matches!(a, Step::Read(_) | Step::Compact));
+        if self.cfg.compaction {
+            let erasable = s_w.erasable(&self.cfg);
+            if self.prefixes {
+                all.extend(erasable.iter().map(|&p| Step::CompactBelow(p + 1)));
+            } else if !erasable.is_empty() {
+                all.push(Step::Compact);
+            }
+        }
+        out.extend(all.into_iter().filter(|a| !self.is_floating(a) || s.fresh & Self::bit_of(a) != 0));
     }
 
-    fn next_state(&self, s: &World, a: Step) -> Option<World> {
-        let mut w = s.clone();
+    fn next_state(&self, s: &S, a: Step) -> Option<S> {
+        let mut w = s.w.clone();
         w.step(&self.cfg, &a);
-        Some(w)
+        self.catch_up(&mut w, &mut Vec::new());
+        let mut fresh = 0;
+        if self.canonical {
+            let before = self.floating(&s.w);
+            let orphans_changed = w.orphans != s.w.orphans;
+            let erased_changed = matches!(a, Step::Compact | Step::CompactBelow(_));
+            let started = matches!(a, Step::Start(_));
+            for (bit, key) in self.floating(&w) {
+                let event = !before.contains(&(bit, key))
+                    || (bit >= start_bit(1) && bit < crash_bit(1) && (erased_changed || orphans_changed))
+                    || (bit == COMPACT_BIT && started);
+                let kept = s.fresh & bit != 0 && self.is_floating(&a) && Self::bit_of(&a) != bit;
+                if event || kept {
+                    fresh |= bit;
+                }
+            }
+        }
+        Some(S { w, fresh })
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always(RUN_BY_TWO, |_, s: &World| s.violation.as_ref().is_none_or(|v| v.0 != RUN_BY_TWO)),
-            Property::always(RUN_TWICE, |_, s: &World| s.violation.as_ref().is_none_or(|v| v.0 != RUN_TWICE)),
-            Property::always(COMPLETED_TWICE, |_, s: &World| {
-                s.violation.as_ref().is_none_or(|v| v.0 != COMPLETED_TWICE)
+            Property::always(RUN_BY_TWO, |_, s: &S| s.w.violation.as_ref().is_none_or(|v| v.0 != RUN_BY_TWO)),
+            Property::always(RUN_TWICE, |_, s: &S| s.w.violation.as_ref().is_none_or(|v| v.0 != RUN_TWICE)),
+            Property::always(COMPLETED_TWICE, |_, s: &S| {
+                s.w.violation.as_ref().is_none_or(|v| v.0 != COMPLETED_TWICE)
             }),
-            Property::always(COMPLETED_UNCOMMITTED, |_, s: &World| {
-                s.violation.as_ref().is_none_or(|v| v.0 != COMPLETED_UNCOMMITTED)
+            Property::always(COMPLETED_UNCOMMITTED, |_, s: &S| {
+                s.w.violation.as_ref().is_none_or(|v| v.0 != COMPLETED_UNCOMMITTED)
             }),
-            Property::always(SKIPPED, |_, s: &World| s.violation.as_ref().is_none_or(|v| v.0 != SKIPPED)),
-            Property::always(RUN_AFTER_REVOKED, |_, s: &World| {
-                s.violation.as_ref().is_none_or(|v| v.0 != RUN_AFTER_REVOKED)
+            Property::always(SKIPPED, |_, s: &S| s.w.violation.as_ref().is_none_or(|v| v.0 != SKIPPED)),
+            Property::always(RUN_AFTER_REVOKED, |_, s: &S| {
+                s.w.violation.as_ref().is_none_or(|v| v.0 != RUN_AFTER_REVOKED)
             }),
-            Property::always(TWO_HOLDS, |_, s: &World| s.violation.as_ref().is_none_or(|v| v.0 != TWO_HOLDS)),
-            Property::always(LEASE_RESPECTED, |_, s: &World| {
-                s.violation.as_ref().is_none_or(|v| v.0 != LEASE_RESPECTED)
+            Property::always(TWO_HOLDS, |_, s: &S| s.w.violation.as_ref().is_none_or(|v| v.0 != TWO_HOLDS)),
+            Property::always(LEASE_RESPECTED, |_, s: &S| {
+                s.w.violation.as_ref().is_none_or(|v| v.0 != LEASE_RESPECTED)
             }),
-            Property::always(LIVENESS, |m: &Pool, s: &World| s.violation.is_some() || m.is_live(s)),
+            Property::always(LIVENESS, |m: &Pool, s: &S| {
+                s.w.violation.is_some() || m.not_live(&s.w).is_none()
+            }),
         ]
     }
 }
@@ -211,25 +517,41 @@ struct Found {
 
 /// `target`: stop after about this many states generated (breadth-first,
 /// so every execution up to some length is covered).
-fn check_upto(cfg: Config, stop_at: Option<&[&'static str]>, target: Option<usize>) -> Found {
+fn check_upto(pool: Pool, stop_at: Option<&[&'static str]>, target: Option<usize>) -> Found {
     let t = Instant::now();
-    let model = Pool::new(cfg.clone());
-    let mut b = model.checker().threads(2);
+    let cfg = pool.cfg.clone();
+    let model = Pool {
+        cfg: cfg.clone(),
+        eager: pool.eager,
+        prefixes: pool.prefixes,
+        force_resume: pool.force_resume,
+        canonical: pool.canonical,
+        live: Mutex::new(HashSet::new()),
+    };
+    let mut b = pool.checker().threads(2);
     if let Some(n) = target {
         b = b.target_state_count(n);
     }
     if let Some(names) = stop_at {
         b = b.finish_when(HasDiscoveries::AnyOf(names.iter().copied().collect()));
     }
-    let checker = b.spawn_bfs().join();
-    let states = checker.unique_state_count();
+    // Depth-first for a full check (memory bounded by the depth; the
+    // breadth-first queue of 3-instance worlds does not fit); breadth-first
+    // when looking for a flaw (the shortest counter-example).
+    fn collect(c: impl Checker<Pool>) -> (usize, Vec<(&'static str, stateright::Path<S, Step>)>) {
+        (c.unique_state_count(), c.discoveries().into_iter().collect())
+    }
+    let (states, mut found) = if stop_at.is_none() && target.is_none() {
+        collect(b.spawn_dfs().join())
+    } else {
+        collect(b.spawn_bfs().join())
+    };
     let secs = t.elapsed().as_secs_f64();
     let mut failures = Vec::new();
-    let mut found: Vec<_> = checker.discoveries().into_iter().collect();
     found.sort_by_key(|(name, _)| *name);
     for (name, path) in found {
         let steps: Vec<Step> = path.clone().into_actions();
-        let last = path.last_state().clone();
+        let last = path.last_state().w.clone();
         let mut text = format!(
             "property violated: {name}\nconfig: {} instances, {} orders, ≤{} crashes, ≤{} duplicate deliveries, flaw {:?}, horizon {:?}\n",
             cfg.instances, cfg.orders, cfg.max_crashes, cfg.max_dups, cfg.flaw, cfg.horizon
@@ -237,6 +559,7 @@ fn check_upto(cfg: Config, stop_at: Option<&[&'static str]>, target: Option<usiz
         if let Some((_, what)) = &last.violation {
             text.push_str(&format!("what happened: {what}\n"));
         }
+        let steps = model.expand(&steps);
         text.push_str(&format!("steps ({}):\n", steps.len()));
         text.push_str(&describe_run(&cfg, &World::new(&cfg), &steps));
         text.push_str("log at the violation:\n");
@@ -244,6 +567,11 @@ fn check_upto(cfg: Config, stop_at: Option<&[&'static str]>, target: Option<usiz
         text.push_str("processes:\n");
         text.push_str(&last.describe_processes());
         if name == LIVENESS {
+            let last = model.not_live(&last).unwrap_or(last);
+            if last.orphans.len() < path.last_state().w.orphans.len() {
+                text.push_str("with these orphans lost:\n");
+                text.push_str(&last.describe_processes());
+            }
             if let Err((stuck, fair)) = last.fair_run(&cfg, FAIR_BOUND) {
                 text.push_str(&format!(
                     "the fair crash-free schedule from there gets stuck after {} steps:\n",
@@ -261,12 +589,13 @@ fn check_upto(cfg: Config, stop_at: Option<&[&'static str]>, target: Option<usiz
     Found { states, secs, failures }
 }
 
-fn assert_holds(cfg: Config) {
-    assert_holds_upto(cfg, None)
+fn assert_holds(pool: Pool) {
+    assert_holds_upto(pool, None)
 }
 
-fn assert_holds_upto(cfg: Config, target: Option<usize>) {
-    let f = check_upto(cfg.clone(), None, target);
+fn assert_holds_upto(pool: Pool, target: Option<usize>) {
+    let cfg = pool.cfg.clone();
+    let f = check_upto(pool, None, target);
     let line = format!(
         "model check{}: {} instances, {} orders, ≤{} crashes, ≤{} dups{}: {} states explored in {:.1}s",
         if target.is_some() { " (breadth-first, bounded)" } else { "" },
@@ -294,8 +623,9 @@ fn assert_holds_upto(cfg: Config, target: Option<usize>) {
 
 /// Runs the check with a broken rule and asserts it is caught; prints the
 /// counter-example.
-fn assert_caught(cfg: Config, expect: &[&'static str]) {
-    let f = check_upto(cfg.clone(), Some(expect), Some(2_000_000));
+fn assert_caught(pool: Pool, expect: &[&'static str]) {
+    let cfg = pool.cfg.clone();
+    let f = check_upto(pool, Some(expect), Some(2_000_000));
     // What is broken: a rule of the worker, the View's `seen` check, or (with
     // no flaw) the world itself, e.g. a supervisor that never restarts.
     let flaw = match cfg.flaw {
@@ -323,13 +653,25 @@ fn assert_caught(cfg: Config, expect: &[&'static str]) {
     );
 }
 
-/// CI: the configurations that fit in a minute or two on 2 cores (see the
-/// module doc for why 3 instances × 3 orders does not).
+/// CI: the configurations that fit in seconds on 2 cores (see the module
+/// doc, "Figures", for why 3 instances × 3 orders does not).
 #[test]
 fn protocol_holds_ci() {
-    for (i, o, crashes, dups) in [(2, 1, 1, 0), (2, 2, 0, 0)] {
+    for (i, o, crashes, dups) in [(2, 1, 1, 0), (2, 2, 0, 0), (3, 1, 0, 0)] {
         let cfg = Config { max_crashes: crashes, max_dups: dups, ..config(i, o, None) };
-        assert_holds(cfg);
+        assert_holds(Pool::new(cfg));
+    }
+}
+
+/// Checkpoints (src/checkpoint.rs): every boot that finds the newest
+/// checkpoint 2 or more positions behind writes one, and every process
+/// starts from the newest checkpoint the (compacted) log still holds.
+/// (3 × 1 with checkpoints, 3.4 M states, is left out of CI for time.)
+#[test]
+fn protocol_holds_with_checkpoints() {
+    for (i, o, crashes, dups) in [(2, 1, 1, 0), (2, 2, 0, 0)] {
+        let cfg = Config { max_crashes: crashes, max_dups: dups, checkpoint_every: Some(2), ..config(i, o, None) };
+        assert_holds(Pool::new(cfg));
     }
 }
 
@@ -340,7 +682,7 @@ fn protocol_holds_large() {
     cfg.max_crashes = env("POOL_MODEL_CRASHES", cfg.max_crashes);
     cfg.max_dups = env("POOL_MODEL_DUPS", cfg.max_dups);
     cfg.compaction = env("POOL_MODEL_COMPACTION", 1) == 1;
-    assert_holds(cfg);
+    assert_holds(Pool::new(cfg));
 }
 
 #[test]
@@ -349,7 +691,7 @@ fn the_liveness_check_catches_a_deadlock() {
     cfg.restart_crashed = false;
     cfg.max_crashes = 1;
     cfg.max_dups = 0;
-    assert_caught(cfg, &[LIVENESS]);
+    assert_caught(Pool::new(cfg), &[LIVENESS]);
 }
 
 /// Leases in abstract time: the clock stands still except for
@@ -363,9 +705,12 @@ fn leased(instances: u32, orders: u32, crashes: u32, jumps: u32) -> Config {
         max_dups: 0,
         lease_ms: Some(1_000),
         max_jumps: jumps,
-        horizon: HorizonRule::Hold,
-        atomic_takeover: true,
-        late_appends: false,
+        // As harsh as the world allows (docs/protocol.md, "Holes found in
+        // leases"): compaction from each undecided claim on, a revocation
+        // and its takeover claim landing separately, late appends.
+        horizon: HorizonRule::Claim,
+        atomic_takeover: false,
+        late_appends: true,
         ..config(instances, orders, None)
     }
 }
@@ -382,7 +727,7 @@ fn leased(instances: u32, orders: u32, crashes: u32, jumps: u32) -> Config {
 #[test]
 fn protocol_holds_with_leases() {
     for (crashes, jumps) in [(0, 2), (1, 1)] {
-        assert_holds_upto(leased(2, 1, crashes, jumps), Some(1_000_000));
+        assert_holds_upto(Pool::lazy(leased(2, 1, crashes, jumps)), Some(1_000_000));
     }
 }
 
@@ -395,7 +740,7 @@ fn protocol_holds_with_leases_full() {
         env("POOL_MODEL_CRASHES", 0),
         env("POOL_MODEL_JUMPS", 1),
     );
-    assert_holds(cfg);
+    assert_holds(Pool::lazy(cfg));
 }
 
 /// The flaw of a View that does not check `seen` (emulated by the world,
@@ -405,7 +750,7 @@ fn protocol_holds_with_leases_full() {
 #[test]
 fn revocation_without_seen_is_caught() {
     let cfg = Config { forge_seen: true, compaction: false, ..leased(2, 1, 0, 1) };
-    assert_caught(cfg, &[LEASE_RESPECTED]);
+    assert_caught(Pool::lazy(cfg), &[LEASE_RESPECTED]);
 }
 
 /// A small world for the flaw tests: no crash, duplicate or compaction
@@ -417,28 +762,28 @@ fn small(instances: u32, orders: u32, flaw: Flaw) -> Config {
 #[test]
 fn resume_blindly_is_caught() {
     let cfg = Config { max_crashes: 1, ..small(2, 1, Flaw::ResumeBlindly) };
-    assert_caught(cfg, &SAFETY);
+    assert_caught(Pool::new(cfg), &SAFETY);
 }
 
 #[test]
 fn decide_without_reading_is_caught() {
-    assert_caught(small(2, 1, Flaw::DecideWithoutReading), &SAFETY);
+    assert_caught(Pool::new(small(2, 1, Flaw::DecideWithoutReading)), &SAFETY);
 }
 
 #[test]
 fn ignore_higher_rivals_is_caught() {
-    assert_caught(small(2, 1, Flaw::IgnoreHigherRivals), &SAFETY);
+    assert_caught(Pool::new(small(2, 1, Flaw::IgnoreHigherRivals)), &SAFETY);
 }
 
 #[test]
 fn skip_an_order_is_caught() {
-    assert_caught(small(2, 2, Flaw::SkipAnOrder), &[SKIPPED]);
+    assert_caught(Pool::new(small(2, 2, Flaw::SkipAnOrder)), &[SKIPPED]);
 }
 
 #[test]
 fn keep_duplicates_is_caught() {
     let cfg = Config { max_dups: 1, ..small(2, 2, Flaw::KeepDuplicates) };
-    assert_caught(cfg, &[RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE, LIVENESS]);
+    assert_caught(Pool::new(cfg), &[RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE, LIVENESS]);
 }
 
 /// A known hole, kept as a check that documents it: when the `booted` of a
@@ -451,5 +796,46 @@ fn keep_duplicates_is_caught() {
 fn stale_booted_fences_its_successor() {
     let cfg = Config { max_crashes: 1, stale_boots: true, ..small(2, 1, Flaw::SkipAnOrder) };
     let cfg = Config { flaw: None, ..cfg };
-    assert_caught(cfg, &[RUN_TWICE, RUN_BY_TWO]);
+    assert_caught(Pool::new(cfg), &[RUN_TWICE, RUN_BY_TWO]);
+}
+
+#[test]
+#[ignore]
+fn explore() {
+    let mut cfg = config(env("POOL_MODEL_INSTANCES", 3), env("POOL_MODEL_ORDERS", 2), None);
+    cfg.max_crashes = env("POOL_MODEL_CRASHES", 0);
+    cfg.max_dups = env("POOL_MODEL_DUPS", 0);
+    cfg.compaction = env("POOL_MODEL_COMPACTION", 1) == 1;
+    let t = Instant::now();
+    let mut model = Pool::new(cfg.clone());
+    model.eager = env("POOL_MODEL_EAGER", 1) == 1;
+    model.prefixes = env("POOL_MODEL_PREFIXES", 1) == 1;
+    model.canonical = env("POOL_MODEL_CANON", 1) == 1;
+    model.force_resume = env("POOL_MODEL_FRESUME", 1) == 1;
+    let c = model
+        .checker()
+        .threads(2)
+        .timeout(std::time::Duration::from_secs(env("POOL_MODEL_SECS", 60) as u64))
+        ;
+    fn sum(c: &impl Checker<Pool>) -> (usize, usize, usize, bool) {
+        (c.unique_state_count(), c.state_count(), c.max_depth(), c.is_done())
+    }
+    let (u, g, d, done) = if env("POOL_MODEL_DFS", 1) == 1 { sum(&c.spawn_dfs().join()) } else { sum(&c.spawn_bfs().join()) };
+    println!(
+        "explore {}x{} crashes {} dups {} compaction {}: {} unique, {} generated, depth {}, done {}, {:.1}s",
+        cfg.instances, cfg.orders, cfg.max_crashes, cfg.max_dups, cfg.compaction,
+        u, g, d, done, t.elapsed().as_secs_f64()
+    );
+}
+
+/// Every flaw is caught with three instances too (the reductions of the
+/// module doc do not hide them there either).
+#[test]
+fn flaws_are_caught_with_three_instances() {
+    assert_caught(Pool::new(Config { max_crashes: 1, ..small(3, 1, Flaw::ResumeBlindly) }), &SAFETY);
+    assert_caught(Pool::new(small(3, 1, Flaw::DecideWithoutReading)), &SAFETY);
+    assert_caught(Pool::new(small(3, 1, Flaw::IgnoreHigherRivals)), &SAFETY);
+    assert_caught(Pool::new(small(3, 2, Flaw::SkipAnOrder)), &[SKIPPED]);
+    let cfg = Config { max_dups: 1, ..small(3, 2, Flaw::KeepDuplicates) };
+    assert_caught(Pool::new(cfg), &[RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE, LIVENESS]);
 }

@@ -231,6 +231,11 @@ pub enum Step {
     Crash(u32),
     /// Compaction below the horizon.
     Compact,
+    /// Compaction of the erasable records below this position only: the
+    /// Kafka log cleaner cleans a prefix of the log (the part older than
+    /// `min.compaction.lag.ms`), so any prefix of what the horizon allows
+    /// may be cleaned (tests/model.rs, where readers never lag).
+    CompactBelow(usize),
     /// The shell's timer: Input::Tick (leases only).
     Tick(u32),
     /// The clock moves on by this many ms.
@@ -552,6 +557,11 @@ impl World {
             }
             Step::Compact => {
                 for p in self.erasable(cfg) {
+                    self.log[p].erased = true;
+                }
+            }
+            Step::CompactBelow(h) => {
+                for p in self.erasable(cfg).into_iter().filter(|&p| p < h) {
                     self.log[p].erased = true;
                 }
             }
@@ -1063,7 +1073,7 @@ pub fn describe_run(cfg: &Config, start: &World, steps: &[Step]) -> String {
         if let Step::Read(i) = st {
             let _ = write!(line, " (instance {i} has read up to #{})", w.insts[*i as usize - 1].cursor as i64 - 1);
         }
-        if let Step::Compact = st {
+        if let Step::Compact | Step::CompactBelow(_) = st {
             let _ = write!(line, " ({} records erased)", w.log.iter().filter(|e| e.erased).count() - erased_before);
         }
         let _ = writeln!(s, "{line}");
