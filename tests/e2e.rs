@@ -33,6 +33,17 @@ fn counts(lines: &[String]) -> BTreeMap<String, usize> {
 }
 
 /// Asserts that the ledger holds exactly one line "P:O" per order.
+/// Every order's commit precedes its completion, by the same instance, and
+/// the job succeeded.
+fn assert_completed_ok_by_committer(audit: &Audit) {
+    for (id, t) in &audit.orders {
+        let (pos, done) = &t.completions[0];
+        let (cpos, ci) = t.effective_commits[0];
+        assert!(cpos < *pos && ci == done.instance, "{id}: {}", audit.show((id.partition, id.offset)));
+        assert_eq!(done.outcome.as_ref().map(|o| o.status), Some(Status::Ok), "{id}");
+    }
+}
+
 fn assert_ledger_once(ledger: &std::path::Path, orders: &[(i32, i64)], audit: &Audit) {
     let c = counts(&common::ledger(ledger));
     for &(p, o) in orders {
@@ -61,13 +72,7 @@ fn exactly_once_200_orders_4_instances() {
 
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, LONG);
     audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
-    // Every commit precedes the completion of the same instance.
-    for (id, t) in &audit.orders {
-        let (pos, done) = &t.completions[0];
-        let (cpos, ci) = t.effective_commits[0];
-        assert!(cpos < *pos && ci == done.instance, "{id}: {}", audit.show((id.partition, id.offset)));
-        assert_eq!(done.outcome.as_ref().map(|o| o.status), Some(Status::Ok), "{id}");
-    }
+    assert_completed_ok_by_committer(&audit);
     assert_eq!(audit.orders.len(), 200, "claims name orders that were never produced");
     assert_ledger_once(&ledger, &orders, &audit);
     let s = sup.snapshot();
@@ -98,12 +103,7 @@ fn orders_per_process_5_completes_each_order_once_with_fewer_processes() {
 
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, LONG);
     audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
-    for (id, t) in &audit.orders {
-        let (pos, done) = &t.completions[0];
-        let (cpos, ci) = t.effective_commits[0];
-        assert!(cpos < *pos && ci == done.instance, "{id}: {}", audit.show((id.partition, id.offset)));
-        assert_eq!(done.outcome.as_ref().map(|o| o.status), Some(Status::Ok), "{id}");
-    }
+    assert_completed_ok_by_committer(&audit);
     assert_ledger_once(&ledger, &orders, &audit);
     // Incarnations (processes) that completed orders: each completed at
     // most 5, and together there are fewer of them than orders.
