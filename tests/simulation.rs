@@ -25,6 +25,11 @@
 //! taken for late after compaction; a void record hiding a valid completion.
 //! `POOL_SIM_HORIZON=claim|contest|hold` varies the compaction horizon.
 //!
+//! Both simulations write checkpoints every 40 positions and boot every
+//! process from the newest one (src/checkpoint.rs), and the seeds take
+//! turns with `ORDERS_PER_PROCESS` 1, 2 and 5 (a process goes on to the
+//! next order after reading back its completion).
+//!
 //! CI: `cargo test --test simulation -- --nocapture` runs 1,000 seeds on two
 //! threads (`POOL_SIM_SEEDS`, `POOL_SIM_FIRST` to change). A failing seed is
 //! printed with the command that replays it alone:
@@ -113,6 +118,8 @@ fn config() -> Config {
         late_appends: true,
         // Processes checkpoint and boot from the newest checkpoint.
         checkpoint_every: Some(CHECKPOINT_EVERY),
+        // Varied by seed in `run_world`.
+        orders_per_process: 1,
     }
 }
 
@@ -137,6 +144,8 @@ fn run(seed: u64, cfg: &Config) -> Outcome {
 
 /// Runs one seed; returns the outcome and the world where it ended.
 fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
+    // Seeds take turns with ORDERS_PER_PROCESS 1 (seed 002), 2 and 5.
+    let cfg = &Config { orders_per_process: [1, 2, 5][(seed % 3) as usize], ..cfg.clone() };
     let mut rng = Rng(seed);
     let mut w = World::new(cfg);
     let mut steps = 0u64;

@@ -114,6 +114,9 @@ pub struct Config {
     /// process starts from the newest checkpoint left in the log instead of
     /// position 0 (src/checkpoint.rs).
     pub checkpoint_every: Option<u64>,
+    /// `Settings::orders_per_process`: a process goes on to the next order
+    /// after reading back its completion, up to this many.
+    pub orders_per_process: u32,
 }
 
 /// Whether `b` is the takeover claim that follows revocation `a` (the two
@@ -129,7 +132,13 @@ pub fn takeover_pair(a: &Record, b: &Record) -> bool {
 
 impl Config {
     pub fn settings(&self) -> Settings {
-        Settings { flaw: self.flaw, lease_ms: self.lease_ms, checkpoint_every: self.checkpoint_every, ..Settings::default() }
+        Settings {
+            flaw: self.flaw,
+            lease_ms: self.lease_ms,
+            checkpoint_every: self.checkpoint_every,
+            orders_per_process: self.orders_per_process,
+            ..Settings::default()
+        }
     }
 }
 
@@ -630,7 +639,14 @@ impl World {
         for a in acts {
             match a {
                 Action::Append(r) => self.inst_mut(i).pending.push_back(r),
-                Action::FindOrder => self.inst_mut(i).asked = true,
+                Action::FindOrder => {
+                    // Choosing: no job of this process runs any more (its
+                    // completion was read back, with ORDERS_PER_PROCESS).
+                    let inst = self.inst_mut(i);
+                    inst.asked = true;
+                    inst.running = None;
+                    inst.ran = None;
+                }
                 Action::Run { order, attempt, .. } => {
                     self.inst_mut(i).running = Some(order);
                     self.inst_mut(i).ran = Some(order);
