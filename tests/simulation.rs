@@ -301,11 +301,25 @@ fn env(name: &str, default: u64) -> u64 {
 fn simulation_many_seeds() {
     let seeds = env("POOL_SIM_SEEDS", 1_000);
     let first = env("POOL_SIM_FIRST", 0);
-    let cfg = config();
     let t = Instant::now();
+    let (ran, tot, failures) = run_seeds(&config(), first, seeds);
+    let line = format!(
+        "simulation: {ran} seeds ({} instances, {} orders each), {} steps, {} crashes, {} failing, in {:.1}s",
+        INSTANCES,
+        ORDERS,
+        tot.steps,
+        tot.crashes,
+        failures.len(),
+        t.elapsed().as_secs_f64()
+    );
+    report(&line, &failures);
+}
+
+/// Runs seeds `first..first + seeds` on two threads (stopping at the first
+/// failure); returns how many ran, their totals and the failures.
+fn run_seeds(cfg: &Config, first: u64, seeds: u64) -> (u64, Outcome, Vec<String>) {
     let next = AtomicU64::new(first);
-    let total_steps = AtomicU64::new(0);
-    let total_crashes = AtomicU64::new(0);
+    let totals: Mutex<Outcome> = Mutex::new(Outcome::default());
     let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..2 {
@@ -314,29 +328,34 @@ fn simulation_many_seeds() {
                 if seed >= first + seeds || !failures.lock().unwrap().is_empty() {
                     break;
                 }
-                let out = run(seed, &cfg);
-                total_steps.fetch_add(out.steps, Ordering::Relaxed);
-                total_crashes.fetch_add(out.crashes as u64, Ordering::Relaxed);
+                let out = run(seed, cfg);
+                let mut tot = totals.lock().unwrap();
+                tot.steps += out.steps;
+                tot.crashes += out.crashes;
+                tot.pauses += out.pauses;
+                tot.outages += out.outages;
+                tot.takeovers += out.takeovers;
+                tot.second_runs_takeover += out.second_runs_takeover;
+                tot.second_runs_death += out.second_runs_death;
+                tot.stale_runs += out.stale_runs;
+                tot.clock_ms += out.clock_ms;
+                drop(tot);
                 if let Some(f) = out.failure {
                     failures.lock().unwrap().push(f);
                 }
             });
         }
     });
-    let failures = failures.into_inner().unwrap();
     let ran = (next.load(Ordering::Relaxed) - first).min(seeds);
-    let line = format!(
-        "simulation: {ran} seeds ({} instances, {} orders each), {} steps, {} crashes, {} failing, in {:.1}s",
-        INSTANCES,
-        ORDERS,
-        total_steps.load(Ordering::Relaxed),
-        total_crashes.load(Ordering::Relaxed),
-        failures.len(),
-        t.elapsed().as_secs_f64()
-    );
+    (ran, totals.into_inner().unwrap(), failures.into_inner().unwrap())
+}
+
+/// Prints and records the figures line, then each failure; fails the test
+/// if there is any.
+fn report(line: &str, failures: &[String]) {
     println!("{line}");
-    world::record_figures(&line);
-    for f in &failures {
+    world::record_figures(line);
+    for f in failures {
         println!("{f}");
     }
     assert!(failures.is_empty(), "{} failing seed(s); first:\n{}", failures.len(), failures[0]);
@@ -376,37 +395,7 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
     let mut cfg = cfg.clone();
     horizon_from_env(&mut cfg);
     let t = Instant::now();
-    let next = AtomicU64::new(first);
-    let totals: Mutex<Outcome> = Mutex::new(Outcome::default());
-    let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| loop {
-                let seed = next.fetch_add(1, Ordering::Relaxed);
-                if seed >= first + seeds || !failures.lock().unwrap().is_empty() {
-                    break;
-                }
-                let out = run(seed, &cfg);
-                let mut tot = totals.lock().unwrap();
-                tot.steps += out.steps;
-                tot.crashes += out.crashes;
-                tot.pauses += out.pauses;
-                tot.outages += out.outages;
-                tot.takeovers += out.takeovers;
-                tot.second_runs_takeover += out.second_runs_takeover;
-                tot.second_runs_death += out.second_runs_death;
-                tot.stale_runs += out.stale_runs;
-                tot.clock_ms += out.clock_ms;
-                drop(tot);
-                if let Some(f) = out.failure {
-                    failures.lock().unwrap().push(f);
-                }
-            });
-        }
-    });
-    let failures = failures.into_inner().unwrap();
-    let tot = totals.into_inner().unwrap();
-    let ran = (next.load(Ordering::Relaxed) - first).min(seeds);
+    let (ran, tot, failures) = run_seeds(&cfg, first, seeds);
     let line = format!(
         "{name} ({LEASE_MS} ms): {ran} seeds ({INSTANCES} instances, {LEASE_ORDERS} orders each), {} steps, {:.0} s simulated, {} crashes ({} long outages), {} pauses, {} takeovers (valid revocations), {} second runs after a takeover ({} of them started by a holder already revoked), {} after a death, {} failing, in {:.1}s",
         tot.steps,
@@ -421,12 +410,7 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
         failures.len(),
         t.elapsed().as_secs_f64()
     );
-    println!("{line}");
-    world::record_figures(&line);
-    for f in &failures {
-        println!("{f}");
-    }
-    assert!(failures.is_empty(), "{} failing seed(s); first:\n{}", failures.len(), failures[0]);
+    report(&line, &failures);
 }
 
 /// Replays one seed: `POOL_SIM_SEED=1234 cargo test --test simulation replay -- --nocapture`
