@@ -383,12 +383,16 @@ pub fn describe_record(rec: &Record) -> String {
                 let from: Vec<String> = rec.takeover_of.iter().map(|c| c.instance.to_string()).collect();
                 s.push_str(&format!(", taking over from instance {}", from.join(", ")));
             }
+            if let Some(r) = rec.rank {
+                s.push_str(&format!(", rank {r}"));
+            }
             s
         }
         Event::Yielded | Event::Lease => format!("order {order}"),
         Event::Revoked => format!(
-            "order {order}, fencing incarnation {}",
-            rec.fences.as_deref().unwrap_or("?")
+            "order {order}, fencing incarnation {}{}",
+            rec.fences.as_deref().unwrap_or("?"),
+            rec.rank.map_or(String::new(), |r| format!(", the taker at rank {r}"))
         ),
         Event::Completed => match &rec.outcome {
             Some(o) => {
@@ -406,7 +410,17 @@ pub fn describe_record(rec: &Record) -> String {
         },
         Event::Checkpoint => {
             let next: Vec<String> = rec.next.iter().map(|(p, o)| format!("{p}:{o}")).collect();
-            format!("frontier {}", next.join(" "))
+            match &rec.snapshot {
+                Some(snap) => format!(
+                    "the log before #{}: {} instances, {} open contests, {} ids; frontier {}",
+                    snap.at,
+                    snap.instances.len(),
+                    snap.contests.len(),
+                    snap.ids.len(),
+                    next.join(" ")
+                ),
+                None => format!("frontier {}", next.join(" ")),
+            }
         }
     };
     if let Some(id) = &rec.order_id {
@@ -635,6 +649,13 @@ mod tests {
         );
         claim.takeover_of.push(Cite { instance: 2, incarnation: "b".into() });
         assert!(describe_record(&claim).ends_with("taking over from instance 2"));
+        claim.rank = Some(0);
+        assert!(describe_record(&claim).ends_with("taking over from instance 2, rank 0"));
+
+        let mut cp = Record::new(3, Event::Checkpoint, "a1", 0);
+        cp.snapshot = Some(Box::new(crate::boot::View::new().snapshot()));
+        cp.next.insert(0, 18);
+        assert_eq!(describe_record(&cp), "the log before #0: 0 instances, 0 open contests, 0 ids; frontier 0:18");
 
         let mut done = Record::new(3, Event::Completed, "a1", 0).with_order(OrderId::new(0, 17));
         done.outcome = Some(Outcome {
