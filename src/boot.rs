@@ -69,8 +69,6 @@ pub struct Contest {
     /// but it ran the job to its end): position and outcome. See
     /// [`View::apply`] and protocol.md, "Compaction".
     pub finished: Option<(u64, Outcome)>,
-    /// The highest attempt any commit of this order named (0: none).
-    pub committed_attempt: u32,
     /// Claimants whose rank is not their instance number: takeovers, which
     /// stand where the hold they took over stood.
     pub ranks: BTreeMap<u32, u32>,
@@ -396,8 +394,6 @@ impl View {
                     // new attempt of the same run, a later `yielded` nothing.
                     (Event::Committed, Some(_)) => {
                         hold.attempt = hold.attempt.max(rec.attempt);
-                        let c = self.contests.entry(order).or_default();
-                        c.committed_attempt = c.committed_attempt.max(rec.attempt);
                         return Ok(());
                     }
                     (Event::Committed, None) => {
@@ -428,9 +424,6 @@ impl View {
                 };
                 let contest = self.contests.entry(order).or_default();
                 contest.stances.insert(i, (claim_pos, stance));
-                if stance == Stance::Committed {
-                    contest.committed_attempt = contest.committed_attempt.max(rec.attempt);
-                }
                 if stance == Stance::Completed {
                     contest.completed_at = Some(pos);
                 }

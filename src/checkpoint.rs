@@ -29,8 +29,9 @@
 //!   the order, so it is *late* and yields, as it would have yielded to the
 //!   completion (docs/protocol.md, "Late claims").
 //! * **Old order ids**: the snapshot keeps the newest [`ID_MEMORY`] ids
-//!   announced (fewer if they are long: [`ID_MEMORY_BYTES`]). Duplicate detection by id (docs/protocol.md, "Duplicate
-//!   orders") remembers those and everything read since.
+//!   announced (fewer if they are long: [`ID_MEMORY_BYTES`]). Duplicate
+//!   detection by id (docs/protocol.md, "Duplicate orders") remembers those
+//!   and everything read since.
 //! * Counters (foreign, void, completions) restart at 0.
 //!
 //! Checkpoints are advisory: a reader that finds none replays from 0, and a
