@@ -232,8 +232,10 @@ impl Worker {
         r
     }
 
+    /// Whether `rec` is the record numbered `seq` that this incarnation
+    /// wrote (on its own behalf, or a revocation on another's).
     fn is_ours(&self, rec: &Record, seq: u64) -> bool {
-        rec.instance == self.me && rec.by.is_none() && rec.incarnation == self.incarnation && rec.seq == seq
+        rec.writer() == self.me && rec.incarnation == self.incarnation && rec.seq == seq
     }
 
     /// Feeds one input at time `now`; returns what to do.
@@ -398,11 +400,7 @@ impl Worker {
                 self.phase = Phase::Boot { seen: true };
                 Vec::new()
             }
-            Phase::Takeover { order, seq }
-                if rec.by == Some(self.me) && rec.incarnation == self.incarnation && rec.seq == seq =>
-            {
-                self.after_takeover(order)
-            }
+            Phase::Takeover { order, seq } if self.is_ours(&rec, seq) => self.after_takeover(order),
             Phase::Claim { order, seq } if self.is_ours(&rec, seq) => {
                 if let Err(void) = result {
                     return self.own_record_void(void);
@@ -541,7 +539,6 @@ impl Worker {
         }
         let mut claim = self.record(Event::Claimed, Some(order));
         claim.attempt = 1;
-        claim.next = self.view.frontier().clone();
         claim.next.insert(order.partition, order.offset + 1);
         self.phase = Phase::Claim { order, seq: claim.seq };
         self.renewed = self.now;
