@@ -34,7 +34,7 @@
 mod common;
 
 use common::*;
-use pool_worker::record::{Event, OrderId, Record, Status};
+use pool_worker::record::{Event, OrderId, Status};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -88,34 +88,6 @@ impl Rng {
 
 fn env_num(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-fn show_all(recs: &[(i64, Record)]) -> String {
-    recs.iter()
-        .map(|(p, r)| {
-            format!(
-                "  #{p} {}{} {} {:?} attempt {} seq {}",
-                r.key(),
-                r.by.map(|b| format!(" by {b}")).unwrap_or_default(),
-                r.incarnation,
-                r.order(),
-                r.attempt,
-                r.seq
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Waits until the claims topic holds a record matching `pred`.
-fn wait_record(broker: &BrokerProc, claims: &str, what: &str, timeout: Duration, pred: impl Fn(&Record) -> bool) -> Vec<(i64, Record)> {
-    let mut recs = Vec::new();
-    let ok = poll_until(timeout, Duration::from_millis(50), || {
-        recs = decoded_claims(broker.bootstrap(), claims);
-        recs.iter().any(|(_, r)| pred(r))
-    });
-    assert!(ok, "no {what} in the claims topic within {timeout:?}; it holds:\n{}", show_all(&recs));
-    recs
 }
 
 // ------------------------------------------------------------------ chaos
@@ -583,7 +555,7 @@ fn a_lost_instance_order_is_taken_over() {
     let order = produce_orders(broker.bootstrap(), &topic, &[blocking_order(&ledger_path, &flag)], Some(0))[0];
     let id = OrderId::new(order.0, order.1);
     let mut w1 = WorkerProc::start("worker1", &env(1));
-    wait_record(&broker, &claims, "commit by instance 1", T, |r| {
+    wait_record_within(&broker, &claims, "commit by instance 1", T, |r| {
         r.instance == 1 && r.event == Event::Committed && r.order() == Some(id)
     });
     let job_pid = |attempt: u32| {
@@ -603,7 +575,7 @@ fn a_lost_instance_order_is_taken_over() {
         "instance 1's job (pid {first_job}) outlived its SIGKILLed worker"
     );
     let mut w2 = WorkerProc::start("worker2", &env(2));
-    let recs = wait_record(&broker, &claims, "instance 2's takeover claim", LEASE + Duration::from_secs(10), |r| {
+    let recs = wait_record_within(&broker, &claims, "instance 2's takeover claim", LEASE + Duration::from_secs(10), |r| {
         r.instance == 2 && r.event == Event::Claimed && r.order() == Some(id) && r.takeover_of.iter().any(|c| c.instance == 1)
     });
     let takeover = recs

@@ -1192,7 +1192,17 @@ pub fn record_figures(line: &str) {
 /// The claims records, one readable line each (for assertion messages).
 pub fn show_all(recs: &[(i64, Record)]) -> String {
     recs.iter()
-        .map(|(p, r)| format!("  #{p} {} {} {:?} attempt {} seq {}", r.key(), r.incarnation, r.order(), r.attempt, r.seq))
+        .map(|(p, r)| {
+            format!(
+                "  #{p} {}{} {} {:?} attempt {} seq {}",
+                r.key(),
+                r.by.map(|b| format!(" by {b}")).unwrap_or_default(),
+                r.incarnation,
+                r.order(),
+                r.attempt,
+                r.seq
+            )
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -1200,12 +1210,23 @@ pub fn show_all(recs: &[(i64, Record)]) -> String {
 /// Waits (at most `KAFKA_TIMEOUT`) until the claims topic holds a record
 /// matching `pred`; returns the records read. Panics naming `what`.
 pub fn wait_record(broker: &BrokerProc, claims: &str, what: &str, pred: impl Fn(&Record) -> bool) -> Vec<(i64, Record)> {
+    wait_record_within(broker, claims, what, KAFKA_TIMEOUT, pred)
+}
+
+/// [`wait_record`] with its own time limit.
+pub fn wait_record_within(
+    broker: &BrokerProc,
+    claims: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&Record) -> bool,
+) -> Vec<(i64, Record)> {
     let mut recs = Vec::new();
-    let ok = poll_until(KAFKA_TIMEOUT, Duration::from_millis(100), || {
+    let ok = poll_until(timeout, Duration::from_millis(50), || {
         recs = decoded_claims(broker.bootstrap(), claims);
         recs.iter().any(|(_, r)| pred(r))
     });
-    assert!(ok, "no {what} in the claims topic within {KAFKA_TIMEOUT:?}; it holds:\n{}", show_all(&recs));
+    assert!(ok, "no {what} in the claims topic within {timeout:?}; it holds:\n{}", show_all(&recs));
     recs
 }
 
