@@ -92,7 +92,6 @@ fn config_leases() -> Config {
         // takeover claim after it land (or are lost) separately, appends
         // of dead processes land late, and compaction spares only the
         // records from each undecided claim on.
-        atomic_takeover: false,
         late_appends: true,
         horizon: HorizonRule::Claim,
         ..config()
@@ -114,7 +113,6 @@ fn config() -> Config {
         lease_ms: None,
         max_jumps: 0,
         forge_seen: false,
-        atomic_takeover: false,
         late_appends: true,
         // Processes checkpoint and boot from the newest checkpoint.
         checkpoint_every: Some(CHECKPOINT_EVERY),

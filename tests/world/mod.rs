@@ -95,12 +95,6 @@ pub struct Config {
     /// record (`seen` rewritten), which is what a View that did not check
     /// `seen` would accept — a hold that renewed in time is revoked anyway.
     pub forge_seen: bool,
-    /// A takeover's revocation and claim land together or not at all (one
-    /// produce batch, which Kafka writes to a partition atomically). False:
-    /// each may land or be lost alone (a revoker that dies between them
-    /// stranded the order before the pending hold of docs/protocol.md,
-    /// "Leases").
-    pub atomic_takeover: bool,
     /// Appends may land late: a dead process's appends after its
     /// successor started, a duplicate copy after later records. False: the
     /// supervisor restarts an instance only once the dead process's appends
@@ -117,17 +111,6 @@ pub struct Config {
     /// `Settings::orders_per_process`: a process goes on to the next order
     /// after reading back its completion, up to this many.
     pub orders_per_process: u32,
-}
-
-/// Whether `b` is the takeover claim that follows revocation `a` (the two
-/// records `Worker::take_over` appends).
-pub fn takeover_pair(a: &Record, b: &Record) -> bool {
-    a.event == Event::Revoked
-        && b.event == Event::Claimed
-        && !b.takeover_of.is_empty()
-        && a.by == Some(b.instance)
-        && a.incarnation == b.incarnation
-        && b.seq == a.seq + 1
 }
 
 impl Config {
@@ -491,13 +474,10 @@ impl World {
             }
             Step::Deliver(i) => {
                 let r = self.inst_mut(i).pending.pop_front().expect("pending");
-                let pair = self.pair_pending(cfg, i, &r);
                 self.append(r);
-                pair.map(|c| self.append(c));
             }
             Step::DeliverDup(i) => {
                 let r = self.inst_mut(i).pending.pop_front().expect("pending");
-                let pair = self.pair_pending(cfg, i, &r);
                 self.dups += 1;
                 if cfg.late_appends {
                     self.orphans.push(r.clone());
@@ -506,15 +486,13 @@ impl World {
                     self.inst_mut(i).pending.push_front(r.clone());
                 }
                 self.append(r);
-                pair.map(|c| self.append(c));
             }
             Step::Land(k) => {
-                for r in self.take_orphan(cfg, k) {
-                    self.append(r);
-                }
+                let r = self.orphans.remove(k);
+                self.append(r);
             }
             Step::Lose(k) => {
-                self.take_orphan(cfg, k);
+                self.orphans.remove(k);
             }
             Step::Read(i) => loop {
                 let Some(pos) = self.next_present(self.inst(i).cursor) else { break };
@@ -575,27 +553,6 @@ impl World {
                 }
             }
         }
-    }
-
-    /// With `atomic_takeover`, the takeover claim delivered with revocation `r`.
-    fn pair_pending(&mut self, cfg: &Config, i: u32, r: &Record) -> Option<Record> {
-        let inst = self.inst_mut(i);
-        let paired = cfg.atomic_takeover && inst.pending.front().is_some_and(|c| takeover_pair(r, c));
-        paired.then(|| inst.pending.pop_front()).flatten()
-    }
-
-    /// Removes orphan `k` (with its takeover partner, with `atomic_takeover`).
-    fn take_orphan(&mut self, cfg: &Config, k: usize) -> Vec<Record> {
-        let o = &self.orphans;
-        if cfg.atomic_takeover {
-            if k + 1 < o.len() && takeover_pair(&o[k], &o[k + 1]) {
-                return self.orphans.drain(k..k + 2).collect();
-            }
-            if k > 0 && takeover_pair(&o[k - 1], &o[k]) {
-                return self.orphans.drain(k - 1..k + 1).collect();
-            }
-        }
-        vec![self.orphans.remove(k)]
     }
 
     fn crash(&mut self, i: u32) {
