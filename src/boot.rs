@@ -554,6 +554,49 @@ impl View {
         }
     }
 
+    /// Renames every log position the view stores through `f`, and passes
+    /// every stored outcome through `g`. For the model check only
+    /// (tests/model.rs, "Commuting appends"): the protocol treats positions
+    /// as names of records — it stores them, compares them for equality and
+    /// prints them, never orders one against another — so two logs that
+    /// differ only in the order of unrelated records give views equal up to
+    /// this renaming, and the check counts them once. `g` drops the texts
+    /// (reasons) that quote positions; no rule reads them. The queue of
+    /// settled contests is dropped: it matters only [`CONTEST_MEMORY`]
+    /// positions after a contest settled.
+    pub fn relabel(&mut self, f: &dyn Fn(u64) -> u64, g: &dyn Fn(&mut Outcome)) {
+        for s in self.instances.values_mut() {
+            if let Some((p, _)) = &mut s.booted {
+                *p = f(*p);
+            }
+            if let Some(h) = &mut s.hold {
+                h.claim_pos = f(h.claim_pos);
+                h.last_pos = f(h.last_pos);
+                h.committed = h.committed.map(f);
+            }
+            if let Some((_, p, _, o)) = &mut s.last_completed {
+                *p = f(*p);
+                g(o);
+            }
+        }
+        for c in self.contests.values_mut() {
+            for (p, _) in c.stances.values_mut() {
+                *p = f(*p);
+            }
+            c.completed_at = c.completed_at.map(f);
+            if let Some((p, o)) = &mut c.finished {
+                *p = f(*p);
+                g(o);
+            }
+        }
+        // When contests settled matters only CONTEST_MEMORY positions
+        // later, far beyond any log the model builds.
+        self.settled.clear();
+        for (_, p) in self.ids.values_mut() {
+            *p = f(*p);
+        }
+    }
+
     /// The facts that must not depend on compaction.
     pub fn summary(&self) -> Summary {
         Summary {

@@ -208,6 +208,14 @@ impl Worker {
         true
     }
 
+    /// Renames the log positions this machine stores, and passes the
+    /// outcomes it stores through `g` (see [`View::relabel`]; for the model
+    /// check only).
+    pub fn relabel(&mut self, f: &dyn Fn(u64) -> u64, g: &dyn Fn(&mut Outcome)) {
+        self.view.relabel(f, g);
+        self.revoking = self.revoking.iter().map(|&(i, p)| (i, f(p))).collect();
+    }
+
     /// Whether the process has finished.
     pub fn done(&self) -> Option<i32> {
         match self.phase {

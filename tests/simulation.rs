@@ -118,6 +118,7 @@ fn config() -> Config {
         checkpoint_every: Some(CHECKPOINT_EVERY),
         // Varied by seed in `run_world`.
         orders_per_process: 1,
+        causal: false,
     }
 }
 
