@@ -39,6 +39,10 @@ use pool_worker::worker::{Action, Flaw, Input, Phase, Settings, Worker};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
 
+mod commute;
+#[allow(unused_imports)]
+pub use commute::depends;
+
 /// What compaction must leave alone below an undecided claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HorizonRule {
@@ -322,59 +326,6 @@ fn ok_outcome() -> Outcome {
         stdout_tail: String::new(),
         stderr_tail: String::new(),
     }
-}
-
-/// Whether two records may affect each other's meaning, so that which of
-/// the two lands first can matter to a reader. Every rule of src/boot.rs
-/// that relates two records relates records of the same instance number
-/// (fences, duplicates, holds; a revocation also its writer's), of the same
-/// order (contests), with the same order id, or a claim and a record whose
-/// frontier passes the claim's order (the claim's lateness); a checkpoint
-/// carries the whole view. Records that are related in none of these ways
-/// *commute*: a view that reads them in either order is the same, up to the
-/// positions it stores (`View::relabel`). `appends_commute` in
-/// tests/model.rs tests this against the View itself.
-pub fn depends(a: &Record, b: &Record) -> bool {
-    let who = |r: &Record| [Some(r.instance), r.by];
-    if who(a).iter().flatten().any(|i| who(b).contains(&Some(*i))) {
-        return true;
-    }
-    if a.event == Event::Checkpoint || b.event == Event::Checkpoint {
-        return true;
-    }
-    if a.order_id.is_some() && a.order_id == b.order_id {
-        return true;
-    }
-    if a.order().is_some() && a.order() == b.order() && !(plain(a) && plain(b)) {
-        return true;
-    }
-    passes(a, b) || passes(b, a)
-}
-
-/// Claims and decisions of an order's own holders: of two such records of
-/// different instances about one order, neither changes how the other is
-/// read (each instance has its own stance and hold). Completions (which
-/// settle the order for everyone), revocations and takeovers do.
-fn plain(r: &Record) -> bool {
-    matches!(r.event, Event::Claimed | Event::Committed | Event::Yielded | Event::Lease)
-        && r.takeover_of.is_empty()
-        && r.by.is_none()
-}
-
-/// Whether `x` raises the frontier of claim `c`'s partition past `c`'s
-/// order (so `c` lands behind the frontier after `x`, and may be late, not
-/// before). Not when `x` is a claim of the same order: a valid one opens
-/// the order's contest first, whichever of the two lands first (and
-/// lateness is judged only when a contest opens), a void one raises
-/// nothing.
-fn passes(c: &Record, x: &Record) -> bool {
-    let Some(o) = c.order().filter(|_| c.event == Event::Claimed) else { return false };
-    if x.event == Event::Claimed && x.order() == Some(o) && plain(x) && plain(c) {
-        return false;
-    }
-    let own = x.order().filter(|xo| x.event == Event::Claimed && xo.partition == o.partition).map(|xo| xo.offset + 1);
-    let next = x.next.get(&o.partition).copied();
-    own.into_iter().chain(next).any(|f| f > o.offset)
 }
 
 impl World {
@@ -914,87 +865,6 @@ impl World {
         (0..h)
             .filter(|&p| !self.log[p].erased && newest[&(self.log[p].rec.instance, self.log[p].rec.event)] > p)
             .collect()
-    }
-
-    /// [`Config::causal`]: the superseded records below every live reader
-    /// that have none of the records the horizon protects (each instance
-    /// number's newest `booted`, each undecided claim) in their causal past
-    /// or at their position.
-    fn erasable_causal(&self, cfg: &Config) -> Vec<usize> {
-        assert_eq!(cfg.horizon, HorizonRule::Claim, "the causal horizon protects undecided claims only");
-        let mut reader = self.log.len();
-        for inst in self.insts.iter().filter(|i| i.worker.is_some()) {
-            reader = reader.min(inst.cursor);
-        }
-        let mut protected: u128 = 0;
-        for p in self.newest_booted.iter().flatten() {
-            protected |= 1 << p;
-        }
-        for (_, inst) in self.referee.instances() {
-            if let Some(hold) = inst.hold.as_ref().filter(|h| h.committed.is_none()) {
-                protected |= 1 << hold.claim_pos;
-            }
-        }
-        let mut newest: HashMap<(u32, Event), usize> = HashMap::new();
-        for (p, e) in self.log.iter().enumerate() {
-            if !e.erased {
-                newest.insert((e.rec.instance, e.rec.event), p);
-            }
-        }
-        let pasts = self.causal_pasts();
-        (0..reader)
-            .filter(|&p| !self.log[p].erased && newest[&(self.log[p].rec.instance, self.log[p].rec.event)] > p)
-            .filter(|&p| (pasts[p] | 1 << p) & protected == 0)
-            .collect()
-    }
-
-    /// For each position, the earlier positions it depends on, directly or
-    /// through others ([`depends`]), as a bit set: the records that stay
-    /// before it in every order of the log that the protocol cannot tell
-    /// apart from this one.
-    pub fn causal_pasts(&self) -> Vec<u128> {
-        assert!(self.log.len() <= 128, "the model's log outgrew its bit sets");
-        let mut pasts: Vec<u128> = Vec::with_capacity(self.log.len());
-        for (p, e) in self.log.iter().enumerate() {
-            let mut past = 0;
-            for q in 0..p {
-                if past >> q & 1 == 0 && depends(&self.log[q].rec, &e.rec) {
-                    past |= pasts[q] | 1 << q;
-                }
-            }
-            pasts.push(past);
-        }
-        pasts
-    }
-
-    /// The log's positions in a canonical order: the same for every log
-    /// that differs from this one only in the order of independent records
-    /// ([`depends`]). Repeatedly takes, of the records whose dependencies
-    /// are all taken, the one with the smallest `key`; two such records are
-    /// independent, hence of different instances, hence different, so only
-    /// a collision of `key` can make the choice depend on positions.
-    pub fn canonical_order(&self, key: &[u64]) -> Vec<usize> {
-        let n = self.log.len();
-        assert!(n <= 128, "the model's log outgrew its bit sets");
-        let mut direct: Vec<u128> = vec![0; n];
-        for p in 0..n {
-            for q in 0..p {
-                if depends(&self.log[q].rec, &self.log[p].rec) {
-                    direct[p] |= 1 << q;
-                }
-            }
-        }
-        let mut taken: u128 = 0;
-        let mut out = Vec::with_capacity(n);
-        while out.len() < n {
-            let next = (0..n)
-                .filter(|&p| taken >> p & 1 == 0 && direct[p] & !taken == 0)
-                .min_by_key(|&p| (key[p], p))
-                .expect("a partial order has a minimal element");
-            taken |= 1 << next;
-            out.push(next);
-        }
-        out
     }
 
     /// The deterministic fair schedule without crashes: the first enabled of

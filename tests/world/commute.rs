@@ -1,0 +1,316 @@
+//! Commuting appends: which records of the claims log are independent, and
+//! the canonical form of a world up to the order of independent records
+//! (tests/model.rs, module doc, "Reductions", 5).
+//!
+//! Two worlds whose logs differ only in the order in which independent
+//! records landed behave alike: every process, the referee and every rule
+//! read a record the same whatever independent records land around it, and
+//! positions are only names to the protocol. So the model check counts
+//! them as one state, by fingerprinting the canonical form: the log in a
+//! canonical order of its class ([`World::canonical_order`]), every stored
+//! position renamed to match ([`View::relabel`]), and the reasons (texts
+//! that quote positions, which no rule reads) left out.
+
+use super::*;
+use std::hash::{Hash, Hasher};
+
+/// Whether two records may affect each other's meaning, so that which of
+/// the two lands first can matter to a reader. Every rule of src/boot.rs
+/// that relates two records relates records of the same instance number
+/// (fences, duplicates, holds; a revocation also its writer's), of the same
+/// order (its contest: but two holders' claims and decisions each touch only
+/// their own stance, see [`plain`]), with the same order id, or a claim and
+/// a record whose frontier passes the claim's order (the claim's lateness);
+/// a checkpoint carries the whole view. Records that are related in none of
+/// these ways *commute*: a view that reads them in either order is the
+/// same, up to the positions it stores (`View::relabel`).
+/// `commuting::independent_records_commute` in tests/model.rs tests this
+/// against the View itself.
+pub fn depends(a: &Record, b: &Record) -> bool {
+    let who = |r: &Record| [Some(r.instance), r.by];
+    if who(a).iter().flatten().any(|i| who(b).contains(&Some(*i))) {
+        return true;
+    }
+    if a.event == Event::Checkpoint || b.event == Event::Checkpoint {
+        return true;
+    }
+    if a.order_id.is_some() && a.order_id == b.order_id {
+        return true;
+    }
+    if a.order().is_some() && a.order() == b.order() && !(plain(a) && plain(b)) {
+        return true;
+    }
+    passes(a, b) || passes(b, a)
+}
+
+/// Claims and decisions of an order's own holders: of two such records of
+/// different instances about one order, neither changes how the other is
+/// read (each instance has its own stance and hold). Completions (which
+/// settle the order for everyone), revocations and takeovers do.
+fn plain(r: &Record) -> bool {
+    matches!(r.event, Event::Claimed | Event::Committed | Event::Yielded | Event::Lease)
+        && r.takeover_of.is_empty()
+        && r.by.is_none()
+}
+
+/// Whether `x` raises the frontier of claim `c`'s partition past `c`'s
+/// order (so `c` lands behind the frontier after `x`, and may be late, not
+/// before). Not when `x` is a claim of the same order: a valid one opens
+/// the order's contest first, whichever of the two lands first (and
+/// lateness is judged only when a contest opens), a void one raises
+/// nothing.
+fn passes(c: &Record, x: &Record) -> bool {
+    let Some(o) = c.order().filter(|_| c.event == Event::Claimed) else { return false };
+    if x.event == Event::Claimed && x.order() == Some(o) && plain(x) && plain(c) {
+        return false;
+    }
+    let own = x.order().filter(|xo| x.event == Event::Claimed && xo.partition == o.partition).map(|xo| xo.offset + 1);
+    let next = x.next.get(&o.partition).copied();
+    own.into_iter().chain(next).any(|f| f > o.offset)
+}
+
+
+impl World {
+    /// [`Config::causal`]: the superseded records below every live reader
+    /// that have none of the records the horizon protects (each instance
+    /// number's newest `booted`, each undecided claim) in their causal past
+    /// or at their position.
+    pub(super) fn erasable_causal(&self, cfg: &Config) -> Vec<usize> {
+        assert_eq!(cfg.horizon, HorizonRule::Claim, "the causal horizon protects undecided claims only");
+        let mut reader = self.log.len();
+        for inst in self.insts.iter().filter(|i| i.worker.is_some()) {
+            reader = reader.min(inst.cursor);
+        }
+        let mut protected: u128 = 0;
+        for p in self.newest_booted.iter().flatten() {
+            protected |= 1 << p;
+        }
+        for (_, inst) in self.referee.instances() {
+            if let Some(hold) = inst.hold.as_ref().filter(|h| h.committed.is_none()) {
+                protected |= 1 << hold.claim_pos;
+            }
+        }
+        let mut newest: HashMap<(u32, Event), usize> = HashMap::new();
+        for (p, e) in self.log.iter().enumerate() {
+            if !e.erased {
+                newest.insert((e.rec.instance, e.rec.event), p);
+            }
+        }
+        let pasts = self.causal_pasts();
+        (0..reader)
+            .filter(|&p| !self.log[p].erased && newest[&(self.log[p].rec.instance, self.log[p].rec.event)] > p)
+            .filter(|&p| (pasts[p] | 1 << p) & protected == 0)
+            .collect()
+    }
+
+    /// For each position, the earlier positions it depends on, directly or
+    /// through others ([`depends`]), as a bit set: the records that stay
+    /// before it in every order of the log that the protocol cannot tell
+    /// apart from this one.
+    pub fn causal_pasts(&self) -> Vec<u128> {
+        assert!(self.log.len() <= 128, "the model's log outgrew its bit sets");
+        let mut pasts: Vec<u128> = Vec::with_capacity(self.log.len());
+        for (p, e) in self.log.iter().enumerate() {
+            let mut past = 0;
+            for q in 0..p {
+                if past >> q & 1 == 0 && depends(&self.log[q].rec, &e.rec) {
+                    past |= pasts[q] | 1 << q;
+                }
+            }
+            pasts.push(past);
+        }
+        pasts
+    }
+
+    /// The log's positions in a canonical order: the same for every log
+    /// that differs from this one only in the order of independent records
+    /// ([`depends`]). Repeatedly takes, of the records whose dependencies
+    /// are all taken, the one with the smallest `key`; two such records are
+    /// independent, hence of different instances, hence different, so only
+    /// a collision of `key` can make the choice depend on positions.
+    pub fn canonical_order(&self, key: &[u64]) -> Vec<usize> {
+        let n = self.log.len();
+        assert!(n <= 128, "the model's log outgrew its bit sets");
+        let mut direct: Vec<u128> = vec![0; n];
+        for p in 0..n {
+            for q in 0..p {
+                if depends(&self.log[q].rec, &self.log[p].rec) {
+                    direct[p] |= 1 << q;
+                }
+            }
+        }
+        let mut taken: u128 = 0;
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let next = (0..n)
+                .filter(|&p| taken >> p & 1 == 0 && direct[p] & !taken == 0)
+                .min_by_key(|&p| (key[p], p))
+                .expect("a partial order has a minimal element");
+            taken |= 1 << next;
+            out.push(next);
+        }
+        out
+    }
+
+
+    /// The fingerprint of this world's canonical form (see the module doc).
+    ///
+    /// The referee, the ghosts derived from records (`newest_booted`,
+    /// `max_claimed`, `claimed_count`, `completed`, and each order's
+    /// `first_pos`, `committed_by`, `claimed`, `completions`,
+    /// `finished_void`) are functions of the log, which is hashed, so they
+    /// are left out (the referee reads every record in log order, and
+    /// independent records commute in a View).
+    pub fn fingerprint(&self) -> u64 {
+        // Destructured, so that a field added to World must be placed here.
+        let World {
+            log,
+            insts,
+            orphans,
+            crashes,
+            dups,
+            referee: _,
+            orders,
+            newest_booted: _,
+            max_claimed: _,
+            claimed_count: _,
+            completed: _,
+            violation,
+            now,
+            jumps,
+            pauses,
+            outages,
+            takeovers,
+            second_runs_takeover,
+            second_runs_death,
+            stale_runs,
+            lease_ms,
+            forge_seen,
+            leases,
+        } = self;
+        let key: Vec<u64> = log
+            .iter()
+            .map(|e| {
+                let mut h = Mix::default();
+                hash_record(&e.rec, &|p| p, &mut h);
+                e.erased.hash(&mut h);
+                h.finish()
+            })
+            .collect();
+        let order = self.canonical_order(&key);
+        let n = order.len();
+        let mut to = vec![0u64; n];
+        for (new, &old) in order.iter().enumerate() {
+            to[old] = new as u64;
+        }
+        let f = |p: u64| if (p as usize) < n { to[p as usize] } else { p };
+        let g = |o: &mut Outcome| o.reason = None;
+        let mut h = Mix::default();
+        for &p in &order {
+            // The key is the record's hash, unless it names a position.
+            match log[p].rec.seen {
+                None => h.write_u64(key[p]),
+                Some(_) => {
+                    hash_record(&log[p].rec, &f, &mut h);
+                    log[p].erased.hash(&mut h);
+                }
+            }
+        }
+        for inst in insts {
+            let Inst { worker, cursor, pending, asked, running, ran, starts, crashed, frozen_until, down_until, next_tick } = inst;
+            match worker {
+                Some(w) => {
+                    let mut w = w.clone();
+                    w.relabel(&f, &g);
+                    (1u8, w).hash(&mut h);
+                }
+                None => 0u8.hash(&mut h),
+            }
+            pending.len().hash(&mut h);
+            for r in pending {
+                hash_record(r, &f, &mut h);
+            }
+            (cursor, asked, running, ran, starts, crashed, frozen_until, down_until, next_tick).hash(&mut h);
+        }
+        orphans.len().hash(&mut h);
+        for r in orphans {
+            hash_record(r, &f, &mut h);
+        }
+        for o in orders {
+            let OrderGhost { runner, runs, deaths_running, completions, finished_void, claimed, first_pos: _, committed_by: _, open, ended } = o;
+            (runner, runs, deaths_running, completions, finished_void, claimed, open, ended).hash(&mut h);
+        }
+        violation.as_ref().map(|(name, _)| name).hash(&mut h);
+        (crashes, dups, now, jumps, pauses, outages, takeovers, second_runs_takeover, second_runs_death, stale_runs).hash(&mut h);
+        (lease_ms, forge_seen, leases).hash(&mut h);
+        h.finish()
+    }
+}
+
+/// Hashes a record with its positions (`seen`) renamed by `f`, leaving out
+/// its reasons.
+fn hash_record(r: &Record, f: &dyn Fn(u64) -> u64, h: &mut Mix) {
+    // Destructured, so that a field added to Record must be placed here.
+    let Record {
+        instance,
+        event,
+        partition,
+        offset,
+        by,
+        incarnation,
+        ts,
+        seq,
+        attempt,
+        takeover_of,
+        rank,
+        fences,
+        seen,
+        next,
+        order_id,
+        reason: _,
+        outcome,
+        snapshot,
+    } = r;
+    (instance, event, partition, offset, by, incarnation, ts, seq, attempt).hash(h);
+    (takeover_of, rank, fences, seen.map(f), next, order_id, snapshot).hash(h);
+    if let Some(Outcome { status, exit_code, duration_ms, reason: _, stdout_tail, stderr_tail }) = outcome {
+        (status, exit_code, duration_ms, stdout_tail, stderr_tail).hash(h);
+    }
+}
+
+/// A fast 64-bit hash for fingerprints: each word mixed in by the
+/// splitmix64 finaliser (SipHash took a quarter of the model check's time).
+#[derive(Default)]
+struct Mix(u64);
+
+impl Mix {
+    fn word(&mut self, x: u64) {
+        let mut z = (self.0 ^ x).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        self.0 = z ^ (z >> 31);
+    }
+}
+
+impl Hasher for Mix {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.word(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.word(u64::from_le_bytes(b) ^ (rest.len() as u64) << 59);
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.word(x);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
