@@ -558,9 +558,11 @@ impl View {
     /// every stored outcome through `g`. For the model check only
     /// (tests/model.rs, "Commuting appends"): the protocol treats positions
     /// as names of records — it stores them, compares them for equality and
-    /// prints them, never orders one against another — so two logs that
-    /// differ only in the order of unrelated records give views equal up to
-    /// this renaming, and the check counts them once. `g` drops the texts
+    /// prints them, and orders one against another only to keep a
+    /// checkpoint's newest ids and to forget settled contests, neither of
+    /// which happens in those checks — so two logs that differ only in the
+    /// order of unrelated records give views equal up to this renaming, and
+    /// the check counts them once. `g` drops the texts
     /// (reasons) that quote positions; no rule reads them. The queue of
     /// settled contests is dropped: it matters only [`CONTEST_MEMORY`]
     /// positions after a contest settled.
