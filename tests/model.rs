@@ -227,8 +227,9 @@
 //! appends.
 //!
 //! CI: `cargo test --test model -- --nocapture` runs 2 × 1 with ≤1 crash,
-//! 2 × 2, 3 × 1, 3 × 1 with ≤1 duplicate, 3 × 1 with ≤1 crash and 3 × 2
-//! (about 2 minutes), all with compaction,
+//! 2 × 2, 3 × 1, 3 × 1 with ≤1 duplicate and 3 × 2 (about 2 minutes),
+//! all with compaction (3 × 1 and 2 × 2 with ≤1 crash:
+//! `protocol_holds_with_a_crash_more`, by hand),
 //! 2 × 1 with ≤1 crash with checkpoints (~45 s), the flaw checks, and
 //! the lease checks (bounded, ~25 s). Larger, opt-in (3 × 3 does not
 //! finish on a 2-core machine): `POOL_MODEL_INSTANCES=3
@@ -771,7 +772,7 @@ fn assert_caught(pool: Pool, expect: &[&'static str]) {
 /// the module doc, "Figures", for why 3 instances × 3 orders does not).
 #[test]
 fn protocol_holds_ci() {
-    for (i, o, crashes, dups) in [(2, 1, 1, 0), (2, 2, 0, 0), (3, 1, 0, 0), (3, 1, 0, 1), (3, 1, 1, 0), (3, 2, 0, 0)] {
+    for (i, o, crashes, dups) in [(2, 1, 1, 0), (2, 2, 0, 0), (3, 1, 0, 0), (3, 1, 0, 1), (3, 2, 0, 0)] {
         let cfg = Config { max_crashes: crashes, max_dups: dups, ..config(i, o, None) };
         assert_holds(Pool::new(cfg));
     }
@@ -780,6 +781,18 @@ fn protocol_holds_ci() {
     // 71 s before commuting appends, run by hand.)
     let cfg = Config { max_crashes: 0, max_dups: 0, orders_per_process: 2, ..config(2, 2, None) };
     assert_holds(Pool::new(cfg));
+}
+
+/// Crashes with more instances or orders, left out of CI for time (3 × 1
+/// with ≤1 crash: 861,500 states in 35 s; 2 × 2 with ≤1 crash: 1,474,665
+/// in 30 s; release).
+#[test]
+#[ignore = "long: cargo test --release --test model protocol_holds_with_a_crash_more -- --ignored --nocapture"]
+fn protocol_holds_with_a_crash_more() {
+    for (i, o) in [(3, 1), (2, 2)] {
+        let cfg = Config { max_crashes: 1, max_dups: 0, ..config(i, o, None) };
+        assert_holds(Pool::new(cfg));
+    }
 }
 
 /// Checkpoints (src/checkpoint.rs): every boot that finds the newest
