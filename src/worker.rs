@@ -778,12 +778,19 @@ mod tests {
         Worker::start(me, inc.into(), settings, now)
     }
 
+    /// A leased incarnation whose `booted` is appended and that has read
+    /// the log to its end; returns it with its read cursor.
+    fn booted(log: &mut Log, me: u32, inc: &str, now: u64) -> (Worker, usize) {
+        let (mut w, a) = leased(me, inc, now);
+        log.append(&a);
+        let mut cursor = 0;
+        log.feed(&mut w, &mut cursor);
+        (w, cursor)
+    }
+
     /// Instance 1 claims and commits order 0:0 at time 0, then goes silent.
     fn silent_holder(log: &mut Log) -> (Worker, usize) {
-        let (mut w1, a) = leased(1, "one", 0);
-        log.append(&a);
-        let mut c1 = 0;
-        log.feed(&mut w1, &mut c1);
+        let (mut w1, mut c1) = booted(log, 1, "one", 0);
         let a = w1.handle(Input::Orders(BTreeMap::from([(0, 2)])), 0);
         log.append(&a);
         let a = log.feed(&mut w1, &mut c1);
@@ -835,10 +842,7 @@ mod tests {
         let mut c1 = 0;
         let retry = log.feed(&mut w1, &mut c1);
         assert!(matches!(&retry[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 2));
-        let (mut w2, a) = leased(2, "two", 5000);
-        log.append(&a);
-        let mut c2 = 0;
-        log.feed(&mut w2, &mut c2);
+        let (mut w2, _) = booted(&mut log, 2, "two", 5000);
         let takeover = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
         log.append(&takeover);
         log.append(&retry);
@@ -850,10 +854,7 @@ mod tests {
     fn a_revocation_after_a_renewal_is_void() {
         let mut log = Log(Vec::new());
         let (mut w1, mut c1) = silent_holder(&mut log);
-        let (mut w2, a) = leased(2, "two", 5000);
-        log.append(&a);
-        let mut c2 = 0;
-        log.feed(&mut w2, &mut c2);
+        let (mut w2, mut c2) = booted(&mut log, 2, "two", 5000);
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
         // Instance 1 renews its lease before the revocation lands.
         let renew = w1.handle(Input::Tick, 5000);
@@ -871,18 +872,12 @@ mod tests {
     fn a_revoker_that_dies_before_its_takeover_claim_claims_at_its_next_boot() {
         let mut log = Log(Vec::new());
         let (_w1, _) = silent_holder(&mut log);
-        let (mut w2, a) = leased(2, "two", 5000);
-        log.append(&a);
-        let mut c2 = 0;
-        log.feed(&mut w2, &mut c2);
+        let (mut w2, _) = booted(&mut log, 2, "two", 5000);
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
         log.append(&a);
         // Instance 2 dies with only its revocation in the log: it holds the
         // order nonetheless (nobody else may take it but by its lease).
-        let (mut w3, a) = leased(3, "three", 5000);
-        log.append(&a);
-        let mut c3 = 0;
-        log.feed(&mut w3, &mut c3);
+        let (w3, _) = booted(&mut log, 3, "three", 5000);
         assert!(w3.view.hold(2).is_some_and(|h| h.pending && h.order == OrderId::new(0, 0) && h.rank == 0));
         let (mut w2, a) = leased(2, "two-again", 5100);
         log.append(&a);
