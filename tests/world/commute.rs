@@ -90,15 +90,10 @@ impl World {
                 protected |= 1 << hold.claim_pos;
             }
         }
-        let mut newest: HashMap<(u32, Event), usize> = HashMap::new();
-        for (p, e) in self.log.iter().enumerate() {
-            if !e.erased {
-                newest.insert((e.rec.instance, e.rec.event), p);
-            }
-        }
+        let superseded = self.superseded();
         let pasts = self.causal_pasts();
         (0..reader)
-            .filter(|&p| !self.log[p].erased && newest[&(self.log[p].rec.instance, self.log[p].rec.event)] > p)
+            .filter(|&p| superseded[p])
             .filter(|&p| (pasts[p] | 1 << p) & protected == 0)
             .collect()
     }

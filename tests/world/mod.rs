@@ -855,6 +855,13 @@ impl World {
         if h == 0 {
             return Vec::new();
         }
+        let superseded = self.superseded();
+        (0..h).filter(|&p| superseded[p]).collect()
+    }
+
+    /// For each position, whether its record is present and a newer present
+    /// record has the same key (what compaction may erase, horizon aside).
+    pub fn superseded(&self) -> Vec<bool> {
         // key() is `<instance>:<event>`; (instance, event) is the same key.
         let mut newest: HashMap<(u32, Event), usize> = HashMap::new();
         for (p, e) in self.log.iter().enumerate() {
@@ -862,9 +869,8 @@ impl World {
                 newest.insert((e.rec.instance, e.rec.event), p);
             }
         }
-        (0..h)
-            .filter(|&p| !self.log[p].erased && newest[&(self.log[p].rec.instance, self.log[p].rec.event)] > p)
-            .collect()
+        let key = |e: &Entry| (e.rec.instance, e.rec.event);
+        self.log.iter().enumerate().map(|(p, e)| !e.erased && newest[&key(e)] > p).collect()
     }
 
     /// The deterministic fair schedule without crashes: the first enabled of
