@@ -14,12 +14,12 @@
 //!
 //! Compaction erases every record that has a newer record with the same key,
 //! below a horizon: the smallest of every live process's read cursor, each
-//! instance number's newest `booted`, and every claim still undecided (see
-//! `HorizonRule`). The horizon stands for the claims topic's
-//! `min.compaction.lag.ms`, which must protect the records of negotiations
-//! that are still open: a record is never erased while a process may still
-//! need to read it to decide. Processes started later replay the compacted
-//! log.
+//! instance number's newest `booted`, and the first record about the order
+//! of every claim still undecided (`HorizonRule::Contest`). The horizon
+//! stands for the claims topic's `min.compaction.lag.ms`, which must
+//! protect the records of negotiations that are still open: a record is
+//! never erased while a process may still need to read it to decide.
+//! Processes started later replay the compacted log.
 //!
 //! Properties, checked on every state (a violation prints the steps and the
 //! records that lead to it, one line per record):
@@ -53,6 +53,17 @@
 //! on that log took the completed order for unclaimed and ran it again.
 //! Fixed in src/worker.rs (`Worker::record`): every record carries the
 //! writer's frontier; `protocol_holds_ci` is the regression check.
+//!
+//! Found by this check (2 × 2, a crash, the causal horizon counted from
+//! each undecided claim, `late_claim_needs_its_order_kept`): a late claim
+//! whose writer died before yielding, replayed after compaction erased the
+//! records before it about its order, looks like the only claim of an
+//! unclaimed order and is committed: the order runs twice. Lateness is
+//! judged by position, so the records of an order must outlive its
+//! undecided claims; `min.compaction.lag.ms` is counted from the first
+//! record about the order (docs/protocol.md, "Late claims"), and so is the
+//! horizon here. (It was missed for a session: the configuration that finds
+//! it had moved out of CI, to a test run by hand.)
 //!
 //! Leases (`protocol_holds_with_leases`): abstract time — the clock stands
 //! still but may jump past the lease (`Step::Advance`, bounded), and every
@@ -678,7 +689,7 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
         max_crashes: 2,
         max_dups: 1,
         compaction: true,
-        horizon: HorizonRule::Claim,
+        horizon: HorizonRule::Contest,
         flaw,
         restart_crashed: true,
         stale_boots: false,
@@ -848,45 +859,24 @@ fn assert_caught(pool: Pool, expect: &[&'static str]) {
 /// the module doc, "Figures", for why 3 instances × 3 orders does not).
 #[test]
 fn protocol_holds_ci() {
-    for (i, o, crashes, dups) in [(2, 1, 1, 0), (2, 2, 0, 0), (3, 1, 0, 0), (3, 1, 0, 1), (3, 2, 0, 0)] {
+    let set = [(2, 1, 1, 0), (2, 2, 0, 0), (3, 1, 0, 0), (3, 1, 0, 1), (2, 1, 1, 1), (3, 1, 1, 0), (2, 2, 1, 0), (3, 2, 0, 0)];
+    for (i, o, crashes, dups) in set {
         let cfg = Config { max_crashes: crashes, max_dups: dups, ..config(i, o, None) };
         assert_holds(Pool::new(cfg));
     }
     // ORDERS_PER_PROCESS=2: a process goes on to the next order after
-    // reading back its completion. (With ≤1 crash: 2,752,652 states in
-    // 71 s before commuting appends, run by hand.)
-    let cfg = Config { max_crashes: 0, max_dups: 0, orders_per_process: 2, ..config(2, 2, None) };
+    // reading back its completion.
+    let cfg = Config { max_crashes: 1, max_dups: 0, orders_per_process: 2, ..config(2, 2, None) };
     assert_holds(Pool::new(cfg));
-}
-
-/// Crashes with more instances or orders, left out of CI for time (3 × 1
-/// with ≤1 crash: 861,500 states in 35 s; 2 × 2 with ≤1 crash: 1,474,665
-/// in 30 s; release).
-#[test]
-#[ignore = "long: cargo test --release --test model protocol_holds_with_a_crash_more -- --ignored --nocapture"]
-fn protocol_holds_with_a_crash_more() {
-    for (i, o) in [(3, 1), (2, 2)] {
-        let cfg = Config { max_crashes: 1, max_dups: 0, ..config(i, o, None) };
-        assert_holds(Pool::new(cfg));
-    }
 }
 
 /// Checkpoints (src/checkpoint.rs): every boot that finds the newest
 /// checkpoint 2 or more positions behind writes one, and every process
 /// starts from the newest checkpoint the (compacted) log still holds.
-/// (2 × 2, 665,939 states, and 3 × 1, 3.4 M states, are left out of CI
-/// for time: `protocol_holds_with_checkpoints_more`.)
 #[test]
 fn protocol_holds_with_checkpoints() {
-    let cfg = Config { max_crashes: 1, max_dups: 0, checkpoint_every: Some(2), ..config(2, 1, None) };
-    assert_holds(Pool::new(cfg));
-}
-
-#[test]
-#[ignore = "long: cargo test --release --test model protocol_holds_with_checkpoints_more -- --ignored --nocapture"]
-fn protocol_holds_with_checkpoints_more() {
-    for (i, o) in [(2, 2), (3, 1)] {
-        let cfg = Config { max_crashes: 0, max_dups: 0, checkpoint_every: Some(2), ..config(i, o, None) };
+    for (i, o, crashes) in [(2, 1, 1), (2, 2, 0), (3, 1, 0)] {
+        let cfg = Config { max_crashes: crashes, max_dups: 0, checkpoint_every: Some(2), ..config(i, o, None) };
         assert_holds(Pool::new(cfg));
     }
 }
@@ -1012,6 +1002,17 @@ fn stale_booted_fences_its_successor() {
     let cfg = Config { max_crashes: 1, stale_boots: true, ..small(2, 1, Flaw::SkipAnOrder) };
     let cfg = Config { flaw: None, ..cfg };
     assert_caught(Pool::new(cfg), &[RUN_TWICE, RUN_BY_TWO]);
+}
+
+/// The records of an order must outlive its undecided claims
+/// (docs/protocol.md, "Late claims"): with compaction's horizon counted from
+/// each undecided claim instead of from the first record about its order,
+/// a late claim whose writer died before yielding is committed by its next
+/// process once the order's records are erased, and the order runs twice.
+#[test]
+fn late_claim_needs_its_order_kept() {
+    let cfg = Config { max_crashes: 1, max_dups: 0, horizon: HorizonRule::Claim, ..config(2, 2, None) };
+    assert_caught(Pool::new(cfg), &[RUN_BY_TWO, RUN_TWICE]);
 }
 
 #[test]

@@ -86,11 +86,12 @@ fn passes(c: &Record, x: &Record) -> bool {
 
 impl World {
     /// [`Config::causal`]: the superseded records below every live reader
-    /// that have none of the records the horizon protects (each instance
-    /// number's newest `booted`, each undecided claim) in their causal past
-    /// or at their position.
+    /// that have none of the records the horizon protects in their causal
+    /// past or at their position: each instance number's newest `booted`,
+    /// and each undecided claim ([`HorizonRule::Claim`]) or every record
+    /// about the order of an undecided claim ([`HorizonRule::Contest`]).
     pub(super) fn erasable_causal(&self, cfg: &Config) -> Vec<usize> {
-        assert_eq!(cfg.horizon, HorizonRule::Claim, "the causal horizon protects undecided claims only");
+        assert_ne!(cfg.horizon, HorizonRule::Hold, "the causal horizon protects open negotiations only");
         let mut reader = self.log.len();
         for inst in self.insts.iter().filter(|i| i.worker.is_some()) {
             reader = reader.min(inst.cursor);
@@ -102,6 +103,13 @@ impl World {
         for (_, inst) in self.referee.instances() {
             if let Some(hold) = inst.hold.as_ref().filter(|h| h.committed.is_none()) {
                 protected |= 1 << hold.claim_pos;
+                if cfg.horizon == HorizonRule::Contest {
+                    for (p, e) in self.log.iter().enumerate() {
+                        if e.rec.order() == Some(hold.order) {
+                            protected |= 1 << p;
+                        }
+                    }
+                }
             }
         }
         let superseded = self.superseded();
