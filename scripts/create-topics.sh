@@ -160,8 +160,9 @@ claims=(--create --if-not-exists --topic "$COORDINATION_TOPIC"
     --config cleanup.policy=compact
     # Records younger than this are never compacted. The protocol relies on
     # it (docs/protocol.md, "Compaction"): the records of a negotiation that
-    # is still open must all be there when an instance decides or resumes it.
-    # 7 days covers an instance that is down, claim undecided, for a week.
+    # is still open must all be there when an instance decides or resumes it,
+    # counted from the first record about the order ("Late claims"). 7 days
+    # covers an instance that is down, claim undecided, for days.
     --config min.compaction.lag.ms="$CLAIMS_MIN_COMPACTION_LAG_MS"
     # ...but compact a day after that even when the log is quiet, so that a
     # boot replay stays short (must not be below min.compaction.lag.ms).
