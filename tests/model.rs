@@ -65,6 +65,13 @@
 //! horizon here. (It was missed for a session: the configuration that finds
 //! it had moved out of CI, to a test run by hand.)
 //!
+//! Found, not fixed (a known hole, docs/protocol.md; 2 × 2 with a crash
+//! and a duplicate, `zombie_record_outlives_its_fence`): a dead process's
+//! claim that landed after its successor's `booted` counts again once that
+//! `booted` is superseded (here by its own retry copy) and erased. The CI
+//! configurations combine a crash and a duplicate only with one order,
+//! where that cannot strand anything.
+//!
 //! Leases (`protocol_holds_with_leases`): abstract time — the clock stands
 //! still but may jump past the lease (`Step::Advance`, bounded), and every
 //! live process may get Tick at any moment; with the properties of leases
@@ -1012,6 +1019,34 @@ fn stale_booted_fences_its_successor() {
     let cfg = Config { max_crashes: 1, stale_boots: true, ..small(2, 1, Flaw::SkipAnOrder) };
     let cfg = Config { flaw: None, ..cfg };
     assert_caught(Pool::new(cfg), &[RUN_TWICE, RUN_BY_TWO]);
+}
+
+/// The configurations too large to finish here, explored breadth-first up
+/// to `POOL_MODEL_BOUND` states each (default 3 million): every execution
+/// up to some length, with crashes and duplicates among the larger pools.
+#[test]
+#[ignore = "long: cargo test --release --test model protocol_holds_bounded -- --ignored --nocapture"]
+fn protocol_holds_bounded() {
+    let bound = env("POOL_MODEL_BOUND", 3_000_000) as usize;
+    // With a crash and a duplicate together, 2 × 2 reaches the known hole of
+    // `zombie_record_outlives_its_fence`, so they are not combined here.
+    for (i, o, crashes, dups) in [(3, 2, 1, 0), (3, 2, 0, 1), (3, 3, 0, 0), (3, 3, 1, 0), (3, 3, 0, 1), (4, 4, 1, 0)] {
+        let cfg = Config { max_crashes: crashes, max_dups: dups, ..config(i, o, None) };
+        assert_holds_upto(Pool::new(cfg), Some(bound));
+    }
+}
+
+/// A known hole (docs/protocol.md, "Known hole: a zombie's record outlives
+/// its fence"), kept as a check that documents it: a dead process's claim
+/// lands after its successor's `booted`, void; the successor's `booted` is
+/// superseded by its own retry copy, which lands after the claim, and
+/// compaction erases the original; a process that replays the log now
+/// reads the dead process's claim before any `booted` of the successor and
+/// takes it for valid: it moves the frontier past an order nobody holds.
+#[test]
+fn zombie_record_outlives_its_fence() {
+    let cfg = Config { max_crashes: 1, max_dups: 1, ..config(2, 2, None) };
+    assert_caught(Pool::new(cfg), &[SKIPPED, LIVENESS]);
 }
 
 /// The records of an order must outlive its undecided claims
