@@ -1022,16 +1022,23 @@ fn stale_booted_fences_its_successor() {
 }
 
 /// The configurations too large to finish here, explored breadth-first up
-/// to `POOL_MODEL_BOUND` states each (default 3 million): every execution
-/// up to some length, with crashes and duplicates among the larger pools.
+/// to `POOL_MODEL_BOUND` states generated (default 3 million; a third of it
+/// for 3 orders or more): every execution up to some length, with crashes
+/// and duplicates among the larger pools. Measured: 3 × 3, 534,528 unique
+/// states in 23 s, with ≤1 crash 505,504, with ≤1 duplicate 537,672;
+/// 4 × 4 with ≤1 crash 457,317; 3 × 2 with ≤1 crash 1,496,694 in 64 s,
+/// with ≤1 duplicate 1,590,340 (release). The queue holds whole worlds:
+/// 3 × 3 takes about 8 GB, and at 3 million it filled 23 GB.
 #[test]
 #[ignore = "long: cargo test --release --test model protocol_holds_bounded -- --ignored --nocapture"]
 fn protocol_holds_bounded() {
     let bound = env("POOL_MODEL_BOUND", 3_000_000) as usize;
     // With a crash and a duplicate together, 2 × 2 reaches the known hole of
     // `zombie_record_outlives_its_fence`, so they are not combined here.
-    for (i, o, crashes, dups) in [(3, 2, 1, 0), (3, 2, 0, 1), (3, 3, 0, 0), (3, 3, 1, 0), (3, 3, 0, 1), (4, 4, 1, 0)] {
+    for (i, o, crashes, dups) in [(3, 3, 0, 0), (3, 3, 1, 0), (3, 3, 0, 1), (4, 4, 1, 0), (3, 2, 1, 0), (3, 2, 0, 1)] {
         let cfg = Config { max_crashes: crashes, max_dups: dups, ..config(i, o, None) };
+        // The breadth-first queue holds whole worlds (see above).
+        let bound = if o > 2 { bound / 3 } else { bound };
         assert_holds_upto(Pool::new(cfg), Some(bound));
     }
 }
