@@ -425,10 +425,9 @@ impl Pool {
     /// and a live view's frontier never falls.
     fn answers_nothing(&self, w: &World, i: u32) -> bool {
         let inst = &w.insts[i as usize - 1];
-        let ends = std::collections::BTreeMap::from([(0, self.cfg.orders as i64)]);
         inst.asked
             && self.cfg.lease_ms.is_none()
-            && inst.worker.as_ref().is_some_and(|p| p.phase == Phase::Choose && next_order(&p.view, &ends, i).is_none())
+            && inst.worker.as_ref().is_some_and(|p| p.phase == Phase::Choose && next_order(&p.view, &self.cfg.order_ends(), i).is_none())
     }
 
     /// Whether instance `i`'s new process has only its `booted` to append

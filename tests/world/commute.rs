@@ -91,6 +91,11 @@ impl World {
     /// and each undecided claim ([`HorizonRule::Claim`]) or every record
     /// about the order of an undecided claim ([`HorizonRule::Contest`]).
     pub(super) fn erasable_causal(&self, cfg: &Config) -> Vec<usize> {
+        self.erasable_causal_in(cfg, &self.causal_pasts())
+    }
+
+    /// [`World::erasable_causal`], given the log's [`World::causal_pasts`].
+    pub(super) fn erasable_causal_in(&self, cfg: &Config, pasts: &[u128]) -> Vec<usize> {
         assert_ne!(cfg.horizon, HorizonRule::Hold, "the causal horizon protects open negotiations only");
         let mut reader = self.log.len();
         for inst in self.insts.iter().filter(|i| i.worker.is_some()) {
@@ -113,7 +118,6 @@ impl World {
             }
         }
         let superseded = self.superseded();
-        let pasts = self.causal_pasts();
         (0..reader)
             .filter(|&p| superseded[p])
             .filter(|&p| (pasts[p] | 1 << p) & protected == 0)
@@ -125,27 +129,18 @@ impl World {
     /// before it in every order of the log that the protocol cannot tell
     /// apart from this one.
     pub fn causal_pasts(&self) -> Vec<u128> {
-        assert!(self.log.len() <= 128, "the model's log outgrew its bit sets");
-        let mut pasts: Vec<u128> = Vec::with_capacity(self.log.len());
-        for (p, e) in self.log.iter().enumerate() {
-            let mut past = 0;
-            for q in 0..p {
-                if past >> q & 1 == 0 && depends(&self.log[q].rec, &e.rec) {
-                    past |= pasts[q] | 1 << q;
-                }
-            }
+        let direct = self.dependencies();
+        let mut pasts: Vec<u128> = Vec::with_capacity(direct.len());
+        for (p, &d) in direct.iter().enumerate() {
+            let past = (0..p).filter(|&q| d >> q & 1 == 1).fold(d, |past, q| past | pasts[q]);
             pasts.push(past);
         }
         pasts
     }
 
-    /// The log's positions in a canonical order: the same for every log
-    /// that differs from this one only in the order of independent records
-    /// ([`depends`]). Repeatedly takes, of the records whose dependencies
-    /// are all taken, the one with the smallest `key`; two such records are
-    /// independent, hence of different instances, hence different, so only
-    /// a collision of `key` can make the choice depend on positions.
-    pub fn canonical_order(&self, key: &[u64]) -> Vec<usize> {
+    /// For each position, the earlier positions whose records it depends on
+    /// directly ([`depends`]), as a bit set.
+    fn dependencies(&self) -> Vec<u128> {
         let n = self.log.len();
         assert!(n <= 128, "the model's log outgrew its bit sets");
         let mut direct: Vec<u128> = vec![0; n];
@@ -156,6 +151,18 @@ impl World {
                 }
             }
         }
+        direct
+    }
+
+    /// The log's positions in a canonical order: the same for every log
+    /// that differs from this one only in the order of independent records
+    /// ([`depends`]). Repeatedly takes, of the records whose dependencies
+    /// are all taken, the one with the smallest `key`; two such records are
+    /// independent, hence of different instances, hence different, so only
+    /// a collision of `key` can make the choice depend on positions.
+    pub fn canonical_order(&self, key: &[u64]) -> Vec<usize> {
+        let n = self.log.len();
+        let direct = self.dependencies();
         let mut taken: u128 = 0;
         let mut out = Vec::with_capacity(n);
         while out.len() < n {

@@ -125,6 +125,12 @@ pub struct Config {
 }
 
 impl Config {
+    /// The orders topic's end offsets, as Answer reports them: the orders,
+    /// all present from the start, in partition 0.
+    pub fn order_ends(&self) -> BTreeMap<i32, i64> {
+        BTreeMap::from([(0, self.orders as i64)])
+    }
+
     pub fn settings(&self) -> Settings {
         Settings {
             flaw: self.flaw,
@@ -528,8 +534,7 @@ impl World {
             Step::Answer(i) => {
                 self.inst_mut(i).asked = false;
                 self.inst_mut(i).cursor = self.log.len();
-                let ends = BTreeMap::from([(0, cfg.orders as i64)]);
-                self.feed(i, Input::Orders(ends));
+                self.feed(i, Input::Orders(cfg.order_ends()));
             }
             Step::JobDone(i) => {
                 self.inst_mut(i).running = None;
@@ -563,8 +568,9 @@ impl World {
                 }
             }
             Step::CompactUpTo(p) => {
-                let past = self.causal_pasts()[p] | 1 << p;
-                for q in self.erasable(cfg).into_iter().filter(|&q| past >> q & 1 == 1) {
+                let pasts = self.causal_pasts();
+                let past = pasts[p] | 1 << p;
+                for q in self.erasable_causal_in(cfg, &pasts).into_iter().filter(|&q| past >> q & 1 == 1) {
                     self.log[q].erased = true;
                 }
             }
