@@ -29,6 +29,25 @@ use std::hash::{Hash, Hasher};
 /// itself (the same View, and the same verdict on each record, in either
 /// order), on random records and on protocol-shaped logs.
 pub fn depends(a: &Record, b: &Record) -> bool {
+    depends_in(a, b, false)
+}
+
+/// [`depends`], for logs in which no record is ever erased (no compaction)
+/// and no decision is stray: a claim then also commutes with another
+/// instance's decision (`committed` or `yielded`) of the same order. The
+/// decision's writer holds the order by a valid claim that lands before
+/// the decision, so wherever the two land, a claim that lands after the
+/// decision finds the order's contest open, and only the claim that opens
+/// a contest is judged for lateness (`passes` would say the decision's
+/// frontier makes the claim late). Under compaction this is unsound: the
+/// writer's claim can be erased later, and then the stray decision raises
+/// the frontier before the contest opens (tests/model.rs, module doc,
+/// "Reductions", 9).
+pub fn depends_unerased(a: &Record, b: &Record) -> bool {
+    depends_in(a, b, true)
+}
+
+fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
     let who = |r: &Record| [Some(r.instance), r.by];
     if who(a).iter().flatten().any(|i| who(b).contains(&Some(*i))) {
         return true;
@@ -42,7 +61,7 @@ pub fn depends(a: &Record, b: &Record) -> bool {
     if a.order().is_some() && a.order() == b.order() && !(plain(a) && plain(b)) && !(stance(a, b) || stance(b, a)) {
         return true;
     }
-    passes(a, b) || passes(b, a)
+    passes(a, b, unerased) || passes(b, a, unerased)
 }
 
 /// Claims and decisions of an order's own holders: of two such records of
@@ -73,9 +92,13 @@ fn stance(a: &Record, b: &Record) -> bool {
 /// the order's contest first, whichever of the two lands first (and
 /// lateness is judged only when a contest opens), a void one raises
 /// nothing.
-fn passes(c: &Record, x: &Record) -> bool {
+fn passes(c: &Record, x: &Record, unerased: bool) -> bool {
     let Some(o) = c.order().filter(|_| c.event == Event::Claimed) else { return false };
     if x.event == Event::Claimed && x.order() == Some(o) && plain(x) && plain(c) {
+        return false;
+    }
+    let decision = matches!(x.event, Event::Committed | Event::Yielded);
+    if unerased && decision && x.order() == Some(o) && plain(x) && plain(c) {
         return false;
     }
     let own = x.order().filter(|xo| x.event == Event::Claimed && xo.partition == o.partition).map(|xo| xo.offset + 1);
@@ -129,7 +152,7 @@ impl World {
     /// before it in every order of the log that the protocol cannot tell
     /// apart from this one.
     pub fn causal_pasts(&self) -> Vec<u128> {
-        let direct = self.dependencies();
+        let direct = self.dependencies(false);
         let mut pasts: Vec<u128> = Vec::with_capacity(direct.len());
         for (p, &d) in direct.iter().enumerate() {
             let past = (0..p).filter(|&q| d >> q & 1 == 1).fold(d, |past, q| past | pasts[q]);
@@ -140,13 +163,13 @@ impl World {
 
     /// For each position, the earlier positions whose records it depends on
     /// directly ([`depends`]), as a bit set.
-    fn dependencies(&self) -> Vec<u128> {
+    fn dependencies(&self, unerased: bool) -> Vec<u128> {
         let n = self.log.len();
         assert!(n <= 128, "the model's log outgrew its bit sets");
         let mut direct: Vec<u128> = vec![0; n];
         for p in 0..n {
             for q in 0..p {
-                if depends(&self.log[q].rec, &self.log[p].rec) {
+                if depends_in(&self.log[q].rec, &self.log[p].rec, unerased) {
                     direct[p] |= 1 << q;
                 }
             }
@@ -160,9 +183,9 @@ impl World {
     /// are all taken, the one with the smallest `key`; two such records are
     /// independent, hence of different instances, hence different, so only
     /// a collision of `key` can make the choice depend on positions.
-    pub fn canonical_order(&self, key: &[u64]) -> Vec<usize> {
+    pub fn canonical_order(&self, key: &[u64], unerased: bool) -> Vec<usize> {
         let n = self.log.len();
-        let direct = self.dependencies();
+        let direct = self.dependencies(unerased);
         let mut taken: u128 = 0;
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
@@ -185,7 +208,11 @@ impl World {
     /// `finished_void`) are functions of the log, which is hashed, so they
     /// are left out (the referee reads every record in log order, and
     /// independent records commute in a View).
-    pub fn fingerprint(&self) -> u64 {
+    ///
+    /// `unerased`: the configuration never erases a record, so the finer
+    /// [`depends_unerased`] applies (its assumptions are checked here and
+    /// by [`World::strays`]).
+    pub fn fingerprint(&self, unerased: bool) -> u64 {
         // Destructured, so that a field added to World must be placed here.
         let World {
             log,
@@ -211,6 +238,7 @@ impl World {
             lease_ms,
             forge_seen,
             leases,
+            strays,
         } = self;
         let key: Vec<u64> = log
             .iter()
@@ -221,7 +249,13 @@ impl World {
                 h.finish()
             })
             .collect();
-        let order = self.canonical_order(&key);
+        if unerased {
+            assert!(
+                log.iter().all(|e| !e.erased) && *strays == 0,
+                "the unerased commuting relation was used on a log with an erased or stray record"
+            );
+        }
+        let order = self.canonical_order(&key, unerased);
         let n = order.len();
         let mut to = vec![0u64; n];
         for (new, &old) in order.iter().enumerate() {
@@ -266,7 +300,7 @@ impl World {
         }
         violation.as_ref().map(|(name, _)| name).hash(&mut h);
         (crashes, dups, now, jumps, pauses, outages, takeovers, second_runs_takeover, second_runs_death, stale_runs).hash(&mut h);
-        (lease_ms, forge_seen, leases).hash(&mut h);
+        (lease_ms, forge_seen, leases, strays).hash(&mut h);
         h.finish()
     }
 }

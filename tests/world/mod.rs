@@ -41,7 +41,7 @@ use std::fmt::Write as _;
 
 mod commute;
 #[allow(unused_imports)]
-pub use commute::depends;
+pub use commute::{depends, depends_unerased};
 
 /// What compaction must leave alone below an undecided claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -125,6 +125,14 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether no record is ever erased: compaction is off, or no process
+    /// ever dies (no crash, no lease, and no process completes as many
+    /// orders as make it exit), and compaction is offered only where an
+    /// instance is dead (tests/model.rs, "Reductions", 6).
+    pub fn never_erases(&self) -> bool {
+        !self.compaction || (self.max_crashes == 0 && self.lease_ms.is_none() && self.orders_per_process > self.orders)
+    }
+
     /// The orders topic's end offsets, as Answer reports them: the orders,
     /// all present from the start, in partition 0.
     pub fn order_ends(&self) -> BTreeMap<i32, i64> {
@@ -299,6 +307,11 @@ pub struct World {
     pub lease_ms: Option<u64>,
     pub forge_seen: bool,
     leases: bool,
+    /// Decisions (`committed`, `yielded`) the referee found stray: their
+    /// writer held no claim of their order. The protocol writes none
+    /// without compaction; [`World::fingerprint`] with `unerased` relies on
+    /// that and checks it.
+    pub strays: u32,
 }
 
 pub const RUN_BY_TWO: &str = "no order is run by two instances";
@@ -360,6 +373,7 @@ impl World {
             lease_ms: cfg.lease_ms,
             forge_seen: cfg.forge_seen,
             leases: cfg.lease_ms.is_some(),
+            strays: 0,
         }
     }
 
@@ -725,7 +739,11 @@ impl World {
                 og.first_pos.get_or_insert(pos);
             }
         }
-        let accepted = self.referee.apply(pos as u64, &r).is_ok();
+        let verdict = self.referee.apply(pos as u64, &r);
+        if verdict == Err(pool_worker::boot::Void::Stray) && matches!(r.event, Event::Committed | Event::Yielded) {
+            self.strays += 1;
+        }
+        let accepted = verdict.is_ok();
         if let (false, Event::Completed, Some(o)) = (accepted, r.event, r.order()) {
             if let Some(og) = self.orders.get_mut(o.offset as usize) {
                 if og.completions == 0 && !og.finished_void {
