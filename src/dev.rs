@@ -267,7 +267,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
     while let Ok(event) = sup_events.try_recv() {
         out.sup_event(&event);
     }
+    // The tail's consumer must be gone before the broker is, or librdkafka
+    // reports the broker's disappearance as an error.
     tail.abort();
+    let _ = tail.await;
     drop(broker);
     out.done(code);
     Ok(code)

@@ -1,7 +1,8 @@
 //! The operator's toolkit and the order features, end to end with the real
 //! binary: `status`, `history`, `submit`, `RESULTS_TOPIC`, duplicate ids,
 //! `image` and `url` orders, the allow lists, the job environment's deny
-//! list, the output bound and `LOG_FORMAT=json`.
+//! list, the output bound, `LOG_FORMAT=json`, and `dev --demo` (the
+//! README's first command).
 //!
 //! Each test starts its own broker (unique topic names) and pool, and every
 //! wait has a deadline. Jobs leave their side effects in files of a temp dir,
@@ -748,4 +749,44 @@ fn log_format_json_covers_startup_errors() {
         let v: Result<serde_json::Value, _> = serde_json::from_str(l);
         assert!(v.is_ok_and(|v| v.is_object()), "not a JSON object: {l}\nall:\n{stderr}");
     }
+}
+
+/// The README's first command with `--demo`: the embedded broker, three
+/// instances under the supervisor, the sample orders each completed once
+/// with the status its payload calls for, the exit clean and nothing logged
+/// as an error (librdkafka's report of the broker going away at shutdown
+/// once was).
+#[test]
+fn dev_demo_runs_every_sample_order_once() {
+    let r = tool(&[], &["dev", "--demo", "--json", "--demo-timeout-secs", "60"], None, Duration::from_secs(90));
+    assert_eq!(r.code, Some(0), "dev --demo failed");
+    let lines: Vec<serde_json::Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    let of = |event: &str| lines.iter().filter(|l| l["event"] == event).collect::<Vec<_>>();
+    let produced: BTreeMap<String, String> =
+        of("produced").iter().map(|l| (l["order"].as_str().unwrap_or("").to_string(), l["payload"].as_str().unwrap_or("").to_string())).collect();
+    assert!(produced.len() >= 5, "too few sample orders: {produced:?}");
+    let mut results: BTreeMap<String, String> = BTreeMap::new();
+    for l in of("result") {
+        let order = l["order"].as_str().unwrap_or("").to_string();
+        let status = l["outcome"]["status"].as_str().unwrap_or("").to_string();
+        assert!(results.insert(order.clone(), status).is_none(), "order {order} has two results");
+    }
+    assert_eq!(results.keys().collect::<Vec<_>>(), produced.keys().collect::<Vec<_>>(), "every sample order has one result");
+    for (order, payload) in &produced {
+        let status = &results[order];
+        let expect = match payload.as_str() {
+            p if p.starts_with("echo") || p.contains("ran on instance") => "ok",
+            "false" => "failed",
+            p if p.contains("exit 7") => "failed",
+            p if p.contains("timeout_secs") => "timed_out",
+            _ => "error",
+        };
+        assert_eq!(status, expect, "order {order} ({payload})");
+    }
+    assert_eq!(of("done").last().map(|l| l["code"].clone()), Some(serde_json::json!(0)));
+    assert!(!r.stderr.contains("ERROR"), "dev logged an error:\n{}", r.stderr);
 }
