@@ -127,8 +127,11 @@ pub struct Config {
 impl Config {
     /// Whether no record is ever erased: compaction is off, or no process
     /// ever dies (no crash, no lease, and no process completes as many
-    /// orders as make it exit), and compaction is offered only where an
-    /// instance is dead (tests/model.rs, "Reductions", 6).
+    /// orders as make it exit). Then each instance has one incarnation, its
+    /// `booted` stays the newest, which the horizon protects, and every
+    /// later record of the instance has it in its causal past
+    /// ([`Config::causal`]), so nothing is erasable. (`World::fingerprint`
+    /// asserts it where it relies on it.)
     pub fn never_erases(&self) -> bool {
         !self.compaction || (self.max_crashes == 0 && self.lease_ms.is_none() && self.orders_per_process > self.orders)
     }
