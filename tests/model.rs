@@ -500,6 +500,12 @@ impl Pool {
 
     /// `known`: the fingerprint of `s`, if computed already.
     fn is_live(&self, s: &World, known: Option<u64>) -> bool {
+        // Before the copy below: about half the states of the full checks
+        // have every order completed (3 × 3 without compaction: 880,194 of
+        // 1,862,297), and neither the cache nor a run is needed for them.
+        if s.all_completed(&self.cfg) {
+            return true;
+        }
         let first = known.unwrap_or_else(|| fp(s, self.commute, self.unerased));
         if self.live.lock().unwrap().contains(&first) {
             return true;

@@ -232,8 +232,51 @@ impl World {
     }
 }
 
-/// [`World::canonical_order`], given the log's direct dependencies.
+/// [`World::canonical_order`], given the log's direct dependencies. The
+/// records that are ready (every dependency taken) are kept in a bit set,
+/// updated from the dependents of the record just taken, so that each
+/// choice looks at the few ready records only (rescanning the whole log
+/// for each choice took a tenth of the model check's time).
 fn canonical_order_of(key: &[u64], direct: &[u128]) -> Vec<usize> {
+    let n = direct.len();
+    let bits = |mut set: u128| {
+        std::iter::from_fn(move || {
+            (set != 0).then(|| {
+                let p = set.trailing_zeros() as usize;
+                set &= set - 1;
+                p
+            })
+        })
+    };
+    // dependents[q]: the positions that depend on position q directly.
+    let mut dependents = [0u128; 128];
+    let mut ready: u128 = 0;
+    for (p, &d) in direct.iter().enumerate() {
+        if d == 0 {
+            ready |= 1 << p;
+        }
+        for q in bits(d) {
+            dependents[q] |= 1 << p;
+        }
+    }
+    let mut taken: u128 = 0;
+    let mut out = Vec::with_capacity(n);
+    while ready != 0 {
+        // The smallest (key, position) among the ready: on a tie of keys
+        // the first in position order is kept.
+        let next = bits(ready).reduce(|best, p| if key[p] < key[best] { p } else { best }).expect("ready is not empty");
+        taken |= 1 << next;
+        ready &= !(1 << next);
+        ready |= bits(dependents[next]).filter(|&p| direct[p] & !taken == 0).fold(0, |r, p| r | 1 << p);
+        out.push(next);
+    }
+    assert_eq!(out.len(), n, "a partial order has a minimal element");
+    out
+}
+
+/// [`canonical_order_of`] by rescanning the log for each choice, as it
+/// was computed before (for the reference [`World::fingerprint_by_copy`]).
+fn canonical_order_by_scan(key: &[u64], direct: &[u128]) -> Vec<usize> {
     let n = direct.len();
     let mut taken: u128 = 0;
     let mut out = Vec::with_capacity(n);
@@ -398,7 +441,7 @@ impl World {
                 "the unerased commuting relation was used on a log with an erased or stray record"
             );
         }
-        let order = canonical_order_of(&key, &self.dependencies_pairwise(unerased));
+        let order = canonical_order_by_scan(&key, &self.dependencies_pairwise(unerased));
         let n = order.len();
         let mut to = vec![0u64; n];
         for (new, &old) in order.iter().enumerate() {
