@@ -27,6 +27,7 @@ use crate::boot::{next_order, View};
 use crate::claim::{decide, Decision};
 use crate::record::{Event, OrderId, Outcome, Record, Status};
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 
 /// Exit status of a process that found a newer incarnation of its instance
 /// number in the log (a zombie).
@@ -214,6 +215,28 @@ impl Worker {
     pub fn relabel(&mut self, f: &dyn Fn(u64) -> u64, g: &dyn Fn(&mut Outcome)) {
         self.view.relabel(f, g);
         self.revoking = self.revoking.iter().map(|&(i, p)| (i, f(p))).collect();
+    }
+
+    /// Feeds `h` exactly what hashing a copy of this machine after
+    /// [`Worker::relabel`]`(f, g)` would, without making the copy (see
+    /// [`View::hash_relabeled`]; for the model check only).
+    pub fn hash_relabeled<H: Hasher>(&self, f: &dyn Fn(u64) -> u64, g: &dyn Fn(&mut Outcome), h: &mut H) {
+        // Destructured, so that a field added to Worker must be placed here
+        // (in declaration order: that is the order the derived Hash uses).
+        let Worker { me, incarnation, view, phase, settings, seq, now, renewed, revoking, completed } = self;
+        (me, incarnation).hash(h);
+        view.hash_relabeled(f, g, h);
+        (phase, settings, seq, now, renewed).hash(h);
+        // The renamed set, in its own order (the set's hash is its length
+        // and its elements in order).
+        let mut renamed: Vec<(u32, u64)> = revoking.iter().map(|&(i, p)| (i, f(p))).collect();
+        renamed.sort_unstable();
+        renamed.dedup();
+        renamed.len().hash(h);
+        for x in &renamed {
+            x.hash(h);
+        }
+        completed.hash(h);
     }
 
     /// Whether the process has finished.

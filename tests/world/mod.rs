@@ -38,6 +38,7 @@ use pool_worker::record::{Event, OrderId, Outcome, Record, Status};
 use pool_worker::worker::{Action, Flaw, Input, Phase, Settings, Worker};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 mod commute;
 #[allow(unused_imports)]
@@ -153,10 +154,34 @@ impl Config {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// One position of the log.
+#[derive(Clone, Debug)]
 pub struct Entry {
-    pub rec: Record,
+    /// Shared by every copy of the world: a landed record never changes,
+    /// and the model check copies the world at every step (copying the
+    /// records was an eighth of its time).
+    pub rec: Arc<Record>,
     pub erased: bool,
+    /// For [`World::fingerprint`], computed as the record lands
+    /// ([`commute::landed`]): functions of the records up to this one, so
+    /// left out of equality and hashing.
+    pub(crate) cached: commute::Landed,
+}
+
+/// An entry is its record and whether it is erased (`cached` follows from
+/// the log).
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.rec, self.erased) == (&other.rec, other.erased)
+    }
+}
+
+impl Eq for Entry {}
+
+impl std::hash::Hash for Entry {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (&self.rec, self.erased).hash(h);
+    }
 }
 
 /// One instance number.
@@ -534,7 +559,7 @@ impl World {
             }
             Step::Read(i) => loop {
                 let Some(pos) = self.next_present(self.inst(i).cursor) else { break };
-                let rec = self.log[pos].rec.clone();
+                let rec = Record::clone(&self.log[pos].rec);
                 self.inst_mut(i).cursor = pos + 1;
                 if self.feed(i, Input::Record(pos as u64, rec)) || !cfg.batch_reads {
                     break;
@@ -766,7 +791,8 @@ impl World {
                 self.judge_holds(pos);
             }
         }
-        self.log.push(Entry { rec: r, erased: false });
+        let cached = commute::landed(&self.log, &r);
+        self.log.push(Entry { rec: Arc::new(r), erased: false, cached });
     }
 
     /// A valid revocation: the lease had expired, and it ends the holder's run.
