@@ -119,6 +119,9 @@ fn config() -> Config {
         // Varied by seed in `run_world`.
         orders_per_process: 1,
         causal: false,
+        // Kafka's lag outlasts an append in flight (tests/world,
+        // `World::in_flight_claim_orders`).
+        protect_in_flight: true,
     }
 }
 

@@ -175,6 +175,15 @@ impl World {
                 }
             }
         }
+        if cfg.horizon == HorizonRule::Contest && cfg.protect_in_flight {
+            for o in self.in_flight_claim_orders() {
+                for (p, e) in self.log.iter().enumerate() {
+                    if e.rec.order() == Some(o) {
+                        protected |= 1 << p;
+                    }
+                }
+            }
+        }
         let superseded = self.superseded();
         (0..reader)
             .filter(|&p| superseded[p])

@@ -123,6 +123,10 @@ pub struct Config {
     /// allows is still allowed; the extra ones are those it allows in an
     /// equivalent order of the same log.
     pub causal: bool,
+    /// The horizon also protects the records about the order of every claim
+    /// still in flight ([`World::in_flight_claim_orders`]); false only to
+    /// show what that prevents.
+    pub protect_in_flight: bool,
 }
 
 impl Config {
@@ -896,7 +900,37 @@ impl World {
                 h = h.min(p);
             }
         }
+        if cfg.horizon != HorizonRule::Claim && cfg.protect_in_flight {
+            for o in self.in_flight_claim_orders() {
+                if let Some(f) = self.orders.get(o.offset as usize).and_then(|g| g.first_pos) {
+                    h = h.min(f);
+                }
+            }
+        }
         h
+    }
+
+    /// The orders of the claims still in flight: a live process's pending
+    /// appends and the orphans of dead ones. Kafka's cleaner erases a record
+    /// only for a newer one of its key that is older than
+    /// `min.compaction.lag.ms`, and an append lands within the producer's
+    /// `message.timeout.ms` (10 s; the lag is 7 days) or never: so when a
+    /// claim lands, every record superseded after it was sent still stands.
+    /// Its writer had read no record about its order (it claims at its
+    /// frontier, past every order a record it read names), so that is every
+    /// record about the order: the horizon protects them all while the claim
+    /// is in flight, as it does once it has landed, undecided
+    /// ([`HorizonRule::Contest`]). Without this, a dead process's claim
+    /// landed after its order's commit and completion were erased, was
+    /// committed by its instance's next process, and the order ran twice
+    /// (3 × 2 with a crash, `in_flight_claim_needs_its_order_kept`).
+    pub fn in_flight_claim_orders(&self) -> Vec<OrderId> {
+        let pending = self.insts.iter().flat_map(|i| i.pending.iter());
+        let mut orders: Vec<OrderId> =
+            pending.chain(self.orphans.iter()).filter(|r| r.event == Event::Claimed).filter_map(|r| r.order()).collect();
+        orders.sort();
+        orders.dedup();
+        orders
     }
 
     /// Positions that compaction would erase now.
