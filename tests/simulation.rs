@@ -120,7 +120,9 @@ fn config() -> Config {
         orders_per_process: 1,
         causal: false,
         // Kafka's lag outlasts an append in flight (tests/world,
-        // `World::in_flight_claim_orders`).
+        // `World::in_flight_claim_orders`; with the contest and hold
+        // horizons: the claim horizon, the default here, keeps everything
+        // after each instance's newest `booted` anyway).
         protect_in_flight: true,
     }
 }
