@@ -166,22 +166,12 @@ impl World {
         for (_, inst) in self.referee.instances() {
             if let Some(hold) = inst.hold.as_ref().filter(|h| h.committed.is_none()) {
                 protected |= 1 << hold.claim_pos;
-                if cfg.horizon == HorizonRule::Contest {
-                    for (p, e) in self.log.iter().enumerate() {
-                        if e.rec.order() == Some(hold.order) {
-                            protected |= 1 << p;
-                        }
-                    }
-                }
             }
         }
-        if cfg.horizon == HorizonRule::Contest && cfg.protect_in_flight {
-            for o in self.in_flight_claim_orders() {
-                for (p, e) in self.log.iter().enumerate() {
-                    if e.rec.order() == Some(o) {
-                        protected |= 1 << p;
-                    }
-                }
+        let open = self.open_orders(cfg);
+        for (p, e) in self.log.iter().enumerate() {
+            if e.rec.order().is_some_and(|o| open.contains(&o)) {
+                protected |= 1 << p;
             }
         }
         let superseded = self.superseded();
@@ -314,34 +304,8 @@ impl World {
     /// [`depends_unerased`] applies (its assumptions are checked here and
     /// by [`World::strays`]).
     pub fn fingerprint(&self, unerased: bool) -> u64 {
-        // Destructured, so that a field added to World must be placed here.
-        let World {
-            log,
-            insts,
-            orphans,
-            crashes,
-            dups,
-            referee: _,
-            orders,
-            newest_booted: _,
-            max_claimed: _,
-            claimed_count: _,
-            completed: _,
-            violation,
-            now,
-            jumps,
-            pauses,
-            outages,
-            takeovers,
-            second_runs_takeover,
-            second_runs_death,
-            stale_runs,
-            lease_ms,
-            forge_seen,
-            leases,
-            strays,
-        } = self;
-        let key: Vec<u64> = log
+        let key: Vec<u64> = self
+            .log
             .iter()
             .map(|e| {
                 let mut h = Mix(e.cached.key);
@@ -349,58 +313,9 @@ impl World {
                 h.finish()
             })
             .collect();
-        if unerased {
-            assert!(
-                log.iter().all(|e| !e.erased) && *strays == 0,
-                "the unerased commuting relation was used on a log with an erased or stray record"
-            );
-        }
+        self.assert_unerased(unerased);
         let order = self.canonical_order(&key, unerased);
-        let n = order.len();
-        let mut to = vec![0u64; n];
-        for (new, &old) in order.iter().enumerate() {
-            to[old] = new as u64;
-        }
-        let f = |p: u64| if (p as usize) < n { to[p as usize] } else { p };
-        let g = |o: &mut Outcome| o.reason = None;
-        let mut h = Mix::default();
-        for &p in &order {
-            // The key is the record's hash, unless it names a position.
-            match log[p].rec.seen {
-                None => h.write_u64(key[p]),
-                Some(_) => {
-                    hash_record(&log[p].rec, &f, &mut h);
-                    log[p].erased.hash(&mut h);
-                }
-            }
-        }
-        for inst in insts {
-            let Inst { worker, cursor, pending, asked, running, ran, starts, crashed, frozen_until, down_until, next_tick } = inst;
-            match worker {
-                Some(w) => {
-                    1u8.hash(&mut h);
-                    w.hash_relabeled(&f, &g, &mut h);
-                }
-                None => 0u8.hash(&mut h),
-            }
-            pending.len().hash(&mut h);
-            for r in pending {
-                hash_record(r, &f, &mut h);
-            }
-            (cursor, asked, running, ran, starts, crashed, frozen_until, down_until, next_tick).hash(&mut h);
-        }
-        orphans.len().hash(&mut h);
-        for r in orphans {
-            hash_record(r, &f, &mut h);
-        }
-        for o in orders {
-            let OrderGhost { runner, runs, deaths_running, completions, finished_void, claimed, first_pos: _, committed_by: _, open, ended } = o;
-            (runner, runs, deaths_running, completions, finished_void, claimed, open, ended).hash(&mut h);
-        }
-        violation.as_ref().map(|(name, _)| name).hash(&mut h);
-        (crashes, dups, now, jumps, pauses, outages, takeovers, second_runs_takeover, second_runs_death, stale_runs).hash(&mut h);
-        (lease_ms, forge_seen, leases, strays).hash(&mut h);
-        h.finish()
+        self.hash_canonical(&key, &order, false)
     }
 
     /// [`World::fingerprint`] as it was computed before
@@ -408,34 +323,8 @@ impl World {
     /// renamed and hashed, every record's key and dependencies computed
     /// afresh. Kept as the reference the model tests compare it with.
     pub fn fingerprint_by_copy(&self, unerased: bool) -> u64 {
-        // Destructured, so that a field added to World must be placed here.
-        let World {
-            log,
-            insts,
-            orphans,
-            crashes,
-            dups,
-            referee: _,
-            orders,
-            newest_booted: _,
-            max_claimed: _,
-            claimed_count: _,
-            completed: _,
-            violation,
-            now,
-            jumps,
-            pauses,
-            outages,
-            takeovers,
-            second_runs_takeover,
-            second_runs_death,
-            stale_runs,
-            lease_ms,
-            forge_seen,
-            leases,
-            strays,
-        } = self;
-        let key: Vec<u64> = log
+        let key: Vec<u64> = self
+            .log
             .iter()
             .map(|e| {
                 let mut h = Mix::default();
@@ -444,13 +333,54 @@ impl World {
                 h.finish()
             })
             .collect();
+        self.assert_unerased(unerased);
+        let order = canonical_order_by_scan(&key, &self.dependencies_pairwise(unerased));
+        self.hash_canonical(&key, &order, true)
+    }
+
+    /// The finer relation ([`depends_unerased`]) is only for logs with no
+    /// erased and no stray record.
+    fn assert_unerased(&self, unerased: bool) {
         if unerased {
             assert!(
-                log.iter().all(|e| !e.erased) && *strays == 0,
+                self.log.iter().all(|e| !e.erased) && self.strays == 0,
                 "the unerased commuting relation was used on a log with an erased or stray record"
             );
         }
-        let order = canonical_order_by_scan(&key, &self.dependencies_pairwise(unerased));
+    }
+
+    /// The hash of the world with its log in `order` (records' keys in
+    /// `key`) and every stored position renamed to match; each live
+    /// process hashed through [`Worker::hash_relabeled`], or `by_copy`
+    /// renamed on a copy and hashed (the reference).
+    fn hash_canonical(&self, key: &[u64], order: &[usize], by_copy: bool) -> u64 {
+        // Destructured, so that a field added to World must be placed here.
+        let World {
+            log,
+            insts,
+            orphans,
+            crashes,
+            dups,
+            referee: _,
+            orders,
+            newest_booted: _,
+            max_claimed: _,
+            claimed_count: _,
+            completed: _,
+            violation,
+            now,
+            jumps,
+            pauses,
+            outages,
+            takeovers,
+            second_runs_takeover,
+            second_runs_death,
+            stale_runs,
+            lease_ms,
+            forge_seen,
+            leases,
+            strays,
+        } = self;
         let n = order.len();
         let mut to = vec![0u64; n];
         for (new, &old) in order.iter().enumerate() {
@@ -459,7 +389,7 @@ impl World {
         let f = |p: u64| if (p as usize) < n { to[p as usize] } else { p };
         let g = |o: &mut Outcome| o.reason = None;
         let mut h = Mix::default();
-        for &p in &order {
+        for &p in order {
             // The key is the record's hash, unless it names a position.
             match log[p].rec.seen {
                 None => h.write_u64(key[p]),
@@ -472,10 +402,14 @@ impl World {
         for inst in insts {
             let Inst { worker, cursor, pending, asked, running, ran, starts, crashed, frozen_until, down_until, next_tick } = inst;
             match worker {
-                Some(w) => {
+                Some(w) if by_copy => {
                     let mut w = w.clone();
                     w.relabel(&f, &g);
                     (1u8, w).hash(&mut h);
+                }
+                Some(w) => {
+                    1u8.hash(&mut h);
+                    w.hash_relabeled(&f, &g, &mut h);
                 }
                 None => 0u8.hash(&mut h),
             }

@@ -888,26 +888,35 @@ impl World {
         }
         for (_, inst) in self.referee.instances() {
             if let Some(hold) = inst.hold.as_ref().filter(|h| h.committed.is_none() || cfg.horizon == HorizonRule::Hold) {
-                let claim = hold.claim_pos as usize;
-                let p = match cfg.horizon {
-                    HorizonRule::Claim => claim,
-                    HorizonRule::Contest | HorizonRule::Hold => self
-                        .orders
-                        .get(hold.order.offset as usize)
-                        .and_then(|o| o.first_pos)
-                        .map_or(claim, |f| f.min(claim)),
-                };
-                h = h.min(p);
+                h = h.min(hold.claim_pos as usize);
             }
         }
-        if cfg.horizon != HorizonRule::Claim && cfg.protect_in_flight {
-            for o in self.in_flight_claim_orders() {
-                if let Some(f) = self.orders.get(o.offset as usize).and_then(|g| g.first_pos) {
-                    h = h.min(f);
-                }
+        for o in self.open_orders(cfg) {
+            if let Some(f) = self.orders.get(o.offset as usize).and_then(|g| g.first_pos) {
+                h = h.min(f);
             }
         }
         h
+    }
+
+    /// The orders whose every record the horizon protects: with
+    /// [`HorizonRule::Contest`], those of the undecided holds, with
+    /// [`HorizonRule::Hold`] of every hold; and those of the claims still in
+    /// flight ([`World::in_flight_claim_orders`]). None with
+    /// [`HorizonRule::Claim`], which protects only the undecided claims.
+    pub fn open_orders(&self, cfg: &Config) -> Vec<OrderId> {
+        if cfg.horizon == HorizonRule::Claim {
+            return Vec::new();
+        }
+        let holds = self.referee.instances().filter_map(|(_, inst)| inst.hold.as_ref());
+        let held = holds.filter(|h| h.committed.is_none() || cfg.horizon == HorizonRule::Hold).map(|h| h.order);
+        let mut orders: Vec<OrderId> = held.collect();
+        if cfg.protect_in_flight {
+            orders.extend(self.in_flight_claim_orders());
+        }
+        orders.sort();
+        orders.dedup();
+        orders
     }
 
     /// The orders of the claims still in flight: a live process's pending
@@ -924,13 +933,9 @@ impl World {
     /// landed after its order's commit and completion were erased, was
     /// committed by its instance's next process, and the order ran twice
     /// (3 × 2 with a crash, `in_flight_claim_needs_its_order_kept`).
-    pub fn in_flight_claim_orders(&self) -> Vec<OrderId> {
+    pub fn in_flight_claim_orders(&self) -> impl Iterator<Item = OrderId> + '_ {
         let pending = self.insts.iter().flat_map(|i| i.pending.iter());
-        let mut orders: Vec<OrderId> =
-            pending.chain(self.orphans.iter()).filter(|r| r.event == Event::Claimed).filter_map(|r| r.order()).collect();
-        orders.sort();
-        orders.dedup();
-        orders
+        pending.chain(self.orphans.iter()).filter(|r| r.event == Event::Claimed).filter_map(|r| r.order())
     }
 
     /// Positions that compaction would erase now.
