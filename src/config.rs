@@ -22,6 +22,8 @@
 //! | `ALLOWED_URLS` | comma-separated URL prefixes URL orders may fetch | all allowed |
 //! | `JOB_ENV_DENY` | comma-separated variable names (or `PREFIX*`) removed from jobs' environment | `KAFKA_*` |
 //! | `RESULTS_TOPIC` | also publish each order's result there, keyed `PARTITION:OFFSET` | none |
+//! | `SETTLE_MS` | after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md, "Settling") | 15000 |
+//! | `STATE_DIR` | where a clean exit leaves its marker (src/settle.rs) | `$STATE_DIRECTORY` (systemd), else `$TMPDIR/pool_worker` |
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |
 
@@ -46,6 +48,9 @@ struct RawEnv {
     job_env_deny: Option<String>,
     log_format: Option<String>,
     results_topic: Option<String>,
+    settle_ms: Option<String>,
+    state_dir: Option<String>,
+    state_directory: Option<String>,
 }
 
 /// Variables that are pool_worker's own, not librdkafka properties.
@@ -68,6 +73,10 @@ pub struct Config {
     pub env_deny: Vec<String>,
     pub log_json: bool,
     pub results_topic: Option<String>,
+    /// `SETTLE_MS`: the wait before booting after an unclean exit.
+    pub settle_ms: u64,
+    /// `STATE_DIR`: where the clean-exit marker lives (src/settle.rs).
+    pub state_dir: std::path::PathBuf,
     /// Extra librdkafka properties (from `KAFKA_<PROPERTY>`).
     pub kafka_props: BTreeMap<String, String>,
 }
@@ -155,6 +164,14 @@ impl Config {
             Some("json") => true,
             Some(other) => return Err(ConfigError(format!("LOG_FORMAT='{other}' is not 'text' or 'json'"))),
         };
+        // systemd's StateDirectory= may list several, separated by ':'.
+        let state_dir = [raw.state_dir, raw.state_directory.and_then(|s| s.split(':').next().map(str::to_string))]
+            .into_iter()
+            .flatten()
+            .map(|s| s.trim().to_string())
+            .find(|s| !s.is_empty())
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("pool_worker"));
         let mut kafka_props = BTreeMap::new();
         for (k, v) in &vars {
             if let Some(rest) = k.strip_prefix("KAFKA_") {
@@ -179,6 +196,8 @@ impl Config {
             env_deny: list(raw.job_env_deny).unwrap_or_else(|| vec!["KAFKA_*".to_string()]),
             log_json,
             results_topic,
+            settle_ms: number("SETTLE_MS", raw.settle_ms, crate::settle::DEFAULT_SETTLE_MS, (0, 600_000))?,
+            state_dir,
             kafka_props,
         })
     }
@@ -201,6 +220,8 @@ mod tests {
         assert_eq!(c.instance, 3);
         assert_eq!(c.env_deny, vec!["KAFKA_*"]);
         assert_eq!(c.orders_per_process, 1, "seed 002: exit after each order");
+        assert_eq!(c.settle_ms, 15_000);
+        assert_eq!(c.state_dir, std::env::temp_dir().join("pool_worker"));
         assert_eq!(vars(&OK[..2]).unwrap_err().0, "INSTANCE_NUMBER is not set");
         assert_eq!(vars(&OK[1..]).unwrap_err().0, "ORDERS_TOPIC is not set");
     }
@@ -224,6 +245,17 @@ mod tests {
         let mut v = OK.to_vec();
         v.push(("ORDERS_PER_PROCESS", "100"));
         assert_eq!(vars(&v).unwrap().orders_per_process, 100);
+    }
+
+    #[test]
+    fn the_state_directory_comes_from_systemd_unless_set() {
+        let mut v = OK.to_vec();
+        v.push(("STATE_DIRECTORY", "/var/lib/pool_worker:/var/lib/other"));
+        assert_eq!(vars(&v).unwrap().state_dir, std::path::PathBuf::from("/var/lib/pool_worker"));
+        v.push(("STATE_DIR", "/srv/pw"));
+        assert_eq!(vars(&v).unwrap().state_dir, std::path::PathBuf::from("/srv/pw"));
+        v.push(("SETTLE_MS", "soon"));
+        assert!(vars(&v).unwrap_err().0.starts_with("SETTLE_MS="));
     }
 
     #[test]

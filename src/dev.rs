@@ -8,7 +8,8 @@
 //!    the orders topic and the one-partition claims topic created;
 //! 2. the supervisor ([`crate::supervise`]), running `--instances` copies of
 //!    this executable in worker mode (`KAFKA_BROKERS` pointing at the broker,
-//!    `LEASE_MS=5000` unless set, so that takeovers are quick to watch);
+//!    `LEASE_MS=5000` and `SETTLE_MS=1000` unless set, so that takeovers and
+//!    restarts after a crash are quick to watch);
 //! 3. a reader of the claims topic that prints each record as it arrives, one
 //!    readable line per record, so the negotiation can be watched live:
 //!
@@ -59,6 +60,11 @@ pub const MAX_DEV_INSTANCES: u32 = 64;
 /// The lease for dev workers unless `LEASE_MS` is set: short, so a takeover
 /// after a killed worker happens while you watch.
 pub const DEV_LEASE_MS: &str = "5000";
+
+/// The settling wait for dev workers unless `SETTLE_MS` is set: the
+/// embedded broker is on loopback, where a killed worker's requests land
+/// within milliseconds (docs/protocol.md, "Settling").
+pub const DEV_SETTLE_MS: &str = "1000";
 
 /// The demo's sample orders: (what it shows, payload).
 pub const DEMO_ORDERS: &[(&str, &str)] = &[
@@ -295,6 +301,9 @@ fn worker_env(args: &DevArgs, addr: &str) -> Vec<(std::ffi::OsString, std::ffi::
     }
     if std::env::var_os("LEASE_MS").is_none() {
         env.push(("LEASE_MS", DEV_LEASE_MS.to_string()));
+    }
+    if std::env::var_os("SETTLE_MS").is_none() {
+        env.push(("SETTLE_MS", DEV_SETTLE_MS.to_string()));
     }
     env.into_iter().map(|(k, v)| (k.into(), v.into())).collect()
 }

@@ -10,7 +10,8 @@
 //!   machine);
 //! * shells: [`orders`] (parsing work orders), [`job`] (running them with
 //!   tokio::process), [`kafka`] (the rdkafka adapter), [`run`] (drives the
-//!   worker machine with Kafka and jobs), [`config`] (the environment),
+//!   worker machine with Kafka and jobs), [`settle`] (booting only after a
+//!   dead predecessor's appends settled), [`config`] (the environment),
 //!   [`broker`] (the embedded mock broker), [`supervise`] (the dev-mode
 //!   supervisor), [`dev`] (all of it in one command).
 
@@ -22,6 +23,7 @@ pub mod worker;
 pub mod config;
 pub mod kafka;
 pub mod run;
+pub mod settle;
 pub mod orders;
 pub mod job;
 pub mod broker;

@@ -79,11 +79,16 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         lease_ms: Some(cfg.lease_ms),
         checkpoint_every: Some(crate::checkpoint::DEFAULT_CHECKPOINT_EVERY),
         orders_per_process: cfg.orders_per_process,
+        settle_ms: cfg.settle_ms,
         ..Settings::default()
     };
     let mut ticks = tokio::time::interval(Duration::from_millis((cfg.lease_ms / 3).max(100)));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let (mut w, first) = Worker::start(me, new_incarnation(), settings, now_ms());
+    // Settling (src/settle.rs): the marker is taken before anything is
+    // appended, so a process that dies from here on leaves none.
+    let marker = crate::settle::marker_path(&cfg);
+    let clean = crate::settle::take(&marker);
+    let (mut w, first) = Worker::start_after(me, new_incarnation(), settings, now_ms(), clean);
     // Replay from the newest checkpoint near the end, else from the start.
     let from = match kafka.find_checkpoint().await {
         Some(snap) if w.load(&snap) => snap.at,
@@ -99,10 +104,19 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     let mut idle = false;
     let mut replay = Replay::new();
     let appender = Appender::start(kafka);
+    let mut wake: Option<u64> = None;
     loop {
         while let Some(action) = todo.pop_front() {
             match action {
                 Action::Append(rec) => appender.append(rec),
+                Action::WakeAt(at) => {
+                    tracing::info!(
+                        instance = me,
+                        ms = at.saturating_sub(now_ms()),
+                        "settling: the previous process of this instance number may have died with appends in flight; waiting before booting"
+                    );
+                    wake = Some(at);
+                }
                 Action::FindOrder => {
                     let ends = kafka.order_ends().await;
                     tracing::debug!(instance = me, ?ends, "orders' end offsets");
@@ -145,6 +159,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 Action::Exit(code) => {
                     stop_job(&mut cancel, &mut job_task).await;
                     appender.flush(None).await;
+                    // Every append acknowledged: the next process of our
+                    // number need not wait (a fenced one is not ours to vouch
+                    // for: another process holds the number).
+                    if code != crate::worker::EXIT_FENCED {
+                        crate::settle::leave(&marker, &w.incarnation);
+                    }
                     if code == crate::worker::EXIT_REVOKED {
                         tracing::error!(
                             instance = me,
@@ -177,14 +197,22 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 continue;
             }
             _ = ticks.tick() => Input::Tick,
+            _ = tokio::time::sleep(Duration::from_millis(wake.unwrap_or(0).saturating_sub(now_ms()))), if wake.is_some() => {
+                wake = None;
+                Input::Tick
+            }
             _ = term.recv() => {
                 stop_job(&mut cancel, &mut job_task).await;
-                appender.flush(Some(SIGNAL_FLUSH)).await;
+                if appender.flush(Some(SIGNAL_FLUSH)).await {
+                    crate::settle::leave(&marker, &w.incarnation);
+                }
                 return Ok(143);
             }
             _ = int.recv() => {
                 stop_job(&mut cancel, &mut job_task).await;
-                appender.flush(Some(SIGNAL_FLUSH)).await;
+                if appender.flush(Some(SIGNAL_FLUSH)).await {
+                    crate::settle::leave(&marker, &w.incarnation);
+                }
                 return Ok(130);
             }
         };
@@ -199,9 +227,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 Input::Record(pos, _) | Input::Foreign(pos) => replay.read(*pos),
                 _ => {}
             }
-            let booting = matches!(w.phase, Phase::Boot { .. });
+            let booting = |p: &Phase| matches!(p, Phase::Settle { .. } | Phase::Boot { .. });
+            let was_booting = booting(&w.phase);
             todo.extend(w.handle(input, now_ms()));
-            if booting && !matches!(w.phase, Phase::Boot { .. }) {
+            if was_booting && !booting(&w.phase) {
                 replay.report(&w);
             }
             if w.phase != Phase::Choose {
@@ -278,17 +307,14 @@ impl Appender {
         let _ = self.tx.send(rec);
     }
 
-    /// Waits until every append so far is acknowledged (at most `limit`).
-    async fn flush(&self, limit: Option<Duration>) {
+    /// Waits until every append so far is acknowledged (at most `limit`);
+    /// whether they all were.
+    async fn flush(&self, limit: Option<Duration>) -> bool {
         let sent = self.sent.get();
         let mut acked = self.acked.clone();
-        let all = async move {
-            let _ = acked.wait_for(|&n| n >= sent).await;
-        };
+        let all = async move { acked.wait_for(|&n| n >= sent).await.is_ok() };
         match limit {
-            Some(l) => {
-                let _ = tokio::time::timeout(l, all).await;
-            }
+            Some(l) => tokio::time::timeout(l, all).await.unwrap_or(false),
             None => all.await,
         }
     }

@@ -77,6 +77,8 @@ pub enum Action {
     Run { order: OrderId, attempt: u32, retry: bool },
     /// The order's id is its own (not a duplicate): run it now.
     Start { order: OrderId },
+    /// Send [`Input::Tick`] when the clock reaches this time (ms).
+    WakeAt(u64),
     /// End the process with this status.
     Exit(i32),
 }
@@ -84,6 +86,13 @@ pub enum Action {
 /// Where the machine is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
+    /// Not booted yet (protocol.md, "Settling"): the previous process of
+    /// our number may have died with appends in flight, and our `booted`
+    /// must come after every one of them that will ever land. Reading the
+    /// log meanwhile; `booted` is appended once the clock reaches `until`,
+    /// or at once when caught up if the log's current incarnation of our
+    /// number is `clean`, the one this host saw exit with nothing in flight.
+    Settle { clean: Option<String>, until: u64 },
     /// Our `booted` is appended; waiting to read it and catch up.
     Boot { seen: bool },
     /// Waiting for the orders' end offsets.
@@ -130,11 +139,24 @@ pub struct Settings {
     /// its own `completed`, an incarnation below the limit chooses the next
     /// order, exactly as it does after reading back a `yielded`.
     pub orders_per_process: u32,
+    /// How long (ms) a process whose predecessor may have died with appends
+    /// in flight waits before appending its `booted` (`SETTLE_MS`;
+    /// protocol.md, "Settling"). 0: boot at once — the model check and the
+    /// simulation, whose world enforces the rule itself (a dead process's
+    /// appends land or are lost before its successor starts).
+    pub settle_ms: u64,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { max_attempts: DEFAULT_MAX_ATTEMPTS, flaw: None, lease_ms: None, checkpoint_every: None, orders_per_process: 1 }
+        Settings {
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            flaw: None,
+            lease_ms: None,
+            checkpoint_every: None,
+            orders_per_process: 1,
+            settle_ms: 0,
+        }
     }
 }
 
@@ -176,15 +198,32 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A new incarnation; returns it with its first action (append `booted`).
+    /// A new incarnation that knows nothing of how its predecessor ended;
+    /// see [`Worker::start_after`].
     pub fn start(me: u32, incarnation: String, settings: Settings, now: u64) -> (Worker, Vec<Action>) {
+        Worker::start_after(me, incarnation, settings, now, None)
+    }
+
+    /// A new incarnation; returns it with its first actions. `clean` names
+    /// the incarnation that this host saw exit with every append
+    /// acknowledged (src/settle.rs). With `settle_ms` 0 the first action is
+    /// to append `booted`; otherwise the machine settles first
+    /// ([`Phase::Settle`]).
+    pub fn start_after(
+        me: u32,
+        incarnation: String,
+        settings: Settings,
+        now: u64,
+        clean: Option<String>,
+    ) -> (Worker, Vec<Action>) {
         let mut view = View::new();
         view.keep_duplicates = settings.flaw == Some(Flaw::KeepDuplicates);
+        let settle_ms = settings.settle_ms;
         let mut w = Worker {
             me,
             incarnation,
             view,
-            phase: Phase::Boot { seen: false },
+            phase: Phase::Settle { clean: clean.clone(), until: now + settle_ms },
             settings,
             seq: 0,
             now,
@@ -192,15 +231,48 @@ impl Worker {
             revoking: Default::default(),
             completed: 0,
         };
-        let booted = w.record(Event::Booted, None);
-        (w, vec![Action::Append(booted)])
+        if settle_ms == 0 {
+            let acts = w.boot();
+            return (w, acts);
+        }
+        // A clean predecessor is confirmed against the log once caught up;
+        // without one there is nothing to confirm, only the wait.
+        let acts = if clean.is_some() { Vec::new() } else { vec![Action::WakeAt(now + settle_ms)] };
+        (w, acts)
+    }
+
+    /// Append our `booted` (protocol.md, "Boot", step 1).
+    fn boot(&mut self) -> Vec<Action> {
+        self.phase = Phase::Boot { seen: false };
+        let booted = self.record(Event::Booted, None);
+        vec![Action::Append(booted)]
+    }
+
+    /// Settling: boot once the wait is over, or once caught up with a log
+    /// whose current incarnation of our number is the one that exited clean
+    /// (protocol.md, "Settling").
+    fn settle(&mut self, caught_up: bool) -> Vec<Action> {
+        let Phase::Settle { clean, until } = &self.phase else { return Vec::new() };
+        let confirmed = caught_up && clean.is_some() && clean.as_deref() == self.view.incarnation(self.me);
+        if confirmed || self.now >= *until {
+            return self.boot();
+        }
+        if caught_up && clean.is_some() {
+            // The log does not confirm it (another process of our number
+            // ran since, elsewhere, or the marker is stale): wait after all.
+            let until = *until;
+            self.phase = Phase::Settle { clean: None, until };
+            return vec![Action::WakeAt(until)];
+        }
+        Vec::new()
     }
 
     /// Starts the replay from a checkpoint's snapshot instead of from
     /// position 0: the shell then reads on from `snapshot.at`. Only before
     /// the first record is read; refused (false) after.
     pub fn load(&mut self, snapshot: &crate::checkpoint::Snapshot) -> bool {
-        if self.phase != (Phase::Boot { seen: false }) || self.view.end() > 0 {
+        let fresh = matches!(self.phase, Phase::Settle { .. } | Phase::Boot { seen: false });
+        if !fresh || self.view.end() > 0 {
             return false;
         }
         let keep = self.view.keep_duplicates;
@@ -318,6 +390,9 @@ impl Worker {
     }
 
     fn on_tick(&mut self) -> Vec<Action> {
+        if let Phase::Settle { .. } = self.phase {
+            return self.settle(false);
+        }
         let Some(lease) = self.settings.lease_ms else { return Vec::new() };
         let mut out = Vec::new();
         if let Some(order) = self.held() {
@@ -410,7 +485,8 @@ impl Worker {
     fn on_record(&mut self, pos: u64, rec: Record) -> Vec<Action> {
         // A newer incarnation of our number fences us (protocol.md, "Fences").
         if rec.event == Event::Booted && rec.instance == self.me && rec.incarnation != self.incarnation {
-            let seen = !matches!(self.phase, Phase::Boot { seen: false });
+            // Before our own `booted` is read, a newer one is not newer.
+            let seen = !matches!(self.phase, Phase::Settle { .. } | Phase::Boot { seen: false });
             let _ = self.view.apply(pos, &rec);
             if seen {
                 return self.finish(EXIT_FENCED);
@@ -494,6 +570,7 @@ impl Worker {
     fn on_caught_up(&mut self) -> Vec<Action> {
         match self.phase {
             Phase::Boot { seen: true } => self.resume(),
+            Phase::Settle { .. } => self.settle(true),
             _ => Vec::new(),
         }
     }
@@ -945,6 +1022,76 @@ mod tests {
         assert_eq!(a, vec![Action::Start { order: OrderId::new(0, 0) }]);
         let a = run_with_id(&mut log2, 2, "two", "b", 2);
         assert_eq!(a, vec![Action::Start { order: OrderId::new(0, 1) }], "another id runs");
+    }
+
+    fn settling(ms: u64) -> Settings {
+        Settings { settle_ms: ms, ..Settings::default() }
+    }
+
+    fn booted_in(a: &[Action]) -> bool {
+        matches!(a, [Action::Append(r)] if r.event == Event::Booted && r.seq == 1)
+    }
+
+    /// protocol.md, "Settling": without a clean predecessor, nothing is
+    /// appended before the wait is over, whatever is read meanwhile.
+    #[test]
+    fn an_unknown_predecessor_is_waited_out() {
+        let mut log = Log(Vec::new());
+        let (w0, a) = Worker::start(1, "old".into(), Settings::default(), 0);
+        log.append(&a);
+        let (mut w, a) = Worker::start_after(1, "new".into(), settling(15_000), 1_000, None);
+        assert_eq!(w.phase, Phase::Settle { clean: None, until: 16_000 });
+        assert_eq!(a, vec![Action::WakeAt(16_000)]);
+        let mut cur = 0;
+        assert_eq!(log.feed(&mut w, &mut cur), vec![], "caught up: still settling");
+        assert_eq!(w.view.incarnation(1), Some(w0.incarnation.as_str()), "the old booted is read, not a fence");
+        assert_eq!(w.handle(Input::Tick, 15_999), vec![]);
+        let a = w.handle(Input::Tick, 16_000);
+        assert!(booted_in(&a), "{a:?}");
+        log.append(&a);
+        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::FindOrder]);
+    }
+
+    /// A predecessor that exited with every append acknowledged, and that
+    /// the log confirms is still the current incarnation: boot at once.
+    #[test]
+    fn a_confirmed_clean_predecessor_is_not_waited_for() {
+        let mut log = Log(Vec::new());
+        let (_, a) = Worker::start(1, "old".into(), Settings::default(), 0);
+        log.append(&a);
+        let (mut w, a) = Worker::start_after(1, "new".into(), settling(15_000), 1_000, Some("old".into()));
+        assert_eq!(a, vec![], "nothing appended before the log is read");
+        let mut cur = 0;
+        let a = log.feed(&mut w, &mut cur);
+        assert!(booted_in(&a), "{a:?}");
+        assert!(matches!(&a[..], [Action::Append(r)] if r.ts == 1_000));
+    }
+
+    /// A marker the log does not confirm (another process of the number
+    /// booted since, e.g. on another host) is no better than none.
+    #[test]
+    fn a_stale_clean_marker_falls_back_to_the_wait() {
+        let mut log = Log(Vec::new());
+        for inc in ["old", "elsewhere"] {
+            let (_, a) = Worker::start(1, inc.into(), Settings::default(), 0);
+            log.append(&a);
+        }
+        let (mut w, _) = Worker::start_after(1, "new".into(), settling(15_000), 1_000, Some("old".into()));
+        let mut cur = 0;
+        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::WakeAt(16_000)]);
+        assert_eq!(w.phase, Phase::Settle { clean: None, until: 16_000 });
+        assert_eq!(w.handle(Input::CaughtUp, 2_000), vec![], "caught up again: still waiting");
+        assert!(booted_in(&w.handle(Input::Tick, 16_000)));
+    }
+
+    /// The snapshot of a checkpoint may be loaded while settling.
+    #[test]
+    fn a_settling_machine_loads_a_checkpoint() {
+        let (mut w, _) = Worker::start_after(1, "new".into(), settling(1), 0, None);
+        let (donor, _) = Worker::start(2, "d".into(), Settings::default(), 0);
+        let mut snap = donor.view.snapshot();
+        snap.at = 7;
+        assert!(w.load(&snap));
     }
 
     #[test]

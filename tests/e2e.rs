@@ -523,3 +523,70 @@ fn strip_ansi(line: &str) -> String {
     }
     out
 }
+
+/// The `booted` of the process that `w` is (the newest of `instance` whose
+/// incarnation starts with its pid, as `run::new_incarnation` names them).
+fn booted_of(broker: &BrokerProc, instance: u32, w: &WorkerProc) -> Record {
+    let claims = broker.opts.coordination_topic.clone();
+    let prefix = format!("{:x}-", w.pid());
+    let recs = wait_record(broker, &claims, "the process's booted", |r| {
+        r.event == Event::Booted && r.instance == instance && r.incarnation.starts_with(&prefix)
+    });
+    recs.into_iter().rev().find(|(_, r)| r.event == Event::Booted && r.incarnation.starts_with(&prefix)).unwrap().1
+}
+
+/// docs/protocol.md, "Settling": after a clean exit the next process boots
+/// at once (its predecessor left a marker naming itself, and the log
+/// agrees); after a SIGKILL the next one appends nothing before
+/// `SETTLE_MS` have passed.
+#[test]
+fn a_process_settles_after_a_kill_but_not_after_a_clean_exit() {
+    const SETTLE_MS: u64 = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, state) = (dir.path().join("ledger"), dir.path().join("state"));
+    let broker = broker(1);
+    let topic = broker.opts.orders_topic.clone();
+    let mut env = worker_env(&broker, 1);
+    env.retain(|(k, _)| k != "SETTLE_MS");
+    env.push(("SETTLE_MS".into(), SETTLE_MS.to_string()));
+    env.push(("STATE_DIR".into(), state.to_str().unwrap().into()));
+    let markers = || -> Vec<String> {
+        std::fs::read_dir(&state)
+            .map(|d| d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).collect())
+            .unwrap_or_default()
+    };
+
+    // A first process (no marker: it waits) completes an order and exits 0.
+    produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0));
+    let mut a = WorkerProc::start("worker1a", &env);
+    let a_booted = booted_of(&broker, 1, &a);
+    expect_exit(&mut a, 0, "the first process completes its order");
+    assert!(a.stderr.lines().iter().any(|l| l.contains("settling")), "no marker: it waited\n{}", a.stderr.last(20));
+    assert_eq!(markers(), vec![a_booted.incarnation.clone()], "a clean exit leaves a marker naming it");
+
+    // The next one takes the marker, finds it confirmed and boots at once.
+    let mut b = WorkerProc::start("worker1b", &env);
+    let b_booted = booted_of(&broker, 1, &b);
+    assert!(markers().is_empty(), "the marker is taken");
+    assert!(!b.stderr.lines().iter().any(|l| l.contains("settling")), "{}", b.stderr.last(20));
+
+    // Killed outright (idle, no order waiting): it leaves no marker, and
+    // its successor boots only after SETTLE_MS of its own.
+    b.kill();
+    assert!(markers().is_empty(), "a killed process leaves no marker");
+    let started = now_ms();
+    let mut c = WorkerProc::start("worker1c", &env);
+    let c_booted = booted_of(&broker, 1, &c);
+    assert!(
+        c_booted.ts >= started + SETTLE_MS,
+        "booted {} ms after the start, before SETTLE_MS ({SETTLE_MS})",
+        c_booted.ts - started
+    );
+    assert!(c.stderr.lines().iter().any(|l| l.contains("settling")), "{}", c.stderr.last(20));
+    assert_ne!(b_booted.incarnation, c_booted.incarnation);
+
+    // And it works normally from there.
+    produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0));
+    expect_exit(&mut c, 0, "the settled process completes the next order");
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap().lines().count(), 2);
+}

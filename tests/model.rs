@@ -237,9 +237,9 @@
 //!    still land (before it, the orphan is valid; after it, fenced), so
 //!    then it is not taken at once; nor while a duplicate may still be
 //!    made of it. A crash before it lands leaves an orphan `booted` that
-//!    the supervisor's next start of the instance drops
-//!    (`Config::stale_boots` false; with it true, this reduction is off, and
-//!    `stale_booted_fences_its_successor` shows why it must be): so it
+//!    the next start of the instance drops (the settle rule,
+//!    `Config::settle`; without it this reduction is off, and
+//!    `stale_booted_fences_its_successor` shows why the rule is needed): so it
 //!    lands before that start (the same as a crash just after it landed,
 //!    since it commutes with the other instances' records) or never (the
 //!    same as a process that never started, with one crash fewer spent),
@@ -515,14 +515,14 @@ impl Pool {
     /// and it may land at once (module doc, "Reductions", 8): no orphan of
     /// its instance number may land before it, no duplicate is left, and
     /// a `booted` orphaned by a crash is dropped when the next process
-    /// starts (`Config::stale_boots` false).
+    /// starts (`Config::settle`).
     fn booted_lands_now(&self, w: &World, i: u32) -> bool {
         let inst = &w.insts[i as usize - 1];
         inst.worker.as_ref().is_some_and(|p| p.phase == (Phase::Boot { seen: false }))
             && inst.pending.len() == 1
             && inst.pending[0].event == Event::Booted
             && w.dups >= self.cfg.max_dups
-            && !self.cfg.stale_boots
+            && self.cfg.settle
             && self.cfg.lease_ms.is_none()
             && !w.orphans.iter().any(|r| r.instance == i || r.by == Some(i))
     }
@@ -795,7 +795,7 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
         horizon: HorizonRule::Contest,
         flaw,
         restart_crashed: true,
-        stale_boots: false,
+        settle: true,
         batch_reads: true,
         lease_ms: None,
         max_jumps: 0,
@@ -1002,9 +1002,7 @@ fn protocol_holds_with_checkpoints() {
 #[test]
 #[ignore = "large: POOL_MODEL_INSTANCES=4 POOL_MODEL_ORDERS=4 cargo test --release --test model -- --ignored --nocapture"]
 fn protocol_holds_large() {
-    // Defaults: 4 × 4 with ≤1 crash and no duplicate. Two crashes, or a
-    // crash and a duplicate, with two orders or more reach the known hole
-    // of `zombie_record_outlives_its_fence`.
+    // Defaults: 4 × 4 with ≤1 crash and no duplicate.
     let mut cfg = config(env("POOL_MODEL_INSTANCES", 4), env("POOL_MODEL_ORDERS", 4), None);
     cfg.max_crashes = env("POOL_MODEL_CRASHES", 1);
     cfg.max_dups = env("POOL_MODEL_DUPS", 0);
@@ -1124,15 +1122,16 @@ fn flaws_are_caught_with_claims_commuting_with_decisions() {
     assert_caught(finer(small(3, 2, Flaw::SkipAnOrder)), &[SKIPPED]);
 }
 
-/// A known hole, kept as a check that documents it: when the `booted` of a
-/// dead process lands after the `booted` of its successor (a producer retry
-/// or a request still in flight when the process died), the View takes the
-/// older incarnation for the current one: the live successor reads it,
-/// exits as fenced (its completion, still in flight, becomes void), and the
-/// next process runs the order again although nobody died running it.
+/// Why a process must settle before it boots (docs/protocol.md,
+/// "Settling"): without the rule, the `booted` of a dead process (a request
+/// still in flight when it died) can land after the `booted` of its
+/// successor, and the View takes the older incarnation for the current one:
+/// the live successor reads it, exits as fenced (its completion, still in
+/// flight, becomes void), and the next process runs the order again
+/// although nobody died running it.
 #[test]
 fn stale_booted_fences_its_successor() {
-    let cfg = Config { max_crashes: 1, stale_boots: true, ..small(2, 1, Flaw::SkipAnOrder) };
+    let cfg = Config { max_crashes: 1, settle: false, ..small(2, 1, Flaw::SkipAnOrder) };
     let cfg = Config { flaw: None, ..cfg };
     assert_caught(Pool::new(cfg), &[RUN_TWICE, RUN_BY_TWO]);
 }
@@ -1149,10 +1148,9 @@ fn stale_booted_fences_its_successor() {
 #[ignore = "long: cargo test --release --test model protocol_holds_bounded -- --ignored --nocapture"]
 fn protocol_holds_bounded() {
     let bound = env("POOL_MODEL_BOUND", 3_000_000) as usize;
-    // With a crash and a duplicate together, or two crashes, 2 × 2 reaches
-    // the known hole of `zombie_record_outlives_its_fence`, so they are not
-    // used here.
-    for (i, o, crashes, dups) in [(3, 3, 0, 0), (3, 3, 1, 0), (3, 3, 0, 1), (4, 4, 1, 0), (3, 2, 1, 0), (3, 2, 0, 1)] {
+    for (i, o, crashes, dups) in
+        [(3, 3, 0, 0), (3, 3, 1, 0), (3, 3, 0, 1), (3, 3, 1, 1), (4, 4, 1, 0), (3, 2, 1, 0), (3, 2, 0, 1), (3, 2, 2, 0)]
+    {
         let cfg = Config { max_crashes: crashes, max_dups: dups, ..config(i, o, None) };
         // The breadth-first queue holds whole worlds (see above).
         let bound = if o > 2 { bound / 3 } else { bound };
@@ -1160,8 +1158,8 @@ fn protocol_holds_bounded() {
     }
 }
 
-/// A known hole (docs/protocol.md, "Known hole: a zombie's record outlives
-/// its fence"), kept as a check that documents it: a dead process's claim
+/// Why a process must settle before it boots, second reason
+/// (docs/protocol.md, "Settling"): without the rule, a dead process's claim
 /// lands after its successor's `booted`, void; the successor's `booted` is
 /// superseded by its own retry copy, which lands after the claim, and
 /// compaction erases the original; a process that replays the log now
@@ -1169,22 +1167,32 @@ fn protocol_holds_bounded() {
 /// takes it for valid: it moves the frontier past an order nobody holds.
 #[test]
 fn zombie_record_outlives_its_fence() {
-    let cfg = Config { max_crashes: 1, max_dups: 1, ..config(2, 2, None) };
+    let cfg = Config { max_crashes: 1, max_dups: 1, settle: false, ..config(2, 2, None) };
     assert_caught(Pool::new(cfg), &[SKIPPED, LIVENESS]);
 }
 
-/// The same known hole with two crashes and no duplicate: the fence is
-/// erased by the *next* process's `booted`. 1's first process dies with a
-/// claim in flight; its successor boots and dies idle; the claim lands
-/// after the successor's `booted` (void); a third process boots, and
-/// compaction erases both older `booted` records; 2 starts and reads the
-/// claim as 1's valid hold of order 0, while 1's live process holds it
-/// void: nobody runs order 0. So `protocol_holds_*` combine two crashes
-/// only with one order.
+/// The same with two crashes and no duplicate: the fence is erased by the
+/// *next* process's `booted`. Without the settle rule, 1's first process
+/// dies with a claim of order 0 in flight; its successor boots and dies
+/// idle; the claim lands after the successor's `booted` (void); a third
+/// process boots, and compaction erases both older `booted` records; 2
+/// starts and reads the claim as 1's valid hold of order 0, while 1's live
+/// process holds it void: nobody runs order 0.
 #[test]
 fn zombie_fence_erased_by_the_next_boot() {
-    let cfg = Config { max_crashes: 2, max_dups: 0, ..config(2, 2, None) };
+    let cfg = Config { max_crashes: 2, max_dups: 0, settle: false, ..config(2, 2, None) };
     assert_caught(Pool::new(cfg), &[SKIPPED, LIVENESS]);
+}
+
+/// CI: with the settle rule, the configurations of the three checks above
+/// hold — a crash and a duplicate with two orders, two crashes with two
+/// orders (each of them broke the protocol without the rule).
+#[test]
+fn protocol_holds_when_processes_settle() {
+    for (i, o, crashes, dups) in [(2, 2, 1, 1), (2, 2, 2, 0)] {
+        let cfg = Config { max_crashes: crashes, max_dups: dups, ..config(i, o, None) };
+        assert_holds(Pool::new(cfg));
+    }
 }
 
 /// The records of an order must outlive its undecided claims

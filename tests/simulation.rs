@@ -108,7 +108,7 @@ fn config() -> Config {
         horizon: HorizonRule::Claim,
         flaw: None,
         restart_crashed: true,
-        stale_boots: false,
+        settle: true,
         batch_reads: false,
         lease_ms: None,
         max_jumps: 0,

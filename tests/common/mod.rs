@@ -274,6 +274,10 @@ impl BrokerProc {
             ("KAFKA_BROKERS".to_string(), self.bootstrap.clone()),
             ("ORDERS_TOPIC".to_string(), self.opts.orders_topic.clone()),
             ("COORDINATION_TOPIC".to_string(), self.opts.coordination_topic.clone()),
+            // A killed worker's requests reach this loopback broker within
+            // milliseconds, so its successor need not wait the default 15 s
+            // (docs/protocol.md, "Settling"; tests/e2e.rs checks the wait).
+            ("SETTLE_MS".to_string(), "500".to_string()),
         ];
         if let Some(r) = &self.opts.results_topic {
             env.push(("RESULTS_TOPIC".to_string(), r.clone()));

@@ -73,13 +73,16 @@ pub struct Config {
     /// The supervisor restarts a crashed instance (false: a broken
     /// supervisor, for the liveness check to catch).
     pub restart_crashed: bool,
-    /// A `booted` of a dead process (or a retry copy of it) may still land
-    /// after its instance number's next process has started. False: the
-    /// supervisor restarts an instance only once the dead process's appends
-    /// in flight have landed or expired, so a stale `booted` is dropped when
-    /// the next process starts (see `stale_booted_fences_its_successor` in
-    /// tests/model.rs for what happens otherwise).
-    pub stale_boots: bool,
+    /// The settle rule (docs/protocol.md, "Settling"; src/settle.rs): a
+    /// process appends its `booted` only once every append of its instance
+    /// number's dead process has landed or been lost, so the next start of
+    /// an instance drops that process's orphans (booted, records, retry
+    /// copies). False: they may land after the successor's `booted` (the
+    /// three checks `stale_booted_fences_its_successor`,
+    /// `zombie_record_outlives_its_fence` and
+    /// `zombie_fence_erased_by_the_next_boot` in tests/model.rs show what
+    /// happens then).
+    pub settle: bool,
     /// Partial-order reduction: reads go on to the end of the log in one
     /// step, stopping as soon as the machine acts or is negotiating. Outside
     /// Negotiate the machine reacts only to its own records (whose
@@ -100,11 +103,10 @@ pub struct Config {
     /// record (`seen` rewritten), which is what a View that did not check
     /// `seen` would accept — a hold that renewed in time is revoked anyway.
     pub forge_seen: bool,
-    /// Appends may land late: a dead process's appends after its
-    /// successor started, a duplicate copy after later records. False: the
-    /// supervisor restarts an instance only once the dead process's appends
-    /// landed or were lost (all of them, not only `booted`), and a producer
-    /// retry lands right after the original or not at all. (With true, a
+    /// Appends may land late: a duplicate copy after later records, and
+    /// (unless [`Config::settle`]) a dead process's appends after its
+    /// successor started. False: neither; a producer retry lands right
+    /// after the original or not at all. (With true, a
     /// void record landing late superseded a valid commit, or a valid
     /// completion, under compaction: docs/protocol.md, "Holes found in
     /// leases".)
@@ -502,10 +504,7 @@ impl World {
     pub fn step(&mut self, cfg: &Config, s: &Step) {
         match *s {
             Step::Start(i) => {
-                if !cfg.stale_boots {
-                    self.orphans.retain(|r| !(r.instance == i && r.event == Event::Booted));
-                }
-                if !cfg.late_appends {
+                if cfg.settle || !cfg.late_appends {
                     self.orphans.retain(|r| !(r.instance == i && r.by.is_none()) && r.by != Some(i));
                 }
                 let now = self.now;
@@ -704,6 +703,9 @@ impl World {
                 // Only after Input::OrderId, which the model does not send
                 // (orders here carry no id).
                 Action::Start { .. } => {}
+                // Only with `Settings::settle_ms` above 0; the world keeps
+                // the settle rule itself (`Config::settle`).
+                Action::WakeAt(_) => unreachable!("the world's processes boot at once"),
                 Action::Exit(_) => self.kill(i),
             }
         }
