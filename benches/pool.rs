@@ -514,6 +514,10 @@ impl Bench {
             ("KAFKA_BROKERS", self.broker.bootstrap.clone()),
             ("ORDERS_TOPIC", orders.clone()),
             ("COORDINATION_TOPIC", claims.clone()),
+            // Fresh topics and no process is ever killed here: nothing can
+            // be in flight, so no first start waits (docs/protocol.md,
+            // "Settling"; later starts follow clean exits anyway).
+            ("SETTLE_MS", "0".to_string()),
         ];
         if let Some(k) = opp {
             env.push(("ORDERS_PER_PROCESS", k.to_string()));
@@ -844,6 +848,7 @@ impl Bench {
                 .env("ORDERS_TOPIC", &orders)
                 .env("COORDINATION_TOPIC", &claims)
                 .env("INSTANCE_NUMBER", "1")
+                .env("SETTLE_MS", "0")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(log_file)

@@ -78,13 +78,18 @@
 //! horizon now protects the records about the order of every claim still
 //! in flight (`World::in_flight_claim_orders`).
 //!
-//! Found, not fixed (a known hole, docs/protocol.md; 2 × 2 with a crash
-//! and a duplicate, `zombie_record_outlives_its_fence`): a dead process's
-//! claim that landed after its successor's `booted` counts again once that
-//! `booted` is superseded (by its own retry copy, or with two crashes by
-//! the next process's `booted`: `zombie_fence_erased_by_the_next_boot`)
-//! and erased. The CI configurations combine a crash and a duplicate, or
-//! two crashes, only with one order, where that cannot strand anything.
+//! Found by this check (2 × 2 with a crash and a duplicate,
+//! `zombie_record_outlives_its_fence`; with two crashes,
+//! `zombie_fence_erased_by_the_next_boot`; with a late `booted`,
+//! `stale_booted_fences_its_successor`): a dead process's claim that
+//! landed after its successor's `booted` counts again once that `booted`
+//! is superseded (by its own retry copy, or by the next process's
+//! `booted`) and erased; a dead process's `booted` that lands late fences
+//! its live successor. Fixed by settling (docs/protocol.md, "Settling";
+//! src/settle.rs): a process appends its `booted` only once its dead
+//! predecessor's appends have landed or been lost, which the world keeps
+//! with `Config::settle` (the three checks turn it off and find the
+//! holes); `protocol_holds_when_processes_settle` is the regression check.
 //!
 //! Leases (`protocol_holds_with_leases`): abstract time — the clock stands
 //! still but may jump past the lease (`Step::Advance`, bounded), and every
