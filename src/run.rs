@@ -88,7 +88,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     // appended, so a process that dies from here on leaves none.
     let marker = crate::settle::marker_path(&cfg);
     let clean = crate::settle::take(&marker);
-    let (mut w, first) = Worker::start_after(me, new_incarnation(), settings, now_ms(), clean);
+    let (mut w, first) = Worker::start_after(me, new_incarnation(), settings, now_ms(), clean.clone());
     // Replay from the newest checkpoint near the end, else from the start.
     let from = match kafka.find_checkpoint().await {
         Some(snap) if w.load(&snap) => snap.at,
@@ -163,7 +163,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                     // number need not wait (a fenced one is not ours to vouch
                     // for: another process holds the number).
                     if code != crate::worker::EXIT_FENCED {
-                        crate::settle::leave(&marker, &w.incarnation);
+                        leave_marker(&marker, &appender, &w, &clean);
                     }
                     if code == crate::worker::EXIT_REVOKED {
                         tracing::error!(
@@ -204,14 +204,14 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
             _ = term.recv() => {
                 stop_job(&mut cancel, &mut job_task).await;
                 if appender.flush(Some(SIGNAL_FLUSH)).await {
-                    crate::settle::leave(&marker, &w.incarnation);
+                    leave_marker(&marker, &appender, &w, &clean);
                 }
                 return Ok(143);
             }
             _ = int.recv() => {
                 stop_job(&mut cancel, &mut job_task).await;
                 if appender.flush(Some(SIGNAL_FLUSH)).await {
-                    crate::settle::leave(&marker, &w.incarnation);
+                    leave_marker(&marker, &appender, &w, &clean);
                 }
                 return Ok(130);
             }
@@ -244,6 +244,18 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 None => break,
             }
         }
+    }
+}
+
+/// Leaves the clean-exit marker once every append is acknowledged: naming
+/// this incarnation, or, if it appended nothing (stopped while settling),
+/// handing on the marker it took, since the log is as its predecessor left
+/// it.
+fn leave_marker(path: &std::path::Path, appender: &Appender, w: &Worker, taken: &Option<String>) {
+    match (appender.sent.get(), taken) {
+        (0, Some(prev)) => crate::settle::leave(path, prev),
+        (0, None) => {}
+        _ => crate::settle::leave(path, &w.incarnation),
     }
 }
 
