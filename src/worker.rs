@@ -9,6 +9,7 @@
 //! very same machine against a simulated log.
 //!
 //! ```text
+//!  Settle ──SETTLE_MS over, or a clean exit the log confirms: append booted──► Boot
 //!  Boot ──own booted read, caught up──► resume? ─ committed hold ─► Retry ──own commit read──► Run
 //!                                          │     └ undecided hold ─► Negotiate
 //!                                          └ nothing held ─► Choose ─ order ─► Claim

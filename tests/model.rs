@@ -813,6 +813,8 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
         flaw,
         restart_crashed: true,
         settle: true,
+        settle_ms: None,
+        orphan_ms: 0,
         batch_reads: true,
         lease_ms: None,
         max_jumps: 0,

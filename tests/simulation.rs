@@ -23,6 +23,14 @@
 //! revocation then removed undecided; a taker yielding to a rival that had
 //! itself yielded to the committed hold just taken over; a takeover claim
 //! taken for late after compaction; a void record hiding a valid completion.
+//! Its processes settle themselves (docs/protocol.md, "Settling";
+//! `Phase::Settle`): a process whose predecessor did not exit clean waits
+//! `SETTLE_MS` (300 ms) before its `booted`, one whose predecessor did is
+//! given its clean-exit marker and boots once the log confirms it; a dead
+//! process's appends land within 200 ms of its death or never; and one
+//! landing after its successor's `booted` fails the seed
+//! (`world::SETTLED`; `settling_shorter_than_appends_in_flight_is_caught`
+//! shows that this check bites).
 //! `POOL_SIM_HORIZON=claim|contest|hold` varies the compaction horizon.
 //!
 //! Both simulations write checkpoints every 40 positions and boot every
@@ -59,6 +67,11 @@ const LEASE_ORDERS: u32 = 300;
 /// Positions between checkpoints in the simulation (small, so that
 /// processes boot from checkpoints all the time).
 const CHECKPOINT_EVERY: u64 = 40;
+/// The simulation with leases: `SETTLE_MS` of its processes, and how long
+/// after its writer's death an orphan may still land (librdkafka's
+/// `message.timeout.ms` against the default 15 s `SETTLE_MS`).
+const SETTLE_MS: u64 = 300;
+const ORPHAN_MS: u64 = 200;
 /// Pauses per seed, at most.
 const MAX_PAUSES: u32 = 40;
 
@@ -94,6 +107,14 @@ fn config_leases() -> Config {
         // records from each undecided claim on.
         late_appends: true,
         horizon: HorizonRule::Claim,
+        // The machines settle themselves (Phase::Settle, clean-exit
+        // markers) instead of the world dropping a dead process's orphans
+        // when its instance starts again; orphans land within ORPHAN_MS of
+        // their writer's death or never, and one landing after its
+        // writer's successor booted fails the seed (world::SETTLED).
+        settle: false,
+        settle_ms: Some(SETTLE_MS),
+        orphan_ms: ORPHAN_MS,
         ..config()
     }
 }
@@ -109,6 +130,8 @@ fn config() -> Config {
         flaw: None,
         restart_crashed: true,
         settle: true,
+        settle_ms: None,
+        orphan_ms: 0,
         batch_reads: false,
         lease_ms: None,
         max_jumps: 0,
@@ -137,6 +160,8 @@ struct Outcome {
     second_runs_takeover: u32,
     second_runs_death: u32,
     stale_runs: u32,
+    starts_marked: u32,
+    starts_unmarked: u32,
     clock_ms: u64,
     /// The failure, readable.
     failure: Option<String>,
@@ -179,6 +204,8 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
         second_runs_takeover: w.second_runs_takeover,
         second_runs_death: w.second_runs_death,
         stale_runs: w.stale_runs,
+        starts_marked: w.starts_marked,
+        starts_unmarked: w.starts_unmarked,
         clock_ms: w.now,
         failure,
     };
@@ -187,6 +214,9 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
             let why = format!("only {} of {} orders completed within {MAX_STEPS} steps", w.completed, cfg.orders);
             let f = fail(&w, steps, &recent, why);
             return (done(&w, steps, Some(f)), w);
+        }
+        if cfg.settle_ms.is_some() {
+            w.expire_orphans(cfg.orphan_ms);
         }
         let step = pick(&mut rng, &w, cfg, steps, &mut choices);
         if let (Some(Step::Advance(_)), true) = (&step, cfg.lease_ms.is_some()) {
@@ -342,6 +372,8 @@ fn run_seeds(cfg: &Config, first: u64, seeds: u64) -> (u64, Outcome, Vec<String>
                 tot.second_runs_takeover += out.second_runs_takeover;
                 tot.second_runs_death += out.second_runs_death;
                 tot.stale_runs += out.stale_runs;
+                tot.starts_marked += out.starts_marked;
+                tot.starts_unmarked += out.starts_unmarked;
                 tot.clock_ms += out.clock_ms;
                 drop(tot);
                 if let Some(f) = out.failure {
@@ -384,6 +416,25 @@ fn simulation_with_leases() {
     leased_seeds(&config_leases(), first, seeds, "simulation with leases");
 }
 
+/// The settle rule bites (docs/protocol.md, "Settling"): where a dead
+/// process's appends may land longer after its death than its successor
+/// waits, a seed soon has one land after the successor's `booted`, and
+/// `world::SETTLED` catches it. Bounded: at most 200 seeds of 100 orders.
+#[test]
+fn settling_shorter_than_appends_in_flight_is_caught() {
+    let cfg = Config { settle_ms: Some(20), orphan_ms: 2_000, orders: 100, ..config_leases() };
+    for seed in 0..200 {
+        if let Some(f) = run(seed, &cfg).failure {
+            // (Its replay line would replay the CI configuration instead.)
+            let f: String = f.lines().filter(|l| !l.starts_with("replay:")).map(|l| format!("{l}\n")).collect();
+            println!("caught, as it must be (SETTLE_MS 20, orphans for 2,000 ms):\n{f}");
+            assert!(f.contains(SETTLED), "another property broke first:\n{f}");
+            return;
+        }
+    }
+    panic!("200 seeds with SETTLE_MS below the orphans' lifetime and no violation: the check does not bite");
+}
+
 /// `POOL_SIM_HORIZON=claim|contest|hold` overrides a configuration's
 /// compaction horizon (tests/world, `HorizonRule`).
 fn horizon_from_env(cfg: &mut Config) {
@@ -401,7 +452,7 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
     let t = Instant::now();
     let (ran, tot, failures) = run_seeds(&cfg, first, seeds);
     let line = format!(
-        "{name} ({LEASE_MS} ms): {ran} seeds ({INSTANCES} instances, {LEASE_ORDERS} orders each), {} steps, {:.0} s simulated, {} crashes ({} long outages), {} pauses, {} takeovers (valid revocations), {} second runs after a takeover ({} of them started by a holder already revoked), {} after a death, {} failing, in {:.1}s",
+        "{name} ({LEASE_MS} ms): {ran} seeds ({INSTANCES} instances, {LEASE_ORDERS} orders each), {} steps, {:.0} s simulated, {} crashes ({} long outages), {} pauses, {} takeovers (valid revocations), {} second runs after a takeover ({} of them started by a holder already revoked), {} after a death, {} starts after a clean exit and {} settling first, {} failing, in {:.1}s",
         tot.steps,
         tot.clock_ms as f64 / 1000.0,
         tot.crashes,
@@ -411,6 +462,8 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
         tot.second_runs_takeover,
         tot.stale_runs,
         tot.second_runs_death,
+        tot.starts_marked,
+        tot.starts_unmarked,
         failures.len(),
         t.elapsed().as_secs_f64()
     );

@@ -380,6 +380,9 @@ impl World {
             forge_seen,
             leases,
             strays,
+            settling,
+            starts_marked,
+            starts_unmarked,
         } = self;
         let n = order.len();
         let mut to = vec![0u64; n];
@@ -400,7 +403,21 @@ impl World {
             }
         }
         for inst in insts {
-            let Inst { worker, cursor, pending, asked, running, ran, starts, crashed, frozen_until, down_until, next_tick } = inst;
+            let Inst {
+                worker,
+                cursor,
+                pending,
+                asked,
+                running,
+                ran,
+                starts,
+                crashed,
+                frozen_until,
+                down_until,
+                next_tick,
+                marker,
+                died_at,
+            } = inst;
             match worker {
                 Some(w) if by_copy => {
                     let mut w = w.clone();
@@ -417,7 +434,7 @@ impl World {
             for r in pending {
                 hash_record(r, &f, &mut h);
             }
-            (cursor, asked, running, ran, starts, crashed, frozen_until, down_until, next_tick).hash(&mut h);
+            (cursor, asked, running, ran, starts, crashed, frozen_until, down_until, next_tick, marker, died_at).hash(&mut h);
         }
         orphans.len().hash(&mut h);
         for r in orphans {
@@ -429,7 +446,7 @@ impl World {
         }
         violation.as_ref().map(|(name, _)| name).hash(&mut h);
         (crashes, dups, now, jumps, pauses, outages, takeovers, second_runs_takeover, second_runs_death, stale_runs).hash(&mut h);
-        (lease_ms, forge_seen, leases, strays).hash(&mut h);
+        (lease_ms, forge_seen, leases, strays, settling, starts_marked, starts_unmarked).hash(&mut h);
         h.finish()
     }
 }

@@ -83,6 +83,18 @@ pub struct Config {
     /// `zombie_fence_erased_by_the_next_boot` in tests/model.rs show what
     /// happens then).
     pub settle: bool,
+    /// Simulation: the machines settle themselves (`Settings::settle_ms`,
+    /// `Phase::Settle`) instead of the world dropping orphans at a start:
+    /// a process that exits with nothing in flight leaves a clean-exit
+    /// marker its instance's next process is given; the simulation loses
+    /// every orphan not landed within a bound shorter than this after its
+    /// writer died ([`World::expire_orphans`]), as librdkafka and the
+    /// broker do; and an orphan landing after its writer's successor booted
+    /// violates [`SETTLED`]. `None`: boot at once.
+    pub settle_ms: Option<u64>,
+    /// Simulation with settling: how long after its writer's death an
+    /// orphan may still land ([`World::expire_orphans`]).
+    pub orphan_ms: u64,
     /// Partial-order reduction: reads go on to the end of the log in one
     /// step, stopping as soon as the machine acts or is negotiating. Outside
     /// Negotiate the machine reacts only to its own records (whose
@@ -155,6 +167,7 @@ impl Config {
             lease_ms: self.lease_ms,
             checkpoint_every: self.checkpoint_every,
             orders_per_process: self.orders_per_process,
+            settle_ms: self.settle_ms.unwrap_or(0),
             ..Settings::default()
         }
     }
@@ -217,6 +230,11 @@ pub struct Inst {
     pub down_until: u64,
     /// Simulation: when the shell's timer next sends Tick.
     pub next_tick: u64,
+    /// Simulation with settling: the incarnation whose clean exit left the
+    /// marker, taken by the next start.
+    pub marker: Option<String>,
+    /// When the last process died or exited.
+    pub died_at: u64,
 }
 
 /// Ghost history of one order.
@@ -346,6 +364,12 @@ pub struct World {
     /// without compaction; [`World::fingerprint`] with `unerased` relies on
     /// that and checks it.
     pub strays: u32,
+    /// Copied from the config: `Config::settle_ms` is set.
+    settling: bool,
+    /// Simulation with settling: processes started with a clean-exit
+    /// marker, and without one (they wait).
+    pub starts_marked: u32,
+    pub starts_unmarked: u32,
 }
 
 pub const RUN_BY_TWO: &str = "no order is run by two instances";
@@ -357,6 +381,9 @@ pub const SKIPPED: &str = "no order is left unclaimed below the highest claimed"
 /// anyone) only after the earlier run ended without a completion — its
 /// runner's hold was validly revoked or its runner died running it.
 pub const RUN_AFTER_REVOKED: &str = "a process never runs an order after reading its own revocation";
+/// The settle rule (docs/protocol.md, "Settling"), checked where the
+/// machines keep it themselves ([`Config::settle_ms`]).
+pub const SETTLED: &str = "a dead process's append lands before its successor's booted or never";
 pub const TWO_HOLDS: &str = "no two instances hold a valid committed hold on the same order";
 pub const LEASE_RESPECTED: &str = "a hold is revoked only if nothing of it was written within the lease before the revocation";
 pub const SAFETY: [&str; 8] = [
@@ -408,6 +435,9 @@ impl World {
             forge_seen: cfg.forge_seen,
             leases: cfg.lease_ms.is_some(),
             strays: 0,
+            settling: cfg.settle_ms.is_some(),
+            starts_marked: 0,
+            starts_unmarked: 0,
         }
     }
 
@@ -456,7 +486,7 @@ impl World {
             // CaughtUp is fed whenever the reader is at the end; in every
             // phase but a boot that has seen its own `booted` the machine
             // ignores it (Worker::on_caught_up), so only that one is a step.
-            if w.phase == (Phase::Boot { seen: true }) {
+            if w.phase == (Phase::Boot { seen: true }) || matches!(w.phase, Phase::Settle { clean: Some(_), .. }) {
                 out.push(Step::CaughtUp(i));
             }
             if inst.asked {
@@ -511,7 +541,11 @@ impl World {
                 let inst = self.inst_mut(i);
                 inst.starts += 1;
                 let inc = format!("{i}.{}", inst.starts);
-                let (mut w, acts) = Worker::start(i, inc, cfg.settings(), now);
+                let clean = inst.marker.take();
+                if self.settling {
+                    *if clean.is_some() { &mut self.starts_marked } else { &mut self.starts_unmarked } += 1;
+                }
+                let (mut w, acts) = Worker::start_after(i, inc, cfg.settings(), now, clean);
                 // Boot from the newest checkpoint the log still holds, as
                 // the shell does (src/kafka.rs).
                 let snap = self
@@ -555,6 +589,9 @@ impl World {
             }
             Step::Land(k) => {
                 let r = self.orphans.remove(k);
+                if self.settling {
+                    self.check_settled(&r);
+                }
                 self.append(r);
             }
             Step::Lose(k) => {
@@ -654,7 +691,9 @@ impl World {
     }
 
     fn kill(&mut self, i: u32) {
+        let now = self.now;
         let inst = self.inst_mut(i);
+        inst.died_at = now;
         inst.worker = None;
         inst.cursor = 0;
         inst.asked = false;
@@ -662,6 +701,36 @@ impl World {
         inst.ran = None;
         let pending: Vec<Record> = inst.pending.drain(..).collect();
         self.orphans.extend(pending);
+    }
+
+    /// The start number of an incarnation the world named `<i>.<n>`.
+    fn start_no(incarnation: &str) -> u32 {
+        incarnation.rsplit('.').next().and_then(|n| n.parse().ok()).unwrap_or(0)
+    }
+
+    /// [`SETTLED`]: `r`, an orphan, lands after a `booted` of a later
+    /// process of its writer's instance number.
+    fn check_settled(&mut self, r: &Record) {
+        let writer = r.by.unwrap_or(r.instance);
+        let Some(pos) = self.newest_booted[writer as usize - 1] else { return };
+        let newest = &self.log[pos].rec.incarnation;
+        if Self::start_no(newest) > Self::start_no(&r.incarnation) {
+            let what = format!("{} of {} lands after {newest} booted at #{pos}", r.key(), r.incarnation);
+            self.violate(SETTLED, what);
+        }
+    }
+
+    /// Simulation with settling: an orphan whose writer died more than
+    /// `limit` ms ago is lost (an append lands within librdkafka's
+    /// `message.timeout.ms` or never; a dead process sends nothing new).
+    pub fn expire_orphans(&mut self, limit: u64) {
+        let now = self.now;
+        let insts = &self.insts;
+        self.orphans.retain(|r| {
+            let inst = &insts[r.by.unwrap_or(r.instance) as usize - 1];
+            let alive = inst.worker.as_ref().is_some_and(|w| w.incarnation == r.incarnation);
+            alive || now < inst.died_at + limit
+        });
     }
 
     fn act(&mut self, i: u32, acts: Vec<Action>) {
@@ -705,8 +774,23 @@ impl World {
                 Action::Start { .. } => {}
                 // Only with `Settings::settle_ms` above 0; the world keeps
                 // the settle rule itself (`Config::settle`).
-                Action::WakeAt(_) => unreachable!("the world's processes boot at once"),
-                Action::Exit(_) => self.kill(i),
+                Action::WakeAt(at) => {
+                    let inst = self.inst_mut(i);
+                    inst.next_tick = inst.next_tick.min(at);
+                }
+                Action::Exit(code) => {
+                    // The shell leaves the marker once every append is
+                    // acknowledged (src/run.rs); here: nothing pending and
+                    // no copy of this incarnation's records in flight.
+                    let inst = self.inst(i);
+                    let inc = inst.worker.as_ref().map(|w| w.incarnation.clone()).unwrap_or_default();
+                    let clean = self.settling
+                        && code != pool_worker::worker::EXIT_FENCED
+                        && inst.pending.is_empty()
+                        && !self.orphans.iter().any(|r| r.incarnation == inc);
+                    self.kill(i);
+                    self.inst_mut(i).marker = clean.then_some(inc);
+                }
             }
         }
     }
