@@ -179,7 +179,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
     let tail = tokio::spawn(tail_claims(addr.clone(), args.coordination_topic.clone(), claims_tx));
 
     let mut cfg = SupervisorConfig::new((1..=args.instances).collect())?;
-    cfg.env = worker_env(&args, &addr);
+    // The workers' clean-exit markers (src/settle.rs) live as long as this
+    // broker does: a directory of this run's own, unless STATE_DIR is set.
+    let state_dir = std::env::var_os("STATE_DIR")
+        .is_none()
+        .then(|| std::env::temp_dir().join(format!("pool_worker-dev-{}", std::process::id())));
+    cfg.env = worker_env(&args, &addr, state_dir.as_deref());
     cfg.output = args.worker_output;
     let (mut sup, mut sup_events) = Supervisor::spawn(cfg);
 
@@ -278,6 +283,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
     tail.abort();
     let _ = tail.await;
     drop(broker);
+    if let Some(dir) = &state_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     out.done(code);
     Ok(code)
 }
@@ -290,7 +298,11 @@ async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// The environment of the dev workers (on top of dev's own).
-fn worker_env(args: &DevArgs, addr: &str) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+fn worker_env(
+    args: &DevArgs,
+    addr: &str,
+    state_dir: Option<&std::path::Path>,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     let mut env = vec![
         ("KAFKA_BROKERS", addr.to_string()),
         ("ORDERS_TOPIC", args.orders_topic.clone()),
@@ -304,6 +316,9 @@ fn worker_env(args: &DevArgs, addr: &str) -> Vec<(std::ffi::OsString, std::ffi::
     }
     if std::env::var_os("SETTLE_MS").is_none() {
         env.push(("SETTLE_MS", DEV_SETTLE_MS.to_string()));
+    }
+    if let Some(dir) = state_dir {
+        env.push(("STATE_DIR", dir.display().to_string()));
     }
     env.into_iter().map(|(k, v)| (k.into(), v.into())).collect()
 }

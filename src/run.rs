@@ -86,8 +86,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Settling (src/settle.rs): the marker is taken before anything is
     // appended, so a process that dies from here on leaves none.
-    let marker = crate::settle::marker_path(&cfg);
-    let clean = crate::settle::take(&marker);
+    // With SETTLE_MS=0 there is no wait to spare, so no marker either.
+    let marker = (cfg.settle_ms > 0).then(|| crate::settle::marker_path(&cfg));
+    let clean = marker.as_deref().and_then(crate::settle::take);
     let (mut w, first) = Worker::start_after(me, new_incarnation(), settings, now_ms(), clean.clone());
     // Replay from the newest checkpoint near the end, else from the start.
     let from = match kafka.find_checkpoint().await {
@@ -251,7 +252,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
 /// this incarnation, or, if it appended nothing (stopped while settling),
 /// handing on the marker it took, since the log is as its predecessor left
 /// it.
-fn leave_marker(path: &std::path::Path, appender: &Appender, w: &Worker, taken: &Option<String>) {
+fn leave_marker(path: &Option<std::path::PathBuf>, appender: &Appender, w: &Worker, taken: &Option<String>) {
+    let Some(path) = path else { return };
     match (appender.sent.get(), taken) {
         (0, Some(prev)) => crate::settle::leave(path, prev),
         (0, None) => {}

@@ -547,7 +547,7 @@ fn a_process_settles_after_a_kill_but_not_after_a_clean_exit() {
     let broker = broker(1);
     let topic = broker.opts.orders_topic.clone();
     let mut env = worker_env(&broker, 1);
-    env.retain(|(k, _)| k != "SETTLE_MS");
+    env.retain(|(k, _)| k != "SETTLE_MS" && k != "STATE_DIR");
     env.push(("SETTLE_MS".into(), SETTLE_MS.to_string()));
     env.push(("STATE_DIR".into(), state.to_str().unwrap().into()));
     let markers = || -> Vec<String> {

@@ -210,6 +210,8 @@ pub struct BrokerProc {
     bootstrap: String,
     pub opts: BrokerOpts,
     pub stderr: Tail,
+    /// The pool's `STATE_DIR` (clean-exit markers), removed with the broker.
+    state: tempfile::TempDir,
 }
 
 impl BrokerProc {
@@ -256,7 +258,8 @@ impl BrokerProc {
             .ok()
             .and_then(|v| v["bootstrap"].as_str().map(str::to_string))
             .unwrap_or_else(|| panic!("unexpected first line from the broker: {first}"));
-        BrokerProc { child, control: Mutex::new((stdin, lines)), bootstrap, opts, stderr }
+        let state = tempfile::tempdir().expect("a STATE_DIR for the pool");
+        BrokerProc { child, control: Mutex::new((stdin, lines)), bootstrap, opts, stderr, state }
     }
 
     pub fn bootstrap(&self) -> &str {
@@ -278,6 +281,7 @@ impl BrokerProc {
             // milliseconds, so its successor need not wait the default 15 s
             // (docs/protocol.md, "Settling"; tests/e2e.rs checks the wait).
             ("SETTLE_MS".to_string(), "500".to_string()),
+            ("STATE_DIR".to_string(), self.state.path().display().to_string()),
         ];
         if let Some(r) = &self.opts.results_topic {
             env.push(("RESULTS_TOPIC".to_string(), r.clone()));
