@@ -510,14 +510,18 @@ impl Bench {
         }
         let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Beginning);
         let sampler = Sampler::start();
+        let state_dir = std::env::temp_dir().join(format!("pool_worker-bench-{claims}"));
         let mut env = vec![
             ("KAFKA_BROKERS", self.broker.bootstrap.clone()),
             ("ORDERS_TOPIC", orders.clone()),
             ("COORDINATION_TOPIC", claims.clone()),
-            // Fresh topics and no process is ever killed here: nothing can
-            // be in flight, so no first start waits (docs/protocol.md,
-            // "Settling"; later starts follow clean exits anyway).
-            ("SETTLE_MS", "0".to_string()),
+            // Settling as deployed (docs/protocol.md, "Settling"): each
+            // start after a clean exit takes the marker its predecessor
+            // left and boots once the log confirms it. Only the first start
+            // of each instance has none and waits, 1 s here (a loopback
+            // broker) instead of 15, before the bench begins.
+            ("SETTLE_MS", "1000".to_string()),
+            ("STATE_DIR", state_dir.display().to_string()),
         ];
         if let Some(k) = opp {
             env.push(("ORDERS_PER_PROCESS", k.to_string()));
@@ -532,6 +536,7 @@ impl Bench {
         if b < n {
             res.incomplete = Some(format!("only {b}/{n} instances booted in 60 s"));
             sup.stop();
+            let _ = std::fs::remove_dir_all(&state_dir);
             return res;
         }
         std::thread::sleep(Duration::from_millis(1000));
@@ -576,6 +581,7 @@ impl Bench {
         }
         let started = sup.started.lock().unwrap().clone();
         sup.stop();
+        let _ = std::fs::remove_dir_all(&state_dir);
 
         // The claims log of the burst.
         let recs = reader.snapshot();
@@ -848,6 +854,8 @@ impl Bench {
                 .env("ORDERS_TOPIC", &orders)
                 .env("COORDINATION_TOPIC", &claims)
                 .env("INSTANCE_NUMBER", "1")
+                // One process per run on a quiet log: boot as it was, so
+                // that the figures show the replay alone.
                 .env("SETTLE_MS", "0")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -1162,7 +1170,7 @@ fn main() {
         let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null --restart-delay-ms {restart_delay_ms}` on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine). Rows \"pool, ORDERS_PER_PROCESS=K\": the same with each worker process completing up to K orders before it exits.");
         let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms={}` (as the pool's consumers), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.", pool_worker::kafka::FETCH_WAIT_MS);
         let _ = writeln!(doc, "History: one worker (instance 1) boots on a claims topic pre-filled with K completed orders (booted/claimed/committed/completed each, as the pool writes them, lz4-compressed so that the mock broker, which keeps 5 MB per partition, keeps them); `log start` > 0 means the broker dropped the oldest records, `records replayed` is the worker's own count (its \"replayed the claims topic\" log line), `in-process replay` is decode + `View::apply` of the same records in the bench process, without Kafka.");
-        let _ = writeln!(doc, "Boot: per worker process started during the burst: supervisor's `started` event (read by the bench) → the incarnation's `booted` record ts (process up, Kafka clients connected, topics checked) and → its first `claimed` record ts (replay caught up, order chosen: ready to claim). Peak RSS: VmHWM of every instance process, sampled from /proc every 5 ms.\n");
+        let _ = writeln!(doc, "Boot: per worker process started during the burst: supervisor's `started` event (read by the bench) → the incarnation's `booted` record ts (process up, Kafka clients connected, topics checked, the claims topic read to its end and the predecessor's clean exit confirmed there: docs/protocol.md, \"Settling\"; `SETTLE_MS=1000`, `STATE_DIR` per case) and → its first `claimed` record ts (replay caught up, order chosen: ready to claim). Peak RSS: VmHWM of every instance process, sampled from /proc every 5 ms.\n");
         doc.push_str(&r);
         if let Some(dir) = std::path::Path::new(&out).parent() {
             let _ = std::fs::create_dir_all(dir);
