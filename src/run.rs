@@ -114,7 +114,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                     tracing::info!(
                         instance = me,
                         ms = at.saturating_sub(now_ms()),
-                        "settling: the previous process of this instance number may have died with appends in flight; waiting before booting"
+                        "settling: no clean exit of this instance number's last process is known here, so it may have died with appends in flight; waiting before booting"
                     );
                     wake = Some(at);
                 }
