@@ -41,8 +41,18 @@ pub fn marker_path(cfg: &Config) -> PathBuf {
     let safe = |s: &str| -> String {
         s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect()
     };
-    let name = format!("{}-{}-{}.clean", safe(&cfg.brokers), safe(&cfg.coordination_topic), cfg.instance);
+    let mut name = format!("{}-{}-{}.clean", safe(&cfg.brokers), safe(&cfg.coordination_topic), cfg.instance);
+    if name.len() > 200 {
+        // A long broker list or topic name: file names stop at 255 bytes.
+        let pool = format!("{}\n{}", cfg.brokers, cfg.coordination_topic);
+        name = format!("{:016x}-{}.clean", fnv1a(pool.as_bytes()), cfg.instance);
+    }
     cfg.state_dir.join(name)
+}
+
+/// A hash that is the same in every process (unlike std's `RandomState`).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Reads and removes the marker: the incarnation it names, if any. Any
@@ -105,6 +115,18 @@ mod tests {
         let c = marker_path(&cfg(dir.path(), "127.0.0.1:9092", "4"));
         assert!(a != b && a != c && b != c);
         assert_eq!(a.parent(), Some(dir.path()), "brokers' punctuation makes no subdirectory");
+    }
+
+    #[test]
+    fn a_long_broker_list_still_makes_a_short_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let many: Vec<String> = (0..40).map(|i| format!("kafka-broker-{i}.example.com:9093")).collect();
+        let a = marker_path(&cfg(dir.path(), &many.join(","), "3"));
+        let b = marker_path(&cfg(dir.path(), &many[1..].join(","), "3"));
+        assert_ne!(a, b);
+        assert!(a.file_name().unwrap().len() < 120, "{a:?}");
+        leave(&a, "inc");
+        assert_eq!(take(&a), Some("inc".to_string()));
     }
 
     #[test]
