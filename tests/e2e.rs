@@ -590,3 +590,32 @@ fn a_process_settles_after_a_kill_but_not_after_a_clean_exit() {
     expect_exit(&mut c, 0, "the settled process completes the next order");
     assert_eq!(std::fs::read_to_string(&ledger).unwrap().lines().count(), 2);
 }
+
+/// A process stopped (SIGTERM) while settling has appended nothing: it
+/// hands on the marker it took, unchanged, for the next process to check.
+#[test]
+fn a_process_stopped_while_settling_hands_on_its_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(1);
+    let mut env = worker_env(&broker, 1);
+    env.retain(|(k, _)| k != "SETTLE_MS" && k != "STATE_DIR");
+    env.push(("SETTLE_MS".into(), "60000".into()));
+    env.push(("STATE_DIR".into(), dir.path().to_str().unwrap().into()));
+    let cfg = pool_worker::config::Config::from_vars(env.clone()).unwrap();
+    let marker = pool_worker::settle::marker_path(&cfg);
+    // A marker the log does not confirm (no such incarnation ever booted).
+    pool_worker::settle::leave(&marker, "gone-1");
+    let mut w = WorkerProc::start("worker1", &env);
+    assert!(
+        poll_until(T, Duration::from_millis(20), || w.stderr.lines().iter().any(|l| l.contains("settling"))),
+        "the process did not settle:\n{}",
+        w.stderr.last(20)
+    );
+    assert!(!marker.exists(), "the marker is taken at the start");
+    // SAFETY: a child process of this test.
+    unsafe { libc::kill(w.pid() as i32, libc::SIGTERM) };
+    expect_exit(&mut w, 143, "stopped by SIGTERM");
+    assert_eq!(std::fs::read_to_string(&marker).ok().as_deref(), Some("gone-1"), "handed on unchanged");
+    let claims = decoded_claims(broker.bootstrap(), &broker.opts.coordination_topic);
+    assert!(claims.is_empty(), "nothing appended while settling: {}", show_all(&claims));
+}
