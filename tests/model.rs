@@ -839,7 +839,7 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
 /// What one check found.
 struct Found {
     states: usize,
-    /// The deepest state reached (steps of the reduced graph).
+    /// Stateright's deepest depth reached (an initial state is depth 1).
     depth: usize,
     secs: f64,
     /// (property, readable counter-example)
@@ -986,7 +986,7 @@ fn assert_holds_upto(pool: Pool, bound: Bound) {
         "model check{}: {} instances, {} orders, ≤{} crashes, ≤{} dups{}{}: {} states explored in {:.1}s",
         match bound {
             Bound::Full => String::new(),
-            Bound::States(_) | Bound::StatesDeep(_) => format!(" (bounded, deepest state {} steps)", f.depth),
+            Bound::States(_) | Bound::StatesDeep(_) => format!(" (bounded, deepest state {} steps)", f.depth.saturating_sub(1)),
             Bound::Depth(n) => format!(" (every state within {n} steps)"),
         },
         cfg.instances,
