@@ -958,12 +958,16 @@ fn join_with_progress<C: Checker<Pool> + Sync>(mut checker: C) -> C {
         s.spawn(move || {
             let t = Instant::now();
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(progress_every()) {
+                // Names only: a discovery's path is printed at the end.
+                let mut broken: Vec<&'static str> = c.discoveries().into_keys().collect();
+                broken.sort_unstable();
                 eprintln!(
-                    "model check running: {} unique states ({} generated), depth {}, {:.0}s",
+                    "model check running: {} unique states ({} generated), depth {}, {:.0}s, {}",
                     c.unique_state_count(),
                     c.state_count(),
                     c.max_depth(),
-                    t.elapsed().as_secs_f64()
+                    t.elapsed().as_secs_f64(),
+                    if broken.is_empty() { "no property broken so far".to_string() } else { format!("broken so far: {}", broken.join("; ")) }
                 );
             }
         });
