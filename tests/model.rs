@@ -301,7 +301,7 @@
 //! | 3 × 3, no crash | not finished in 300 s | not finished | over 55.2 million at 35 min, not finished | not finished: see below |
 //! | 3 × 3, no crash, no compaction | — | — | — | over 8.4 million at 240 s, not finished; with 9: 1,862,297 in 56 s |
 //! | 3 × 3, no crash, ORDERS_PER_PROCESS=4 | — | — | — | 9,017,922 in 259 s; with 9: 1,123,589 in 34 s |
-//! | 4 × 4, no crash, no compaction, with 9 | — | — | — | over 6.2 million at 300 s, not finished |
+//! | 4 × 4, no crash, no compaction, with 9 | — | — | — | over 6.2 million at 300 s; over 215 million at 95 min (alone on the 2 cores), not finished |
 //! | 3 × 2, ≤1 crash (claims in flight protected) | — | — | — | over 75.5 million at 20 min, not finished, no property broken (unprotected: a double run after about 7 million) |
 //!
 //! (The 2 × 2 with ≤1 crash figure of the 1–6 column was measured with
