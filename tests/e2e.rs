@@ -303,6 +303,15 @@ fn worker_env(broker: &BrokerProc, instance: u32) -> Vec<(String, String)> {
     env
 }
 
+/// [`worker_env`] with the harness's `SETTLE_MS` and `STATE_DIR` replaced.
+fn settling_env(broker: &BrokerProc, instance: u32, settle_ms: u64, state_dir: &std::path::Path) -> Vec<(String, String)> {
+    let mut env = worker_env(broker, instance);
+    env.retain(|(k, _)| k != "SETTLE_MS" && k != "STATE_DIR");
+    env.push(("SETTLE_MS".into(), settle_ms.to_string()));
+    env.push(("STATE_DIR".into(), state_dir.to_str().unwrap().into()));
+    env
+}
+
 fn expect_exit(w: &mut WorkerProc, code: i32, what: &str) {
     let status = w.wait(T).unwrap_or_else(|| panic!("{what}: still running after {T:?}:\n{}", w.stderr.last(20)));
     assert_eq!(status.code(), Some(code), "{what}:\n{}", w.stderr.last(20));
@@ -546,10 +555,7 @@ fn a_process_settles_after_a_kill_but_not_after_a_clean_exit() {
     let (ledger, state) = (dir.path().join("ledger"), dir.path().join("state"));
     let broker = broker(1);
     let topic = broker.opts.orders_topic.clone();
-    let mut env = worker_env(&broker, 1);
-    env.retain(|(k, _)| k != "SETTLE_MS" && k != "STATE_DIR");
-    env.push(("SETTLE_MS".into(), SETTLE_MS.to_string()));
-    env.push(("STATE_DIR".into(), state.to_str().unwrap().into()));
+    let env = settling_env(&broker, 1, SETTLE_MS, &state);
     let markers = || -> Vec<String> {
         std::fs::read_dir(&state)
             .map(|d| d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).collect())
@@ -597,10 +603,7 @@ fn a_process_settles_after_a_kill_but_not_after_a_clean_exit() {
 fn a_process_stopped_while_settling_hands_on_its_marker() {
     let dir = tempfile::tempdir().unwrap();
     let broker = broker(1);
-    let mut env = worker_env(&broker, 1);
-    env.retain(|(k, _)| k != "SETTLE_MS" && k != "STATE_DIR");
-    env.push(("SETTLE_MS".into(), "60000".into()));
-    env.push(("STATE_DIR".into(), dir.path().to_str().unwrap().into()));
+    let env = settling_env(&broker, 1, 60_000, dir.path());
     let cfg = pool_worker::config::Config::from_vars(env.clone()).unwrap();
     let marker = pool_worker::settle::marker_path(&cfg);
     // A marker the log does not confirm (no such incarnation ever booted).
