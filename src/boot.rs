@@ -527,19 +527,34 @@ impl View {
             self.ids.iter().map(|(id, (o, pos))| (id.clone(), *o, *pos)).collect();
         ids.sort_by_key(|(_, _, pos)| std::cmp::Reverse(*pos));
         ids.truncate(ID_MEMORY);
-        // Keep the record well under Kafka's default max.message.bytes (1 MB).
+        // Keep the record well under Kafka's default max.message.bytes (1 MB),
+        // counting the ids as written (JSON escaping included).
         let mut bytes = 0;
         ids.retain(|(id, _, _)| {
-            bytes += id.len() + 40;
+            bytes += crate::record::json_len(id) + 40;
             bytes <= ID_MEMORY_BYTES
         });
-        Snapshot {
-            at: self.end,
-            instances: self.instances.clone(),
-            frontier: self.frontier.clone(),
-            contests: self.contests.iter().filter(|(_, c)| !c.settled()).map(|(o, c)| (*o, c.clone())).collect(),
-            ids,
+        // Outcomes without their output tails: those are in the `completed`
+        // records, and a snapshot of many instances would not fit a record.
+        let mut instances = self.instances.clone();
+        for inst in instances.values_mut() {
+            if let Some((_, _, _, outcome)) = inst.last_completed.as_mut() {
+                *outcome = outcome.without_output();
+            }
         }
+        let contests = self
+            .contests
+            .iter()
+            .filter(|(_, c)| !c.settled())
+            .map(|(o, c)| {
+                let mut c = c.clone();
+                if let Some((_, outcome)) = c.finished.as_mut() {
+                    *outcome = outcome.without_output();
+                }
+                (*o, c)
+            })
+            .collect();
+        Snapshot { at: self.end, instances, frontier: self.frontier.clone(), contests, ids }
     }
 
     /// The view a snapshot describes: read on from `snapshot.at`.

@@ -51,7 +51,7 @@
 //! blocking read cannot be cancelled and would hold up the runtime's shutdown.
 
 use anyhow::{anyhow, bail, Context as _};
-use rdkafka::mocking::MockCluster;
+use rdkafka::producer::Producer as _;
 use std::io::Write as _;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -73,6 +73,7 @@ enum Control {
     Down,
     Up,
     Rtt(Duration),
+    Advertise { broker: i32, host: String, port: u16 },
 }
 
 type Reply = Result<(), String>;
@@ -97,12 +98,23 @@ impl Broker {
         let thread = std::thread::Builder::new()
             .name("mock-broker".into())
             .spawn(move || {
-                let cluster = match MockCluster::new(broker_count) {
+                // The cluster belongs to a client configured to start one
+                // (rather than `MockCluster::new`), so that its raw handle
+                // can be had for what the wrapper does not offer (the
+                // advertised address).
+                let client: rdkafka::producer::BaseProducer = match rdkafka::ClientConfig::new()
+                    .set("test.mock.num.brokers", broker_count.to_string())
+                    .create()
+                {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = ready_tx.send(Err(format!("cannot start the mock cluster: {e}")));
                         return;
                     }
+                };
+                let Some(cluster) = client.client().mock_cluster() else {
+                    let _ = ready_tx.send(Err("cannot start the mock cluster".into()));
+                    return;
                 };
                 let _ = ready_tx.send(Ok(cluster.bootstrap_servers()));
                 // Replication never exceeds the broker count (and 3 is plenty).
@@ -115,6 +127,7 @@ impl Broker {
                         Control::Down => cluster.broker_down(-1),
                         Control::Up => cluster.broker_up(-1),
                         Control::Rtt(d) => cluster.broker_round_trip_time(-1, d),
+                        Control::Advertise { broker, host, port } => advertise(&client, broker, &host, port),
                     };
                     let _ = reply.send(result.map_err(|e| e.to_string()));
                 }
@@ -175,6 +188,17 @@ impl Broker {
         self.call(Control::Rtt(rtt))
     }
 
+    /// Broker `broker` (1, 2, ...) tells clients to reach it at
+    /// `host:port` instead of where it listens: for a TLS terminator in
+    /// front of it (tests/tls.rs), whose address clients must use for every
+    /// connection, not only the first.
+    pub fn advertise(&self, broker: i32, host: &str, port: u16) -> anyhow::Result<()> {
+        if !(1..=self.broker_count).contains(&broker) {
+            bail!("there is no broker {broker}");
+        }
+        self.call(Control::Advertise { broker, host: host.to_string(), port })
+    }
+
     fn call(&self, op: Control) -> anyhow::Result<()> {
         let ctl = self.ctl.as_ref().ok_or_else(|| anyhow!("the broker is stopped"))?;
         let (tx, rx) = mpsc::sync_channel(1);
@@ -194,6 +218,24 @@ impl Drop for Broker {
             let _ = t.join();
         }
     }
+}
+
+/// Sets a mock broker's advertised address, which rdkafka's wrapper does not
+/// offer.
+fn advertise(client: &rdkafka::producer::BaseProducer, broker: i32, host: &str, port: u16) -> rdkafka::error::KafkaResult<()> {
+    use rdkafka::bindings as rd;
+    let host = std::ffi::CString::new(host).map_err(|_| rdkafka::error::KafkaError::MockCluster(rdkafka::types::RDKafkaErrorCode::InvalidArgument))?;
+    // SAFETY: the client is alive for the whole call and was configured with
+    // `test.mock.num.brokers`, so it owns a mock cluster; the function copies
+    // `host` and takes the cluster's lock.
+    unsafe {
+        let cluster = rd::rd_kafka_handle_mock_cluster(client.client().native_ptr());
+        if cluster.is_null() {
+            return Err(rdkafka::error::KafkaError::MockCluster(rdkafka::types::RDKafkaErrorCode::Fail));
+        }
+        rd::rd_kafka_mock_broker_set_host_port(cluster, broker, host.as_ptr(), i32::from(port));
+    }
+    Ok(())
 }
 
 /// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not `.`/`..`.
@@ -228,6 +270,11 @@ pub struct BrokerArgs {
     /// Print the bootstrap line as JSON: {"bootstrap":"127.0.0.1:PORT"}.
     #[arg(long)]
     pub json: bool,
+    /// HOST:PORT, comma-separated, one per broker: the address each broker
+    /// tells clients to use instead of its own (for a TLS terminator in
+    /// front of it; see docs/deploy.md, "Trying TLS").
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub advertise: Option<String>,
 }
 
 impl BrokerArgs {
@@ -243,10 +290,31 @@ impl BrokerArgs {
         topics
     }
 
+    /// `--advertise` as (host, port), one per broker.
+    fn advertised(&self) -> Result<Vec<(String, u16)>, String> {
+        let Some(list) = &self.advertise else { return Ok(Vec::new()) };
+        let out: Vec<(String, u16)> = list
+            .split(',')
+            .map(|a| {
+                let (h, p) = a.trim().rsplit_once(':').ok_or_else(|| format!("--advertise: '{a}' is not HOST:PORT"))?;
+                let port = p.parse().map_err(|_| format!("--advertise: bad port in '{a}'"))?;
+                if h.is_empty() {
+                    return Err(format!("--advertise: no host in '{a}'"));
+                }
+                Ok((h.to_string(), port))
+            })
+            .collect::<Result<_, String>>()?;
+        if out.len() != self.brokers as usize {
+            return Err(format!("--advertise names {} addresses for {} brokers", out.len(), self.brokers));
+        }
+        Ok(out)
+    }
+
     fn check(&self) -> Result<(), String> {
         if !(1..=MAX_BROKERS).contains(&self.brokers) {
             return Err(format!("--brokers must be between 1 and {MAX_BROKERS}"));
         }
+        self.advertised()?;
         let topics = self.topics();
         for (i, (name, partitions)) in topics.iter().enumerate() {
             check_topic_name(name)?;
@@ -272,6 +340,9 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<i32> {
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let broker = Broker::start(args.brokers, &args.topics())?;
+    for (i, (host, port)) in args.advertised().unwrap_or_default().into_iter().enumerate() {
+        broker.advertise(i as i32 + 1, &host, port)?;
+    }
     let bootstrap = broker.bootstrap();
     if args.json {
         say(&serde_json::json!({ "bootstrap": bootstrap }).to_string());

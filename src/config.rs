@@ -34,7 +34,6 @@ use std::time::Duration;
 /// The environment as strings; checked by [`Config::from_env`].
 #[derive(Deserialize, Debug, Default)]
 struct RawEnv {
-    kafka_brokers: Option<String>,
     orders_topic: Option<String>,
     coordination_topic: Option<String>,
     instance_number: Option<String>,
@@ -53,8 +52,142 @@ struct RawEnv {
     state_directory: Option<String>,
 }
 
-/// Variables that are pool_worker's own, not librdkafka properties.
-const OWN_KAFKA_VARS: &[&str] = &["KAFKA_BROKERS"];
+/// Variables that begin with `KAFKA_` but are not librdkafka properties:
+/// pool_worker's own, and those of Kafka's own scripts (`kafka-run-class.sh`
+/// and friends), which a host that also runs Kafka's tools may have set.
+const NOT_PROPERTIES: &[&str] = &[
+    "KAFKA_BROKERS",
+    "KAFKA_HEAP_OPTS",
+    "KAFKA_OPTS",
+    "KAFKA_JMX_OPTS",
+    "KAFKA_JVM_PERFORMANCE_OPTS",
+    "KAFKA_GC_LOG_OPTS",
+    "KAFKA_LOG4J_OPTS",
+    "KAFKA_DEBUG",
+    "KAFKA_HOME",
+];
+
+/// Names removed from every job's environment whatever `JOB_ENV_DENY` says
+/// (the variable adds to them): the Kafka settings, credentials included.
+pub const ALWAYS_DENIED: &[&str] = &["KAFKA_*"];
+
+/// The largest secret file a `KAFKA_<PROPERTY>_FILE` may name.
+const MAX_SECRET_FILE: u64 = 64 * 1024;
+
+/// The largest `OUTPUT_LIMIT_BYTES`: each of a job's two tails is kept within
+/// this many bytes *as written in the record* (after JSON escaping), so that a
+/// `completed` record (two tails, a bounded reason, small fields) stays well
+/// within the claims topic's `max.message.bytes` (Kafka's default, 1 MB,
+/// which scripts/create-topics.sh keeps): see `record::RECORD_LIMIT`.
+pub const MAX_OUTPUT_LIMIT: usize = 256 * 1024;
+
+/// How every command reaches Kafka: the bootstrap servers and the librdkafka
+/// properties given as `KAFKA_<PROPERTY>` (or read from the file named by
+/// `KAFKA_<PROPERTY>_FILE`). The worker, `status`, `history` and `submit`
+/// all read them through [`KafkaSettings::from_env`].
+#[derive(Clone, Default)]
+pub struct KafkaSettings {
+    pub brokers: String,
+    pub props: BTreeMap<String, String>,
+}
+
+/// Never prints a property's value: some are secrets.
+impl std::fmt::Debug for KafkaSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSettings")
+            .field("brokers", &self.brokers)
+            .field("props", &self.props.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl KafkaSettings {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<KafkaSettings, ConfigError> {
+        KafkaSettings::from_vars(&env_vars())
+    }
+
+    /// Reads the given variables. Every property is checked by librdkafka
+    /// itself here, so that a misspelt name or a bad value is a
+    /// configuration error (exit 2, one line naming the variable) rather than
+    /// a failure to start the clients later; the error never repeats the
+    /// value, which may be a secret.
+    pub fn from_vars(vars: &[(String, String)]) -> Result<KafkaSettings, ConfigError> {
+        let brokers = vars
+            .iter()
+            .find(|(k, _)| k == "KAFKA_BROKERS")
+            .map(|(_, v)| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "localhost:9092".to_string());
+        let mut props: BTreeMap<String, (String, String)> = BTreeMap::new();
+        for (var, value) in vars {
+            let Some(rest) = var.strip_prefix("KAFKA_") else { continue };
+            if rest.is_empty() || NOT_PROPERTIES.contains(&var.as_str()) {
+                continue;
+            }
+            let (rest, value) = match rest.strip_suffix("_FILE") {
+                Some(base) if !base.is_empty() => (base, read_secret(var, value)?),
+                _ => (rest, value.clone()),
+            };
+            let name = rest.to_ascii_lowercase().replace('_', ".");
+            if let Some((other, _)) = props.get(&name) {
+                return Err(ConfigError(format!("{var} and {other} both set the Kafka property '{name}'")));
+            }
+            check_property(var, &name, &value)?;
+            props.insert(name, (var.clone(), value));
+        }
+        Ok(KafkaSettings { brokers, props: props.into_iter().map(|(k, (_, v))| (k, v)).collect() })
+    }
+}
+
+/// The process environment, as (name, value) pairs (non-UTF-8 ones left out).
+fn env_vars() -> Vec<(String, String)> {
+    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect()
+}
+
+/// The content of a `KAFKA_<PROPERTY>_FILE`, without its final line break.
+fn read_secret(var: &str, path: &str) -> Result<String, ConfigError> {
+    use std::io::Read as _;
+    let path = path.trim();
+    let cannot = |why: String| ConfigError(format!("{var}: cannot read '{path}': {why}"));
+    let file = std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| cannot(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(cannot("not a regular file".into()));
+    }
+    let mut text = String::new();
+    file.take(MAX_SECRET_FILE + 1).read_to_string(&mut text).map_err(|e| cannot(e.to_string()))?;
+    if text.len() as u64 > MAX_SECRET_FILE {
+        return Err(cannot(format!("larger than {MAX_SECRET_FILE} bytes")));
+    }
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    Ok(text.strip_suffix('\r').unwrap_or(text).to_string())
+}
+
+/// Asks librdkafka whether it takes `name` = `value`; the error names the
+/// variable and the property, never the value.
+fn check_property(var: &str, name: &str, value: &str) -> Result<(), ConfigError> {
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaConfRes;
+    match rdkafka::ClientConfig::new().set(name, value).create_native_config() {
+        Ok(_) => Ok(()),
+        Err(KafkaError::ClientConfig(RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN, ..)) => Err(ConfigError(format!(
+            "{var}: librdkafka has no property '{name}' (see librdkafka's CONFIGURATION.md; KAFKA_<PROPERTY> is the property in upper case, '.' written '_')"
+        ))),
+        Err(_) => Err(ConfigError(format!("{var}: librdkafka refuses this value for '{name}' (the value is not shown)"))),
+    }
+}
+
+/// `JOB_ENV_DENY` adds to [`ALWAYS_DENIED`]; it never replaces it.
+fn env_deny(v: Option<String>) -> Vec<String> {
+    let mut deny: Vec<String> = ALWAYS_DENIED.iter().map(|s| s.to_string()).collect();
+    for name in list(v).unwrap_or_default() {
+        if !deny.contains(&name) {
+            deny.push(name);
+        }
+    }
+    deny
+}
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -123,7 +256,7 @@ fn list(v: Option<String>) -> Option<Vec<String>> {
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Config, ConfigError> {
-        Config::from_vars(std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))))
+        Config::from_vars(env_vars())
     }
 
     /// Reads the given variables (the tests' entry point).
@@ -157,8 +290,7 @@ impl Config {
                 return Err(ConfigError("RESULTS_TOPIC must differ from ORDERS_TOPIC and COORDINATION_TOPIC".into()));
             }
         }
-        let brokers = raw.kafka_brokers.map(|s| s.trim().to_string()).unwrap_or_default();
-        let brokers = if brokers.is_empty() { "localhost:9092".to_string() } else { brokers };
+        let KafkaSettings { brokers, props: kafka_props } = KafkaSettings::from_vars(&vars)?;
         let log_json = match raw.log_format.as_deref().map(str::trim) {
             None | Some("") | Some("text") => false,
             Some("json") => true,
@@ -172,15 +304,6 @@ impl Config {
             .find(|s| !s.is_empty())
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| std::env::temp_dir().join("pool_worker"));
-        let mut kafka_props = BTreeMap::new();
-        for (k, v) in &vars {
-            if let Some(rest) = k.strip_prefix("KAFKA_") {
-                if OWN_KAFKA_VARS.contains(&k.as_str()) || rest.is_empty() {
-                    continue;
-                }
-                kafka_props.insert(rest.to_ascii_lowercase().replace('_', "."), v.clone());
-            }
-        }
         Ok(Config {
             brokers,
             orders_topic,
@@ -190,10 +313,10 @@ impl Config {
             max_attempts: number("MAX_ATTEMPTS", raw.max_attempts, crate::worker::DEFAULT_MAX_ATTEMPTS, (1, 1000))?,
             orders_per_process: number("ORDERS_PER_PROCESS", raw.orders_per_process, 1u32, (1, 1_000_000))?,
             job_timeout: Duration::from_secs(number("JOB_TIMEOUT_SECS", raw.job_timeout_secs, 3600u64, (1, 7 * 24 * 3600))?),
-            output_limit: number("OUTPUT_LIMIT_BYTES", raw.output_limit_bytes, 4096usize, (0, 1 << 20))?,
+            output_limit: number("OUTPUT_LIMIT_BYTES", raw.output_limit_bytes, 4096usize, (0, MAX_OUTPUT_LIMIT))?,
             allowed_commands: list(raw.allowed_commands),
             allowed_urls: list(raw.allowed_urls),
-            env_deny: list(raw.job_env_deny).unwrap_or_else(|| vec!["KAFKA_*".to_string()]),
+            env_deny: env_deny(raw.job_env_deny),
             log_json,
             results_topic,
             settle_ms: number("SETTLE_MS", raw.settle_ms, crate::settle::DEFAULT_SETTLE_MS, (0, 600_000))?,
@@ -267,5 +390,91 @@ mod tests {
         assert_eq!(c.kafka_props.get("sasl.password").map(String::as_str), Some("s"));
         assert_eq!(c.kafka_props.get("security.protocol").map(String::as_str), Some("SASL_SSL"));
         assert!(!c.kafka_props.contains_key("brokers"));
+    }
+
+    #[test]
+    fn tls_and_scram_are_built_in() {
+        let mut v = OK.to_vec();
+        v.extend([
+            ("KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+            ("KAFKA_SASL_MECHANISMS", "SCRAM-SHA-512"),
+            ("KAFKA_SASL_USERNAME", "pool"),
+            ("KAFKA_SASL_PASSWORD", "pw"),
+        ]);
+        let c = vars(&v).expect("librdkafka is built with OpenSSL, so SASL_SSL and SCRAM are accepted");
+        assert_eq!(c.kafka_props.get("sasl.mechanisms").map(String::as_str), Some("SCRAM-SHA-512"));
+        let mut v = OK.to_vec();
+        v.push(("KAFKA_SECURITY_PROTOCOL", "SSL"));
+        assert!(vars(&v).is_ok());
+    }
+
+    #[test]
+    fn a_rejected_property_names_the_variable_never_the_value() {
+        for (var, value) in [
+            ("KAFKA_SASL_PASWORD", "hunter2-secret"),
+            ("KAFKA_SECURITY_PROTOCOL", "hunter2-secret"),
+            ("KAFKA_SASL_PASSWORD_FILE", "/nonexistent/hunter2-secret"),
+        ] {
+            let mut v = OK.to_vec();
+            v.push((var, value));
+            let e = vars(&v).unwrap_err().0;
+            assert!(e.starts_with(&format!("{var}: ")), "{e}");
+            if !var.ends_with("_FILE") {
+                assert!(!e.contains("hunter2"), "the value leaks: {e}");
+            }
+        }
+        let mut v = OK.to_vec();
+        v.push(("KAFKA_SASL_PASWORD", "x"));
+        assert!(vars(&v).unwrap_err().0.contains("'sasl.pasword'"));
+    }
+
+    #[test]
+    fn kafka_scripts_variables_are_not_properties() {
+        let mut v = OK.to_vec();
+        v.extend([("KAFKA_HEAP_OPTS", "-Xmx1G"), ("KAFKA_OPTS", "-Dx=y")]);
+        assert!(vars(&v).unwrap().kafka_props.is_empty());
+    }
+
+    #[test]
+    fn a_property_can_come_from_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pw");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let mut v = OK.to_vec();
+        let p = path.to_str().unwrap();
+        v.push(("KAFKA_SASL_PASSWORD_FILE", p));
+        let c = vars(&v).unwrap();
+        assert_eq!(c.kafka_props.get("sasl.password").map(String::as_str), Some("s3cret"), "the line break is not part of it");
+        assert!(!c.kafka_props.contains_key("sasl.password.file"));
+        assert!(!format!("{:?}", KafkaSettings::from_vars(&[("KAFKA_SASL_PASSWORD_FILE".into(), p.into())]).unwrap())
+            .contains("s3cret"));
+        v.push(("KAFKA_SASL_PASSWORD", "other"));
+        let e = vars(&v).unwrap_err().0;
+        assert!(e.contains("both set") && e.contains("'sasl.password'"), "{e}");
+        let mut v = OK.to_vec();
+        let d = dir.path().to_str().unwrap();
+        v.push(("KAFKA_SSL_KEY_PASSWORD_FILE", d));
+        assert!(vars(&v).unwrap_err().0.starts_with("KAFKA_SSL_KEY_PASSWORD_FILE: cannot read"));
+    }
+
+    #[test]
+    fn job_env_deny_adds_to_the_defaults() {
+        let mut v = OK.to_vec();
+        v.push(("JOB_ENV_DENY", "AWS_*, SECRET"));
+        assert_eq!(vars(&v).unwrap().env_deny, vec!["KAFKA_*", "AWS_*", "SECRET"]);
+        let mut v = OK.to_vec();
+        v.push(("JOB_ENV_DENY", ""));
+        assert_eq!(vars(&v).unwrap().env_deny, vec!["KAFKA_*"]);
+    }
+
+    #[test]
+    fn the_output_limit_keeps_a_completion_within_a_record() {
+        let mut v = OK.to_vec();
+        v.push(("OUTPUT_LIMIT_BYTES", "1048576"));
+        assert!(vars(&v).unwrap_err().0.starts_with("OUTPUT_LIMIT_BYTES="));
+        let mut v = OK.to_vec();
+        let max = MAX_OUTPUT_LIMIT.to_string();
+        v.push(("OUTPUT_LIMIT_BYTES", &max));
+        assert_eq!(vars(&v).unwrap().output_limit, MAX_OUTPUT_LIMIT);
     }
 }

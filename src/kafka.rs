@@ -299,6 +299,32 @@ fn read_claims(consumer: &BaseConsumer<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>
     }
 }
 
+/// Whether a produce failed because the record is larger than the client
+/// or the broker allows.
+fn too_large(e: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(C::MessageSizeTooLarge | C::MessageBatchTooLarge | C::InvalidMessageSize)
+    )
+}
+
+/// Exponential back-off between retries of one request: 50 ms doubling to 2 s.
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff { next: Duration::from_millis(50) }
+    }
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(Duration::from_secs(2));
+    }
+}
+
 /// Runs a blocking rdkafka call off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
     tokio::task::spawn_blocking(f).await.context("blocking task failed")
@@ -428,12 +454,22 @@ impl Kafka {
     }
 
     /// Appends a record to the claims topic; retries until the broker
-    /// acknowledges it. Returns its position.
-    pub async fn append(&self, rec: &Record) -> u64 {
+    /// acknowledges it. Returns its position, or `None` for a checkpoint the
+    /// broker refuses as too large even without its order ids (checkpoints
+    /// are advisory). Every other record is a few hundred bytes once
+    /// shortened; a broker that refuses even that (a claims topic with an
+    /// absurd `max.message.bytes`) is retried with an error each time.
+    ///
+    /// A record the broker refuses as too large (a claims topic whose
+    /// `max.message.bytes` is below [`crate::record::RECORD_LIMIT`]) is
+    /// shortened ([`Record::shrink`]) and sent again: never the same bytes
+    /// forever.
+    pub async fn append(&self, rec: &Record) -> Option<u64> {
         let key = rec.key();
-        let value = rec.encode();
-        let mut backoff = Duration::from_millis(50);
+        let mut rec = std::borrow::Cow::Borrowed(rec);
+        let mut backoff = Backoff::new();
         loop {
+            let value = rec.encode();
             let r = self
                 .producer
                 .send(
@@ -442,13 +478,19 @@ impl Kafka {
                 )
                 .await;
             match r {
-                Ok(d) => return d.offset.max(0) as u64,
+                Ok(d) => return Some(d.offset.max(0) as u64),
+                Err((e, _)) if too_large(&e) && rec.to_mut().shrink() => {
+                    tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this record as too large (check the claims topic's max.message.bytes); shortened");
+                }
+                Err((e, _)) if too_large(&e) && rec.event == crate::record::Event::Checkpoint => {
+                    tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this checkpoint as too large; not written (boot reads further back)");
+                    return None;
+                }
                 Err((e, _)) => {
                     // Not assumed written, not assumed lost: append again; a
                     // second copy is dropped by readers (same seq).
-                    tracing::warn!(instance = self.instance, key, error = %e, "append failed; retrying in {:?}", backoff);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    tracing::warn!(instance = self.instance, key, error = %e, "append failed; retrying in {:?}", backoff.next);
+                    backoff.wait().await;
                 }
             }
         }
@@ -459,34 +501,44 @@ impl Kafka {
     /// instance, attempt and outcome. Called *before* the `completed` record
     /// is appended, so a crash in between publishes the result again rather
     /// than never: subscribers see each result at least once, keyed by order.
+    /// A result the broker refuses as too large is shortened, like a record.
     pub async fn publish_result(&self, rec: &Record) {
         let (Some(topic), Some(order), Some(outcome)) = (&self.results_topic, rec.order(), &rec.outcome) else {
             return;
         };
-        let value = serde_json::json!({
-            "order": order.to_string(),
-            "partition": order.partition,
-            "offset": order.offset,
-            "instance": rec.instance,
-            "attempt": rec.attempt,
-            "status": outcome.status,
-            "exit_code": outcome.exit_code,
-            "duration_ms": outcome.duration_ms,
-            "reason": outcome.reason,
-            "stdout": outcome.stdout_tail,
-            "stderr": outcome.stderr_tail,
-            "ts": rec.ts,
-        })
-        .to_string();
+        let mut outcome = outcome.clone().fit(crate::record::MAX_TAIL_BYTES);
         let key = order.to_string();
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = Backoff::new();
         loop {
+            let value = serde_json::json!({
+                "order": order.to_string(),
+                "partition": order.partition,
+                "offset": order.offset,
+                "instance": rec.instance,
+                "attempt": rec.attempt,
+                "status": outcome.status,
+                "exit_code": outcome.exit_code,
+                "duration_ms": outcome.duration_ms,
+                "reason": outcome.reason,
+                "stdout": outcome.stdout_tail,
+                "stderr": outcome.stderr_tail,
+                "ts": rec.ts,
+            })
+            .to_string();
             match self.producer.send(FutureRecord::to(topic).key(&key).payload(&value), Duration::from_secs(10)).await {
                 Ok(_) => return,
+                Err((e, _)) if too_large(&e) => {
+                    let half = crate::record::json_len(&outcome.stdout_tail).max(crate::record::json_len(&outcome.stderr_tail)) / 2;
+                    if half == 0 {
+                        tracing::error!(instance = self.instance, topic, bytes = value.len(), "the broker refuses this result as too large; not published");
+                        return;
+                    }
+                    tracing::warn!(instance = self.instance, topic, bytes = value.len(), "the broker refuses this result as too large; shortened");
+                    outcome = outcome.fit(half);
+                }
                 Err((e, _)) => {
-                    tracing::warn!(instance = self.instance, topic, error = %e, "publishing the result failed; retrying in {:?}", backoff);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    tracing::warn!(instance = self.instance, topic, error = %e, "publishing the result failed; retrying in {:?}", backoff.next);
+                    backoff.wait().await;
                 }
             }
         }

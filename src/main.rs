@@ -137,6 +137,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) if e.downcast_ref::<pool_worker::config::ConfigError>().is_some() => {
+            eprintln!("pool_worker: {e:#}");
+            ExitCode::from(supervise::EXIT_CONFIG as u8)
+        }
         Err(e) => {
             eprintln!("pool_worker: {e:#}");
             ExitCode::from(1)

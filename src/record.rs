@@ -28,6 +28,64 @@ pub const MAX_INSTANCE: u32 = 1_000_000;
 /// output tails, a checkpoint carries a summary; both stay far below this).
 pub const MAX_RECORD_BYTES: usize = 4 * 1024 * 1024;
 
+/// The most bytes a record the pool writes may take, by construction:
+/// Kafka's default `max.message.bytes` (1,048,588, kept by
+/// scripts/create-topics.sh for the claims topic) less room for the key and
+/// the batch's own overhead. A `completed` record holds two tails of at most
+/// [`MAX_TAIL_BYTES`] and a reason of at most [`MAX_REASON_BYTES`], all
+/// counted as written (after JSON escaping), plus small fields.
+pub const RECORD_LIMIT: usize = 1_000_000;
+
+/// The most bytes of one output tail in a record, as written.
+pub const MAX_TAIL_BYTES: usize = crate::config::MAX_OUTPUT_LIMIT;
+
+/// The most bytes of a reason in a record, as written.
+pub const MAX_REASON_BYTES: usize = 2048;
+
+/// How many bytes `c` takes inside a JSON string as serde_json writes it.
+fn json_char_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// How many bytes `s` takes inside a JSON string (without the quotes).
+pub fn json_len(s: &str) -> usize {
+    s.chars().map(json_char_len).sum()
+}
+
+/// The marker left where text was cut.
+const CUT: &str = "…";
+
+/// `s`, cut on a character boundary so that it takes at most `max` bytes
+/// inside a JSON string: its beginning (a reason) or, with `keep_end`, its
+/// end (an output tail), with "…" where it was cut.
+pub fn fit_json(s: &str, max: usize, keep_end: bool) -> String {
+    if json_len(s) <= max {
+        return s.to_string();
+    }
+    let budget = max.saturating_sub(CUT.len());
+    let mut used = 0;
+    let mut take = |c: &char| {
+        used += json_char_len(*c);
+        used <= budget
+    };
+    if keep_end {
+        let kept: Vec<char> = s.chars().rev().take_while(|c| take(c)).collect();
+        let mut out = String::from(if max >= CUT.len() { CUT } else { "" });
+        out.extend(kept.into_iter().rev());
+        out
+    } else {
+        let mut out: String = s.chars().take_while(|c| take(c)).collect();
+        if max >= CUT.len() {
+            out.push_str(CUT);
+        }
+        out
+    }
+}
+
 /// An order's identity: its partition and offset in the orders topic.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
 pub struct OrderId {
@@ -188,6 +246,22 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The outcome cut to fit a record: each tail within `tail_bytes` (at
+    /// most [`MAX_TAIL_BYTES`]) and the reason within [`MAX_REASON_BYTES`],
+    /// as written.
+    pub fn fit(mut self, tail_bytes: usize) -> Outcome {
+        let tail_bytes = tail_bytes.min(MAX_TAIL_BYTES);
+        self.stdout_tail = fit_json(&self.stdout_tail, tail_bytes, true);
+        self.stderr_tail = fit_json(&self.stderr_tail, tail_bytes, true);
+        self.reason = self.reason.map(|r| fit_json(&r, MAX_REASON_BYTES, false));
+        self
+    }
+
+    /// The outcome without its output tails (what a checkpoint keeps).
+    pub fn without_output(&self) -> Outcome {
+        Outcome { stdout_tail: String::new(), stderr_tail: String::new(), ..self.clone() }
+    }
+
     /// An order that never ran: `status` with a human reason.
     pub fn not_run(status: Status, reason: impl Into<String>) -> Self {
         Outcome {
@@ -335,6 +409,26 @@ impl Record {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
+    /// Makes the record smaller, for a broker that refused it as too large
+    /// (its `max.message.bytes` is below [`RECORD_LIMIT`]): halves the output
+    /// tails and the reasons, or drops a checkpoint's order ids. `false`
+    /// when nothing is left to cut.
+    pub fn shrink(&mut self) -> bool {
+        let before = self.encode().len();
+        if let Some(o) = self.outcome.take() {
+            let half = json_len(&o.stdout_tail).max(json_len(&o.stderr_tail)) / 2;
+            let mut o = o.fit(half);
+            o.reason = o.reason.map(|r| fit_json(&r, json_len(&r) / 2, false));
+            self.outcome = Some(o);
+        }
+        self.reason = self.reason.take().map(|r| fit_json(&r, json_len(&r) / 2, false));
+        if let Some(snap) = self.snapshot.as_mut() {
+            // Newest first: keep the newer half.
+            snap.ids.truncate(snap.ids.len() / 2);
+        }
+        self.encode().len() < before
+    }
+
     /// Parses a record from its key and value, refusing anything pool_worker
     /// would not have written.
     pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Record, Foreign> {
@@ -417,6 +511,55 @@ impl fmt::Display for Foreign {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_is_cut_by_its_length_as_written() {
+        assert_eq!(json_len("a\"\\\n\u{1}é"), 1 + 2 + 2 + 2 + 6 + 2);
+        for s in ["plain", "\u{1}\u{1f}\u{7f}\"\\", "ééé", "mixed \u{1} é \" end"] {
+            assert_eq!(json_len(s) + 2, serde_json::to_string(s).unwrap().len(), "{s:?}");
+        }
+        assert_eq!(fit_json("short", 10, false), "short");
+        let head = fit_json(&"é".repeat(100), 11, false);
+        assert_eq!(head, "éééé…", "on a character boundary, with the mark");
+        let tail = fit_json(&format!("start{}", "\u{1}".repeat(100)), 60, true);
+        assert!(tail.starts_with('…') && json_len(&tail) <= 60, "{tail:?}");
+        assert_eq!(tail.chars().filter(|&c| c == '\u{1}').count(), (60 - '…'.len_utf8()) / 6);
+    }
+
+    #[test]
+    fn the_largest_completion_fits_a_record() {
+        let worst = "\u{1}".repeat(2 * MAX_TAIL_BYTES);
+        let mut r = Record::new(MAX_INSTANCE, Event::Completed, &"i".repeat(64), u64::MAX).with_order(OrderId::new(i32::MAX, i64::MAX));
+        r.order_id = Some("\u{1}".repeat(256));
+        r.next = (0..100).map(|p| (p, i64::MAX)).collect();
+        r.outcome = Some(
+            Outcome {
+                status: Status::Error,
+                exit_code: Some(i32::MIN),
+                duration_ms: u64::MAX,
+                reason: Some(worst.clone()),
+                stdout_tail: worst.clone(),
+                stderr_tail: worst,
+            }
+            .fit(usize::MAX),
+        );
+        let n = r.encode().len();
+        assert!(n <= RECORD_LIMIT, "{n} bytes");
+        assert!(Record::decode(Some(r.key().as_bytes()), Some(&r.encode())).is_ok());
+    }
+
+    #[test]
+    fn shrinking_halves_what_can_be_cut() {
+        let mut r = Record::new(1, Event::Completed, "a", 1).with_order(OrderId::new(0, 0));
+        r.outcome = Some(Outcome { stdout_tail: "x".repeat(10_000), ..Outcome::not_run(Status::Ok, "why".repeat(100)) });
+        let before = r.encode().len();
+        assert!(r.shrink());
+        assert!(r.encode().len() < before / 2 + 200, "{} of {before}", r.encode().len());
+        while r.shrink() {}
+        assert!(r.encode().len() < 400, "down to the fixed fields: {}", r.encode().len());
+        let mut c = Record::new(1, Event::Claimed, "a", 1).with_order(OrderId::new(0, 0));
+        assert!(!c.shrink(), "a claim has nothing to cut");
+    }
 
     fn claim() -> Record {
         let mut r = Record::new(3, Event::Claimed, "a1", 1000).with_order(OrderId::new(0, 17));

@@ -99,6 +99,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     tracing::info!(instance = me, incarnation = %w.incarnation, from, "booting: replaying the claims topic");
     let mut todo: VecDeque<Action> = first.into();
     let (job_tx, mut job_rx) = mpsc::channel::<Outcome>(1);
+    type Prepared = (OrderId, u32, Result<orders::OrderSpec, Outcome>);
+    let (prep_tx, mut prep_rx) = mpsc::channel::<Prepared>(1);
+    let mut prep_task: Option<tokio::task::JoinHandle<()>> = None;
     let mut cancel: Option<watch::Sender<bool>> = None;
     let mut job_task: Option<tokio::task::JoinHandle<()>> = None;
     let mut prepared: Option<(orders::OrderSpec, JobContext)> = None;
@@ -135,21 +138,13 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 Action::Run { order, attempt, retry } => {
                     idle = false;
                     tracing::info!(instance = me, %order, attempt, retry, "running");
-                    let ctx = job_context(&cfg, order, attempt);
-                    match prepare(kafka.fetch_order(order).await, &cfg.allowed_urls).await {
-                        // An order with an id runs only once the log says it
-                        // is the first with that id (Action::Start).
-                        Ok(spec) if spec.id.is_some() => {
-                            let id = spec.id.clone().unwrap_or_default();
-                            prepared = Some((spec, ctx));
-                            todo.extend(w.handle(Input::OrderId(id), now_ms()));
-                        }
-                        Ok(spec) => {
-                            let (tx, task) = start_job(spec, ctx, job_tx.clone());
-                            (cancel, job_task) = (Some(tx), Some(task));
-                        }
-                        Err(outcome) => todo.extend(w.handle(Input::JobDone(outcome), now_ms())),
-                    }
+                    // Fetched on a task of its own: the loop goes on renewing
+                    // the lease (ticks) and reading the log meanwhile.
+                    let (allowed_urls, tx) = (cfg.allowed_urls.clone(), prep_tx.clone());
+                    prep_task = Some(tokio::spawn(async move {
+                        let spec = prepare(kafka.fetch_order(order).await, &allowed_urls).await;
+                        let _ = tx.send((order, attempt, spec)).await;
+                    }));
                 }
                 Action::Start { .. } => {
                     if let Some((spec, ctx)) = prepared.take() {
@@ -158,8 +153,17 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                     }
                 }
                 Action::Exit(code) => {
+                    if let Some(t) = prep_task.take() {
+                        t.abort();
+                    }
                     stop_job(&mut cancel, &mut job_task).await;
-                    appender.flush(None).await;
+                    // Every append acknowledged before exiting, unless a
+                    // signal says stop (brokers unreachable for good).
+                    tokio::select! {
+                        _ = appender.flush(None) => {}
+                        _ = term.recv() => return Ok(143),
+                        _ = int.recv() => return Ok(130),
+                    }
                     // Every append acknowledged: the next process of our
                     // number need not wait (a fenced one is not ours to vouch
                     // for: another process holds the number).
@@ -184,6 +188,25 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         }
         let mut input = tokio::select! {
             ev = kafka.next_claim() => claim_input(ev, me, idle, &mut todo),
+            Some((order, attempt, spec)) = prep_rx.recv() => {
+                prep_task = None;
+                let ctx = job_context(&cfg, order, attempt);
+                match spec {
+                    // An order with an id runs only once the log says it
+                    // is the first with that id (Action::Start).
+                    Ok(spec) if spec.id.is_some() => {
+                        let id = spec.id.clone().unwrap_or_default();
+                        prepared = Some((spec, ctx));
+                        Input::OrderId(id)
+                    }
+                    Ok(spec) => {
+                        let (tx, task) = start_job(spec, ctx, job_tx.clone());
+                        (cancel, job_task) = (Some(tx), Some(task));
+                        continue;
+                    }
+                    Err(outcome) => Input::JobDone(outcome.fit(cfg.output_limit)),
+                }
+            }
             Some(outcome) = job_rx.recv() => {
                 job_task = None;
                 cancel = None;
@@ -203,6 +226,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 Input::Tick
             }
             _ = term.recv() => {
+                prep_task.take().inspect(|t| t.abort());
                 stop_job(&mut cancel, &mut job_task).await;
                 if appender.flush(Some(SIGNAL_FLUSH)).await {
                     leave_marker(&marker, &appender, &w, &clean);
@@ -210,6 +234,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 return Ok(143);
             }
             _ = int.recv() => {
+                prep_task.take().inspect(|t| t.abort());
                 stop_job(&mut cancel, &mut job_task).await;
                 if appender.flush(Some(SIGNAL_FLUSH)).await {
                     leave_marker(&marker, &appender, &w, &clean);
@@ -307,8 +332,9 @@ impl Appender {
                 if rec.event == Event::Completed {
                     kafka.publish_result(&rec).await;
                 }
-                let pos = kafka.append(&rec).await;
-                log_step(&rec, pos);
+                if let Some(pos) = kafka.append(&rec).await {
+                    log_step(&rec, pos);
+                }
                 n += 1;
                 let _ = acked_tx.send(n);
             }
@@ -393,7 +419,9 @@ fn start_job(
 ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = watch::channel(false);
     let task = tokio::spawn(async move {
-        let outcome = job::run(&spec, &ctx, rx).await;
+        // Every record fits by construction: the tails are cut to
+        // OUTPUT_LIMIT_BYTES as written in the record (JSON escaping included).
+        let outcome = job::run(&spec, &ctx, rx).await.fit(ctx.output_limit);
         let _ = out.send(outcome).await;
     });
     (tx, task)

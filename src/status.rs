@@ -36,6 +36,17 @@ pub struct Source {
     pub json: bool,
 }
 
+impl Source {
+    /// The client settings every command shares (`KAFKA_<PROPERTY>`, and
+    /// `KAFKA_<PROPERTY>_FILE`, as the worker reads them), with these
+    /// brokers. A rejected property is a [`crate::config::ConfigError`]
+    /// (exit 2).
+    pub fn client_config(&self) -> anyhow::Result<rdkafka::ClientConfig> {
+        let settings = crate::config::KafkaSettings::from_env()?;
+        Ok(client_config(&self.brokers, &settings.props))
+    }
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct StatusArgs {
     #[command(flatten)]
@@ -56,7 +67,7 @@ pub struct HistoryArgs {
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
-    client_config(&src.brokers, &BTreeMap::new())
+    src.client_config()?
         .set("group.id", "pool_worker-status")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")

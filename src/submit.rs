@@ -15,7 +15,6 @@
 //! exit code (1 when the order did not run to an exit code, for example a
 //! time-out or a refusal).
 
-use crate::kafka::client_config;
 use crate::record::{Event, OrderId, Outcome, Record};
 use crate::status::Source;
 use anyhow::{bail, Context};
@@ -23,7 +22,6 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -81,7 +79,7 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<i32> {
         let s = src.clone();
         tokio::task::spawn_blocking(move || claims_end(&s)).await??
     };
-    let producer: FutureProducer = client_config(&src.brokers, &BTreeMap::new())
+    let producer: FutureProducer = src.client_config()?
         .set("acks", "all")
         .set("message.timeout.ms", "30000")
         .create()
@@ -124,7 +122,7 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<i32> {
 }
 
 fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
-    client_config(&src.brokers, &BTreeMap::new())
+    src.client_config()?
         .set("group.id", "pool_worker-submit")
         .set("enable.auto.commit", "false")
         .create()

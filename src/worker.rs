@@ -743,7 +743,8 @@ impl Worker {
         let mut r = self.record(Event::Completed, Some(order));
         r.attempt = attempt;
         r.order_id = self.view.hold(self.me).and_then(|h| h.order_id.clone());
-        r.outcome = Some(outcome);
+        // Every record fits by construction (record::RECORD_LIMIT).
+        r.outcome = Some(outcome.fit(crate::record::MAX_TAIL_BYTES));
         self.phase = Phase::Complete { order, seq: r.seq };
         vec![Action::Append(r)]
     }

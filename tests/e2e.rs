@@ -622,3 +622,138 @@ fn a_process_stopped_while_settling_hands_on_its_marker() {
     let claims = decoded_claims(broker.bootstrap(), &broker.opts.coordination_topic);
     assert!(claims.is_empty(), "nothing appended while settling: {}", show_all(&claims));
 }
+
+/// A TLS terminator (stunnel, from Debian's `stunnel4`) in front of the
+/// embedded broker, which advertises the terminator's address, so that
+/// every connection of every client goes through TLS: the broker is
+/// reachable only over TLS. Killed on drop.
+struct TlsFront {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl TlsFront {
+    /// A port nobody listens on now.
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// A test CA and a certificate for 127.0.0.1 signed by it (with
+    /// `openssl`), and stunnel listening on `port`, forwarding to `to`.
+    fn start(port: u16, to: &str) -> TlsFront {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl").args(args).current_dir(dir.path()).output();
+            let out = out.unwrap_or_else(|e| panic!("this test needs openssl (Debian: apt-get install openssl): {e}"));
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=pool_worker test CA"]);
+        run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]);
+        std::fs::write(dir.path().join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+        run(&[
+            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "2",
+            "-extfile", "san.ext",
+        ]);
+        let conf = format!(
+            "foreground = yes\npid =\nsyslog = no\ndebug = 3\n[kafka]\naccept = 127.0.0.1:{port}\nconnect = {to}\ncert = {}\nkey = {}\n",
+            dir.path().join("server.pem").display(),
+            dir.path().join("server.key").display()
+        );
+        std::fs::write(dir.path().join("stunnel.conf"), conf).unwrap();
+        let stunnel = ["stunnel4", "stunnel"]
+            .into_iter()
+            .find(|b| std::process::Command::new(b).arg("-version").stderr(std::process::Stdio::null()).status().is_ok())
+            .unwrap_or_else(|| panic!("this test needs stunnel (Debian: apt-get install stunnel4)"));
+        let child = std::process::Command::new(stunnel)
+            .arg(dir.path().join("stunnel.conf"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {stunnel}: {e}"));
+        let listening =
+            poll_until(T, Duration::from_millis(20), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        assert!(listening, "stunnel does not listen on {port}");
+        TlsFront { child, dir, port }
+    }
+
+    /// The client settings of a pool that reaches the broker through it.
+    fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("KAFKA_BROKERS".into(), format!("127.0.0.1:{}", self.port)),
+            ("KAFKA_SECURITY_PROTOCOL".into(), "SSL".into()),
+            ("KAFKA_SSL_CA_LOCATION".into(), self.dir.path().join("ca.pem").display().to_string()),
+        ]
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The pool against a broker reachable only over TLS: the workers, `submit
+/// --wait`, `status` and `history` all take their TLS settings from
+/// `KAFKA_<PROPERTY>` (`KAFKA_SECURITY_PROTOCOL=SSL`, the test CA in
+/// `KAFKA_SSL_CA_LOCATION`), and a client without them does not get through.
+#[test]
+fn the_pool_runs_orders_over_tls() {
+    let port = TlsFront::free_port();
+    let broker = BrokerProc::start_with(BrokerOpts {
+        orders_topic: unique_topic("orders"),
+        coordination_topic: unique_topic("claims"),
+        advertise: Some(format!("127.0.0.1:{port}")),
+        ..BrokerOpts::default()
+    });
+    let tls = TlsFront::start(port, broker.bootstrap());
+    let mut env: BTreeMap<String, String> = broker.env().into_iter().collect();
+    env.extend(tls.env());
+    let env: Vec<(String, String)> = env.into_iter().collect();
+    let _pool = SupervisorProc::start_with(SupervisorOpts {
+        instances: "2".into(),
+        env: env.clone(),
+        restart_delay_ms: Some(20),
+        ..SupervisorOpts::default()
+    });
+    let tool = |args: &[&str], env: &[(String, String)]| {
+        let out = command()
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run pool_worker {args:?}: {e}"));
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // Plaintext to the TLS port does not get through (it gives up after
+    // its 30 s produce timeout, so it is tried beside the rest).
+    let plain: Vec<(String, String)> = env.iter().filter(|(k, _)| !k.starts_with("KAFKA_S")).cloned().collect();
+    let plain = std::thread::spawn(move || {
+        command()
+            .args(["submit", "--", "echo", "plain"])
+            .envs(plain.iter().map(|(k, v)| (k, v)))
+            .output()
+            .map(|o| o.status.code())
+    });
+    let mut orders = Vec::new();
+    for i in 0..3 {
+        let word = format!("over-tls-{i}");
+        let (code, out, err) = tool(&["submit", "--wait", "--wait-timeout-secs", "60", "--", "echo", &word], &env);
+        assert_eq!(code, Some(0), "submit --wait over TLS: {out}\n{err}");
+        let mut lines = out.lines();
+        let order = lines.next().unwrap_or_default().to_string();
+        assert!(order.parse::<OrderId>().is_ok(), "{out}");
+        assert_eq!(lines.next(), Some(word.as_str()), "the job's output: {out}");
+        orders.push(order);
+    }
+    let (code, out, err) = tool(&["status", "--json"], &env);
+    assert_eq!(code, Some(0), "status over TLS: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["by_status"]["ok"], 3, "{v}");
+    let (code, out, err) = tool(&["history", &orders[1]], &env);
+    assert_eq!(code, Some(0), "history over TLS: {err}");
+    assert!(out.contains("committed") && out.contains("completed"), "{out}");
+    let plain = plain.join().expect("the plaintext client's thread").expect("pool_worker submit runs");
+    assert_ne!(plain, Some(0), "a plaintext client reached the TLS-only broker");
+    record_figures(&format!("tls: 3 orders completed through a TLS-only broker (stunnel on port {port})"));
+}

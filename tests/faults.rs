@@ -244,3 +244,74 @@ fn broker_outage_loses_nothing() {
     eprintln!("worker exits during the outages: {:?}", s.exits.iter().filter(|e| e.code != Some(0)).collect::<Vec<_>>());
     assert_eq!(figures(injected, &audit, &orders, &ran), [0; 4]);
 }
+
+/// Orders that wedged the pool (issue "Real clusters", 3): each made a
+/// `completed` record larger than the broker takes, retried forever. Every
+/// record now fits by construction; with the claims topic's limit below
+/// the pool's (a client `message.max.bytes` of 300 kB on one of the pools),
+/// the record is shortened and written. The pool goes on to the next order.
+#[test]
+fn no_order_can_wedge_the_pool() {
+    use pool_worker::record::{json_len, MAX_REASON_BYTES, RECORD_LIMIT};
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = BrokerProc::start_with(BrokerOpts {
+        orders_topic: unique_topic("orders"),
+        coordination_topic: unique_topic("claims"),
+        results_topic: Some(unique_topic("results")),
+        ..BrokerOpts::default()
+    });
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let results = broker.opts.results_topic.clone().unwrap();
+    let long_name = "A".repeat(1_000_100);
+    let controls = "\u{1}".repeat(170 * 1024);
+    // 600 kB of control bytes on stdout and on stderr: each byte is six
+    // when escaped in JSON.
+    let loud = sh_order("head -c 600000 /dev/zero | tr '\\0' '\\1'; head -c 600000 /dev/zero | tr '\\0' '\\2' >&2", None);
+    let payloads: Vec<&[u8]> = vec![long_name.as_bytes(), controls.as_bytes(), loud.as_bytes()];
+    let records: Vec<_> = payloads.iter().map(|p| (None, Some(*p))).collect();
+    let mut orders = try_produce_with(broker.bootstrap(), &topic, &records, Some(0), &[("message.max.bytes", "2000000")])
+        .unwrap_or_else(|e| panic!("cannot produce the orders: {e}"));
+    orders.push(produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0))[0]);
+    let sup = pool(&broker, "2", &[("OUTPUT_LIMIT_BYTES", "262144")]);
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
+    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    let completion = |o: &(i32, i64)| audit.orders[&OrderId::new(o.0, o.1)].completions[0].1.clone();
+    for (what, o, status) in [
+        ("a program name of 1,000,100 bytes", orders[0], Status::Error),
+        ("170 kB of control bytes", orders[1], Status::Error),
+    ] {
+        let rec = completion(&o);
+        let outcome = rec.outcome.as_ref().unwrap();
+        assert_eq!(outcome.status, status, "{what}: {outcome:?}");
+        let reason = outcome.reason.as_deref().unwrap_or("");
+        assert!(json_len(reason) <= MAX_REASON_BYTES && reason.ends_with('…'), "{what}: reason of {} bytes", json_len(reason));
+        assert!(rec.encode().len() < 8 * 1024, "{what}: a record of {} bytes", rec.encode().len());
+    }
+    let rec = completion(&orders[2]);
+    let outcome = rec.outcome.as_ref().unwrap();
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    let n = json_len(&outcome.stdout_tail);
+    assert!((262_144 - 6..=262_144).contains(&n), "the tail is cut to OUTPUT_LIMIT_BYTES as written: {n}");
+    assert!(outcome.stdout_tail.ends_with('\u{1}') && outcome.stderr_tail.ends_with('\u{2}'), "the tails keep the end");
+    assert!(rec.encode().len() <= RECORD_LIMIT);
+    assert_eq!(completion(&orders[3]).outcome.unwrap().status, Status::Ok, "the pool went on");
+    // Each result was published too (they are written before the completion).
+    let published = read_topic(broker.bootstrap(), &results, 0);
+    for o in &orders {
+        let key = format!("{}:{}", o.0, o.1);
+        assert!(published.iter().any(|(_, k, _)| k.as_deref() == Some(key.as_bytes())), "no result for {key}");
+    }
+    assert!(sup.snapshot().exits.iter().all(|e| e.code == Some(0)), "{:?}", sup.snapshot().exits);
+    drop(sup);
+
+    // A claims topic that takes less than the pool writes: shortened, written.
+    let small = produce_orders(broker.bootstrap(), &topic, &[loud.as_bytes()], Some(0));
+    let sup = pool(&broker, "3", &[("OUTPUT_LIMIT_BYTES", "262144"), ("KAFKA_MESSAGE_MAX_BYTES", "300000")]);
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &small, T);
+    let rec = audit.orders[&OrderId::new(small[0].0, small[0].1)].completions[0].1.clone();
+    assert_eq!(rec.outcome.as_ref().unwrap().status, Status::Ok);
+    assert!(rec.encode().len() < 300_000, "shortened to {} bytes", rec.encode().len());
+    assert!(json_len(&rec.outcome.unwrap().stdout_tail) < 262_144);
+    drop(sup);
+}

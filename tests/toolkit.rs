@@ -612,10 +612,13 @@ fn job_env_deny_and_output_limit() {
     let sup = pool(&broker, "1", &extra);
     let o = outcomes(&broker, &orders);
     assert_eq!(o[0].status, Status::Ok, "{o:?}");
-    // The deny list replaces the default (KAFKA_*), so KAFKA_BROKERS is seen.
-    assert_eq!(o[0].stdout_tail, format!("token=unset other=visible kafka={}\n", broker.bootstrap()));
+    // The deny list adds to the default (KAFKA_*), which always applies.
+    assert_eq!(o[0].stdout_tail, "token=unset other=visible kafka=unset\n");
     assert_eq!(o[1].status, Status::Ok, "{o:?}");
-    let out = &o[1].stdout_tail;
+    // The limit counts the tail as written in the record (the line break is
+    // two bytes there); a cut tail starts with "…".
+    assert!(pool_worker::record::json_len(&o[1].stdout_tail) <= 1000, "{:?}", o[1].stdout_tail);
+    let out = o[1].stdout_tail.trim_start_matches('…');
     assert!(out.len() <= 1000, "stdout tail is {} bytes", out.len());
     assert!(out.len() >= 900, "stdout tail is only {} bytes", out.len());
     assert!(out.ends_with("xxxxEND\n"), "{out:?}");
@@ -633,6 +636,32 @@ fn job_env_deny_and_output_limit() {
         .unwrap_or(0);
     assert!(big < 4000, "a completed record of {big} bytes");
     drop(sup);
+}
+
+/// A `KAFKA_*` property librdkafka rejects stops every command at once with
+/// exit status 2 (the supervisors' "do not restart") and one line naming the
+/// variable, never its value.
+#[test]
+fn a_rejected_kafka_property_is_a_configuration_error() {
+    for (var, value) in [("KAFKA_SASL_PASWORD", "hunter2-value"), ("KAFKA_SECURITY_PROTOCOL", "hunter2-value")] {
+        let env = [
+            ("KAFKA_BROKERS", "127.0.0.1:9"),
+            ("ORDERS_TOPIC", "o"),
+            ("COORDINATION_TOPIC", "c"),
+            ("INSTANCE_NUMBER", "1"),
+            (var, value),
+        ];
+        let (code, stderr) = run_worker_once(&env, T);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains(var) && !stderr.contains("hunter2"), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        for args in [&["status"][..], &["history", "0:0"], &["submit", "--", "true"]] {
+            let r = tool(&env, args, None, T);
+            assert_eq!(r.code, Some(2), "{args:?}: {r:?}");
+            assert!(r.stderr.contains(var) && !r.stderr.contains("hunter2"), "{args:?}: {r:?}");
+        }
+    }
 }
 
 // ------------------------------------------------------ 9. LOG_FORMAT=json

@@ -189,6 +189,8 @@ pub struct BrokerOpts {
     pub coordination_topic: String,
     pub results_topic: Option<String>,
     pub brokers: i32,
+    /// `--advertise HOST:PORT`: the address the broker tells clients to use.
+    pub advertise: Option<String>,
 }
 
 impl Default for BrokerOpts {
@@ -199,6 +201,7 @@ impl Default for BrokerOpts {
             coordination_topic: "work_claims".into(),
             results_topic: None,
             brokers: 1,
+            advertise: None,
         }
     }
 }
@@ -236,6 +239,9 @@ impl BrokerProc {
             .args(["--brokers", &opts.brokers.to_string()]);
         if let Some(r) = &opts.results_topic {
             cmd.args(["--results-topic", r]);
+        }
+        if let Some(a) = &opts.advertise {
+            cmd.args(["--advertise", a]);
         }
         let mut child = cmd
             .stdin(Stdio::piped())
