@@ -31,3 +31,4 @@ pub mod supervise;
 pub mod dev;
 pub mod status;
 pub mod submit;
+pub mod audit;

@@ -4,7 +4,7 @@
 //! it runs under a supervisor; the subcommands are for people and scripts.
 
 use clap::{Parser, Subcommand};
-use pool_worker::{broker, config::Config, dev, run, status, submit, supervise};
+use pool_worker::{audit, broker, config::Config, dev, run, status, submit, supervise};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -28,6 +28,8 @@ enum Command {
     History(status::HistoryArgs),
     /// Send one order (`-- prog args`, --text or --json-file); --wait for its result.
     Submit(submit::SubmitArgs),
+    /// Replay the claims topic from its beginning and check every invariant the model checks (exit 1 with the offending records if one breaks).
+    Audit(audit::AuditArgs),
 }
 
 fn init_logs(json: bool) {
@@ -133,6 +135,10 @@ fn main() -> ExitCode {
         Some(Command::Submit(args)) => {
             init_logs(false);
             runtime.block_on(submit::run(args))
+        }
+        Some(Command::Audit(args)) => {
+            init_logs(false);
+            runtime.block_on(audit::run(args))
         }
     };
     match result {

@@ -205,6 +205,13 @@ fn status_and_history_report_a_run() {
         assert_eq!(rec["record"]["offset"], serde_json::json!(orders[3].1), "{rec}");
         assert!(rec["pos"].is_u64() && rec["key"].is_string(), "{rec}");
     }
+    // The audit replays the same log and finds every invariant holding.
+    let r = tool(&env, &["audit"], None, TOOL);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.contains("every invariant holds") && r.stdout.contains("4 orders"), "{}", r.stdout);
+    let r = tool(&env, &["audit", "--json"], None, TOOL);
+    let a: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    assert_eq!((a["holds"].as_bool(), a["whole"].as_bool(), a["orders"].as_u64()), (Some(true), Some(true), Some(4)), "{a}");
     // An order nobody touched.
     let r = tool(&env, &["history", "0:999"], None, TOOL);
     assert_eq!(r.code, Some(0));

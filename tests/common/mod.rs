@@ -933,6 +933,9 @@ pub struct Audit {
     /// Records of an incarnation older than its instance's newest `booted`
     /// (a zombie's), and duplicates: skipped.
     pub void: usize,
+    /// What `pool_worker audit`'s checker (src/audit.rs, the product's own
+    /// View) finds wrong with the same records.
+    pub product_violations: Vec<String>,
 }
 
 impl Audit {
@@ -943,6 +946,10 @@ impl Audit {
     pub fn of(records: &[(i64, Record)]) -> Audit {
         use pool_worker::record::OrderId;
         let mut audit = Audit::default();
+        // Attempts are the tests' own business (they set MAX_ATTEMPTS).
+        let report = pool_worker::audit::audit(records.iter().map(|(p, r)| (*p as u64, Some(r))), u32::MAX);
+        audit.product_violations =
+            report.violations.iter().map(|v| format!("{:?} {:?} at {:?}: {}", v.rule, v.order, v.pos, v.detail)).collect();
         let mut current: BTreeMap<u32, String> = BTreeMap::new();
         let mut seen: std::collections::BTreeSet<(String, u64)> = Default::default();
         // Instance → (order of its newest claim, first decision seen?, committed?)
@@ -1089,7 +1096,7 @@ impl Audit {
     /// replay). Only two commits with no revocation of the first between
     /// them are an error ([`OrderTrail::committed_by_two`]).
     pub fn check_exactly_once(&self, orders: &[(i32, i64)]) -> Result<(), String> {
-        let mut errors = Vec::new();
+        let mut errors: Vec<String> = self.product_violations.iter().map(|v| format!("pool_worker audit: {v}")).collect();
         for &o in orders {
             let id = pool_worker::record::OrderId::new(o.0, o.1);
             let Some(t) = self.orders.get(&id) else {

@@ -1,0 +1,396 @@
+//! `pool_worker audit`: the claims topic checked against the protocol's
+//! invariants, from its first record to its last.
+//!
+//! The log is folded through the same [`View`] the workers build (nothing
+//! is interpreted a second time: which records are valid, void or foreign,
+//! whose hold is whose, is the View's answer), and after each record the
+//! auditor checks what the model check checks of every state
+//! (docs/protocol.md, "What is checked"):
+//!
+//! 1. no order is run by two instances: a second instance commits to an
+//!    order only after the first one's hold was revoked (its run may be
+//!    repeated, as a retry) — never beside a live one;
+//! 2. an order is completed at most once (valid completions);
+//! 3. every valid completion follows its writer's commit of the order;
+//! 4. no order below the frontier was left unclaimed (judged only on a log
+//!    that starts at position 0 and has no gaps: compaction erases old
+//!    claims);
+//! 5. no run of an order is past `MAX_ATTEMPTS` (a committed attempt number
+//!    above it; the order should have been completed as `gave_up`).
+//!
+//! Pure: records in, a [`Report`] out; `run` is the shell.
+
+use crate::boot::View;
+use crate::record::{Event, OrderId, Record};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Which invariant a record broke.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    CommittedByTwo,
+    CompletedTwice,
+    CompletedWithoutCommit,
+    UnclaimedBehindFrontier,
+    TooManyAttempts,
+}
+
+impl Rule {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Rule::CommittedByTwo => "an order committed by a second instance while the first still held it",
+            Rule::CompletedTwice => "an order completed more than once",
+            Rule::CompletedWithoutCommit => "a completion without its writer's commit",
+            Rule::UnclaimedBehindFrontier => "an order below the frontier that nobody claimed",
+            Rule::TooManyAttempts => "a run past MAX_ATTEMPTS",
+        }
+    }
+}
+
+/// One broken invariant: where, which order, and what happened.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub rule: Rule,
+    /// The position of the offending record (for unclaimed orders: none).
+    pub pos: Option<u64>,
+    pub order: Option<String>,
+    pub detail: String,
+}
+
+/// What is known of one order while auditing.
+#[derive(Default)]
+struct Trail {
+    /// The instance whose commit is the order's live run.
+    runner: Option<u32>,
+    completions: u32,
+}
+
+/// Folds the claims log and collects violations.
+pub struct Auditor {
+    view: View,
+    max_attempts: u32,
+    orders: BTreeMap<OrderId, Trail>,
+    claimed: BTreeMap<i32, BTreeSet<i64>>,
+    violations: Vec<Violation>,
+    records: u64,
+    /// Whether positions ran 0, 1, 2, ... with no gap (nothing compacted).
+    whole: bool,
+    by_status: BTreeMap<&'static str, u64>,
+}
+
+/// The audit's result.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub records: u64,
+    pub foreign: u64,
+    pub void: u64,
+    pub orders: usize,
+    pub completed: BTreeMap<String, u64>,
+    /// Whether the log was whole (from position 0, no gaps), so that
+    /// unclaimed orders could be judged.
+    pub whole: bool,
+    pub violations: Vec<Violation>,
+}
+
+impl Report {
+    pub fn holds(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+impl Auditor {
+    pub fn new(max_attempts: u32) -> Auditor {
+        Auditor {
+            view: View::new(),
+            max_attempts,
+            orders: BTreeMap::new(),
+            claimed: BTreeMap::new(),
+            violations: Vec::new(),
+            records: 0,
+            whole: true,
+            by_status: BTreeMap::new(),
+        }
+    }
+
+    fn at(&mut self, pos: u64) {
+        if pos != self.view.end() {
+            self.whole = false;
+        }
+        self.records += 1;
+    }
+
+    /// A record that is not pool_worker's.
+    pub fn foreign(&mut self, pos: u64) {
+        self.at(pos);
+        self.view.skip(pos);
+    }
+
+    /// The record at `pos`.
+    pub fn record(&mut self, pos: u64, rec: &Record) {
+        self.at(pos);
+        let writer_hold = self.view.hold(rec.instance).cloned();
+        if self.view.apply(pos, rec).is_err() {
+            return; // void: changes nothing
+        }
+        let Some(order) = rec.order() else { return };
+        let mut broke = |rule: Rule, detail: String| {
+            self.violations.push(Violation { rule, pos: Some(pos), order: Some(order.to_string()), detail })
+        };
+        let trail = self.orders.entry(order).or_default();
+        let i = rec.instance;
+        match rec.event {
+            Event::Claimed => {
+                self.claimed.entry(order.partition).or_default().insert(order.offset);
+            }
+            Event::Committed => {
+                let hold = self.view.hold(i).filter(|h| h.order == order);
+                if hold.is_some_and(|h| h.committed == Some(pos)) {
+                    match trail.runner {
+                        Some(r) if r != i => {
+                            broke(Rule::CommittedByTwo, format!("instance {i} committed while instance {r} held it committed"))
+                        }
+                        _ => trail.runner = Some(i),
+                    }
+                }
+                if rec.attempt > self.max_attempts {
+                    broke(Rule::TooManyAttempts, format!("instance {i} committed attempt {} of at most {}", rec.attempt, self.max_attempts));
+                }
+            }
+            Event::Completed => {
+                trail.completions += 1;
+                if trail.completions > 1 {
+                    broke(Rule::CompletedTwice, format!("completion {} (by instance {i})", trail.completions));
+                }
+                if let Some(h) = writer_hold.filter(|h| h.order == order && !h.pending && h.committed.is_none()) {
+                    broke(Rule::CompletedWithoutCommit, format!("instance {i} completed it; its claim at {} is undecided", h.claim_pos));
+                }
+                if let Some(o) = &rec.outcome {
+                    *self.by_status.entry(o.status.as_str()).or_default() += 1;
+                }
+            }
+            Event::Revoked => {
+                // A valid revocation ends the holder's run: a taker may run
+                // the order again (a retry).
+                if trail.runner == Some(i) {
+                    trail.runner = None;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub fn finish(mut self) -> Report {
+        if self.whole {
+            for (&p, &next) in self.view.frontier() {
+                let claimed = self.claimed.get(&p);
+                let missing: Vec<i64> = (0..next).filter(|o| !claimed.is_some_and(|c| c.contains(o))).take(100).collect();
+                for o in missing {
+                    self.violations.push(Violation {
+                        rule: Rule::UnclaimedBehindFrontier,
+                        pos: None,
+                        order: Some(OrderId::new(p, o).to_string()),
+                        detail: format!("the frontier of partition {p} is {next}"),
+                    });
+                }
+            }
+        }
+        Report {
+            records: self.records,
+            foreign: self.view.foreign,
+            void: self.view.void,
+            orders: self.orders.len(),
+            completed: self.by_status.iter().map(|(s, n)| (s.to_string(), *n)).collect(),
+            whole: self.whole,
+            violations: self.violations,
+        }
+    }
+}
+
+/// Audits a whole log: (position, record or `None` for a foreign one).
+pub fn audit<'a>(log: impl IntoIterator<Item = (u64, Option<&'a Record>)>, max_attempts: u32) -> Report {
+    let mut a = Auditor::new(max_attempts);
+    for (pos, rec) in log {
+        match rec {
+            Some(r) => a.record(pos, r),
+            None => a.foreign(pos),
+        }
+    }
+    a.finish()
+}
+
+/// `pool_worker audit`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub source: crate::status::Source,
+    /// The pool's MAX_ATTEMPTS.
+    #[arg(long, env = "MAX_ATTEMPTS", default_value_t = crate::worker::DEFAULT_MAX_ATTEMPTS)]
+    pub max_attempts: u32,
+}
+
+/// Reads the claims topic from its beginning and prints the report; exit
+/// status 0 when every invariant holds, 1 otherwise.
+pub async fn run(args: AuditArgs) -> anyhow::Result<i32> {
+    let src = args.source.clone();
+    let log = tokio::task::spawn_blocking(move || crate::status::read_claims(&src)).await??;
+    let report = audit(log.iter().map(|(pos, r)| (*pos, r.as_ref().ok())), args.max_attempts);
+    let offending = |v: &Violation| v.pos.and_then(|p| log.iter().find(|(q, _)| *q == p));
+    if args.source.json {
+        let violations: Vec<serde_json::Value> = report
+            .violations
+            .iter()
+            .map(|v| {
+                let rec = offending(v).and_then(|(_, r)| r.as_ref().ok()).map(|r| serde_json::to_value(r).unwrap_or_default());
+                serde_json::json!({ "rule": v.rule, "pos": v.pos, "order": v.order, "detail": v.detail, "record": rec })
+            })
+            .collect();
+        let mut out = serde_json::to_value(&report)?;
+        out["violations"] = violations.into();
+        out["holds"] = report.holds().into();
+        println!("{out}");
+    } else {
+        println!(
+            "audited {} records of '{}': {} orders, {} foreign, {} void; completed: {}",
+            report.records,
+            args.source.coordination_topic,
+            report.orders,
+            report.foreign,
+            report.void,
+            if report.completed.is_empty() {
+                "none".to_string()
+            } else {
+                report.completed.iter().map(|(s, n)| format!("{s} {n}")).collect::<Vec<_>>().join(", ")
+            }
+        );
+        if !report.whole {
+            println!("the log does not start at 0 or has gaps (compaction): unclaimed orders are not judged");
+        }
+        for v in &report.violations {
+            println!("VIOLATION {}: {} at {}: {}", v.order.as_deref().unwrap_or("-"), v.rule.describe(), v.pos.map_or("-".into(), |p| p.to_string()), v.detail);
+            if let Some((_, Ok(r))) = offending(v) {
+                println!("  {} {}", r.key(), String::from_utf8_lossy(&r.encode()).escape_debug());
+            }
+        }
+        if report.holds() {
+            println!("every invariant holds");
+        }
+    }
+    Ok(if report.holds() { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
+        let mut r = Record::new(i, ev, inc, 0);
+        r.seq = seq;
+        if ev != Event::Booted {
+            r = r.with_order(OrderId::new(0, o));
+            r.attempt = 1;
+            r.next.insert(0, o + 1);
+        }
+        if ev == Event::Completed {
+            r.outcome = Some(crate::record::Outcome::not_run(crate::record::Status::Ok, ""));
+        }
+        r
+    }
+
+    fn check(log: &[Record]) -> Report {
+        audit(log.iter().enumerate().map(|(p, r)| (p as u64, Some(r))), 3)
+    }
+
+    fn rules(r: &Report) -> Vec<Rule> {
+        r.violations.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn a_healthy_negotiation_holds() {
+        let log = [
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(2, Event::Booted, "b", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(2, Event::Claimed, "b", 2, 0),
+            rec(1, Event::Committed, "a", 3, 0),
+            rec(2, Event::Yielded, "b", 3, 0),
+            rec(1, Event::Completed, "a", 4, 0),
+        ];
+        let r = check(&log);
+        assert!(r.holds(), "{:?}", r.violations);
+        assert_eq!(r.completed.get("ok"), Some(&1));
+        assert!(r.whole);
+    }
+
+    #[test]
+    fn a_double_commit_and_a_double_completion_are_caught() {
+        // Both decided on a log read before the other's claim
+        // (worker::Flaw::DecideWithoutReading's log).
+        let log = [
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(2, Event::Booted, "b", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(2, Event::Claimed, "b", 2, 0),
+            rec(2, Event::Committed, "b", 3, 0),
+            rec(1, Event::Committed, "a", 3, 0),
+            rec(2, Event::Completed, "b", 4, 0),
+            rec(1, Event::Completed, "a", 4, 0),
+        ];
+        let r = check(&log);
+        assert_eq!(rules(&r), vec![Rule::CommittedByTwo, Rule::CompletedTwice], "{:?}", r.violations);
+        assert_eq!(r.violations[0].pos, Some(5));
+    }
+
+    #[test]
+    fn a_completion_without_commit_and_too_many_attempts_are_caught() {
+        let mut retry = rec(1, Event::Committed, "a2", 2, 0);
+        retry.attempt = 4;
+        let log = [
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(1, Event::Completed, "a", 3, 0),
+            rec(1, Event::Booted, "a2", 1, 1),
+            rec(1, Event::Claimed, "a2", 1, 1),
+            retry,
+        ];
+        let mut log = log.to_vec();
+        log[4].seq = 2;
+        log[5] = {
+            let mut r = log[5].clone();
+            r.seq = 3;
+            r.partition = Some(0);
+            r.offset = Some(1);
+            r
+        };
+        let r = check(&log);
+        assert_eq!(rules(&r), vec![Rule::CompletedWithoutCommit, Rule::TooManyAttempts], "{:?}", r.violations);
+    }
+
+    #[test]
+    fn an_order_skipped_by_the_frontier_is_caught_on_a_whole_log() {
+        let log = [rec(1, Event::Booted, "a", 1, 0), rec(1, Event::Claimed, "a", 2, 1)];
+        let r = check(&log);
+        assert_eq!(rules(&r), vec![Rule::UnclaimedBehindFrontier]);
+        assert_eq!(r.violations[0].order.as_deref(), Some("0:0"));
+        // With a gap (compaction), it is not judged.
+        let r = audit([(0, Some(&log[0])), (5, Some(&log[1]))], 3);
+        assert!(r.holds() && !r.whole);
+    }
+
+    #[test]
+    fn void_and_foreign_records_change_nothing() {
+        let log = [
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(1, Event::Committed, "a", 3, 0),
+            rec(1, Event::Completed, "a", 4, 0),
+            rec(1, Event::Completed, "a", 4, 0), // a duplicate: void
+            rec(1, Event::Completed, "zombie", 9, 0), // fenced: void
+        ];
+        let mut entries: Vec<(u64, Option<&Record>)> = log.iter().enumerate().map(|(p, r)| (p as u64, Some(r))).collect();
+        entries.push((6, None));
+        let r = audit(entries, 3);
+        assert!(r.holds(), "{:?}", r.violations);
+        assert_eq!((r.void, r.foreign), (2, 1));
+    }
+}
