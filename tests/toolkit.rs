@@ -1047,3 +1047,56 @@ fn jobs_run_as_the_job_user_cannot_reach_the_workers_secrets_and_leave_nothing()
 
     drop(sup);
 }
+
+/// Issue 18, row 4, where the job runs as the worker's own (non-root) user:
+/// only the worker being non-dumpable keeps `/proc/$PPID/environ` closed.
+/// The worker runs as `nobody` (through `setpriv`), its job too.
+#[test]
+fn a_worker_is_not_dumpable_even_for_jobs_of_its_own_user() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("needs root and setpriv to start a worker as nobody; CI has both");
+        return;
+    }
+    const SECRET: &str = "s3cr3t-of-the-worker-77c1";
+    let broker = broker();
+    let script = "id -u; cat /proc/$PPID/environ; echo; tr '\\0' '\\n' < /proc/$PPID/cmdline; echo end";
+    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &[sh_order(script, None)], Some(0));
+    let mut cmd = std::process::Command::new("/usr/bin/setpriv");
+    cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(bin())
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .envs(broker.env())
+        .envs([("INSTANCE_NUMBER", "1"), ("SETTLE_MS", "0"), ("JOB_ENV_DENY", "SECRET_*,KAFKA_*"), ("SECRET_TOKEN", SECRET)])
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("start a worker as nobody");
+    let stderr = child.stderr.take().expect("piped");
+    let log = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::BufReader::new(stderr).read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + T;
+    let exited = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => break None,
+        }
+    };
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let log = log.join().unwrap_or_default();
+    assert_eq!(exited.and_then(|s| s.code()), Some(0), "the worker (as nobody) did not finish its order:\n{log}");
+    let o = outcomes(&broker, &orders);
+    let nobody = String::from_utf8(std::process::Command::new("id").args(["-u", "nobody"]).output().unwrap().stdout).unwrap();
+    assert!(o[0].stdout_tail.starts_with(&nobody) && o[0].stdout_tail.ends_with("end\n"), "{:?}", o[0]);
+    assert!(!o[0].stdout_tail.contains(SECRET) && !o[0].stderr_tail.contains(SECRET), "the job read the worker's secret: {:?}", o[0]);
+    assert!(o[0].stderr_tail.contains("Permission denied"), "{:?}", o[0]);
+}
