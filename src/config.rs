@@ -19,7 +19,11 @@
 //! | `JOB_TIMEOUT_SECS` | time limit of an order that sets none | 3600 |
 //! | `OUTPUT_LIMIT_BYTES` | bytes kept of the end of a job's stdout and of its stderr | 4096 |
 //! | `ALLOWED_COMMANDS` | comma-separated program names or path prefixes orders may run | all allowed (a warning) |
-//! | `ALLOWED_URLS` | comma-separated URL prefixes URL orders may fetch | all allowed |
+//! | `ALLOWED_URLS` | comma-separated URLs whose scheme, host, port (exactly) and path (on whole segments) URL orders may fetch | URL orders refused |
+//! | `ALLOWED_IMAGES` | comma-separated image names (any tag), exact references, repository prefixes ending in `/`, or `*`, that image orders may run | image orders refused |
+//! | `ORDER_ENV_ALLOW` | comma-separated names (or `PREFIX*`) an order's `env` may set; `policy::ENV_FLOOR` is refused regardless | every name outside the floor |
+//! | `JOB_USER` | run jobs as this user (name or uid; its groups too) | the worker's user |
+//! | `JOB_LIMIT_MEMORY_MB`, `JOB_LIMIT_PROCESSES`, `JOB_LIMIT_OPEN_FILES` | per-job `RLIMIT_AS`, `RLIMIT_NPROC` (of the job's user), `RLIMIT_NOFILE` | the worker's limits |
 //! | `JOB_ENV_DENY` | comma-separated variable names (or `PREFIX*`) removed from jobs' environment | `KAFKA_*` |
 //! | `RESULTS_TOPIC` | also publish each order's result there, keyed `PARTITION:OFFSET` | none |
 //! | `SETTLE_MS` | after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md, "Settling") | 15000 |
@@ -202,7 +206,7 @@ pub struct Config {
     pub job_timeout: Duration,
     pub output_limit: usize,
     pub allowed_commands: Option<Vec<String>>,
-    pub allowed_urls: Option<Vec<String>>,
+    pub allowed_urls: Option<Vec<crate::policy::UrlRule>>,
     pub env_deny: Vec<String>,
     pub log_json: bool,
     pub results_topic: Option<String>,
@@ -212,6 +216,52 @@ pub struct Config {
     pub state_dir: std::path::PathBuf,
     /// Extra librdkafka properties (from `KAFKA_<PROPERTY>`).
     pub kafka_props: BTreeMap<String, String>,
+    /// What jobs may do and as whom (issue 18; see [`JobSettings`]).
+    pub jobs: JobSettings,
+}
+
+/// The job-isolation settings: `ORDER_ENV_ALLOW`, `ALLOWED_IMAGES`,
+/// `JOB_USER`, `JOB_LIMIT_*` (docs/deploy.md, "Security").
+#[derive(Clone, Debug, Default)]
+pub struct JobSettings {
+    pub env_allow: Option<Vec<String>>,
+    pub allowed_images: Option<Vec<String>>,
+    pub user: Option<crate::isolate::JobUser>,
+    pub limits: crate::isolate::Limits,
+}
+
+impl JobSettings {
+    fn from_vars(vars: &[(String, String)]) -> Result<JobSettings, ConfigError> {
+        let get = |name: &str| vars.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let limit = |name: &str, scale: u64| -> Result<Option<u64>, ConfigError> {
+            match get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty()) {
+                None => Ok(None),
+                Some(v) => {
+                    let n = v
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|&n| n >= 1)
+                        .and_then(|n| n.checked_mul(scale))
+                        .ok_or_else(|| ConfigError(format!("{name}='{v}' is not a positive whole number")))?;
+                    Ok(Some(n))
+                }
+            }
+        };
+        let user = match get("JOB_USER").map(|v| v.trim().to_string()).filter(|v| !v.is_empty()) {
+            None => None,
+            Some(u) => Some(crate::isolate::JobUser::lookup(&u).map_err(ConfigError)?),
+        };
+        Ok(JobSettings {
+            env_allow: crate::policy::parse_env_allow(list(get("ORDER_ENV_ALLOW"))).map_err(ConfigError)?,
+            allowed_images: list(get("ALLOWED_IMAGES")),
+            user,
+            limits: crate::isolate::Limits {
+                memory_bytes: limit("JOB_LIMIT_MEMORY_MB", 1 << 20)?,
+                processes: limit("JOB_LIMIT_PROCESSES", 1)?,
+                open_files: limit("JOB_LIMIT_OPEN_FILES", 1)?,
+            },
+        })
+    }
 }
 
 /// A configuration error: the variable and what is wrong with it.
@@ -315,13 +365,14 @@ impl Config {
             job_timeout: Duration::from_secs(number("JOB_TIMEOUT_SECS", raw.job_timeout_secs, 3600u64, (1, 7 * 24 * 3600))?),
             output_limit: number("OUTPUT_LIMIT_BYTES", raw.output_limit_bytes, 4096usize, (0, MAX_OUTPUT_LIMIT))?,
             allowed_commands: list(raw.allowed_commands),
-            allowed_urls: list(raw.allowed_urls),
+            allowed_urls: crate::policy::parse_url_rules(list(raw.allowed_urls)).map_err(ConfigError)?,
             env_deny: env_deny(raw.job_env_deny),
             log_json,
             results_topic,
             settle_ms: number("SETTLE_MS", raw.settle_ms, crate::settle::DEFAULT_SETTLE_MS, (0, 600_000))?,
             state_dir,
             kafka_props,
+            jobs: JobSettings::from_vars(&vars)?,
         })
     }
 }
@@ -379,6 +430,43 @@ mod tests {
         assert_eq!(vars(&v).unwrap().state_dir, std::path::PathBuf::from("/srv/pw"));
         v.push(("SETTLE_MS", "soon"));
         assert!(vars(&v).unwrap_err().0.starts_with("SETTLE_MS="));
+    }
+
+    #[test]
+    fn job_settings() {
+        let c = vars(OK).unwrap();
+        assert_eq!(c.jobs.env_allow, None);
+        assert_eq!(c.jobs.allowed_images, None, "image orders are off by default");
+        assert_eq!(c.jobs.limits, crate::isolate::Limits::default());
+        assert!(c.jobs.user.is_none());
+        let mut v = OK.to_vec();
+        v.extend([
+            ("ORDER_ENV_ALLOW", "DEST, APP_*"),
+            ("ALLOWED_IMAGES", "alpine,registry.internal/jobs/"),
+            ("JOB_LIMIT_MEMORY_MB", "512"),
+            ("JOB_LIMIT_PROCESSES", "64"),
+            ("JOB_LIMIT_OPEN_FILES", "1024"),
+            ("ALLOWED_URLS", "http://orders.internal/a/"),
+        ]);
+        let c = vars(&v).unwrap();
+        assert_eq!(c.jobs.env_allow, Some(vec!["DEST".to_string(), "APP_*".to_string()]));
+        assert_eq!(c.jobs.allowed_images.as_ref().map(Vec::len), Some(2));
+        assert_eq!(c.jobs.limits.memory_bytes, Some(512 << 20));
+        assert_eq!((c.jobs.limits.processes, c.jobs.limits.open_files), (Some(64), Some(1024)));
+        assert_eq!(c.allowed_urls.unwrap()[0].host, "orders.internal");
+        for (name, bad, says) in [
+            ("ORDER_ENV_ALLOW", "LD_PRELOAD", "never"),
+            ("JOB_LIMIT_PROCESSES", "0", "JOB_LIMIT_PROCESSES='0'"),
+            ("JOB_LIMIT_MEMORY_MB", "lots", "JOB_LIMIT_MEMORY_MB="),
+            ("JOB_USER", "no-such-user-pw", "JOB_USER="),
+            ("JOB_USER", "root", "root"),
+            ("ALLOWED_URLS", "orders.internal/a", "ALLOWED_URLS entry"),
+        ] {
+            let mut v = OK.to_vec();
+            v.push((name, bad));
+            let e = vars(&v).unwrap_err().0;
+            assert!(e.contains(says), "{name}={bad}: {e}");
+        }
     }
 
     #[test]

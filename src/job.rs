@@ -8,14 +8,16 @@
 //!
 //! The design follows from three facts about running untrusted commands:
 //!
-//! * **A job is a process group, not a process.** `sh -c 'a & b'` starts
+//! * **A job is a process tree, not a process.** `sh -c 'a & b'` starts
 //!   processes that outlive `sh`. Every job gets its own group
 //!   (`process_group(0)`, so its id is the main process's pid) and the whole
 //!   group is sent `SIGKILL` on timeout, on cancellation, and when the job
-//!   ends: nothing a job starts survives the order, so an order that is run
-//!   again elsewhere after a takeover cannot race its own leftovers. (A
-//!   process that calls `setsid` leaves the group; only a container or cgroup
-//!   can hold such a job, which is what `image` orders are for.)
+//!   ends. A process that leaves the group (`setsid`, `setpgid`) or is
+//!   orphaned is still the worker's: worker mode makes the worker a child
+//!   subreaper and, with [`JobContext::end_descendants`], ends every
+//!   descendant when the job ends (`isolate::end_descendants`). Nothing a
+//!   job starts survives the order, so an order that is run again elsewhere
+//!   after a takeover cannot race its own leftovers.
 //!
 //!   If the worker itself is killed (SIGKILL), the job's main process gets
 //!   SIGKILL too (`PR_SET_PDEATHSIG`); its own children outlive it unless
@@ -31,32 +33,45 @@
 //!   child still holds the pipes open. After the exit the tails are read for
 //!   at most [`EXIT_GRACE`], then the group is killed and reading stops.
 //!
+//! Before anything runs, the order is checked against the allow lists
+//! (`policy`): its `env` against the fixed floor and `ORDER_ENV_ALLOW`, its
+//! program against `ALLOWED_COMMANDS` (names resolved to absolute paths when
+//! the worker started; a path canonicalized and matched on whole segments),
+//! its image against `ALLOWED_IMAGES`. A crossing is a `refused` outcome
+//! that names the list; nothing is started.
+//!
 //! The job's environment is the worker's, minus the operator's deny list
 //! (so that, for example, the worker's Kafka credentials do not leak into
-//! jobs), plus the order's `env`, plus five variables that tell the job who it
-//! is (`ORDER_PARTITION`, `ORDER_OFFSET`, `INSTANCE_NUMBER`, `ORDER_ATTEMPT`,
-//! `ORDER_RETRY`), set last so an order cannot forge them.
+//! jobs), plus the order's `env` (as checked), plus five variables that tell
+//! the job who it is (`ORDER_PARTITION`, `ORDER_OFFSET`, `INSTANCE_NUMBER`,
+//! `ORDER_ATTEMPT`, `ORDER_RETRY`), set last so an order cannot forge them.
+//! With a job user (`JOB_USER`), `HOME`, `USER` and `LOGNAME` are the job
+//! user's, and the job runs with that user's uid, gid and groups and the
+//! per-job limits (`isolate`).
 //!
-//! A program name without a `/` is looked up in the *worker's* `PATH`, not the
-//! job's: an order that sets `PATH` must not change which program an allowed
-//! name runs.
+//! An image order runs a `docker run` line the pool builds itself (see
+//! [`docker_args`]): the image (from `ALLOWED_IMAGES`) and the order's
+//! arguments come after every option, so an order can add no mount, no
+//! `--privileged`, no option at all. The docker CLI is found through the
+//! worker's `PATH` when it starts, and is not an allowed command by virtue
+//! of image orders being allowed.
 //!
-//! URL orders are fetched, not run: [`fetch_order`] is a deliberately small
-//! HTTP/1.1 client (plain `http://`, bounded in size and time, behind an
-//! optional prefix allow list); the caller parses the body with
-//! `orders::parse_url_body` and runs the result.
+//! URL orders are fetched, not run (`fetch`); the caller parses the body
+//! with `orders::parse_url_body` and runs the result.
 
+use crate::isolate::{JobUser, Limits};
 use crate::orders::{OrderKind, OrderSpec};
+use crate::policy::Commands;
 use crate::record::{OrderId, Outcome, Status};
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -73,8 +88,8 @@ pub const EXIT_GRACE: Duration = Duration::from_secs(1);
 /// How long reaping a killed process, or `docker kill`, may take.
 const KILL_WAIT: Duration = Duration::from_secs(10);
 
-/// Used when the worker has no `PATH` (the usual `confstr(_CS_PATH)` value).
-const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// How long ending a job's leftover processes may take.
+const END_DESCENDANTS: Duration = Duration::from_secs(5);
 
 /// Everything about one run of one order that is not in the order itself.
 #[derive(Clone, Debug)]
@@ -91,14 +106,29 @@ pub struct JobContext {
     /// Environment variable names removed from the job's environment: exact
     /// names, or prefixes written with a trailing `*` (`KAFKA_*`).
     pub env_deny: Vec<String>,
-    /// `None` allows every program; see [`program_allowed`].
-    pub allowed_commands: Option<Vec<String>>,
-    /// The docker CLI used for `image` orders (`"docker"`, found in `PATH`).
+    /// `ORDER_ENV_ALLOW`: what an order's `env` may set (on top of the
+    /// fixed floor, `policy::ENV_FLOOR`); `None` allows every other name.
+    pub env_allow: Option<Vec<String>>,
+    /// `ALLOWED_COMMANDS`, resolved; `None` allows every program.
+    pub commands: Option<Arc<Commands>>,
+    /// `ALLOWED_IMAGES`; `None` refuses every image order.
+    pub allowed_images: Option<Vec<String>>,
+    /// The docker CLI used for `image` orders (a name is looked up in the
+    /// worker's `PATH`).
     pub docker_program: String,
+    /// `JOB_USER`: run jobs as this user.
+    pub user: Option<Arc<JobUser>>,
+    /// Per-job resource limits.
+    pub limits: Limits,
+    /// End every descendant of this process when the job ends (worker
+    /// mode, where every child is a job's; never in a process that runs
+    /// several jobs at once).
+    pub end_descendants: bool,
 }
 
 impl JobContext {
-    /// A context with the default limits, no deny list and no allow list.
+    /// A context with the default limits, no deny list and no allow list
+    /// (image orders refused).
     pub fn new(order: OrderId, instance: u32, attempt: u32) -> Self {
         JobContext {
             order,
@@ -107,8 +137,13 @@ impl JobContext {
             default_timeout: DEFAULT_TIMEOUT,
             output_limit: DEFAULT_OUTPUT_LIMIT,
             env_deny: Vec::new(),
-            allowed_commands: None,
+            env_allow: None,
+            commands: None,
+            allowed_images: None,
             docker_program: "docker".into(),
+            user: None,
+            limits: Limits::default(),
+            end_descendants: false,
         }
     }
 
@@ -122,75 +157,61 @@ impl JobContext {
     }
 }
 
-/// Whether the allow list lets `argv0` run. `None` allows everything.
-///
-/// An entry without `/` is a program name: it matches `argv0` exactly or the
-/// file name of `argv0` (`python3` allows `/usr/bin/python3`, and also any
-/// other file called `python3`; use a path entry to pin the location). An
-/// entry with `/` is a path prefix matched on whole components (`/opt/jobs`
-/// allows `/opt/jobs/x` but not `/opt/jobs2/x`); an `argv0` with a `..`
-/// component never matches a prefix.
-pub fn program_allowed(argv0: &str, allowed: &Option<Vec<String>>) -> bool {
-    let Some(allowed) = allowed else { return true };
-    if argv0.is_empty() {
-        return false;
+/// What to run for an order: the file, its `argv[0]` and arguments, or the
+/// refusal (or error) that ends it before anything starts.
+fn choose(spec: &OrderSpec, ctx: &JobContext) -> Result<(PathBuf, String, Vec<String>), Outcome> {
+    let image = matches!(spec.kind, OrderKind::Image { .. });
+    if let Err(why) = crate::policy::check_env(&spec.env, &ctx.env_allow, image) {
+        return Err(Outcome::not_run(Status::Refused, why));
     }
-    let file_name = argv0.rsplit('/').next().unwrap_or(argv0);
-    let climbs = argv0.split('/').any(|c| c == "..");
-    allowed.iter().any(|entry| {
-        if entry.is_empty() {
-            false
-        } else if !entry.contains('/') {
-            argv0 == entry || file_name == entry
-        } else if argv0 == entry {
-            true
-        } else {
-            let dir = entry.trim_end_matches('/');
-            !climbs
-                && argv0
-                    .strip_prefix(dir)
-                    .is_some_and(|rest| rest.starts_with('/'))
+    let (program, args) = match &spec.kind {
+        OrderKind::Url { .. } => {
+            return Err(Outcome::not_run(Status::Error, "URL orders must be fetched before running"))
         }
-    })
+        // `parse` guarantees one script; a hand-built spec gets its words joined.
+        OrderKind::Command { argv } if spec.shell => ("sh".to_string(), vec!["-c".into(), argv.join(" ")]),
+        OrderKind::Command { argv } => match argv.split_first() {
+            Some((p, rest)) if !p.is_empty() => (p.clone(), rest.to_vec()),
+            _ => return Err(Outcome::not_run(Status::Error, "the order has no program")),
+        },
+        OrderKind::Image { image, args } => {
+            if !crate::policy::image_allowed(image, &ctx.allowed_images) {
+                let why = match ctx.allowed_images {
+                    None => format!("image '{image}' refused: image orders are off (ALLOWED_IMAGES is not set)"),
+                    Some(_) => format!("image '{image}' is not in ALLOWED_IMAGES"),
+                };
+                return Err(Outcome::not_run(Status::Refused, why));
+            }
+            let Some(path) = resolve(&ctx.docker_program) else {
+                let why = format!("cannot run image orders: '{}' not found in PATH", ctx.docker_program);
+                return Err(Outcome::not_run(Status::Error, why));
+            };
+            return Ok((path, "docker".into(), docker_args(spec, ctx, image, args)));
+        }
+    };
+    let path = match &ctx.commands {
+        Some(commands) => {
+            let real = if program.contains('/') { crate::policy::canonical(&program) } else { None };
+            commands.decide(&program, real.as_deref()).map_err(|why| Outcome::not_run(Status::Refused, why))?
+        }
+        None => resolve(&program).ok_or_else(|| {
+            Outcome::not_run(Status::Error, format!("cannot run '{program}': not found in PATH"))
+        })?,
+    };
+    Ok((path, program, args))
 }
 
 /// Runs one order to its end and says how it ended. When `cancel` becomes
 /// `true` the job's process group is killed and the outcome is an `error`
 /// starting with `cancelled:`. A dropped sender never cancels.
 pub async fn run(spec: &OrderSpec, ctx: &JobContext, mut cancel: watch::Receiver<bool>) -> Outcome {
-    let (program, args) = match &spec.kind {
-        OrderKind::Url { .. } => {
-            return Outcome::not_run(Status::Error, "URL orders must be fetched before running")
-        }
-        // `parse` guarantees one script; a hand-built spec gets its words joined.
-        OrderKind::Command { argv } if spec.shell => {
-            ("sh".to_string(), vec!["-c".into(), argv.join(" ")])
-        }
-        OrderKind::Command { argv } => match argv.split_first() {
-            Some((p, rest)) if !p.is_empty() => (p.clone(), rest.to_vec()),
-            _ => return Outcome::not_run(Status::Error, "the order has no program"),
-        },
-        OrderKind::Image { image, args } => (
-            ctx.docker_program.clone(),
-            docker_args(spec, ctx, image, args),
-        ),
+    let (path, program, args) = match choose(spec, ctx) {
+        Ok(chosen) => chosen,
+        Err(outcome) => return outcome,
     };
-    if !program_allowed(&program, &ctx.allowed_commands) {
-        return Outcome::not_run(
-            Status::Refused,
-            format!("program '{program}' is not in the allowed commands"),
-        );
-    }
     if *cancel.borrow() {
         return Outcome::not_run(Status::Error, "cancelled: before the job started");
     }
-    let Some(path) = resolve(&program) else {
-        return Outcome::not_run(
-            Status::Error,
-            format!("cannot run '{program}': not found in PATH"),
-        );
-    };
-
     let mut cmd = Command::new(&path);
     cmd.arg0(&program)
         .args(&args)
@@ -208,6 +229,12 @@ pub async fn run(spec: &OrderSpec, ctx: &JobContext, mut cancel: watch::Receiver
     // next incarnation starts. This future runs on a runtime worker thread,
     // which lives as long as the process. (A process the job started that
     // left the job's main process behind is not covered: see the module doc.)
+    // The job user and limits first: changing credentials clears the
+    // parent-death signal, which is set after them.
+    // (An image order's limits are the container's, set by `docker run`:
+    // the docker CLI itself needs more address space than a job may get.)
+    let limits = if matches!(spec.kind, OrderKind::Image { .. }) { Limits::default() } else { ctx.limits };
+    crate::isolate::prepare_child(&mut cmd, ctx.user.as_deref(), limits);
     crate::supervise::die_with_parent(&mut cmd);
 
     let started = Instant::now();
@@ -268,6 +295,13 @@ pub async fn run(spec: &OrderSpec, ctx: &JobContext, mut cancel: watch::Receiver
     // Kills whatever the job left behind. The main process is reaped by
     // now, but Linux does not reuse a pid while a group of that id has members.
     drop(group);
+    if ctx.end_descendants {
+        // Those that left the group (setsid) or were orphaned: a subreaper's.
+        let ended = tokio::task::spawn_blocking(|| crate::isolate::end_descendants(END_DESCENDANTS)).await;
+        if let Ok(n @ 1..) = ended {
+            tracing::info!(order = %ctx.order, processes = n, "ended processes the job left behind");
+        }
+    }
 
     let mut outcome = match end {
         End::Exited(Ok(status)) => exited(status),
@@ -349,14 +383,7 @@ fn resolve(program: &str) -> Option<PathBuf> {
     if program.contains('/') {
         return Some(PathBuf::from(program));
     }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| FALLBACK_PATH.into());
-    std::env::split_paths(&path)
-        // An empty entry would mean the worker's current directory.
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .map(|dir| dir.join(program))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    crate::policy::find_in_path(program, std::env::var_os("PATH").as_deref())
 }
 
 /// The job's environment, from the worker's (`inherited`): see the module docs.
@@ -368,6 +395,12 @@ fn job_env(
     let mut env: BTreeMap<OsString, OsString> = inherited.into_iter().collect();
     env.extend(spec.env.iter().map(|(k, v)| (k.into(), v.into())));
     env.retain(|name, _| !denied(name, &ctx.env_deny));
+    if let Some(user) = &ctx.user {
+        let home = user.home.clone().unwrap_or_else(|| "/".into());
+        for (name, value) in [("HOME", home), ("USER", user.name.clone()), ("LOGNAME", user.name.clone())] {
+            env.insert(name.into(), value.into());
+        }
+    }
     for (name, value) in own_vars(ctx) {
         env.insert(name.into(), value.into());
     }
@@ -396,9 +429,14 @@ fn denied(name: &OsStr, deny: &[String]) -> bool {
     })
 }
 
-/// `docker run` arguments for an image order. Variables are passed as
-/// `-e NAME`, which copies the value from the docker CLI's own environment
-/// (the job environment built above): values never appear on a command line
+/// `docker run` arguments for an image order, built by the pool: options
+/// first, then the image, then the order's arguments (which docker passes
+/// to the container, never reads as its own options), so an order can add
+/// no mount, no `--privileged`, no capability. The container gets no new
+/// privileges (no setuid escalation inside) and the per-job limits.
+/// Variables are passed as `-e NAME`, which copies the value from the docker
+/// CLI's own environment (the job environment built above, the order's part
+/// checked by `policy::check_env`): values never appear on a command line
 /// that every local user can read in /proc.
 fn docker_args(spec: &OrderSpec, ctx: &JobContext, image: &str, args: &[String]) -> Vec<String> {
     let mut v = vec![
@@ -406,7 +444,18 @@ fn docker_args(spec: &OrderSpec, ctx: &JobContext, image: &str, args: &[String])
         "--rm".into(),
         "--name".into(),
         ctx.container_name(),
+        "--security-opt".into(),
+        "no-new-privileges".into(),
     ];
+    if let Some(bytes) = ctx.limits.memory_bytes {
+        v.push(format!("--memory={bytes}b"));
+    }
+    if let Some(n) = ctx.limits.processes {
+        v.push(format!("--pids-limit={n}"));
+    }
+    if let Some(n) = ctx.limits.open_files {
+        v.push(format!("--ulimit=nofile={n}:{n}"));
+    }
     let own = own_vars(ctx).map(|(name, _)| name);
     let from_order = spec.env.keys().map(String::as_str);
     let from_order =
@@ -505,300 +554,11 @@ impl Tail {
     }
 }
 
-// ---------------------------------------------------------------------------
-// Fetching URL orders.
-
-/// Longest status or header line accepted from a server.
-const MAX_LINE: usize = 8 * 1024;
-/// Most header lines accepted from a server.
-const MAX_HEADERS: usize = 100;
-
-/// Whether a (lower-cased) URL's path has a `..` segment, literally or
-/// percent-encoded (`%2e%2e`, `.%2e`, `%2e.`), or an encoded slash that
-/// could hide one.
-fn climbs(url: &str) -> bool {
-    let path = url.split(['?', '#']).next().unwrap_or(url);
-    let path = path.split_once("://").map_or(path, |(_, rest)| rest);
-    if path.contains("%2f") || path.contains("%5c") || path.contains('\\') {
-        return true;
-    }
-    path.split('/').any(|seg| seg.replace("%2e", ".") == "..")
-}
-
-/// Fetches the body of a URL order: an HTTP/1.1 `GET` of a plain `http://`
-/// URL that must answer `200` within `timeout` with at most `max_bytes` of
-/// body (`Content-Length`, chunked, or read to close). With `allowed_urls`,
-/// the URL must start with one of the prefixes (end them with `/`:
-/// `http://orders.internal` also matches `http://orders.internal.evil.net`).
-pub async fn fetch_order(
-    url: &str,
-    max_bytes: usize,
-    timeout: Duration,
-    allowed_urls: &Option<Vec<String>>,
-) -> Result<Vec<u8>, String> {
-    if let Some(allowed) = allowed_urls {
-        // A prefix check means nothing if the path can climb out of it:
-        // servers resolve `..` (and its percent-encoded forms) before they
-        // look the path up.
-        let lower = url.to_ascii_lowercase();
-        if climbs(&lower) {
-            return Err(format!("URL {url} climbs out with '..', so it is not under an allowed prefix"));
-        }
-        if !allowed
-            .iter()
-            .any(|prefix| url.starts_with(prefix.as_str()))
-        {
-            return Err(format!("URL {url} is not under an allowed prefix"));
-        }
-    }
-    let target = HttpUrl::parse(url)?;
-    match tokio::time::timeout(timeout, get(&target, max_bytes)).await {
-        Ok(result) => result.map_err(|e| format!("fetching {url}: {e}")),
-        Err(_) => Err(format!(
-            "fetching {url} took more than {} s",
-            timeout.as_secs_f64()
-        )),
-    }
-}
-
-#[derive(Debug, PartialEq)]
-struct HttpUrl {
-    host: String,
-    port: u16,
-    /// Path and query, as sent in the request line.
-    target: String,
-}
-
-impl HttpUrl {
-    fn parse(url: &str) -> Result<HttpUrl, String> {
-        let has_scheme = |s: &str| {
-            url.get(..s.len())
-                .is_some_and(|p| p.eq_ignore_ascii_case(s))
-        };
-        if has_scheme("https://") {
-            return Err("https URLs are not supported".into());
-        }
-        if !has_scheme("http://") {
-            return Err(format!("{url} is not an http:// URL"));
-        }
-        // Anything sent on the wire must not be able to end a header line.
-        if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err("URL contains a space or control character".into());
-        }
-        let rest = &url["http://".len()..];
-        let rest = rest.split('#').next().unwrap_or_default();
-        let split = rest.find(['/', '?']).unwrap_or(rest.len());
-        let (authority, target) = rest.split_at(split);
-        let target = match target.chars().next() {
-            None => "/".to_string(),
-            Some('?') => format!("/{target}"),
-            Some(_) => target.to_string(),
-        };
-        if authority.contains('@') {
-            return Err("credentials in URLs are not supported".into());
-        }
-        let (host, port) = match authority.strip_prefix('[') {
-            Some(v6) => {
-                let (host, after) = v6.split_once(']').ok_or("bad IPv6 address in URL")?;
-                (host, after.strip_prefix(':'))
-            }
-            None => match authority.rsplit_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (authority, None),
-            },
-        };
-        let port = match port {
-            None => 80,
-            Some(p) => p
-                .parse::<u16>()
-                .ok()
-                .filter(|&p| p != 0)
-                .ok_or_else(|| format!("bad port in {url}"))?,
-        };
-        if host.is_empty() {
-            return Err(format!("no host in {url}"));
-        }
-        Ok(HttpUrl {
-            host: host.to_string(),
-            port,
-            target,
-        })
-    }
-
-    fn host_header(&self) -> String {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        if self.port == 80 {
-            host
-        } else {
-            format!("{host}:{}", self.port)
-        }
-    }
-}
-
-async fn get(url: &HttpUrl, max_bytes: usize) -> Result<Vec<u8>, String> {
-    let mut stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
-        .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: pool_worker\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-        url.target,
-        url.host_header()
-    );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| format!("cannot send the request: {e}"))?;
-    let mut rd = BufReader::new(stream);
-
-    let status_line = read_line(&mut rd).await?;
-    let mut parts = status_line.splitn(3, ' ');
-    let (version, code) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    if !version.starts_with("HTTP/1.") {
-        return Err(format!("not an HTTP/1 response: {:.80}", status_line));
-    }
-    if code != "200" {
-        return Err(format!("the server answered {:.80}", status_line));
-    }
-
-    let mut length: Option<usize> = None;
-    let mut chunked = false;
-    for n in 0.. {
-        if n == MAX_HEADERS {
-            return Err("too many response headers".into());
-        }
-        let line = read_line(&mut rd).await?;
-        if line.is_empty() {
-            break;
-        }
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.trim().eq_ignore_ascii_case("content-length") {
-            let n: usize = value
-                .parse()
-                .map_err(|_| format!("bad Content-Length {value:.40}"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err("conflicting Content-Length headers".into());
-            }
-            length = Some(n);
-        } else if name.trim().eq_ignore_ascii_case("transfer-encoding") {
-            match value.to_ascii_lowercase().as_str() {
-                "chunked" => chunked = true,
-                "identity" => {}
-                other => return Err(format!("unsupported Transfer-Encoding {other:.40}")),
-            }
-        }
-    }
-
-    let too_large = || format!("the order is larger than {max_bytes} bytes");
-    if chunked {
-        return read_chunked(&mut rd, max_bytes).await;
-    }
-    match length {
-        Some(n) if n > max_bytes => Err(too_large()),
-        Some(n) => {
-            let mut body = vec![0; n];
-            rd.read_exact(&mut body)
-                .await
-                .map_err(|_| "body shorter than its Content-Length".to_string())?;
-            Ok(body)
-        }
-        None => {
-            let mut body = Vec::new();
-            let limit = u64::try_from(max_bytes)
-                .unwrap_or(u64::MAX)
-                .saturating_add(1);
-            (&mut rd)
-                .take(limit)
-                .read_to_end(&mut body)
-                .await
-                .map_err(|e| format!("reading the body: {e}"))?;
-            if body.len() > max_bytes {
-                return Err(too_large());
-            }
-            Ok(body)
-        }
-    }
-}
-
-async fn read_chunked<R: AsyncBufRead + Unpin>(
-    rd: &mut R,
-    max_bytes: usize,
-) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    loop {
-        let line = read_line(rd).await?;
-        let size = line.split(';').next().unwrap_or_default().trim();
-        let size =
-            usize::from_str_radix(size, 16).map_err(|_| format!("bad chunk size {size:.20}"))?;
-        if size == 0 {
-            return Ok(body); // trailers, if any, are not needed
-        }
-        if size > max_bytes.saturating_sub(body.len()) {
-            return Err(format!("the order is larger than {max_bytes} bytes"));
-        }
-        let start = body.len();
-        body.resize(start + size, 0);
-        rd.read_exact(&mut body[start..])
-            .await
-            .map_err(|_| "truncated chunk".to_string())?;
-        if !read_line(rd).await?.is_empty() {
-            return Err("chunk longer than its size".into());
-        }
-    }
-}
-
-/// One CRLF- (or LF-) terminated line, at most [`MAX_LINE`] bytes.
-async fn read_line<R: AsyncBufRead + Unpin>(rd: &mut R) -> Result<String, String> {
-    let mut line = Vec::new();
-    (&mut *rd)
-        .take(MAX_LINE as u64)
-        .read_until(b'\n', &mut line)
-        .await
-        .map_err(|e| format!("reading the response: {e}"))?;
-    if line.last() != Some(&b'\n') {
-        return Err(if line.len() >= MAX_LINE {
-            "response line too long".into()
-        } else {
-            "connection closed in the middle of the response".into()
-        });
-    }
-    line.pop();
-    if line.last() == Some(&b'\r') {
-        line.pop();
-    }
-    Ok(String::from_utf8_lossy(&line).into_owned())
-}
-
-#[cfg(test)]
-mod url_tests {
-    use super::climbs;
-
-    #[test]
-    fn dot_dot_in_any_form_climbs() {
-        for u in ["http://h/a/../b", "http://h/a/%2e%2e/b", "http://h/a/.%2e/b", "http://h/a/%2e./b", "http://h/a%2f..%2fb", "http://h/a/.."] {
-            assert!(climbs(u), "{u}");
-        }
-        for u in ["http://h/a/b", "http://h/a/..b/c", "http://h/a/b?x=../y", "http://h/a.b/c"] {
-            assert!(!climbs(u), "{u}");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::path::Path;
-    use tokio::net::TcpListener;
 
     fn cmd(argv: &[&str]) -> OrderSpec {
         OrderSpec {
@@ -1048,6 +808,13 @@ mod tests {
         spec.env
             .insert("PATH".into(), dir.path().display().to_string());
         let o = run_(&spec, &ctx()).await;
+        assert_eq!((o.status, o.stdout_tail.as_str()), (Status::Refused, ""));
+        assert!(o.reason.unwrap_or_default().contains("PATH"));
+        // Nor does the worker's PATH at run time, with an allow list: the
+        // name was resolved when the list was.
+        let mut c = ctx();
+        c.commands = commands(&["true"]);
+        let o = run_(&cmd(&["true"]), &c).await;
         assert_eq!((o.status, o.stdout_tail.as_str()), (Status::Ok, ""));
     }
 
@@ -1074,26 +841,163 @@ mod tests {
         assert_eq!(o.status, Status::Error);
     }
 
-    #[test]
-    fn allow_list_rules() {
-        let allowed = Some(vec![
-            "python3".to_string(),
-            "/opt/jobs".to_string(),
-            "/usr/local/bin/tool".to_string(),
-        ]);
-        assert!(program_allowed("anything", &None));
-        assert!(program_allowed("python3", &allowed));
-        assert!(program_allowed("/usr/bin/python3", &allowed));
-        assert!(program_allowed("/opt/jobs/x", &allowed));
-        assert!(program_allowed("/opt/jobs/sub/x", &allowed));
-        assert!(program_allowed("/usr/local/bin/tool", &allowed));
-        assert!(!program_allowed("/usr/local/bin/tool2", &allowed));
-        assert!(!program_allowed("/opt/jobs2/x", &allowed));
-        assert!(!program_allowed("/opt/jobs/../../bin/sh", &allowed));
-        assert!(!program_allowed("python", &allowed));
-        assert!(!program_allowed("", &allowed));
-        assert!(!program_allowed("x", &Some(vec![String::new()])));
-        assert!(!program_allowed("x", &Some(vec![])));
+    /// `ALLOWED_COMMANDS` resolved with the test process's `PATH`.
+    fn commands(entries: &[&str]) -> Option<Arc<Commands>> {
+        let entries: Vec<String> = entries.iter().map(|s| s.to_string()).collect();
+        Some(Arc::new(Commands::resolve(&entries, std::env::var_os("PATH").as_deref()).unwrap()))
+    }
+
+    /// Issue 18, row 1: `LD_PRELOAD` from the order would load the
+    /// attacker's library into an allowed `echo`. (The library here is a
+    /// path that does not exist: the loader would print an error on stderr;
+    /// the point is that the order is refused and nothing runs.)
+    #[tokio::test]
+    async fn an_order_cannot_set_the_loaders_variables() {
+        let mut c = ctx();
+        c.commands = commands(&["echo"]);
+        for (name, value) in [
+            ("LD_PRELOAD", "/tmp/pw-no-such-evil.so"),
+            ("LD_LIBRARY_PATH", "/tmp"),
+            ("GCONV_PATH", "/tmp"),
+            ("PATH", "/tmp"),
+            ("DOCKER_HOST", "tcp://127.0.0.1:9"),
+        ] {
+            let mut spec = cmd(&["echo", "x"]);
+            spec.env.insert(name.into(), value.into());
+            let o = run_(&spec, &c).await;
+            assert_eq!(o.status, Status::Refused, "{name}: {o:?}");
+            let reason = o.reason.unwrap_or_default();
+            assert!(reason.contains(name), "{reason}");
+            assert!(o.stdout_tail.is_empty() && o.stderr_tail.is_empty() && o.exit_code.is_none());
+        }
+    }
+
+    /// Issue 18, row 2: `BASH_ENV` makes a non-interactive bash source a
+    /// file (and expand the value first: `$(id)` would run) before the
+    /// allowed script.
+    #[tokio::test]
+    async fn an_order_cannot_set_shell_start_up_variables() {
+        if crate::policy::find_in_path("bash", std::env::var_os("PATH").as_deref()).is_none() {
+            eprintln!("no bash on this machine: the check of the refusal still runs");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir(&jobs).unwrap();
+        let report = jobs.join("report.sh");
+        script(&report, "#!/usr/bin/env bash\necho report");
+        let marker = dir.path().join("pwned");
+        let evil = dir.path().join("evil.sh");
+        script(&evil, &format!("touch {}", marker.display()));
+        let mut c = ctx();
+        c.commands = commands(&[&format!("{}/", jobs.display())]);
+        for (name, value) in [
+            ("BASH_ENV", format!("$(touch {})", marker.display())),
+            ("BASH_ENV", evil.display().to_string()),
+            ("ENV", evil.display().to_string()),
+            ("BASH_FUNC_echo%%", format!("() {{ touch {}; }}", marker.display())),
+            ("SHELLOPTS", "xtrace".into()),
+        ] {
+            let mut spec = cmd(&[report.to_str().unwrap()]);
+            spec.env.insert(name.into(), value);
+            let o = run_(&spec, &c).await;
+            assert_eq!(o.status, Status::Refused, "{name}: {o:?}");
+            assert!(o.reason.unwrap_or_default().contains(name));
+        }
+        assert!(!marker.exists(), "the attacker's code ran");
+        let o = run_(&cmd(&[report.to_str().unwrap()]), &c).await;
+        assert_eq!(o.stdout_tail, "report\n", "{o:?}");
+    }
+
+    #[tokio::test]
+    async fn order_env_allow_list() {
+        let mut c = ctx();
+        c.env_allow = Some(vec!["DEST".into(), "APP_*".into()]);
+        let mut spec = sh("echo $DEST $APP_X");
+        spec.env.insert("DEST".into(), "d".into());
+        spec.env.insert("APP_X".into(), "x".into());
+        let o = run_(&spec, &c).await;
+        assert_eq!((o.status, o.stdout_tail.as_str()), (Status::Ok, "d x\n"));
+        spec.env.insert("OTHER".into(), "o".into());
+        let o = run_(&spec, &c).await;
+        assert_eq!(o.status, Status::Refused);
+        assert_eq!(o.reason.as_deref(), Some("the order sets OTHER, which ORDER_ENV_ALLOW does not allow"));
+    }
+
+    /// Issue 18, row 3: an earlier allowed job copies a shell to `./cp`; a
+    /// name entry runs only the file found through the worker's `PATH`.
+    #[tokio::test]
+    async fn a_name_entry_runs_only_the_file_found_in_the_workers_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("cp");
+        std::fs::copy("/bin/sh", &fake).unwrap();
+        let mut c = ctx();
+        c.commands = commands(&["cp"]);
+        let marker = dir.path().join("shell-ran");
+        let touch = format!("touch {}", marker.display());
+        let cwd = std::env::current_dir().unwrap();
+        for argv0 in [fake.to_str().unwrap().to_string(), format!("{}/./cp", dir.path().display())] {
+            let o = run_(&cmd(&[&argv0, "-c", &touch]), &c).await;
+            assert_eq!(o.status, Status::Refused, "{argv0}: {o:?}");
+        }
+        // Relative to the worker's directory, as the job would see it.
+        let rel = pathdiff(&fake, &cwd);
+        let o = run_(&cmd(&[&rel, "-c", &touch]), &c).await;
+        assert_eq!(o.status, Status::Refused, "{rel}: {o:?}");
+        assert!(!marker.exists(), "the copied shell ran");
+        // The real cp still runs, by name and by its own path.
+        let real = crate::policy::find_in_path("cp", std::env::var_os("PATH").as_deref()).unwrap();
+        let copy = dir.path().join("copy");
+        let o = run_(&cmd(&["cp", fake.to_str().unwrap(), copy.to_str().unwrap()]), &c).await;
+        assert_eq!(o.status, Status::Ok, "{o:?}");
+        let o = run_(&cmd(&[real.to_str().unwrap(), "--version"]), &c).await;
+        assert_eq!(o.status, Status::Ok, "{o:?}");
+    }
+
+    /// `../../..` from `base` to `path` (both absolute), for a relative argv0.
+    fn pathdiff(path: &Path, base: &Path) -> String {
+        let ups = base.components().count() - 1;
+        format!("{}{}", "../".repeat(ups), path.strip_prefix("/").unwrap().display())
+    }
+
+    #[tokio::test]
+    async fn path_entries_are_compared_resolved() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir(&jobs).unwrap();
+        script(&jobs.join("ok"), "#!/bin/sh\necho ok");
+        std::os::unix::fs::symlink("/bin/sh", jobs.join("sh")).unwrap();
+        let mut c = ctx();
+        c.commands = commands(&[&jobs.display().to_string()]);
+        let o = run_(&cmd(&[jobs.join("ok").to_str().unwrap()]), &c).await;
+        assert_eq!((o.status, o.stdout_tail.as_str()), (Status::Ok, "ok\n"));
+        for p in [jobs.join("sh"), jobs.join("../jobs/../../../bin/sh"), PathBuf::from(format!("{}2/x", jobs.display()))] {
+            let o = run_(&cmd(&[p.to_str().unwrap(), "-c", "echo pwned"]), &c).await;
+            assert_eq!(o.status, Status::Refused, "{}: {o:?}", p.display());
+        }
+    }
+
+    #[tokio::test]
+    async fn image_orders_need_allowed_images_and_do_not_allow_docker() {
+        let mut c = ctx();
+        c.commands = commands(&["echo"]);
+        let mut spec = cmd(&[]);
+        spec.kind = OrderKind::Image { image: "alpine".into(), args: vec![] };
+        let o = run_(&spec, &c).await;
+        assert_eq!(o.status, Status::Refused);
+        assert!(o.reason.unwrap_or_default().contains("ALLOWED_IMAGES is not set"));
+        c.allowed_images = Some(vec!["busybox".into()]);
+        let o = run_(&spec, &c).await;
+        assert_eq!(o.reason.as_deref(), Some("image 'alpine' is not in ALLOWED_IMAGES"));
+        c.allowed_images = Some(vec!["alpine".into()]);
+        // Row 5: docker as a command stays refused.
+        let o = run_(&cmd(&["docker", "run", "--privileged", "-v", "/:/host", "alpine"]), &c).await;
+        assert_eq!(o.status, Status::Refused, "{o:?}");
+        assert!(o.reason.unwrap_or_default().contains("'docker'"));
+        // Row 6: the order cannot point the docker CLI elsewhere.
+        spec.env.insert("DOCKER_HOST".into(), "tcp://127.0.0.1:2375".into());
+        let o = run_(&spec, &c).await;
+        assert_eq!(o.status, Status::Refused, "{o:?}");
+        assert!(o.reason.unwrap_or_default().contains("DOCKER_HOST"));
     }
 
     #[tokio::test]
@@ -1101,7 +1005,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("ran");
         let mut c = ctx();
-        c.allowed_commands = Some(vec!["true".into()]);
+        c.commands = commands(&["true"]);
         let o = run_(&cmd(&["touch", marker.to_str().unwrap()]), &c).await;
         assert_eq!(o.status, Status::Refused);
         assert!(o.reason.unwrap().contains("'touch'"));
@@ -1112,7 +1016,7 @@ mod tests {
             "shell orders are checked as 'sh'"
         );
         assert!(!marker.exists());
-        c.allowed_commands = Some(vec!["sh".into()]);
+        c.commands = commands(&["sh"]);
         assert_eq!(run_(&sh("exit 0"), &c).await.status, Status::Ok);
     }
 
@@ -1174,7 +1078,8 @@ exec sleep 30
         );
         let mut c = ctx();
         c.docker_program = docker.to_str().unwrap().into();
-        c.allowed_commands = Some(vec!["docker".into()]);
+        c.allowed_images = Some(vec!["alpine".into()]);
+        c.commands = commands(&["true"]);
         let mut spec = cmd(&[]);
         spec.kind = OrderKind::Image {
             image: "alpine:3".into(),
@@ -1191,6 +1096,8 @@ exec sleep 30
             "--rm",
             "--name",
             "pool_worker-3-2-40-a1",
+            "--security-opt",
+            "no-new-privileges",
             "-e",
             "A",
             "-e",
@@ -1211,7 +1118,7 @@ exec sleep 30
         let killed = std::fs::read_to_string(dir.path().join("killed")).unwrap();
         assert_eq!(killed, "kill pool_worker-3-2-40-a1\n");
 
-        c.allowed_commands = Some(vec!["podman".into()]);
+        c.allowed_images = Some(vec!["busybox".into()]);
         assert_eq!(run_(&spec, &c).await.status, Status::Refused);
     }
 
@@ -1229,140 +1136,5 @@ exec sleep 30
                 Some("URL orders must be fetched before running")
             )
         );
-    }
-
-    /// A one-connection HTTP server answering `response`; yields the request.
-    async fn serve(response: &'static [u8]) -> (String, tokio::task::JoinHandle<String>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            let (stream, _) = listener.accept().await.unwrap();
-            let mut rd = BufReader::new(stream);
-            let mut request = String::new();
-            while !request.ends_with("\r\n\r\n") {
-                if rd.read_line(&mut request).await.unwrap() == 0 {
-                    break;
-                }
-            }
-            if response.is_empty() {
-                std::future::pending::<()>().await; // never answer
-            }
-            rd.get_mut().write_all(response).await.unwrap();
-            request
-        });
-        (base, task)
-    }
-
-    const SEC: Duration = Duration::from_secs(10);
-
-    #[tokio::test]
-    async fn fetch_bodies() {
-        let (base, req) =
-            serve(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nX: y\r\n\r\necho hiIGNORED").await;
-        let body = fetch_order(
-            &format!("{base}/orders/1?x=y#frag"),
-            100,
-            SEC,
-            &Some(vec![format!("{base}/orders/")]),
-        )
-        .await;
-        assert_eq!(body.unwrap(), b"echo hi");
-        let request = req.await.unwrap();
-        assert!(
-            request.starts_with("GET /orders/1?x=y HTTP/1.1\r\n"),
-            "{request}"
-        );
-        assert!(request.contains(&format!("\r\nHost: {}\r\n", &base["http://".len()..])));
-
-        let (base, _) = serve(b"HTTP/1.0 200 OK\r\n\r\nto the end").await;
-        assert_eq!(
-            fetch_order(&base, 100, SEC, &None).await.unwrap(),
-            b"to the end"
-        );
-
-        let (base, _) = serve(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;x=1\r\necho\r\n3\r\n hi\r\n0\r\n\r\n").await;
-        assert_eq!(
-            fetch_order(&base, 100, SEC, &None).await.unwrap(),
-            b"echo hi"
-        );
-    }
-
-    #[tokio::test]
-    async fn fetch_failures() {
-        let (base, _) = serve(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n").await;
-        let e = fetch_order(&base, 100, SEC, &None).await.unwrap_err();
-        assert!(e.contains("404 Not Found"), "{e}");
-
-        let (base, _) = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world").await;
-        assert!(fetch_order(&base, 10, SEC, &None)
-            .await
-            .unwrap_err()
-            .contains("larger than 10 bytes"));
-        let (base, _) = serve(b"HTTP/1.1 200 OK\r\n\r\nhello world").await;
-        assert!(fetch_order(&base, 10, SEC, &None)
-            .await
-            .unwrap_err()
-            .contains("larger than 10 bytes"));
-        let (base, _) = serve(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n").await;
-        assert!(fetch_order(&base, 10, SEC, &None)
-            .await
-            .unwrap_err()
-            .contains("larger than 10 bytes"));
-        let (base, _) = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nshort").await;
-        assert!(fetch_order(&base, 100, SEC, &None)
-            .await
-            .unwrap_err()
-            .contains("shorter"));
-
-        let (base, _) = serve(b"").await;
-        let e = fetch_order(&base, 100, Duration::from_millis(200), &None)
-            .await
-            .unwrap_err();
-        assert!(e.contains("took more than 0.2 s"), "{e}");
-
-        let allowed = Some(vec!["http://orders.internal/".to_string()]);
-        let e = fetch_order("http://127.0.0.1:9/x", 100, SEC, &allowed)
-            .await
-            .unwrap_err();
-        assert!(e.contains("not under an allowed prefix"), "{e}");
-        let e = fetch_order("https://orders.internal/x", 100, SEC, &None)
-            .await
-            .unwrap_err();
-        assert_eq!(e, "https URLs are not supported");
-    }
-
-    #[test]
-    fn urls_parse() {
-        let u = HttpUrl::parse("HTTP://Example.com").unwrap();
-        assert_eq!(
-            u,
-            HttpUrl {
-                host: "Example.com".into(),
-                port: 80,
-                target: "/".into()
-            }
-        );
-        assert_eq!(u.host_header(), "Example.com");
-        let u = HttpUrl::parse("http://[::1]:8080?q").unwrap();
-        assert_eq!(
-            u,
-            HttpUrl {
-                host: "::1".into(),
-                port: 8080,
-                target: "/?q".into()
-            }
-        );
-        assert_eq!(u.host_header(), "[::1]:8080");
-        for bad in [
-            "http://",
-            "http://h:0/",
-            "http://h:99999/",
-            "http://u:p@h/",
-            "http://h/a\r\nX: y",
-            "ftp://h/",
-            "http://[::1/",
-        ] {
-            assert!(HttpUrl::parse(bad).is_err(), "{bad}");
-        }
     }
 }

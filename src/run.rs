@@ -38,15 +38,11 @@ pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A fresh incarnation id: unique per process start (time, pid and a few
-/// bits from the OS's hasher seed, so two starts in the same millisecond
-/// with a recycled pid still differ).
+/// A fresh incarnation id: 64 random bits from the kernel. It names no pid
+/// (a job learns nothing from the claims topic about which process to
+/// look at); the worker logs its pid beside it when it boots.
 pub fn new_incarnation() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(now_ms());
-    h.write_u32(std::process::id());
-    format!("{:x}-{:08x}", std::process::id(), h.finish() as u32)
+    format!("{:016x}", crate::isolate::random_u64())
 }
 
 /// Runs one worker process to its end; returns the exit status.
@@ -54,9 +50,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    if cfg.allowed_commands.is_none() {
-        tracing::warn!("ALLOWED_COMMANDS is not set: orders may run any program");
+    // Before anything else: no job may read this process's memory or
+    // environment, and no process a job leaves behind escapes it.
+    if let Err(e) = crate::isolate::harden_worker() {
+        tracing::warn!("{e}");
     }
+    let job_base = job_base(&cfg)?;
     // Never dropped (leaked, so that the appender task can hold it):
     // destroying librdkafka's clients takes hundreds of milliseconds
     // (closing connections, joining threads), and the process exits right
@@ -96,7 +95,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         _ => 0,
     };
     kafka.read_claims_from(from)?;
-    tracing::info!(instance = me, incarnation = %w.incarnation, from, "booting: replaying the claims topic");
+    tracing::info!(instance = me, incarnation = %w.incarnation, pid = std::process::id(), from, "booting: replaying the claims topic");
     let mut todo: VecDeque<Action> = first.into();
     let (job_tx, mut job_rx) = mpsc::channel::<Outcome>(1);
     type Prepared = (OrderId, u32, Result<orders::OrderSpec, Outcome>);
@@ -141,8 +140,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                     // Fetched on a task of its own: the loop goes on renewing
                     // the lease (ticks) and reading the log meanwhile.
                     let (allowed_urls, tx) = (cfg.allowed_urls.clone(), prep_tx.clone());
+                    let timeout = fetch_timeout(cfg.lease_ms);
                     prep_task = Some(tokio::spawn(async move {
-                        let spec = prepare(kafka.fetch_order(order).await, &allowed_urls).await;
+                        let spec = prepare(kafka.fetch_order(order).await, &allowed_urls, timeout).await;
                         let _ = tx.send((order, attempt, spec)).await;
                     }));
                 }
@@ -190,7 +190,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
             ev = kafka.next_claim() => claim_input(ev, me, idle, &mut todo),
             Some((order, attempt, spec)) = prep_rx.recv() => {
                 prep_task = None;
-                let ctx = job_context(&cfg, order, attempt);
+                let ctx = job_context(&job_base, order, attempt);
                 match spec {
                     // An order with an id runs only once the log says it
                     // is the first with that id (Action::Start).
@@ -402,13 +402,60 @@ async fn stop_job(cancel: &mut Option<watch::Sender<bool>>, task: &mut Option<to
     }
 }
 
-fn job_context(cfg: &Config, order: OrderId, attempt: u32) -> JobContext {
-    let mut ctx = JobContext::new(order, cfg.instance, attempt);
+/// The part of every job's context that comes from the configuration,
+/// resolved once: `ALLOWED_COMMANDS` names become absolute paths through
+/// this process's `PATH` (docs/deploy.md, "Security"). Logs what the lists
+/// grant that an operator may not expect.
+fn job_base(cfg: &Config) -> anyhow::Result<JobContext> {
+    let mut ctx = JobContext::new(OrderId::new(0, 0), cfg.instance, 1);
     ctx.default_timeout = cfg.job_timeout;
     ctx.output_limit = cfg.output_limit;
     ctx.env_deny = cfg.env_deny.clone();
-    ctx.allowed_commands = cfg.allowed_commands.clone();
-    ctx
+    ctx.env_allow = cfg.jobs.env_allow.clone();
+    ctx.allowed_images = cfg.jobs.allowed_images.clone();
+    ctx.user = cfg.jobs.user.clone().map(std::sync::Arc::new);
+    ctx.limits = cfg.jobs.limits;
+    ctx.end_descendants = true;
+    match &cfg.allowed_commands {
+        None => tracing::warn!("ALLOWED_COMMANDS is not set: orders may run any program"),
+        Some(list) => {
+            let path = std::env::var_os("PATH");
+            let commands = crate::policy::Commands::resolve(list, path.as_deref()).map_err(anyhow::Error::msg)?;
+            for name in &commands.missing {
+                tracing::warn!(program = %name, "an allowed command is not in this worker's PATH: orders naming it are refused");
+            }
+            for (name, found) in &commands.names {
+                tracing::info!(program = %name, path = %found.display(), "allowed command");
+                if crate::policy::RUNS_ANYTHING.contains(&name.as_str()) {
+                    tracing::warn!(program = %name, "an allowed command runs any other program or code: allowing it allows everything (docs/deploy.md, \"Security\")");
+                }
+            }
+            if cfg.jobs.env_allow.is_none() {
+                tracing::warn!("ORDER_ENV_ALLOW is not set: orders may set any environment variable outside the fixed list of refused ones");
+            }
+            ctx.commands = Some(std::sync::Arc::new(commands));
+        }
+    }
+    if let Some(images) = &cfg.jobs.allowed_images {
+        match crate::policy::find_in_path("docker", std::env::var_os("PATH").as_deref()) {
+            Some(docker) => ctx.docker_program = docker.display().to_string(),
+            None => tracing::warn!(?images, "ALLOWED_IMAGES is set but docker is not in this worker's PATH"),
+        }
+    }
+    if let Some(u) = &ctx.user {
+        tracing::info!(user = %u.name, uid = u.uid, gid = u.gid, "jobs run as another user");
+    }
+    Ok(ctx)
+}
+
+fn job_context(base: &JobContext, order: OrderId, attempt: u32) -> JobContext {
+    JobContext { order, attempt, ..base.clone() }
+}
+
+/// The time limit of a URL order's fetch: well below the lease, since the
+/// worker fetches before it can renew (a third of it, at most 30 s).
+fn fetch_timeout(lease_ms: u64) -> Duration {
+    Duration::from_millis((lease_ms / 3).clamp(100, 30_000))
 }
 
 /// Runs a prepared order in a task; its outcome arrives on `out`.
@@ -432,20 +479,24 @@ fn start_job(
 /// retried forever.
 async fn prepare(
     payload: Result<Option<Vec<u8>>, String>,
-    allowed_urls: &Option<Vec<String>>,
+    allowed_urls: &Option<Vec<crate::policy::UrlRule>>,
+    timeout: Duration,
 ) -> Result<orders::OrderSpec, Outcome> {
     let payload = payload.map_err(|why| Outcome::not_run(Status::Error, why))?;
     let spec = orders::parse(payload.as_deref()).map_err(|e| Outcome::not_run(Status::Error, e.to_string()))?;
     let orders::OrderKind::Url { url } = &spec.kind else {
         return Ok(spec);
     };
-    match job::fetch_order(url, orders::MAX_ORDER_BYTES, Duration::from_secs(30), allowed_urls).await {
+    // Unset, URL orders are off: an order could otherwise make the worker
+    // fetch from any service it can reach (an internal one included).
+    let Some(_) = allowed_urls else {
+        return Err(Outcome::not_run(Status::Refused, "URL orders are off (ALLOWED_URLS is not set)"));
+    };
+    match crate::fetch::fetch_order(url, orders::MAX_ORDER_BYTES, timeout, allowed_urls).await {
         Ok(body) => orders::parse_url_body(&body)
             .map_err(|e| Outcome::not_run(Status::Error, format!("order fetched from {url}: {e}"))),
-        Err(why) => {
-            let status = if why.contains("not under an allowed prefix") { Status::Refused } else { Status::Error };
-            Err(Outcome::not_run(status, why))
-        }
+        Err(crate::fetch::FetchError::Refused(why)) => Err(Outcome::not_run(Status::Refused, why)),
+        Err(crate::fetch::FetchError::Failed(why)) => Err(Outcome::not_run(Status::Error, why)),
     }
 }
 

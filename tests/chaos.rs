@@ -59,10 +59,28 @@ fn processes_with_argv(argv: &[&str]) -> Vec<i32> {
         .collect()
 }
 
-/// The pid of the process behind an incarnation ("<pid hex>-<hash>", see
-/// `run::new_incarnation`).
-fn incarnation_pid(inc: &str) -> Option<u32> {
-    u32::from_str_radix(inc.split('-').next()?, 16).ok()
+/// The pid of each incarnation, from the workers' "booting" log lines
+/// (`incarnation=<random id> pid=<pid>`; the id itself names no pid).
+fn incarnation_pids(lines: &[String]) -> BTreeMap<String, i32> {
+    let mut map = BTreeMap::new();
+    for line in lines.iter().filter(|l| l.contains("booting")) {
+        // Without terminal colours: drop every ESC ... m sequence.
+        let mut plain = String::new();
+        let mut in_esc = false;
+        for c in line.chars() {
+            match (in_esc, c) {
+                (false, '\x1b') => in_esc = true,
+                (true, 'm') => in_esc = false,
+                (false, c) => plain.push(c),
+                _ => {}
+            }
+        }
+        let field = |name: &str| plain.split_whitespace().find_map(|f| f.strip_prefix(name).map(str::to_string));
+        if let (Some(inc), Some(pid)) = (field("incarnation="), field("pid=").and_then(|p| p.parse().ok())) {
+            map.insert(inc, pid);
+        }
+    }
+    map
 }
 
 /// A small deterministic generator (xorshift64*), so that a seed replays a
@@ -395,8 +413,9 @@ fn run_chaos(c: Chaos) {
         }
     }
     let mut landed: BTreeMap<&str, usize> = BTreeMap::new();
+    let pids = incarnation_pids(&sup.stderr.lines());
     for (_, _, pid) in &kills {
-        let inc = last_of.keys().find(|inc| incarnation_pid(inc) == Some(*pid));
+        let inc = last_of.keys().find(|inc| pids.get(**inc).map(|p| *p as i64) == Some(*pid as i64));
         let phase = match inc.map(|i| last_of[i]) {
             None => "before booted",
             Some(Event::Booted) => "boot/choosing",

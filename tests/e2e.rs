@@ -533,15 +533,31 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
-/// The `booted` of the process that `w` is (the newest of `instance` whose
-/// incarnation starts with its pid, as `run::new_incarnation` names them).
+/// The incarnation of the process that `w` is, from its "booting" log line
+/// (which names it beside the pid; the id itself is random).
+fn incarnation_of(w: &WorkerProc) -> String {
+    let found = |w: &WorkerProc| {
+        w.stderr.lines().iter().map(|l| strip_ansi(l)).filter(|l| l.contains("booting")).find_map(|l| {
+            let inc = l.split_whitespace().find_map(|f| f.strip_prefix("incarnation="))?;
+            Some(inc.to_string())
+        })
+    };
+    assert!(
+        poll_until(T, Duration::from_millis(20), || found(w).is_some()),
+        "no booting line naming an incarnation:\n{}",
+        w.stderr.last(20)
+    );
+    found(w).unwrap()
+}
+
+/// The `booted` of the process that `w` is.
 fn booted_of(broker: &BrokerProc, instance: u32, w: &WorkerProc) -> Record {
     let claims = broker.opts.coordination_topic.clone();
-    let prefix = format!("{:x}-", w.pid());
+    let inc = incarnation_of(w);
     let recs = wait_record(broker, &claims, "the process's booted", |r| {
-        r.event == Event::Booted && r.instance == instance && r.incarnation.starts_with(&prefix)
+        r.event == Event::Booted && r.instance == instance && r.incarnation == inc
     });
-    recs.into_iter().rev().find(|(_, r)| r.event == Event::Booted && r.incarnation.starts_with(&prefix)).unwrap().1
+    recs.into_iter().rev().find(|(_, r)| r.event == Event::Booted && r.incarnation == inc).unwrap().1
 }
 
 /// docs/protocol.md, "Settling": after a clean exit the next process boots

@@ -420,7 +420,7 @@ fn image_orders_run_docker_from_path() {
     })
     .to_string();
     let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &[order], Some(0));
-    let sup = pool(&broker, "1", &[("PATH", &path), ("ALLOWED_COMMANDS", "docker"), ("JOB_ENV_DENY", "SECRET_*")]);
+    let sup = pool(&broker, "1", &[("PATH", &path), ("ALLOWED_IMAGES", "alpine"), ("JOB_ENV_DENY", "SECRET_*")]);
     let o = outcomes(&broker, &orders);
     assert_eq!((o[0].status, o[0].exit_code), (Status::Ok, Some(0)), "{o:?}");
     assert_eq!(o[0].stdout_tail, "from-docker\n");
@@ -429,7 +429,7 @@ fn image_orders_run_docker_from_path() {
     let (p, off) = orders[0];
     let name = format!("pool_worker-1-{p}-{off}-a1");
     let expected = [
-        "run", "--rm", "--name", &name, "-e", "GREETING", "-e", "ORDER_PARTITION", "-e", "ORDER_OFFSET", "-e",
+        "run", "--rm", "--name", &name, "--security-opt", "no-new-privileges", "-e", "GREETING", "-e", "ORDER_PARTITION", "-e", "ORDER_OFFSET", "-e",
         "INSTANCE_NUMBER", "-e", "ORDER_ATTEMPT", "-e", "ORDER_RETRY", "alpine:3", "echo", "a b",
     ];
     assert_eq!(argv, expected);
@@ -449,7 +449,12 @@ struct Http {
 
 impl Http {
     fn start(routes: BTreeMap<String, String>) -> Http {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Http::start_on("127.0.0.1", routes)
+    }
+
+    /// On another loopback address (all of 127.0.0.0/8 is the loopback).
+    fn start_on(ip: &str, routes: BTreeMap<String, String>) -> Http {
+        let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests: Arc<Mutex<Vec<String>>> = Arc::default();
         let log = requests.clone();
@@ -567,10 +572,11 @@ fn allowed_commands_refuse_other_programs() {
     let o = outcomes(&broker, &orders);
     assert_eq!((o[0].status, o[0].stdout_tail.as_str()), (Status::Ok, "allowed\n"), "{o:?}");
     assert_eq!((o[6].status, o[6].stdout_tail.as_str()), (Status::Ok, "by path\n"), "{o:?}");
-    for (i, prog) in [(1, "'sh'"), (2, "'/bin/touch'"), (3, "'sh'"), (4, "'docker'"), (5, "'touch'")] {
+    for (i, prog) in [(1, "'sh'"), (2, "'/bin/touch'"), (3, "'sh'"), (4, "ALLOWED_IMAGES"), (5, "ALLOWED_URLS")] {
         assert_eq!(o[i].status, Status::Refused, "{o:?}");
         let reason = o[i].reason.as_deref().unwrap_or("");
-        assert!(reason.contains(prog) && reason.contains("allowed commands"), "{reason}");
+        assert!(reason.contains(prog), "{reason}");
+        assert!(i >= 4 || reason.contains("allowed commands"), "{reason}");
         assert!(o[i].exit_code.is_none() && o[i].duration_ms == 0, "{o:?}");
     }
     assert!(!marker.exists(), "a refused order ran");
@@ -825,4 +831,308 @@ fn dev_demo_runs_every_sample_order_once() {
     }
     assert_eq!(of("done").last().map(|l| l["code"].clone()), Some(serde_json::json!(0)));
     assert!(!r.stderr.contains("ERROR"), "dev logged an error:\n{}", r.stderr);
+}
+
+// ------------------------------------------- 10. isolation (issue 18)
+
+/// A shared library whose constructor creates `marker`, built with the C
+/// compiler if there is one (else a path that does not exist: the check that
+/// the order is refused holds either way).
+fn evil_library(dir: &Path, marker: &Path) -> std::path::PathBuf {
+    let src = dir.join("evil.c");
+    let lib = dir.join("evil.so");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <stdio.h>\n__attribute__((constructor)) static void evil(void) {{ FILE *f = fopen(\"{}\", \"w\"); if (f) fclose(f); }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !built {
+        eprintln!("no C compiler: LD_PRELOAD names a library that does not exist");
+    }
+    lib
+}
+
+/// Issue 18's table, rows 1-3 and 5-7, against the real worker: each order
+/// crosses an allow list and must be refused with nothing run, fetched or
+/// handed to docker; the allowed orders beside them still work.
+#[test]
+fn orders_get_exactly_what_the_allow_lists_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = |n: &str| dir.path().join(format!("pwned-{n}"));
+    // Row 1: a library that would run in the allowed `echo`.
+    let lib = evil_library(dir.path(), &marker("ld"));
+    // Row 2: an allowed directory of scripts run by bash.
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    let report = jobs.join("report.sh");
+    script(&report, "#!/bin/bash\necho report\n");
+    let bash_env_file = dir.path().join("evil.sh");
+    script(&bash_env_file, &format!("touch {}\n", shq(marker("bash-file"))));
+    // Row 3: a shell copied to a file named like an allowed name.
+    let fake_cp = dir.path().join("cp");
+    std::fs::copy("/bin/sh", &fake_cp).unwrap();
+    // Rows 5-6: a docker CLI that records what it is asked.
+    let bindir = dir.path().join("bin");
+    std::fs::create_dir(&bindir).unwrap();
+    let docker_log = dir.path().join("docker-log");
+    script(
+        &bindir.join("docker"),
+        &format!("#!/bin/sh\necho \"$* DOCKER_HOST=${{DOCKER_HOST-unset}}\" >> {}\necho from-docker\n", shq(&docker_log)),
+    );
+    let path = format!("{}:{}", bindir.display(), std::env::var("PATH").unwrap_or_default());
+    // Row 7: prefixes compared as strings let a longer path, port or host in.
+    let routes = |body: &str| {
+        BTreeMap::from([
+            ("/allowed/ok".to_string(), "echo fetched".to_string()),
+            ("/allowed2/x".to_string(), sh_order(&format!("touch {}", shq(marker(body))), None)),
+            ("/x".to_string(), sh_order(&format!("touch {}", shq(marker(body))), None)),
+        ])
+    };
+    let http = Http::start(routes("url-path"));
+    let other_host = Http::start_on("127.0.0.10", routes("url-host"));
+    let base = format!("http://127.0.0.1:{}", http.port);
+
+    let j = |v: serde_json::Value| v.to_string();
+    let touch = |n: &str| format!("touch {}", shq(marker(n)));
+    let payloads = [
+        j(serde_json::json!({"cmd": ["echo", "x"], "env": {"LD_PRELOAD": lib}})),
+        j(serde_json::json!({"cmd": [report], "env": {"BASH_ENV": format!("$({})", touch("bash-expand"))}})),
+        j(serde_json::json!({"cmd": [report], "env": {"BASH_ENV": bash_env_file}})),
+        j(serde_json::json!({"cmd": [fake_cp, "-c", touch("cp")]})),
+        j(serde_json::json!({"cmd": ["docker", "run", "--privileged", "-v", "/:/host", "alpine", "sh", "-c", touch("docker")]})),
+        j(serde_json::json!({"image": "alpine", "env": {"DOCKER_HOST": "tcp://127.0.0.1:2375"}})),
+        j(serde_json::json!({"url": format!("{base}/allowed2/x")})),
+        j(serde_json::json!({"url": format!("http://127.0.0.10:{}/x", other_host.port)})),
+        // Allowed, beside them:
+        j(serde_json::json!({"cmd": [report]})),
+        j(serde_json::json!({"cmd": ["echo", "plain"], "env": {"GREETING": "hi"}})),
+        j(serde_json::json!({"image": "alpine", "args": ["echo", "hi"]})),
+        j(serde_json::json!({"url": format!("{base}/allowed/ok")})),
+    ];
+    let broker = broker();
+    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
+    let commands = format!("echo,cp,{}/", jobs.display());
+    let urls = format!("{base}/allowed,http://127.0.0.1");
+    let sup = pool(
+        &broker,
+        "2",
+        &[("PATH", &path), ("ALLOWED_COMMANDS", &commands), ("ALLOWED_IMAGES", "alpine"), ("ALLOWED_URLS", &urls)],
+    );
+    let o = outcomes(&broker, &orders);
+    // Every row is checked, and every broken one named (not only the first).
+    let mut broken: Vec<String> = Vec::new();
+    let refused = [
+        (0, "row 1, LD_PRELOAD", "LD_PRELOAD", "ld"),
+        (1, "row 2, BASH_ENV=$(...)", "BASH_ENV", "bash-expand"),
+        (2, "row 2, BASH_ENV=file", "BASH_ENV", "bash-file"),
+        (3, "row 3, a shell copied to cp", "allowed commands", "cp"),
+        (4, "row 5, docker as a command", "'docker'", "docker"),
+        (5, "row 6, DOCKER_HOST", "DOCKER_HOST", ""),
+        (6, "row 7, a longer path", "ALLOWED_URLS", "url-path"),
+        (7, "row 7, a longer host", "ALLOWED_URLS", "url-host"),
+    ];
+    for (i, row, says, m) in refused {
+        let reason = o[i].reason.as_deref().unwrap_or("");
+        if o[i].status != Status::Refused || !reason.contains(says) {
+            broken.push(format!("{row}: not refused naming {says}: {:?}", o[i]));
+        } else if !o[i].stdout_tail.is_empty() || !o[i].stderr_tail.is_empty() {
+            broken.push(format!("{row}: output from a refused order: {:?}", o[i]));
+        }
+        if !m.is_empty() && marker(m).exists() {
+            broken.push(format!("{row}: the attacker's code ran"));
+        }
+    }
+    let allowed = [(8, "report\n"), (9, "plain\n"), (10, "from-docker\n"), (11, "fetched\n")];
+    for (i, out) in allowed {
+        if (o[i].status, o[i].stdout_tail.as_str()) != (Status::Ok, out) {
+            broken.push(format!("allowed order {i} did not run as it should: {:?}", o[i]));
+        }
+    }
+    // docker saw one run: the pool's own line for the allowed image.
+    let seen = std::fs::read_to_string(&docker_log).unwrap_or_default();
+    let lines: Vec<&str> = seen.lines().collect();
+    let own_line = lines.len() == 1
+        && lines[0].starts_with("run --rm --name pool_worker-")
+        && lines[0].ends_with(" alpine echo hi DOCKER_HOST=unset");
+    if !own_line || seen.contains("--privileged") || seen.contains("/:/host") {
+        broken.push(format!("rows 5-6: docker was run with {seen:?}"));
+    }
+    let reqs = http.requests.lock().unwrap().clone();
+    if reqs != vec!["GET /allowed/ok HTTP/1.1".to_string()] {
+        broken.push(format!("row 7: requests beyond the allowed URL: {reqs:?}"));
+    }
+    let other = other_host.requests.lock().unwrap().clone();
+    if !other.is_empty() {
+        broken.push(format!("row 7: a URL of another host was fetched: {other:?}"));
+    }
+    assert!(broken.is_empty(), "{} broken:\n{}", broken.len(), broken.join("\n"));
+    drop(sup);
+}
+
+/// Issue 18, row 4 (`cat /proc/$PPID/environ` returned the worker's
+/// `KAFKA_SASL_PASSWORD`), as a non-root job user; row 8 (URL orders to an
+/// internal service, all URLs allowed by default); and a job's leftovers,
+/// `setsid` ones included, end with it. One pool of the defaults plus
+/// `JOB_USER=nobody` and per-job limits.
+#[test]
+fn jobs_run_as_the_job_user_cannot_reach_the_workers_secrets_and_leave_nothing() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: a worker cannot switch to JOB_USER=nobody here; CI runs this as root");
+        return;
+    }
+    const SECRET: &str = "s3cr3t-sasl-password-4f9a";
+    // Orphans go to the nearest subreaper, else to pid 1, which here may end
+    // them itself: this test process is a subreaper, so that a leftover the
+    // worker failed to end lives on where the test can see it.
+    // SAFETY: prctl with integer arguments has no memory effects.
+    assert_eq!(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }, 0);
+    let dir = tempfile::tempdir().unwrap();
+    // The job user writes its pid files here.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let pid = |n: &str| dir.path().join(format!("{n}.pid"));
+    let internal = Http::start(BTreeMap::from([("/admin".to_string(), format!("internal-data {SECRET}"))]));
+    let payloads = [
+        // Row 4, and everywhere else a job of another user could look.
+        serde_json::json!({"cmd": ["sh", "-c", format!(
+            "id -u; cat /proc/$PPID/environ; cat /proc/$PPID/cmdline; grep -s -l -a {SECRET} /proc/[0-9]*/environ /proc/[0-9]*/cmdline; env; echo end"
+        )]})
+        .to_string(),
+        // Row 8.
+        serde_json::json!({"url": format!("http://127.0.0.1:{}/admin", internal.port)}).to_string(),
+        // Leftovers: a setsid'd process, and the child of a double fork.
+        // (Each writes its pid once in its own session; the job waits for
+        // both, so that none is still in the job's process group.)
+        sh_order(
+            &format!(
+                "setsid sh -c 'echo $$ > {a}; exec sleep 300' >/dev/null 2>&1 & \
+                 (setsid sh -c 'echo $$ > {b}; exec sleep 300' >/dev/null 2>&1 &); \
+                 while [ ! -s {a} ] || [ ! -s {b} ]; do sleep 0.01; done; echo started",
+                // (Temp paths have no quotes or blanks, which would break
+                // the nested quoting.)
+                a = pid("setsid").display(),
+                b = pid("orphan").display()
+            ),
+            Some(30),
+        ),
+        // Limits.
+        sh_order("ulimit -n; ulimit -v", None),
+    ];
+    let broker = broker();
+    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
+    let sup = pool(
+        &broker,
+        "1",
+        &[
+            ("KAFKA_SASL_PASSWORD", SECRET),
+            ("JOB_USER", "nobody"),
+            ("JOB_LIMIT_OPEN_FILES", "77"),
+            ("JOB_LIMIT_MEMORY_MB", "1024"),
+        ],
+    );
+    let o = outcomes(&broker, &orders);
+    let mut broken: Vec<String> = Vec::new();
+    let nobody = String::from_utf8(std::process::Command::new("id").args(["-u", "nobody"]).output().unwrap().stdout).unwrap();
+    if !o[0].stdout_tail.starts_with(&nobody) || !o[0].stdout_tail.ends_with("end\n") {
+        broken.push(format!("JOB_USER: the job did not run (to its end) as nobody: {:?}", o[0]));
+    }
+    for (i, out) in o.iter().enumerate() {
+        for tail in [&out.stdout_tail, &out.stderr_tail, out.reason.as_ref().unwrap_or(&String::new())] {
+            if tail.contains(SECRET) {
+                broken.push(format!("row 4: order {i} got the worker's secret: {out:?}"));
+            }
+        }
+    }
+    if !o[0].stderr_tail.contains("Permission denied") {
+        broken.push(format!("row 4: /proc/$PPID/environ was not refused: {:?}", o[0]));
+    }
+    if o[1].status != Status::Refused || !internal.requests.lock().unwrap().is_empty() {
+        broken.push(format!("row 8: the internal service was asked: {:?}", o[1]));
+    }
+    if (o[2].status, o[2].stdout_tail.as_str()) != (Status::Ok, "started\n") {
+        broken.push(format!("leftovers: the job did not run: {:?}", o[2]));
+    }
+    for n in ["setsid", "orphan"] {
+        let Some(p) = std::fs::read_to_string(pid(n)).ok().and_then(|s| s.trim().parse::<i32>().ok()) else {
+            broken.push(format!("leftovers: no pid file for {n}"));
+            continue;
+        };
+        let gone = || match std::fs::read_to_string(format!("/proc/{p}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        };
+        if !poll_until(Duration::from_secs(10), Duration::from_millis(20), gone) {
+            broken.push(format!("leftovers: the {n} process {p} outlived its job"));
+            // SAFETY: kill has no memory effects; the test's own leftover.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+    }
+    if (o[3].status, o[3].stdout_tail.as_str()) != (Status::Ok, "77\n1048576\n") {
+        broken.push(format!("limits: {:?}", o[3]));
+    }
+    assert!(broken.is_empty(), "{} broken:\n{}", broken.len(), broken.join("\n"));
+
+    drop(sup);
+}
+
+/// Issue 18, row 4, where the job runs as the worker's own (non-root) user:
+/// only the worker being non-dumpable keeps `/proc/$PPID/environ` closed.
+/// The worker runs as `nobody` (through `setpriv`), its job too.
+#[test]
+fn a_worker_is_not_dumpable_even_for_jobs_of_its_own_user() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("needs root and setpriv to start a worker as nobody; CI has both");
+        return;
+    }
+    const SECRET: &str = "s3cr3t-of-the-worker-77c1";
+    let broker = broker();
+    let script = "id -u; cat /proc/$PPID/environ; echo; tr '\\0' '\\n' < /proc/$PPID/cmdline; echo end";
+    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &[sh_order(script, None)], Some(0));
+    let mut cmd = std::process::Command::new("/usr/bin/setpriv");
+    cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(bin())
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .envs(broker.env())
+        .envs([("INSTANCE_NUMBER", "1"), ("SETTLE_MS", "0"), ("JOB_ENV_DENY", "SECRET_*,KAFKA_*"), ("SECRET_TOKEN", SECRET)])
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("start a worker as nobody");
+    let stderr = child.stderr.take().expect("piped");
+    let log = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::BufReader::new(stderr).read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + T;
+    let exited = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => break None,
+        }
+    };
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let log = log.join().unwrap_or_default();
+    assert_eq!(exited.and_then(|s| s.code()), Some(0), "the worker (as nobody) did not finish its order:\n{log}");
+    let o = outcomes(&broker, &orders);
+    let nobody = String::from_utf8(std::process::Command::new("id").args(["-u", "nobody"]).output().unwrap().stdout).unwrap();
+    assert!(o[0].stdout_tail.starts_with(&nobody) && o[0].stdout_tail.ends_with("end\n"), "{:?}", o[0]);
+    assert!(!o[0].stdout_tail.contains(SECRET) && !o[0].stderr_tail.contains(SECRET), "the job read the worker's secret: {:?}", o[0]);
+    assert!(o[0].stderr_tail.contains("Permission denied"), "{:?}", o[0]);
 }

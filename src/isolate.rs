@@ -1,0 +1,289 @@
+//! What keeps a job away from the worker: the worker's own hardening, the
+//! job user, per-job resource limits, and ending every process a job left.
+//!
+//! * [`harden_worker`], at the start of worker mode: the process is not
+//!   dumpable (`PR_SET_DUMPABLE` 0), so no process of another user, and none
+//!   of its own user without `CAP_SYS_PTRACE`, can read its
+//!   `/proc/<pid>/environ` or memory, or attach a debugger; and it is a child
+//!   subreaper (`PR_SET_CHILD_SUBREAPER`), so a process a job orphans (a
+//!   double fork, `setsid`) becomes the worker's child instead of init's,
+//!   which lets [`end_descendants`] find and end it.
+//! * [`JobUser`] (`JOB_USER`): jobs run under another uid, gid and that
+//!   user's supplementary groups, set in the child between `fork` and
+//!   `exec`. A job user cannot read the worker's memory or environment (a
+//!   worker running as root is not dumpable, and another uid may not ptrace
+//!   it) nor files that only the worker's user can read: that is where
+//!   credentials belong.
+//! * [`Limits`] (`JOB_LIMIT_*`): `setrlimit` in the child.
+//!
+//! `nix` wraps the system calls: safe `prctl`, `setrlimit`, `setgroups`,
+//! `setuid` and a thread-safe `getpwnam_r` with its buffer handling, for a
+//! small crate (only its `process`, `user`, `resource`, `signal` and `fs`
+//! parts are built); `rustix` lacks the user database and `setgroups`.
+
+use nix::sys::resource::{setrlimit, Resource};
+use nix::unistd::{Gid, Uid};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::CString;
+use std::io;
+use std::time::{Duration, Instant};
+
+/// Makes this process non-dumpable and a child subreaper.
+pub fn harden_worker() -> Result<(), String> {
+    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("cannot make the worker non-dumpable: {e}"))?;
+    nix::sys::prctl::set_child_subreaper(true).map_err(|e| format!("cannot make the worker a subreaper: {e}"))?;
+    Ok(())
+}
+
+/// The user jobs run as (`JOB_USER`: a name, or a numeric uid).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (the user's groups from the group database).
+    pub groups: Vec<u32>,
+    /// The user's home directory, for the job's `HOME`.
+    pub home: Option<String>,
+}
+
+impl JobUser {
+    /// Looks the user up, and checks that this process may become it.
+    pub fn lookup(spec: &str) -> Result<JobUser, String> {
+        let spec = spec.trim();
+        let found = match spec.parse::<u32>() {
+            Ok(uid) => nix::unistd::User::from_uid(Uid::from_raw(uid)),
+            Err(_) => nix::unistd::User::from_name(spec),
+        }
+        .map_err(|e| format!("JOB_USER='{spec}': cannot read the user database: {e}"))?;
+        let user = match (found, spec.parse::<u32>()) {
+            (Some(u), _) => {
+                let groups = CString::new(u.name.as_str())
+                    .ok()
+                    .and_then(|c| nix::unistd::getgrouplist(&c, u.gid).ok())
+                    .unwrap_or_else(|| vec![u.gid]);
+                JobUser {
+                    name: u.name.clone(),
+                    uid: u.uid.as_raw(),
+                    gid: u.gid.as_raw(),
+                    groups: groups.iter().map(|g| g.as_raw()).collect(),
+                    home: u.dir.to_str().map(str::to_string),
+                }
+            }
+            // A uid without an entry (containers): its own number as group.
+            (None, Ok(uid)) => JobUser { name: uid.to_string(), uid, gid: uid, groups: vec![uid], home: None },
+            (None, Err(_)) => return Err(format!("JOB_USER='{spec}' is not a user of this system")),
+        };
+        if user.uid == 0 {
+            return Err(format!("JOB_USER='{spec}' is root, which would give jobs the worker's power"));
+        }
+        if !Uid::effective().is_root() && Uid::effective().as_raw() != user.uid && !has_setid_caps() {
+            return Err(format!(
+                "JOB_USER='{spec}' needs the worker to run as root (or with CAP_SETUID and CAP_SETGID) to switch users"
+            ));
+        }
+        Ok(user)
+    }
+}
+
+/// Whether this process has CAP_SETGID (6) and CAP_SETUID (7) in effect.
+fn has_setid_caps() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & 0b1100_0000 == 0b1100_0000)
+}
+
+/// Per-job resource limits (`None`: the worker's own limit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// `RLIMIT_AS`, bytes of address space (`JOB_LIMIT_MEMORY_MB`).
+    pub memory_bytes: Option<u64>,
+    /// `RLIMIT_NPROC`, processes of the job's user (`JOB_LIMIT_PROCESSES`).
+    pub processes: Option<u64>,
+    /// `RLIMIT_NOFILE`, open files per process (`JOB_LIMIT_OPEN_FILES`).
+    pub open_files: Option<u64>,
+}
+
+/// Sets up the child of `cmd`, between `fork` and `exec`: limits first
+/// (`RLIMIT_NPROC` is checked at `fork`, so it counts the job user's
+/// processes from then on), then groups, gid and uid, in that order (once
+/// the uid is dropped, the rest could not be changed). Must be called before
+/// any other `pre_exec` that should run as the job user: the kernel clears
+/// the parent-death signal when credentials change.
+pub fn prepare_child(cmd: &mut tokio::process::Command, user: Option<&JobUser>, limits: Limits) {
+    if user.is_none() && limits == Limits::default() {
+        return;
+    }
+    // Everything the closure needs is computed here: after fork, only
+    // async-signal-safe calls (no allocation).
+    let creds = user.map(|u| {
+        (Uid::from_raw(u.uid), Gid::from_raw(u.gid), u.groups.iter().map(|g| Gid::from_raw(*g)).collect::<Vec<_>>())
+    });
+    let limit = |r: Resource, v: Option<u64>| v.map(|v| (r, v));
+    let limits: Vec<(Resource, u64)> = [
+        limit(Resource::RLIMIT_AS, limits.memory_bytes),
+        limit(Resource::RLIMIT_NPROC, limits.processes),
+        limit(Resource::RLIMIT_NOFILE, limits.open_files),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    // SAFETY: the closure calls only prctl, setrlimit, setgroups, setgid and
+    // setuid (async-signal-safe system calls) on data prepared before the
+    // fork; io::Error::last_os_error and from(Errno) do not allocate.
+    unsafe {
+        cmd.pre_exec(move || {
+            for (r, v) in &limits {
+                setrlimit(*r, *v, *v).map_err(io::Error::from)?;
+            }
+            if let Some((uid, gid, groups)) = &creds {
+                // A worker given CAP_SETUID/CAP_SETGID as ambient capabilities
+                // (systemd's AmbientCapabilities=) would pass them on through
+                // exec: a non-root uid change keeps them. Clear them first
+                // (EINVAL: a kernel without ambient capabilities).
+                if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) != 0 {
+                    let e = io::Error::last_os_error();
+                    if e.raw_os_error() != Some(libc::EINVAL) {
+                        return Err(e);
+                    }
+                }
+                nix::unistd::setgroups(groups).map_err(io::Error::from)?;
+                nix::unistd::setgid(*gid).map_err(io::Error::from)?;
+                nix::unistd::setuid(*uid).map_err(io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Parent pid of each process in `/proc` (`stat`'s fourth field; the name
+/// in parentheses may itself hold spaces and parentheses).
+fn parents() -> BTreeMap<i32, i32> {
+    let mut map = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return map };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        if let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| stat_ppid(&s)) {
+            map.insert(pid, ppid);
+        }
+    }
+    map
+}
+
+fn stat_ppid(stat: &str) -> Option<i32> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every descendant of `root` in a parent map.
+fn descendants(root: i32, parents: &BTreeMap<i32, i32>) -> BTreeSet<i32> {
+    let mut found = BTreeSet::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for (&child, &parent) in parents {
+            if parent == p && child != root && found.insert(child) {
+                frontier.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// Ends every descendant of this process (SIGKILL) and reaps those that are
+/// its children, round after round until none is left (a process being
+/// killed may have forked; its orphans come to this subreaper) or `limit`
+/// has passed. Returns how many processes were sent a signal. Only for a
+/// process whose children are all jobs' (worker mode).
+pub fn end_descendants(limit: Duration) -> usize {
+    let me = std::process::id() as i32;
+    let until = Instant::now() + limit;
+    let mut killed = BTreeSet::new();
+    loop {
+        let parents = parents();
+        let live: Vec<i32> = descendants(me, &parents)
+            .into_iter()
+            .filter(|pid| !is_zombie(*pid))
+            .collect();
+        for &pid in &live {
+            // SAFETY: kill has no memory effects; pid > 1 by construction.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed.insert(pid);
+        }
+        // Reap our own children among them (orphans reparented to us); a
+        // job's main process is already reaped by its runner.
+        for (&pid, &ppid) in &parents {
+            if ppid == me && killed.contains(&pid) {
+                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+            }
+        }
+        if live.is_empty() || Instant::now() >= until {
+            return killed.len();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 1..].trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// A fresh random 64-bit number from the kernel (`getrandom`), for the
+/// incarnation id; falls back to the standard library's random hasher keys.
+pub fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into an 8-byte buffer.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n == 8 {
+        return u64::from_ne_bytes(buf);
+    }
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_parse_even_with_odd_names() {
+        assert_eq!(stat_ppid("123 (sh) S 45 123 123 0"), Some(45));
+        assert_eq!(stat_ppid("123 (a) b (c) R 7 1 1"), Some(7));
+        assert_eq!(stat_ppid("garbage"), None);
+    }
+
+    #[test]
+    fn descendants_follow_the_tree() {
+        let p = BTreeMap::from([(10, 1), (11, 10), (12, 11), (13, 1), (14, 12), (15, 13)]);
+        assert_eq!(descendants(10, &p), BTreeSet::from([11, 12, 14]));
+        assert_eq!(descendants(15, &p), BTreeSet::new());
+    }
+
+    #[test]
+    fn users_are_looked_up() {
+        if !Uid::effective().is_root() && !has_setid_caps() {
+            let e = JobUser::lookup("nobody").unwrap_err();
+            assert!(e.contains("needs the worker to run as root"), "{e}");
+            return;
+        }
+        let nobody = JobUser::lookup("nobody").expect("nobody exists on the test machine");
+        assert_ne!(nobody.uid, 0);
+        assert!(JobUser::lookup("no-such-user-pw").unwrap_err().contains("not a user"));
+        assert!(JobUser::lookup("root").unwrap_err().contains("root"));
+        assert!(JobUser::lookup("0").is_err());
+        let by_number = JobUser::lookup(&nobody.uid.to_string()).unwrap();
+        assert_eq!(by_number.name, nobody.name);
+    }
+
+    #[test]
+    fn random_ids_differ() {
+        assert_ne!(random_u64(), random_u64());
+    }
+}
