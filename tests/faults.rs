@@ -316,41 +316,40 @@ fn no_order_can_wedge_the_pool() {
     drop(sup);
 }
 
-/// A URL order whose server answers slowly does not cost its instance the
-/// lease: the order is fetched on a task of its own while the worker goes
-/// on renewing (issue "Real clusters", 4). With a lease of 1.5 s and a
-/// fetch of 5 s, nobody revokes the hold and the order runs once.
+/// A URL order whose server never answers cannot cost its instance the
+/// lease (issue "Real clusters", 4): the fetch is bounded well below the
+/// lease (a third of it) and runs on a task of its own while the worker
+/// goes on renewing. With a lease of 1.5 s and a server that holds the
+/// request for 10 s, nobody revokes the hold, the order completes as
+/// `error` naming the URL, and it is completed once.
 #[test]
 fn a_slow_fetch_keeps_the_lease() {
-    use std::io::{Read, Write};
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("ledger");
-    let body = ledger_order(&ledger);
+    use std::io::Read;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let server = std::thread::spawn(move || {
-        // Two connections at most (the order, and none else expected).
-        for conn in listener.incoming().take(1) {
-            let Ok(mut conn) = conn else { continue };
+        if let Some(Ok(mut conn)) = listener.incoming().next() {
             let mut head = [0u8; 1024];
             let _ = conn.read(&mut head);
-            std::thread::sleep(Duration::from_secs(5));
-            let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+            std::thread::sleep(Duration::from_secs(10));
         }
     });
     let broker = broker(1);
     let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
-    let order = serde_json::json!({ "url": format!("http://127.0.0.1:{port}/slow") }).to_string();
+    let url = format!("http://127.0.0.1:{port}/slow");
+    let order = serde_json::json!({ "url": url }).to_string();
     let orders = produce_orders(broker.bootstrap(), &topic, &[order], Some(0));
-    let sup = pool(&broker, "2", &[("LEASE_MS", "1500")]);
+    let allowed = format!("http://127.0.0.1:{port}/");
+    let sup = pool(&broker, "2", &[("LEASE_MS", "1500"), ("ALLOWED_URLS", &allowed)]);
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
     audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
     let recs = decoded_claims(broker.bootstrap(), &claims);
     assert!(!recs.iter().any(|(_, r)| r.event == Event::Revoked), "revoked while fetching:\n{}", show_all(&recs));
-    assert!(recs.iter().any(|(_, r)| r.event == Event::Lease), "no lease renewed while fetching:\n{}", show_all(&recs));
     let done = &audit.orders[&OrderId::new(orders[0].0, orders[0].1)].completions[0].1;
-    assert_eq!(done.outcome.as_ref().unwrap().status, Status::Ok, "{done:?}");
-    assert_eq!(ledger_counts(&ledger).values().sum::<usize>(), 1);
+    let outcome = done.outcome.as_ref().unwrap();
+    assert_eq!(outcome.status, Status::Error, "{outcome:?}");
+    assert!(outcome.reason.as_deref().unwrap_or("").contains(&url), "{outcome:?}");
+    assert!(outcome.duration_ms < 1500, "the fetch took longer than the lease: {outcome:?}");
     drop(sup);
     server.join().unwrap();
 }
