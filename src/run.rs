@@ -136,7 +136,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                     idle = false;
                     tracing::info!(instance = me, %order, attempt, retry, "running");
                     let ctx = job_context(&cfg, order, attempt);
-                    match prepare(kafka.fetch_order(order).await, &cfg.allowed_urls).await {
+                    let payload = kafka.fetch_order(order).await.map_err(|e| unreadable(order, e));
+                    match prepare(payload, &cfg.allowed_urls).await {
                         // An order with an id runs only once the log says it
                         // is the first with that id (Action::Start).
                         Ok(spec) if spec.id.is_some() => {
@@ -399,14 +400,30 @@ fn start_job(
     (tx, task)
 }
 
+/// The outcome of an order whose payload could not be read: `deleted` at
+/// once if the broker deleted it, else `error`.
+fn unreadable(order: OrderId, why: crate::kafka::Unreadable) -> Outcome {
+    match why {
+        crate::kafka::Unreadable::Deleted { log_start } => Outcome::not_run(
+            Status::Deleted,
+            format!(
+                "order {order} was deleted by the broker before it ran (retention or DeleteRecords): \
+                 offset {} is below the partition's log start {log_start}",
+                order.offset
+            ),
+        ),
+        crate::kafka::Unreadable::Failed(why) => Outcome::not_run(Status::Error, why),
+    }
+}
+
 /// Parses an order's payload (fetching a URL order's body). Whatever is
 /// wrong with it is the order's outcome, so a bad order is completed, never
 /// retried forever.
 async fn prepare(
-    payload: Result<Option<Vec<u8>>, String>,
+    payload: Result<Option<Vec<u8>>, Outcome>,
     allowed_urls: &Option<Vec<String>>,
 ) -> Result<orders::OrderSpec, Outcome> {
-    let payload = payload.map_err(|why| Outcome::not_run(Status::Error, why))?;
+    let payload = payload?;
     let spec = orders::parse(payload.as_deref()).map_err(|e| Outcome::not_run(Status::Error, e.to_string()))?;
     let orders::OrderKind::Url { url } = &spec.kind else {
         return Ok(spec);
