@@ -22,6 +22,14 @@
 //!   run with `std::process::Command` and its offset committed synchronously
 //!   afterwards) on a fresh topic with the same payloads and partitions.
 //!
+//! Then the **idle pool** (issue 16): for each N in BENCH_IDLE_NS, N
+//! instances idle on one orders partition, their CPU over a quiet interval
+//! (from /proc/<pid>/stat), then orders sent one at a time, each after the
+//! previous completed: claims records per order, instances that claimed it,
+//! send → `completed` latency; once with the workers' defaults (as for a
+//! real Kafka cluster) and once with the embedded broker's settings
+//! (`pool_worker::broker::WORKER_ENV`, which every other case uses).
+//!
 //! Then boot time against the size of the claims history (K pre-filled
 //! orders; the mock broker keeps 5 MB per partition, so the pre-fill is
 //! compressed and the case reports how much of the history the broker kept
@@ -35,7 +43,16 @@
 //! one at a time, default 10), BENCH_KS (history sizes, default
 //! `1000,10000,35000,100000`, empty to skip), BENCH_K_RUNS (boots per K, default 3),
 //! BENCH_OPP (ORDERS_PER_PROCESS of each pool row, default `1,100`; 1 is
-//! the default pool, without the variable), BENCH_RESTART_DELAY_MS (default 0), BENCH_CASE_SECS (default 120),
+//! the default pool, without the variable), BENCH_RESTART_DELAY_MS (the
+//! supervisor's delay after a failure; default: not given, the supervisor's
+//! own default, as the shipped compose file and systemd unit run it; clean
+//! exits are restarted at once either way), BENCH_CASE_SECS (default 120),
+//! BENCH_IDLE_NS (idle-pool sizes, default `1,4,8,16`, empty to skip),
+//! BENCH_IDLE_SETTINGS (default `embedded,defaults`), BENCH_IDLE_SEQ (orders
+//! one at a time per idle case, default 20 with the embedded broker's
+//! settings, a quarter of it with the defaults, whose every step waits out
+//! the mock broker's 500 ms fetch), BENCH_IDLE_SECS (the quiet interval of
+//! the CPU figure, default 10),
 //! BENCH_OUT (default bench/RESULTS.md; `-` for none), BENCH_PERF (a
 //! directory: run each history boot under `perf record --call-graph dwarf` into it),
 //! BENCH_CHECKPOINTS (0: a history pre-fill without checkpoints, so that
@@ -59,6 +76,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pool_worker");
 const PAYLOAD: &str = "true";
+
+/// The pool's `fetch.wait.max.ms` against the embedded broker.
+const EMBEDDED_FETCH_WAIT_MS: &str = "2";
+
+/// The workers' environment for the embedded broker's settings.
+fn embedded_env() -> Vec<(&'static str, String)> {
+    let env: Vec<(&'static str, String)> = pool_worker::broker::WORKER_ENV.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    assert!(
+        env.contains(&("KAFKA_FETCH_WAIT_MAX_MS", EMBEDDED_FETCH_WAIT_MS.to_string())),
+        "the baseline's fetch wait must be the pool's: {env:?}"
+    );
+    env
+}
 
 fn now_ms() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_micros() as f64 / 1000.0)
@@ -366,13 +396,19 @@ struct Supervisor {
 }
 
 impl Supervisor {
-    fn start(n: usize, env: &[(&str, String)], restart_delay_ms: u64, sampler: &Sampler) -> Supervisor {
+    fn start(n: usize, env: &[(&str, String)], restart_delay_ms: Option<u64>, sampler: &Sampler) -> Supervisor {
         let mut cmd = Command::new(BIN);
         cmd.args(["supervise", "--instances", &format!("1-{n}"), "--json", "--child-output", "null"])
-            .args(["--restart-delay-ms", &restart_delay_ms.to_string(), "--stop-grace-ms", "2000"])
+            .args(["--stop-grace-ms", "2000"]);
+        if let Some(ms) = restart_delay_ms {
+            cmd.args(["--restart-delay-ms", &ms.to_string()]);
+        }
+        cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
+        // Only what the case gives: the defaults mean the defaults.
+        cmd.env_remove("KAFKA_FETCH_WAIT_MAX_MS");
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -481,7 +517,7 @@ fn wait_for(label: &str, want: usize, deadline: Instant, mut done: impl FnMut() 
 struct Bench {
     broker: BrokerProc,
     run: String,
-    restart_delay_ms: u64,
+    restart_delay_ms: Option<u64>,
     case_secs: u64,
     seq: usize,
     /// BENCH_PERF: profile each history run's worker into this directory.
@@ -526,6 +562,7 @@ impl Bench {
         if let Some(k) = opp {
             env.push(("ORDERS_PER_PROCESS", k.to_string()));
         }
+        env.extend(embedded_env());
         let sup = Supervisor::start(n, &env, self.restart_delay_ms, &sampler);
         // Ready: every instance has booted (and, a moment later, is idle).
         let booted = |r: &Reader| {
@@ -652,8 +689,9 @@ impl Bench {
                     .set("group.id", &group)
                     .set("enable.auto.commit", "false")
                     .set("auto.offset.reset", "earliest")
-                    // Same long-poll bound as the pool's consumers (src/kafka.rs).
-                    .set("fetch.wait.max.ms", pool_worker::kafka::FETCH_WAIT_MS.to_string())
+                    // Same long-poll bound as the pool's consumers against
+                    // this broker (src/broker.rs, WORKER_ENV).
+                    .set("fetch.wait.max.ms", EMBEDDED_FETCH_WAIT_MS)
                     .create()
                     .expect("consumer");
                 consumer.subscribe(&[&topic]).expect("subscribe");
@@ -1033,6 +1071,202 @@ struct HistResult {
     incomplete: Option<String>,
 }
 
+/// CPU time (user + system) of a process so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) in parentheses:
+    // state is field 3, utime 14 and stime 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn clock_ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
+
+/// The CPU each of `pids` used over `secs` of wall time, in % of a core
+/// (processes that ended meanwhile are left out).
+fn cpu_percent(pids: &[u32], secs: f64) -> Vec<Option<f64>> {
+    let before: Vec<Option<u64>> = pids.iter().map(|&p| cpu_ticks(p)).collect();
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let wall = t.elapsed().as_secs_f64();
+    let hz = clock_ticks_per_sec();
+    pids.iter()
+        .zip(before)
+        .map(|(&p, b)| Some((cpu_ticks(p)?.checked_sub(b?)? as f64 / hz) / wall * 100.0))
+        .collect()
+}
+
+/// One idle-pool case.
+#[derive(Default)]
+struct IdleResult {
+    n: usize,
+    embedded: bool,
+    /// % of a core, per idle instance, over the quiet interval.
+    cpu: Vec<f64>,
+    /// % of a core of the embedded broker process over the same interval.
+    broker_cpu: Option<f64>,
+    sent: usize,
+    lat: Vec<f64>,
+    /// Claims records naming each order.
+    records: Vec<f64>,
+    /// Instances that appended `claimed` for each order.
+    rivals: Vec<f64>,
+    incomplete: Option<String>,
+}
+
+impl IdleResult {
+    fn settings(&self) -> String {
+        if self.embedded {
+            format!("embedded broker's (`{}`)", pool_worker::broker::worker_env_line())
+        } else {
+            format!("defaults (`fetch.wait.max.ms={}`)", pool_worker::kafka::FETCH_WAIT_MS)
+        }
+    }
+}
+
+impl Bench {
+    /// N idle instances on one orders partition: their CPU over a quiet
+    /// interval, then `seq` orders one at a time, each sent once the
+    /// previous one completed and the instance that ran it was started
+    /// again and booted.
+    fn idle_case(&mut self, n: usize, embedded: bool, seq: usize, quiet_secs: f64) -> IdleResult {
+        let tag = if embedded { "emb" } else { "def" };
+        let orders = format!("{}-idle{n}{tag}-orders", self.run);
+        let claims = format!("{}-idle{n}{tag}-claims", self.run);
+        let mut res = IdleResult { n, embedded, ..Default::default() };
+        if let Err(e) = self.broker.create(&orders, 1).and_then(|()| self.broker.create(&claims, 1)) {
+            res.incomplete = Some(e);
+            return res;
+        }
+        let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Beginning);
+        let sampler = Sampler::start();
+        let state_dir = std::env::temp_dir().join(format!("pool_worker-bench-{claims}"));
+        let mut env = vec![
+            ("KAFKA_BROKERS", self.broker.bootstrap.clone()),
+            ("ORDERS_TOPIC", orders.clone()),
+            ("COORDINATION_TOPIC", claims.clone()),
+            ("SETTLE_MS", "1000".to_string()),
+            ("STATE_DIR", state_dir.display().to_string()),
+        ];
+        if embedded {
+            env.extend(embedded_env());
+        }
+        let sup = Supervisor::start(n, &env, None, &sampler);
+        let booted = |r: &Reader| r.seen.lock().unwrap().recs.iter().filter(|(_, _, r)| r.event == Event::Booted).count();
+        let label = format!("idle N={n} {tag}");
+        let b = wait_for(&format!("{label} booting"), n, Instant::now() + Duration::from_secs(90), || booted(&reader));
+        // Booted, then caught up with the claims topic and idle: a few of
+        // the broker's fetch waits (500 ms each with the defaults).
+        let settle = if embedded { 1.0 } else { 3.0 };
+        std::thread::sleep(Duration::from_secs_f64(settle));
+        if b < n {
+            res.incomplete = Some(format!("only {b}/{n} instances booted in 90 s"));
+        } else {
+            let pids: Vec<u32> = sup.started.lock().unwrap().iter().map(|s| s.pid).collect();
+            progress(format!("{label}: CPU of {} idle instances over {quiet_secs} s", pids.len()));
+            let mut all = pids.clone();
+            all.push(self.broker.child.id());
+            let cpu = cpu_percent(&all, quiet_secs);
+            res.broker_cpu = cpu.last().copied().flatten();
+            res.cpu = cpu[..pids.len()].iter().flatten().copied().collect();
+            progress(format!("{label}: {seq} orders one at a time"));
+            let mut sender = Sender::new(&self.broker.bootstrap);
+            let mut keys = Vec::new();
+            for j in 0..seq {
+                let idx = sender.send(&orders, 0);
+                let pos = sender.positions(&[idx]);
+                let Some((&key, &s)) = pos.iter().next() else { break };
+                keys.push(key);
+                res.sent += 1;
+                let got = wait_for(&label, 1, Instant::now() + Duration::from_secs(30), || {
+                    reader.completions().contains_key(&key) as usize
+                });
+                if got == 0 {
+                    res.incomplete = Some(format!("order {j} did not complete in 30 s"));
+                    break;
+                }
+                res.lat.push(reader.completions()[&key] - s);
+                // The instance that ran it exits; the pool is idle again once
+                // its successor has booted and caught up.
+                let want = n + j + 1;
+                if wait_for(&label, want, Instant::now() + Duration::from_secs(30), || booted(&reader)) < want {
+                    res.incomplete = Some(format!("no instance booted after order {j} in 30 s"));
+                    break;
+                }
+                std::thread::sleep(Duration::from_secs_f64(settle / 2.0));
+            }
+            // Late records about the orders (a rival's `yielded`).
+            std::thread::sleep(Duration::from_secs(1));
+            let recs = reader.snapshot();
+            for key in &keys {
+                let about: Vec<&Record> = recs
+                    .iter()
+                    .map(|(_, _, r)| r)
+                    .filter(|r| r.order().is_some_and(|o| (o.partition, o.offset) == *key))
+                    .collect();
+                res.records.push(about.len() as f64);
+                let claimants: HashSet<u32> =
+                    about.iter().filter(|r| r.event == Event::Claimed).map(|r| r.instance).collect();
+                res.rivals.push(claimants.len() as f64);
+            }
+        }
+        sup.stop();
+        let _ = std::fs::remove_dir_all(&state_dir);
+        res
+    }
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// Replaces the `## ` sections of `old` that `new` has, keeps the others
+/// (sections from earlier runs of a subset of the cases), appends new ones,
+/// and keeps a trailing `## Findings` (written by hand) last.
+fn merge_sections(header: &str, old: &str, new: &str) -> String {
+    fn sections(doc: &str) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for line in doc.lines() {
+            if line.starts_with("## ") {
+                out.push((line.to_string(), String::new()));
+            } else if let Some(last) = out.last_mut() {
+                last.1.push_str(line);
+                last.1.push('\n');
+            }
+        }
+        out
+    }
+    let (old, new) = (sections(old), sections(new));
+    let mut doc = header.to_string();
+    let is_findings = |t: &str| t.starts_with("## Findings");
+    let mut push = |t: &str, body: &str| {
+        doc.push_str(t);
+        doc.push('\n');
+        doc.push_str(body);
+        if !body.ends_with("\n\n") {
+            doc.push('\n');
+        }
+    };
+    for (t, body) in old.iter().filter(|(t, _)| !is_findings(t)) {
+        match new.iter().find(|(nt, _)| nt == t) {
+            Some((_, nb)) => push(t, nb),
+            None => push(t, body),
+        }
+    }
+    for (t, body) in new.iter().filter(|(t, _)| !old.iter().any(|(ot, _)| ot == t)) {
+        push(t, body);
+    }
+    for (t, body) in old.iter().filter(|(t, _)| is_findings(t)) {
+        push(t, body);
+    }
+    doc
+}
+
 fn median(v: Vec<f64>) -> Option<f64> {
     pct(&v, 50.0)
 }
@@ -1045,14 +1279,15 @@ fn main() {
     let opps = env_list("BENCH_OPP", "1,100");
     let k_runs = env_or("BENCH_K_RUNS", "3").parse().unwrap_or(3);
     let seq = env_or("BENCH_SEQ", "10").parse().unwrap_or(10);
-    let restart_delay_ms: u64 = env_or("BENCH_RESTART_DELAY_MS", "0").parse().unwrap_or(0);
+    let restart_delay_ms: Option<u64> = std::env::var("BENCH_RESTART_DELAY_MS").ok().and_then(|s| s.parse().ok());
+    let restart_flag = restart_delay_ms.map(|ms| format!(" --restart-delay-ms {ms}")).unwrap_or_default();
     let case_secs: u64 = env_or("BENCH_CASE_SECS", "120").parse().unwrap_or(120);
     let out = env_or("BENCH_OUT", concat!(env!("CARGO_MANIFEST_DIR"), "/bench/RESULTS.md"));
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let run = format!("bench{}-{}", std::process::id(), (now_ms() as u64) % 1_000_000);
     let date = Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
-    progress(format!("pool_worker bench: binary {BIN}, {cores} cores, N {ns:?}, M {ms:?}, one-at-a-time {seq}, restart delay {restart_delay_ms} ms"));
+    progress(format!("pool_worker bench: binary {BIN}, {cores} cores, N {ns:?}, M {ms:?}, one-at-a-time {seq}, supervise{restart_flag}"));
     let broker = BrokerProc::start(&run);
     progress(format!("broker at {}", broker.bootstrap));
     let perf_dir = std::env::var("BENCH_PERF").ok().filter(|s| !s.is_empty());
@@ -1089,6 +1324,32 @@ fn main() {
         progress(format!("baseline N={n}: {} orders in {:.2} s = {:.1} orders/s{}", b.done, b.secs, b.rate(), b.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
         cases.push((pools, b));
     }
+    let mut idle = Vec::new();
+    let idle_ns = env_list("BENCH_IDLE_NS", "1,4,8,16");
+    let idle_seq: usize = env_or("BENCH_IDLE_SEQ", "20").parse().unwrap_or(20);
+    let idle_secs: f64 = env_or("BENCH_IDLE_SECS", "10").parse().unwrap_or(10.0);
+    let idle_settings = env_or("BENCH_IDLE_SETTINGS", "embedded,defaults");
+    for &n in &idle_ns {
+        for setting in idle_settings.split(',').map(str::trim) {
+            let embedded = match setting {
+                "embedded" => true,
+                "defaults" => false,
+                _ => continue,
+            };
+            check_broker(&mut bench, &format!("idle N={n}"));
+            progress(format!("=== idle pool N={n}, {setting}"));
+            let seq = if embedded { idle_seq } else { idle_seq.div_ceil(4) };
+            let r = bench.idle_case(n, embedded, seq, idle_secs);
+            progress(format!(
+                "idle N={n} {setting}: CPU {} % per instance, records/order {}, p50 {} ms{}",
+                mean(&r.cpu).map_or("-".into(), |c| format!("{c:.2}")),
+                mean(&r.records).map_or("-".into(), |c| format!("{c:.2}")),
+                fmt_ms(pct(&r.lat, 50.0)),
+                r.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()
+            ));
+            idle.push(r);
+        }
+    }
     let mut hist = Vec::new();
     for &k in &ks {
         check_broker(&mut bench, &format!("history K={k}"));
@@ -1100,7 +1361,32 @@ fn main() {
     // ------------------------------------------------------------ report
     let mut r = String::new();
     use std::fmt::Write as _;
+    if !idle.is_empty() {
+        let _ = writeln!(r, "## Idle pool: one order at a time\n");
+        let _ = writeln!(r, "Measured {date}. N instances (`pool_worker supervise --instances 1-N`, no other flag) idle on one orders partition; CPU of each idle instance over {idle_secs} s of quiet (utime + stime from /proc/<pid>/stat), and of the embedded broker process over the same interval; then orders sent one at a time, each once the previous one completed and the instance that ran it was started again and booted. Claims records per order: every record of the claims topic that names the order (`claimed`, `committed`, `completed`, and a rival's `yielded`, `lease`, `revoked`), counted after the last order, not the `booted` records of the processes started after each order; claimants: instances that appended `claimed` for it. Latency: send → the `completed` record's ts. Targets (issue 16): records per order ≤ 3.3 at every N, p50 at N=16 within 1.5x of N=1, idle CPU ≤ 1 % of a core with the defaults.\n");
+        let _ = writeln!(r, "| N idle | worker settings | orders | done | claims records per order, mean / max | claimants per order, mean / max | send→completed p50 ms | p99 ms | idle CPU per instance, % of a core, mean / max | broker CPU % (all N) | note |");
+        let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
+        for c in &idle {
+            let mm = |v: &[f64], d: usize| match (mean(v), pct(v, 100.0)) {
+                (Some(a), Some(b)) => format!("{a:.d$} / {b:.d$}"),
+                _ => "-".into(),
+            };
+            let _ = writeln!(
+                r,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                c.n, c.settings(), c.sent, c.lat.len(),
+                mm(&c.records, 2), mm(&c.rivals, 2),
+                fmt_ms(pct(&c.lat, 50.0)), fmt_ms(pct(&c.lat, 99.0)),
+                mm(&c.cpu, 2),
+                c.broker_cpu.map_or("-".into(), |x| format!("{x:.1}")),
+                c.incomplete.clone().map(|s| format!("INCOMPLETE: {s}")).unwrap_or_default()
+            );
+        }
+        let _ = writeln!(r);
+    }
+    if !cases.is_empty() {
     let _ = writeln!(r, "## Throughput and latency\n");
+    let _ = writeln!(r, "Measured {date}.\n");
     let _ = writeln!(r, "| N | system | orders | done | orders/s | pool/baseline | burst p50 ms | burst p99 ms | 1-at-a-time p50 ms | 1-at-a-time p99 ms | note |");
     let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
     for (pools, b) in &cases {
@@ -1133,8 +1419,10 @@ fn main() {
             p.records_per_order, p.yields, fmt_ms(b.rebalance_ms)
         );
     }
+    }
     if !hist.is_empty() {
         let _ = writeln!(r, "\n## Boot time vs claims history (one instance, median of runs)\n");
+        let _ = writeln!(r, "Measured {date}.\n");
         let _ = writeln!(r, "| K orders in history | claims records | bytes/record | log start | records replayed (worker) | foreign/void | in-process replay ms (decode + View, no broker) | pre-fill s | runs | replay ms (worker) | start→booted ms | start→first claim ms | start→completed ms | start→exit ms | peak RSS MB | note |");
         let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for h in &hist {
@@ -1167,20 +1455,18 @@ fn main() {
         let _ = writeln!(doc, "Command: `cargo bench --bench pool` (benches/pool.rs)  ");
         let _ = writeln!(doc, "Date: {date}  ");
         let _ = writeln!(doc, "Machine: {cores} cores (nproc), shared and noisy; embedded broker (librdkafka mock cluster, `pool_worker broker`) on the same machine.\n");
-        let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null --restart-delay-ms {restart_delay_ms}` on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine). Rows \"pool, ORDERS_PER_PROCESS=K\": the same with each worker process completing up to K orders before it exits.");
-        let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms={}` (as the pool's consumers), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.", pool_worker::kafka::FETCH_WAIT_MS);
+        let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null{restart_flag}` (clean exits restarted at once, as the shipped compose file and systemd unit run it) with the embedded broker's worker settings (`{}`) on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine). Rows \"pool, ORDERS_PER_PROCESS=K\": the same with each worker process completing up to K orders before it exits.", pool_worker::broker::worker_env_line());
+        let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms={}` (as the pool's consumers against this broker), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.", EMBEDDED_FETCH_WAIT_MS);
+        let _ = writeln!(doc, "Each section says when it was measured: a run of a subset of the cases (see the knobs in benches/pool.rs) replaces only its own sections.\n");
         let _ = writeln!(doc, "History: one worker (instance 1) boots on a claims topic pre-filled with K completed orders (booted/claimed/committed/completed each, as the pool writes them, lz4-compressed so that the mock broker, which keeps 5 MB per partition, keeps them); `log start` > 0 means the broker dropped the oldest records, `records replayed` is the worker's own count (its \"replayed the claims topic\" log line), `in-process replay` is decode + `View::apply` of the same records in the bench process, without Kafka.");
         let _ = writeln!(doc, "Boot: per worker process started during the burst: supervisor's `started` event (read by the bench) → the incarnation's `booted` record ts (process up, Kafka clients connected, topics checked, the claims topic read to its end and the predecessor's clean exit confirmed there: docs/protocol.md, \"Settling\"; `SETTLE_MS=1000`, `STATE_DIR` per case) and → its first `claimed` record ts (replay caught up, order chosen: ready to claim). Peak RSS: VmHWM of every instance process, sampled from /proc every 5 ms.\n");
-        doc.push_str(&r);
         if let Some(dir) = std::path::Path::new(&out).parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        // Keep any findings section written by hand below the figures.
-        let keep = std::fs::read_to_string(&out)
-            .ok()
-            .and_then(|old| old.find("\n## Findings").map(|i| old[i..].to_string()))
-            .unwrap_or_default();
-        doc.push_str(&keep);
+        // Sections of cases not run this time, and the findings written by
+        // hand, are kept.
+        let old = std::fs::read_to_string(&out).unwrap_or_default();
+        let doc = merge_sections(&doc, &old, &r);
         std::fs::write(&out, doc).expect("cannot write the results");
         progress(format!("written to {out}"));
     }

@@ -46,7 +46,18 @@
 //! anything else   -> error <why>
 //! ```
 //!
-//! End of input, SIGTERM and SIGINT also end it with status 0. Standard input
+//! End of input, SIGTERM and SIGINT also end it with status 0.
+//!
+//! # Settings the workers need against it
+//!
+//! The mock broker holds an empty fetch for the whole of the consumer's
+//! `fetch.wait.max.ms` and does not answer it early when data arrives (a
+//! real Kafka broker does). With the worker's default, Kafka's 500 ms, every
+//! step of an order would wait up to half a second here. [`WORKER_ENV`] lists
+//! what workers set against this broker, and only against it: `pool_worker
+//! dev`, the integration tests and the benchmark set it, and `pool_worker
+//! broker` prints it (on stderr, and as `worker_env` in the `--json` line)
+//! for whoever starts workers by hand. Standard input
 //! is read on a plain thread rather than with `tokio::io::stdin`, whose
 //! blocking read cannot be cancelled and would hold up the runtime's shutdown.
 
@@ -63,6 +74,19 @@ pub const MAX_BROKERS: i32 = 16;
 
 /// Largest partition count accepted for a topic.
 pub const MAX_PARTITIONS: i32 = 1024;
+
+/// The workers' environment against the embedded broker, and against it
+/// only (see the module docs): consumers' empty fetches held 2 ms instead of
+/// 500, which costs an idle worker a few per cent of a core (bench/RESULTS.md,
+/// "Idle pool") and saves ~0.5 s per step of an order. Never a default: on a
+/// real cluster it would make every idle instance send ~1,000 fetch requests
+/// a second for nothing.
+pub const WORKER_ENV: &[(&str, &str)] = &[("KAFKA_FETCH_WAIT_MAX_MS", "2")];
+
+/// [`WORKER_ENV`] as `NAME=value NAME=value`, for people.
+pub fn worker_env_line() -> String {
+    WORKER_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+}
 
 /// Exit status of the subcommand for a bad argument.
 const EXIT_CONFIG: i32 = 2;
@@ -267,7 +291,8 @@ pub struct BrokerArgs {
     /// Number of mock brokers.
     #[arg(long, default_value_t = 1)]
     pub brokers: i32,
-    /// Print the bootstrap line as JSON: {"bootstrap":"127.0.0.1:PORT"}.
+    /// Print the bootstrap line as JSON: {"bootstrap":"127.0.0.1:PORT",
+    /// "worker_env":{...}} (the settings workers need against this broker).
     #[arg(long)]
     pub json: bool,
     /// HOST:PORT, comma-separated, one per broker: the address each broker
@@ -345,9 +370,18 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<i32> {
     }
     let bootstrap = broker.bootstrap();
     if args.json {
-        say(&serde_json::json!({ "bootstrap": bootstrap }).to_string());
+        let env: serde_json::Map<String, serde_json::Value> =
+            WORKER_ENV.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
+        say(&serde_json::json!({ "bootstrap": bootstrap, "worker_env": env }).to_string());
     } else {
         say(&format!("bootstrap {bootstrap}"));
+        // Standard output is the control channel (one line per command), so
+        // the advice goes to stderr.
+        eprintln!(
+            "pool_worker broker: workers against this embedded broker need {} \
+             (it holds empty fetches for the whole wait; never set it for a real Kafka cluster)",
+            worker_env_line()
+        );
     }
 
     let mut lines = stdin_lines();

@@ -317,6 +317,13 @@ fn worker_env(
     if std::env::var_os("SETTLE_MS").is_none() {
         env.push(("SETTLE_MS", DEV_SETTLE_MS.to_string()));
     }
+    // What the embedded broker needs (src/broker.rs), unless the user says
+    // otherwise.
+    for (k, v) in crate::broker::WORKER_ENV {
+        if std::env::var_os(k).is_none() {
+            env.push((k, v.to_string()));
+        }
+    }
     if let Some(dir) = state_dir {
         env.push(("STATE_DIR", dir.display().to_string()));
     }
@@ -520,8 +527,10 @@ impl Out {
             "\nSend an order:\n  echo 'echo hello' | kcat -P -b {addr} -t {orders}\n\
              Read the audit trail:\n  kcat -C -b {addr} -t {claims} -f '%k %s\\n'\n\
              Run one more worker by hand:\n  KAFKA_BROKERS={addr} ORDERS_TOPIC={orders} \
-             COORDINATION_TOPIC={claims} INSTANCE_NUMBER={next} {exe}\n",
+             COORDINATION_TOPIC={claims} INSTANCE_NUMBER={next} {mock} {exe}\n\
+             ({mock}: for this embedded broker only; a real Kafka cluster needs no such setting)\n",
             next = args.instances + 1,
+            mock = crate::broker::worker_env_line(),
             exe = std::env::current_exe().map_or("pool_worker".into(), |p| p.display().to_string()),
         ));
         if !args.demo {

@@ -29,7 +29,9 @@ use crate::record::{Foreign, OrderId, Record};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -79,8 +81,24 @@ impl ClientContext for Quiet {
 
 impl ConsumerContext for Quiet {}
 
+/// Where the producer's delivery report of one record goes: its offset.
+type Delivery = tokio::sync::oneshot::Sender<Result<i64, KafkaError>>;
+
+impl ProducerContext for Quiet {
+    type DeliveryOpaque = Box<Delivery>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, to: Box<Delivery>) {
+        let _ = to.send(result.as_ref().map(|m| m.offset()).map_err(|(e, _)| e.clone()));
+    }
+}
+
 pub struct Kafka {
-    producer: FutureProducer<Quiet>,
+    /// Its delivery reports are served by a thread of its own
+    /// ([`Kafka::connect`]), not by rdkafka's `FutureProducer`, whose
+    /// polling thread wakes every 100 ms and then spins for up to a
+    /// millisecond (a timeout under 1 ms is rounded down to 0 ms): 0.6 % of
+    /// a core per idle worker, most of its idle CPU (bench/RESULTS.md).
+    producer: Arc<BaseProducer<Quiet>>,
     /// The claims consumer, read by a thread of its own (see [`ClaimsReader`]).
     claims: Arc<BaseConsumer<Quiet>>,
     claims_rx: tokio::sync::Mutex<ClaimsQueue>,
@@ -97,6 +115,19 @@ pub struct Kafka {
     /// fetch as an order fetched), so that fetching them costs no round trip.
     payloads: std::sync::Mutex<Payloads>,
 }
+
+/// Why an order's payload could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreadable {
+    /// The broker deleted it (retention, DeleteRecords): its partition's
+    /// log now starts at `log_start`, past the order.
+    Deleted { log_start: i64 },
+    Failed(String),
+}
+
+/// While an order's payload does not come, how often its partition's log
+/// start is checked (the order may have been deleted).
+const DELETED_CHECK: Duration = Duration::from_secs(1);
 
 /// How long the orders topic's partition list is reused before it is asked
 /// for again (partitions added to the orders topic are seen within this).
@@ -167,17 +198,21 @@ pub fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientC
 }
 
 /// How long the broker may hold an empty fetch of the claims and orders
-/// consumers (`fetch.wait.max.ms`). Kafka answers a fetch as soon as data
-/// arrives, but librdkafka's mock cluster holds an empty one for the whole
-/// wait, and every order waits on such fetches five times: its arrival at an
-/// idle worker, the read-back of the claim, of the decision and of the
-/// completion, and the fetch of its payload. At 10 ms (claims) and 50 ms
-/// (orders) that was most of an idle pool's 45 ms latency; at 2 ms it is
-/// ~12 ms, for ~3.5 % of a core per idle worker and ~2 % in the mock broker
-/// (bench/RESULTS.md). Operators of a real cluster, where a long wait costs
-/// no latency, should raise it (`KAFKA_FETCH_WAIT_MAX_MS=500`) to make idle
-/// workers quiet: their properties are applied last.
-pub const FETCH_WAIT_MS: u32 = 2;
+/// consumers (`fetch.wait.max.ms`): Kafka's own default. A Kafka broker
+/// answers a waiting fetch as soon as data arrives, so the wait costs no
+/// latency, and an idle worker's two consumers send about four fetch
+/// requests a second, as plain consumers do. `KAFKA_FETCH_WAIT_MAX_MS`
+/// overrides it (the user's properties are applied last).
+///
+/// librdkafka's mock cluster (the embedded broker, `pool_worker broker` and
+/// `dev`) holds an empty fetch for the whole wait instead, and an order
+/// waits on such fetches about five times (its arrival at an idle worker,
+/// the read-back of the claim, of the decision and of the completion, the
+/// fetch of its payload): against it the workers run with
+/// [`crate::broker::WORKER_ENV`] (2 ms), set by `dev`, the tests and the
+/// bench, never by default (bench/RESULTS.md, "Idle pool": idle CPU and
+/// latency with both).
+pub const FETCH_WAIT_MS: u32 = 500;
 
 /// `wait_ms`: the consumer's `fetch.wait.max.ms` (see [`FETCH_WAIT_MS`]).
 fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
@@ -332,12 +367,20 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 impl Kafka {
     pub fn connect(cfg: &Config) -> anyhow::Result<Kafka> {
-        let producer: FutureProducer<Quiet> = client_config(&cfg.brokers, &cfg.kafka_props)
+        let producer: BaseProducer<Quiet> = client_config(&cfg.brokers, &cfg.kafka_props)
             .set("acks", "all")
             .set("linger.ms", "0")
             .set("message.timeout.ms", "10000")
             .create_with_context(Quiet)
             .context("cannot create the Kafka producer")?;
+        let producer = Arc::new(producer);
+        let reports = producer.clone();
+        // Blocks until the next delivery report, for as long as the process
+        // lives (the Kafka value is never dropped: src/run.rs).
+        std::thread::Builder::new()
+            .name("delivery-reports".into())
+            .spawn(move || reports.poll(rdkafka::util::Timeout::Never))
+            .context("cannot start the producer's delivery report thread")?;
         let claims: BaseConsumer<Quiet> = claims_config(cfg).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
         let (tx, rx) = mpsc::channel(CLAIMS_BATCHES);
         let orders: StreamConsumer<Quiet> =
@@ -470,29 +513,54 @@ impl Kafka {
         let mut backoff = Backoff::new();
         loop {
             let value = rec.encode();
-            let r = self
-                .producer
-                .send(
-                    FutureRecord::to(&self.claims_topic).partition(0).key(&key).payload(&value),
-                    Duration::from_secs(10),
-                )
-                .await;
-            match r {
-                Ok(d) => return Some(d.offset.max(0) as u64),
-                Err((e, _)) if too_large(&e) && rec.to_mut().shrink() => {
+            match self.send(&self.claims_topic, Some(0), &key, &value).await {
+                Ok(offset) => return Some(offset.max(0) as u64),
+                Err(e) if too_large(&e) && rec.to_mut().shrink() => {
                     tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this record as too large (check the claims topic's max.message.bytes); shortened");
                 }
-                Err((e, _)) if too_large(&e) && rec.event == crate::record::Event::Checkpoint => {
+                Err(e) if too_large(&e) && rec.event == crate::record::Event::Checkpoint => {
                     tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this checkpoint as too large; not written (boot reads further back)");
                     return None;
                 }
-                Err((e, _)) => {
+                Err(e) => {
                     // Not assumed written, not assumed lost: append again; a
                     // second copy is dropped by readers (same seq).
                     tracing::warn!(instance = self.instance, key, error = %e, "append failed; retrying in {:?}", backoff.next);
                     backoff.wait().await;
                 }
             }
+        }
+    }
+
+    /// Produces one record and waits for the broker's acknowledgment (or
+    /// the failure librdkafka reports at the latest after
+    /// `message.timeout.ms`); its offset.
+    async fn send(&self, topic: &str, partition: Option<i32>, key: &str, value: &[u8]) -> Result<i64, KafkaError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut report = Box::new(tx);
+        loop {
+            let mut rec = BaseRecord::with_opaque_to(topic, report).key(key).payload(value);
+            if let Some(p) = partition {
+                rec = rec.partition(p);
+            }
+            let full = match self.producer.send(rec) {
+                Ok(()) => None,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), rec)) => Some(rec.delivery_opaque),
+                Err((e, _)) => return Err(e),
+            };
+            match full {
+                None => break,
+                Some(r) => {
+                    report = r;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+        // message.timeout.ms (10 s) bounds the report; the margin is for a
+        // busy machine.
+        match tokio::time::timeout(Duration::from_secs(30), rx).await {
+            Ok(Ok(r)) => r,
+            _ => Err(KafkaError::Canceled),
         }
     }
 
@@ -525,9 +593,9 @@ impl Kafka {
                 "ts": rec.ts,
             })
             .to_string();
-            match self.producer.send(FutureRecord::to(topic).key(&key).payload(&value), Duration::from_secs(10)).await {
+            match self.send(topic, None, &key, value.as_bytes()).await {
                 Ok(_) => return,
-                Err((e, _)) if too_large(&e) => {
+                Err(e) if too_large(&e) => {
                     let half = crate::record::json_len(&outcome.stdout_tail).max(crate::record::json_len(&outcome.stderr_tail)) / 2;
                     if half == 0 {
                         tracing::error!(instance = self.instance, topic, bytes = value.len(), "the broker refuses this result as too large; not published");
@@ -536,7 +604,7 @@ impl Kafka {
                     tracing::warn!(instance = self.instance, topic, bytes = value.len(), "the broker refuses this result as too large; shortened");
                     outcome = outcome.fit(half);
                 }
-                Err((e, _)) => {
+                Err(e) => {
                     tracing::warn!(instance = self.instance, topic, error = %e, "publishing the result failed; retrying in {:?}", backoff.next);
                     backoff.wait().await;
                 }
@@ -665,31 +733,53 @@ impl Kafka {
     }
 
     /// The payload of one order (`Ok(None)` for a message without payload).
-    /// An error when the order is no longer in the topic (retention).
-    pub async fn fetch_order(&self, order: OrderId) -> Result<Option<Vec<u8>>, String> {
+    /// [`Unreadable::Deleted`] at once when the order is below its
+    /// partition's log start (the broker deleted it: retention,
+    /// DeleteRecords).
+    pub async fn fetch_order(&self, order: OrderId) -> Result<Option<Vec<u8>>, Unreadable> {
         if let Some(p) = self.payloads.lock().ok().and_then(|mut c| c.take(order)) {
             return Ok(p);
         }
         let r = self.fetch_order_assigned(order).await;
         // Stop fetching orders until the next wait for one (watch_orders):
         // while it negotiates and runs, a worker has no use for them, and an
-        // assigned consumer polls the broker every FETCH_WAIT_MS.
+        // assigned consumer keeps a fetch waiting at the broker.
         let _ = self.orders.unassign();
         r
     }
 
-    async fn fetch_order_assigned(&self, order: OrderId) -> Result<Option<Vec<u8>>, String> {
+    /// The first offset still in an orders partition (its log start), if
+    /// the broker says.
+    async fn log_start(&self, partition: i32) -> Option<i64> {
+        let (meta, topic) = (self.meta.clone(), self.orders_topic.clone());
+        blocking(move || meta.fetch_watermarks(&topic, partition, REQUEST_TIMEOUT).ok().map(|(low, _)| low))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// [`Unreadable::Deleted`] if `order` is below its partition's log start.
+    async fn deleted(&self, order: OrderId) -> Option<Unreadable> {
+        let log_start = self.log_start(order.partition).await?;
+        (order.offset < log_start).then_some(Unreadable::Deleted { log_start })
+    }
+
+    async fn fetch_order_assigned(&self, order: OrderId) -> Result<Option<Vec<u8>>, Unreadable> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.orders_topic, order.partition, Offset::Offset(order.offset))
-            .map_err(|e| e.to_string())?;
-        self.orders.assign(&tpl).map_err(|e| format!("cannot assign the orders topic: {e}"))?;
+            .map_err(|e| Unreadable::Failed(e.to_string()))?;
+        self.orders.assign(&tpl).map_err(|e| Unreadable::Failed(format!("cannot assign the orders topic: {e}")))?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
-                return Err(format!("order {order} could not be read from the orders topic in 120 s"));
+                return Err(Unreadable::Failed(format!("order {order} could not be read from the orders topic in 120 s")));
             }
-            match tokio::time::timeout(left, self.orders.recv()).await {
+            // An order the broker deleted never arrives: the consumer
+            // starts again at the log start, past it, or (everything after
+            // it deleted too) waits for new orders. Whatever comes instead
+            // of it, or a quiet spell, makes us look at the log start.
+            match tokio::time::timeout(left.min(DELETED_CHECK), self.orders.recv()).await {
                 Ok(Ok(m)) if m.partition() == order.partition && m.offset() == order.offset => {
                     let payload = m.payload().map(<[u8]>::to_vec);
                     drop(m);
@@ -704,14 +794,26 @@ impl Kafka {
                     return Ok(payload);
                 }
                 Ok(Ok(m)) if m.partition() == order.partition && m.offset() > order.offset => {
-                    return Err(format!("order {order} is no longer in the orders topic (retention?)"));
+                    drop(m);
+                    return Err(self.deleted(order).await.unwrap_or_else(|| {
+                        Unreadable::Failed(format!(
+                            "order {order} is no longer in the orders topic: its consumer skipped to a later offset"
+                        ))
+                    }));
                 }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, %order, "reading the order");
+                    if let Some(d) = self.deleted(order).await {
+                        return Err(d);
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(_) => {}
+                Err(_) => {
+                    if let Some(d) = self.deleted(order).await {
+                        return Err(d);
+                    }
+                }
             }
         }
     }

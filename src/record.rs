@@ -205,6 +205,10 @@ pub enum Status {
     /// The order was attempted `MAX_ATTEMPTS` times, each attempt lost with
     /// its instance; it is not run again.
     GaveUp,
+    /// The order was no longer in the orders topic when its instance went to
+    /// read it: the broker had deleted it (retention, DeleteRecords). The
+    /// reason names its offset and the partition's log start.
+    Deleted,
 }
 
 impl Status {
@@ -217,6 +221,7 @@ impl Status {
             Status::Refused => "refused",
             Status::Duplicate => "duplicate",
             Status::GaveUp => "gave_up",
+            Status::Deleted => "deleted",
         }
     }
 }

@@ -142,7 +142,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                     let (allowed_urls, tx) = (cfg.allowed_urls.clone(), prep_tx.clone());
                     let timeout = fetch_timeout(cfg.lease_ms);
                     prep_task = Some(tokio::spawn(async move {
-                        let spec = prepare(kafka.fetch_order(order).await, &allowed_urls, timeout).await;
+                        let payload = kafka.fetch_order(order).await.map_err(|e| unreadable(order, e));
+                        let spec = prepare(payload, &allowed_urls, timeout).await;
                         let _ = tx.send((order, attempt, spec)).await;
                     }));
                 }
@@ -474,15 +475,31 @@ fn start_job(
     (tx, task)
 }
 
+/// The outcome of an order whose payload could not be read: `deleted` at
+/// once if the broker deleted it, else `error`.
+fn unreadable(order: OrderId, why: crate::kafka::Unreadable) -> Outcome {
+    match why {
+        crate::kafka::Unreadable::Deleted { log_start } => Outcome::not_run(
+            Status::Deleted,
+            format!(
+                "order {order} was deleted by the broker before it ran (retention or DeleteRecords): \
+                 offset {} is below the partition's log start {log_start}",
+                order.offset
+            ),
+        ),
+        crate::kafka::Unreadable::Failed(why) => Outcome::not_run(Status::Error, why),
+    }
+}
+
 /// Parses an order's payload (fetching a URL order's body). Whatever is
 /// wrong with it is the order's outcome, so a bad order is completed, never
 /// retried forever.
 async fn prepare(
-    payload: Result<Option<Vec<u8>>, String>,
+    payload: Result<Option<Vec<u8>>, Outcome>,
     allowed_urls: &Option<Vec<crate::policy::UrlRule>>,
     timeout: Duration,
 ) -> Result<orders::OrderSpec, Outcome> {
-    let payload = payload.map_err(|why| Outcome::not_run(Status::Error, why))?;
+    let payload = payload?;
     let spec = orders::parse(payload.as_deref()).map_err(|e| Outcome::not_run(Status::Error, e.to_string()))?;
     let orders::OrderKind::Url { url } = &spec.kind else {
         return Ok(spec);

@@ -175,6 +175,9 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
         "claimed": claimed,
         "completed": completed,
         "failed": completed - by_status.get("ok").copied().unwrap_or(0),
+        // Orders the broker deleted before they ran (retention,
+        // DeleteRecords): completed `deleted`, at once.
+        "deleted": by_status.get(Status::Deleted.as_str()).copied().unwrap_or(0),
         "by_status": by_status,
         "waiting": waiting,
         "oldest_waiting_age_ms": oldest_ts.map(|t| (now_ms as i64 - t).max(0)),
@@ -214,6 +217,12 @@ pub fn render(s: &serde_json::Value) -> String {
         out.push_str(&format!(", oldest waiting {:.1} s", age as f64 / 1000.0));
     }
     out.push('\n');
+    if n("deleted") > 0 {
+        out.push_str(&format!(
+            "{} orders deleted by the broker (retention or DeleteRecords) before they ran: completed `deleted`\n",
+            n("deleted")
+        ));
+    }
     if let Some(by) = s["by_status"].as_object() {
         let parts: Vec<String> = by.iter().map(|(k, v)| format!("{k} {v}")).collect();
         if !parts.is_empty() {

@@ -6,7 +6,10 @@
 //! is that supervisor in miniature: `pool_worker supervise --instances 1-4`
 //! starts the current executable once per instance number, with no
 //! subcommand (worker mode) and `INSTANCE_NUMBER` set, and starts each again
-//! whenever it exits, after a short delay.
+//! whenever it exits: at once after a clean exit (status 0, an order done),
+//! with a growing delay after failures. It is also what the shipped compose
+//! file and systemd unit run (docs/deploy.md), because neither Docker nor
+//! systemd can restart clean exits at once and back off from crashes only.
 //!
 //! # Exit statuses decide what happens next
 //!
@@ -14,7 +17,14 @@
 //! | --- | --- | --- |
 //! | 2 | configuration error | does not restart that instance: a bad configuration would only fail again, fast, forever |
 //! | 3 | fenced: another process runs this instance number | does not restart it: that process owns the number now |
-//! | anything else, or a signal | done, or crashed | restarts it after `--restart-delay-ms` |
+//! | 0 | an order done (or `ORDERS_PER_PROCESS` orders) | restarts it at once |
+//! | anything else, or a signal | crashed (or stopped from outside) | restarts it after a delay: `--restart-delay-ms` after the first failure in a row, doubled for each further one up to `--max-restart-delay-ms` |
+//!
+//! A clean exit ends a run of failures, and so does a process that ran
+//! longer than `--max-restart-delay-ms` before it failed: an isolated crash
+//! is restarted after the first delay, a crash loop slows down to one start
+//! per `--max-restart-delay-ms`. A busy worker, which exits 0 after every
+//! order, is never slowed down.
 //!
 //! When no instance is left (all retired, or `--max-runs` starts used up), the
 //! supervisor ends: status 2 if any instance had a configuration error, 3 if
@@ -122,7 +132,10 @@ pub struct SupervisorConfig {
     /// Set in each child's environment on top of the supervisor's own (then
     /// `INSTANCE_NUMBER`, which nothing overrides).
     pub env: Vec<(OsString, OsString)>,
+    /// The delay after a failure (see [`Backoff`]).
     pub restart_delay: Duration,
+    /// The longest delay after failures in a row (see [`Backoff`]).
+    pub max_restart_delay: Duration,
     /// Stop starting children after this many starts in total.
     pub max_runs: Option<u64>,
     /// How long a child has between SIGTERM and SIGKILL when stopping.
@@ -132,7 +145,8 @@ pub struct SupervisorConfig {
 
 impl SupervisorConfig {
     /// This executable in worker mode for `instances`, with the defaults
-    /// (100 ms restart delay, 5 s stop grace, prefixed output).
+    /// (clean exits restarted at once, failures after 100 ms doubling up to
+    /// 30 s, 5 s stop grace, prefixed output).
     pub fn new(instances: Vec<u32>) -> anyhow::Result<Self> {
         let program = std::env::current_exe().context("cannot find this executable")?;
         Ok(SupervisorConfig {
@@ -140,11 +154,50 @@ impl SupervisorConfig {
             program,
             args: Vec::new(),
             env: Vec::new(),
-            restart_delay: Duration::from_millis(100),
+            restart_delay: DEFAULT_RESTART_DELAY,
+            max_restart_delay: DEFAULT_MAX_RESTART_DELAY,
             max_runs: None,
             stop_grace: Duration::from_secs(5),
             output: ChildOutput::Prefix,
         })
+    }
+}
+
+/// The delay after a first failure.
+pub const DEFAULT_RESTART_DELAY: Duration = Duration::from_millis(100);
+/// The longest delay after failures in a row.
+pub const DEFAULT_MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
+
+/// When an instance is started again: at once after a clean exit; after
+/// `first` after a failure, doubled for each failure in a row, at most
+/// `max`. A clean exit, or a failure after a run longer than `max`, ends the
+/// row.
+#[derive(Clone, Debug)]
+pub struct Backoff {
+    first: Duration,
+    max: Duration,
+    /// Failures in a row.
+    fails: u32,
+}
+
+impl Backoff {
+    pub fn new(first: Duration, max: Duration) -> Backoff {
+        Backoff { first, max: max.max(first), fails: 0 }
+    }
+
+    /// The delay before the next start, after a process that ran for `ran`
+    /// and exited cleanly or not.
+    pub fn next(&mut self, clean: bool, ran: Duration) -> Duration {
+        if clean {
+            self.fails = 0;
+            return Duration::ZERO;
+        }
+        if ran > self.max {
+            self.fails = 0;
+        }
+        self.fails = self.fails.saturating_add(1);
+        let factor = 1u32.checked_shl(self.fails - 1).unwrap_or(u32::MAX);
+        self.first.saturating_mul(factor).min(self.max)
     }
 }
 
@@ -446,6 +499,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Fate {
     let mut run: u64 = 0;
+    let mut backoff = Backoff::new(sh.cfg.restart_delay, sh.cfg.max_restart_delay);
     loop {
         if *stop.borrow() {
             return Fate::Stopped;
@@ -455,8 +509,11 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
             return Fate::Retired(Retirement::MaxRuns);
         }
         run += 1;
-        match sh.spawner.spawn(sh.command(instance)).await {
-            Err(e) => sh.emit(SupEvent::SpawnFailed { instance, error: e.to_string() }),
+        let delay = match sh.spawner.spawn(sh.command(instance)).await {
+            Err(e) => {
+                sh.emit(SupEvent::SpawnFailed { instance, error: e.to_string() });
+                backoff.next(false, Duration::ZERO)
+            }
             Ok(mut child) => {
                 let started = Instant::now();
                 let pid = child.id().unwrap_or(0);
@@ -492,10 +549,14 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                     sh.emit(SupEvent::Retired { instance, reason });
                     return Fate::Retired(reason);
                 }
+                backoff.next(code == Some(0), started.elapsed())
             }
+        };
+        if delay.is_zero() {
+            continue;
         }
         tokio::select! {
-            () = tokio::time::sleep(sh.cfg.restart_delay) => {}
+            () = tokio::time::sleep(delay) => {}
             () = stopped(&mut stop) => return Fate::Stopped,
         }
     }
@@ -678,9 +739,15 @@ pub struct SuperviseArgs {
     /// Which instances: N (1 to N), or a list of numbers and ranges like 1-4,7.
     #[arg(long)]
     pub instances: Instances,
-    /// Delay before an exited instance is started again.
-    #[arg(long, default_value_t = 100)]
+    /// Delay before an instance that failed (exit status other than 0, or a
+    /// signal) is started again; doubled for each failure in a row, up to
+    /// --max-restart-delay-ms. A clean exit (0) is restarted at once.
+    #[arg(long, default_value_t = DEFAULT_RESTART_DELAY.as_millis() as u64)]
     pub restart_delay_ms: u64,
+    /// The longest delay after failures in a row (a crash loop restarts at
+    /// this pace).
+    #[arg(long, default_value_t = DEFAULT_MAX_RESTART_DELAY.as_millis() as u64)]
+    pub max_restart_delay_ms: u64,
     /// Stop starting instances after this many starts in total.
     #[arg(long)]
     pub max_runs: Option<u64>,
@@ -713,6 +780,7 @@ pub async fn run(args: SuperviseArgs) -> anyhow::Result<i32> {
     }
     cfg.args = args.program_args;
     cfg.restart_delay = Duration::from_millis(args.restart_delay_ms);
+    cfg.max_restart_delay = Duration::from_millis(args.max_restart_delay_ms);
     cfg.max_runs = args.max_runs;
     cfg.stop_grace = Duration::from_millis(args.stop_grace_ms);
     cfg.output = args.child_output;
@@ -804,6 +872,34 @@ mod tests {
         let starts = events.iter().filter(|e| matches!(e, SupEvent::Started { .. })).count();
         let exits = events.iter().filter(|e| matches!(e, SupEvent::Exited { code: Some(0), .. })).count();
         assert_eq!((starts, exits), (5, 5), "{events:?}");
+    }
+
+    #[test]
+    fn backoff_after_failures_only() {
+        let (ms, s) = (Duration::from_millis, Duration::from_secs);
+        let mut b = Backoff::new(ms(100), s(1));
+        assert_eq!(b.next(true, ms(5)), Duration::ZERO, "a clean exit: at once");
+        let row: Vec<Duration> = (0..6).map(|_| b.next(false, ms(5))).collect();
+        assert_eq!(row, [ms(100), ms(200), ms(400), ms(800), s(1), s(1)], "doubling, capped");
+        assert_eq!(b.next(true, ms(5)), Duration::ZERO, "clean exits are never delayed");
+        assert_eq!(b.next(false, ms(5)), ms(100), "a clean exit ends the row");
+        assert_eq!(b.next(false, ms(5)), ms(200));
+        assert_eq!(b.next(false, s(2)), ms(100), "a long run before the failure ends the row");
+        let mut b = Backoff::new(ms(100), s(30));
+        assert_eq!((0..100).map(|_| b.next(false, ms(1))).last(), Some(s(30)), "no overflow");
+    }
+
+    #[tokio::test]
+    async fn clean_exits_restart_at_once() {
+        // With an hour's delay after a failure, three runs of a child that
+        // exits 0 end only if a clean exit is restarted without it.
+        let mut cfg = sh(vec![1], "exit 0");
+        cfg.restart_delay = Duration::from_secs(3600);
+        cfg.max_restart_delay = Duration::from_secs(3600);
+        cfg.max_runs = Some(3);
+        let (ending, events) = collect(cfg).await;
+        assert_eq!(ending, Ending::MaxRuns);
+        assert_eq!(events.iter().filter(|e| matches!(e, SupEvent::Exited { code: Some(0), .. })).count(), 3);
     }
 
     #[tokio::test]

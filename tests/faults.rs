@@ -352,4 +352,65 @@ fn a_slow_fetch_keeps_the_lease() {
     assert!(outcome.duration_ms < 1500, "the fetch took longer than the lease: {outcome:?}");
     drop(sup);
     server.join().unwrap();
+
+/// Orders the broker deleted (retention, DeleteRecords) before the pool
+/// reached them are completed `deleted` at once, naming the offset and the
+/// partition's log start, never run, and counted by `status`. The embedded
+/// broker deletes a partition's oldest record batches once it holds more
+/// than 5 MB (librdkafka's mock cluster), as retention.bytes would.
+#[test]
+fn orders_the_broker_deleted_are_completed_deleted() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker(1);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let doomed = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 3], Some(0));
+    // 12 orders of 600 kB (each a batch of its own): 7 MB, past the cap.
+    let filler = format!("true {}", "x".repeat(600 * 1024));
+    let fill: Vec<(Option<&[u8]>, Option<&[u8]>)> = (0..12).map(|_| (None, Some(filler.as_bytes()))).collect();
+    let filled = try_produce_with(broker.bootstrap(), &topic, &fill, Some(0), &[("linger.ms", "0"), ("message.max.bytes", "10000000")])
+        .unwrap_or_else(|e| panic!("cannot produce the filler: {e}"));
+    let watermarks: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .expect("a consumer");
+    let (log_start, end) = watermarks.fetch_watermarks(&topic, 0, KAFKA_TIMEOUT).expect("the orders' watermarks");
+    assert!(log_start > 2, "the broker kept every order ({log_start}..{end}): nothing to test");
+    let good = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0));
+    let mut orders = doomed.clone();
+    orders.extend(&filled);
+    orders.extend(&good);
+    let sup = pool(&broker, "2", &[]);
+    // Well under the 120 s an order that could not be read used to wait.
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
+    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    let outcome = |o: &(i32, i64)| audit.orders[&OrderId::new(o.0, o.1)].completions[0].1.outcome.clone().unwrap();
+    for o in orders.iter().filter(|o| o.1 < log_start) {
+        let out = outcome(o);
+        assert_eq!(out.status, Status::Deleted, "{o:?}: {out:?}");
+        let reason = out.reason.unwrap_or_default();
+        assert!(
+            reason.contains(&format!("offset {} ", o.1)) && reason.contains(&format!("log start {log_start}")),
+            "{o:?}: the reason names neither the offset nor the log start: {reason}"
+        );
+    }
+    for o in orders.iter().filter(|o| o.1 >= log_start) {
+        assert_ne!(outcome(o).status, Status::Deleted, "{o:?} was still in the topic");
+    }
+    let ran = ledger_counts(&ledger);
+    assert_eq!(ran.keys().collect::<Vec<_>>(), [&format!("0:{}", good[0].1)], "only the order still in the topic ran");
+    let s = sup.snapshot();
+    assert!(s.exits.iter().all(|e| e.code == Some(0)), "a worker failed: {:?}", s.exits);
+    // `status` counts them.
+    let mut cmd = command();
+    cmd.envs(broker.env()).args(["status", "--json"]);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(cmd.output()));
+    let out = rx.recv_timeout(T).expect("status ends").expect("status runs");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("status --json: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(v["deleted"].as_i64(), Some(log_start), "{v}");
+    assert_eq!(v["by_status"]["deleted"].as_i64(), Some(log_start), "{v}");
+    assert_eq!(figures(log_start as usize, &audit, &orders, &ran), [0; 4]);
 }

@@ -40,6 +40,10 @@ fn orders_and_claims_round_trip() {
     let (orders, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
     let env = broker.env();
     assert!(env.contains(&("KAFKA_BROKERS".to_string(), broker.bootstrap().to_string())));
+    // The embedded broker's own settings come with it (src/broker.rs, WORKER_ENV).
+    for (k, v) in pool_worker::broker::WORKER_ENV {
+        assert!(env.contains(&(k.to_string(), v.to_string())), "{k} missing from {env:?}");
+    }
 
     let at = produce_orders(broker.bootstrap(), &orders, &["echo one", "echo two", "echo three"], Some(1));
     assert_eq!(at, vec![(1, 0), (1, 1), (1, 2)]);

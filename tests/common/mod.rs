@@ -211,6 +211,9 @@ pub struct BrokerProc {
     child: Child,
     control: Mutex<(ChildStdin, mpsc::Receiver<String>)>,
     bootstrap: String,
+    /// The settings the broker says workers need against it (its
+    /// `worker_env`: src/broker.rs, `WORKER_ENV`).
+    pub worker_env: Vec<(String, String)>,
     pub opts: BrokerOpts,
     pub stderr: Tail,
     /// The pool's `STATE_DIR` (clean-exit markers), removed with the broker.
@@ -260,12 +263,18 @@ impl BrokerProc {
                 panic!("the broker printed no bootstrap line; stderr:\n{}", stderr.last(20));
             }
         };
-        let bootstrap = serde_json::from_str::<serde_json::Value>(&first)
-            .ok()
-            .and_then(|v| v["bootstrap"].as_str().map(str::to_string))
+        let v = serde_json::from_str::<serde_json::Value>(&first).unwrap_or_default();
+        let bootstrap = v["bootstrap"]
+            .as_str()
+            .map(str::to_string)
             .unwrap_or_else(|| panic!("unexpected first line from the broker: {first}"));
+        // What workers need against the embedded broker, as it says.
+        let worker_env = v["worker_env"]
+            .as_object()
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+            .unwrap_or_default();
         let state = tempfile::tempdir().expect("a STATE_DIR for the pool");
-        BrokerProc { child, control: Mutex::new((stdin, lines)), bootstrap, opts, stderr, state }
+        BrokerProc { child, control: Mutex::new((stdin, lines)), bootstrap, worker_env, opts, stderr, state }
     }
 
     pub fn bootstrap(&self) -> &str {
@@ -277,7 +286,8 @@ impl BrokerProc {
     }
 
     /// The pool's environment for this broker: `KAFKA_BROKERS`,
-    /// `ORDERS_TOPIC`, `COORDINATION_TOPIC` (and `RESULTS_TOPIC`).
+    /// `ORDERS_TOPIC`, `COORDINATION_TOPIC` (and `RESULTS_TOPIC`), and the
+    /// settings the embedded broker needs (its `worker_env`).
     pub fn env(&self) -> Vec<(String, String)> {
         let mut env = vec![
             ("KAFKA_BROKERS".to_string(), self.bootstrap.clone()),
@@ -292,6 +302,7 @@ impl BrokerProc {
         if let Some(r) = &self.opts.results_topic {
             env.push(("RESULTS_TOPIC".to_string(), r.clone()));
         }
+        env.extend(self.worker_env.iter().cloned());
         env
     }
 
@@ -353,7 +364,11 @@ pub struct SupervisorOpts {
     pub instances: String,
     /// Environment of the supervisor and so of the workers.
     pub env: Vec<(String, String)>,
+    /// The delay after a failure (`--restart-delay-ms`) and the longest
+    /// delay after failures in a row (`--max-restart-delay-ms`); clean exits
+    /// are restarted at once.
     pub restart_delay_ms: Option<u64>,
+    pub max_restart_delay_ms: Option<u64>,
     pub max_runs: Option<u64>,
     pub stop_grace_ms: Option<u64>,
     /// A stand-in program (and its arguments) instead of worker mode.
@@ -455,6 +470,9 @@ impl SupervisorProc {
         cmd.args(["supervise", "--json", "--instances", &opts.instances]);
         if let Some(ms) = opts.restart_delay_ms {
             cmd.args(["--restart-delay-ms", &ms.to_string()]);
+        }
+        if let Some(ms) = opts.max_restart_delay_ms {
+            cmd.args(["--max-restart-delay-ms", &ms.to_string()]);
         }
         if let Some(n) = opts.max_runs {
             cmd.args(["--max-runs", &n.to_string()]);
@@ -1278,6 +1296,9 @@ pub fn pool(broker: &BrokerProc, instances: &str, extra: &[(&str, &str)]) -> Sup
         instances: instances.into(),
         env,
         restart_delay_ms: Some(20),
+        // The tests' SIGKILLs are no crash loop: an instance killed again
+        // and again (chaos) still comes back within a fifth of a second.
+        max_restart_delay_ms: Some(200),
         ..SupervisorOpts::default()
     })
 }
