@@ -20,10 +20,12 @@
 //! | `OUTPUT_LIMIT_BYTES` | bytes kept of the end of a job's stdout and of its stderr | 4096 |
 //! | `ALLOWED_COMMANDS` | comma-separated program names or path prefixes orders may run | all allowed (a warning) |
 //! | `ALLOWED_URLS` | comma-separated URL prefixes URL orders may fetch | all allowed |
-//! | `JOB_ENV_DENY` | comma-separated variable names (or `PREFIX*`) removed from jobs' environment | `KAFKA_*` |
+//! | `JOB_ENV_DENY` | comma-separated variable names (or `PREFIX*`) removed from jobs' environment | `KAFKA_*,CLAIMS_KEY*` |
+//! | `CLAIMS_KEY` | a secret shared by the pool (16 bytes or more): every claims record is signed with it (HMAC-SHA256, header `pool-sig`), and unsigned or badly signed records are skipped as foreign (src/sign.rs) | none: nothing signed or checked |
+//! | `CLAIMS_KEY_FILE` | a file holding `CLAIMS_KEY` (not both) | |
 //! | `RESULTS_TOPIC` | also publish each order's result there, keyed `PARTITION:OFFSET` | none |
 //! | `SETTLE_MS` | after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md, "Settling") | 15000 |
-//! | `STATE_DIR` | where a clean exit leaves its marker (src/settle.rs) | `$STATE_DIRECTORY` (systemd), else `$TMPDIR/pool_worker` |
+//! | `STATE_DIR` | where a clean exit leaves its marker (src/settle.rs); must be the worker user's own and not group/world-writable (created 0700) | `$STATE_DIRECTORY` (systemd), else `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>` |
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |
 
@@ -51,6 +53,9 @@ struct RawEnv {
     settle_ms: Option<String>,
     state_dir: Option<String>,
     state_directory: Option<String>,
+    xdg_runtime_dir: Option<String>,
+    claims_key: Option<String>,
+    claims_key_file: Option<String>,
 }
 
 /// Variables that are pool_worker's own, not librdkafka properties.
@@ -77,6 +82,9 @@ pub struct Config {
     pub settle_ms: u64,
     /// `STATE_DIR`: where the clean-exit marker lives (src/settle.rs).
     pub state_dir: std::path::PathBuf,
+    /// `CLAIMS_KEY` or `CLAIMS_KEY_FILE`: the pool signs its claims records
+    /// and takes unsigned or badly signed ones for foreign (src/sign.rs).
+    pub claims_key: Option<crate::sign::ClaimsKey>,
     /// Extra librdkafka properties (from `KAFKA_<PROPERTY>`).
     pub kafka_props: BTreeMap<String, String>,
 }
@@ -118,6 +126,16 @@ where
 
 fn list(v: Option<String>) -> Option<Vec<String>> {
     v.map(|s| s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect())
+}
+
+/// `STATE_DIR` when neither it nor systemd's `STATE_DIRECTORY` is set:
+/// `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>`.
+pub fn default_state_dir(xdg_runtime_dir: Option<&str>) -> std::path::PathBuf {
+    match xdg_runtime_dir.map(str::trim).filter(|d| d.starts_with('/')) {
+        Some(d) => std::path::Path::new(d).join("pool_worker"),
+        // SAFETY: geteuid cannot fail and touches no memory.
+        None => std::env::temp_dir().join(format!("pool_worker-{}", unsafe { libc::geteuid() })),
+    }
 }
 
 impl Config {
@@ -165,13 +183,22 @@ impl Config {
             Some(other) => return Err(ConfigError(format!("LOG_FORMAT='{other}' is not 'text' or 'json'"))),
         };
         // systemd's StateDirectory= may list several, separated by ':'.
+        // Else the user's runtime directory (0700, the user's own), else a
+        // directory of this user's own in the temporary directory: markers
+        // must be the worker user's alone (src/settle.rs, `prepare_dir`).
         let state_dir = [raw.state_dir, raw.state_directory.and_then(|s| s.split(':').next().map(str::to_string))]
             .into_iter()
             .flatten()
             .map(|s| s.trim().to_string())
             .find(|s| !s.is_empty())
             .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| std::env::temp_dir().join("pool_worker"));
+            .unwrap_or_else(|| default_state_dir(raw.xdg_runtime_dir.as_deref()));
+        let key_file = raw.claims_key_file.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        let claims_key = crate::sign::ClaimsKey::from_sources(
+            raw.claims_key.as_deref(),
+            key_file.as_deref().map(|p| (p, std::fs::read(p))),
+        )
+        .map_err(ConfigError)?;
         let mut kafka_props = BTreeMap::new();
         for (k, v) in &vars {
             if let Some(rest) = k.strip_prefix("KAFKA_") {
@@ -193,11 +220,12 @@ impl Config {
             output_limit: number("OUTPUT_LIMIT_BYTES", raw.output_limit_bytes, 4096usize, (0, 1 << 20))?,
             allowed_commands: list(raw.allowed_commands),
             allowed_urls: list(raw.allowed_urls),
-            env_deny: list(raw.job_env_deny).unwrap_or_else(|| vec!["KAFKA_*".to_string()]),
+            env_deny: list(raw.job_env_deny).unwrap_or_else(|| vec!["KAFKA_*".to_string(), "CLAIMS_KEY*".to_string()]),
             log_json,
             results_topic,
             settle_ms: number("SETTLE_MS", raw.settle_ms, crate::settle::DEFAULT_SETTLE_MS, (0, 600_000))?,
             state_dir,
+            claims_key,
             kafka_props,
         })
     }
@@ -218,10 +246,13 @@ mod tests {
         let c = vars(OK).unwrap();
         assert_eq!(c.brokers, "localhost:9092");
         assert_eq!(c.instance, 3);
-        assert_eq!(c.env_deny, vec!["KAFKA_*"]);
+        assert_eq!(c.env_deny, vec!["KAFKA_*", "CLAIMS_KEY*"], "jobs never see the pool's claims key");
+        assert!(c.claims_key.is_none());
         assert_eq!(c.orders_per_process, 1, "seed 002: exit after each order");
         assert_eq!(c.settle_ms, 15_000);
-        assert_eq!(c.state_dir, std::env::temp_dir().join("pool_worker"));
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        assert_eq!(c.state_dir, std::env::temp_dir().join(format!("pool_worker-{uid}")), "a directory of this user's own");
         assert_eq!(vars(&OK[..2]).unwrap_err().0, "INSTANCE_NUMBER is not set");
         assert_eq!(vars(&OK[1..]).unwrap_err().0, "ORDERS_TOPIC is not set");
     }
@@ -252,10 +283,39 @@ mod tests {
         let mut v = OK.to_vec();
         v.push(("STATE_DIRECTORY", "/var/lib/pool_worker:/var/lib/other"));
         assert_eq!(vars(&v).unwrap().state_dir, std::path::PathBuf::from("/var/lib/pool_worker"));
+        let mut xdg = OK.to_vec();
+        xdg.push(("XDG_RUNTIME_DIR", "/run/user/1000"));
+        assert_eq!(vars(&xdg).unwrap().state_dir, std::path::PathBuf::from("/run/user/1000/pool_worker"));
+        xdg.push(("STATE_DIRECTORY", "/var/lib/pw"));
+        assert_eq!(vars(&xdg).unwrap().state_dir, std::path::PathBuf::from("/var/lib/pw"), "systemd's first");
         v.push(("STATE_DIR", "/srv/pw"));
         assert_eq!(vars(&v).unwrap().state_dir, std::path::PathBuf::from("/srv/pw"));
         v.push(("SETTLE_MS", "soon"));
         assert!(vars(&v).unwrap_err().0.starts_with("SETTLE_MS="));
+    }
+
+    #[test]
+    fn the_claims_key_comes_from_the_environment_or_a_file() {
+        let mut v = OK.to_vec();
+        v.push(("CLAIMS_KEY", "0123456789abcdef-key"));
+        let c = vars(&v).unwrap();
+        assert_eq!(c.claims_key, Some(crate::sign::ClaimsKey::new(b"0123456789abcdef-key").unwrap()));
+        assert!(!format!("{c:?}").contains("0123456789abcdef-key"), "not in the config's Debug");
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("key");
+        std::fs::write(&f, "0123456789abcdef-key\n").unwrap();
+        let mut w = OK.to_vec();
+        let path = f.to_str().unwrap();
+        w.push(("CLAIMS_KEY_FILE", path));
+        assert_eq!(vars(&w).unwrap().claims_key, c.claims_key);
+        w.push(("CLAIMS_KEY", "0123456789abcdef-key"));
+        assert!(vars(&w).unwrap_err().0.contains("both"));
+        let mut short = OK.to_vec();
+        short.push(("CLAIMS_KEY", "secret"));
+        assert!(vars(&short).unwrap_err().0.starts_with("CLAIMS_KEY "));
+        let mut missing = OK.to_vec();
+        missing.push(("CLAIMS_KEY_FILE", "/nonexistent/key"));
+        assert!(vars(&missing).unwrap_err().0.starts_with("CLAIMS_KEY_FILE: cannot read /nonexistent/key"));
     }
 
     #[test]
