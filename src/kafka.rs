@@ -106,8 +106,7 @@ impl Gate {
         let sig = m.headers().and_then(|h| h.iter().find(|h| h.key == crate::sign::HEADER).and_then(|h| h.value));
         let verdict = crate::sign::verdict(self.key.as_ref(), m.payload(), sig);
         let rec = Record::decode_with(m.key(), m.payload(), verdict)?;
-        let known = self.known.lock().map(|k| k.clone()).unwrap_or_default();
-        if rec.impossible(&known).is_none() {
+        if self.known.lock().is_ok_and(|k| rec.impossible(&k).is_none()) {
             return Ok(rec);
         }
         let mut backoff = Duration::from_millis(100);

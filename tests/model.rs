@@ -377,6 +377,17 @@
 //! from each undecided claim on, takeovers landing in two appends, and late
 //! appends.
 //!
+//! Foreign records (issue 18, `foreign_records_change_nothing`): a forger
+//! who can write the claims topic appends one record at any moment — with
+//! the pool's `CLAIMS_KEY`, an unsigned completion or a claim signed with
+//! another key; without, a claim past the orders' end — and every reader
+//! decodes each record as the shell does (src/sign.rs, `Record::decode_with`,
+//! `Record::impossible`). Every property holds (2 × 1 with ≤1 crash, 58,659
+//! states; 2 × 2, 273,764; without a key 32,111 and 144,789; about 23 s in
+//! all, reductions 1 to 4 only), and readers that accept the forgeries
+//! (`Config::trust_all`) are caught within 3,000 states
+//! (`accepting_forged_records_is_caught`).
+//!
 //! CI: `cargo test --test model -- --nocapture` runs 2 × 1 with ≤1 crash,
 //! with ≤1 crash and ≤1 duplicate, 2 × 2, with ≤1 crash, 3 × 1, with ≤1
 //! crash, with ≤1 duplicate, 3 × 2, and 2 × 2 with ORDERS_PER_PROCESS=2
