@@ -28,10 +28,20 @@
 #          [--orders-topic NAME] [--coordination-topic NAME]
 #          [--results-topic NAME] [--orders-partitions N]
 #          [--replication-factor N] [--command-config FILE]
+#        scripts/create-topics.sh --acls PRINCIPAL [--submitter PRINCIPAL] ...
+#
+# --acls prints (and runs nothing) the kafka-acls.sh commands that give the
+# pool's principal (User:NAME; "NAME" alone means User:NAME) exactly what
+# the workers and the status/history tools need, and --submitter those of
+# whoever sends orders (`pool_worker submit`; with --wait it also reads the
+# claims topic). Nobody else may write the claims topic: whoever can fences
+# instances, strands orders and fakes completions (docs/deploy.md,
+# "Security"). Kafka's table of operations per request:
+# https://kafka.apache.org/documentation/#operations_resources_and_protocols
 #
 # Every option has an environment variable (the option wins): BOOTSTRAP,
 # ORDERS_TOPIC, COORDINATION_TOPIC, RESULTS_TOPIC, ORDERS_PARTITIONS,
-# REPLICATION_FACTOR, COMMAND_CONFIG. Further knobs, by environment only:
+# REPLICATION_FACTOR, COMMAND_CONFIG, ACLS, SUBMITTER. Further knobs, by environment only:
 #   MIN_INSYNC_REPLICAS          default 2 when REPLICATION_FACTOR >= 3, else 1
 #   ORDERS_RETENTION_MS          unset = the broker's default (7 days)
 #   RESULTS_RETENTION_MS         default 604800000 (7 days)
@@ -65,13 +75,15 @@ ORDERS_PARTITIONS=${ORDERS_PARTITIONS:-3}
 REPLICATION_FACTOR=${REPLICATION_FACTOR:-1}
 COMMAND_CONFIG=${COMMAND_CONFIG:-}
 DRY_RUN=0
+ACLS=${ACLS:-}
+SUBMITTER=${SUBMITTER:-}
 
 while [ $# -gt 0 ]; do
     case $1 in
         --dry-run) DRY_RUN=1 ;;
         -h | --help) usage; exit 0 ;;
         --bootstrap | --orders-topic | --coordination-topic | --results-topic | \
-            --orders-partitions | --replication-factor | --command-config)
+            --orders-partitions | --replication-factor | --command-config | --acls | --submitter)
             [ $# -ge 2 ] || die "$1 needs a value"
             case $1 in
                 --bootstrap) BOOTSTRAP=$2 ;;
@@ -80,6 +92,8 @@ while [ $# -gt 0 ]; do
                 --results-topic) RESULTS_TOPIC=$2 ;;
                 --orders-partitions) ORDERS_PARTITIONS=$2 ;;
                 --replication-factor) REPLICATION_FACTOR=$2 ;;
+                --acls) ACLS=$2 ;;
+                --submitter) SUBMITTER=$2 ;;
                 *) COMMAND_CONFIG=$2 ;; # --command-config
             esac
             shift
@@ -220,6 +234,54 @@ print_all() {
     show "$tool" "${common[@]}" "${claims[@]}"
     [ ${#results[@]} -eq 0 ] || show "$tool" "${common[@]}" "${results[@]}"
 }
+
+# --- the ACLs (printed only) ---------------------------------------------------
+
+principal() {
+    case $1 in
+        *:*) printf '%s' "$1" ;;
+        *) printf 'User:%s' "$1" ;;
+    esac
+}
+
+if [ -n "$ACLS" ]; then
+    [[ $ACLS =~ ^[A-Za-z0-9_.@=,:+-]+$ ]] || die "'$ACLS' is not a principal name (User:NAME)"
+    [ -z "$SUBMITTER" ] || [[ $SUBMITTER =~ ^[A-Za-z0-9_.@=,:+-]+$ ]] || die "'$SUBMITTER' is not a principal name"
+    acl_tool=kafka-acls.sh
+    if [ -n "$TOOL" ]; then
+        acl_tool=${TOOL%/*}/kafka-acls${TOOL##*/kafka-topics}
+    fi
+    pool=$(principal "$ACLS")
+    add=("$acl_tool" "${common[@]}" --add --allow-principal "$pool")
+    echo "# The pool ($pool): every worker, and the status/history tools."
+    echo "# Orders: read them and their end offsets (Read implies Describe)."
+    show "${add[@]}" --operation Read --operation Describe --topic "$ORDERS_TOPIC"
+    echo "# Claims: the only principal that writes them."
+    show "${add[@]}" --operation Read --operation Write --operation Describe --topic "$COORDINATION_TOPIC"
+    if [ -n "$RESULTS_TOPIC" ]; then
+        echo "# Results: published, never read."
+        show "${add[@]}" --operation Write --operation Describe --topic "$RESULTS_TOPIC"
+    fi
+    echo "# Consumer groups pool_worker-*: nothing is committed (offsets come from the claims"
+    echo "# topic), but librdkafka looks up the coordinator of a consumer's group.id (Describe)."
+    show "${add[@]}" --operation Describe --group pool_worker- --resource-pattern-type prefixed
+    echo "# Only with KAFKA_ENABLE_IDEMPOTENCE=true on brokers older than 2.8 (KIP-679; from 2.8 on,"
+    echo "# Write on a topic is enough):"
+    printf '# '
+    show "${add[@]}" --operation IdempotentWrite --cluster
+    if [ -n "$SUBMITTER" ]; then
+        sub=$(principal "$SUBMITTER")
+        adds=("$acl_tool" "${common[@]}" --add --allow-principal "$sub")
+        echo "# Whoever sends orders ($sub): anyone who can write the orders topic makes the pool run"
+        echo "# what the allow lists allow."
+        show "${adds[@]}" --operation Write --operation Describe --topic "$ORDERS_TOPIC"
+        echo "# ...and, for submit --wait, reads the claims topic (never writes it):"
+        show "${adds[@]}" --operation Read --operation Describe --topic "$COORDINATION_TOPIC"
+        show "${adds[@]}" --operation Describe --group pool_worker- --resource-pattern-type prefixed
+    fi
+    echo "# No other principal may Write, Delete (DeleteRecords) or AlterConfigs the claims topic."
+    exit 0
+fi
 
 if [ "$DRY_RUN" = 1 ]; then
     print_all "${TOOL:-kafka-topics.sh}"

@@ -269,7 +269,7 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<i32> {
         for v in &report.violations {
             println!("VIOLATION {}: {} at {}: {}", v.order.as_deref().unwrap_or("-"), v.rule.describe(), v.pos.map_or("-".into(), |p| p.to_string()), v.detail);
             if let Some((_, Ok(r))) = offending(v) {
-                println!("  {} {}", r.key(), String::from_utf8_lossy(&r.encode()).escape_debug());
+                println!("  {} {}", r.key(), crate::status::escape_controls(&String::from_utf8_lossy(&r.encode()), false));
             }
         }
         if report.holds() {

@@ -24,10 +24,12 @@
 //! | `ORDER_ENV_ALLOW` | comma-separated names (or `PREFIX*`) an order's `env` may set; `policy::ENV_FLOOR` is refused regardless | every name outside the floor |
 //! | `JOB_USER` | run jobs as this user (name or uid; its groups too) | the worker's user |
 //! | `JOB_LIMIT_MEMORY_MB`, `JOB_LIMIT_PROCESSES`, `JOB_LIMIT_OPEN_FILES` | per-job `RLIMIT_AS`, `RLIMIT_NPROC` (of the job's user), `RLIMIT_NOFILE` | the worker's limits |
-//! | `JOB_ENV_DENY` | comma-separated variable names (or `PREFIX*`) removed from jobs' environment | `KAFKA_*` |
+//! | `JOB_ENV_DENY` | comma-separated variable names (or `PREFIX*`) removed from jobs' environment, in addition to `KAFKA_*` and `CLAIMS_KEY*` (always removed) | |
+//! | `CLAIMS_KEY` | a secret shared by the pool (16 bytes or more): every claims record is signed with it (HMAC-SHA256, header `pool-sig`), and unsigned or badly signed records are skipped as foreign (src/sign.rs) | none: nothing signed or checked |
+//! | `CLAIMS_KEY_FILE` | a file holding `CLAIMS_KEY` (not both) | |
 //! | `RESULTS_TOPIC` | also publish each order's result there, keyed `PARTITION:OFFSET` | none |
 //! | `SETTLE_MS` | after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md, "Settling") | 15000 |
-//! | `STATE_DIR` | where a clean exit leaves its marker (src/settle.rs) | `$STATE_DIRECTORY` (systemd), else `$TMPDIR/pool_worker` |
+//! | `STATE_DIR` | where a clean exit leaves its marker (src/settle.rs); must be the worker user's own and not group/world-writable (created 0700) | `$STATE_DIRECTORY` (systemd), else `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>` |
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |
 
@@ -54,6 +56,9 @@ struct RawEnv {
     settle_ms: Option<String>,
     state_dir: Option<String>,
     state_directory: Option<String>,
+    xdg_runtime_dir: Option<String>,
+    claims_key: Option<String>,
+    claims_key_file: Option<String>,
 }
 
 /// Variables that begin with `KAFKA_` but are not librdkafka properties:
@@ -72,8 +77,9 @@ const NOT_PROPERTIES: &[&str] = &[
 ];
 
 /// Names removed from every job's environment whatever `JOB_ENV_DENY` says
-/// (the variable adds to them): the Kafka settings, credentials included.
-pub const ALWAYS_DENIED: &[&str] = &["KAFKA_*"];
+/// (the variable adds to them): the Kafka settings, credentials included,
+/// and the claims topic's signing key.
+pub const ALWAYS_DENIED: &[&str] = &["KAFKA_*", "CLAIMS_KEY*"];
 
 /// The largest secret file a `KAFKA_<PROPERTY>_FILE` may name.
 const MAX_SECRET_FILE: u64 = 64 * 1024;
@@ -214,6 +220,9 @@ pub struct Config {
     pub settle_ms: u64,
     /// `STATE_DIR`: where the clean-exit marker lives (src/settle.rs).
     pub state_dir: std::path::PathBuf,
+    /// `CLAIMS_KEY` or `CLAIMS_KEY_FILE`: the pool signs its claims records
+    /// and takes unsigned or badly signed ones for foreign (src/sign.rs).
+    pub claims_key: Option<crate::sign::ClaimsKey>,
     /// Extra librdkafka properties (from `KAFKA_<PROPERTY>`).
     pub kafka_props: BTreeMap<String, String>,
     /// What jobs may do and as whom (issue 18; see [`JobSettings`]).
@@ -303,6 +312,16 @@ fn list(v: Option<String>) -> Option<Vec<String>> {
     v.map(|s| s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect())
 }
 
+/// `STATE_DIR` when neither it nor systemd's `STATE_DIRECTORY` is set:
+/// `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>`.
+pub fn default_state_dir(xdg_runtime_dir: Option<&str>) -> std::path::PathBuf {
+    match xdg_runtime_dir.map(str::trim).filter(|d| d.starts_with('/')) {
+        Some(d) => std::path::Path::new(d).join("pool_worker"),
+        // SAFETY: geteuid cannot fail and touches no memory.
+        None => std::env::temp_dir().join(format!("pool_worker-{}", unsafe { libc::geteuid() })),
+    }
+}
+
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Config, ConfigError> {
@@ -347,13 +366,22 @@ impl Config {
             Some(other) => return Err(ConfigError(format!("LOG_FORMAT='{other}' is not 'text' or 'json'"))),
         };
         // systemd's StateDirectory= may list several, separated by ':'.
+        // Else the user's runtime directory (0700, the user's own), else a
+        // directory of this user's own in the temporary directory: markers
+        // must be the worker user's alone (src/settle.rs, `prepare_dir`).
         let state_dir = [raw.state_dir, raw.state_directory.and_then(|s| s.split(':').next().map(str::to_string))]
             .into_iter()
             .flatten()
             .map(|s| s.trim().to_string())
             .find(|s| !s.is_empty())
             .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| std::env::temp_dir().join("pool_worker"));
+            .unwrap_or_else(|| default_state_dir(raw.xdg_runtime_dir.as_deref()));
+        let key_file = raw.claims_key_file.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        let claims_key = crate::sign::ClaimsKey::from_sources(
+            raw.claims_key.as_deref(),
+            key_file.as_deref().map(|p| (p, std::fs::read(p))),
+        )
+        .map_err(ConfigError)?;
         Ok(Config {
             brokers,
             orders_topic,
@@ -371,6 +399,7 @@ impl Config {
             results_topic,
             settle_ms: number("SETTLE_MS", raw.settle_ms, crate::settle::DEFAULT_SETTLE_MS, (0, 600_000))?,
             state_dir,
+            claims_key,
             kafka_props,
             jobs: JobSettings::from_vars(&vars)?,
         })
@@ -392,10 +421,13 @@ mod tests {
         let c = vars(OK).unwrap();
         assert_eq!(c.brokers, "localhost:9092");
         assert_eq!(c.instance, 3);
-        assert_eq!(c.env_deny, vec!["KAFKA_*"]);
+        assert_eq!(c.env_deny, vec!["KAFKA_*", "CLAIMS_KEY*"], "jobs never see the pool's claims key");
+        assert!(c.claims_key.is_none());
         assert_eq!(c.orders_per_process, 1, "seed 002: exit after each order");
         assert_eq!(c.settle_ms, 15_000);
-        assert_eq!(c.state_dir, std::env::temp_dir().join("pool_worker"));
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        assert_eq!(c.state_dir, std::env::temp_dir().join(format!("pool_worker-{uid}")), "a directory of this user's own");
         assert_eq!(vars(&OK[..2]).unwrap_err().0, "INSTANCE_NUMBER is not set");
         assert_eq!(vars(&OK[1..]).unwrap_err().0, "ORDERS_TOPIC is not set");
     }
@@ -426,6 +458,11 @@ mod tests {
         let mut v = OK.to_vec();
         v.push(("STATE_DIRECTORY", "/var/lib/pool_worker:/var/lib/other"));
         assert_eq!(vars(&v).unwrap().state_dir, std::path::PathBuf::from("/var/lib/pool_worker"));
+        let mut xdg = OK.to_vec();
+        xdg.push(("XDG_RUNTIME_DIR", "/run/user/1000"));
+        assert_eq!(vars(&xdg).unwrap().state_dir, std::path::PathBuf::from("/run/user/1000/pool_worker"));
+        xdg.push(("STATE_DIRECTORY", "/var/lib/pw"));
+        assert_eq!(vars(&xdg).unwrap().state_dir, std::path::PathBuf::from("/var/lib/pw"), "systemd's first");
         v.push(("STATE_DIR", "/srv/pw"));
         assert_eq!(vars(&v).unwrap().state_dir, std::path::PathBuf::from("/srv/pw"));
         v.push(("SETTLE_MS", "soon"));
@@ -467,6 +504,30 @@ mod tests {
             let e = vars(&v).unwrap_err().0;
             assert!(e.contains(says), "{name}={bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_claims_key_comes_from_the_environment_or_a_file() {
+        let mut v = OK.to_vec();
+        v.push(("CLAIMS_KEY", "0123456789abcdef-key"));
+        let c = vars(&v).unwrap();
+        assert_eq!(c.claims_key, Some(crate::sign::ClaimsKey::new(b"0123456789abcdef-key").unwrap()));
+        assert!(!format!("{c:?}").contains("0123456789abcdef-key"), "not in the config's Debug");
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("key");
+        std::fs::write(&f, "0123456789abcdef-key\n").unwrap();
+        let mut w = OK.to_vec();
+        let path = f.to_str().unwrap();
+        w.push(("CLAIMS_KEY_FILE", path));
+        assert_eq!(vars(&w).unwrap().claims_key, c.claims_key);
+        w.push(("CLAIMS_KEY", "0123456789abcdef-key"));
+        assert!(vars(&w).unwrap_err().0.contains("both"));
+        let mut short = OK.to_vec();
+        short.push(("CLAIMS_KEY", "secret"));
+        assert!(vars(&short).unwrap_err().0.starts_with("CLAIMS_KEY "));
+        let mut missing = OK.to_vec();
+        missing.push(("CLAIMS_KEY_FILE", "/nonexistent/key"));
+        assert!(vars(&missing).unwrap_err().0.starts_with("CLAIMS_KEY_FILE: cannot read /nonexistent/key"));
     }
 
     #[test]
@@ -549,10 +610,10 @@ mod tests {
     fn job_env_deny_adds_to_the_defaults() {
         let mut v = OK.to_vec();
         v.push(("JOB_ENV_DENY", "AWS_*, SECRET"));
-        assert_eq!(vars(&v).unwrap().env_deny, vec!["KAFKA_*", "AWS_*", "SECRET"]);
+        assert_eq!(vars(&v).unwrap().env_deny, vec!["KAFKA_*", "CLAIMS_KEY*", "AWS_*", "SECRET"]);
         let mut v = OK.to_vec();
         v.push(("JOB_ENV_DENY", ""));
-        assert_eq!(vars(&v).unwrap().env_deny, vec!["KAFKA_*"]);
+        assert_eq!(vars(&v).unwrap().env_deny, vec!["KAFKA_*", "CLAIMS_KEY*"]);
     }
 
     #[test]

@@ -64,6 +64,86 @@ pub enum ClaimEvent {
     CaughtUp,
 }
 
+/// What decides whether a claims record read from Kafka is the pool's
+/// (issue 18, "the claims topic's trust boundary"): its signature, with
+/// `CLAIMS_KEY` (src/sign.rs), and whether its claims are possible at all
+/// ([`Record::impossible`]) against the orders topic's end offsets. The
+/// ends known so far are used first; a record that seems to pass them is
+/// checked again against ends fetched after it was read (a lagging reader's
+/// ends may be older than the record), so only what is impossible is
+/// refused.
+#[derive(Clone)]
+pub struct Gate {
+    key: Option<crate::sign::ClaimsKey>,
+    orders_topic: String,
+    /// The highest end offset known of each orders partition.
+    known: Arc<std::sync::Mutex<BTreeMap<i32, i64>>>,
+}
+
+impl Gate {
+    pub fn new(key: Option<crate::sign::ClaimsKey>, orders_topic: &str) -> Gate {
+        Gate { key, orders_topic: orders_topic.to_string(), known: Arc::default() }
+    }
+
+    /// Raises the known end offsets (an end offset never falls).
+    pub fn saw_ends(&self, ends: &BTreeMap<i32, i64>) {
+        if let Ok(mut k) = self.known.lock() {
+            for (&p, &e) in ends {
+                let v = k.entry(p).or_insert(e);
+                *v = (*v).max(e);
+            }
+        }
+    }
+
+    /// Decodes a message of the claims topic; `Err` for a foreign record.
+    /// `client` fetches the orders topic's ends when needed (retried while
+    /// `live` says so: the verdict must not depend on a failed request).
+    pub fn decode<X: ConsumerContext>(
+        &self,
+        client: &BaseConsumer<X>,
+        m: &impl Message,
+        live: &dyn Fn() -> bool,
+    ) -> Result<Record, Foreign> {
+        use rdkafka::message::Headers;
+        let sig = m.headers().and_then(|h| h.iter().find(|h| h.key == crate::sign::HEADER).and_then(|h| h.value));
+        let verdict = crate::sign::verdict(self.key.as_ref(), m.payload(), sig);
+        let rec = Record::decode_with(m.key(), m.payload(), verdict)?;
+        if self.known.lock().is_ok_and(|k| rec.impossible(&k).is_none()) {
+            return Ok(rec);
+        }
+        let mut backoff = Duration::from_millis(100);
+        let fresh = loop {
+            match order_ends_now(client, &self.orders_topic) {
+                Ok(ends) if !ends.is_empty() => break ends,
+                Ok(_) => tracing::warn!("the orders topic has no partitions yet"),
+                Err(e) => tracing::warn!(error = %e, "cannot read the orders topic's end offsets to check a claims record"),
+            }
+            if !live() {
+                return Err(Foreign::Impossible("not checked: the reader stopped".into()));
+            }
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        };
+        self.saw_ends(&fresh);
+        match rec.impossible(&fresh) {
+            Some(why) => Err(Foreign::Impossible(why)),
+            None => Ok(rec),
+        }
+    }
+
+    /// The signature header of a record's value, if the pool has a key.
+    pub fn sign(&self, value: &[u8]) -> Option<String> {
+        self.key.as_ref().map(|k| k.sign(value))
+    }
+}
+
+/// The end offset of every partition of `topic`, asked now.
+pub fn order_ends_now<X: ConsumerContext>(client: &BaseConsumer<X>, topic: &str) -> Result<BTreeMap<i32, i64>, KafkaError> {
+    let md = client.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
+    let parts: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    parts.into_iter().map(|p| client.fetch_watermarks(topic, p, REQUEST_TIMEOUT).map(|(_, h)| (p, h))).collect()
+}
+
 /// The clients' context: librdkafka's errors become one warning each (its
 /// own debug log stays off unless `RUST_LOG` asks for target `librdkafka`).
 /// "End of partition" also comes through the error callback, which is how
@@ -109,6 +189,8 @@ pub struct Kafka {
     orders_topic: String,
     results_topic: Option<String>,
     instance: u32,
+    /// Which claims records are the pool's ([`Gate`]).
+    gate: Gate,
     /// The orders topic's partitions, and when they were asked for.
     order_partitions: Arc<std::sync::Mutex<Option<(std::time::Instant, Vec<i32>)>>>,
     /// Orders' payloads already received (by the idle watch, or in the same
@@ -298,10 +380,11 @@ fn claims_config(cfg: &Config) -> ClientConfig {
 /// The claims reader thread: polls the consumer, decodes records (so that
 /// decoding runs beside the worker's fold of the previous batch), and hands
 /// them over in batches. Ends when the worker's end is gone.
-fn read_claims(consumer: &BaseConsumer<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>, instance: u32, from: u64) {
+fn read_claims(consumer: &BaseConsumer<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>, instance: u32, from: u64, gate: &Gate) {
+    let live = || !tx.is_closed();
     let event = |m: rdkafka::message::BorrowedMessage<'_>| {
         let pos = m.offset().max(0) as u64;
-        match Record::decode(m.key(), m.payload()) {
+        match gate.decode(consumer, &m, &live) {
             Ok(r) => ClaimEvent::Record(pos, r),
             Err(why) => ClaimEvent::Foreign(pos, why),
         }
@@ -397,6 +480,7 @@ impl Kafka {
             orders_topic: cfg.orders_topic.clone(),
             results_topic: cfg.results_topic.clone(),
             instance: cfg.instance,
+            gate: Gate::new(cfg.claims_key.clone(), &cfg.orders_topic),
             order_partitions: Arc::new(std::sync::Mutex::new(None)),
             payloads: std::sync::Mutex::new(Payloads::default()),
         })
@@ -441,9 +525,10 @@ impl Kafka {
         if let Some(tx) = self.claims_tx.lock().ok().and_then(|mut t| t.take()) {
             let consumer = self.claims.clone();
             let instance = self.instance;
+            let gate = self.gate.clone();
             std::thread::Builder::new()
                 .name("claims-reader".into())
-                .spawn(move || read_claims(&consumer, &tx, instance, pos))
+                .spawn(move || read_claims(&consumer, &tx, instance, pos, &gate))
                 .context("cannot start the claims reader thread")?;
         }
         Ok(())
@@ -456,6 +541,7 @@ impl Kafka {
     /// or holds no checkpoint there; boot then replays from the beginning.
     pub async fn find_checkpoint(&self) -> Option<Snapshot> {
         let (claims, topic, instance) = (self.claims.clone(), self.claims_topic.clone(), self.instance);
+        let gate = self.gate.clone();
         blocking(move || -> Option<Snapshot> {
             let (low, high) = claims.fetch_watermarks(&topic, 0, REQUEST_TIMEOUT).ok()?;
             if high - low <= CHECKPOINT_WINDOW {
@@ -473,7 +559,9 @@ impl Kafka {
                     None => {}
                     Some(Ok(m)) => {
                         if m.key().is_some_and(|k| k.ends_with(b":checkpoint")) {
-                            if let Ok(rec) = Record::decode(m.key(), m.payload()) {
+                            // Signed, and possible: a checkpoint is a whole view.
+                            let live = || std::time::Instant::now() < deadline;
+                            if let Ok(rec) = gate.decode(&claims, &m, &live) {
                                 if let Some(snap) = rec.snapshot.filter(|s| best.as_ref().is_none_or(|b| s.at > b.at)) {
                                     best = Some(*snap);
                                 }
@@ -513,7 +601,8 @@ impl Kafka {
         let mut backoff = Backoff::new();
         loop {
             let value = rec.encode();
-            match self.send(&self.claims_topic, Some(0), &key, &value).await {
+            let sig = self.gate.sign(&value);
+            match self.send(&self.claims_topic, Some(0), &key, &value, sig.as_deref()).await {
                 Ok(offset) => return Some(offset.max(0) as u64),
                 Err(e) if too_large(&e) && rec.to_mut().shrink() => {
                     tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this record as too large (check the claims topic's max.message.bytes); shortened");
@@ -535,13 +624,17 @@ impl Kafka {
     /// Produces one record and waits for the broker's acknowledgment (or
     /// the failure librdkafka reports at the latest after
     /// `message.timeout.ms`); its offset.
-    async fn send(&self, topic: &str, partition: Option<i32>, key: &str, value: &[u8]) -> Result<i64, KafkaError> {
+    async fn send(&self, topic: &str, partition: Option<i32>, key: &str, value: &[u8], sig: Option<&str>) -> Result<i64, KafkaError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let mut report = Box::new(tx);
         loop {
             let mut rec = BaseRecord::with_opaque_to(topic, report).key(key).payload(value);
             if let Some(p) = partition {
                 rec = rec.partition(p);
+            }
+            if let Some(sig) = sig {
+                let h = rdkafka::message::Header { key: crate::sign::HEADER, value: Some(sig.as_bytes()) };
+                rec = rec.headers(rdkafka::message::OwnedHeaders::new().insert(h));
             }
             let full = match self.producer.send(rec) {
                 Ok(()) => None,
@@ -593,7 +686,7 @@ impl Kafka {
                 "ts": rec.ts,
             })
             .to_string();
-            match self.send(topic, None, &key, value.as_bytes()).await {
+            match self.send(topic, None, &key, value.as_bytes(), None).await {
                 Ok(_) => return,
                 Err(e) if too_large(&e) => {
                     let half = crate::record::json_len(&outcome.stdout_tail).max(crate::record::json_len(&outcome.stderr_tail)) / 2;
@@ -693,7 +786,10 @@ impl Kafka {
                 }
             }
             match r {
-                Ok(Ok(ends)) if !ends.is_empty() => return ends,
+                Ok(Ok(ends)) if !ends.is_empty() => {
+                    self.gate.saw_ends(&ends);
+                    return ends;
+                }
                 Ok(Ok(_)) => tracing::warn!("the orders topic has no partitions yet"),
                 Ok(Err(e)) => tracing::warn!(error = %e, "cannot read the orders topic's end offsets"),
                 Err(e) => tracing::warn!(error = %e, "cannot read the orders topic's end offsets"),
@@ -719,6 +815,7 @@ impl Kafka {
         loop {
             match self.orders.recv().await {
                 Ok(m) => {
+                    self.gate.saw_ends(&BTreeMap::from([(m.partition(), m.offset() + 1)]));
                     if let Ok(mut c) = self.payloads.lock() {
                         c.put(m.partition(), m.offset(), m.payload());
                     }

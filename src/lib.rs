@@ -4,7 +4,7 @@
 //! The crate is a pure protocol core with thin shells around it:
 //!
 //! * core (no I/O, no clock, no randomness): [`record`] (what a claims record
-//!   is), [`boot`] (replaying the claims topic into a view), [`claim`] (the
+//!   is), [`sign`] (signed records, `CLAIMS_KEY`), [`boot`] (replaying the claims topic into a view), [`claim`] (the
 //!   negotiation), [`checkpoint`] (a summary of the log, so that boot need
 //!   not replay all of it), [`worker`] (one incarnation's life as a state
 //!   machine);
@@ -16,6 +16,7 @@
 //!   supervisor), [`dev`] (all of it in one command).
 
 pub mod record;
+pub mod sign;
 pub mod boot;
 pub mod claim;
 pub mod checkpoint;

@@ -79,7 +79,15 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         None => {
-            let cfg = match Config::from_env() {
+            // The clean-exit markers' directory is checked (and made) here,
+            // so that a bad one is a configuration error (exit 2).
+            let checked = Config::from_env().and_then(|c| {
+                if c.settle_ms > 0 {
+                    pool_worker::settle::prepare_dir(&c.state_dir)?;
+                }
+                Ok(c)
+            });
+            let cfg = match checked {
                 Ok(c) => c,
                 Err(e) => {
                     // Logging is not set up yet (its format is part of the

@@ -434,6 +434,46 @@ impl Record {
         self.encode().len() < before
     }
 
+    /// [`Record::decode`], given what the record's signature is worth
+    /// (src/sign.rs): with the pool's key set, an unsigned or badly signed
+    /// record is foreign whatever it says.
+    pub fn decode_with(key: Option<&[u8]>, value: Option<&[u8]>, verdict: crate::sign::Verdict) -> Result<Record, Foreign> {
+        use crate::sign::Verdict;
+        match verdict {
+            Verdict::Unchecked | Verdict::Valid => Record::decode(key, value),
+            Verdict::Unsigned => Err(Foreign::Unsigned),
+            Verdict::Bad => Err(Foreign::BadSignature),
+        }
+    }
+
+    /// Why the record cannot be true, given the orders topic's end offsets
+    /// (`ends`, per partition, fetched after the record was read): it is
+    /// about an order past the end of its partition or in a partition the
+    /// topic does not have, or its frontier (`next`, or a checkpoint's) is
+    /// beyond an end. Every record the pool writes passes: its writer saw
+    /// the orders it names, and an end offset never falls. Such a record is
+    /// foreign ([`Foreign::Impossible`]): it would otherwise make every
+    /// reader skip orders that are yet to come.
+    pub fn impossible(&self, ends: &BTreeMap<i32, i64>) -> Option<String> {
+        let end = |p: i32| ends.get(&p).copied();
+        if let Some(o) = self.order() {
+            match end(o.partition) {
+                None => return Some(format!("order {o}: the orders topic has no partition {}", o.partition)),
+                Some(e) if o.offset >= e => return Some(format!("order {o} is past the end of its partition ({e})")),
+                _ => {}
+            }
+        }
+        let frontier = self.snapshot.iter().flat_map(|s| s.frontier.iter());
+        for (&p, &o) in self.next.iter().chain(frontier) {
+            match end(p) {
+                None => return Some(format!("frontier {p}:{o}: the orders topic has no partition {p}")),
+                Some(e) if o > e => return Some(format!("frontier {p}:{o} is past the end of its partition ({e})")),
+                _ => {}
+            }
+        }
+        None
+    }
+
     /// Parses a record from its key and value, refusing anything pool_worker
     /// would not have written.
     pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Record, Foreign> {
@@ -498,6 +538,12 @@ pub enum Foreign {
     BadValue(String),
     Mismatch(String),
     Range(String),
+    /// The pool signs its records (`CLAIMS_KEY`) and this one is not signed.
+    Unsigned,
+    /// The pool signs its records and this signature is not the pool's.
+    BadSignature,
+    /// Its claims cannot be true ([`Record::impossible`]).
+    Impossible(String),
 }
 
 impl fmt::Display for Foreign {
@@ -509,6 +555,9 @@ impl fmt::Display for Foreign {
             Foreign::BadValue(e) => write!(f, "value is not a pool_worker record: {e}"),
             Foreign::Mismatch(k) => write!(f, "key '{k}' does not match its value"),
             Foreign::Range(e) => write!(f, "value out of range: {e}"),
+            Foreign::Unsigned => write!(f, "record is not signed (CLAIMS_KEY is set)"),
+            Foreign::BadSignature => write!(f, "record's signature is not the pool's (CLAIMS_KEY)"),
+            Foreign::Impossible(e) => write!(f, "record's claims are impossible: {e}"),
         }
     }
 }
@@ -601,6 +650,56 @@ mod tests {
         assert!(matches!(Record::decode(Some(b"3:claimed"), Some(no_order)), Err(Foreign::Range(_))));
         let done = br#"{"instance":3,"event":"completed","partition":0,"offset":1,"incarnation":"a","ts":1}"#;
         assert!(Record::decode(Some(b"3:completed"), Some(done)).is_err());
+    }
+
+    #[test]
+    fn an_unsigned_or_badly_signed_record_is_foreign_with_a_key() {
+        use crate::sign::{verdict, ClaimsKey, Verdict};
+        let v = claim().encode();
+        let k = ClaimsKey::new(b"the pool's key, 16+ bytes").unwrap();
+        let sig = k.sign(&v);
+        let dec = |sig: Option<&[u8]>, key: Option<&ClaimsKey>| {
+            Record::decode_with(Some(b"3:claimed"), Some(&v), verdict(key, Some(&v), sig))
+        };
+        assert_eq!(dec(Some(sig.as_bytes()), Some(&k)), Ok(claim()));
+        assert_eq!(dec(None, Some(&k)), Err(Foreign::Unsigned));
+        let forged = ClaimsKey::new(b"the attacker's own key").unwrap().sign(&v);
+        assert_eq!(dec(Some(forged.as_bytes()), Some(&k)), Err(Foreign::BadSignature));
+        assert_eq!(dec(None, None), Ok(claim()), "no key: nothing checked");
+        assert_eq!(Record::decode_with(None, Some(&v), Verdict::Valid), Err(Foreign::NoKey), "a valid signature is not enough");
+    }
+
+    #[test]
+    fn claims_past_the_orders_end_are_impossible() {
+        let ends = BTreeMap::from([(0, 18), (1, 5)]);
+        assert_eq!(claim().impossible(&ends), None, "order 0:17, frontier 0:18: the end is 18");
+        let mut r = claim();
+        r.offset = Some(18);
+        assert!(r.impossible(&ends).unwrap().contains("past the end"));
+        let mut r = claim();
+        r.partition = Some(2);
+        assert!(r.impossible(&ends).unwrap().contains("no partition 2"));
+        let mut r = claim();
+        r.next.insert(0, 19);
+        assert!(r.impossible(&ends).unwrap().contains("frontier 0:19"));
+        let mut r = claim();
+        r.next.insert(7, 0);
+        assert!(r.impossible(&ends).is_some(), "a frontier in a partition that does not exist");
+        let mut b = Record::new(3, Event::Booted, "a", 1);
+        b.next.insert(1, 5);
+        assert_eq!(b.impossible(&ends), None, "a frontier at the end is possible");
+        b.next.insert(1, i64::MAX);
+        assert!(b.impossible(&ends).is_some());
+        let mut cp = Record::new(3, Event::Checkpoint, "a", 1);
+        let snap = crate::checkpoint::Snapshot {
+            at: 0,
+            instances: BTreeMap::new(),
+            frontier: BTreeMap::from([(0, 1000)]),
+            contests: Vec::new(),
+            ids: Vec::new(),
+        };
+        cp.snapshot = Some(Box::new(snap));
+        assert!(cp.impossible(&ends).unwrap().contains("frontier 0:1000"), "a checkpoint's frontier");
     }
 
     mod fuzz {

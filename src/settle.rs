@@ -29,7 +29,7 @@
 //! the wait. Its name holds the brokers, the claims topic and the instance
 //! number, so pools that share a host do not mix their markers.
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use std::path::{Path, PathBuf};
 
 /// The default `SETTLE_MS`: librdkafka's `message.timeout.ms` (10 s, set in
@@ -55,27 +55,119 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
+/// Markers are a few dozen bytes; anything longer is not one.
+pub const MAX_MARKER_BYTES: u64 = 256;
+
+/// Checks, and creates if missing, the directory of the clean-exit markers
+/// (`STATE_DIR`). A marker lets the next process boot without waiting out
+/// its predecessor's appends, so whoever can write one can make a process
+/// boot while a dead one's appends may still land (docs/protocol.md,
+/// "Settling"): the directory must be this user's alone. Created 0700;
+/// refused (a configuration error, exit 2) if it is a symbolic link, not a
+/// directory, someone else's, or writable by group or others.
+pub fn prepare_dir(dir: &Path) -> Result<(), ConfigError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let name = dir.display();
+    if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        return Err(ConfigError(format!("STATE_DIR: cannot create {name}: {e}")));
+    }
+    let md = std::fs::symlink_metadata(dir).map_err(|e| ConfigError(format!("STATE_DIR: cannot read {name}: {e}")))?;
+    if md.file_type().is_symlink() {
+        return Err(ConfigError(format!("STATE_DIR: {name} is a symbolic link; give the directory itself")));
+    }
+    if !md.is_dir() {
+        return Err(ConfigError(format!("STATE_DIR: {name} is not a directory")));
+    }
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    if md.uid() != me {
+        return Err(ConfigError(format!(
+            "STATE_DIR: {name} belongs to uid {}, not to this worker's user (uid {me}); give the worker a directory of its own",
+            md.uid()
+        )));
+    }
+    if md.mode() & 0o022 != 0 {
+        return Err(ConfigError(format!(
+            "STATE_DIR: {name} is writable by group or others (mode {:o}); `chmod 700` it",
+            md.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
 /// Reads and removes the marker: the incarnation it names, if any. Any
 /// problem (none there, unreadable, not removable) counts as "no marker".
+/// Only a small regular file of this user counts: the path is opened
+/// without following a symbolic link and without blocking (a FIFO planted
+/// there must not hang the worker), and whatever else is there is removed
+/// and ignored.
 pub fn take(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path);
+    let text = match file {
+        Ok(mut f) => {
+            let md = f.metadata().ok()?;
+            // SAFETY: geteuid cannot fail and touches no memory.
+            let mine = md.uid() == unsafe { libc::geteuid() };
+            let mut text = String::new();
+            let ok = md.file_type().is_file()
+                && mine
+                && md.len() <= MAX_MARKER_BYTES
+                && (&mut f).take(MAX_MARKER_BYTES + 1).read_to_string(&mut text).is_ok()
+                && text.len() as u64 <= MAX_MARKER_BYTES;
+            ok.then_some(text)
+        }
+        // A symbolic link (ELOOP) or anything that cannot be opened.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(_) => None,
+    };
     // Not removed: the next process would trust it again, so ignore it.
+    // (A symbolic link is removed, not its target.)
     std::fs::remove_file(path).ok()?;
+    let text = text?;
     let inc = text.trim();
     (!inc.is_empty() && inc.len() <= 200).then(|| inc.to_string())
 }
 
-/// Leaves the marker for `incarnation` (written whole, then renamed into
-/// place). Called only after every append was acknowledged. A failure is
+/// Leaves the marker for `incarnation`: written whole to a new file (never
+/// through a symbolic link or into an existing file), then renamed into
+/// place. Called only after every append was acknowledged. A failure is
 /// logged and costs the next process the wait, nothing else.
 pub fn leave(path: &Path, incarnation: &str) {
     let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
         }
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, incarnation)?;
-        std::fs::rename(&tmp, path)
+        let create = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)
+        };
+        let mut f = match create() {
+            // Left by a process of the same pid that died writing it (or
+            // planted): removed (a link, not its target), then made anew.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                std::fs::remove_file(&tmp)?;
+                create()?
+            }
+            r => r?,
+        };
+        f.write_all(incarnation.as_bytes())?;
+        drop(f);
+        // rename() replaces a link at `path`, never writes through it.
+        std::fs::rename(&tmp, path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
     };
     if let Err(e) = write() {
         tracing::warn!(path = %path.display(), error = %e, "cannot leave the clean-exit marker; the next process will wait SETTLE_MS before booting");
@@ -138,5 +230,102 @@ mod tests {
         let path = file.join("marker.clean");
         leave(&path, "abc");
         assert_eq!(take(&path), None);
+    }
+
+    /// A FIFO planted where the marker goes: reading it used to block the
+    /// worker forever (nobody writes it); now it is no marker.
+    #[test]
+    fn a_fifo_at_the_marker_does_not_hang_the_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = marker_path(&cfg(dir.path(), "127.0.0.1:9092", "3"));
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || tx.send(take(&p)));
+        let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+        if got.is_err() {
+            // Unblock the stuck reader so that the test process can end.
+            let _ = std::fs::OpenOptions::new().write(true).open(&path);
+        }
+        assert_eq!(got, Ok(None), "take() must neither block on a FIFO nor trust it");
+        assert!(std::fs::symlink_metadata(&path).is_err(), "the FIFO is removed");
+        leave(&path, "inc-1");
+        assert_eq!(take(&path), Some("inc-1".to_string()), "markers work again after it");
+    }
+
+    #[test]
+    fn a_symbolic_link_is_neither_read_nor_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = marker_path(&cfg(dir.path(), "127.0.0.1:9092", "3"));
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "valid-7").unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        assert_eq!(take(&path), None, "a link is not a marker, even to a file that looks like one");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "valid-7", "its target is left alone");
+        // Writing: a link at the marker and at the temporary file.
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        leave(&path, "mine-1");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "valid-7", "not written through a link");
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_file(), "the link was replaced");
+        assert_eq!(take(&path), Some("mine-1".to_string()));
+    }
+
+    #[test]
+    fn only_a_small_regular_file_is_a_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = marker_path(&cfg(dir.path(), "127.0.0.1:9092", "3"));
+        std::fs::write(&path, "x".repeat(1 << 20)).unwrap();
+        assert_eq!(take(&path), None, "a large file");
+        std::fs::create_dir(&path).unwrap();
+        assert_eq!(take(&path), None, "a directory");
+    }
+
+    #[test]
+    fn the_state_directory_is_created_private_and_checked() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("a/b");
+        prepare_dir(&state).unwrap();
+        assert_eq!(std::fs::metadata(&state).unwrap().permissions().mode() & 0o777, 0o700);
+        prepare_dir(&state).unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = prepare_dir(&state).unwrap_err().0;
+        assert!(e.starts_with("STATE_DIR:") && e.contains("writable by group or others"), "{e}");
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o770)).unwrap();
+        assert!(prepare_dir(&state).is_err(), "group-writable");
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+        prepare_dir(&state).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&state, &link).unwrap();
+        assert!(prepare_dir(&link).unwrap_err().0.contains("symbolic link"));
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(prepare_dir(&file).is_err());
+    }
+
+    /// Someone else's directory (root's, seen by a non-root user; or the
+    /// other way round) is refused.
+    #[test]
+    fn someone_elses_state_directory_is_refused() {
+        // SAFETY: geteuid cannot fail.
+        let other = if unsafe { libc::geteuid() } == 0 {
+            let dir = tempfile::tempdir().unwrap();
+            let d = dir.path().join("other");
+            std::fs::create_dir(&d).unwrap();
+            let c = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
+            // SAFETY: a valid C string; as root, chown to nobody.
+            assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+            let e = prepare_dir(&d).unwrap_err().0;
+            assert!(e.contains("belongs to uid 65534"), "{e}");
+            return;
+        } else {
+            std::path::PathBuf::from("/")
+        };
+        let e = prepare_dir(&other).unwrap_err().0;
+        assert!(e.contains("belongs to uid 0"), "{e}");
     }
 }

@@ -34,6 +34,21 @@ pub struct Source {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// A file holding the pool's claims key (or set CLAIMS_KEY): records
+    /// not signed with it are foreign, as the workers take them.
+    #[arg(long, env = "CLAIMS_KEY_FILE", value_name = "FILE")]
+    pub claims_key_file: Option<String>,
+}
+
+impl Source {
+    /// What decides which claims records are the pool's, as a worker with
+    /// the same `CLAIMS_KEY` / `CLAIMS_KEY_FILE` decides it.
+    pub fn gate(&self) -> anyhow::Result<crate::kafka::Gate> {
+        let value = std::env::var("CLAIMS_KEY").ok();
+        let file = self.claims_key_file.as_deref().filter(|f| !f.trim().is_empty()).map(|f| (f, std::fs::read(f)));
+        let key = crate::sign::ClaimsKey::from_sources(value.as_deref(), file).map_err(anyhow::Error::msg)?;
+        Ok(crate::kafka::Gate::new(key, &self.orders_topic))
+    }
 }
 
 impl Source {
@@ -78,6 +93,7 @@ fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
 /// Every record of the claims topic, with its position (foreign ones as
 /// errors), read up to the end the topic had when we started.
 pub fn read_claims(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, String>)>> {
+    let gate = src.gate()?;
     let c = consumer(src)?;
     let (_, high) = c
         .fetch_watermarks(&src.coordination_topic, 0, TIMEOUT)
@@ -95,7 +111,8 @@ pub fn read_claims(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, Stri
         match c.poll(Duration::from_millis(500)) {
             Some(Ok(m)) => {
                 let pos = m.offset().max(0) as u64;
-                out.push((pos, Record::decode(m.key(), m.payload()).map_err(|e| e.to_string())));
+                let live = || Instant::now() < deadline;
+                out.push((pos, gate.decode(&c, &m, &live).map_err(|e| e.to_string())));
                 at_end = m.offset() + 1 >= high;
             }
             Some(Err(KafkaError::PartitionEOF(_))) => at_end = true,
@@ -201,6 +218,62 @@ fn message_ts(c: &BaseConsumer, topic: &str, p: i32, offset: i64) -> Option<i64>
     None
 }
 
+/// Whether `c` must not reach a terminal as it is: C0 controls (ESC, CR,
+/// BEL, backspace...), DEL, C1 controls (U+0080 to U+009F, which some
+/// terminals take as CSI and OSC), and the bidirectional controls and
+/// separators that reorder or break what is shown (U+061C, U+200E, U+200F,
+/// U+2028 to U+202E, U+2066 to U+2069). Job output and claims records come
+/// from orders, that is, from anyone who can write the orders topic.
+fn unsafe_for_terminal(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` made safe to print on a terminal: every control character (see
+/// [`unsafe_for_terminal`]) is shown escaped (`\x1b`, `\r`, `\u{202e}`).
+/// `lines`: newlines and tabs are kept (a job's output tail); otherwise
+/// they are escaped too (a field printed on one line).
+pub fn escape_controls(s: &str, lines: bool) -> String {
+    if !s.chars().any(unsafe_for_terminal) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match c {
+            '\n' | '\t' if lines => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x80 && unsafe_for_terminal(c) => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if unsafe_for_terminal(c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A JSON value as one line of JSON that is also safe on a terminal:
+/// serde_json escapes C0 controls itself; DEL, the C1 controls and the
+/// bidirectional controls are written as `\uXXXX` escapes too (the same
+/// JSON value, just spelled in ASCII).
+pub fn json_line(v: &serde_json::Value) -> String {
+    let s = v.to_string();
+    if !s.chars().any(unsafe_for_terminal) {
+        return s;
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if unsafe_for_terminal(c) {
+            // Outside strings JSON has only ASCII punctuation, digits,
+            // letters and whitespace, none of them escaped here but for
+            // whitespace, which serde_json's compact form does not write.
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The text form of a snapshot.
 pub fn render(s: &serde_json::Value) -> String {
     let n = |k: &str| s[k].as_i64().unwrap_or(0);
@@ -231,15 +304,16 @@ pub fn render(s: &serde_json::Value) -> String {
     }
     out.push_str("instance  state        order      last completion\n");
     for i in s["instances"].as_array().into_iter().flatten() {
-        let order = i["order"].as_str().unwrap_or("-");
+        let order = escape_controls(i["order"].as_str().unwrap_or("-"), false);
         let last = match &i["last_completion"] {
             serde_json::Value::Null => "-".to_string(),
             l => format!("{} {}", l["order"].as_str().unwrap_or("?"), l["status"].as_str().unwrap_or("?")),
         };
+        let last = escape_controls(&last, false);
         out.push_str(&format!(
             "{:<9} {:<12} {:<10} {}\n",
             i["instance"].as_u64().unwrap_or(0),
-            i["state"].as_str().unwrap_or("?"),
+            escape_controls(i["state"].as_str().unwrap_or("?"), false),
             order,
             last
         ));
@@ -255,7 +329,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<i32> {
         let src = args.source.clone();
         let s = tokio::task::spawn_blocking(move || snapshot(&src, crate::run::now_ms())).await??;
         if args.source.json {
-            println!("{s}");
+            println!("{}", json_line(&s));
         } else {
             if args.watch {
                 print!("\x1b[2J\x1b[H");
@@ -280,16 +354,127 @@ pub async fn history(args: HistoryArgs) -> anyhow::Result<i32> {
         .filter_map(|(p, r)| r.ok().map(|r| (p, r)))
         .filter(|(_, r)| r.order() == Some(args.order))
         .collect();
-    if args.source.json {
+    print_history(&mut std::io::stdout(), args.source.json, args.order, &mine);
+    Ok(0)
+}
+
+/// Prints the records about one order (`history`): a JSON line, or a line
+/// per record with its fields' control characters escaped.
+pub fn print_history(out: &mut impl std::io::Write, json: bool, order: OrderId, mine: &[(u64, Record)]) {
+    if json {
         let list: Vec<serde_json::Value> =
             mine.iter().map(|(p, r)| json!({"pos": p, "key": r.key(), "record": r})).collect();
-        println!("{}", json!({"order": args.order.to_string(), "records": list}));
+        let _ = writeln!(out, "{}", json_line(&json!({"order": order.to_string(), "records": list})));
     } else if mine.is_empty() {
-        println!("no record about order {} in the claims topic", args.order);
+        let _ = writeln!(out, "no record about order {order} in the claims topic");
     } else {
-        for (p, r) in &mine {
-            println!("#{p:<6} {:<13} {}", r.key(), crate::dev::describe_record(r));
+        for (p, r) in mine {
+            let _ = writeln!(out, "#{p:<6} {:<13} {}", r.key(), escape_controls(&crate::dev::describe_record(r), false));
         }
     }
-    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Outcome, Status};
+
+    /// What a job can print to take over the terminal of whoever reads
+    /// its result: clear the screen and move the cursor (ESC, CSI), rewrite
+    /// the line (CR), a C1 CSI, bidi overrides, a fake newline.
+    const NASTY: &str = "ok\x1b[2J\x1b]0;title\x07\rfake\u{9b}31m\u{202e}txt\u{2066}\x7f\x08\nnext\tcol";
+
+    fn no_controls_but_newlines_and_tabs(s: &str) {
+        for c in s.chars() {
+            assert!(c == '\n' || c == '\t' || !unsafe_for_terminal(c), "{c:?} in {s:?}");
+        }
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        let e = escape_controls(NASTY, true);
+        no_controls_but_newlines_and_tabs(&e);
+        assert_eq!(
+            e,
+            "ok\\x1b[2J\\x1b]0;title\\x07\\rfake\\u{009b}31m\\u{202e}txt\\u{2066}\\x7f\\x08\nnext\tcol"
+        );
+        let one = escape_controls(NASTY, false);
+        assert!(!one.contains('\n') && !one.contains('\t') && one.contains("\\nnext\\tcol"), "{one}");
+        assert_eq!(escape_controls("plain text, ünïcödé", false), "plain text, ünïcödé");
+    }
+
+    #[test]
+    fn json_stays_json_and_the_same_value() {
+        let v = json!({"stdout": NASTY, "n": 3});
+        let line = json_line(&v);
+        assert!(line.is_ascii() || line.chars().all(|c| !unsafe_for_terminal(c)), "{line}");
+        for c in line.chars() {
+            assert!(!unsafe_for_terminal(c), "{c:?} in {line}");
+        }
+        let back: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, v);
+    }
+
+    fn completed(stdout: &str, reason: &str) -> (Record, Outcome) {
+        let outcome = Outcome {
+            status: Status::Failed,
+            exit_code: Some(1),
+            duration_ms: 5,
+            reason: Some(reason.into()),
+            stdout_tail: stdout.into(),
+            stderr_tail: stdout.into(),
+        };
+        let mut r = Record::new(2, Event::Completed, "inc\x1b[1A", 1).with_order(OrderId::new(0, 4));
+        r.outcome = Some(outcome.clone());
+        (r, outcome)
+    }
+
+    /// `submit --wait`: the job's output and reason reach the terminal
+    /// escaped, in text and in JSON.
+    #[test]
+    fn submit_wait_prints_no_control_characters() {
+        let (rec, outcome) = completed(NASTY, NASTY);
+        for json in [false, true] {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            crate::submit::print_completion(&mut out, &mut err, json, OrderId::new(0, 4), &rec, &outcome);
+            let (out, err) = (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap());
+            no_controls_but_newlines_and_tabs(&out);
+            no_controls_but_newlines_and_tabs(&err);
+            if json {
+                let v: serde_json::Value = serde_json::from_str(out.trim_end()).unwrap();
+                assert_eq!(v["outcome"]["stdout_tail"], NASTY, "the same value");
+            } else {
+                assert!(out.contains("\\x1b[2J") && out.contains("\nnext\tcol"), "{out}");
+                let last = err.lines().last().unwrap();
+                assert!(last.starts_with("order 0:4: failed on instance 2") && last.contains("\\nnext"), "{err}");
+            }
+        }
+    }
+
+    /// `history` and `status`: record fields reach the terminal escaped.
+    #[test]
+    fn history_and_status_print_no_control_characters() {
+        let (rec, _) = completed(NASTY, NASTY);
+        let mut booted = Record::new(2, Event::Booted, NASTY, 1);
+        booted.reason = Some(NASTY.into());
+        let mine = [(3, booted), (7, rec)];
+        for json in [false, true] {
+            let mut out = Vec::new();
+            print_history(&mut out, json, OrderId::new(0, 4), &mine);
+            let out = String::from_utf8(out).unwrap();
+            no_controls_but_newlines_and_tabs(&out);
+            assert_eq!(out.lines().count(), if json { 1 } else { 2 }, "{out}");
+            if json {
+                let v: serde_json::Value = serde_json::from_str(out.trim_end()).unwrap();
+                assert_eq!(v["records"][1]["record"]["outcome"]["stdout_tail"], NASTY);
+            }
+        }
+        let snap = json!({
+            "orders_in_topic": 1,
+            "instances": [{"instance": 2, "state": NASTY, "order": NASTY, "last_completion": {"order": NASTY, "status": NASTY}}],
+        });
+        let text = render(&snap);
+        no_controls_but_newlines_and_tabs(&text);
+        assert_eq!(text.lines().count(), 3, "one line per instance: {text}");
+    }
 }

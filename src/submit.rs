@@ -73,6 +73,8 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<i32> {
         return Ok(2);
     }
     let src = &args.source;
+    // A bad CLAIMS_KEY is refused before anything is sent.
+    src.gate()?;
     // Start reading the claims topic at its current end *before* sending, so
     // that no completion can be missed.
     let claims_from = {
@@ -104,21 +106,44 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<i32> {
         eprintln!("pool_worker submit: order {order} not completed within {} s", args.wait_timeout_secs);
         return Ok(124);
     };
-    if src.json {
-        println!("{}", json!({"event": "completed", "order": order.to_string(), "instance": rec.instance, "outcome": outcome}));
-    } else {
-        print!("{}", outcome.stdout_tail);
-        eprint!("{}", outcome.stderr_tail);
-        eprintln!(
-            "order {order}: {} on instance {} (attempt {}){}{}",
-            outcome.status,
-            rec.instance,
-            rec.attempt,
-            outcome.exit_code.map(|c| format!(", exit {c}")).unwrap_or_default(),
-            outcome.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
-        );
-    }
+    print_completion(&mut std::io::stdout(), &mut std::io::stderr(), src.json, order, &rec, &outcome);
     Ok(outcome.exit_code.unwrap_or(1).clamp(0, 255))
+}
+
+/// Prints a completion: as one JSON line, or the job's output tails (stdout
+/// and stderr) and a summary line. The tails and the reason come from the
+/// job, that is, from whoever wrote the order: their control characters are
+/// escaped (`status::escape_controls`), so that they cannot drive the
+/// terminal (move the cursor, rewrite earlier lines, set the title...).
+pub fn print_completion(
+    out: &mut impl std::io::Write,
+    err: &mut impl std::io::Write,
+    json: bool,
+    order: OrderId,
+    rec: &Record,
+    outcome: &Outcome,
+) {
+    use crate::status::{escape_controls, json_line};
+    if json {
+        let v = json!({"event": "completed", "order": order.to_string(), "instance": rec.instance, "outcome": outcome});
+        let _ = writeln!(out, "{}", json_line(&v));
+        return;
+    }
+    let _ = write!(out, "{}", escape_controls(&outcome.stdout_tail, true));
+    let _ = out.flush();
+    let tail = escape_controls(&outcome.stderr_tail, true);
+    // The summary starts a line of its own: a tail cannot make it look
+    // like part of the job's output, nor end a line it wrote.
+    let _ = write!(err, "{tail}{}", if tail.is_empty() || tail.ends_with('\n') { "" } else { "\n" });
+    let _ = writeln!(
+        err,
+        "order {order}: {} on instance {} (attempt {}){}{}",
+        outcome.status,
+        rec.instance,
+        rec.attempt,
+        outcome.exit_code.map(|c| format!(", exit {c}")).unwrap_or_default(),
+        outcome.reason.as_deref().map(|r| format!(": {}", escape_controls(r, false))).unwrap_or_default()
+    );
 }
 
 fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
@@ -142,6 +167,7 @@ fn claims_end(src: &Source) -> anyhow::Result<i64> {
 /// replay starts at the beginning, as a worker's does; completions are
 /// looked for from `from` on.
 fn wait_completed(src: &Source, from: i64, order: OrderId, timeout: Duration) -> anyhow::Result<Option<(Record, Outcome)>> {
+    let gate = src.gate()?;
     let c = consumer(src)?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&src.coordination_topic, 0, Offset::Beginning)?;
@@ -151,7 +177,8 @@ fn wait_completed(src: &Source, from: i64, order: OrderId, timeout: Duration) ->
     while Instant::now() < deadline {
         let Some(Ok(m)) = c.poll(Duration::from_millis(500)) else { continue };
         let pos = m.offset().max(0) as u64;
-        let Ok(rec) = Record::decode(m.key(), m.payload()) else {
+        let live = || Instant::now() < deadline;
+        let Ok(rec) = gate.decode(&c, &m, &live) else {
             view.skip(pos);
             continue;
         };

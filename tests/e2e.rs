@@ -407,6 +407,29 @@ fn config_errors_exit_2_naming_the_variable() {
     }
 }
 
+/// Issue 18: a clean-exit marker lets the next process boot without
+/// settling, so its directory must be the worker user's alone; a
+/// world-writable one is a configuration error before anything else.
+#[test]
+fn a_state_dir_others_can_write_is_a_config_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let s = state.to_str().unwrap();
+    let env = [
+        ("KAFKA_BROKERS", "127.0.0.1:1"),
+        ("ORDERS_TOPIC", "o"),
+        ("COORDINATION_TOPIC", "c"),
+        ("INSTANCE_NUMBER", "1"),
+        ("STATE_DIR", s),
+    ];
+    let (code, err) = run_worker_once(&env, T);
+    assert_eq!(code, Some(2), "stderr: {err}");
+    assert!(err.lines().any(|l| l.contains("STATE_DIR") && l.contains("writable by group or others")), "{err}");
+}
+
 #[test]
 fn a_claims_topic_with_3_partitions_is_a_config_error() {
     let broker = broker(1);

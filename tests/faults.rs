@@ -352,6 +352,7 @@ fn a_slow_fetch_keeps_the_lease() {
     assert!(outcome.duration_ms < 1500, "the fetch took longer than the lease: {outcome:?}");
     drop(sup);
     server.join().unwrap();
+}
 
 /// Orders the broker deleted (retention, DeleteRecords) before the pool
 /// reached them are completed `deleted` at once, naming the offset and the

@@ -377,6 +377,17 @@
 //! from each undecided claim on, takeovers landing in two appends, and late
 //! appends.
 //!
+//! Foreign records (issue 18, `foreign_records_change_nothing`): a forger
+//! who can write the claims topic appends one record at any moment — with
+//! the pool's `CLAIMS_KEY`, an unsigned completion or a claim signed with
+//! another key; without, a claim past the orders' end — and every reader
+//! decodes each record as the shell does (src/sign.rs, `Record::decode_with`,
+//! `Record::impossible`). Every property holds (2 × 1 with ≤1 crash, 58,659
+//! states; 2 × 2, 273,764; without a key 32,111 and 144,789; about 23 s in
+//! all, reductions 1 to 4 only), and readers that accept the forgeries
+//! (`Config::trust_all`) are caught within 3,000 states
+//! (`accepting_forged_records_is_caught`).
+//!
 //! CI: `cargo test --test model -- --nocapture` runs 2 × 1 with ≤1 crash,
 //! with ≤1 crash and ≤1 duplicate, 2 × 2, with ≤1 crash, 3 × 1, with ≤1
 //! crash, with ≤1 duplicate, 3 × 2, and 2 × 2 with ORDERS_PER_PROCESS=2
@@ -833,6 +844,9 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
         orders_per_process: 1,
         causal: false,
         protect_in_flight: true,
+        max_forgeries: 0,
+        claims_key: None,
+        trust_all: false,
     }
 }
 
@@ -1000,7 +1014,12 @@ fn assert_holds_upto(pool: Pool, bound: Bound) {
         cfg.lease_ms.map_or(String::new(), |l| format!(", lease {l} ms, ≤{} clock jumps past it", cfg.max_jumps)),
         cfg.checkpoint_every.map_or(String::new(), |k| format!(", checkpoints every {k} positions"))
             + &if cfg.orders_per_process > 1 { format!(", ORDERS_PER_PROCESS={}", cfg.orders_per_process) } else { String::new() }
-            + if cfg.compaction { "" } else { ", no compaction" },
+            + if cfg.compaction { "" } else { ", no compaction" }
+            + &if cfg.max_forgeries > 0 {
+                format!(", ≤{} forged records ({})", cfg.max_forgeries, if cfg.claims_key.is_some() { "CLAIMS_KEY: unsigned, another key's" } else { "no key: impossible claims" })
+            } else {
+                String::new()
+            },
         f.states,
         f.secs
     );
@@ -1032,6 +1051,7 @@ fn assert_caught_upto(pool: Pool, expect: &[&'static str], bound: Bound) {
     let flaw = match cfg.flaw {
         Some(flaw) => format!("{flaw:?}"),
         None if cfg.forge_seen => "revocations not checked against seen".to_string(),
+        None if cfg.trust_all => "forged records accepted".to_string(),
         None => "world".to_string(),
     };
     let line = format!(
@@ -1621,4 +1641,57 @@ fn in_flight_claim_needs_its_order_kept() {
         println!("{text}");
     }
     assert!(!f.failures.is_empty(), "the double run was not found");
+}
+
+/// Issue 18, "foreign records change nothing": a writer of the claims
+/// topic who is not the pool appends forged records at any moment
+/// (`Step::Forge`, tests/world). With the pool's `CLAIMS_KEY`, a completion
+/// of order 0 by instance 1 in its current incarnation (unsigned) and a
+/// first-ranked claim of it by instance 2 (signed with another key); with
+/// no key, a claim past the orders' end that moves the frontier past it.
+/// Every reader — each process and the referee — decodes each record as
+/// the shell does (the value's bytes, the signature's verdict,
+/// `Record::decode_with`, `Record::impossible`), and every property still
+/// holds. Reductions 1 to 4 only (the commuting of appends is not argued
+/// for forged records); forged records take no part in compaction (see
+/// `World::superseded`).
+#[test]
+fn foreign_records_change_nothing() {
+    for (i, o, crashes, signed) in [(2, 1, 1, true), (2, 2, 0, true), (2, 1, 1, false), (2, 2, 0, false)] {
+        assert_holds(trusting(Config { max_crashes: crashes, ..forging(i, o, signed) }));
+    }
+}
+
+/// ... and the check bites: readers that take every record for the pool's
+/// (`Config::trust_all`) are caught — a forged completion counts for an
+/// order its instance never committed; a claim past the end claims an
+/// order that does not exist.
+#[test]
+fn accepting_forged_records_is_caught() {
+    let cfg = Config { trust_all: true, ..forging(2, 1, true) };
+    assert_caught(trusting(cfg), &SAFETY);
+    let cfg = Config { trust_all: true, ..forging(2, 1, false) };
+    assert_caught(trusting(cfg), &[SKIPPED]);
+}
+
+/// A pool that a forger writes one record to (either forgery of
+/// `World::forgery`, at any moment): `signed`, the pool has a `CLAIMS_KEY`;
+/// otherwise the forgery is an impossible claim. (With two forgeries, 2 × 1
+/// with ≤1 crash has 392,453 states, 44 s; 2 × 2 passed 400,000 in 60 s.)
+fn forging(instances: u32, orders: u32, signed: bool) -> Config {
+    let key = pool_worker::sign::ClaimsKey::new(b"the pool's own key, in the model").unwrap();
+    Config {
+        max_crashes: 0,
+        max_dups: 0,
+        max_forgeries: 1,
+        claims_key: signed.then_some(key),
+        ..config(instances, orders, None)
+    }
+}
+
+/// [`Pool::new`] without reduction 5 (commuting appends), which is argued
+/// for the pool's records only.
+fn trusting(cfg: Config) -> Pool {
+    let p = Pool::new(Config { causal: false, ..cfg });
+    Pool { commute: false, unerased: false, canonical: true, ..p }
 }

@@ -147,6 +147,9 @@ fn config() -> Config {
         // horizons: the claim horizon, the default here, keeps everything
         // after each instance's newest `booted` anyway).
         protect_in_flight: true,
+        max_forgeries: 0,
+        claims_key: None,
+        trust_all: false,
     }
 }
 

@@ -141,6 +141,18 @@ pub struct Config {
     /// still in flight ([`World::in_flight_claim_orders`]); false only to
     /// show what that prevents.
     pub protect_in_flight: bool,
+    /// Issue 18: someone who is not the pool can write to the claims topic
+    /// and appends up to this many forged records ([`Step::Forge`]), at any
+    /// moment. 0: nobody does (and records are not encoded to be read).
+    pub max_forgeries: u32,
+    /// The pool's `CLAIMS_KEY` (src/sign.rs): its processes sign their
+    /// records; forged ones are unsigned or signed with another key.
+    /// `None`: nothing is signed, and the forgeries are impossible claims
+    /// (past the orders' end) instead.
+    pub claims_key: Option<pool_worker::sign::ClaimsKey>,
+    /// Broken on purpose: every reader (processes and referee) takes every
+    /// record for the pool's, unchecked (no signature, no end offsets).
+    pub trust_all: bool,
 }
 
 impl Config {
@@ -181,6 +193,14 @@ pub struct Entry {
     /// records was an eighth of its time).
     pub rec: Arc<Record>,
     pub erased: bool,
+    /// Who wrote it: the pool (signed with `Config::claims_key`, if any) or
+    /// a forger ([`Step::Forge`]).
+    pub sig: Sig,
+    /// How readers take it ([`World::admit`], decided as it lands: the
+    /// same bytes and signature always get the same verdict), so a read
+    /// costs no encoding and no HMAC. Follows from `rec` and `sig`, so left
+    /// out of equality and hashing.
+    pub foreign: bool,
     /// For [`World::fingerprint`], computed as the record lands
     /// ([`commute::landed`]): functions of the records up to this one, so
     /// left out of equality and hashing.
@@ -191,7 +211,7 @@ pub struct Entry {
 /// the log).
 impl PartialEq for Entry {
     fn eq(&self, other: &Self) -> bool {
-        (&self.rec, self.erased) == (&other.rec, other.erased)
+        (&self.rec, self.erased, self.sig) == (&other.rec, other.erased, other.sig)
     }
 }
 
@@ -199,8 +219,25 @@ impl Eq for Entry {}
 
 impl std::hash::Hash for Entry {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        (&self.rec, self.erased).hash(h);
+        (&self.rec, self.erased, self.sig).hash(h);
     }
+}
+
+/// Who wrote a record of the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Sig {
+    /// The pool: signed with its key, when it has one.
+    #[default]
+    Pool,
+    /// A forger, without a signature.
+    Unsigned,
+    /// A forger, signed with a key of its own.
+    OtherKey,
+}
+
+/// The forger's own key ([`Sig::OtherKey`]).
+fn forger_key() -> pool_worker::sign::ClaimsKey {
+    pool_worker::sign::ClaimsKey::new(b"a key that is not the pool's").expect("long enough")
 }
 
 /// One instance number.
@@ -318,6 +355,9 @@ pub enum Step {
     /// The process dies and its instance stays down for this many ms
     /// (simulation: a host that is gone for a while).
     Outage(u32, u64),
+    /// A writer of the claims topic who is not the pool appends a forged
+    /// record ([`World::forgery`] says which), at once.
+    Forge(u8),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -370,6 +410,12 @@ pub struct World {
     /// marker, and without one (they wait).
     pub starts_marked: u32,
     pub starts_unmarked: u32,
+    /// Forged records appended so far ([`Step::Forge`]).
+    pub forged: u32,
+    /// Copied from the config: how readers judge records
+    /// (`Config::max_forgeries` above 0, `claims_key`, `trust_all`, the
+    /// orders' end).
+    trust: Option<(Option<pool_worker::sign::ClaimsKey>, bool, i64)>,
 }
 
 pub const RUN_BY_TWO: &str = "no order is run by two instances";
@@ -438,6 +484,91 @@ impl World {
             settling: cfg.settle_ms.is_some(),
             starts_marked: 0,
             starts_unmarked: 0,
+            forged: 0,
+            trust: (cfg.max_forgeries > 0).then(|| (cfg.claims_key.clone(), cfg.trust_all, cfg.orders as i64)),
+        }
+    }
+
+    /// Forgery `k` ([`Step::Forge`]), made from what the log shows (a
+    /// forger who can write the claims topic can read it too), with the
+    /// signature it carries. With the pool's key: 0, a completion of order
+    /// 0 by instance 1 in its current incarnation (as if it ran it), with
+    /// no signature; 1, a claim of order 0 by instance 2 ranked first,
+    /// signed with another key. Without: 2, a claim of the order past the
+    /// last (the orders' end) moving the frontier past it, unsigned.
+    pub fn forgery(&self, k: u8) -> (Record, Sig) {
+        let inc = |i: u32| {
+            self.insts.get(i as usize - 1).and_then(|s| s.worker.as_ref()).map_or(format!("{i}.1"), |w| w.incarnation.clone())
+        };
+        let seq = 1_000 + self.forged as u64;
+        let n = self.orders.len() as i64;
+        match k {
+            0 => {
+                let mut r = Record::new(1, Event::Completed, &inc(1), self.now).with_order(OrderId::new(0, 0));
+                r.seq = seq;
+                r.attempt = 1;
+                r.outcome = Some(ok_outcome());
+                r.next.insert(0, 1);
+                (r, Sig::Unsigned)
+            }
+            1 => {
+                let mut r = Record::new(2, Event::Claimed, &inc(2), self.now).with_order(OrderId::new(0, 0));
+                r.seq = seq;
+                r.attempt = 1;
+                r.rank = Some(0);
+                r.next.insert(0, 1);
+                (r, Sig::OtherKey)
+            }
+            _ => {
+                let mut r = Record::new(2, Event::Claimed, &inc(2), self.now).with_order(OrderId::new(0, n));
+                r.seq = seq;
+                r.attempt = 1;
+                r.next.insert(0, n + 1);
+                (r, Sig::Unsigned)
+            }
+        }
+    }
+
+    /// [`World::admit`] for a record about to land.
+    fn admit_new(&mut self, r: &Record, sig: Sig) -> Result<(), pool_worker::record::Foreign> {
+        let cached = commute::landed(&self.log, r);
+        self.log.push(Entry { rec: Arc::new(r.clone()), erased: false, sig, foreign: false, cached });
+        let verdict = self.admit(self.log.len() - 1).map(drop);
+        self.log.pop();
+        verdict
+    }
+
+    /// The forgeries a forger may append in this configuration.
+    fn forgeries(cfg: &Config) -> &'static [u8] {
+        if cfg.claims_key.is_some() {
+            &[0, 1]
+        } else {
+            &[2]
+        }
+    }
+
+    /// The record at `pos` as a reader takes it: the pool's, or foreign —
+    /// through the shell's own decoding (src/kafka.rs, `Gate`): the value's
+    /// bytes and its signature header as they would be in Kafka, the
+    /// verdict on the signature (src/sign.rs), `Record::decode_with`, and
+    /// `Record::impossible` against the orders' end offsets.
+    fn admit(&self, pos: usize) -> Result<Record, pool_worker::record::Foreign> {
+        let e = &self.log[pos];
+        let Some((key, trust_all, n)) = &self.trust else { return Ok(Record::clone(&e.rec)) };
+        if *trust_all {
+            return Ok(Record::clone(&e.rec));
+        }
+        let value = e.rec.encode();
+        let sig = match e.sig {
+            Sig::Pool => key.as_ref().map(|k| k.sign(&value)),
+            Sig::Unsigned => None,
+            Sig::OtherKey => Some(forger_key().sign(&value)),
+        };
+        let verdict = pool_worker::sign::verdict(key.as_ref(), Some(&value), sig.as_deref().map(str::as_bytes));
+        let rec = Record::decode_with(Some(e.rec.key().as_bytes()), Some(&value), verdict)?;
+        match rec.impossible(&BTreeMap::from([(0, *n)])) {
+            Some(why) => Err(pool_worker::record::Foreign::Impossible(why)),
+            None => Ok(rec),
         }
     }
 
@@ -529,6 +660,9 @@ impl World {
         if cfg.compaction && !self.erasable(cfg).is_empty() {
             out.push(Step::Compact);
         }
+        if self.forged < cfg.max_forgeries {
+            out.extend(Self::forgeries(cfg).iter().map(|&k| Step::Forge(k)));
+        }
     }
 
     pub fn step(&mut self, cfg: &Config, s: &Step) {
@@ -599,9 +733,12 @@ impl World {
             }
             Step::Read(i) => loop {
                 let Some(pos) = self.next_present(self.inst(i).cursor) else { break };
-                let rec = Record::clone(&self.log[pos].rec);
+                let input = match self.log[pos].foreign {
+                    false => Input::Record(pos as u64, Record::clone(&self.log[pos].rec)),
+                    true => Input::Foreign(pos as u64),
+                };
                 self.inst_mut(i).cursor = pos + 1;
-                if self.feed(i, Input::Record(pos as u64, rec)) || !cfg.batch_reads {
+                if self.feed(i, input) || !cfg.batch_reads {
                     break;
                 }
                 match &self.inst(i).worker {
@@ -643,6 +780,11 @@ impl World {
                 self.pauses += 1;
                 let now = self.now;
                 self.inst_mut(i).frozen_until = now + ms;
+            }
+            Step::Forge(k) => {
+                let (r, sig) = self.forgery(k);
+                self.forged += 1;
+                self.land(r, sig);
             }
             Step::Compact => {
                 for p in self.erasable(cfg) {
@@ -837,9 +979,25 @@ impl World {
         }
     }
 
-    /// Lands a record at the end of the log and lets the referee judge it.
-    fn append(&mut self, mut r: Record) {
+    /// Lands a record of the pool at the end of the log and lets the
+    /// referee judge it.
+    fn append(&mut self, r: Record) {
+        self.land(r, Sig::Pool)
+    }
+
+    /// Lands a record written by `sig`'s writer. The referee reads it as
+    /// every reader does ([`World::admit`]): a foreign record is skipped
+    /// and judged by nobody.
+    fn land(&mut self, mut r: Record, sig: Sig) {
         let pos = self.log.len();
+        if sig != Sig::Pool || self.trust.is_some() {
+            if self.admit_new(&r, sig).is_err() {
+                self.referee.skip(pos as u64);
+                let cached = commute::landed(&self.log, &r);
+                self.log.push(Entry { rec: Arc::new(r), erased: false, sig, foreign: true, cached });
+                return;
+            }
+        }
         // The hold a revocation is about, as the referee sees it before.
         let revoked = (r.event == Event::Revoked)
             .then(|| self.referee.hold(r.instance).filter(|h| Some(h.order) == r.order()).cloned())
@@ -882,7 +1040,7 @@ impl World {
             }
         }
         let cached = commute::landed(&self.log, &r);
-        self.log.push(Entry { rec: Arc::new(r), erased: false, cached });
+        self.log.push(Entry { rec: Arc::new(r), erased: false, sig, foreign: false, cached });
     }
 
     /// A valid revocation: the lease had expired, and it ends the holder's run.
@@ -1042,13 +1200,18 @@ impl World {
     pub fn superseded(&self) -> Vec<bool> {
         // key() is `<instance>:<event>`; (instance, event) is the same key.
         let mut newest: HashMap<(u32, Event), usize> = HashMap::new();
+        // A forged record takes part in no compaction here: the model
+        // checks that *reading* foreign records changes nothing. (In Kafka,
+        // a writer of the topic can erase any record by compaction, with a
+        // record or a tombstone of the same key: docs/deploy.md, "The
+        // claims topic"; only ACLs stop that.)
         for (p, e) in self.log.iter().enumerate() {
-            if !e.erased {
+            if !e.erased && e.sig == Sig::Pool {
                 newest.insert((e.rec.instance, e.rec.event), p);
             }
         }
         let key = |e: &Entry| (e.rec.instance, e.rec.event);
-        self.log.iter().enumerate().map(|(p, e)| !e.erased && newest[&key(e)] > p).collect()
+        self.log.iter().enumerate().map(|(p, e)| !e.erased && e.sig == Sig::Pool && newest[&key(e)] > p).collect()
     }
 
     /// The deterministic fair schedule without crashes: the first enabled of
@@ -1129,7 +1292,12 @@ impl World {
             r.incarnation,
             r.seq,
             verdict,
-            if e.erased { " (erased by compaction)" } else { "" }
+            match (e.sig, self.admit(p)) {
+                (Sig::Pool, _) if e.erased => " (erased by compaction)".to_string(),
+                (Sig::Pool, _) => String::new(),
+                (sig, Ok(_)) => format!(" FORGED ({sig:?}), ACCEPTED"),
+                (sig, Err(why)) => format!(" FORGED ({sig:?}), foreign: {why}"),
+            }
         )
     }
 
