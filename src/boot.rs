@@ -156,6 +156,21 @@ pub struct Instance {
     pub last_completed: Option<(OrderId, u64, u32, Outcome)>,
     /// Newest timestamp written by this instance.
     pub last_ts: u64,
+    /// The writer's clock (`ts`) of the record with which this instance
+    /// last came to hold nothing: its `booted`, or the yield, completion or
+    /// revocation that closed its hold. Orders the idle queue
+    /// ([`View::idle_queue`]).
+    #[serde(default)]
+    pub idle_ts: u64,
+    /// A claim named this instance in `passed_over` (it did not claim in
+    /// its turn) and it has written nothing valid since: out of the idle
+    /// queue ([`View::idle_queue`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub passed_over: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Why a record was not applied.
@@ -228,6 +243,8 @@ impl View {
         if r.is_err() {
             self.void += 1;
             self.note_completion(pos, rec);
+        } else {
+            self.note_idle(rec);
         }
         self.forget_old_contests(pos);
         r
@@ -437,6 +454,47 @@ impl View {
         }
     }
 
+    /// Keeps the idle queue (docs/protocol.md, "Choosing an order") after a
+    /// valid record: its writer is back in the queue if it was passed over;
+    /// an instance that came to hold nothing joins it as of the record's
+    /// `ts`; the instances a claim passed over leave it. Liveness only: no
+    /// rule of the negotiation reads any of it.
+    fn note_idle(&mut self, rec: &Record) {
+        if let Some(w) = self.instances.get_mut(&rec.writer()) {
+            w.passed_over = false;
+        }
+        let closes = matches!(rec.event, Event::Booted | Event::Yielded | Event::Completed | Event::Revoked);
+        if let Some(inst) = self.instances.get_mut(&rec.instance).filter(|s| closes && s.hold.is_none()) {
+            inst.idle_ts = rec.ts;
+        }
+        if rec.event == Event::Claimed {
+            for i in &rec.passed_over {
+                if let Some(s) = self.instances.get_mut(i).filter(|_| *i != rec.writer()) {
+                    s.passed_over = true;
+                }
+            }
+        }
+    }
+
+    /// The idle queue: every instance whose current incarnation holds
+    /// nothing, is not revoked and was not passed over since it last wrote,
+    /// longest idle first (by `idle_ts`, then by number). Every reader of
+    /// the same records computes the same queue.
+    pub fn idle_queue(&self) -> Vec<u32> {
+        let mut q: Vec<(u64, u32)> = self
+            .instances
+            .iter()
+            .filter(|(_, s)| {
+                s.hold.is_none()
+                    && !s.passed_over
+                    && s.booted.as_ref().is_some_and(|(_, inc)| s.revoked.as_deref() != Some(inc.as_str()))
+            })
+            .map(|(i, s)| (s.idle_ts, *i))
+            .collect();
+        q.sort_unstable();
+        q.into_iter().map(|(_, i)| i).collect()
+    }
+
     /// A `completed` record is evidence that its order ran to its end (or
     /// was given up) even when it is void: a process appends `completed`
     /// only after reading its own commit back valid, and a fenced or revoked
@@ -617,7 +675,7 @@ impl View {
         (keep_duplicates, end, foreign, void, completions).hash(h);
         instances.len().hash(h);
         for (i, s) in instances {
-            let Instance { booted, last_seq, hold, revoked, last_completed, last_ts } = s;
+            let Instance { booted, last_seq, hold, revoked, last_completed, last_ts, idle_ts, passed_over } = s;
             i.hash(h);
             booted.as_ref().map(|(p, inc)| (f(*p), inc)).hash(h);
             last_seq.hash(h);
@@ -630,6 +688,8 @@ impl View {
             revoked.hash(h);
             last_completed.as_ref().map(|(o, p, a, out)| (o, f(*p), a, outcome(out))).hash(h);
             last_ts.hash(h);
+            idle_ts.hash(h);
+            passed_over.hash(h);
         }
         frontier.hash(h);
         contests.len().hash(h);
@@ -675,6 +735,54 @@ impl View {
 fn raise(f: &mut BTreeMap<i32, i64>, p: i32, o: i64) {
     let e = f.entry(p).or_insert(0);
     *e = (*e).max(o);
+}
+
+/// An order waiting and an idle instance's place in its line
+/// ([`turns`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Turn {
+    pub order: OrderId,
+    /// The instances ahead in the order's line: none, the instance is
+    /// preferred and claims at once; otherwise it defers to them, for
+    /// `CLAIM_DEFER_MS` times their number (docs/protocol.md, "Choosing an
+    /// order").
+    pub ahead: Vec<u32>,
+}
+
+/// The orders waiting (the frontier of each partition with one, in
+/// partition order) and instance `me`'s place in each one's line. The line
+/// of the j-th order waiting is the idle queue ([`View::idle_queue`])
+/// starting from its j-th instance (wrapping around), so the j-th instance
+/// of the queue is first in line for the j-th order; an instance out of the
+/// queue stands at its end. Readers of the same records agree on the lines,
+/// which is what keeps the herd away; disagreement costs time or a rival
+/// claim, never safety: any set of claimants is settled by
+/// [`crate::claim::decide`].
+pub fn turns(view: &View, ends: &BTreeMap<i32, i64>, me: u32) -> Vec<Turn> {
+    let waiting: Vec<OrderId> = ends
+        .iter()
+        .map(|(&p, &end)| (OrderId::new(p, view.next_offset(p)), end))
+        .filter(|(o, end)| o.offset < *end)
+        .map(|(o, _)| o)
+        .collect();
+    if waiting.is_empty() {
+        return Vec::new();
+    }
+    let mut queue = view.idle_queue();
+    if !queue.contains(&me) {
+        queue.push(me);
+    }
+    let n = queue.len();
+    let k = queue.iter().position(|&i| i == me).unwrap_or(n - 1);
+    waiting
+        .into_iter()
+        .enumerate()
+        .map(|(j, order)| {
+            let start = j % n;
+            let place = (k + n - start) % n;
+            Turn { order, ahead: (0..place).map(|m| queue[(start + m) % n]).collect() }
+        })
+        .collect()
 }
 
 /// The next order to claim, given the orders topic's end offsets: the order

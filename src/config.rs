@@ -23,6 +23,7 @@
 //! | `JOB_ENV_DENY` | comma-separated variable names (or `PREFIX*`) removed from jobs' environment | `KAFKA_*` |
 //! | `RESULTS_TOPIC` | also publish each order's result there, keyed `PARTITION:OFFSET` | none |
 //! | `SETTLE_MS` | after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md, "Settling") | 15000 |
+//! | `CLAIM_DEFER_MS` | how long an idle instance defers to each idle instance ahead of it in an order's line before it claims the order anyway (docs/protocol.md, "Choosing an order"); at most `LEASE_MS`/3; 0: every idle instance claims at once (the herd) | 1000, or `LEASE_MS`/3 if less |
 //! | `STATE_DIR` | where a clean exit leaves its marker (src/settle.rs) | `$STATE_DIRECTORY` (systemd), else `$TMPDIR/pool_worker` |
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |
@@ -49,9 +50,13 @@ struct RawEnv {
     log_format: Option<String>,
     results_topic: Option<String>,
     settle_ms: Option<String>,
+    claim_defer_ms: Option<String>,
     state_dir: Option<String>,
     state_directory: Option<String>,
 }
+
+/// `CLAIM_DEFER_MS` unless set (and unless `LEASE_MS`/3 is less).
+pub const DEFAULT_CLAIM_DEFER_MS: u64 = 1_000;
 
 /// Variables that are pool_worker's own, not librdkafka properties.
 const OWN_KAFKA_VARS: &[&str] = &["KAFKA_BROKERS"];
@@ -75,6 +80,9 @@ pub struct Config {
     pub results_topic: Option<String>,
     /// `SETTLE_MS`: the wait before booting after an unclean exit.
     pub settle_ms: u64,
+    /// `CLAIM_DEFER_MS`: an idle instance's deferral, per instance ahead of
+    /// it in an order's line.
+    pub claim_defer_ms: u64,
     /// `STATE_DIR`: where the clean-exit marker lives (src/settle.rs).
     pub state_dir: std::path::PathBuf,
     /// Extra librdkafka properties (from `KAFKA_<PROPERTY>`).
@@ -181,12 +189,21 @@ impl Config {
                 kafka_props.insert(rest.to_ascii_lowercase().replace('_', "."), v.clone());
             }
         }
+        let lease_ms = number("LEASE_MS", raw.lease_ms, 30_000u64, (300, 24 * 3600 * 1000))?;
+        let claim_defer_ms = number(
+            "CLAIM_DEFER_MS",
+            raw.claim_defer_ms,
+            DEFAULT_CLAIM_DEFER_MS.min(lease_ms / 3),
+            (0, lease_ms / 3),
+        )
+        .map_err(|e| ConfigError(format!("{} (at most LEASE_MS/3, LEASE_MS being {lease_ms})", e.0)))?;
         Ok(Config {
             brokers,
             orders_topic,
             coordination_topic,
             instance,
-            lease_ms: number("LEASE_MS", raw.lease_ms, 30_000u64, (300, 24 * 3600 * 1000))?,
+            lease_ms,
+            claim_defer_ms,
             max_attempts: number("MAX_ATTEMPTS", raw.max_attempts, crate::worker::DEFAULT_MAX_ATTEMPTS, (1, 1000))?,
             orders_per_process: number("ORDERS_PER_PROCESS", raw.orders_per_process, 1u32, (1, 1_000_000))?,
             job_timeout: Duration::from_secs(number("JOB_TIMEOUT_SECS", raw.job_timeout_secs, 3600u64, (1, 7 * 24 * 3600))?),
@@ -221,6 +238,7 @@ mod tests {
         assert_eq!(c.env_deny, vec!["KAFKA_*"]);
         assert_eq!(c.orders_per_process, 1, "seed 002: exit after each order");
         assert_eq!(c.settle_ms, 15_000);
+        assert_eq!(c.claim_defer_ms, 1_000);
         assert_eq!(c.state_dir, std::env::temp_dir().join("pool_worker"));
         assert_eq!(vars(&OK[..2]).unwrap_err().0, "INSTANCE_NUMBER is not set");
         assert_eq!(vars(&OK[1..]).unwrap_err().0, "ORDERS_TOPIC is not set");
@@ -256,6 +274,21 @@ mod tests {
         assert_eq!(vars(&v).unwrap().state_dir, std::path::PathBuf::from("/srv/pw"));
         v.push(("SETTLE_MS", "soon"));
         assert!(vars(&v).unwrap_err().0.starts_with("SETTLE_MS="));
+    }
+
+    #[test]
+    fn the_claim_deferral_stays_below_a_third_of_the_lease() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = OK.to_vec();
+            v.extend_from_slice(extra);
+            vars(&v)
+        };
+        assert_eq!(with(&[("LEASE_MS", "900")]).unwrap().claim_defer_ms, 300, "the default shrinks with the lease");
+        assert_eq!(with(&[("CLAIM_DEFER_MS", "0")]).unwrap().claim_defer_ms, 0);
+        assert_eq!(with(&[("CLAIM_DEFER_MS", "10000")]).unwrap().claim_defer_ms, 10_000);
+        let e = with(&[("CLAIM_DEFER_MS", "10001")]).unwrap_err().0;
+        assert!(e.starts_with("CLAIM_DEFER_MS=10001 is out of range") && e.contains("LEASE_MS/3"), "{e}");
+        assert!(with(&[("CLAIM_DEFER_MS", "soon")]).unwrap_err().0.starts_with("CLAIM_DEFER_MS="));
     }
 
     #[test]
