@@ -785,22 +785,6 @@ pub fn turns(view: &View, ends: &BTreeMap<i32, i64>, me: u32) -> Vec<Turn> {
         .collect()
 }
 
-/// The next order to claim, given the orders topic's end offsets: the order
-/// at the frontier of a partition that has one waiting. Partitions are tried
-/// starting from one that depends on the instance number, so that instances
-/// spread over partitions instead of all racing for the same order.
-pub fn next_order(view: &View, ends: &BTreeMap<i32, i64>, me: u32) -> Option<OrderId> {
-    let parts: Vec<i32> = ends.keys().copied().collect();
-    if parts.is_empty() {
-        return None;
-    }
-    let start = (me as usize).saturating_sub(1) % parts.len();
-    (0..parts.len())
-        .map(|k| parts[(start + k) % parts.len()])
-        .map(|p| OrderId::new(p, view.next_offset(p)))
-        .find(|o| o.offset < ends[&o.partition])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -967,15 +951,59 @@ mod tests {
         }
     }
 
+    fn at(mut r: Record, ts: u64) -> Record {
+        r.ts = ts;
+        r
+    }
+
     #[test]
-    fn next_order_takes_the_frontier_of_a_partition_with_work() {
-        let v = view(&[rec(1, Event::Claimed, "a", 0)]);
-        let ends = BTreeMap::from([(0, 1), (1, 0)]);
-        assert_eq!(next_order(&v, &ends, 1), None);
-        let ends = BTreeMap::from([(0, 3), (1, 0)]);
-        assert_eq!(next_order(&v, &ends, 2), Some(OrderId::new(0, 1)));
-        let ends = BTreeMap::from([(0, 3), (1, 5)]);
-        assert_eq!(next_order(&v, &ends, 2), Some(OrderId::new(1, 0)));
-        assert_eq!(next_order(&v, &ends, 1), Some(OrderId::new(0, 1)));
+    fn the_idle_queue_is_longest_idle_first_without_the_passed_over() {
+        let mut log = vec![at(rec(1, Event::Booted, "a", 0), 30), at(rec(2, Event::Booted, "b", 0), 10), at(rec(3, Event::Booted, "c", 0), 20)];
+        assert_eq!(view(&log).idle_queue(), vec![2, 3, 1], "by the time each came to hold nothing");
+        // 2 claims 0:0: out of the queue, and at the end of every line.
+        log.push(at(rec(2, Event::Claimed, "b", 0), 40));
+        let v = view(&log);
+        assert_eq!(v.idle_queue(), vec![3, 1]);
+        let ends = BTreeMap::from([(0, 5)]);
+        let waiting = OrderId::new(0, 1);
+        assert_eq!(turns(&v, &ends, 3), vec![Turn { order: waiting, ahead: vec![] }]);
+        assert_eq!(turns(&v, &ends, 1), vec![Turn { order: waiting, ahead: vec![3] }]);
+        assert_eq!(turns(&v, &ends, 2), vec![Turn { order: waiting, ahead: vec![3, 1] }]);
+        assert!(turns(&v, &BTreeMap::from([(0, 1)]), 3).is_empty(), "nothing waiting");
+        // 2 completes: back in the queue, at its end.
+        log.push(at(rec(2, Event::Committed, "b", 0), 41));
+        log.push(at(rec(2, Event::Completed, "b", 0), 50));
+        assert_eq!(view(&log).idle_queue(), vec![3, 1, 2]);
+        // 1 claims 0:1 after deferring to 3: 3 is out of the queue until it
+        // writes again.
+        let mut c = at(rec(1, Event::Claimed, "a", 1), 60);
+        c.passed_over = vec![3];
+        log.push(c);
+        assert_eq!(view(&log).idle_queue(), vec![2]);
+        log.push(at(rec(3, Event::Booted, "c2", 0), 70));
+        assert_eq!(view(&log).idle_queue(), vec![2, 3]);
+        // A revoked incarnation is not idle (it stops); its next one is.
+        let mut r = at(rec(1, Event::Revoked, "c2", 1), 80);
+        (r.by, r.fences, r.seen) = (Some(3), Some("a".into()), Some(6));
+        log.push(r);
+        let v = view(&log);
+        assert!(v.instance(1).unwrap().revoked.is_some());
+        assert!(!v.idle_queue().contains(&1));
+    }
+
+    #[test]
+    fn the_j_th_order_waiting_is_the_j_th_idle_instance_s() {
+        let log = vec![rec(1, Event::Booted, "a", 0), rec(2, Event::Booted, "b", 0), rec(3, Event::Booted, "c", 0)];
+        let v = view(&log);
+        let ends = BTreeMap::from([(0, 1), (1, 1), (2, 0)]);
+        let (p0, p1) = (OrderId::new(0, 0), OrderId::new(1, 0));
+        let ahead = |me| turns(&v, &ends, me).into_iter().map(|t| (t.order, t.ahead)).collect::<Vec<_>>();
+        assert_eq!(ahead(1), vec![(p0, vec![]), (p1, vec![2, 3])]);
+        assert_eq!(ahead(2), vec![(p0, vec![1]), (p1, vec![])]);
+        assert_eq!(ahead(3), vec![(p0, vec![1, 2]), (p1, vec![2])]);
+        // More orders waiting than idle instances: lines wrap around.
+        let ends = BTreeMap::from([(0, 1), (1, 1), (2, 1), (3, 1)]);
+        let firsts: Vec<usize> = turns(&v, &ends, 1).iter().map(|t| t.ahead.len()).collect();
+        assert_eq!(firsts, vec![0, 2, 1, 0]);
     }
 }

@@ -1113,6 +1113,96 @@ mod tests {
         assert_eq!(a, vec![Action::Start { order: OrderId::new(0, 1) }], "another id runs");
     }
 
+    fn deferring(flaw: Option<Flaw>) -> Settings {
+        Settings { claim_defer_ms: 1000, flaw, ..Settings::default() }
+    }
+
+    /// Three idle instances (1, 2, 3 in the idle queue) that have read the
+    /// log to its end.
+    fn three_idle(log: &mut Log, flaw: Option<Flaw>) -> Vec<(Worker, usize)> {
+        let mut ws: Vec<(Worker, usize)> = (1..=3)
+            .map(|i| {
+                let (w, a) = Worker::start(i, format!("i{i}"), deferring(flaw), 0);
+                log.append(&a);
+                (w, 0)
+            })
+            .collect();
+        for (w, c) in &mut ws {
+            assert_eq!(log.feed(w, c), vec![Action::FindOrder]);
+        }
+        ws
+    }
+
+    fn claim_in(a: &[Action]) -> Option<&Record> {
+        match a {
+            [Action::Append(r)] if r.event == Event::Claimed => Some(r),
+            _ => None,
+        }
+    }
+
+    /// protocol.md, "Choosing an order": the first in line claims at once,
+    /// the others defer, and re-evaluate when the log moves.
+    #[test]
+    fn idle_instances_claim_in_turn() {
+        let mut log = Log(Vec::new());
+        let mut ws = three_idle(&mut log, None);
+        let ends = BTreeMap::from([(0, 2)]);
+        assert_eq!(ws[1].0.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(1000)]);
+        assert_eq!(ws[2].0.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(2000)], "two ahead");
+        assert_eq!(ws[1].0.deferring(), Some(1000));
+        let a = ws[0].0.handle(Input::Orders(ends.clone()), 0);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over.is_empty()), "{a:?}");
+        log.append(&a);
+        // Instance 2 reads the claim: it is now first in line for 0:1.
+        let (w2, c2) = &mut ws[1];
+        assert!(log.feed(w2, c2).is_empty());
+        let a = w2.handle(Input::Orders(ends.clone()), 5);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over.is_empty()), "{a:?}");
+        log.append(&a);
+        // Instance 3 reads both: nothing waits any more.
+        let (w3, c3) = &mut ws[2];
+        assert!(log.feed(w3, c3).is_empty());
+        assert!(w3.handle(Input::Orders(ends), 6).is_empty());
+        assert_eq!(w3.deferring(), None);
+        assert_eq!(log.0.iter().filter(|r| r.event == Event::Claimed).count(), 2, "one claim per order");
+    }
+
+    /// A preferred instance that is gone delays the order by the deferral,
+    /// once: the claim that passes it over takes it out of the queue.
+    #[test]
+    fn a_dead_first_in_line_only_delays() {
+        let mut log = Log(Vec::new());
+        let mut ws = three_idle(&mut log, None);
+        let ends = BTreeMap::from([(0, 2)]);
+        let (w2, c2) = &mut ws[1];
+        assert_eq!(w2.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(1000)]);
+        assert!(w2.handle(Input::Tick, 999).is_empty());
+        assert_eq!(w2.handle(Input::Tick, 1000), vec![Action::FindOrder]);
+        let a = w2.handle(Input::Orders(ends.clone()), 1000);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over == vec![1]), "{a:?}");
+        log.append(&a);
+        assert!(log.feed(w2, c2).iter().any(|a| matches!(a, Action::Append(r) if r.event == Event::Committed)));
+        // Instance 3 had seen 0:0 at 0 (two ahead: until 2000); once 2's
+        // claim is read, 1 is passed over and 2 holds: 0:1 is its at once.
+        let (w3, c3) = &mut ws[2];
+        assert_eq!(w3.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(2000)]);
+        log.feed(w3, c3);
+        assert_eq!(w3.view.idle_queue(), vec![3]);
+        let a = w3.handle(Input::Orders(ends), 1001);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over.is_empty()), "{a:?}");
+    }
+
+    #[test]
+    fn defer_forever_never_claims_out_of_turn() {
+        let mut log = Log(Vec::new());
+        let mut ws = three_idle(&mut log, Some(Flaw::DeferForever));
+        let ends = BTreeMap::from([(0, 1)]);
+        let w2 = &mut ws[1].0;
+        assert!(w2.handle(Input::Orders(ends.clone()), 0).is_empty());
+        assert!(w2.handle(Input::Tick, 1_000_000).is_empty());
+        assert!(w2.handle(Input::Orders(ends), 1_000_000).is_empty());
+    }
+
     fn settling(ms: u64) -> Settings {
         Settings { settle_ms: ms, ..Settings::default() }
     }
