@@ -113,10 +113,22 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 Action::Append(rec) => appender.append(rec),
                 Action::WakeAt(at) => {
                     if let Phase::Settle { .. } = w.phase {
+                        // One line that says why a start waits, and how long
+                        // (docs/protocol.md, "Settling").
+                        let ms = at.saturating_sub(now_ms());
+                        let why = match &clean {
+                            None => format!(
+                                "this host ({}) has no record of a clean exit of instance {me}'s previous process: this is its first start here, or that process crashed",
+                                cfg.state_dir.display()
+                            ),
+                            Some(inc) => format!(
+                                "the clean exit recorded on this host ({inc}) is not instance {me}'s newest process in the claims topic: the number ran elsewhere since"
+                            ),
+                        };
                         tracing::info!(
                             instance = me,
-                            ms = at.saturating_sub(now_ms()),
-                            "settling: no clean exit of this instance number's last process is known here, so it may have died with appends in flight; waiting before booting"
+                            ms,
+                            "waiting {ms} ms (SETTLE_MS) before joining the pool: {why}, and a previous process of the number may have left records in flight that must land or expire first; after a clean exit the next start does not wait"
                         );
                     }
                     wake = Some(at);
