@@ -10,7 +10,9 @@
 //! deliver an append, deliver one twice (a producer retry; bounded), land an
 //! orphaned append of a dead process, read the next record (erased positions
 //! skipped), tell a booting process it is caught up, answer FindOrder with
-//! `{0: N}`, finish a job, crash (bounded), and compact.
+//! `{0: N}`, finish a job, crash (bounded), compact, and end an idle
+//! instance's deferral to the instances ahead of it in an order's line
+//! (`Step::Expire`, at any moment; docs/protocol.md, "Choosing an order").
 //!
 //! Compaction erases every record that has a newer record with the same key,
 //! below a horizon: the smallest of every live process's read cursor, each
@@ -33,8 +35,9 @@
 //! * no order is left unclaimed below the highest claimed order;
 //! * liveness: from every reachable state, the deterministic fair schedule
 //!   without crashes (`World::fair_step`: deliver, land orphans, read,
-//!   catch up, answer, finish jobs, restart dead instances) completes every
-//!   order within a step bound. Stateright's `eventually` is not used: it
+//!   catch up, answer, finish jobs, end deferrals, restart dead instances —
+//!   but not one that crashed holding nothing while another is up,
+//!   `Config::restart_idle`) completes every order within a step bound. Stateright's `eventually` is not used: it
 //!   only judges terminal states and paths, and says nothing about
 //!   executions that cycle or are unfair. States known to complete are
 //!   cached, so the check costs little more than the search.
