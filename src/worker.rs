@@ -1192,6 +1192,26 @@ mod tests {
         assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over.is_empty()), "{a:?}");
     }
 
+    /// Of the orders an instance may claim, the one it has seen waiting
+    /// longest: a busy partition it is first in line for does not keep an
+    /// order whose first in line is gone waiting.
+    #[test]
+    fn an_order_past_its_deadline_goes_before_one_first_in_line() {
+        let mut log = Log(Vec::new());
+        let mut ws = three_idle(&mut log, None);
+        let w2 = &mut ws[1].0;
+        // Only 0:0 waits; 1 is first in its line, 2 behind it.
+        assert_eq!(w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 0)])), 0), vec![Action::WakeAt(1000)]);
+        // 1:0 arrives, and 2 is first in its line; but 0:0 has waited its turn.
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1)])), 1500);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over == vec![1]), "{a:?}");
+        // Before the deadline, its own turn comes first.
+        let w3 = &mut ws[2].0;
+        assert_eq!(w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 0)])), 0), vec![Action::WakeAt(2000)]);
+        let a = w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1), (2, 1)])), 10);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(2, 0)) && c.passed_over.is_empty()), "{a:?}");
+    }
+
     #[test]
     fn defer_forever_never_claims_out_of_turn() {
         let mut log = Log(Vec::new());
