@@ -118,17 +118,17 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                         let ms = at.saturating_sub(now_ms());
                         let why = match &clean {
                             None => format!(
-                                "this host ({}) has no record of a clean exit of instance {me}'s previous process: this is its first start here, or that process crashed",
+                                "no clean exit of instance {me}'s previous process is recorded in {} (its first start on this host, or it crashed)",
                                 cfg.state_dir.display()
                             ),
                             Some(inc) => format!(
-                                "the clean exit recorded on this host ({inc}) is not instance {me}'s newest process in the claims topic: the number ran elsewhere since"
+                                "the clean exit recorded on this host ({inc}) is not instance {me}'s newest process in the claims topic (the number ran elsewhere since)"
                             ),
                         };
                         tracing::info!(
                             instance = me,
                             ms,
-                            "waiting {ms} ms (SETTLE_MS) before joining the pool: {why}, and a previous process of the number may have left records in flight that must land or expire first; after a clean exit the next start does not wait"
+                            "settling: waiting {ms} ms (SETTLE_MS) before joining the pool: {why}, so records that process may have left in flight must land or expire first; a clean exit spares the next start this wait"
                         );
                     }
                     wake = Some(at);
