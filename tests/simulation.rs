@@ -33,6 +33,14 @@
 //! shows that this check bites).
 //! `POOL_SIM_HORIZON=claim|contest|hold` varies the compaction horizon.
 //!
+//! Idle instances take turns (docs/protocol.md, "Choosing an order"):
+//! every simulation moves the clock (0–2 ms per step of ten instances) and
+//! wakes a deferring process when its `CLAIM_DEFER_MS` (100 ms here) runs
+//! out. Each run reports the claims records (leases apart) and the rivals
+//! (instances that claimed it) per order; `simulation_hundred_instances`
+//! runs 100 instances with leases, pauses and outages.
+//! `POOL_SIM_DEFER_MS=0` runs the herd instead, for comparison.
+//!
 //! Both simulations write checkpoints every 40 positions and boot every
 //! process from the newest one (src/checkpoint.rs), and the seeds take
 //! turns with `ORDERS_PER_PROCESS` 1, 2 and 5 (a process goes on to the
