@@ -156,6 +156,21 @@ pub struct Instance {
     pub last_completed: Option<(OrderId, u64, u32, Outcome)>,
     /// Newest timestamp written by this instance.
     pub last_ts: u64,
+    /// The writer's clock (`ts`) of the record with which this instance
+    /// last came to hold nothing: its `booted`, or the yield, completion or
+    /// revocation that closed its hold. Orders the idle queue
+    /// ([`View::idle_queue`]).
+    #[serde(default)]
+    pub idle_ts: u64,
+    /// A claim named this instance in `passed_over` (it did not claim in
+    /// its turn) and it has written nothing valid since: out of the idle
+    /// queue ([`View::idle_queue`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub passed_over: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Why a record was not applied.
@@ -228,6 +243,8 @@ impl View {
         if r.is_err() {
             self.void += 1;
             self.note_completion(pos, rec);
+        } else {
+            self.note_idle(rec);
         }
         self.forget_old_contests(pos);
         r
@@ -437,6 +454,47 @@ impl View {
         }
     }
 
+    /// Keeps the idle queue (docs/protocol.md, "Choosing an order") after a
+    /// valid record: its writer is back in the queue if it was passed over;
+    /// an instance that came to hold nothing joins it as of the record's
+    /// `ts`; the instances a claim passed over leave it. Liveness only: no
+    /// rule of the negotiation reads any of it.
+    fn note_idle(&mut self, rec: &Record) {
+        if let Some(w) = self.instances.get_mut(&rec.writer()) {
+            w.passed_over = false;
+        }
+        let closes = matches!(rec.event, Event::Booted | Event::Yielded | Event::Completed | Event::Revoked);
+        if let Some(inst) = self.instances.get_mut(&rec.instance).filter(|s| closes && s.hold.is_none()) {
+            inst.idle_ts = rec.ts;
+        }
+        if rec.event == Event::Claimed {
+            for i in &rec.passed_over {
+                if let Some(s) = self.instances.get_mut(i).filter(|_| *i != rec.writer()) {
+                    s.passed_over = true;
+                }
+            }
+        }
+    }
+
+    /// The idle queue: every instance whose current incarnation holds
+    /// nothing, is not revoked and was not passed over since it last wrote,
+    /// longest idle first (by `idle_ts`, then by number). Every reader of
+    /// the same records computes the same queue.
+    pub fn idle_queue(&self) -> Vec<u32> {
+        let mut q: Vec<(u64, u32)> = self
+            .instances
+            .iter()
+            .filter(|(_, s)| {
+                s.hold.is_none()
+                    && !s.passed_over
+                    && s.booted.as_ref().is_some_and(|(_, inc)| s.revoked.as_deref() != Some(inc.as_str()))
+            })
+            .map(|(i, s)| (s.idle_ts, *i))
+            .collect();
+        q.sort_unstable();
+        q.into_iter().map(|(_, i)| i).collect()
+    }
+
     /// A `completed` record is evidence that its order ran to its end (or
     /// was given up) even when it is void: a process appends `completed`
     /// only after reading its own commit back valid, and a fenced or revoked
@@ -632,7 +690,7 @@ impl View {
         (keep_duplicates, end, foreign, void, completions).hash(h);
         instances.len().hash(h);
         for (i, s) in instances {
-            let Instance { booted, last_seq, hold, revoked, last_completed, last_ts } = s;
+            let Instance { booted, last_seq, hold, revoked, last_completed, last_ts, idle_ts, passed_over } = s;
             i.hash(h);
             booted.as_ref().map(|(p, inc)| (f(*p), inc)).hash(h);
             last_seq.hash(h);
@@ -645,6 +703,8 @@ impl View {
             revoked.hash(h);
             last_completed.as_ref().map(|(o, p, a, out)| (o, f(*p), a, outcome(out))).hash(h);
             last_ts.hash(h);
+            idle_ts.hash(h);
+            passed_over.hash(h);
         }
         frontier.hash(h);
         contests.len().hash(h);
@@ -692,20 +752,52 @@ fn raise(f: &mut BTreeMap<i32, i64>, p: i32, o: i64) {
     *e = (*e).max(o);
 }
 
-/// The next order to claim, given the orders topic's end offsets: the order
-/// at the frontier of a partition that has one waiting. Partitions are tried
-/// starting from one that depends on the instance number, so that instances
-/// spread over partitions instead of all racing for the same order.
-pub fn next_order(view: &View, ends: &BTreeMap<i32, i64>, me: u32) -> Option<OrderId> {
-    let parts: Vec<i32> = ends.keys().copied().collect();
-    if parts.is_empty() {
-        return None;
+/// An order waiting and an idle instance's place in its line
+/// ([`turns`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Turn {
+    pub order: OrderId,
+    /// The instances ahead in the order's line: none, the instance is
+    /// preferred and claims at once; otherwise it defers to them, for
+    /// `CLAIM_DEFER_MS` times their number (docs/protocol.md, "Choosing an
+    /// order").
+    pub ahead: Vec<u32>,
+}
+
+/// The orders waiting (the frontier of each partition with one, in
+/// partition order) and instance `me`'s place in each one's line. The line
+/// of the j-th order waiting is the idle queue ([`View::idle_queue`])
+/// starting from its j-th instance (wrapping around), so the j-th instance
+/// of the queue is first in line for the j-th order; an instance out of the
+/// queue stands at its end. Readers of the same records agree on the lines,
+/// which is what keeps the herd away; disagreement costs time or a rival
+/// claim, never safety: any set of claimants is settled by
+/// [`crate::claim::decide`].
+pub fn turns(view: &View, ends: &BTreeMap<i32, i64>, me: u32) -> Vec<Turn> {
+    let waiting: Vec<OrderId> = ends
+        .iter()
+        .map(|(&p, &end)| (OrderId::new(p, view.next_offset(p)), end))
+        .filter(|(o, end)| o.offset < *end)
+        .map(|(o, _)| o)
+        .collect();
+    if waiting.is_empty() {
+        return Vec::new();
     }
-    let start = (me as usize).saturating_sub(1) % parts.len();
-    (0..parts.len())
-        .map(|k| parts[(start + k) % parts.len()])
-        .map(|p| OrderId::new(p, view.next_offset(p)))
-        .find(|o| o.offset < ends[&o.partition])
+    let mut queue = view.idle_queue();
+    if !queue.contains(&me) {
+        queue.push(me);
+    }
+    let n = queue.len();
+    let k = queue.iter().position(|&i| i == me).unwrap_or(n - 1);
+    waiting
+        .into_iter()
+        .enumerate()
+        .map(|(j, order)| {
+            let start = j % n;
+            let place = (k + n - start) % n;
+            Turn { order, ahead: (0..place).map(|m| queue[(start + m) % n]).collect() }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -874,15 +966,59 @@ mod tests {
         }
     }
 
+    fn at(mut r: Record, ts: u64) -> Record {
+        r.ts = ts;
+        r
+    }
+
     #[test]
-    fn next_order_takes_the_frontier_of_a_partition_with_work() {
-        let v = view(&[rec(1, Event::Claimed, "a", 0)]);
-        let ends = BTreeMap::from([(0, 1), (1, 0)]);
-        assert_eq!(next_order(&v, &ends, 1), None);
-        let ends = BTreeMap::from([(0, 3), (1, 0)]);
-        assert_eq!(next_order(&v, &ends, 2), Some(OrderId::new(0, 1)));
-        let ends = BTreeMap::from([(0, 3), (1, 5)]);
-        assert_eq!(next_order(&v, &ends, 2), Some(OrderId::new(1, 0)));
-        assert_eq!(next_order(&v, &ends, 1), Some(OrderId::new(0, 1)));
+    fn the_idle_queue_is_longest_idle_first_without_the_passed_over() {
+        let mut log = vec![at(rec(1, Event::Booted, "a", 0), 30), at(rec(2, Event::Booted, "b", 0), 10), at(rec(3, Event::Booted, "c", 0), 20)];
+        assert_eq!(view(&log).idle_queue(), vec![2, 3, 1], "by the time each came to hold nothing");
+        // 2 claims 0:0: out of the queue, and at the end of every line.
+        log.push(at(rec(2, Event::Claimed, "b", 0), 40));
+        let v = view(&log);
+        assert_eq!(v.idle_queue(), vec![3, 1]);
+        let ends = BTreeMap::from([(0, 5)]);
+        let waiting = OrderId::new(0, 1);
+        assert_eq!(turns(&v, &ends, 3), vec![Turn { order: waiting, ahead: vec![] }]);
+        assert_eq!(turns(&v, &ends, 1), vec![Turn { order: waiting, ahead: vec![3] }]);
+        assert_eq!(turns(&v, &ends, 2), vec![Turn { order: waiting, ahead: vec![3, 1] }]);
+        assert!(turns(&v, &BTreeMap::from([(0, 1)]), 3).is_empty(), "nothing waiting");
+        // 2 completes: back in the queue, at its end.
+        log.push(at(rec(2, Event::Committed, "b", 0), 41));
+        log.push(at(rec(2, Event::Completed, "b", 0), 50));
+        assert_eq!(view(&log).idle_queue(), vec![3, 1, 2]);
+        // 1 claims 0:1 after deferring to 3: 3 is out of the queue until it
+        // writes again.
+        let mut c = at(rec(1, Event::Claimed, "a", 1), 60);
+        c.passed_over = vec![3];
+        log.push(c);
+        assert_eq!(view(&log).idle_queue(), vec![2]);
+        log.push(at(rec(3, Event::Booted, "c2", 0), 70));
+        assert_eq!(view(&log).idle_queue(), vec![2, 3]);
+        // A revoked incarnation is not idle (it stops); its next one is.
+        let mut r = at(rec(1, Event::Revoked, "c2", 1), 80);
+        (r.by, r.fences, r.seen) = (Some(3), Some("a".into()), Some(6));
+        log.push(r);
+        let v = view(&log);
+        assert!(v.instance(1).unwrap().revoked.is_some());
+        assert!(!v.idle_queue().contains(&1));
+    }
+
+    #[test]
+    fn the_j_th_order_waiting_is_the_j_th_idle_instance_s() {
+        let log = vec![rec(1, Event::Booted, "a", 0), rec(2, Event::Booted, "b", 0), rec(3, Event::Booted, "c", 0)];
+        let v = view(&log);
+        let ends = BTreeMap::from([(0, 1), (1, 1), (2, 0)]);
+        let (p0, p1) = (OrderId::new(0, 0), OrderId::new(1, 0));
+        let ahead = |me| turns(&v, &ends, me).into_iter().map(|t| (t.order, t.ahead)).collect::<Vec<_>>();
+        assert_eq!(ahead(1), vec![(p0, vec![]), (p1, vec![2, 3])]);
+        assert_eq!(ahead(2), vec![(p0, vec![1]), (p1, vec![])]);
+        assert_eq!(ahead(3), vec![(p0, vec![1, 2]), (p1, vec![2])]);
+        // More orders waiting than idle instances: lines wrap around.
+        let ends = BTreeMap::from([(0, 1), (1, 1), (2, 1), (3, 1)]);
+        let firsts: Vec<usize> = turns(&v, &ends, 1).iter().map(|t| t.ahead.len()).collect();
+        assert_eq!(firsts, vec![0, 2, 1, 0]);
     }
 }

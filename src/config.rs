@@ -29,6 +29,7 @@
 //! | `CLAIMS_KEY_FILE` | a file holding `CLAIMS_KEY` (not both) | |
 //! | `RESULTS_TOPIC` | also publish each order's result there, keyed `PARTITION:OFFSET` | none |
 //! | `SETTLE_MS` | after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md, "Settling") | 15000 |
+//! | `CLAIM_DEFER_MS` | how long an idle instance defers to each idle instance ahead of it in an order's line before it claims the order anyway (docs/protocol.md, "Choosing an order"); at most `LEASE_MS`/3; 0: every idle instance claims at once (the herd) | 1000, or `LEASE_MS`/3 if less |
 //! | `STATE_DIR` | where a clean exit leaves its marker (src/settle.rs); must be the worker user's own and not group/world-writable (created 0700) | `$STATE_DIRECTORY` (systemd), else `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>` |
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |
@@ -54,12 +55,16 @@ struct RawEnv {
     log_format: Option<String>,
     results_topic: Option<String>,
     settle_ms: Option<String>,
+    claim_defer_ms: Option<String>,
     state_dir: Option<String>,
     state_directory: Option<String>,
     xdg_runtime_dir: Option<String>,
     claims_key: Option<String>,
     claims_key_file: Option<String>,
 }
+
+/// `CLAIM_DEFER_MS` unless set (and unless `LEASE_MS`/3 is less).
+pub const DEFAULT_CLAIM_DEFER_MS: u64 = 1_000;
 
 /// Variables that begin with `KAFKA_` but are not librdkafka properties:
 /// pool_worker's own, and those of Kafka's own scripts (`kafka-run-class.sh`
@@ -218,6 +223,9 @@ pub struct Config {
     pub results_topic: Option<String>,
     /// `SETTLE_MS`: the wait before booting after an unclean exit.
     pub settle_ms: u64,
+    /// `CLAIM_DEFER_MS`: an idle instance's deferral, per instance ahead of
+    /// it in an order's line.
+    pub claim_defer_ms: u64,
     /// `STATE_DIR`: where the clean-exit marker lives (src/settle.rs).
     pub state_dir: std::path::PathBuf,
     /// `CLAIMS_KEY` or `CLAIMS_KEY_FILE`: the pool signs its claims records
@@ -382,12 +390,21 @@ impl Config {
             key_file.as_deref().map(|p| (p, std::fs::read(p))),
         )
         .map_err(ConfigError)?;
+        let lease_ms = number("LEASE_MS", raw.lease_ms, 30_000u64, (300, 24 * 3600 * 1000))?;
+        let claim_defer_ms = number(
+            "CLAIM_DEFER_MS",
+            raw.claim_defer_ms,
+            DEFAULT_CLAIM_DEFER_MS.min(lease_ms / 3),
+            (0, lease_ms / 3),
+        )
+        .map_err(|e| ConfigError(format!("{} (at most LEASE_MS/3, LEASE_MS being {lease_ms})", e.0)))?;
         Ok(Config {
             brokers,
             orders_topic,
             coordination_topic,
             instance,
-            lease_ms: number("LEASE_MS", raw.lease_ms, 30_000u64, (300, 24 * 3600 * 1000))?,
+            lease_ms,
+            claim_defer_ms,
             max_attempts: number("MAX_ATTEMPTS", raw.max_attempts, crate::worker::DEFAULT_MAX_ATTEMPTS, (1, 1000))?,
             orders_per_process: number("ORDERS_PER_PROCESS", raw.orders_per_process, 1u32, (1, 1_000_000))?,
             job_timeout: Duration::from_secs(number("JOB_TIMEOUT_SECS", raw.job_timeout_secs, 3600u64, (1, 7 * 24 * 3600))?),
@@ -425,6 +442,7 @@ mod tests {
         assert!(c.claims_key.is_none());
         assert_eq!(c.orders_per_process, 1, "seed 002: exit after each order");
         assert_eq!(c.settle_ms, 15_000);
+        assert_eq!(c.claim_defer_ms, 1_000);
         // SAFETY: geteuid cannot fail.
         let uid = unsafe { libc::geteuid() };
         assert_eq!(c.state_dir, std::env::temp_dir().join(format!("pool_worker-{uid}")), "a directory of this user's own");
@@ -528,6 +546,21 @@ mod tests {
         let mut missing = OK.to_vec();
         missing.push(("CLAIMS_KEY_FILE", "/nonexistent/key"));
         assert!(vars(&missing).unwrap_err().0.starts_with("CLAIMS_KEY_FILE: cannot read /nonexistent/key"));
+    }
+
+    #[test]
+    fn the_claim_deferral_stays_below_a_third_of_the_lease() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = OK.to_vec();
+            v.extend_from_slice(extra);
+            vars(&v)
+        };
+        assert_eq!(with(&[("LEASE_MS", "900")]).unwrap().claim_defer_ms, 300, "the default shrinks with the lease");
+        assert_eq!(with(&[("CLAIM_DEFER_MS", "0")]).unwrap().claim_defer_ms, 0);
+        assert_eq!(with(&[("CLAIM_DEFER_MS", "10000")]).unwrap().claim_defer_ms, 10_000);
+        let e = with(&[("CLAIM_DEFER_MS", "10001")]).unwrap_err().0;
+        assert!(e.starts_with("CLAIM_DEFER_MS=10001 is out of range") && e.contains("LEASE_MS/3"), "{e}");
+        assert!(with(&[("CLAIM_DEFER_MS", "soon")]).unwrap_err().0.starts_with("CLAIM_DEFER_MS="));
     }
 
     #[test]

@@ -420,6 +420,10 @@ pub fn describe_record(rec: &Record) -> String {
             if let Some(r) = rec.rank {
                 s.push_str(&format!(", rank {r}"));
             }
+            if !rec.passed_over.is_empty() {
+                let who: Vec<String> = rec.passed_over.iter().map(|i| i.to_string()).collect();
+                s.push_str(&format!(", passing over instance {}", who.join(", ")));
+            }
             s
         }
         Event::Yielded | Event::Lease => format!("order {order}"),

@@ -86,6 +86,11 @@ pub fn fit_json(s: &str, max: usize, keep_end: bool) -> String {
     }
 }
 
+/// Most instances one claim may name in `passed_over` (a claim names those
+/// ahead of its writer in one order's line, docs/protocol.md, "Choosing an
+/// order"; the writer names at most this many).
+pub const MAX_PASSED_OVER: usize = 1_000;
+
 /// An order's identity: its partition and offset in the orders topic.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
 pub struct OrderId {
@@ -331,6 +336,12 @@ pub struct Record {
     /// that compaction never loses it (docs/protocol.md, "The frontier").
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub next: BTreeMap<i32, i64>,
+    /// On a claim made after its writer deferred to other idle instances
+    /// for the claim deferral time (`CLAIM_DEFER_MS`): those instances.
+    /// Readers leave them out of the idle queue until they next write a
+    /// record (docs/protocol.md, "Choosing an order").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passed_over: Vec<u32>,
     /// The order's `id` (duplicate detection), on claims and completions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order_id: Option<String>,
@@ -381,6 +392,7 @@ impl Record {
             fences: None,
             seen: None,
             next: BTreeMap::new(),
+            passed_over: Vec::new(),
             order_id: None,
             reason: None,
             outcome: None,
@@ -502,6 +514,9 @@ impl Record {
         }
         if self.takeover_of.iter().any(|c| !in_range(c.instance)) || self.rank.is_some_and(|r| r > MAX_INSTANCE) {
             return Err(Foreign::Range("takeover_of".into()));
+        }
+        if self.passed_over.iter().any(|&i| !in_range(i)) || self.passed_over.len() > MAX_PASSED_OVER {
+            return Err(Foreign::Range("passed_over".into()));
         }
         if self.event.needs_order() {
             match (self.partition, self.offset) {

@@ -79,6 +79,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         checkpoint_every: Some(crate::checkpoint::DEFAULT_CHECKPOINT_EVERY),
         orders_per_process: cfg.orders_per_process,
         settle_ms: cfg.settle_ms,
+        claim_defer_ms: cfg.claim_defer_ms,
         ..Settings::default()
     };
     let mut ticks = tokio::time::interval(Duration::from_millis((cfg.lease_ms / 3).max(100)));
@@ -113,11 +114,25 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
             match action {
                 Action::Append(rec) => appender.append(rec),
                 Action::WakeAt(at) => {
-                    tracing::info!(
-                        instance = me,
-                        ms = at.saturating_sub(now_ms()),
-                        "settling: no clean exit of this instance number's last process is known here, so it may have died with appends in flight; waiting before booting"
-                    );
+                    if let Phase::Settle { .. } = w.phase {
+                        // One line that says why a start waits, and how long
+                        // (docs/protocol.md, "Settling").
+                        let ms = at.saturating_sub(now_ms());
+                        let why = match &clean {
+                            None => format!(
+                                "no clean exit of instance {me}'s previous process is recorded in {} (its first start on this host, or it crashed)",
+                                cfg.state_dir.display()
+                            ),
+                            Some(inc) => format!(
+                                "the clean exit recorded on this host ({inc}) is not instance {me}'s newest process in the claims topic (the number ran elsewhere since)"
+                            ),
+                        };
+                        tracing::info!(
+                            instance = me,
+                            ms,
+                            "settling: waiting {ms} ms (SETTLE_MS) before joining the pool: {why}, so records that process may have left in flight must land or expire first; a clean exit spares the next start this wait"
+                        );
+                    }
                     wake = Some(at);
                 }
                 Action::FindOrder => {
@@ -131,7 +146,14 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                     } else if !idle {
                         idle = true;
                         kafka.watch_orders(&frontier)?;
-                        tracing::info!(instance = me, "no order waiting; idle");
+                        match w.deferring() {
+                            Some(until) => tracing::info!(
+                                instance = me,
+                                ms = until.saturating_sub(now_ms()),
+                                "an order is waiting, but other idle instances are first in its line; deferring to them (CLAIM_DEFER_MS)"
+                            ),
+                            None => tracing::info!(instance = me, "no order waiting; idle"),
+                        }
                     }
                 }
                 Action::Run { order, attempt, retry } => {

@@ -24,7 +24,7 @@
 //! have been written, and only the log says which (docs/protocol.md,
 //! "Appends"). Its own records are recognised by incarnation and `seq`.
 
-use crate::boot::{next_order, View};
+use crate::boot::{turns, View};
 use crate::claim::{decide, Decision};
 use crate::record::{Event, OrderId, Outcome, Record, Status};
 use std::collections::BTreeMap;
@@ -146,6 +146,12 @@ pub struct Settings {
     /// simulation, whose world enforces the rule itself (a dead process's
     /// appends land or are lost before its successor starts).
     pub settle_ms: u64,
+    /// How long (ms) an idle instance defers to each instance ahead of it
+    /// in an order's line before it claims the order anyway
+    /// (`CLAIM_DEFER_MS`; docs/protocol.md, "Choosing an order"). 0: no
+    /// deferral, every idle instance claims the order it sees first (the
+    /// herd: about 2N-1 records per order with N idle instances).
+    pub claim_defer_ms: u64,
 }
 
 impl Default for Settings {
@@ -157,6 +163,7 @@ impl Default for Settings {
             checkpoint_every: None,
             orders_per_process: 1,
             settle_ms: 0,
+            claim_defer_ms: 0,
         }
     }
 }
@@ -176,6 +183,9 @@ pub enum Flaw {
     SkipAnOrder,
     /// Do not drop duplicate records.
     KeepDuplicates,
+    /// Never claim an order this instance is not first in line for: an
+    /// order whose preferred instance is dead waits for it for ever.
+    DeferForever,
 }
 
 /// One incarnation of instance `me`.
@@ -196,6 +206,16 @@ pub struct Worker {
     revoking: std::collections::BTreeSet<(u32, u64)>,
     /// Orders this incarnation has completed (read back).
     completed: u32,
+    /// While choosing: each order seen waiting, and when (our clock) we
+    /// first saw it, since we last claimed. An order is ours to claim once
+    /// it has waited `claim_defer_ms` per instance ahead of us in its line
+    /// (protocol.md, "Choosing an order").
+    waiting_since: BTreeMap<OrderId, u64>,
+    /// While deferring: when the next deferral runs out.
+    defer_until: Option<u64>,
+    /// Every deferral is over, whatever the clock says (the model check's
+    /// nondeterministic expiry, [`Worker::end_deferrals`]).
+    defer_over: bool,
 }
 
 impl Worker {
@@ -231,6 +251,9 @@ impl Worker {
             renewed: now,
             revoking: Default::default(),
             completed: 0,
+            waiting_since: BTreeMap::new(),
+            defer_until: None,
+            defer_over: false,
         };
         if settle_ms == 0 {
             let acts = w.boot();
@@ -296,7 +319,7 @@ impl Worker {
     pub fn hash_relabeled<H: Hasher>(&self, f: &dyn Fn(u64) -> u64, g: &dyn Fn(&mut Outcome), h: &mut H) {
         // Destructured, so that a field added to Worker must be placed here
         // (in declaration order: that is the order the derived Hash uses).
-        let Worker { me, incarnation, view, phase, settings, seq, now, renewed, revoking, completed } = self;
+        let Worker { me, incarnation, view, phase, settings, seq, now, renewed, revoking, completed, waiting_since, defer_until, defer_over } = self;
         (me, incarnation).hash(h);
         view.hash_relabeled(f, g, h);
         (phase, settings, seq, now, renewed).hash(h);
@@ -309,7 +332,21 @@ impl Worker {
         for x in &renamed {
             x.hash(h);
         }
-        completed.hash(h);
+        (completed, waiting_since, defer_until, defer_over).hash(h);
+    }
+
+    /// While choosing and deferring to instances ahead in an order's line:
+    /// when the deferral runs out (our clock).
+    pub fn deferring(&self) -> Option<u64> {
+        self.defer_until.filter(|_| self.phase == Phase::Choose)
+    }
+
+    /// Ends every deferral now, whatever the clock says: the next Tick asks
+    /// for the orders again, and every order waiting may be claimed. For
+    /// the model check, where the expiry of a deferral is a step that may
+    /// come at any moment (tests/world).
+    pub fn end_deferrals(&mut self) {
+        self.defer_over = true;
     }
 
     /// Whether the process has finished.
@@ -394,6 +431,17 @@ impl Worker {
         if let Phase::Settle { .. } = self.phase {
             return self.settle(false);
         }
+        let mut out = self.on_tick_leases();
+        // A deferral ran out: look at the orders again, and claim.
+        let due = self.defer_over || self.defer_until.is_some_and(|t| self.now >= t);
+        if self.phase == Phase::Choose && self.defer_until.is_some() && due {
+            self.defer_until = None;
+            out.push(Action::FindOrder);
+        }
+        out
+    }
+
+    fn on_tick_leases(&mut self) -> Vec<Action> {
         let Some(lease) = self.settings.lease_ms else { return Vec::new() };
         let mut out = Vec::new();
         if let Some(order) = self.held() {
@@ -450,6 +498,8 @@ impl Worker {
             .filter(|(j, h)| self.expired(h) && !self.revoking.contains(&(*j, h.last_pos)))
             .min_by_key(|(_, h)| (h.last_ts, h.order));
         let Some((j, h)) = victim else { return Vec::new() };
+        self.waiting_since.clear();
+        self.defer_until = None;
         let revoke = self.revoke(j, &h);
         self.phase = Phase::Takeover { order: h.order, seq: revoke.seq };
         self.renewed = self.now;
@@ -640,14 +690,15 @@ impl Worker {
         if !takeover.is_empty() {
             return takeover;
         }
-        let Some(mut order) = next_order(&self.view, ends, self.me) else {
-            return Vec::new();
+        let Some((mut order, passed_over)) = self.choose(ends) else {
+            return self.defer_until.map(Action::WakeAt).into_iter().collect();
         };
         if self.settings.flaw == Some(Flaw::SkipAnOrder) && order.offset + 1 < ends[&order.partition] {
             order.offset += 1;
         }
         let mut claim = self.record(Event::Claimed, Some(order));
         claim.attempt = 1;
+        claim.passed_over = passed_over;
         claim.next.insert(order.partition, order.offset + 1);
         self.phase = Phase::Claim { order, seq: claim.seq };
         self.renewed = self.now;
@@ -665,6 +716,43 @@ impl Worker {
             return out;
         }
         vec![Action::Append(claim)]
+    }
+
+    /// The order to claim now, with the instances passed over to claim it;
+    /// `None` when no order is waiting, or when every order waiting is some
+    /// other idle instance's turn (then `defer_until` says until when).
+    /// docs/protocol.md, "Choosing an order": an idle instance claims at
+    /// once an order it is first in line for; any other order waiting once
+    /// it has seen it waiting for `claim_defer_ms` per instance ahead of it
+    /// in the order's line (it then names them in `passed_over`); of the
+    /// orders it may claim, the one it has seen waiting longest.
+    fn choose(&mut self, ends: &BTreeMap<i32, i64>) -> Option<(OrderId, Vec<u32>)> {
+        let over = std::mem::take(&mut self.defer_over);
+        self.defer_until = None;
+        let turns = turns(&self.view, ends, self.me);
+        self.waiting_since.retain(|o, _| turns.iter().any(|t| t.order == *o));
+        let now = self.now;
+        for t in &turns {
+            self.waiting_since.entry(t.order).or_insert(now);
+        }
+        let never = self.settings.flaw == Some(Flaw::DeferForever);
+        let since = |t: &crate::boot::Turn| self.waiting_since.get(&t.order).copied().unwrap_or(now);
+        let until = |t: &crate::boot::Turn| since(t).saturating_add(self.settings.claim_defer_ms.saturating_mul(t.ahead.len() as u64));
+        let due = |t: &&crate::boot::Turn| t.ahead.is_empty() || (!never && (over || now >= until(t)));
+        match turns.iter().filter(due).min_by_key(|t| (since(t), t.ahead.len(), t.order)) {
+            Some(t) => {
+                self.waiting_since.clear();
+                // Without deferral nobody waited for its turn: nobody was
+                // passed over.
+                let mut passed = if self.settings.claim_defer_ms == 0 { Vec::new() } else { t.ahead.clone() };
+                passed.truncate(crate::record::MAX_PASSED_OVER);
+                Some((t.order, passed))
+            }
+            None => {
+                self.defer_until = turns.iter().filter(|_| !never).map(until).min();
+                None
+            }
+        }
     }
 
     fn negotiate(&mut self, order: OrderId) -> Vec<Action> {
@@ -1024,6 +1112,116 @@ mod tests {
         assert_eq!(a, vec![Action::Start { order: OrderId::new(0, 0) }]);
         let a = run_with_id(&mut log2, 2, "two", "b", 2);
         assert_eq!(a, vec![Action::Start { order: OrderId::new(0, 1) }], "another id runs");
+    }
+
+    fn deferring(flaw: Option<Flaw>) -> Settings {
+        Settings { claim_defer_ms: 1000, flaw, ..Settings::default() }
+    }
+
+    /// Three idle instances (1, 2, 3 in the idle queue) that have read the
+    /// log to its end.
+    fn three_idle(log: &mut Log, flaw: Option<Flaw>) -> Vec<(Worker, usize)> {
+        let mut ws: Vec<(Worker, usize)> = (1..=3)
+            .map(|i| {
+                let (w, a) = Worker::start(i, format!("i{i}"), deferring(flaw), 0);
+                log.append(&a);
+                (w, 0)
+            })
+            .collect();
+        for (w, c) in &mut ws {
+            assert_eq!(log.feed(w, c), vec![Action::FindOrder]);
+        }
+        ws
+    }
+
+    fn claim_in(a: &[Action]) -> Option<&Record> {
+        match a {
+            [Action::Append(r)] if r.event == Event::Claimed => Some(r),
+            _ => None,
+        }
+    }
+
+    /// protocol.md, "Choosing an order": the first in line claims at once,
+    /// the others defer, and re-evaluate when the log moves.
+    #[test]
+    fn idle_instances_claim_in_turn() {
+        let mut log = Log(Vec::new());
+        let mut ws = three_idle(&mut log, None);
+        let ends = BTreeMap::from([(0, 2)]);
+        assert_eq!(ws[1].0.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(1000)]);
+        assert_eq!(ws[2].0.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(2000)], "two ahead");
+        assert_eq!(ws[1].0.deferring(), Some(1000));
+        let a = ws[0].0.handle(Input::Orders(ends.clone()), 0);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over.is_empty()), "{a:?}");
+        log.append(&a);
+        // Instance 2 reads the claim: it is now first in line for 0:1.
+        let (w2, c2) = &mut ws[1];
+        assert!(log.feed(w2, c2).is_empty());
+        let a = w2.handle(Input::Orders(ends.clone()), 5);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over.is_empty()), "{a:?}");
+        log.append(&a);
+        // Instance 3 reads both: nothing waits any more.
+        let (w3, c3) = &mut ws[2];
+        assert!(log.feed(w3, c3).is_empty());
+        assert!(w3.handle(Input::Orders(ends), 6).is_empty());
+        assert_eq!(w3.deferring(), None);
+        assert_eq!(log.0.iter().filter(|r| r.event == Event::Claimed).count(), 2, "one claim per order");
+    }
+
+    /// A preferred instance that is gone delays the order by the deferral,
+    /// once: the claim that passes it over takes it out of the queue.
+    #[test]
+    fn a_dead_first_in_line_only_delays() {
+        let mut log = Log(Vec::new());
+        let mut ws = three_idle(&mut log, None);
+        let ends = BTreeMap::from([(0, 2)]);
+        let (w2, c2) = &mut ws[1];
+        assert_eq!(w2.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(1000)]);
+        assert!(w2.handle(Input::Tick, 999).is_empty());
+        assert_eq!(w2.handle(Input::Tick, 1000), vec![Action::FindOrder]);
+        let a = w2.handle(Input::Orders(ends.clone()), 1000);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over == vec![1]), "{a:?}");
+        log.append(&a);
+        assert!(log.feed(w2, c2).iter().any(|a| matches!(a, Action::Append(r) if r.event == Event::Committed)));
+        // Instance 3 had seen 0:0 at 0 (two ahead: until 2000); once 2's
+        // claim is read, 1 is passed over and 2 holds: 0:1 is its at once.
+        let (w3, c3) = &mut ws[2];
+        assert_eq!(w3.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(2000)]);
+        log.feed(w3, c3);
+        assert_eq!(w3.view.idle_queue(), vec![3]);
+        let a = w3.handle(Input::Orders(ends), 1001);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over.is_empty()), "{a:?}");
+    }
+
+    /// Of the orders an instance may claim, the one it has seen waiting
+    /// longest: a busy partition it is first in line for does not keep an
+    /// order whose first in line is gone waiting.
+    #[test]
+    fn an_order_past_its_deadline_goes_before_one_first_in_line() {
+        let mut log = Log(Vec::new());
+        let mut ws = three_idle(&mut log, None);
+        let w2 = &mut ws[1].0;
+        // Only 0:0 waits; 1 is first in its line, 2 behind it.
+        assert_eq!(w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 0)])), 0), vec![Action::WakeAt(1000)]);
+        // 1:0 arrives, and 2 is first in its line; but 0:0 has waited its turn.
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1)])), 1500);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over == vec![1]), "{a:?}");
+        // Before the deadline, its own turn comes first.
+        let w3 = &mut ws[2].0;
+        assert_eq!(w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 0)])), 0), vec![Action::WakeAt(2000)]);
+        let a = w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1), (2, 1)])), 10);
+        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(2, 0)) && c.passed_over.is_empty()), "{a:?}");
+    }
+
+    #[test]
+    fn defer_forever_never_claims_out_of_turn() {
+        let mut log = Log(Vec::new());
+        let mut ws = three_idle(&mut log, Some(Flaw::DeferForever));
+        let ends = BTreeMap::from([(0, 1)]);
+        let w2 = &mut ws[1].0;
+        assert!(w2.handle(Input::Orders(ends.clone()), 0).is_empty());
+        assert!(w2.handle(Input::Tick, 1_000_000).is_empty());
+        assert!(w2.handle(Input::Orders(ends), 1_000_000).is_empty());
     }
 
     fn settling(ms: u64) -> Settings {

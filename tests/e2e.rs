@@ -137,9 +137,11 @@ fn race_8_instances_few_orders() {
     // long fetch wait (the mock broker holds an empty fetch for all of it)
     // makes each read-back slow, so that instances claim an order before
     // they read each other's claims: with the default 2 ms the race is
-    // often over before a second instance claims.
+    // often over before a second instance claims. Without the claim
+    // deferral (CLAIM_DEFER_MS=0, the herd): with it, idle instances take
+    // turns and seldom contest an order (`idle_instances_take_turns`).
     let orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 5], Some(0));
-    let sup = pool(&broker, "8", &[("KAFKA_FETCH_WAIT_MAX_MS", "50")]);
+    let sup = pool(&broker, "8", &[("KAFKA_FETCH_WAIT_MAX_MS", "50"), ("CLAIM_DEFER_MS", "0")]);
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
     audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
     assert_ledger_once(&ledger, &orders, &audit);
@@ -168,6 +170,45 @@ fn race_8_instances_few_orders() {
     let s = sup.snapshot();
     assert!(s.exits.iter().all(|e| e.code == Some(0)), "{:?}", s.exits);
     eprintln!("race: contested orders {contested:?}");
+}
+
+/// Issue 16, "No herd" (docs/protocol.md, "Choosing an order"): with four
+/// idle instances, orders sent one at a time, each after the previous one
+/// completed, are each claimed by about one instance — the one first in
+/// line claims at once, the others defer and read its claim. Without the
+/// rule every idle instance claimed every order (about four claims each).
+#[test]
+fn idle_instances_take_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker(1);
+    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let sup = pool(&broker, "4", &[]);
+    let booted = || {
+        let recs = decoded_claims(broker.bootstrap(), &claims);
+        let who: std::collections::BTreeSet<u32> = recs.iter().filter(|(_, r)| r.event == Event::Booted).map(|(_, r)| r.instance).collect();
+        who.len() == 4
+    };
+    assert!(poll_until(T, Duration::from_millis(50), booted), "the 4 instances did not all boot");
+    let mut orders = Vec::new();
+    for _ in 0..6 {
+        let o = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0));
+        wait_completed(broker.bootstrap(), &claims, &o, T).unwrap_or_else(|e| panic!("{e}"));
+        orders.extend(o);
+    }
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
+    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    assert_ledger_once(&ledger, &orders, &audit);
+    let n: usize = audit.orders.values().map(|t| t.claims.len()).sum();
+    assert!(
+        n < 2 * orders.len(),
+        "{n} claims for {} orders: the idle instances herd\n{}",
+        orders.len(),
+        orders.iter().map(|o| audit.show(*o)).collect::<Vec<_>>().join("\n")
+    );
+    let s = sup.snapshot();
+    assert!(s.exits.iter().all(|e| e.code == Some(0)), "{:?}", s.exits);
+    eprintln!("no herd: {n} claims for {} orders with 4 instances", orders.len());
 }
 
 /// Whether process `pid` still runs (exists and is not a zombie).

@@ -33,6 +33,14 @@
 //! shows that this check bites).
 //! `POOL_SIM_HORIZON=claim|contest|hold` varies the compaction horizon.
 //!
+//! Idle instances take turns (docs/protocol.md, "Choosing an order"):
+//! every simulation moves the clock (0–2 ms per step of ten instances) and
+//! wakes a deferring process when its `CLAIM_DEFER_MS` (100 ms here) runs
+//! out. Each run reports the claims records (leases apart) and the rivals
+//! (instances that claimed it) per order; `simulation_hundred_instances`
+//! runs 100 instances with leases, pauses and outages.
+//! `POOL_SIM_DEFER_MS=0` runs the herd instead, for comparison.
+//!
 //! Both simulations write checkpoints every 40 positions and boot every
 //! process from the newest one (src/checkpoint.rs), and the seeds take
 //! turns with `ORDERS_PER_PROCESS` 1, 2 and 5 (a process goes on to the
@@ -59,6 +67,8 @@ const CRASH_WINDOW: u64 = 200_000;
 /// The lease of the simulation with leases (ms of the simulated clock,
 /// which moves 0–2 ms per step).
 const LEASE_MS: u64 = 1_000;
+/// `CLAIM_DEFER_MS` of the simulation (ms of the simulated clock).
+const CLAIM_DEFER_MS: u64 = 100;
 /// Seeds and orders of the simulation with leases in CI (each process runs
 /// one order and then replays the whole log at its next boot, so a seed's
 /// cost grows with the square of its orders; fewer orders, more seeds).
@@ -150,6 +160,12 @@ fn config() -> Config {
         max_forgeries: 0,
         claims_key: None,
         trust_all: false,
+        // Idle instances defer to the one first in an order's line for
+        // CLAIM_DEFER_MS of simulated time per instance ahead
+        // (POOL_SIM_DEFER_MS=0: the herd, as before the rule).
+        claim_defer_ms: env("POOL_SIM_DEFER_MS", CLAIM_DEFER_MS),
+        restart_idle: true,
+        clocked: true,
     }
 }
 
@@ -166,6 +182,16 @@ struct Outcome {
     starts_marked: u32,
     starts_unmarked: u32,
     clock_ms: u64,
+    /// Orders, the records of the claims log that name one (claims,
+    /// decisions, revocations, completions, void ones included; lease
+    /// renewals apart: they grow with the time an order is held),
+    /// the claims among them, and the instances that claimed each order
+    /// (rivals), summed over the orders.
+    orders: u64,
+    order_records: u64,
+    leases: u64,
+    claims: u64,
+    rivals: u64,
     /// The failure, readable.
     failure: Option<String>,
 }
@@ -210,6 +236,16 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
         starts_marked: w.starts_marked,
         starts_unmarked: w.starts_unmarked,
         clock_ms: w.now,
+        orders: cfg.orders as u64,
+        order_records: w.log.iter().filter(|e| e.rec.order().is_some() && e.rec.event != pool_worker::record::Event::Lease).count() as u64,
+        leases: w.log.iter().filter(|e| e.rec.event == pool_worker::record::Event::Lease).count() as u64,
+        claims: w.log.iter().filter(|e| e.rec.event == pool_worker::record::Event::Claimed).count() as u64,
+        rivals: {
+            let mut pairs: Vec<_> = w.log.iter().filter(|e| e.rec.event == pool_worker::record::Event::Claimed).map(|e| (e.rec.order(), e.rec.instance)).collect();
+            pairs.sort();
+            pairs.dedup();
+            pairs.len() as u64
+        },
         failure,
     };
     while !w.all_completed(cfg) {
@@ -239,7 +275,10 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
         };
         w.step(cfg, &step);
         steps += 1;
-        if cfg.lease_ms.is_some() {
+        // 0-2 ms per step; with more than 10 instances, per step of ten
+        // instances (a step moves one instance: time must not run faster
+        // for each process because there are more of them).
+        if cfg.clocked && (cfg.instances <= 10 || rng.below(cfg.instances as u64) < 10) {
             w.now += rng.below(3);
         }
         if recent.len() == 30 {
@@ -257,15 +296,18 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
 
 fn pick(rng: &mut Rng, w: &World, cfg: &Config, steps: u64, choices: &mut Vec<Step>) -> Option<Step> {
     let live = |i: u32| w.insts[i as usize - 1].worker.is_some();
+    // The shell's timer: every lease/3 (with leases), and at the time a
+    // process asked for (Action::WakeAt: the end of a deferral, of a
+    // settling wait), to a process that is not frozen.
+    let due = (1..=cfg.instances).find(|&i| {
+        let inst = &w.insts[i as usize - 1];
+        let timer = (cfg.lease_ms.is_some() && w.now >= inst.next_tick) || inst.wake_at.is_some_and(|t| w.now >= t);
+        inst.worker.is_some() && w.now >= inst.frozen_until && timer
+    });
+    if let Some(i) = due {
+        return Some(Step::Tick(i));
+    }
     if let Some(lease) = cfg.lease_ms {
-        // The shell's timer: every lease/3 to a process that is not frozen.
-        let due = (1..=cfg.instances).find(|&i| {
-            let inst = &w.insts[i as usize - 1];
-            inst.worker.is_some() && w.now >= inst.frozen_until && w.now >= inst.next_tick
-        });
-        if let Some(i) = due {
-            return Some(Step::Tick(i));
-        }
         if steps < CRASH_WINDOW && w.pauses < MAX_PAUSES && rng.one_in(500) {
             // A GC pause or a partition: often shorter than the lease,
             // sometimes up to three leases.
@@ -326,8 +368,8 @@ fn pick(rng: &mut Rng, w: &World, cfg: &Config, steps: u64, choices: &mut Vec<St
     }
     w.fair_step(cfg)
         .or_else(|| (!w.orphans.is_empty()).then_some(Step::Land(0)))
-        // Everyone frozen or down: time passes.
-        .or_else(|| cfg.lease_ms.map(|_| Step::Advance(10)))
+        // Everyone frozen, down or deferring: time passes.
+        .or_else(|| cfg.clocked.then_some(Step::Advance(10)))
 }
 
 fn env(name: &str, default: u64) -> u64 {
@@ -339,17 +381,51 @@ fn simulation_many_seeds() {
     let seeds = env("POOL_SIM_SEEDS", 1_000);
     let first = env("POOL_SIM_FIRST", 0);
     let t = Instant::now();
-    let (ran, tot, failures) = run_seeds(&config(), first, seeds);
+    let cfg = config();
+    let (ran, tot, failures) = run_seeds(&cfg, first, seeds);
     let line = format!(
-        "simulation: {ran} seeds ({} instances, {} orders each), {} steps, {} crashes, {} failing, in {:.1}s",
+        "simulation: {ran} seeds ({} instances, {} orders each), {} steps, {} crashes, {}, {} failing, in {:.1}s",
         INSTANCES,
         ORDERS,
         tot.steps,
         tot.crashes,
+        per_order(&tot, &cfg),
         failures.len(),
         t.elapsed().as_secs_f64()
     );
     report(&line, &failures);
+}
+
+/// Claims records and rivals per order (issue 16: about three records,
+/// claimed, committed and completed, whatever the number of idle
+/// instances).
+fn per_order(tot: &Outcome, cfg: &Config) -> String {
+    let n = tot.orders.max(1) as f64;
+    format!(
+        "CLAIM_DEFER_MS {}: {:.2} claims records per order ({:.2} claims; leases apart, {:.2}), {:.2} rivals per order",
+        cfg.claim_defer_ms,
+        tot.order_records as f64 / n,
+        tot.claims as f64 / n,
+        tot.leases as f64 / n,
+        tot.rivals as f64 / n
+    )
+}
+
+/// Seeds and orders of the 100-instance simulation in CI.
+const HUNDRED_SEEDS: u64 = 20;
+const HUNDRED_ORDERS: u32 = 200;
+
+/// The simulation with leases (pauses, outages, strict liveness: see
+/// [`simulation_with_leases`]) with 100 instances, most of them idle most
+/// of the time: one order must still cost about three claims records, and
+/// a preferred instance that is paused or down only delays its orders
+/// (`POOL_SIM_HUNDRED_SEEDS`, `POOL_SIM_FIRST` change the seeds).
+#[test]
+fn simulation_hundred_instances() {
+    let seeds = env("POOL_SIM_HUNDRED_SEEDS", HUNDRED_SEEDS);
+    let first = env("POOL_SIM_FIRST", 0);
+    let cfg = Config { instances: 100, orders: HUNDRED_ORDERS, ..config_leases() };
+    leased_seeds(&cfg, first, seeds, "simulation with 100 instances and leases");
 }
 
 /// Runs seeds `first..first + seeds` on two threads (stopping at the first
@@ -378,6 +454,11 @@ fn run_seeds(cfg: &Config, first: u64, seeds: u64) -> (u64, Outcome, Vec<String>
                 tot.starts_marked += out.starts_marked;
                 tot.starts_unmarked += out.starts_unmarked;
                 tot.clock_ms += out.clock_ms;
+                tot.orders += out.orders;
+                tot.order_records += out.order_records;
+                tot.leases += out.leases;
+                tot.claims += out.claims;
+                tot.rivals += out.rivals;
                 drop(tot);
                 if let Some(f) = out.failure {
                     failures.lock().unwrap().push(f);
@@ -455,7 +536,10 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
     let t = Instant::now();
     let (ran, tot, failures) = run_seeds(&cfg, first, seeds);
     let line = format!(
-        "{name} ({LEASE_MS} ms): {ran} seeds ({INSTANCES} instances, {LEASE_ORDERS} orders each), {} steps, {:.0} s simulated, {} crashes ({} long outages), {} pauses, {} takeovers (valid revocations), {} second runs after a takeover ({} of them started by a holder already revoked), {} after a death, {} starts after a clean exit and {} settling first, {} failing, in {:.1}s",
+        "{name} ({LEASE_MS} ms): {ran} seeds ({} instances, {} orders each), {}, {} steps, {:.0} s simulated, {} crashes ({} long outages), {} pauses, {} takeovers (valid revocations), {} second runs after a takeover ({} of them started by a holder already revoked), {} after a death, {} starts after a clean exit and {} settling first, {} failing, in {:.1}s",
+        cfg.instances,
+        cfg.orders,
+        per_order(&tot, &cfg),
         tot.steps,
         tot.clock_ms as f64 / 1000.0,
         tot.crashes,

@@ -48,8 +48,10 @@ pub fn depends_unerased(a: &Record, b: &Record) -> bool {
 }
 
 fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
-    let who = |r: &Record| [Some(r.instance), r.by];
-    if who(a).iter().flatten().any(|i| who(b).contains(&Some(*i))) {
+    // A claim's `passed_over` instances are its business too: it takes
+    // them out of the idle queue until they next write (src/boot.rs).
+    let who = |r: &Record| [r.instance].into_iter().chain(r.by).chain(r.passed_over.iter().copied()).collect::<Vec<u32>>();
+    if who(a).iter().any(|i| who(b).contains(i)) {
         return true;
     }
     if a.event == Event::Checkpoint || b.event == Event::Checkpoint {
@@ -381,6 +383,7 @@ impl World {
             leases,
             strays,
             settling,
+            clocked,
             starts_marked,
             starts_unmarked,
             forged,
@@ -423,6 +426,7 @@ impl World {
                 next_tick,
                 marker,
                 died_at,
+                wake_at,
             } = inst;
             match worker {
                 Some(w) if by_copy => {
@@ -440,7 +444,7 @@ impl World {
             for r in pending {
                 hash_record(r, &f, &mut h);
             }
-            (cursor, asked, running, ran, starts, crashed, frozen_until, down_until, next_tick, marker, died_at).hash(&mut h);
+            (cursor, asked, running, ran, starts, crashed, frozen_until, down_until, next_tick, marker, died_at, wake_at).hash(&mut h);
         }
         orphans.len().hash(&mut h);
         for r in orphans {
@@ -452,7 +456,7 @@ impl World {
         }
         violation.as_ref().map(|(name, _)| name).hash(&mut h);
         (crashes, dups, now, jumps, pauses, outages, takeovers, second_runs_takeover, second_runs_death, stale_runs).hash(&mut h);
-        (lease_ms, forge_seen, leases, strays, settling, starts_marked, starts_unmarked).hash(&mut h);
+        (lease_ms, forge_seen, leases, strays, settling, clocked, starts_marked, starts_unmarked).hash(&mut h);
         h.finish()
     }
 }
@@ -476,13 +480,14 @@ fn hash_record(r: &Record, f: &dyn Fn(u64) -> u64, h: &mut Mix) {
         fences,
         seen,
         next,
+        passed_over,
         order_id,
         reason: _,
         outcome,
         snapshot,
     } = r;
     (instance, event, partition, offset, by, incarnation, ts, seq, attempt).hash(h);
-    (takeover_of, rank, fences, seen.map(f), next, order_id, snapshot).hash(h);
+    (takeover_of, rank, fences, seen.map(f), next, passed_over, order_id, snapshot).hash(h);
     if let Some(Outcome { status, exit_code, duration_ms, reason: _, stdout_tail, stderr_tail }) = outcome {
         (status, exit_code, duration_ms, stdout_tail, stderr_tail).hash(h);
     }

@@ -153,6 +153,23 @@ pub struct Config {
     /// Broken on purpose: every reader (processes and referee) takes every
     /// record for the pool's, unchecked (no signature, no end offsets).
     pub trust_all: bool,
+    /// `Settings::claim_defer_ms`: an idle instance defers to the idle
+    /// instances ahead of it in an order's line (docs/protocol.md,
+    /// "Choosing an order"). 0: no deferral, every idle instance claims (the
+    /// herd). In the model check a deferral runs out by a step of its own
+    /// ([`Step::Expire`], at any moment: every timing); in the simulation
+    /// by the simulated clock ([`Config::clocked`]).
+    pub claim_defer_ms: u64,
+    /// The fair schedule restarts an instance that crashed holding nothing
+    /// (in the referee's view, nothing of it in flight). False: such an
+    /// instance stays down for good — a host gone while idle — as long as
+    /// another instance is up, so liveness must not depend on a preferred
+    /// idle instance coming back (`Flaw::DeferForever` fails it).
+    pub restart_idle: bool,
+    /// Simulation: the clock is the simulation's (it moves it), and a
+    /// process that asked to be woken (`Action::WakeAt`) gets a Tick once
+    /// the clock reaches that time.
+    pub clocked: bool,
 }
 
 impl Config {
@@ -180,6 +197,7 @@ impl Config {
             checkpoint_every: self.checkpoint_every,
             orders_per_process: self.orders_per_process,
             settle_ms: self.settle_ms.unwrap_or(0),
+            claim_defer_ms: self.claim_defer_ms,
             ..Settings::default()
         }
     }
@@ -272,6 +290,9 @@ pub struct Inst {
     pub marker: Option<String>,
     /// When the last process died or exited.
     pub died_at: u64,
+    /// Simulation ([`Config::clocked`]): the process asked for a Tick at
+    /// this time (`Action::WakeAt`).
+    pub wake_at: Option<u64>,
 }
 
 /// Ghost history of one order.
@@ -358,6 +379,9 @@ pub enum Step {
     /// A writer of the claims topic who is not the pool appends a forged
     /// record ([`World::forgery`] says which), at once.
     Forge(u8),
+    /// Model check: the process's deferral runs out now
+    /// (`Worker::end_deferrals`, then Tick), whatever the clock says.
+    Expire(u32),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -406,6 +430,8 @@ pub struct World {
     pub strays: u32,
     /// Copied from the config: `Config::settle_ms` is set.
     settling: bool,
+    /// Copied from the config: `Config::clocked`.
+    clocked: bool,
     /// Simulation with settling: processes started with a clean-exit
     /// marker, and without one (they wait).
     pub starts_marked: u32,
@@ -482,6 +508,7 @@ impl World {
             leases: cfg.lease_ms.is_some(),
             strays: 0,
             settling: cfg.settle_ms.is_some(),
+            clocked: cfg.clocked,
             starts_marked: 0,
             starts_unmarked: 0,
             forged: 0,
@@ -644,6 +671,9 @@ impl World {
                 if cfg.lease_ms.is_some() {
                     out.push(Step::Tick(i));
                 }
+                if self.expirable(i) {
+                    out.push(Step::Expire(i));
+                }
             }
         }
         if let Some(lease) = cfg.lease_ms {
@@ -663,6 +693,13 @@ impl World {
         if self.forged < cfg.max_forgeries {
             out.extend(Self::forgeries(cfg).iter().map(|&k| Step::Forge(k)));
         }
+    }
+
+    /// Whether instance `i`'s live process defers to other idle instances
+    /// (and is not frozen): its deferral may run out ([`Step::Expire`]).
+    pub fn expirable(&self, i: u32) -> bool {
+        let inst = self.inst(i);
+        self.now >= inst.frozen_until && inst.worker.as_ref().is_some_and(|w| w.deferring().is_some())
     }
 
     pub fn step(&mut self, cfg: &Config, s: &Step) {
@@ -701,6 +738,7 @@ impl World {
                 inst.running = None;
                 inst.crashed = false;
                 inst.frozen_until = 0;
+                inst.wake_at = None;
                 if let Some(lease) = cfg.lease_ms {
                     inst.next_tick = now + lease / 3;
                 }
@@ -731,21 +769,14 @@ impl World {
             Step::Lose(k) => {
                 self.orphans.remove(k);
             }
-            Step::Read(i) => loop {
-                let Some(pos) = self.next_present(self.inst(i).cursor) else { break };
-                let input = match self.log[pos].foreign {
-                    false => Input::Record(pos as u64, Record::clone(&self.log[pos].rec)),
-                    true => Input::Foreign(pos as u64),
-                };
-                self.inst_mut(i).cursor = pos + 1;
-                if self.feed(i, input) || !cfg.batch_reads {
-                    break;
+            Step::Read(i) => self.read(cfg, i),
+            Step::Expire(i) => {
+                if let Some(w) = &mut self.inst_mut(i).worker {
+                    w.end_deferrals();
                 }
-                match &self.inst(i).worker {
-                    Some(w) if !matches!(w.phase, Phase::Negotiate { .. }) => {}
-                    _ => break,
-                }
-            },
+                self.feed(i, Input::Tick);
+                self.answer_now(cfg, i);
+            }
             Step::CaughtUp(i) => {
                 self.inst_mut(i).cursor = self.log.len();
                 self.feed(i, Input::CaughtUp);
@@ -766,10 +797,12 @@ impl World {
                 self.inst_mut(i).down_until = self.now + ms;
             }
             Step::Tick(i) => {
+                let now = self.now;
                 if let Some(lease) = cfg.lease_ms {
-                    let now = self.now;
                     self.inst_mut(i).next_tick = now + lease / 3;
                 }
+                let inst = self.inst_mut(i);
+                inst.wake_at = inst.wake_at.filter(|&t| t > now);
                 self.feed(i, Input::Tick);
             }
             Step::Advance(ms) => {
@@ -803,6 +836,49 @@ impl World {
                     self.log[p].erased = true;
                 }
             }
+        }
+    }
+
+    /// Reads the next record (with `batch_reads`, on until the machine acts
+    /// or negotiates). A choosing process that defers and has read to the
+    /// end asks for the orders again, as the shell does when it catches up
+    /// while idle (src/run.rs): the log moved, and the order may now be its
+    /// to claim.
+    fn read(&mut self, cfg: &Config, i: u32) {
+        loop {
+            let Some(pos) = self.next_present(self.inst(i).cursor) else { break };
+            let input = match self.log[pos].foreign {
+                false => Input::Record(pos as u64, Record::clone(&self.log[pos].rec)),
+                true => Input::Foreign(pos as u64),
+            };
+            self.inst_mut(i).cursor = pos + 1;
+            if self.feed(i, input) || !cfg.batch_reads {
+                break;
+            }
+            match &self.inst(i).worker {
+                Some(w) if !matches!(w.phase, Phase::Negotiate { .. }) => {}
+                _ => break,
+            }
+        }
+        let deferring = self.inst(i).worker.as_ref().is_some_and(|w| w.deferring().is_some());
+        if deferring && self.next_present(self.inst(i).cursor).is_none() {
+            self.inst_mut(i).asked = true;
+            self.answer_now(cfg, i);
+        }
+    }
+
+    /// A process that asked for orders while deferring (the log moved, or
+    /// its deferral ran out) is answered at once, if it has read to the
+    /// end: the answer depends only on its view, its clock and the orders
+    /// (fixed in the model and the simulation), none of which another step
+    /// changes before it reads on; and an answer taken later is the same
+    /// answer with its claim still pending, which `Deliver` already
+    /// interleaves. (Without this, the model check counted every state
+    /// once with the question open and once answered.)
+    fn answer_now(&mut self, cfg: &Config, i: u32) {
+        let inst = self.inst(i);
+        if inst.asked && self.next_present(inst.cursor).is_none() && self.now >= inst.frozen_until {
+            self.step(cfg, &Step::Answer(i));
         }
     }
 
@@ -917,8 +993,12 @@ impl World {
                 // Only with `Settings::settle_ms` above 0; the world keeps
                 // the settle rule itself (`Config::settle`).
                 Action::WakeAt(at) => {
+                    let clocked = self.clocked;
                     let inst = self.inst_mut(i);
                     inst.next_tick = inst.next_tick.min(at);
+                    if clocked {
+                        inst.wake_at = Some(at);
+                    }
                 }
                 Action::Exit(code) => {
                     // The shell leaves the marker once every append is
@@ -1224,6 +1304,9 @@ impl World {
         for i in ids.clone() {
             if self.inst(i).worker.is_some() {
                 self.instance_steps(i, &mut steps);
+                if !cfg.clocked && self.expirable(i) {
+                    steps.push(Step::Expire(i));
+                }
             }
         }
         let rank = |s: &Step| match s {
@@ -1232,6 +1315,7 @@ impl World {
             Step::CaughtUp(_) => 3,
             Step::Answer(_) => 4,
             Step::JobDone(_) => 5,
+            Step::Expire(_) => 6,
             _ => 9,
         };
         if let Some(s) = steps.iter().filter(|s| rank(s) == 0).next() {
@@ -1246,12 +1330,21 @@ impl World {
         if self.all_completed(cfg) {
             return None;
         }
-        ids.into_iter()
-            .find(|&i| {
-                let inst = self.inst(i);
-                inst.worker.is_none() && (cfg.restart_crashed || !inst.crashed) && self.now >= inst.down_until
-            })
-            .map(Step::Start)
+        let startable = |i: &u32| {
+            let inst = self.inst(*i);
+            inst.worker.is_none() && (cfg.restart_crashed || !inst.crashed) && self.now >= inst.down_until
+        };
+        // An instance that crashed idle stays down while another can move
+        // (`Config::restart_idle`).
+        let gone = |i: &u32| {
+            let inst = self.inst(*i);
+            !cfg.restart_idle
+                && inst.crashed
+                && self.referee.hold(*i).is_none()
+                && !self.orphans.iter().any(|r| r.instance == *i || r.by == Some(*i))
+        };
+        let others_up = ids.clone().any(|i| self.inst(i).worker.is_some() || (startable(&i) && !gone(&i)));
+        ids.into_iter().find(|i| startable(i) && !(gone(i) && others_up)).map(Step::Start)
     }
 
     /// One line per log entry.
