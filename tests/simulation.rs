@@ -519,6 +519,27 @@ fn settling_shorter_than_appends_in_flight_is_caught() {
     panic!("200 seeds with SETTLE_MS below the orphans' lifetime and no violation: the check does not bite");
 }
 
+/// The broken variant of taking turns, `Flaw::DeferForever` (an idle
+/// instance never claims out of its turn), strands an order once the
+/// instance first in its line is gone: the simulation's strict liveness
+/// catches it when an instance that crashed idle stays down
+/// (`Config::restart_idle` false: a host gone while idle).
+#[test]
+fn defer_forever_is_caught_by_the_simulation() {
+    let cfg = Config { flaw: Some(pool_worker::worker::Flaw::DeferForever), restart_idle: false, orders: 60, ..config_leases() };
+    for seed in 0..300 {
+        if let Some(f) = run(seed, &cfg).failure {
+            let f: String = f.lines().filter(|l| !l.starts_with("replay:")).map(|l| format!("{l}\n")).collect();
+            println!("caught, as it must be (seed {seed}):\n{f}");
+            // And the same seeds hold without the flaw.
+            let fixed = Config { flaw: None, ..cfg.clone() };
+            assert!(run(seed, &fixed).failure.is_none(), "seed {seed} fails without the flaw too");
+            return;
+        }
+    }
+    panic!("300 seeds with DeferForever and instances gone while idle, and no violation: the check does not bite");
+}
+
 /// `POOL_SIM_HORIZON=claim|contest|hold` overrides a configuration's
 /// compaction horizon (tests/world, `HorizonRule`).
 fn horizon_from_env(cfg: &mut Config) {
