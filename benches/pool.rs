@@ -387,6 +387,7 @@ impl Drop for Sampler {
 struct Started {
     at: f64,
     pid: u32,
+    instance: u32,
 }
 
 struct Supervisor {
@@ -424,8 +425,9 @@ impl Supervisor {
                 match v["event"].as_str() {
                     Some("started") => {
                         let pid = v["pid"].as_u64().unwrap_or(0) as u32;
+                        let instance = v["instance"].as_u64().unwrap_or(0) as u32;
                         live.lock().unwrap().insert(pid);
-                        st2.lock().unwrap().push(Started { at, pid });
+                        st2.lock().unwrap().push(Started { at, pid, instance });
                     }
                     _ => {}
                 }
@@ -457,9 +459,6 @@ impl Supervisor {
 }
 
 /// The pid an incarnation id starts with (`{pid:x}-{hash}`, see run.rs).
-fn pid_of(incarnation: &str) -> Option<u32> {
-    u32::from_str_radix(incarnation.split('-').next()?, 16).ok()
-}
 
 // ---------------------------------------------------------------- results
 
@@ -638,31 +637,33 @@ impl Bench {
         // Boot: per incarnation started during the burst, supervisor's
         // `started` -> its `booted` ts (connect) and -> its first `claimed` ts
         // (ready to claim: the replay has caught up and it picked an order).
-        let mut booted_ts: HashMap<u32, f64> = HashMap::new();
-        let mut claimed_ts: HashMap<u32, f64> = HashMap::new();
+        // The incarnation id is random (it names no PID): a process is
+        // matched to the first `booted` of its instance number written
+        // after it started, and to that incarnation's first claim.
+        let mut boots: HashMap<u32, Vec<(f64, String)>> = HashMap::new();
+        let mut claimed_ts: HashMap<String, f64> = HashMap::new();
         for (_, _, r) in &recs {
-            let Some(pid) = pid_of(&r.incarnation) else { continue };
             if r.by.is_some() {
                 continue;
             }
             match r.event {
-                Event::Booted => {
-                    booted_ts.entry(pid).or_insert(r.ts as f64);
-                }
+                Event::Booted => boots.entry(r.instance).or_default().push((r.ts as f64, r.incarnation.clone())),
                 Event::Claimed => {
-                    claimed_ts.entry(pid).or_insert(r.ts as f64);
+                    claimed_ts.entry(r.incarnation.clone()).or_insert(r.ts as f64);
                 }
                 _ => {}
             }
         }
         for s in started.iter().filter(|s| s.at >= t0 && s.at < burst_end) {
             res.processes += 1;
-            if let Some(b) = booted_ts.get(&s.pid) {
+            // Same machine, same clock; a millisecond of rounding.
+            let boot = boots.get(&s.instance).and_then(|b| b.iter().find(|(ts, _)| *ts + 1.0 >= s.at));
+            if let Some((b, inc)) = boot {
                 res.boot_connect.push(b - s.at);
-            }
-            if let Some(c) = claimed_ts.get(&s.pid) {
-                if *c <= burst_end {
-                    res.boot_ready.push(c - s.at);
+                if let Some(c) = claimed_ts.get(inc) {
+                    if *c <= burst_end {
+                        res.boot_ready.push(c - s.at);
+                    }
                 }
             }
         }
