@@ -416,13 +416,21 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
         }
     };
     let mut next_refresh = Instant::now();
+    let mut was_caught_up = false;
     loop {
-        match reader.poll(Duration::from_millis(200), &|| true) {
-            Polled::Record(pos, r) => lock(&board).apply(pos, r),
-            Polled::End => lock(&board).caught_up = true,
-            Polled::Nothing => {}
-        }
-        if Instant::now() >= next_refresh {
+        let caught_up = {
+            let polled = reader.poll(Duration::from_millis(200), &|| true);
+            let mut b = lock(&board);
+            match polled {
+                Polled::Record(pos, r) => b.apply(pos, r),
+                Polled::End => b.caught_up = true,
+                Polled::Nothing => {}
+            }
+            b.caught_up
+        };
+        // Count the waiting orders at once when the replay catches up.
+        if Instant::now() >= next_refresh || caught_up != was_caught_up {
+            was_caught_up = caught_up;
             refresh_orders(&src, &orders, &board);
             next_refresh = Instant::now() + ORDERS_REFRESH;
         }
@@ -443,9 +451,11 @@ fn refresh_orders(src: &Source, c: &BaseConsumer, board: &Mutex<Board>) {
             return;
         }
     };
-    let next: BTreeMap<i32, i64> = {
+    // Counted against the frontier as of now; the page is ready once a
+    // count was made against a caught-up view.
+    let (next, caught_up): (BTreeMap<i32, i64>, bool) = {
         let b = lock(board);
-        ends.keys().map(|p| (*p, b.view.next_offset(*p))).collect()
+        (ends.keys().map(|p| (*p, b.view.next_offset(*p))).collect(), b.caught_up)
     };
     let (mut in_topic, mut waiting, mut oldest): (i64, i64, Option<i64>) = (0, 0, None);
     for (p, high) in ends {
@@ -463,7 +473,7 @@ fn refresh_orders(src: &Source, c: &BaseConsumer, board: &Mutex<Board>) {
     b.orders_in_topic = in_topic;
     b.waiting = waiting;
     b.oldest_waiting_ts = oldest;
-    b.orders_read = true;
+    b.orders_read |= caught_up;
 }
 
 /// The message at one offset of `topic`: its timestamp and payload, if it
