@@ -772,7 +772,9 @@ pub fn render_live(b: &Board, now: u64) -> String {
     if b.by_status.is_empty() {
         s.push_str("no completions yet");
     }
-    for (k, v) in &b.by_status {
+    // ok first, then the others by name.
+    let ok = b.by_status.get_key_value("ok");
+    for (k, v) in ok.into_iter().chain(b.by_status.iter().filter(|(k, _)| **k != "ok")) {
         let _ = write!(s, "<span class=\"pill {}\" id=\"status-{k}\">{k} {v}</span> ", status_class(k));
     }
     s.push_str("</p>");
