@@ -1375,5 +1375,10 @@ fn serve_shows_the_pool_in_a_browser_and_in_metrics() {
     chromium(&[format!("--screenshot={}", shot.display()), "--window-size=1280,900".into(), format!("{}/", served.base)]);
     let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
     assert!(size > 10_000, "no screenshot at {} ({size} bytes)", shot.display());
+    // And the failed order's page (target/serve-order.png).
+    let shot = shot.with_file_name("serve-order.png");
+    let _ = std::fs::remove_file(&shot);
+    chromium(&[format!("--screenshot={}", shot.display()), "--window-size=1280,900".into(), format!("{}/order/{failed}", served.base)]);
+    assert!(shot.exists(), "no screenshot at {}", shot.display());
     drop(sup);
 }
