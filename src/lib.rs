@@ -13,7 +13,9 @@
 //!   worker machine with Kafka and jobs), [`settle`] (booting only after a
 //!   dead predecessor's appends settled), [`config`] (the environment),
 //!   [`broker`] (the embedded mock broker), [`supervise`] (the dev-mode
-//!   supervisor), [`dev`] (all of it in one command).
+//!   supervisor), [`dev`] (all of it in one command); the tools: [`status`]
+//!   (`status`, `history`), [`submit`], [`audit`], [`serve`] (the web page
+//!   and `/metrics`).
 
 pub mod record;
 pub mod sign;
@@ -36,3 +38,4 @@ pub mod dev;
 pub mod status;
 pub mod submit;
 pub mod audit;
+pub mod serve;

@@ -4,7 +4,7 @@
 //! it runs under a supervisor; the subcommands are for people and scripts.
 
 use clap::{Parser, Subcommand};
-use pool_worker::{audit, broker, config::Config, dev, run, status, submit, supervise};
+use pool_worker::{audit, broker, config::Config, dev, run, serve, status, submit, supervise};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -30,6 +30,8 @@ enum Command {
     Submit(submit::SubmitArgs),
     /// Replay the claims topic from its beginning and check every invariant the model checks (exit 1 with the offending records if one breaks).
     Audit(audit::AuditArgs),
+    /// A live web page of the pool, Prometheus /metrics, /healthz and /readyz (read-only; prints the bound address first).
+    Serve(serve::ServeArgs),
 }
 
 fn init_logs(json: bool) {
@@ -147,6 +149,10 @@ fn main() -> ExitCode {
         Some(Command::Audit(args)) => {
             init_logs(false);
             runtime.block_on(audit::run(args))
+        }
+        Some(Command::Serve(args)) => {
+            init_logs(false);
+            runtime.block_on(serve::run(args))
         }
     };
     match result {

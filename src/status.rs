@@ -81,7 +81,8 @@ pub struct HistoryArgs {
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
+/// A client of the pool's topics that joins no group and commits nothing.
+pub fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
     src.client_config()?
         .set("group.id", "pool_worker-status")
         .set("enable.auto.commit", "false")
@@ -90,34 +91,84 @@ fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
         .context("cannot create a Kafka consumer")
 }
 
+/// The one reader of the claims topic that the tools share (`status`,
+/// `history`, `serve`): from the topic's beginning, every record decoded
+/// through the pool's [`crate::kafka::Gate`] (foreign ones as errors).
+/// [`read_claims`] reads it to the end the topic had when it started;
+/// `serve` keeps reading.
+pub struct ClaimsTail {
+    gate: crate::kafka::Gate,
+    consumer: BaseConsumer,
+    topic: String,
+}
+
+/// What one [`ClaimsTail::poll`] got.
+pub enum Polled {
+    /// The record at this position, or why it is foreign.
+    Record(u64, Result<Record, String>),
+    /// The reader is at the topic's end.
+    End,
+    /// Nothing within the wait.
+    Nothing,
+}
+
+impl ClaimsTail {
+    pub fn open(src: &Source) -> anyhow::Result<ClaimsTail> {
+        let gate = src.gate()?;
+        let consumer = consumer(src)?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&src.coordination_topic, 0, Offset::Beginning)?;
+        consumer.assign(&tpl)?;
+        Ok(ClaimsTail { gate, consumer, topic: src.coordination_topic.clone() })
+    }
+
+    /// The claims topic's end offset now.
+    pub fn end(&self) -> anyhow::Result<u64> {
+        let (_, high) = self
+            .consumer
+            .fetch_watermarks(&self.topic, 0, TIMEOUT)
+            .with_context(|| format!("cannot read topic '{}'", self.topic))?;
+        Ok(high.max(0) as u64)
+    }
+
+    /// The next record, waiting at most `wait`; `live` bounds the gate's
+    /// retries (see [`crate::kafka::Gate::decode`]).
+    pub fn poll(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled {
+        match self.consumer.poll(wait) {
+            Some(Ok(m)) => {
+                let pos = m.offset().max(0) as u64;
+                Polled::Record(pos, self.gate.decode(&self.consumer, &m, live).map_err(|e| e.to_string()))
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => Polled::End,
+            Some(Err(e)) => {
+                eprintln!("pool_worker: reading the claims topic: {e}");
+                Polled::Nothing
+            }
+            None => Polled::Nothing,
+        }
+    }
+}
+
 /// Every record of the claims topic, with its position (foreign ones as
 /// errors), read up to the end the topic had when we started.
 pub fn read_claims(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, String>)>> {
-    let gate = src.gate()?;
-    let c = consumer(src)?;
-    let (_, high) = c
-        .fetch_watermarks(&src.coordination_topic, 0, TIMEOUT)
-        .with_context(|| format!("cannot read topic '{}'", src.coordination_topic))?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&src.coordination_topic, 0, Offset::Beginning)?;
-    c.assign(&tpl)?;
+    let tail = ClaimsTail::open(src)?;
+    let high = tail.end()?;
     let mut out = Vec::new();
     let deadline = Instant::now() + TIMEOUT;
+    let live = || Instant::now() < deadline;
     let mut at_end = high == 0;
     while !at_end {
         if Instant::now() > deadline {
             bail!("reading '{}' took more than {:?}", src.coordination_topic, TIMEOUT);
         }
-        match c.poll(Duration::from_millis(500)) {
-            Some(Ok(m)) => {
-                let pos = m.offset().max(0) as u64;
-                let live = || Instant::now() < deadline;
-                out.push((pos, gate.decode(&c, &m, &live).map_err(|e| e.to_string())));
-                at_end = m.offset() + 1 >= high;
+        match tail.poll(Duration::from_millis(500), &live) {
+            Polled::Record(pos, r) => {
+                out.push((pos, r));
+                at_end = pos + 1 >= high;
             }
-            Some(Err(KafkaError::PartitionEOF(_))) => at_end = true,
-            Some(Err(e)) => eprintln!("pool_worker: reading the claims topic: {e}"),
-            None => {}
+            Polled::End => at_end = true,
+            Polled::Nothing => {}
         }
     }
     Ok(out)

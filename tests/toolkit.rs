@@ -1136,3 +1136,249 @@ fn a_worker_is_not_dumpable_even_for_jobs_of_its_own_user() {
     assert!(!o[0].stdout_tail.contains(SECRET) && !o[0].stderr_tail.contains(SECRET), "the job read the worker's secret: {:?}", o[0]);
     assert!(o[0].stderr_tail.contains("Permission denied"), "{:?}", o[0]);
 }
+
+// ------------------------------------------------------------- serve
+
+/// `pool_worker serve` running in the background; killed when dropped.
+struct Served {
+    child: std::process::Child,
+    base: String,
+    log: std::path::PathBuf,
+}
+
+impl Served {
+    /// Starts `serve --listen 127.0.0.1:0` and reads the bound address
+    /// from the first line of its stdout.
+    fn start(env: &[(String, String)], dir: &Path) -> Served {
+        let log = dir.join("serve.log");
+        let mut child = command()
+            .envs(env.iter().map(|(k, v)| (OsStr::new(k), OsStr::new(v))))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin().display()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+            let _ = tx.send(line);
+        });
+        let mut served = Served { child, base: String::new(), log };
+        let line = rx.recv_timeout(TOOL).unwrap_or_else(|_| panic!("serve printed no address: {}", served.logs()));
+        let addr: std::net::SocketAddr =
+            line.trim().parse().unwrap_or_else(|e| panic!("serve's first line {line:?} is no address ({e}): {}", served.logs()));
+        assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+        served.base = format!("http://{addr}");
+        served
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET `path`: (status code, body).
+    fn get(&self, rt: &tokio::runtime::Runtime, path: &str) -> (u16, String) {
+        let url = format!("{}{path}", self.base);
+        rt.block_on(async {
+            let r = reqwest::Client::new()
+                .get(&url)
+                .timeout(Duration::from_secs(20))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+            (r.status().as_u16(), r.text().await.unwrap_or_default())
+        })
+    }
+
+    /// `/metrics`, parsed by a Prometheus text parser: (name, labels) → value.
+    fn metrics(&self, rt: &tokio::runtime::Runtime) -> BTreeMap<(String, String), f64> {
+        let (code, text) = self.get(rt, "/metrics");
+        assert_eq!(code, 200, "{text}");
+        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .unwrap_or_else(|e| panic!("/metrics does not parse ({e}):\n{text}"));
+        let mut out = BTreeMap::new();
+        for s in scrape.samples {
+            let sorted: BTreeMap<&String, &String> = s.labels.iter().collect();
+            let labels = sorted.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+            let v = match s.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+                prometheus_parse::Value::Histogram(h) => h.iter().map(|b| b.count).fold(0.0, f64::max),
+                prometheus_parse::Value::Summary(_) => f64::NAN,
+            };
+            out.insert((s.metric, labels), v);
+        }
+        out
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The metric `name` with exactly `labels` ("k=v,..."), 0 when absent.
+fn metric(m: &BTreeMap<(String, String), f64>, name: &str, labels: &str) -> f64 {
+    m.get(&(name.to_string(), labels.to_string())).copied().unwrap_or(0.0)
+}
+
+/// Headless Chromium (Debian's `chromium`) with `args`, its stdout; panics
+/// after two minutes.
+fn chromium(args: &[String]) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new("chromium");
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--virtual-time-budget=5000",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()))
+    .args(args)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            panic!("this test needs Chromium (Debian: apt-get install chromium; .ci/run installs it)")
+        }
+        Err(e) => panic!("cannot start chromium: {e}"),
+    };
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("chromium {args:?} did not finish within two minutes");
+            }
+        }
+    };
+    let out = reader.join().unwrap_or_default();
+    assert!(status.success(), "chromium {args:?}: {status}\n{out}");
+    out
+}
+
+/// `serve` against a pool that ran real orders: /healthz, /readyz, /metrics
+/// (parsed) counting what the pool did, the page and an order's page as
+/// headless Chromium renders them (job output shown as text, never run as
+/// markup), and live updates as the pool goes on; a screenshot is kept as
+/// target/serve.png.
+#[test]
+fn serve_shows_the_pool_in_a_browser_and_in_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker();
+    let topic = broker.opts.orders_topic.clone();
+    let claims = broker.opts.coordination_topic.clone();
+    let mut orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 3], Some(0));
+    // A failing order whose output is markup: it must be shown, not run.
+    let evil = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>";
+    orders.extend(produce_orders(broker.bootstrap(), &topic, &[sh_order(&format!("echo \"{evil}\" >&2; exit 3"), None)], Some(0)));
+    let sup = pool(&broker, "2", &[]);
+    wait_and_audit(broker.bootstrap(), &claims, &orders, T).check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    // The pool stops: the claims topic holds still, so counts are exact.
+    drop(sup);
+    let records = read_claims(broker.bootstrap(), &claims).len();
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let served = Served::start(&broker.env(), dir.path());
+    assert_eq!(served.get(&rt, "/healthz").0, 200, "{}", served.logs());
+    let ready = poll_until(TOOL, Duration::from_millis(100), || served.get(&rt, "/readyz").0 == 200);
+    assert!(ready, "/readyz never 200: {:?}\n{}", served.get(&rt, "/readyz"), served.logs());
+
+    let m = served.metrics(&rt);
+    let completed = "pool_worker_orders_completed_total";
+    assert_eq!(metric(&m, completed, "status=ok"), 3.0, "{m:#?}");
+    assert_eq!(metric(&m, completed, "status=failed"), 1.0, "{m:#?}");
+    assert_eq!(metric(&m, "pool_worker_orders_waiting", ""), 0.0, "{m:#?}");
+    assert_eq!(metric(&m, "pool_worker_orders_running", ""), 0.0, "{m:#?}");
+    assert_eq!(metric(&m, "pool_worker_oldest_waiting_age_seconds", ""), 0.0, "{m:#?}");
+    assert_eq!(metric(&m, "pool_worker_order_latency_seconds_count", ""), 4.0, "{m:#?}");
+    assert_eq!(metric(&m, "pool_worker_order_latency_seconds", ""), 4.0, "the +Inf bucket: {m:#?}");
+    let read: f64 = m.iter().filter(|((n, _), _)| n == "pool_worker_claims_records_total").map(|(_, v)| v).sum();
+    assert_eq!(read, records as f64, "every claims record counted once: {m:#?}");
+    assert!(metric(&m, "pool_worker_claims_records_total", "event=completed") >= 4.0, "{m:#?}");
+    let instances: f64 = ["idle", "negotiating", "running"].iter().map(|s| metric(&m, "pool_worker_instances", &format!("state={s}"))).sum();
+    assert_eq!(instances, 2.0, "both instances, each in one state: {m:#?}");
+    assert_eq!(metric(&m, "pool_worker_takeovers_total", ""), 0.0, "nobody died holding an order: {m:#?}");
+    assert_eq!(metric(&m, "pool_worker_retries_total", ""), 0.0, "{m:#?}");
+
+    // The page as a browser renders it.
+    let dom = chromium(&["--dump-dom".into(), format!("{}/", served.base)]);
+    for (id, n) in [("waiting", 0), ("running", 0), ("completed", 4), ("not-ok", 1)] {
+        assert!(dom.contains(&format!("id=\"{id}\">{n}<")), "the page does not show {id} {n}:\n{dom}");
+    }
+    assert!(dom.contains("id=\"status-ok\">ok 3<") && dom.contains("id=\"status-failed\">failed 1<"), "{dom}");
+    let failed = pos(orders[3]);
+    assert!(dom.contains(&format!("href=\"/order/{failed}\"")), "the failed order is listed: {dom}");
+    assert!(dom.contains("&lt;script&gt;document.title='pwned'&lt;/script&gt;"), "its reason is shown as text: {dom}");
+    assert!(!dom.contains("<script>document") && !dom.contains("<img src=\"x\"") && !dom.contains("pwned</title>"), "{dom}");
+
+    // The failed order's own page: its text, its story, its output.
+    let dom = chromium(&["--dump-dom".into(), format!("{}/order/{failed}", served.base)]);
+    assert!(dom.contains("id=\"order-status\">failed<"), "{dom}");
+    for ev in ["claimed", "committed", "completed"] {
+        assert!(dom.contains(&format!(":{ev}")), "the story lacks {ev}: {dom}");
+    }
+    assert!(dom.contains("failed exit 3"), "{dom}");
+    assert!(dom.contains("id=\"order-text\">{&quot;cmd&quot;") || dom.contains("id=\"order-text\">{\"cmd\""), "the order's text: {dom}");
+    assert!(dom.contains("id=\"stderr\">&lt;script&gt;document.title='pwned'"), "{dom}");
+    assert!(!dom.contains("<script>document") && !dom.contains("pwned</title>"), "{dom}");
+    let (code, _) = served.get(&rt, "/order/not-an-order");
+    assert_eq!(code, 400);
+
+    // Live: a new order is counted as waiting, then as done once the pool
+    // runs again, without restarting serve.
+    let more = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0));
+    let waits = poll_until(TOOL, Duration::from_millis(200), || {
+        let m = served.metrics(&rt);
+        metric(&m, "pool_worker_orders_waiting", "") == 1.0 && metric(&m, "pool_worker_oldest_waiting_age_seconds", "") > 0.0
+    });
+    assert!(waits, "the new order is not shown waiting: {:#?}", served.metrics(&rt));
+    let (_, live) = served.get(&rt, "/live");
+    assert!(live.contains("id=\"waiting\">1<"), "{live}");
+    let sup = pool(&broker, "2", &[]);
+    outcomes(&broker, &more);
+    // The waiting count follows within a refresh of the orders topic's offsets (2 s).
+    let done = poll_until(TOOL, Duration::from_millis(200), || {
+        let m = served.metrics(&rt);
+        metric(&m, completed, "status=ok") == 4.0 && metric(&m, "pool_worker_orders_waiting", "") == 0.0
+    });
+    assert!(done, "the new completion is not counted: {:#?}", served.metrics(&rt));
+    let m = served.metrics(&rt);
+    assert_eq!(metric(&m, "pool_worker_orders_waiting", ""), 0.0, "{m:#?}");
+    assert_eq!(metric(&m, "pool_worker_order_latency_seconds_count", ""), 5.0, "{m:#?}");
+
+    // A screenshot to look at (target/serve.png).
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join("serve.png");
+    let _ = std::fs::create_dir_all(shot.parent().unwrap());
+    let _ = std::fs::remove_file(&shot);
+    chromium(&[format!("--screenshot={}", shot.display()), "--window-size=1280,900".into(), format!("{}/", served.base)]);
+    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 10_000, "no screenshot at {} ({size} bytes)", shot.display());
+    // And the failed order's page (target/serve-order.png).
+    let shot = shot.with_file_name("serve-order.png");
+    let _ = std::fs::remove_file(&shot);
+    chromium(&[format!("--screenshot={}", shot.display()), "--window-size=1280,900".into(), format!("{}/order/{failed}", served.base)]);
+    assert!(shot.exists(), "no screenshot at {}", shot.display());
+    drop(sup);
+}
