@@ -36,3 +36,4 @@ pub mod dev;
 pub mod status;
 pub mod submit;
 pub mod audit;
+pub mod retry;
