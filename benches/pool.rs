@@ -1011,7 +1011,7 @@ fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>
         d.seq = 4;
         d.attempt = 1;
         d.next = c.next.clone();
-        d.outcome = Some(Outcome { status: Status::Ok, exit_code: Some(0), duration_ms: 1, reason: None, stdout_tail: String::new(), stderr_tail: String::new() });
+        d.outcome = Some(Outcome { status: Status::Ok, exit_code: Some(0), duration_ms: 1, reason: None, stdout_tail: String::new(), stderr_tail: String::new(), traceparent: None, retry_of: None });
         for r in [b, c, cm, d] {
             if checkpoints {
                 let _ = view.apply(out.len() as u64, &r);

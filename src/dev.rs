@@ -439,6 +439,12 @@ pub fn describe_record(rec: &Record) -> String {
                     s.push_str(&format!(" exit {c}"));
                 }
                 s.push_str(&format!(" in {} ms", o.duration_ms));
+                if let Some(r) = &o.retry_of {
+                    s.push_str(&format!(", retry of {r}"));
+                }
+                if let Some(t) = &o.traceparent {
+                    s.push_str(&format!(", traceparent {t}"));
+                }
                 if let Some(line) = first_line(&o.stdout_tail) {
                     s.push_str(&format!(" | {}", clip(line, 60)));
                 }
@@ -490,6 +496,39 @@ fn clip(s: &str, n: usize) -> String {
     }
 }
 
+/// How the banner names this executable: `pool_worker` when that is what
+/// the PATH finds (after `cargo install --path .`), else its full path, so
+/// that every line pastes and runs as it is.
+fn tool_program() -> String {
+    let exe = std::env::current_exe().ok().and_then(|p| p.canonicalize().ok());
+    let on_path = crate::policy::find_in_path("pool_worker", std::env::var_os("PATH").as_deref())
+        .and_then(|p| p.canonicalize().ok());
+    match exe {
+        Some(exe) if on_path.as_ref() != Some(&exe) => shell_words::quote(&exe.display().to_string()).into_owned(),
+        _ => "pool_worker".into(),
+    }
+}
+
+/// The banner's lines for the tools, each with this pool's address (and
+/// topics, when they are not the defaults) filled in, ready to paste into
+/// another shell; `prog` names this executable.
+pub fn tools_lines(args: &DevArgs, addr: &str, prog: &str) -> String {
+    let mut env = format!("KAFKA_BROKERS={addr}");
+    if args.orders_topic != "work_orders" {
+        env.push_str(&format!(" ORDERS_TOPIC={}", args.orders_topic));
+    }
+    if args.coordination_topic != "work_claims" {
+        env.push_str(&format!(" COORDINATION_TOPIC={}", args.coordination_topic));
+    }
+    format!(
+        "Talk to the pool with the tools (from another shell):\n\
+         \x20 {env} {prog} submit --wait -- echo hello\n\
+         \x20 {env} {prog} status\n\
+         \x20 {env} {prog} history 0:0\n\
+         \x20 {env} {prog} serve --listen 127.0.0.1:8080\n"
+    )
+}
+
 /// Everything `dev` prints to stdout, in text or JSON.
 struct Out {
     json: bool,
@@ -537,6 +576,7 @@ impl Out {
             mock = crate::broker::worker_env_line(),
             exe = std::env::current_exe().map_or("pool_worker".into(), |p| p.display().to_string()),
         ));
+        text.push_str(&tools_lines(args, addr, &tool_program()));
         if !args.demo {
             text.push_str("Stop with Ctrl-C.\n");
         }
@@ -705,14 +745,48 @@ mod tests {
             reason: None,
             stdout_tail: "\nhello\nworld\n".into(),
             stderr_tail: String::new(),
+            traceparent: None,
+            retry_of: None,
         });
         assert_eq!(describe_record(&done), "order 0:17 ok exit 0 in 12 ms | hello");
+        if let Some(o) = done.outcome.as_mut() {
+            o.retry_of = Some("0:3".into());
+            o.traceparent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
+        }
+        assert_eq!(
+            describe_record(&done),
+            "order 0:17 ok exit 0 in 12 ms, retry of 0:3, traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 | hello"
+        );
         done.outcome = Some(Outcome::not_run(Status::Error, "bad JSON order"));
         assert_eq!(describe_record(&done), "order 0:17 error in 0 ms: bad JSON order");
 
         let foreign = describe_claim(None, Some(b"\xff{oops"));
         assert!(foreign.contains("not a pool_worker record"), "{foreign}");
         assert!(describe_claim(Some(b"x"), None).contains("(no value)"));
+    }
+
+    /// The banner's tool lines carry the address (issue 19, part 5).
+    #[test]
+    fn the_banner_shows_the_tools_with_the_address() {
+        let mut args = DevArgs {
+            instances: 3,
+            demo: false,
+            demo_timeout_secs: 60,
+            orders_partitions: 1,
+            orders_topic: "work_orders".into(),
+            coordination_topic: "work_claims".into(),
+            results_topic: None,
+            worker_output: ChildOutput::Prefix,
+            json: false,
+        };
+        let text = tools_lines(&args, "127.0.0.1:4567", "pool_worker");
+        for tool in ["submit --wait -- echo hello", "status", "history 0:0", "serve --listen 127.0.0.1:8080"] {
+            let line = format!("KAFKA_BROKERS=127.0.0.1:4567 pool_worker {tool}\n");
+            assert!(text.contains(&line), "no `{line}` in:\n{text}");
+        }
+        args.coordination_topic = "mine".into();
+        let text = tools_lines(&args, "h:1", "pool_worker");
+        assert!(text.contains("KAFKA_BROKERS=h:1 COORDINATION_TOPIC=mine pool_worker status\n"), "{text}");
     }
 
     #[test]

@@ -404,8 +404,15 @@ fn job_env(
     for (name, value) in own_vars(ctx) {
         env.insert(name.into(), value.into());
     }
+    // The order's trace context (checked when it was parsed), set last too.
+    if let Some(t) = &spec.traceparent {
+        env.insert(TRACEPARENT.into(), t.into());
+    }
     env
 }
+
+/// The variable that carries an order's W3C trace context to its job.
+pub const TRACEPARENT: &str = "TRACEPARENT";
 
 /// The variables that tell a job which order and run it is.
 fn own_vars(ctx: &JobContext) -> [(&'static str, String); 5] {
@@ -457,10 +464,11 @@ fn docker_args(spec: &OrderSpec, ctx: &JobContext, image: &str, args: &[String])
         v.push(format!("--ulimit=nofile={n}:{n}"));
     }
     let own = own_vars(ctx).map(|(name, _)| name);
+    let trace = spec.traceparent.as_ref().map(|_| TRACEPARENT);
     let from_order = spec.env.keys().map(String::as_str);
-    let from_order =
-        from_order.filter(|k| !denied(OsStr::new(k), &ctx.env_deny) && !own.contains(k));
-    for name in from_order.chain(own) {
+    let from_order = from_order
+        .filter(|k| !denied(OsStr::new(k), &ctx.env_deny) && !own.contains(k) && trace != Some(*k));
+    for name in from_order.chain(own).chain(trace) {
         v.push("-e".into());
         v.push(name.into());
     }
@@ -569,6 +577,8 @@ mod tests {
             timeout: None,
             id: None,
             shell: false,
+            traceparent: None,
+            retry_of: None,
         }
     }
 
@@ -785,6 +795,20 @@ mod tests {
         assert_eq!(get("INSTANCE_NUMBER"), Some("3"));
         assert_eq!(get("ORDER_ATTEMPT"), Some("2"));
         assert_eq!(get("ORDER_RETRY"), Some("1"));
+    }
+
+    /// An order's trace context reaches its job as TRACEPARENT, over the
+    /// order's own `env` (issue 19, part 4).
+    #[tokio::test]
+    async fn job_sees_the_orders_traceparent() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut spec = sh(r#"echo "[${TRACEPARENT-none}]""#);
+        spec.env.insert("TRACEPARENT".into(), "forged".into());
+        spec.traceparent = Some(tp.into());
+        let o = run_(&spec, &ctx()).await;
+        assert_eq!(o.stdout_tail, format!("[{tp}]\n"), "{o:?}");
+        let docker = docker_args(&spec, &ctx(), "alpine", &[]);
+        assert_eq!(docker.iter().filter(|a| *a == "TRACEPARENT").count(), 1, "{docker:?}");
     }
 
     #[tokio::test]

@@ -219,35 +219,61 @@ const PARTITIONS_REFRESH: Duration = Duration::from_secs(5);
 const PAYLOADS_MAX: usize = 1024;
 const PAYLOADS_MAX_BYTES: usize = 4 << 20;
 
-/// Payloads by (partition, offset). Kafka never changes a message, so a
-/// payload received once is the order's payload.
+/// An order's message as the worker needs it: its payload, and the value
+/// of its `traceparent` header (W3C trace context), if it has one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OrderMessage {
+    pub payload: Option<Vec<u8>>,
+    /// Not checked here (the worker checks it); lossy UTF-8, at most 256 bytes kept.
+    pub traceparent: Option<String>,
+}
+
+impl OrderMessage {
+    fn of(m: &impl Message) -> OrderMessage {
+        use rdkafka::message::Headers;
+        let traceparent = m.headers().and_then(|h| {
+            h.iter()
+                .find(|h| h.key.eq_ignore_ascii_case("traceparent"))
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(&v[..v.len().min(256)]).into_owned())
+        });
+        OrderMessage { payload: m.payload().map(<[u8]>::to_vec), traceparent }
+    }
+
+    fn bytes(&self) -> usize {
+        self.payload.as_ref().map_or(0, Vec::len) + self.traceparent.as_ref().map_or(0, String::len)
+    }
+}
+
+/// Orders' messages by (partition, offset). Kafka never changes a message,
+/// so a message received once is the order's.
 #[derive(Default)]
 struct Payloads {
-    map: BTreeMap<(i32, i64), Option<Vec<u8>>>,
+    map: BTreeMap<(i32, i64), OrderMessage>,
     bytes: usize,
 }
 
 impl Payloads {
-    fn put(&mut self, partition: i32, offset: i64, payload: Option<&[u8]>) {
-        let n = payload.map_or(0, <[u8]>::len);
+    fn put(&mut self, partition: i32, offset: i64, m: OrderMessage) {
+        let n = m.bytes();
         if self.map.len() < PAYLOADS_MAX && self.bytes + n <= PAYLOADS_MAX_BYTES && !self.map.contains_key(&(partition, offset)) {
             self.bytes += n;
-            self.map.insert((partition, offset), payload.map(<[u8]>::to_vec));
+            self.map.insert((partition, offset), m);
         }
     }
 
-    /// Takes the order's payload, forgetting those before it in its
+    /// Takes the order's message, forgetting those before it in its
     /// partition (orders are claimed in offset order).
-    fn take(&mut self, order: OrderId) -> Option<Option<Vec<u8>>> {
+    fn take(&mut self, order: OrderId) -> Option<OrderMessage> {
         let older: Vec<(i32, i64)> =
             self.map.range((order.partition, 0)..(order.partition, order.offset)).map(|(k, _)| *k).collect();
         for k in older {
             if let Some(p) = self.map.remove(&k) {
-                self.bytes -= p.map_or(0, |v| v.len());
+                self.bytes -= p.bytes();
             }
         }
         let p = self.map.remove(&(order.partition, order.offset))?;
-        self.bytes -= p.as_ref().map_or(0, Vec::len);
+        self.bytes -= p.bytes();
         Some(p)
     }
 }
@@ -684,6 +710,8 @@ impl Kafka {
                 "stdout": outcome.stdout_tail,
                 "stderr": outcome.stderr_tail,
                 "ts": rec.ts,
+                "traceparent": outcome.traceparent,
+                "retry_of": outcome.retry_of,
             })
             .to_string();
             match self.send(topic, None, &key, value.as_bytes(), None).await {
@@ -817,7 +845,7 @@ impl Kafka {
                 Ok(m) => {
                     self.gate.saw_ends(&BTreeMap::from([(m.partition(), m.offset() + 1)]));
                     if let Ok(mut c) = self.payloads.lock() {
-                        c.put(m.partition(), m.offset(), m.payload());
+                        c.put(m.partition(), m.offset(), OrderMessage::of(&m));
                     }
                     return;
                 }
@@ -829,11 +857,11 @@ impl Kafka {
         }
     }
 
-    /// The payload of one order (`Ok(None)` for a message without payload).
-    /// [`Unreadable::Deleted`] at once when the order is below its
+    /// The message of one order (its payload `None` for a message without
+    /// payload). [`Unreadable::Deleted`] at once when the order is below its
     /// partition's log start (the broker deleted it: retention,
     /// DeleteRecords).
-    pub async fn fetch_order(&self, order: OrderId) -> Result<Option<Vec<u8>>, Unreadable> {
+    pub async fn fetch_order(&self, order: OrderId) -> Result<OrderMessage, Unreadable> {
         if let Some(p) = self.payloads.lock().ok().and_then(|mut c| c.take(order)) {
             return Ok(p);
         }
@@ -861,7 +889,7 @@ impl Kafka {
         (order.offset < log_start).then_some(Unreadable::Deleted { log_start })
     }
 
-    async fn fetch_order_assigned(&self, order: OrderId) -> Result<Option<Vec<u8>>, Unreadable> {
+    async fn fetch_order_assigned(&self, order: OrderId) -> Result<OrderMessage, Unreadable> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.orders_topic, order.partition, Offset::Offset(order.offset))
             .map_err(|e| Unreadable::Failed(e.to_string()))?;
@@ -878,14 +906,14 @@ impl Kafka {
             // of it, or a quiet spell, makes us look at the log start.
             match tokio::time::timeout(left.min(DELETED_CHECK), self.orders.recv()).await {
                 Ok(Ok(m)) if m.partition() == order.partition && m.offset() == order.offset => {
-                    let payload = m.payload().map(<[u8]>::to_vec);
+                    let payload = OrderMessage::of(&m);
                     drop(m);
                     // Keep the orders that came in the same fetch: the next
                     // order this worker claims is often the next one.
                     for _ in 0..PAYLOADS_MAX {
                         let Ok(Ok(m)) = tokio::time::timeout(Duration::ZERO, self.orders.recv()).await else { break };
                         if let Ok(mut c) = self.payloads.lock() {
-                            c.put(m.partition(), m.offset(), m.payload());
+                            c.put(m.partition(), m.offset(), OrderMessage::of(&m));
                         }
                     }
                     return Ok(payload);
@@ -922,20 +950,21 @@ mod tests {
 
     #[test]
     fn payloads_are_taken_once_and_older_ones_forgotten() {
+        let msg = |p: Option<&[u8]>| OrderMessage { payload: p.map(<[u8]>::to_vec), traceparent: None };
         let mut c = Payloads::default();
-        c.put(0, 5, Some(b"five"));
-        c.put(0, 6, None);
-        c.put(0, 7, Some(b"seven"));
-        c.put(1, 1, Some(b"one"));
-        assert_eq!(c.bytes, 12);
-        assert_eq!(c.take(OrderId::new(0, 6)), Some(None), "a message without payload");
+        c.put(0, 5, msg(Some(b"five")));
+        c.put(0, 6, msg(None));
+        c.put(0, 7, OrderMessage { traceparent: Some("tp".into()), ..msg(Some(b"seven")) });
+        c.put(1, 1, msg(Some(b"one")));
+        assert_eq!(c.bytes, 14);
+        assert_eq!(c.take(OrderId::new(0, 6)), Some(msg(None)), "a message without payload");
         assert_eq!(c.take(OrderId::new(0, 5)), None, "forgotten: behind the order taken");
-        assert_eq!(c.take(OrderId::new(0, 7)), Some(Some(b"seven".to_vec())));
+        assert_eq!(c.take(OrderId::new(0, 7)), Some(OrderMessage { traceparent: Some("tp".into()), ..msg(Some(b"seven")) }));
         assert_eq!(c.take(OrderId::new(0, 7)), None, "taken once");
-        assert_eq!(c.take(OrderId::new(1, 1)), Some(Some(b"one".to_vec())));
+        assert_eq!(c.take(OrderId::new(1, 1)), Some(msg(Some(b"one"))));
         assert_eq!((c.map.len(), c.bytes), (0, 0));
         for o in 0..(PAYLOADS_MAX as i64 + 10) {
-            c.put(2, o, Some(b"x"));
+            c.put(2, o, msg(Some(b"x")));
         }
         assert_eq!(c.map.len(), PAYLOADS_MAX, "bounded");
     }

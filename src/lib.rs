@@ -39,3 +39,4 @@ pub mod status;
 pub mod submit;
 pub mod audit;
 pub mod serve;
+pub mod retry;

@@ -4,7 +4,7 @@
 //! it runs under a supervisor; the subcommands are for people and scripts.
 
 use clap::{Parser, Subcommand};
-use pool_worker::{audit, broker, config::Config, dev, run, serve, status, submit, supervise};
+use pool_worker::{audit, broker, config::Config, dev, retry, run, serve, status, submit, supervise};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -28,6 +28,8 @@ enum Command {
     History(status::HistoryArgs),
     /// Send one order (`-- prog args`, --text or --json-file); --wait for its result.
     Submit(submit::SubmitArgs),
+    /// Send an ended order (PARTITION:OFFSET) again, as a new order that names it (`retry_of`).
+    Retry(retry::RetryArgs),
     /// Replay the claims topic from its beginning and check every invariant the model checks (exit 1 with the offending records if one breaks).
     Audit(audit::AuditArgs),
     /// A live web page of the pool, Prometheus /metrics, /healthz and /readyz (read-only; prints the bound address first).
@@ -37,7 +39,13 @@ enum Command {
 fn init_logs(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=off,rdkafka=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only on a terminal: escape codes in a file or a pipe (a
+    // supervisor's prefixed output, a log collector) are noise.
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     if json {
         builder.json().init();
     } else {
@@ -136,19 +144,27 @@ fn main() -> ExitCode {
         }
         Some(Command::Status(args)) => {
             init_logs(false);
-            runtime.block_on(status::status(args))
+            // One clear line, at once, when no broker answers (issue 19).
+            args.source.probe().and_then(|()| runtime.block_on(status::status(args)))
         }
         Some(Command::History(args)) => {
             init_logs(false);
-            runtime.block_on(status::history(args))
+            // One clear line, at once, when no broker answers (issue 19).
+            args.source.probe().and_then(|()| runtime.block_on(status::history(args)))
         }
         Some(Command::Submit(args)) => {
             init_logs(false);
-            runtime.block_on(submit::run(args))
+            // One clear line, at once, when no broker answers (issue 19).
+            args.source.probe().and_then(|()| runtime.block_on(submit::run(args)))
+        }
+        Some(Command::Retry(args)) => {
+            init_logs(false);
+            args.source.probe().and_then(|()| runtime.block_on(retry::run(args)))
         }
         Some(Command::Audit(args)) => {
             init_logs(false);
-            runtime.block_on(audit::run(args))
+            // One clear line, at once, when no broker answers (issue 19).
+            args.source.probe().and_then(|()| runtime.block_on(audit::run(args)))
         }
         Some(Command::Serve(args)) => {
             init_logs(false);

@@ -80,6 +80,13 @@ pub struct OrderSpec {
     pub id: Option<String>,
     /// Run `argv[0]` as a script with `sh -c` (command orders only).
     pub shell: bool,
+    /// The W3C trace context the order is part of (`traceparent`, checked by
+    /// [`check_traceparent`]): the job gets it as `TRACEPARENT`, and the
+    /// order's log lines and completion carry it.
+    pub traceparent: Option<String>,
+    /// The order this one runs again (`retry_of`, written by `pool_worker
+    /// retry`): shown in its completion and its history.
+    pub retry_of: Option<crate::record::OrderId>,
 }
 
 /// Why a payload is not a runnable order.
@@ -167,6 +174,8 @@ fn parse_command_line(text: &str) -> Result<OrderSpec, OrderError> {
         timeout: None,
         id: None,
         shell: false,
+        traceparent: None,
+        retry_of: None,
     })
 }
 
@@ -185,6 +194,8 @@ struct JsonOrder {
     id: Option<String>,
     #[serde(default)]
     shell: bool,
+    traceparent: Option<String>,
+    retry_of: Option<String>,
 }
 
 fn parse_json(text: &str) -> Result<OrderSpec, OrderError> {
@@ -240,12 +251,24 @@ fn parse_json(text: &str) -> Result<OrderSpec, OrderError> {
         }
     }
 
+    // A malformed trace context fails the order, like every other
+    // malformed field: a producer's bug should be seen, not lose its traces.
+    if let Some(t) = &raw.traceparent {
+        check_traceparent(t).map_err(OrderError::Invalid)?;
+    }
+    let retry_of = match &raw.retry_of {
+        None => None,
+        Some(o) => Some(o.parse::<crate::record::OrderId>().map_err(|e| OrderError::Invalid(format!("'retry_of': {e}")))?),
+    };
+
     Ok(OrderSpec {
         kind,
         env: raw.env,
         timeout,
         id: raw.id,
         shell: raw.shell,
+        traceparent: raw.traceparent,
+        retry_of,
     })
 }
 
@@ -283,6 +306,30 @@ fn check_url(url: &str) -> Result<(), OrderError> {
         return invalid("'url' contains a space or control character");
     }
     Ok(())
+}
+
+/// Checks a W3C trace context header value (`traceparent`, version 00):
+/// `00-<trace id: 32 hex>-<parent id: 16 hex>-<flags: 2 hex>`, lower-case,
+/// neither id all zeros (the spec's invalid values). Its exact length also
+/// bounds what it adds to a record (55 bytes).
+pub fn check_traceparent(t: &str) -> Result<(), String> {
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let zero = |s: &str| s.bytes().all(|b| b == b'0');
+    let parts: Vec<&str> = t.split('-').collect();
+    let ok = match parts.as_slice() {
+        [v, trace, parent, flags] => {
+            *v == "00" && hex(trace, 32) && hex(parent, 16) && hex(flags, 2) && !zero(trace) && !zero(parent)
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        let shown: String = t.chars().take(64).collect();
+        Err(format!(
+            "'traceparent' {shown:?} is not a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>, lower case, ids not all zero)"
+        ))
+    }
 }
 
 fn check_timeout(secs: f64) -> Result<Duration, OrderError> {
@@ -597,6 +644,36 @@ mod tests {
             err(r#"{"cmd":["x"],"id":7}"#),
             OrderError::Json(_)
         ));
+    }
+
+    #[test]
+    fn trace_context_and_retry_of() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let spec = ok(&format!(r#"{{"cmd":["x"],"traceparent":"{tp}","retry_of":"2:17"}}"#));
+        assert_eq!(spec.traceparent.as_deref(), Some(tp));
+        assert_eq!(spec.retry_of, Some(crate::record::OrderId::new(2, 17)));
+        let plain = ok(r#"{"cmd":["x"]}"#);
+        assert_eq!((plain.traceparent, plain.retry_of), (None, None));
+        for bad in [
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+            "",
+            "\u{e9}\u{e9}-x",
+        ] {
+            let order = format!(r#"{{"cmd":["x"],"traceparent":"{bad}"}}"#);
+            let e = err(&order);
+            assert!(matches!(&e, OrderError::Invalid(m) if m.contains("traceparent")), "{order}: {e}");
+        }
+        assert!(matches!(err(r#"{"cmd":["x"],"traceparent":5}"#), OrderError::Json(_)));
+        for bad in ["2", "a:b", "-1:3", ""] {
+            let order = format!(r#"{{"cmd":["x"],"retry_of":"{bad}"}}"#);
+            assert!(matches!(err(&order), OrderError::Invalid(m) if m.contains("retry_of")), "{order}");
+        }
     }
 
     #[test]

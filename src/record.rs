@@ -253,6 +253,16 @@ pub struct Outcome {
     pub stdout_tail: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub stderr_tail: String,
+    /// The order's W3C trace context (`traceparent`, from the order or its
+    /// Kafka header; 55 bytes, checked), so a trace runs from the producer
+    /// through the job to its completion. Added with issue 19: absent in
+    /// older records, and ignored by older readers (an outcome, unlike a
+    /// record, allows fields it does not know).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The order this one ran again (`PARTITION:OFFSET`; `pool_worker retry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
 }
 
 impl Outcome {
@@ -281,6 +291,8 @@ impl Outcome {
             reason: Some(reason.into()),
             stdout_tail: String::new(),
             stderr_tail: String::new(),
+            traceparent: None,
+            retry_of: None,
         }
     }
 }
@@ -609,6 +621,8 @@ mod tests {
                 reason: Some(worst.clone()),
                 stdout_tail: worst.clone(),
                 stderr_tail: worst,
+                traceparent: Some(format!("00-{}-{}-01", "f".repeat(32), "f".repeat(16))),
+                retry_of: Some(OrderId::new(i32::MAX, i64::MAX).to_string()),
             }
             .fit(usize::MAX),
         );

@@ -89,6 +89,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     // With SETTLE_MS=0 there is no wait to spare, so no marker either.
     let marker = (cfg.settle_ms > 0).then(|| crate::settle::marker_path(&cfg));
     let clean = marker.as_deref().and_then(crate::settle::take);
+    warn_open_commands(&cfg, clean.is_some());
     let (mut w, first) = Worker::start_after(me, new_incarnation(), settings, now_ms(), clean.clone());
     // Replay from the newest checkpoint near the end, else from the start.
     let from = match kafka.find_checkpoint().await {
@@ -164,8 +165,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                     let (allowed_urls, tx) = (cfg.allowed_urls.clone(), prep_tx.clone());
                     let timeout = fetch_timeout(cfg.lease_ms);
                     prep_task = Some(tokio::spawn(async move {
-                        let payload = kafka.fetch_order(order).await.map_err(|e| unreadable(order, e));
-                        let spec = prepare(payload, &allowed_urls, timeout).await;
+                        let msg = kafka.fetch_order(order).await.map_err(|e| unreadable(order, e));
+                        let header = msg.as_ref().ok().and_then(|m| header_traceparent(order, m));
+                        let spec = prepare(msg.map(|m| m.payload), &allowed_urls, timeout).await;
+                        let spec = trace(spec, header);
                         let _ = tx.send((order, attempt, spec)).await;
                     }));
                 }
@@ -214,6 +217,22 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
             Some((order, attempt, spec)) = prep_rx.recv() => {
                 prep_task = None;
                 let ctx = job_context(&job_base, order, attempt);
+                if let Ok(spec) = &spec {
+                    let retry_of = spec.retry_of.map(|o| o.to_string());
+                    if spec.traceparent.is_some() || retry_of.is_some() {
+                        // The order's place in a trace, and the order it runs
+                        // again, on a line of its own (issue 19).
+                        tracing::info!(
+                            instance = me,
+                            %order,
+                            attempt,
+                            traceparent = spec.traceparent.as_deref(),
+                            retry_of = retry_of.as_deref(),
+                            "order: {}",
+                            spec.describe()
+                        );
+                    }
+                }
                 match spec {
                     // An order with an id runs only once the log says it
                     // is the first with that id (Action::Start).
@@ -293,6 +312,25 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 None => break,
             }
         }
+    }
+}
+
+/// `ALLOWED_COMMANDS` unset: orders may run any program. A process lives
+/// for one order, so saying it at every start said it once per order
+/// (issue 19). It is said when this process starts after an unclean exit
+/// or a first start (no clean-exit marker of its predecessor: with one,
+/// the predecessor said it, or was spared for the same reason), unless the
+/// supervisor that started it said it already for all its workers
+/// ([`crate::supervise::WARNED_OPEN_COMMANDS`]).
+fn warn_open_commands(cfg: &Config, clean_predecessor: bool) {
+    if cfg.allowed_commands.is_some() {
+        return;
+    }
+    let supervisor_said = std::env::var_os(crate::supervise::WARNED_OPEN_COMMANDS).is_some();
+    if clean_predecessor || supervisor_said {
+        tracing::debug!(instance = cfg.instance, "ALLOWED_COMMANDS is not set: orders may run any program");
+    } else {
+        tracing::warn!(instance = cfg.instance, "ALLOWED_COMMANDS is not set: orders may run any program");
     }
 }
 
@@ -440,7 +478,8 @@ fn job_base(cfg: &Config) -> anyhow::Result<JobContext> {
     ctx.limits = cfg.jobs.limits;
     ctx.end_descendants = true;
     match &cfg.allowed_commands {
-        None => tracing::warn!("ALLOWED_COMMANDS is not set: orders may run any program"),
+        // Said once per start after an unclean exit: see [`warn_open_commands`].
+        None => {}
         Some(list) => {
             let path = std::env::var_os("PATH");
             let commands = crate::policy::Commands::resolve(list, path.as_deref()).map_err(anyhow::Error::msg)?;
@@ -491,7 +530,9 @@ fn start_job(
     let task = tokio::spawn(async move {
         // Every record fits by construction: the tails are cut to
         // OUTPUT_LIMIT_BYTES as written in the record (JSON escaping included).
-        let outcome = job::run(&spec, &ctx, rx).await.fit(ctx.output_limit);
+        let mut outcome = job::run(&spec, &ctx, rx).await.fit(ctx.output_limit);
+        outcome.traceparent = spec.traceparent.clone();
+        outcome.retry_of = spec.retry_of.map(|o| o.to_string());
         let _ = out.send(outcome).await;
     });
     (tx, task)
@@ -510,6 +551,37 @@ fn unreadable(order: OrderId, why: crate::kafka::Unreadable) -> Outcome {
             ),
         ),
         crate::kafka::Unreadable::Failed(why) => Outcome::not_run(Status::Error, why),
+    }
+}
+
+/// The `traceparent` header of an order's message, if it is a valid W3C
+/// trace context; an invalid one is ignored with a warning (a header is
+/// often set by a producer's instrumentation, not by the order's author:
+/// it does not fail the order, unlike a bad `traceparent` field).
+fn header_traceparent(order: OrderId, m: &crate::kafka::OrderMessage) -> Option<String> {
+    let t = m.traceparent.as_deref()?.trim();
+    match orders::check_traceparent(t) {
+        Ok(()) => Some(t.to_string()),
+        Err(why) => {
+            tracing::warn!(%order, "ignoring the order's traceparent header: {}", crate::status::escape_controls(&why, false));
+            None
+        }
+    }
+}
+
+/// The order's trace context: its own `traceparent` field, else its
+/// record's header. An order that is completed without running (malformed,
+/// refused...) keeps the header's in its completion.
+fn trace(spec: Result<orders::OrderSpec, Outcome>, header: Option<String>) -> Result<orders::OrderSpec, Outcome> {
+    match spec {
+        Ok(mut s) => {
+            s.traceparent = s.traceparent.or(header);
+            Ok(s)
+        }
+        Err(mut o) => {
+            o.traceparent = header;
+            Err(o)
+        }
     }
 }
 
@@ -533,6 +605,12 @@ async fn prepare(
     };
     match crate::fetch::fetch_order(url, orders::MAX_ORDER_BYTES, timeout, allowed_urls).await {
         Ok(body) => orders::parse_url_body(&body)
+            .map(|mut b| {
+                // The pointer's trace context and link, unless the body has its own.
+                b.traceparent = b.traceparent.or(spec.traceparent.clone());
+                b.retry_of = b.retry_of.or(spec.retry_of);
+                b
+            })
             .map_err(|e| Outcome::not_run(Status::Error, format!("order fetched from {url}: {e}"))),
         Err(crate::fetch::FetchError::Refused(why)) => Err(Outcome::not_run(Status::Refused, why)),
         Err(crate::fetch::FetchError::Failed(why)) => Err(Outcome::not_run(Status::Error, why)),
@@ -549,7 +627,10 @@ fn log_step(rec: &crate::record::Record, pos: u64) {
                 .as_ref()
                 .map(|o| (o.status.as_str(), o.exit_code))
                 .unwrap_or(("?", None));
-            tracing::info!(instance = rec.instance, order, event = "completed", pos, status, exit_code = ?code, attempt = rec.attempt);
+            let o = rec.outcome.as_ref();
+            let traceparent = o.and_then(|o| o.traceparent.as_deref());
+            let retry_of = o.and_then(|o| o.retry_of.as_deref());
+            tracing::info!(instance = rec.instance, order, event = "completed", pos, status, exit_code = ?code, attempt = rec.attempt, traceparent, retry_of);
         }
         Event::Yielded => {
             tracing::info!(instance = rec.instance, order, event = "yielded", pos, reason = rec.reason.as_deref().unwrap_or(""));

@@ -443,7 +443,7 @@ fn lock(board: &Mutex<Board>) -> std::sync::MutexGuard<'_, Board> {
 
 /// Waiting orders and the oldest one's timestamp, as `status` counts them:
 /// beyond the view's frontier, per partition.
-fn refresh_orders(src: &Source, c: &BaseConsumer, board: &Mutex<Board>) {
+fn refresh_orders(src: &Source, c: &BaseConsumer<crate::status::Silent>, board: &Mutex<Board>) {
     let ends = match crate::kafka::order_ends_now(c, &src.orders_topic) {
         Ok(e) => e,
         Err(e) => {
@@ -478,7 +478,7 @@ fn refresh_orders(src: &Source, c: &BaseConsumer, board: &Mutex<Board>) {
 
 /// The message at one offset of `topic`: its timestamp and payload, if it
 /// can be read within a few seconds.
-fn read_message(c: &BaseConsumer, topic: &str, p: i32, offset: i64) -> Option<(Option<i64>, Vec<u8>)> {
+fn read_message(c: &BaseConsumer<crate::status::Silent>, topic: &str, p: i32, offset: i64) -> Option<(Option<i64>, Vec<u8>)> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, p, Offset::Offset(offset)).ok()?;
     c.assign(&tpl).ok()?;
@@ -907,7 +907,7 @@ pub fn render_order(order: OrderId, story: &[(u64, Record)], text: Option<&[u8]>
     }
     s.push_str("</section><section class=\"panel\"><h2>Story <small>as <code>pool_worker history</code> prints it</small></h2>");
     let mut out = Vec::new();
-    crate::status::print_history(&mut out, false, order, story);
+    crate::status::print_history(&mut out, false, order, story, &[]);
     let _ = write!(s, "<pre id=\"story\">{}</pre></section>", esc_lines(&String::from_utf8_lossy(&out)));
     if let Some((_, o)) = done {
         for (name, tail) in [("stdout", &o.stdout_tail), ("stderr", &o.stderr_tail)] {
@@ -950,6 +950,8 @@ mod tests {
             reason: None,
             stdout_tail: EVIL.into(),
             stderr_tail: EVIL.into(),
+            traceparent: None,
+            retry_of: None,
         });
         b.apply(3, Ok(done));
         b.apply(4, Err("forged".into()));

@@ -15,9 +15,10 @@ use crate::boot::View;
 use crate::kafka::client_config;
 use crate::record::{Event, OrderId, Record, Status};
 use anyhow::{bail, Context};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -51,7 +52,43 @@ impl Source {
     }
 }
 
+/// The tools' client context: librdkafka's own log and error callbacks
+/// say nothing (at debug level at most). A tool reports what failed itself,
+/// once, instead of librdkafka's `AllBrokersDown` every second (issue 19).
+pub struct Silent;
+
+impl ClientContext for Silent {
+    fn log(&self, _level: RDKafkaLogLevel, fac: &str, message: &str) {
+        tracing::debug!(target: "librdkafka", "{fac}: {message}");
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!(error = %error, "kafka: {reason}");
+    }
+}
+
+impl ConsumerContext for Silent {}
+
+/// How long [`Source::probe`] waits for a broker to answer.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl Source {
+    /// Asks the brokers for the claims topic's metadata, for at most
+    /// [`PROBE_TIMEOUT`]: when none answers, the one line the person who
+    /// ran the tool needs (which address, which variable or flag to set).
+    pub fn probe(&self) -> anyhow::Result<()> {
+        let c: BaseConsumer<Silent> =
+            self.client_config()?.create_with_context(Silent).context("cannot create a Kafka client")?;
+        match c.fetch_metadata(Some(&self.coordination_topic), PROBE_TIMEOUT) {
+            Ok(_) => Ok(()),
+            Err(e) => bail!(
+                "no Kafka broker answered at {} within {} s ({e}); start one (`pool_worker dev` runs a pool on an embedded broker) or set KAFKA_BROKERS (or --brokers) to your brokers' host:port list",
+                self.brokers,
+                PROBE_TIMEOUT.as_secs()
+            ),
+        }
+    }
+
     /// The client settings every command shares (`KAFKA_<PROPERTY>`, and
     /// `KAFKA_<PROPERTY>_FILE`, as the worker reads them), with these
     /// brokers. A rejected property is a [`crate::config::ConfigError`]
@@ -69,6 +106,9 @@ pub struct StatusArgs {
     /// Refresh in place every 2 seconds until Ctrl-C.
     #[arg(long)]
     pub watch: bool,
+    /// List the orders that did not end `ok`, each with its status and reason.
+    #[arg(long)]
+    pub failed: bool,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -82,12 +122,12 @@ pub struct HistoryArgs {
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A client of the pool's topics that joins no group and commits nothing.
-pub fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
+pub fn consumer(src: &Source) -> anyhow::Result<BaseConsumer<Silent>> {
     src.client_config()?
         .set("group.id", "pool_worker-status")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
-        .create()
+        .create_with_context(Silent)
         .context("cannot create a Kafka consumer")
 }
 
@@ -98,7 +138,7 @@ pub fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
 /// `serve` keeps reading.
 pub struct ClaimsTail {
     gate: crate::kafka::Gate,
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<Silent>,
     topic: String,
 }
 
@@ -181,12 +221,32 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
     let mut view = View::new();
     let mut by_status: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut last_completion: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
+    // The orders that did not end `ok` (`--failed`), in log order.
+    let mut not_ok: Vec<serde_json::Value> = Vec::new();
+    // Retries' completions by the order they ran again (`retry_of`).
+    let mut retried: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
     for (pos, r) in &records {
         match r {
             Ok(rec) => {
                 if view.apply(*pos, rec).is_ok() && rec.event == Event::Completed {
                     let status = rec.outcome.as_ref().map_or(Status::Error, |o| o.status);
                     *by_status.entry(status.as_str()).or_default() += 1;
+                    if let (Some(of), Some(me)) = (rec.outcome.as_ref().and_then(|o| o.retry_of.clone()), rec.order()) {
+                        retried.entry(of).or_default().push(json!({"order": me.to_string(), "status": status.as_str()}));
+                    }
+                    if status != Status::Ok {
+                        let o = rec.outcome.as_ref();
+                        not_ok.push(json!({
+                            "order": rec.order().map(|o| o.to_string()),
+                            "status": status.as_str(),
+                            "exit_code": o.and_then(|o| o.exit_code),
+                            "reason": o.and_then(|o| o.reason.clone()),
+                            "instance": rec.instance,
+                            "attempt": rec.attempt,
+                            "ts": rec.ts,
+                            "pos": pos,
+                        }));
+                    }
                     last_completion.insert(
                         rec.instance,
                         json!({"order": rec.order().map(|o| o.to_string()), "status": status.as_str(), "ts": rec.ts}),
@@ -234,6 +294,10 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
             })
         })
         .collect();
+    for f in &mut not_ok {
+        let by = f["order"].as_str().and_then(|o| retried.get(o)).cloned().unwrap_or_default();
+        f["retried_as"] = by.into();
+    }
     let completed: u64 = by_status.values().sum();
     let claimed: i64 = view.frontier().values().sum();
     Ok(json!({
@@ -242,7 +306,8 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
         "orders_in_topic": in_topic,
         "claimed": claimed,
         "completed": completed,
-        "failed": completed - by_status.get("ok").copied().unwrap_or(0),
+        // Every completion but `ok` (by_status.failed is one kind of it).
+        "not_ok": completed - by_status.get("ok").copied().unwrap_or(0),
         // Orders the broker deleted before they ran (retention,
         // DeleteRecords): completed `deleted`, at once.
         "deleted": by_status.get(Status::Deleted.as_str()).copied().unwrap_or(0),
@@ -250,11 +315,12 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
         "waiting": waiting,
         "oldest_waiting_age_ms": oldest_ts.map(|t| (now_ms as i64 - t).max(0)),
         "instances": instances,
+        "not_ok_orders": not_ok,
     }))
 }
 
 /// The timestamp of the message at one offset, if it can be read quickly.
-fn message_ts(c: &BaseConsumer, topic: &str, p: i32, offset: i64) -> Option<i64> {
+fn message_ts(c: &BaseConsumer<Silent>, topic: &str, p: i32, offset: i64) -> Option<i64> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, p, Offset::Offset(offset)).ok()?;
     c.assign(&tpl).ok()?;
@@ -325,6 +391,35 @@ pub fn json_line(v: &serde_json::Value) -> String {
     out
 }
 
+/// The text form of `status --failed`: one line per order that did not
+/// end `ok`, with its status, exit code and reason (escaped: a reason can
+/// carry a job's text).
+pub fn render_failed(s: &serde_json::Value) -> String {
+    let list = s["not_ok_orders"].as_array().cloned().unwrap_or_default();
+    let mut out = format!("{} orders did not end ok\n", list.len());
+    for f in &list {
+        let mut line = format!(
+            "{:<10} {:<10} instance {} attempt {}",
+            f["order"].as_str().unwrap_or("?"),
+            f["status"].as_str().unwrap_or("?"),
+            f["instance"],
+            f["attempt"]
+        );
+        if let Some(c) = f["exit_code"].as_i64() {
+            line.push_str(&format!(", exit {c}"));
+        }
+        if let Some(r) = f["reason"].as_str() {
+            line.push_str(&format!(": {r}"));
+        }
+        for r in f["retried_as"].as_array().into_iter().flatten() {
+            line.push_str(&format!(" (retried as {} {})", r["order"].as_str().unwrap_or("?"), r["status"].as_str().unwrap_or("?")));
+        }
+        out.push_str(&escape_controls(&line, false));
+        out.push('\n');
+    }
+    out
+}
+
 /// The text form of a snapshot.
 pub fn render(s: &serde_json::Value) -> String {
     let n = |k: &str| s[k].as_i64().unwrap_or(0);
@@ -334,7 +429,7 @@ pub fn render(s: &serde_json::Value) -> String {
         n("orders_in_topic"),
         n("claimed"),
         n("completed"),
-        n("failed"),
+        n("not_ok"),
         n("waiting")
     ));
     if let Some(age) = s["oldest_waiting_age_ms"].as_i64() {
@@ -378,9 +473,21 @@ pub fn render(s: &serde_json::Value) -> String {
 pub async fn status(args: StatusArgs) -> anyhow::Result<i32> {
     loop {
         let src = args.source.clone();
-        let s = tokio::task::spawn_blocking(move || snapshot(&src, crate::run::now_ms())).await??;
-        if args.source.json {
+        let mut s = tokio::task::spawn_blocking(move || snapshot(&src, crate::run::now_ms())).await??;
+        if !args.failed {
+            // The list is for --failed: it grows with the pool's history.
+            s.as_object_mut().map(|o| o.remove("not_ok_orders"));
+        }
+        if args.failed && args.source.json {
+            let v = json!({"not_ok": s["not_ok"], "orders": s["not_ok_orders"]});
+            println!("{}", json_line(&v));
+        } else if args.source.json {
             println!("{}", json_line(&s));
+        } else if args.failed {
+            if args.watch {
+                print!("\x1b[2J\x1b[H");
+            }
+            print!("{}", render_failed(&s));
         } else {
             if args.watch {
                 print!("\x1b[2J\x1b[H");
@@ -400,28 +507,43 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<i32> {
 pub async fn history(args: HistoryArgs) -> anyhow::Result<i32> {
     let src = args.source.clone();
     let records = tokio::task::spawn_blocking(move || read_claims(&src)).await??;
-    let mine: Vec<(u64, Record)> = records
+    let ours: Vec<(u64, Record)> = records.into_iter().filter_map(|(p, r)| r.ok().map(|r| (p, r))).collect();
+    let mine: Vec<(u64, Record)> = ours.iter().filter(|(_, r)| r.order() == Some(args.order)).cloned().collect();
+    // The completions of orders sent again as retries of this one
+    // (`pool_worker retry`): the link from the original to its retries.
+    let name = args.order.to_string();
+    let retries: Vec<(u64, Record)> = ours
         .into_iter()
-        .filter_map(|(p, r)| r.ok().map(|r| (p, r)))
-        .filter(|(_, r)| r.order() == Some(args.order))
+        .filter(|(_, r)| r.event == Event::Completed && r.outcome.as_ref().and_then(|o| o.retry_of.as_deref()) == Some(name.as_str()))
         .collect();
-    print_history(&mut std::io::stdout(), args.source.json, args.order, &mine);
-    Ok(0)
+    print_history(&mut std::io::stdout(), args.source.json, args.order, &mine, &retries);
+    // An order the claims topic knows nothing of is an error for a script
+    // (a mistyped PARTITION:OFFSET); the line above still says so.
+    Ok(if mine.is_empty() { 1 } else { 0 })
 }
 
 /// Prints the records about one order (`history`): a JSON line, or a line
 /// per record with its fields' control characters escaped.
-pub fn print_history(out: &mut impl std::io::Write, json: bool, order: OrderId, mine: &[(u64, Record)]) {
+/// `retries`: the completions of the orders that ran it again.
+pub fn print_history(out: &mut impl std::io::Write, json: bool, order: OrderId, mine: &[(u64, Record)], retries: &[(u64, Record)]) {
+    let line = |(p, r): &(u64, Record)| format!("#{p:<6} {:<13} {}", r.key(), escape_controls(&crate::dev::describe_record(r), false));
     if json {
-        let list: Vec<serde_json::Value> =
-            mine.iter().map(|(p, r)| json!({"pos": p, "key": r.key(), "record": r})).collect();
-        let _ = writeln!(out, "{}", json_line(&json!({"order": order.to_string(), "records": list})));
-    } else if mine.is_empty() {
+        let list = |l: &[(u64, Record)]| -> Vec<serde_json::Value> {
+            l.iter().map(|(p, r)| json!({"pos": p, "key": r.key(), "record": r})).collect()
+        };
+        let v = json!({"order": order.to_string(), "records": list(mine), "retries": list(retries)});
+        let _ = writeln!(out, "{}", json_line(&v));
+        return;
+    }
+    if mine.is_empty() {
         let _ = writeln!(out, "no record about order {order} in the claims topic");
-    } else {
-        for (p, r) in mine {
-            let _ = writeln!(out, "#{p:<6} {:<13} {}", r.key(), escape_controls(&crate::dev::describe_record(r), false));
-        }
+    }
+    for r in mine {
+        let _ = writeln!(out, "{}", line(r));
+    }
+    for r in retries {
+        let retry = r.1.order().map_or_else(|| "?".into(), |o| o.to_string());
+        let _ = writeln!(out, "retried as {retry}: {}", line(r));
     }
 }
 
@@ -474,6 +596,8 @@ mod tests {
             reason: Some(reason.into()),
             stdout_tail: stdout.into(),
             stderr_tail: stdout.into(),
+            traceparent: None,
+            retry_of: None,
         };
         let mut r = Record::new(2, Event::Completed, "inc\x1b[1A", 1).with_order(OrderId::new(0, 4));
         r.outcome = Some(outcome.clone());
@@ -511,7 +635,7 @@ mod tests {
         let mine = [(3, booted), (7, rec)];
         for json in [false, true] {
             let mut out = Vec::new();
-            print_history(&mut out, json, OrderId::new(0, 4), &mine);
+            print_history(&mut out, json, OrderId::new(0, 4), &mine, &[]);
             let out = String::from_utf8(out).unwrap();
             no_controls_but_newlines_and_tabs(&out);
             assert_eq!(out.lines().count(), if json { 1 } else { 2 }, "{out}");
@@ -527,5 +651,17 @@ mod tests {
         let text = render(&snap);
         no_controls_but_newlines_and_tabs(&text);
         assert_eq!(text.lines().count(), 3, "one line per instance: {text}");
+        let snap = json!({"not_ok_orders": [
+            {"order": "0:4", "status": "failed", "exit_code": 3, "reason": NASTY, "instance": 2, "attempt": 1,
+             "retried_as": [{"order": "0:9", "status": "ok"}]},
+            {"order": "0:5", "status": "gave_up", "reason": "lost", "instance": 1, "attempt": 3, "retried_as": []},
+        ]});
+        let text = render_failed(&snap);
+        no_controls_but_newlines_and_tabs(&text);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "a count, then one line per order: {text}");
+        assert!(lines[0].starts_with("2 orders"), "{text}");
+        assert!(lines[1].starts_with("0:4") && lines[1].contains("exit 3") && lines[1].ends_with("(retried as 0:9 ok)"), "{text}");
+        assert!(lines[2].starts_with("0:5") && lines[2].contains("gave_up") && lines[2].ends_with(": lost"), "{text}");
     }
 }

@@ -68,11 +68,17 @@ impl SubmitArgs {
 
 pub async fn run(args: SubmitArgs) -> anyhow::Result<i32> {
     let payload = args.payload()?;
+    send(&args.source, payload, args.wait, args.wait_timeout_secs).await
+}
+
+/// Sends one order (checked first: exit 2 if invalid), prints its
+/// `PARTITION:OFFSET`, and with `wait` waits for its completion (`submit`,
+/// `retry`).
+pub async fn send(src: &Source, payload: Vec<u8>, wait: bool, wait_timeout_secs: u64) -> anyhow::Result<i32> {
     if let Err(e) = crate::orders::parse(Some(&payload)) {
         eprintln!("pool_worker submit: not a valid order: {e}");
         return Ok(2);
     }
-    let src = &args.source;
     // A bad CLAIMS_KEY is refused before anything is sent.
     src.gate()?;
     // Start reading the claims topic at its current end *before* sending, so
@@ -81,10 +87,10 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<i32> {
         let s = src.clone();
         tokio::task::spawn_blocking(move || claims_end(&s)).await??
     };
-    let producer: FutureProducer = src.client_config()?
+    let producer: FutureProducer<crate::status::Silent> = src.client_config()?
         .set("acks", "all")
         .set("message.timeout.ms", "30000")
-        .create()
+        .create_with_context(crate::status::Silent)
         .context("cannot create a Kafka producer")?;
     let d = producer
         .send(FutureRecord::<(), [u8]>::to(&src.orders_topic).payload(&payload), Duration::from_secs(30))
@@ -96,14 +102,14 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<i32> {
     } else {
         println!("{order}");
     }
-    if !args.wait {
+    if !wait {
         return Ok(0);
     }
     let s = src.clone();
-    let timeout = Duration::from_secs(args.wait_timeout_secs);
+    let timeout = Duration::from_secs(wait_timeout_secs);
     let done = tokio::task::spawn_blocking(move || wait_completed(&s, claims_from, order, timeout)).await??;
     let Some((rec, outcome)) = done else {
-        eprintln!("pool_worker submit: order {order} not completed within {} s", args.wait_timeout_secs);
+        eprintln!("pool_worker submit: order {order} not completed within {wait_timeout_secs} s");
         return Ok(124);
     };
     print_completion(&mut std::io::stdout(), &mut std::io::stderr(), src.json, order, &rec, &outcome);
@@ -146,11 +152,11 @@ pub fn print_completion(
     );
 }
 
-fn consumer(src: &Source) -> anyhow::Result<BaseConsumer> {
+fn consumer(src: &Source) -> anyhow::Result<BaseConsumer<crate::status::Silent>> {
     src.client_config()?
         .set("group.id", "pool_worker-submit")
         .set("enable.auto.commit", "false")
-        .create()
+        .create_with_context(crate::status::Silent)
         .context("cannot create a Kafka consumer")
 }
 

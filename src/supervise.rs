@@ -163,6 +163,28 @@ impl SupervisorConfig {
     }
 }
 
+/// Set by the supervisor in its workers' environment once it has logged
+/// that `ALLOWED_COMMANDS` is not set: the workers (each lives for one
+/// order) then do not log it again (issue 19).
+pub const WARNED_OPEN_COMMANDS: &str = "POOL_WORKER_WARNED_OPEN_COMMANDS";
+
+/// Whether the workers `cfg` starts run without `ALLOWED_COMMANDS` (in
+/// `cfg.env`, else in this process's environment); if so, says it once, for
+/// every instance and every restart, and tells the workers it was said.
+fn warn_open_commands(cfg: &mut SupervisorConfig) {
+    let worker_mode = cfg.args.is_empty() && std::env::current_exe().is_ok_and(|exe| exe == cfg.program);
+    let set = |v: &std::ffi::OsStr| v.to_string_lossy().split(',').any(|x| !x.trim().is_empty());
+    let in_cfg = cfg.env.iter().rev().find(|(k, _)| k.as_os_str() == "ALLOWED_COMMANDS").map(|(_, v)| set(v.as_os_str()));
+    let open = !in_cfg.unwrap_or_else(|| std::env::var_os("ALLOWED_COMMANDS").is_some_and(|v| set(v.as_os_str())));
+    if worker_mode && open {
+        tracing::warn!(
+            instances = cfg.instances.len(),
+            "ALLOWED_COMMANDS is not set: orders may run any program (said once for every instance this supervisor runs)"
+        );
+        cfg.env.push((WARNED_OPEN_COMMANDS.into(), "1".into()));
+    }
+}
+
 /// The delay after a first failure.
 pub const DEFAULT_RESTART_DELAY: Duration = Duration::from_millis(100);
 /// The longest delay after failures in a row.
@@ -415,7 +437,8 @@ pub struct Supervisor {
 impl Supervisor {
     /// Starts supervising on the current tokio runtime; the events arrive on
     /// the returned receiver.
-    pub fn spawn(cfg: SupervisorConfig) -> (Supervisor, mpsc::UnboundedReceiver<SupEvent>) {
+    pub fn spawn(mut cfg: SupervisorConfig) -> (Supervisor, mpsc::UnboundedReceiver<SupEvent>) {
+        warn_open_commands(&mut cfg);
         let (stop, stop_rx) = watch::channel(false);
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(supervise(cfg, stop_rx, tx));

@@ -63,7 +63,7 @@ fn claims_with_sigs(bootstrap: &str, topic: &str) -> Vec<(String, Vec<u8>, Optio
 }
 
 fn ok() -> Outcome {
-    Outcome { status: Status::Ok, exit_code: Some(0), duration_ms: 1, reason: None, stdout_tail: String::new(), stderr_tail: String::new() }
+    Outcome { status: Status::Ok, exit_code: Some(0), duration_ms: 1, reason: None, stdout_tail: String::new(), stderr_tail: String::new(), traceparent: None, retry_of: None }
 }
 
 /// Instance 9's undecided claim of `order` (it would hold the order until

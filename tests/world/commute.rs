@@ -488,8 +488,8 @@ fn hash_record(r: &Record, f: &dyn Fn(u64) -> u64, h: &mut Mix) {
     } = r;
     (instance, event, partition, offset, by, incarnation, ts, seq, attempt).hash(h);
     (takeover_of, rank, fences, seen.map(f), next, passed_over, order_id, snapshot).hash(h);
-    if let Some(Outcome { status, exit_code, duration_ms, reason: _, stdout_tail, stderr_tail }) = outcome {
-        (status, exit_code, duration_ms, stdout_tail, stderr_tail).hash(h);
+    if let Some(Outcome { status, exit_code, duration_ms, reason: _, stdout_tail, stderr_tail, traceparent, retry_of }) = outcome {
+        (status, exit_code, duration_ms, stdout_tail, stderr_tail, traceparent, retry_of).hash(h);
     }
 }
 

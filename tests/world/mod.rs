@@ -477,6 +477,8 @@ fn ok_outcome() -> Outcome {
         reason: None,
         stdout_tail: String::new(),
         stderr_tail: String::new(),
+        traceparent: None,
+        retry_of: None,
     }
 }
 

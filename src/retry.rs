@@ -1,0 +1,208 @@
+//! `pool_worker retry P:O`: send an order's payload again, as a new order
+//! that names the original (issue 19, part 3).
+//!
+//! ```text
+//! pool_worker retry 0:17            # prints the new order's PARTITION:OFFSET
+//! pool_worker retry --wait 0:17     # and waits for its result, like submit --wait
+//! ```
+//!
+//! The payload is read from the orders topic (the one record of what was
+//! asked) and sent as a JSON order with two fields added or replaced:
+//!
+//! * `retry_of: "P:O"`, which the worker carries into the new order's
+//!   `completed` record, so `history` of the retry shows the original and
+//!   `history` of the original shows its retries;
+//! * `id: "retry-of:P:O"`: the original's own `id` would make the retry a
+//!   `duplicate`, and this one makes a second `retry P:O` (a double click)
+//!   a `duplicate` instead of a second run. To run an order a third time,
+//!   retry the retry.
+//!
+//! A plain-text order is sent as `{"cmd": [its words]}`, which runs exactly
+//! the same argv (the text form is split into words and run without a
+//! shell). The link is in the payload rather than in a Kafka header so that
+//! it is checked by the order parser like every other field, and is seen by
+//! every reader of the orders topic (kcat, mirrors, scripts that copy only
+//! values). A `traceparent` header of the original becomes the retry's
+//! `traceparent` field when the order has none, so the retry stays in the
+//! same trace.
+//!
+//! An order that is still waiting or running is not sent again (it would
+//! run twice): only one the claims topic shows ended (or gone: below the
+//! frontier and held by nobody).
+
+use crate::orders::{self, OrderKind};
+use crate::record::OrderId;
+use crate::status::{Silent, Source};
+use anyhow::{bail, Context};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RetryArgs {
+    /// The order to send again, as PARTITION:OFFSET.
+    pub order: OrderId,
+    /// Wait for the new order's completion, print it, exit with the job's code.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value_t = 3600)]
+    pub wait_timeout_secs: u64,
+    #[command(flatten)]
+    pub source: Source,
+}
+
+/// How long reading the original order may take.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub async fn run(args: RetryArgs) -> anyhow::Result<i32> {
+    let (src, order) = (args.source.clone(), args.order);
+    let (payload, header) = tokio::task::spawn_blocking(move || read_order(&src, order)).await??;
+    let src = args.source.clone();
+    let state = tokio::task::spawn_blocking(move || where_is(&src, order)).await??;
+    if let Some(why) = state {
+        eprintln!("pool_worker retry: order {order} {why}; nothing sent");
+        return Ok(1);
+    }
+    let payload = match retry_payload(payload.as_deref(), order, header.as_deref()) {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("pool_worker retry: order {order} cannot be sent again: {why}");
+            return Ok(1);
+        }
+    };
+    crate::submit::send(&args.source, payload, args.wait, args.wait_timeout_secs).await
+}
+
+/// Why `order` must not be sent again now, from the claims topic: it waits
+/// (at or past the frontier) or an instance holds it.
+fn where_is(src: &Source, order: OrderId) -> anyhow::Result<Option<String>> {
+    let records = crate::status::read_claims(src)?;
+    let mut view = crate::boot::View::new();
+    for (pos, r) in &records {
+        match r {
+            Ok(rec) => drop(view.apply(*pos, rec)),
+            Err(_) => view.skip(*pos),
+        }
+    }
+    if order.offset >= view.next_offset(order.partition) {
+        return Ok(Some("has not been claimed yet (it waits)".into()));
+    }
+    let holder = view.instances().find(|(_, s)| s.hold.as_ref().is_some_and(|h| h.order == order));
+    Ok(holder.map(|(i, _)| format!("is still held by instance {i} (it runs, or is about to)")))
+}
+
+/// The original order's payload and its `traceparent` header, read from
+/// the orders topic.
+fn read_order(src: &Source, order: OrderId) -> anyhow::Result<(Option<Vec<u8>>, Option<String>)> {
+    let c: BaseConsumer<Silent> = src
+        .client_config()?
+        .set("group.id", "pool_worker-retry")
+        .set("enable.auto.commit", "false")
+        .create_with_context(Silent)
+        .context("cannot create a Kafka consumer")?;
+    let (low, high) = c
+        .fetch_watermarks(&src.orders_topic, order.partition, READ_TIMEOUT)
+        .with_context(|| format!("cannot read partition {} of topic '{}'", order.partition, src.orders_topic))?;
+    if order.offset >= high {
+        bail!("there is no order {order} in '{}' (partition {} ends at {high})", src.orders_topic, order.partition);
+    }
+    if order.offset < low {
+        bail!("order {order} is no longer in '{}' (retention or DeleteRecords: the partition starts at {low})", src.orders_topic);
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&src.orders_topic, order.partition, Offset::Offset(order.offset))?;
+    c.assign(&tpl)?;
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while Instant::now() < deadline {
+        match c.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) if m.partition() == order.partition && m.offset() == order.offset => {
+                use rdkafka::message::Headers;
+                let header = m.headers().and_then(|h| {
+                    h.iter()
+                        .find(|h| h.key.eq_ignore_ascii_case("traceparent"))
+                        .and_then(|h| h.value)
+                        .and_then(|v| std::str::from_utf8(v).ok().map(|s| s.trim().to_string()))
+                });
+                return Ok((m.payload().map(<[u8]>::to_vec), header));
+            }
+            Some(Ok(m)) if m.partition() == order.partition && m.offset() > order.offset => {
+                bail!("order {order} is no longer in '{}' (the next message read is at {})", src.orders_topic, m.offset())
+            }
+            _ => {}
+        }
+    }
+    bail!("order {order} could not be read from '{}' within {} s", src.orders_topic, READ_TIMEOUT.as_secs())
+}
+
+/// The payload of the retry of `original` (see the module doc): a JSON
+/// order with `retry_of` and `id` set; `header` is the original's
+/// `traceparent` header, used if valid and the order has no `traceparent`.
+/// `Err` when the original is not a valid order (it would only fail again).
+pub fn retry_payload(payload: Option<&[u8]>, original: OrderId, header: Option<&str>) -> Result<Vec<u8>, String> {
+    let spec = orders::parse(payload).map_err(|e| format!("it is not a valid order ({e})"))?;
+    let text = payload.and_then(|p| std::str::from_utf8(p).ok()).unwrap_or_default().trim();
+    let mut obj = if text.starts_with('{') {
+        match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => return Err("its JSON is not an object".into()),
+        }
+    } else {
+        let OrderKind::Command { argv } = spec.kind else {
+            return Err("a plain-text order that is not a command".into());
+        };
+        let mut m = serde_json::Map::new();
+        m.insert("cmd".into(), argv.into());
+        m
+    };
+    obj.insert("retry_of".into(), original.to_string().into());
+    obj.insert("id".into(), format!("retry-of:{original}").into());
+    if !obj.contains_key("traceparent") {
+        if let Some(t) = header.filter(|t| orders::check_traceparent(t).is_ok()) {
+            obj.insert("traceparent".into(), t.into());
+        }
+    }
+    let out = serde_json::Value::Object(obj).to_string().into_bytes();
+    // What is sent must parse as it did, with the link.
+    match orders::parse(Some(&out)) {
+        Ok(s) if s.retry_of == Some(original) => Ok(out),
+        Ok(_) => Err("the retry does not name the original".into()),
+        Err(e) => Err(format!("the retry would not be a valid order ({e})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retried(payload: &str, header: Option<&str>) -> orders::OrderSpec {
+        let out = retry_payload(Some(payload.as_bytes()), OrderId::new(1, 7), header).unwrap();
+        orders::parse(Some(&out)).unwrap()
+    }
+
+    #[test]
+    fn a_retry_runs_the_same_and_names_the_original() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        // Plain text: the same argv, as JSON.
+        let original = orders::parse(Some(br#"sh -c "echo 'a b' >> /tmp/x""#)).unwrap();
+        let r = retried(r#"sh -c "echo 'a b' >> /tmp/x""#, Some(tp));
+        assert_eq!((r.kind, r.shell), (original.kind, false));
+        assert_eq!(r.retry_of, Some(OrderId::new(1, 7)));
+        assert_eq!(r.id.as_deref(), Some("retry-of:1:7"));
+        assert_eq!(r.traceparent.as_deref(), Some(tp), "the header's trace context");
+        // JSON: every field kept, the id and the link replaced.
+        let j = r#"{"cmd":["a|b"],"shell":true,"env":{"A":"1"},"timeout_secs":5,"id":"job-1","retry_of":"0:1"}"#;
+        let r = retried(j, Some("not a trace context"));
+        assert!(r.shell && r.env["A"] == "1" && r.timeout == Some(Duration::from_secs(5)), "{r:?}");
+        assert_eq!((r.id.as_deref(), r.retry_of), (Some("retry-of:1:7"), Some(OrderId::new(1, 7))));
+        assert_eq!(r.traceparent, None, "an invalid header is not carried");
+        let own = "00-11111111111111111111111111111111-2222222222222222-00";
+        let r = retried(&format!(r#"{{"url":"http://h/o","traceparent":"{own}"}}"#), Some(tp));
+        assert_eq!(r.traceparent.as_deref(), Some(own), "the order's own trace context wins");
+        // An invalid original is not sent again.
+        for bad in [&b"{\"cmd\": 5}"[..], b"", b"echo 'unclosed", b"\xff"] {
+            assert!(retry_payload(Some(bad), OrderId::new(0, 0), None).is_err(), "{bad:?}");
+        }
+        assert!(retry_payload(None, OrderId::new(0, 0), None).is_err());
+    }
+}
