@@ -540,6 +540,43 @@ fn defer_forever_is_caught_by_the_simulation() {
     panic!("300 seeds with DeferForever and instances gone while idle, and no violation: the check does not bite");
 }
 
+/// `pool_worker audit` (src/audit.rs) on the logs the broken rules write:
+/// the simulation runs each flaw whose damage is in the log (a second
+/// commit, a skipped order) until its referee catches it, without
+/// compaction so that the audit can judge skipped orders too, and the
+/// audit of that log finds a violation as well; on healthy seeds' logs it
+/// finds none. (`ResumeBlindly` needs a crash at one moment, which the
+/// model check finds and these seeds do not; `KeepDuplicates` is a
+/// reader's flaw, invisible in the log itself.)
+#[test]
+fn audit_catches_the_logs_of_the_broken_rules() {
+    use pool_worker::worker::Flaw;
+    let audit_of = |w: &World| {
+        let log: Vec<(u64, Option<&pool_worker::record::Record>)> =
+            w.log.iter().enumerate().filter(|(_, e)| !e.erased).map(|(p, e)| (p as u64, Some(&*e.rec))).collect();
+        pool_worker::audit::audit(log, u32::MAX)
+    };
+    for seed in 0..5 {
+        let (out, w) = run_world(seed, &Config { orders: 100, compaction: false, ..config() });
+        assert!(out.failure.is_none(), "seed {seed} fails without a flaw");
+        let report = audit_of(&w);
+        assert!(report.holds(), "audit of a healthy log (seed {seed}): {:?}", report.violations);
+    }
+    for flaw in [Flaw::DecideWithoutReading, Flaw::IgnoreHigherRivals, Flaw::SkipAnOrder] {
+        let cfg = Config { flaw: Some(flaw), orders: 100, compaction: false, ..config() };
+        let caught = (0..300).find_map(|seed| {
+            let (out, w) = run_world(seed, &cfg);
+            out.failure.map(|f| (seed, f, audit_of(&w)))
+        });
+        let Some((seed, failure, report)) = caught else {
+            panic!("{flaw:?}: 300 seeds and the simulation's referee caught nothing");
+        };
+        let rules: Vec<_> = report.violations.iter().map(|v| v.rule).collect();
+        println!("{flaw:?} (seed {seed}): audit found {rules:?}");
+        assert!(!report.holds(), "{flaw:?} (seed {seed}): the referee caught\n{failure}\nbut the audit found nothing");
+    }
+}
+
 /// `POOL_SIM_HORIZON=claim|contest|hold` overrides a configuration's
 /// compaction horizon (tests/world, `HorizonRule`).
 fn horizon_from_env(cfg: &mut Config) {
