@@ -35,8 +35,8 @@ use crate::record::OrderId;
 use crate::status::{Silent, Source};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Message, Offset, TopicPartitionList};
-use std::time::{Duration, Instant};
+use rdkafka::Message;
+use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RetryArgs {
@@ -110,29 +110,20 @@ fn read_order(src: &Source, order: OrderId) -> anyhow::Result<(Option<Vec<u8>>, 
     if order.offset < low {
         bail!("order {order} is no longer in '{}' (retention or DeleteRecords: the partition starts at {low})", src.orders_topic);
     }
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&src.orders_topic, order.partition, Offset::Offset(order.offset))?;
-    c.assign(&tpl)?;
-    let deadline = Instant::now() + READ_TIMEOUT;
-    while Instant::now() < deadline {
-        match c.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) if m.partition() == order.partition && m.offset() == order.offset => {
-                use rdkafka::message::Headers;
-                let header = m.headers().and_then(|h| {
-                    h.iter()
-                        .find(|h| h.key.eq_ignore_ascii_case("traceparent"))
-                        .and_then(|h| h.value)
-                        .and_then(|v| std::str::from_utf8(v).ok().map(|s| s.trim().to_string()))
-                });
-                return Ok((m.payload().map(<[u8]>::to_vec), header));
-            }
-            Some(Ok(m)) if m.partition() == order.partition && m.offset() > order.offset => {
-                bail!("order {order} is no longer in '{}' (the next message read is at {})", src.orders_topic, m.offset())
-            }
-            _ => {}
-        }
+    let Some(m) = crate::status::message_at(&c, &src.orders_topic, order.partition, order.offset, READ_TIMEOUT) else {
+        bail!("order {order} could not be read from '{}' within {} s", src.orders_topic, READ_TIMEOUT.as_secs())
+    };
+    if m.offset() > order.offset {
+        bail!("order {order} is no longer in '{}' (the next message read is at {})", src.orders_topic, m.offset())
     }
-    bail!("order {order} could not be read from '{}' within {} s", src.orders_topic, READ_TIMEOUT.as_secs())
+    use rdkafka::message::Headers;
+    let header = m.headers().and_then(|h| {
+        h.iter()
+            .find(|h| h.key.eq_ignore_ascii_case("traceparent"))
+            .and_then(|h| h.value)
+            .and_then(|v| std::str::from_utf8(v).ok().map(|s| s.trim().to_string()))
+    });
+    Ok((m.payload().map(<[u8]>::to_vec), header))
 }
 
 /// The payload of the retry of `original` (see the module doc): a JSON

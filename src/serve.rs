@@ -36,7 +36,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::Message;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -479,21 +479,8 @@ fn refresh_orders(src: &Source, c: &BaseConsumer<crate::status::Silent>, board: 
 /// The message at one offset of `topic`: its timestamp and payload, if it
 /// can be read within a few seconds.
 fn read_message(c: &BaseConsumer<crate::status::Silent>, topic: &str, p: i32, offset: i64) -> Option<(Option<i64>, Vec<u8>)> {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, p, Offset::Offset(offset)).ok()?;
-    c.assign(&tpl).ok()?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            if m.partition() == p && m.offset() == offset {
-                return Some((m.timestamp().to_millis(), m.payload().unwrap_or_default().to_vec()));
-            }
-            if m.partition() == p && m.offset() > offset {
-                return None;
-            }
-        }
-    }
-    None
+    let m = crate::status::message_at(c, topic, p, offset, Duration::from_secs(5)).filter(|m| m.offset() == offset)?;
+    Some((m.timestamp().to_millis(), m.payload().unwrap_or_default().to_vec()))
 }
 
 // ------------------------------------------------------------------ the web

@@ -319,20 +319,33 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
     }))
 }
 
-/// The timestamp of the message at one offset, if it can be read quickly.
-fn message_ts(c: &BaseConsumer<Silent>, topic: &str, p: i32, offset: i64) -> Option<i64> {
+/// The first message at or after `offset` of `topic`'s partition `p`
+/// that `c` reads within `wait` (the tools read single orders this way:
+/// `status`'s oldest waiting order, `serve`'s order pages, `retry`).
+pub fn message_at<'c>(
+    c: &'c BaseConsumer<Silent>,
+    topic: &str,
+    p: i32,
+    offset: i64,
+    wait: Duration,
+) -> Option<rdkafka::message::BorrowedMessage<'c>> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, p, Offset::Offset(offset)).ok()?;
     c.assign(&tpl).ok()?;
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + wait;
     while Instant::now() < deadline {
         if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
             if m.partition() == p && m.offset() >= offset {
-                return m.timestamp().to_millis();
+                return Some(m);
             }
         }
     }
     None
+}
+
+/// The timestamp of the message at one offset, if it can be read quickly.
+fn message_ts(c: &BaseConsumer<Silent>, topic: &str, p: i32, offset: i64) -> Option<i64> {
+    message_at(c, topic, p, offset, Duration::from_secs(5))?.timestamp().to_millis()
 }
 
 /// Whether `c` must not reach a terminal as it is: C0 controls (ESC, CR,
