@@ -82,16 +82,24 @@ const EMBEDDED_FETCH_WAIT_MS: &str = "2";
 
 /// The workers' environment for the embedded broker's settings.
 fn embedded_env() -> Vec<(&'static str, String)> {
-    let env: Vec<(&'static str, String)> = pool_worker::broker::WORKER_ENV.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    let env: Vec<(&'static str, String)> = pool_worker::broker::WORKER_ENV
+        .iter()
+        .map(|(k, v)| (*k, v.to_string()))
+        .collect();
     assert!(
-        env.contains(&("KAFKA_FETCH_WAIT_MAX_MS", EMBEDDED_FETCH_WAIT_MS.to_string())),
+        env.contains(&(
+            "KAFKA_FETCH_WAIT_MAX_MS",
+            EMBEDDED_FETCH_WAIT_MS.to_string()
+        )),
         "the baseline's fetch wait must be the pool's: {env:?}"
     );
     env
 }
 
 fn now_ms() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_micros() as f64 / 1000.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_micros() as f64 / 1000.0)
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -99,7 +107,10 @@ fn env_or(name: &str, default: &str) -> String {
 }
 
 fn env_list(name: &str, default: &str) -> Vec<usize> {
-    env_or(name, default).split(',').filter_map(|s| s.trim().parse().ok()).collect()
+    env_or(name, default)
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
 }
 
 fn progress(msg: impl AsRef<str>) {
@@ -151,8 +162,17 @@ impl BrokerProc {
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).expect("broker output");
-        let bootstrap = line.trim().strip_prefix("bootstrap ").expect("bootstrap line").to_string();
-        BrokerProc { child, stdin, stdout, bootstrap }
+        let bootstrap = line
+            .trim()
+            .strip_prefix("bootstrap ")
+            .expect("bootstrap line")
+            .to_string();
+        BrokerProc {
+            child,
+            stdin,
+            stdout,
+            bootstrap,
+        }
     }
 
     fn create(&mut self, topic: &str, partitions: i32) -> Result<(), String> {
@@ -205,7 +225,11 @@ impl ProducerContext for AckCtx {
     fn delivery(&self, r: &DeliveryResult<'_>, idx: usize) {
         match r {
             Ok(m) => {
-                self.0.acks.lock().unwrap().insert(idx, (m.partition(), m.offset()));
+                self.0
+                    .acks
+                    .lock()
+                    .unwrap()
+                    .insert(idx, (m.partition(), m.offset()));
             }
             Err(_) => {
                 self.0.failed.fetch_add(1, Ordering::Relaxed);
@@ -230,15 +254,20 @@ impl Sender {
             .set("acks", "all")
             .create_with_context(AckCtx(acks.clone()))
             .expect("producer");
-        Sender { producer, acks, sent: Vec::new() }
+        Sender {
+            producer,
+            acks,
+            sent: Vec::new(),
+        }
     }
 
     /// Sends one order; returns its index.
     fn send(&mut self, topic: &str, partition: i32) -> usize {
         let idx = self.sent.len();
         self.sent.push(now_ms());
-        let mut rec: BaseRecord<'_, (), str, usize> =
-            BaseRecord::with_opaque_to(topic, idx).payload(PAYLOAD).partition(partition);
+        let mut rec: BaseRecord<'_, (), str, usize> = BaseRecord::with_opaque_to(topic, idx)
+            .payload(PAYLOAD)
+            .partition(partition);
         loop {
             match self.producer.send(rec) {
                 Ok(()) => return idx,
@@ -255,7 +284,9 @@ impl Sender {
     fn positions(&self, idxs: &[usize]) -> HashMap<(i32, i64), f64> {
         let _ = self.producer.flush(Duration::from_secs(30));
         let acks = self.acks.acks.lock().unwrap();
-        idxs.iter().filter_map(|i| acks.get(i).map(|&po| (po, self.sent[*i]))).collect()
+        idxs.iter()
+            .filter_map(|i| acks.get(i).map(|&po| (po, self.sent[*i])))
+            .collect()
     }
 }
 
@@ -297,7 +328,11 @@ impl Reader {
                 }
             }
         });
-        Reader { seen, stop, thread: Some(thread) }
+        Reader {
+            seen,
+            stop,
+            thread: Some(thread),
+        }
     }
 
     fn snapshot(&self) -> Vec<(f64, i64, Record)> {
@@ -364,11 +399,21 @@ impl Sampler {
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
-        Sampler { live, hwm, stop, thread: Some(thread) }
+        Sampler {
+            live,
+            hwm,
+            stop,
+            thread: Some(thread),
+        }
     }
 
     fn peaks_kb(&self) -> Vec<f64> {
-        self.hwm.lock().unwrap().values().map(|&k| k as f64).collect()
+        self.hwm
+            .lock()
+            .unwrap()
+            .values()
+            .map(|&k| k as f64)
+            .collect()
     }
 }
 
@@ -397,15 +442,26 @@ struct Supervisor {
 }
 
 impl Supervisor {
-    fn start(n: usize, env: &[(&str, String)], restart_delay_ms: Option<u64>, sampler: &Sampler) -> Supervisor {
+    fn start(
+        n: usize,
+        env: &[(&str, String)],
+        restart_delay_ms: Option<u64>,
+        sampler: &Sampler,
+    ) -> Supervisor {
         let mut cmd = Command::new(BIN);
-        cmd.args(["supervise", "--instances", &format!("1-{n}"), "--json", "--child-output", "null"])
-            .args(["--stop-grace-ms", "2000"]);
+        cmd.args([
+            "supervise",
+            "--instances",
+            &format!("1-{n}"),
+            "--json",
+            "--child-output",
+            "null",
+        ])
+        .args(["--stop-grace-ms", "2000"]);
         if let Some(ms) = restart_delay_ms {
             cmd.args(["--restart-delay-ms", &ms.to_string()]);
         }
-        cmd
-            .stdin(Stdio::null())
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         // Only what the case gives: the defaults mean the defaults.
@@ -421,7 +477,9 @@ impl Supervisor {
             for line in out.lines() {
                 let Ok(line) = line else { break };
                 let at = now_ms();
-                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    continue;
+                };
                 match v["event"].as_str() {
                     Some("started") => {
                         let pid = v["pid"].as_u64().unwrap_or(0) as u32;
@@ -433,7 +491,11 @@ impl Supervisor {
                 }
             }
         });
-        Supervisor { child, started, reader: Some(reader) }
+        Supervisor {
+            child,
+            started,
+            reader: Some(reader),
+        }
     }
 
     fn stop(mut self) {
@@ -538,8 +600,18 @@ impl Bench {
             Some(k) => format!("pool, ORDERS_PER_PROCESS={k}"),
             None => "pool".into(),
         };
-        let mut res = CaseResult { what, n, m, opp: opp.unwrap_or(1), ..Default::default() };
-        if let Err(e) = self.broker.create(&orders, n as i32).and_then(|()| self.broker.create(&claims, 1)) {
+        let mut res = CaseResult {
+            what,
+            n,
+            m,
+            opp: opp.unwrap_or(1),
+            ..Default::default()
+        };
+        if let Err(e) = self
+            .broker
+            .create(&orders, n as i32)
+            .and_then(|()| self.broker.create(&claims, 1))
+        {
             res.incomplete = Some(e);
             return res;
         }
@@ -566,9 +638,19 @@ impl Bench {
         // Ready: every instance has booted (and, a moment later, is idle).
         let booted = |r: &Reader| {
             let s = r.seen.lock().unwrap();
-            s.recs.iter().filter(|(_, _, r)| r.event == Event::Booted).map(|(_, _, r)| r.instance).collect::<HashSet<_>>().len()
+            s.recs
+                .iter()
+                .filter(|(_, _, r)| r.event == Event::Booted)
+                .map(|(_, _, r)| r.instance)
+                .collect::<HashSet<_>>()
+                .len()
         };
-        let b = wait_for(&format!("pool N={n} booting"), n, Instant::now() + Duration::from_secs(60), || booted(&reader));
+        let b = wait_for(
+            &format!("pool N={n} booting"),
+            n,
+            Instant::now() + Duration::from_secs(60),
+            || booted(&reader),
+        );
         if b < n {
             res.incomplete = Some(format!("only {b}/{n} instances booted in 60 s"));
             sup.stop();
@@ -580,7 +662,9 @@ impl Bench {
         progress(format!("pool N={n}: sending {m} orders"));
         let mut sender = Sender::new(&self.broker.bootstrap);
         let t0 = now_ms();
-        let idxs: Vec<usize> = (0..m).map(|i| sender.send(&orders, (i % n) as i32)).collect();
+        let idxs: Vec<usize> = (0..m)
+            .map(|i| sender.send(&orders, (i % n) as i32))
+            .collect();
         let sent = sender.positions(&idxs);
         let deadline = Instant::now() + Duration::from_secs(self.case_secs);
         let done = wait_for(&format!("pool N={n} completed"), m, deadline, || {
@@ -592,7 +676,10 @@ impl Bench {
         res.done = done;
         let last = ends.iter().cloned().fold(t0, f64::max);
         res.secs = (last - t0) / 1000.0;
-        res.burst_lat = sent.iter().filter_map(|(k, s)| comp.get(k).map(|c| c - s)).collect();
+        res.burst_lat = sent
+            .iter()
+            .filter_map(|(k, s)| comp.get(k).map(|c| c - s))
+            .collect();
         if done < m {
             res.incomplete = Some(format!("{done}/{m} completed in {} s", self.case_secs));
         }
@@ -604,12 +691,18 @@ impl Bench {
             for j in 0..self.seq {
                 let idx = sender.send(&orders, (j % n) as i32);
                 let pos = sender.positions(&[idx]);
-                let Some((&key, &s)) = pos.iter().next() else { break };
+                let Some((&key, &s)) = pos.iter().next() else {
+                    break;
+                };
                 let dl = Instant::now() + Duration::from_secs(20);
-                let got = wait_for("pool one order", 1, dl, || reader.completions().contains_key(&key) as usize);
+                let got = wait_for("pool one order", 1, dl, || {
+                    reader.completions().contains_key(&key) as usize
+                });
                 res.seq_sent += 1;
                 if got == 0 {
-                    res.incomplete = Some(format!("order {j} of the one-at-a-time phase did not complete in 20 s"));
+                    res.incomplete = Some(format!(
+                        "order {j} of the one-at-a-time phase did not complete in 20 s"
+                    ));
                     break;
                 }
                 res.seq_lat.push(reader.completions()[&key] - s);
@@ -633,7 +726,8 @@ impl Bench {
                 }
             }
         }
-        res.records_per_order = per_order.values().sum::<usize>() as f64 / per_order.len().max(1) as f64;
+        res.records_per_order =
+            per_order.values().sum::<usize>() as f64 / per_order.len().max(1) as f64;
         // Boot: per incarnation started during the burst, supervisor's
         // `started` -> its `booted` ts (connect) and -> its first `claimed` ts
         // (ready to claim: the replay has caught up and it picked an order).
@@ -647,9 +741,14 @@ impl Bench {
                 continue;
             }
             match r.event {
-                Event::Booted => boots.entry(r.instance).or_default().push((r.ts as f64, r.incarnation.clone())),
+                Event::Booted => boots
+                    .entry(r.instance)
+                    .or_default()
+                    .push((r.ts as f64, r.incarnation.clone())),
                 Event::Claimed => {
-                    claimed_ts.entry(r.incarnation.clone()).or_insert(r.ts as f64);
+                    claimed_ts
+                        .entry(r.incarnation.clone())
+                        .or_insert(r.ts as f64);
                 }
                 _ => {}
             }
@@ -657,7 +756,9 @@ impl Bench {
         for s in started.iter().filter(|s| s.at >= t0 && s.at < burst_end) {
             res.processes += 1;
             // Same machine, same clock; a millisecond of rounding.
-            let boot = boots.get(&s.instance).and_then(|b| b.iter().find(|(ts, _)| *ts + 1.0 >= s.at));
+            let boot = boots
+                .get(&s.instance)
+                .and_then(|b| b.iter().find(|(ts, _)| *ts + 1.0 >= s.at));
             if let Some((b, inc)) = boot {
                 res.boot_connect.push(b - s.at);
                 if let Some(c) = claimed_ts.get(inc) {
@@ -673,14 +774,20 @@ impl Bench {
 
     fn baseline_case(&mut self, n: usize, m: usize) -> CaseResult {
         let topic = format!("{}-n{n}-baseline", self.run);
-        let mut res = CaseResult { what: "baseline".into(), n, m, ..Default::default() };
+        let mut res = CaseResult {
+            what: "baseline".into(),
+            n,
+            m,
+            ..Default::default()
+        };
         if let Err(e) = self.broker.create(&topic, n as i32) {
             res.incomplete = Some(e);
             return res;
         }
         let group = format!("{}-n{n}-group", self.run);
         let stop = Arc::new(AtomicBool::new(false));
-        let assigned: Arc<Vec<AtomicUsize>> = Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect());
+        let assigned: Arc<Vec<AtomicUsize>> =
+            Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect());
         let done: Arc<Mutex<HashMap<(i32, i64), f64>>> = Arc::new(Mutex::new(HashMap::new()));
         let t_join = Instant::now();
         let threads: Vec<JoinHandle<()>> = (0..n)
@@ -704,7 +811,10 @@ impl Bench {
                             assigned[i].store(a.count(), Ordering::Relaxed);
                         }
                         let Some(Ok(m)) = msg else { continue };
-                        let text = m.payload().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
+                        let text = m
+                            .payload()
+                            .map(|p| String::from_utf8_lossy(p).into_owned())
+                            .unwrap_or_default();
                         let argv = shell_words::split(&text).unwrap_or_default();
                         if let Some((prog, args)) = argv.split_first() {
                             let _ = Command::new(prog)
@@ -723,28 +833,42 @@ impl Bench {
                             }
                             std::thread::sleep(Duration::from_millis(20));
                         }
-                        done.lock().unwrap().insert((m.partition(), m.offset()), now_ms());
+                        done.lock()
+                            .unwrap()
+                            .insert((m.partition(), m.offset()), now_ms());
                     }
                 })
             })
             .collect();
-        let ok = wait_for(&format!("baseline N={n} joining the group"), n, Instant::now() + Duration::from_secs(60), || {
-            let counts: Vec<usize> = assigned.iter().map(|a| a.load(Ordering::Relaxed)).collect();
-            if counts.iter().all(|&c| c >= 1) && counts.iter().sum::<usize>() == n {
-                n
-            } else {
-                0
-            }
-        });
+        let ok = wait_for(
+            &format!("baseline N={n} joining the group"),
+            n,
+            Instant::now() + Duration::from_secs(60),
+            || {
+                let counts: Vec<usize> =
+                    assigned.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+                if counts.iter().all(|&c| c >= 1) && counts.iter().sum::<usize>() == n {
+                    n
+                } else {
+                    0
+                }
+            },
+        );
         res.rebalance_ms = Some(t_join.elapsed().as_secs_f64() * 1000.0);
         if ok < n {
-            res.incomplete = Some("the group did not assign every member a partition in 60 s".into());
+            res.incomplete =
+                Some("the group did not assign every member a partition in 60 s".into());
         } else {
             std::thread::sleep(Duration::from_millis(500));
-            progress(format!("baseline N={n}: sending {m} orders (group assigned after {:.0} ms)", res.rebalance_ms.unwrap()));
+            progress(format!(
+                "baseline N={n}: sending {m} orders (group assigned after {:.0} ms)",
+                res.rebalance_ms.unwrap()
+            ));
             let mut sender = Sender::new(&self.broker.bootstrap);
             let t0 = now_ms();
-            let idxs: Vec<usize> = (0..m).map(|i| sender.send(&topic, (i % n) as i32)).collect();
+            let idxs: Vec<usize> = (0..m)
+                .map(|i| sender.send(&topic, (i % n) as i32))
+                .collect();
             let sent = sender.positions(&idxs);
             let deadline = Instant::now() + Duration::from_secs(self.case_secs);
             let got = wait_for(&format!("baseline N={n} completed"), m, deadline, || {
@@ -753,9 +877,16 @@ impl Bench {
             });
             let comp = done.lock().unwrap().clone();
             res.done = got;
-            let last = sent.keys().filter_map(|k| comp.get(k)).cloned().fold(t0, f64::max);
+            let last = sent
+                .keys()
+                .filter_map(|k| comp.get(k))
+                .cloned()
+                .fold(t0, f64::max);
             res.secs = (last - t0) / 1000.0;
-            res.burst_lat = sent.iter().filter_map(|(k, s)| comp.get(k).map(|c| c - s)).collect();
+            res.burst_lat = sent
+                .iter()
+                .filter_map(|(k, s)| comp.get(k).map(|c| c - s))
+                .collect();
             if got < m {
                 res.incomplete = Some(format!("{got}/{m} completed in {} s", self.case_secs));
             } else {
@@ -763,12 +894,18 @@ impl Bench {
                 for j in 0..self.seq {
                     let idx = sender.send(&topic, (j % n) as i32);
                     let pos = sender.positions(&[idx]);
-                    let Some((&key, &s)) = pos.iter().next() else { break };
+                    let Some((&key, &s)) = pos.iter().next() else {
+                        break;
+                    };
                     let dl = Instant::now() + Duration::from_secs(20);
-                    let got = wait_for("baseline one order", 1, dl, || done.lock().unwrap().contains_key(&key) as usize);
+                    let got = wait_for("baseline one order", 1, dl, || {
+                        done.lock().unwrap().contains_key(&key) as usize
+                    });
                     res.seq_sent += 1;
                     if got == 0 {
-                        res.incomplete = Some(format!("order {j} of the one-at-a-time phase did not complete in 20 s"));
+                        res.incomplete = Some(format!(
+                            "order {j} of the one-at-a-time phase did not complete in 20 s"
+                        ));
                         break;
                     }
                     res.seq_lat.push(done.lock().unwrap()[&key] - s);
@@ -787,12 +924,22 @@ impl Bench {
     fn history_case(&mut self, k: usize, runs: usize) -> HistResult {
         let orders = format!("{}-k{k}-orders", self.run);
         let claims = format!("{}-k{k}-claims", self.run);
-        let mut res = HistResult { k, ..Default::default() };
-        if let Err(e) = self.broker.create(&orders, 1).and_then(|()| self.broker.create(&claims, 1)) {
+        let mut res = HistResult {
+            k,
+            ..Default::default()
+        };
+        if let Err(e) = self
+            .broker
+            .create(&orders, 1)
+            .and_then(|()| self.broker.create(&claims, 1))
+        {
             res.incomplete = Some(e);
             return res;
         }
-        progress(format!("history K={k}: pre-filling {k} orders and {} claims records", 4 * k));
+        progress(format!(
+            "history K={k}: pre-filling {k} orders and {} claims records",
+            4 * k
+        ));
         let t = Instant::now();
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &self.broker.bootstrap)
@@ -811,7 +958,8 @@ impl Bench {
             .create()
             .expect("producer");
         let produce = |topic: &str, key: Option<&str>, value: &[u8]| {
-            let mut rec: BaseRecord<'_, str, [u8]> = BaseRecord::to(topic).payload(value).partition(0);
+            let mut rec: BaseRecord<'_, str, [u8]> =
+                BaseRecord::to(topic).payload(value).partition(0);
             if let Some(k) = key {
                 rec = rec.key(k);
             }
@@ -848,7 +996,9 @@ impl Bench {
         res.prefill_secs = t.elapsed().as_secs_f64();
         // The replay's own cost, without a broker: decode and fold the same
         // records in this process (best of 3).
-        res.in_process_ms = (0..3).map(|_| replay_in_process(&history)).fold(f64::MAX, f64::min);
+        res.in_process_ms = (0..3)
+            .map(|_| replay_in_process(&history))
+            .fold(f64::MAX, f64::min);
         drop(history);
         res.record_bytes = bytes as f64 / total.max(1) as f64;
         let meta: BaseConsumer = ClientConfig::new()
@@ -857,18 +1007,24 @@ impl Bench {
             .create()
             .expect("consumer");
         // Did the broker keep the whole history?
-        let (low, high) = meta.fetch_watermarks(&claims, 0, Duration::from_secs(10)).expect("watermarks");
+        let (low, high) = meta
+            .fetch_watermarks(&claims, 0, Duration::from_secs(10))
+            .expect("watermarks");
         res.log_start = low;
         progress(format!(
             "history K={k}: pre-filled in {:.1} s, {:.0} bytes per record (key + value), claims log {low}..{high}",
             res.prefill_secs, res.record_bytes
         ));
         if low > 0 || high != total as i64 {
-            res.incomplete = Some(format!("the broker kept only records {low}..{high} of {total}"));
+            res.incomplete = Some(format!(
+                "the broker kept only records {low}..{high} of {total}"
+            ));
         }
         let mut sender = Sender::new(&self.broker.bootstrap);
         for run in 0..runs {
-            let (_, high) = meta.fetch_watermarks(&claims, 0, Duration::from_secs(10)).expect("watermarks");
+            let (_, high) = meta
+                .fetch_watermarks(&claims, 0, Duration::from_secs(10))
+                .expect("watermarks");
             let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Offset(high));
             let idx = sender.send(&orders, 0);
             let _ = sender.positions(&[idx]);
@@ -879,7 +1035,16 @@ impl Bench {
             let mut cmd = match &self.perf_dir {
                 Some(dir) => {
                     let mut c = Command::new("perf");
-                    c.args(["record", "--call-graph", "dwarf,16384", "-q", "-o", &format!("{dir}/boot-k{k}-run{run}.data"), "--", BIN]);
+                    c.args([
+                        "record",
+                        "--call-graph",
+                        "dwarf,16384",
+                        "-q",
+                        "-o",
+                        &format!("{dir}/boot-k{k}-run{run}.data"),
+                        "--",
+                        BIN,
+                    ]);
                     c
                 }
                 None => Command::new(BIN),
@@ -944,16 +1109,32 @@ impl Bench {
                 completions: field("completions"),
                 ms: field("ms"),
             };
-            progress(format!("history K={k} run {run}: worker replayed {replay:?}"));
+            progress(format!(
+                "history K={k} run {run}: worker replayed {replay:?}"
+            ));
             // With checkpoints the worker replays only the tail after one.
             let short = !self.checkpoints && replay.records.is_some_and(|n| n < 4 * k as u64);
-            if short || replay.foreign.is_some_and(|n| n > 0) || replay.void.is_some_and(|n| n > 0) {
-                res.incomplete.get_or_insert(format!("run {run}: the worker replayed {replay:?}, not the {} records of the history", 4 * k));
+            if short || replay.foreign.is_some_and(|n| n > 0) || replay.void.is_some_and(|n| n > 0)
+            {
+                res.incomplete.get_or_insert(format!(
+                    "run {run}: the worker replayed {replay:?}, not the {} records of the history",
+                    4 * k
+                ));
             }
             if !exited {
-                res.incomplete = Some(format!("run {run}: the worker did not finish in {} s", self.case_secs));
+                res.incomplete = Some(format!(
+                    "run {run}: the worker did not finish in {} s",
+                    self.case_secs
+                ));
             }
-            res.runs.push(HistRun { connect: mine(Event::Booted), ready: mine(Event::Claimed), done: mine(Event::Completed), exit_ms, rss_kb: peak, replay });
+            res.runs.push(HistRun {
+                connect: mine(Event::Booted),
+                ready: mine(Event::Claimed),
+                done: mine(Event::Completed),
+                exit_ms,
+                rss_kb: peak,
+                replay,
+            });
             let _ = pid;
             progress(format!(
                 "history K={k} run {run}: start->booted {} ms, start->claimed {} ms, exit after {:.0} ms, peak RSS {} kB",
@@ -993,7 +1174,11 @@ fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>
             out.push((r.key(), r.encode()));
         }
         let inst = 1000 + (i % 100) as u32;
-        let inc = format!("{:x}-{:08x}", 100_000 + i, (i as u32).wrapping_mul(2_654_435_761));
+        let inc = format!(
+            "{:x}-{:08x}",
+            100_000 + i,
+            (i as u32).wrapping_mul(2_654_435_761)
+        );
         let order = OrderId::new(0, i as i64);
         let ts = ts + i as u64;
         let mut b = Record::new(inst, Event::Booted, &inc, ts);
@@ -1011,7 +1196,16 @@ fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>
         d.seq = 4;
         d.attempt = 1;
         d.next = c.next.clone();
-        d.outcome = Some(Outcome { status: Status::Ok, exit_code: Some(0), duration_ms: 1, reason: None, stdout_tail: String::new(), stderr_tail: String::new(), traceparent: None, retry_of: None });
+        d.outcome = Some(Outcome {
+            status: Status::Ok,
+            exit_code: Some(0),
+            duration_ms: 1,
+            reason: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            traceparent: None,
+            retry_of: None,
+        });
         for r in [b, c, cm, d] {
             if checkpoints {
                 let _ = view.apply(out.len() as u64, &r);
@@ -1029,11 +1223,16 @@ fn replay_in_process(history: &[(String, Vec<u8>)]) -> f64 {
     let t = Instant::now();
     let mut view = pool_worker::boot::View::new();
     for (pos, (k, v)) in history.iter().enumerate() {
-        let rec = Record::decode(Some(k.as_bytes()), Some(v)).expect("the pre-fill writes valid records");
-        view.apply(pos as u64, &rec).expect("the pre-fill's records are all applied");
+        let rec =
+            Record::decode(Some(k.as_bytes()), Some(v)).expect("the pre-fill writes valid records");
+        view.apply(pos as u64, &rec)
+            .expect("the pre-fill's records are all applied");
     }
     let ms = t.elapsed().as_secs_f64() * 1000.0;
-    let checkpoints = history.iter().filter(|(k, _)| k.ends_with(":checkpoint")).count();
+    let checkpoints = history
+        .iter()
+        .filter(|(k, _)| k.ends_with(":checkpoint"))
+        .count();
     assert_eq!(view.completions as usize, (history.len() - checkpoints) / 4);
     ms
 }
@@ -1085,7 +1284,11 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
 fn clock_ticks_per_sec() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 { t as f64 } else { 100.0 }
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
 }
 
 /// The CPU each of `pids` used over `secs` of wall time, in % of a core
@@ -1123,9 +1326,15 @@ struct IdleResult {
 impl IdleResult {
     fn settings(&self) -> String {
         if self.embedded {
-            format!("embedded broker's (`{}`)", pool_worker::broker::worker_env_line())
+            format!(
+                "embedded broker's (`{}`)",
+                pool_worker::broker::worker_env_line()
+            )
         } else {
-            format!("defaults (`fetch.wait.max.ms={}`)", pool_worker::kafka::FETCH_WAIT_MS)
+            format!(
+                "defaults (`fetch.wait.max.ms={}`)",
+                pool_worker::kafka::FETCH_WAIT_MS
+            )
         }
     }
 }
@@ -1139,8 +1348,16 @@ impl Bench {
         let tag = if embedded { "emb" } else { "def" };
         let orders = format!("{}-idle{n}{tag}-orders", self.run);
         let claims = format!("{}-idle{n}{tag}-claims", self.run);
-        let mut res = IdleResult { n, embedded, ..Default::default() };
-        if let Err(e) = self.broker.create(&orders, 1).and_then(|()| self.broker.create(&claims, 1)) {
+        let mut res = IdleResult {
+            n,
+            embedded,
+            ..Default::default()
+        };
+        if let Err(e) = self
+            .broker
+            .create(&orders, 1)
+            .and_then(|()| self.broker.create(&claims, 1))
+        {
             res.incomplete = Some(e);
             return res;
         }
@@ -1158,9 +1375,22 @@ impl Bench {
             env.extend(embedded_env());
         }
         let sup = Supervisor::start(n, &env, None, &sampler);
-        let booted = |r: &Reader| r.seen.lock().unwrap().recs.iter().filter(|(_, _, r)| r.event == Event::Booted).count();
+        let booted = |r: &Reader| {
+            r.seen
+                .lock()
+                .unwrap()
+                .recs
+                .iter()
+                .filter(|(_, _, r)| r.event == Event::Booted)
+                .count()
+        };
         let label = format!("idle N={n} {tag}");
-        let b = wait_for(&format!("{label} booting"), n, Instant::now() + Duration::from_secs(90), || booted(&reader));
+        let b = wait_for(
+            &format!("{label} booting"),
+            n,
+            Instant::now() + Duration::from_secs(90),
+            || booted(&reader),
+        );
         // Booted, then caught up with the claims topic and idle: a few of
         // the broker's fetch waits (500 ms each with the defaults).
         let settle = if embedded { 1.0 } else { 3.0 };
@@ -1169,7 +1399,10 @@ impl Bench {
             res.incomplete = Some(format!("only {b}/{n} instances booted in 90 s"));
         } else {
             let pids: Vec<u32> = sup.started.lock().unwrap().iter().map(|s| s.pid).collect();
-            progress(format!("{label}: CPU of {} idle instances over {quiet_secs} s", pids.len()));
+            progress(format!(
+                "{label}: CPU of {} idle instances over {quiet_secs} s",
+                pids.len()
+            ));
             let mut all = pids.clone();
             all.push(self.broker.child.id());
             let cpu = cpu_percent(&all, quiet_secs);
@@ -1181,7 +1414,9 @@ impl Bench {
             for j in 0..seq {
                 let idx = sender.send(&orders, 0);
                 let pos = sender.positions(&[idx]);
-                let Some((&key, &s)) = pos.iter().next() else { break };
+                let Some((&key, &s)) = pos.iter().next() else {
+                    break;
+                };
                 keys.push(key);
                 res.sent += 1;
                 let got = wait_for(&label, 1, Instant::now() + Duration::from_secs(30), || {
@@ -1195,7 +1430,13 @@ impl Bench {
                 // The instance that ran it exits; the pool is idle again once
                 // its successor has booted and caught up.
                 let want = n + j + 1;
-                if wait_for(&label, want, Instant::now() + Duration::from_secs(30), || booted(&reader)) < want {
+                if wait_for(
+                    &label,
+                    want,
+                    Instant::now() + Duration::from_secs(30),
+                    || booted(&reader),
+                ) < want
+                {
                     res.incomplete = Some(format!("no instance booted after order {j} in 30 s"));
                     break;
                 }
@@ -1211,8 +1452,11 @@ impl Bench {
                     .filter(|r| r.order().is_some_and(|o| (o.partition, o.offset) == *key))
                     .collect();
                 res.records.push(about.len() as f64);
-                let claimants: HashSet<u32> =
-                    about.iter().filter(|r| r.event == Event::Claimed).map(|r| r.instance).collect();
+                let claimants: HashSet<u32> = about
+                    .iter()
+                    .filter(|r| r.event == Event::Claimed)
+                    .map(|r| r.instance)
+                    .collect();
                 res.rivals.push(claimants.len() as f64);
             }
         }
@@ -1259,7 +1503,10 @@ fn merge_sections(header: &str, old: &str, new: &str) -> String {
             None => push(t, body),
         }
     }
-    for (t, body) in new.iter().filter(|(t, _)| !old.iter().any(|(ot, _)| ot == t)) {
+    for (t, body) in new
+        .iter()
+        .filter(|(t, _)| !old.iter().any(|(ot, _)| ot == t))
+    {
         push(t, body);
     }
     for (t, body) in old.iter().filter(|(t, _)| is_findings(t)) {
@@ -1280,27 +1527,54 @@ fn main() {
     let opps = env_list("BENCH_OPP", "1,100");
     let k_runs = env_or("BENCH_K_RUNS", "3").parse().unwrap_or(3);
     let seq = env_or("BENCH_SEQ", "10").parse().unwrap_or(10);
-    let restart_delay_ms: Option<u64> = std::env::var("BENCH_RESTART_DELAY_MS").ok().and_then(|s| s.parse().ok());
-    let restart_flag = restart_delay_ms.map(|ms| format!(" --restart-delay-ms {ms}")).unwrap_or_default();
+    let restart_delay_ms: Option<u64> = std::env::var("BENCH_RESTART_DELAY_MS")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let restart_flag = restart_delay_ms
+        .map(|ms| format!(" --restart-delay-ms {ms}"))
+        .unwrap_or_default();
     let case_secs: u64 = env_or("BENCH_CASE_SECS", "120").parse().unwrap_or(120);
-    let out = env_or("BENCH_OUT", concat!(env!("CARGO_MANIFEST_DIR"), "/bench/RESULTS.md"));
+    let out = env_or(
+        "BENCH_OUT",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/bench/RESULTS.md"),
+    );
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let run = format!("bench{}-{}", std::process::id(), (now_ms() as u64) % 1_000_000);
-    let date = Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let run = format!(
+        "bench{}-{}",
+        std::process::id(),
+        (now_ms() as u64) % 1_000_000
+    );
+    let date = Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
     progress(format!("pool_worker bench: binary {BIN}, {cores} cores, N {ns:?}, M {ms:?}, one-at-a-time {seq}, supervise{restart_flag}"));
     let broker = BrokerProc::start(&run);
     progress(format!("broker at {}", broker.bootstrap));
     let perf_dir = std::env::var("BENCH_PERF").ok().filter(|s| !s.is_empty());
     let prefill_compression = env_or("BENCH_PREFILL_COMPRESSION", "lz4");
     let checkpoints = env_or("BENCH_CHECKPOINTS", "1") != "0";
-    let mut bench = Bench { broker, run: run.clone(), restart_delay_ms, case_secs, seq, perf_dir, prefill_compression, checkpoints };
+    let mut bench = Bench {
+        broker,
+        run: run.clone(),
+        restart_delay_ms,
+        case_secs,
+        seq,
+        perf_dir,
+        prefill_compression,
+        checkpoints,
+    };
     // A broker that died (it has happened: see the notes) is replaced before
     // the next case; the case it died in is reported incomplete.
     let mut broker_notes: Vec<String> = Vec::new();
     let mut check_broker = |bench: &mut Bench, before: &str| {
         if let Some(status) = bench.broker.ended() {
-            let note = format!("the broker process ended ({status}) before {before}; a new broker was started");
+            let note = format!(
+                "the broker process ended ({status}) before {before}; a new broker was started"
+            );
             progress(&note);
             broker_notes.push(note);
             bench.broker = BrokerProc::start(&format!("{run}r{}", broker_notes.len()));
@@ -1314,15 +1588,37 @@ fn main() {
         let mut pools = Vec::new();
         for opp in opps.iter().map(|&k| (k > 1).then_some(k as u32)) {
             check_broker(&mut bench, &format!("pool N={n}"));
-            progress(format!("=== N={n}, M={m}: pool, ORDERS_PER_PROCESS={}", opp.unwrap_or(1)));
+            progress(format!(
+                "=== N={n}, M={m}: pool, ORDERS_PER_PROCESS={}",
+                opp.unwrap_or(1)
+            ));
             let p = bench.pool_case(n, m, opp);
-            progress(format!("{} N={n}: {} orders in {:.2} s = {:.1} orders/s{}", p.what, p.done, p.secs, p.rate(), p.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
+            progress(format!(
+                "{} N={n}: {} orders in {:.2} s = {:.1} orders/s{}",
+                p.what,
+                p.done,
+                p.secs,
+                p.rate(),
+                p.incomplete
+                    .as_ref()
+                    .map(|s| format!(" (INCOMPLETE: {s})"))
+                    .unwrap_or_default()
+            ));
             pools.push(p);
         }
         progress(format!("=== N={n}, M={m}: baseline"));
         check_broker(&mut bench, &format!("baseline N={n}"));
         let b = bench.baseline_case(n, m);
-        progress(format!("baseline N={n}: {} orders in {:.2} s = {:.1} orders/s{}", b.done, b.secs, b.rate(), b.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()));
+        progress(format!(
+            "baseline N={n}: {} orders in {:.2} s = {:.1} orders/s{}",
+            b.done,
+            b.secs,
+            b.rate(),
+            b.incomplete
+                .as_ref()
+                .map(|s| format!(" (INCOMPLETE: {s})"))
+                .unwrap_or_default()
+        ));
         cases.push((pools, b));
     }
     let mut idle = Vec::new();
@@ -1339,14 +1635,21 @@ fn main() {
             };
             check_broker(&mut bench, &format!("idle N={n}"));
             progress(format!("=== idle pool N={n}, {setting}"));
-            let seq = if embedded { idle_seq } else { idle_seq.div_ceil(4) };
+            let seq = if embedded {
+                idle_seq
+            } else {
+                idle_seq.div_ceil(4)
+            };
             let r = bench.idle_case(n, embedded, seq, idle_secs);
             progress(format!(
                 "idle N={n} {setting}: CPU {} % per instance, records/order {}, p50 {} ms{}",
                 mean(&r.cpu).map_or("-".into(), |c| format!("{c:.2}")),
                 mean(&r.records).map_or("-".into(), |c| format!("{c:.2}")),
                 fmt_ms(pct(&r.lat, 50.0)),
-                r.incomplete.as_ref().map(|s| format!(" (INCOMPLETE: {s})")).unwrap_or_default()
+                r.incomplete
+                    .as_ref()
+                    .map(|s| format!(" (INCOMPLETE: {s})"))
+                    .unwrap_or_default()
             ));
             idle.push(r);
         }
@@ -1375,59 +1678,105 @@ fn main() {
             let _ = writeln!(
                 r,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                c.n, c.settings(), c.sent, c.lat.len(),
-                mm(&c.records, 2), mm(&c.rivals, 2),
-                fmt_ms(pct(&c.lat, 50.0)), fmt_ms(pct(&c.lat, 99.0)),
+                c.n,
+                c.settings(),
+                c.sent,
+                c.lat.len(),
+                mm(&c.records, 2),
+                mm(&c.rivals, 2),
+                fmt_ms(pct(&c.lat, 50.0)),
+                fmt_ms(pct(&c.lat, 99.0)),
                 mm(&c.cpu, 2),
                 c.broker_cpu.map_or("-".into(), |x| format!("{x:.1}")),
-                c.incomplete.clone().map(|s| format!("INCOMPLETE: {s}")).unwrap_or_default()
+                c.incomplete
+                    .clone()
+                    .map(|s| format!("INCOMPLETE: {s}"))
+                    .unwrap_or_default()
             );
         }
         let _ = writeln!(r);
     }
     if !cases.is_empty() {
-    let _ = writeln!(r, "## Throughput and latency\n");
-    let _ = writeln!(r, "Measured {date}.\n");
-    let _ = writeln!(r, "| N | system | orders | done | orders/s | pool/baseline | burst p50 ms | burst p99 ms | 1-at-a-time p50 ms | 1-at-a-time p99 ms | note |");
-    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
-    for (pools, b) in &cases {
-        let ratio = |p: &CaseResult| if b.rate() > 0.0 { format!("{:.3}", p.rate() / b.rate()) } else { "-".into() };
-        let rows: Vec<(&CaseResult, String)> =
-            pools.iter().map(|p| (p, ratio(p))).chain(std::iter::once((b, String::new()))).collect();
-        for (c, ratio) in rows {
-            let note = c.incomplete.clone().map(|s| format!("INCOMPLETE: {s}")).unwrap_or_default();
+        let _ = writeln!(r, "## Throughput and latency\n");
+        let _ = writeln!(r, "Measured {date}.\n");
+        let _ = writeln!(r, "| N | system | orders | done | orders/s | pool/baseline | burst p50 ms | burst p99 ms | 1-at-a-time p50 ms | 1-at-a-time p99 ms | note |");
+        let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
+        for (pools, b) in &cases {
+            let ratio = |p: &CaseResult| {
+                if b.rate() > 0.0 {
+                    format!("{:.3}", p.rate() / b.rate())
+                } else {
+                    "-".into()
+                }
+            };
+            let rows: Vec<(&CaseResult, String)> = pools
+                .iter()
+                .map(|p| (p, ratio(p)))
+                .chain(std::iter::once((b, String::new())))
+                .collect();
+            for (c, ratio) in rows {
+                let note = c
+                    .incomplete
+                    .clone()
+                    .map(|s| format!("INCOMPLETE: {s}"))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    r,
+                    "| {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} |",
+                    c.n,
+                    c.what,
+                    c.m,
+                    c.done,
+                    c.rate(),
+                    ratio,
+                    fmt_ms(pct(&c.burst_lat, 50.0)),
+                    fmt_ms(pct(&c.burst_lat, 99.0)),
+                    fmt_ms(pct(&c.seq_lat, 50.0)),
+                    fmt_ms(pct(&c.seq_lat, 99.0)),
+                    note
+                );
+            }
+        }
+        let _ = writeln!(r, "\n## Pool: boot, memory, claims records\n");
+        let _ = writeln!(r, "| N | ORDERS_PER_PROCESS | processes started in burst | start→booted p50/p99 ms | start→first claim p50/p99 ms | peak RSS (VmHWM) p50/max MB | claims records per order | yields | baseline group join ms |");
+        let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|");
+        for (p, b) in cases
+            .iter()
+            .flat_map(|(pools, b)| pools.iter().map(move |p| (p, b)))
+        {
+            let mb = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.1}", x / 1024.0));
             let _ = writeln!(
                 r,
-                "| {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} |",
-                c.n, c.what, c.m, c.done, c.rate(), ratio,
-                fmt_ms(pct(&c.burst_lat, 50.0)), fmt_ms(pct(&c.burst_lat, 99.0)),
-                fmt_ms(pct(&c.seq_lat, 50.0)), fmt_ms(pct(&c.seq_lat, 99.0)), note
+                "| {} | {} | {} | {} / {} | {} / {} | {} / {} | {:.2} | {} | {} |",
+                p.n,
+                p.opp,
+                p.processes,
+                fmt_ms(pct(&p.boot_connect, 50.0)),
+                fmt_ms(pct(&p.boot_connect, 99.0)),
+                fmt_ms(pct(&p.boot_ready, 50.0)),
+                fmt_ms(pct(&p.boot_ready, 99.0)),
+                mb(pct(&p.rss_kb, 50.0)),
+                mb(pct(&p.rss_kb, 100.0)),
+                p.records_per_order,
+                p.yields,
+                fmt_ms(b.rebalance_ms)
             );
         }
     }
-    let _ = writeln!(r, "\n## Pool: boot, memory, claims records\n");
-    let _ = writeln!(r, "| N | ORDERS_PER_PROCESS | processes started in burst | start→booted p50/p99 ms | start→first claim p50/p99 ms | peak RSS (VmHWM) p50/max MB | claims records per order | yields | baseline group join ms |");
-    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|");
-    for (p, b) in cases.iter().flat_map(|(pools, b)| pools.iter().map(move |p| (p, b))) {
-        let mb = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.1}", x / 1024.0));
+    if !hist.is_empty() {
         let _ = writeln!(
             r,
-            "| {} | {} | {} | {} / {} | {} / {} | {} / {} | {:.2} | {} | {} |",
-            p.n, p.opp, p.processes,
-            fmt_ms(pct(&p.boot_connect, 50.0)), fmt_ms(pct(&p.boot_connect, 99.0)),
-            fmt_ms(pct(&p.boot_ready, 50.0)), fmt_ms(pct(&p.boot_ready, 99.0)),
-            mb(pct(&p.rss_kb, 50.0)), mb(pct(&p.rss_kb, 100.0)),
-            p.records_per_order, p.yields, fmt_ms(b.rebalance_ms)
+            "\n## Boot time vs claims history (one instance, median of runs)\n"
         );
-    }
-    }
-    if !hist.is_empty() {
-        let _ = writeln!(r, "\n## Boot time vs claims history (one instance, median of runs)\n");
         let _ = writeln!(r, "Measured {date}.\n");
         let _ = writeln!(r, "| K orders in history | claims records | bytes/record | log start | records replayed (worker) | foreign/void | in-process replay ms (decode + View, no broker) | pre-fill s | runs | replay ms (worker) | start→booted ms | start→first claim ms | start→completed ms | start→exit ms | peak RSS MB | note |");
-        let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            r,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
         for h in &hist {
-            let med = |f: &dyn Fn(&HistRun) -> Option<f64>| median(h.runs.iter().filter_map(f).collect());
+            let med =
+                |f: &dyn Fn(&HistRun) -> Option<f64>| median(h.runs.iter().filter_map(f).collect());
             let opt = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.0}"));
             let _ = writeln!(
                 r,
@@ -1453,7 +1802,10 @@ fn main() {
     if out != "-" {
         let mut doc = String::new();
         let _ = writeln!(doc, "# Benchmark results\n");
-        let _ = writeln!(doc, "Command: `cargo bench --bench pool` (benches/pool.rs)  ");
+        let _ = writeln!(
+            doc,
+            "Command: `cargo bench --bench pool` (benches/pool.rs)  "
+        );
         let _ = writeln!(doc, "Date: {date}  ");
         let _ = writeln!(doc, "Machine: {cores} cores (nproc), shared and noisy; embedded broker (librdkafka mock cluster, `pool_worker broker`) on the same machine.\n");
         let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null{restart_flag}` (clean exits restarted at once, as the shipped compose file and systemd unit run it) with the embedded broker's worker settings (`{}`) on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine). Rows \"pool, ORDERS_PER_PROCESS=K\": the same with each worker process completing up to K orders before it exits.", pool_worker::broker::worker_env_line());

@@ -39,7 +39,9 @@ pub enum Rule {
 impl Rule {
     pub fn describe(self) -> &'static str {
         match self {
-            Rule::CommittedByTwo => "an order committed by a second instance while the first still held it",
+            Rule::CommittedByTwo => {
+                "an order committed by a second instance while the first still held it"
+            }
             Rule::CompletedTwice => "an order completed more than once",
             Rule::CompletedWithoutCommit => "a completion without its writer's commit",
             Rule::UnclaimedBehindFrontier => "an order below the frontier that nobody claimed",
@@ -135,35 +137,61 @@ impl Auditor {
         }
         let Some(order) = rec.order() else { return };
         let mut broke = |rule: Rule, detail: String| {
-            self.violations.push(Violation { rule, pos: Some(pos), order: Some(order.to_string()), detail })
+            self.violations.push(Violation {
+                rule,
+                pos: Some(pos),
+                order: Some(order.to_string()),
+                detail,
+            })
         };
         let trail = self.orders.entry(order).or_default();
         let i = rec.instance;
         match rec.event {
             Event::Claimed => {
-                self.claimed.entry(order.partition).or_default().insert(order.offset);
+                self.claimed
+                    .entry(order.partition)
+                    .or_default()
+                    .insert(order.offset);
             }
             Event::Committed => {
                 let hold = self.view.hold(i).filter(|h| h.order == order);
                 if hold.is_some_and(|h| h.committed == Some(pos)) {
                     match trail.runner {
-                        Some(r) if r != i => {
-                            broke(Rule::CommittedByTwo, format!("instance {i} committed while instance {r} held it committed"))
-                        }
+                        Some(r) if r != i => broke(
+                            Rule::CommittedByTwo,
+                            format!("instance {i} committed while instance {r} held it committed"),
+                        ),
                         _ => trail.runner = Some(i),
                     }
                 }
                 if rec.attempt > self.max_attempts {
-                    broke(Rule::TooManyAttempts, format!("instance {i} committed attempt {} of at most {}", rec.attempt, self.max_attempts));
+                    broke(
+                        Rule::TooManyAttempts,
+                        format!(
+                            "instance {i} committed attempt {} of at most {}",
+                            rec.attempt, self.max_attempts
+                        ),
+                    );
                 }
             }
             Event::Completed => {
                 trail.completions += 1;
                 if trail.completions > 1 {
-                    broke(Rule::CompletedTwice, format!("completion {} (by instance {i})", trail.completions));
+                    broke(
+                        Rule::CompletedTwice,
+                        format!("completion {} (by instance {i})", trail.completions),
+                    );
                 }
-                if let Some(h) = writer_hold.filter(|h| h.order == order && !h.pending && h.committed.is_none()) {
-                    broke(Rule::CompletedWithoutCommit, format!("instance {i} completed it; its claim at {} is undecided", h.claim_pos));
+                if let Some(h) =
+                    writer_hold.filter(|h| h.order == order && !h.pending && h.committed.is_none())
+                {
+                    broke(
+                        Rule::CompletedWithoutCommit,
+                        format!(
+                            "instance {i} completed it; its claim at {} is undecided",
+                            h.claim_pos
+                        ),
+                    );
                 }
                 if let Some(o) = &rec.outcome {
                     *self.by_status.entry(o.status.as_str()).or_default() += 1;
@@ -184,7 +212,10 @@ impl Auditor {
         if self.whole {
             for (&p, &next) in self.view.frontier() {
                 let claimed = self.claimed.get(&p);
-                let missing: Vec<i64> = (0..next).filter(|o| !claimed.is_some_and(|c| c.contains(o))).take(100).collect();
+                let missing: Vec<i64> = (0..next)
+                    .filter(|o| !claimed.is_some_and(|c| c.contains(o)))
+                    .take(100)
+                    .collect();
                 for o in missing {
                     self.violations.push(Violation {
                         rule: Rule::UnclaimedBehindFrontier,
@@ -200,7 +231,11 @@ impl Auditor {
             foreign: self.view.foreign,
             void: self.view.void,
             orders: self.orders.len(),
-            completed: self.by_status.iter().map(|(s, n)| (s.to_string(), *n)).collect(),
+            completed: self
+                .by_status
+                .iter()
+                .map(|(s, n)| (s.to_string(), *n))
+                .collect(),
             whole: self.whole,
             violations: self.violations,
         }
@@ -208,7 +243,10 @@ impl Auditor {
 }
 
 /// Audits a whole log: (position, record or `None` for a foreign one).
-pub fn audit<'a>(log: impl IntoIterator<Item = (u64, Option<&'a Record>)>, max_attempts: u32) -> Report {
+pub fn audit<'a>(
+    log: impl IntoIterator<Item = (u64, Option<&'a Record>)>,
+    max_attempts: u32,
+) -> Report {
     let mut a = Auditor::new(max_attempts);
     for (pos, rec) in log {
         match rec {
@@ -234,7 +272,10 @@ pub struct AuditArgs {
 pub async fn run(args: AuditArgs) -> anyhow::Result<i32> {
     let src = args.source.clone();
     let log = tokio::task::spawn_blocking(move || crate::status::read_claims(&src)).await??;
-    let report = audit(log.iter().map(|(pos, r)| (*pos, r.as_ref().ok())), args.max_attempts);
+    let report = audit(
+        log.iter().map(|(pos, r)| (*pos, r.as_ref().ok())),
+        args.max_attempts,
+    );
     let offending = |v: &Violation| v.pos.and_then(|p| log.iter().find(|(q, _)| *q == p));
     if args.source.json {
         let violations: Vec<serde_json::Value> = report
@@ -260,16 +301,31 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<i32> {
             if report.completed.is_empty() {
                 "none".to_string()
             } else {
-                report.completed.iter().map(|(s, n)| format!("{s} {n}")).collect::<Vec<_>>().join(", ")
+                report
+                    .completed
+                    .iter()
+                    .map(|(s, n)| format!("{s} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
         );
         if !report.whole {
             println!("the log does not start at 0 or has gaps (compaction): unclaimed orders are not judged");
         }
         for v in &report.violations {
-            println!("VIOLATION {}: {} at {}: {}", v.order.as_deref().unwrap_or("-"), v.rule.describe(), v.pos.map_or("-".into(), |p| p.to_string()), v.detail);
+            println!(
+                "VIOLATION {}: {} at {}: {}",
+                v.order.as_deref().unwrap_or("-"),
+                v.rule.describe(),
+                v.pos.map_or("-".into(), |p| p.to_string()),
+                v.detail
+            );
             if let Some((_, Ok(r))) = offending(v) {
-                println!("  {} {}", r.key(), crate::status::escape_controls(&String::from_utf8_lossy(&r.encode()), false));
+                println!(
+                    "  {} {}",
+                    r.key(),
+                    crate::status::escape_controls(&String::from_utf8_lossy(&r.encode()), false)
+                );
             }
         }
         if report.holds() {
@@ -292,7 +348,10 @@ mod tests {
             r.next.insert(0, o + 1);
         }
         if ev == Event::Completed {
-            r.outcome = Some(crate::record::Outcome::not_run(crate::record::Status::Ok, ""));
+            r.outcome = Some(crate::record::Outcome::not_run(
+                crate::record::Status::Ok,
+                "",
+            ));
         }
         r
     }
@@ -337,7 +396,12 @@ mod tests {
             rec(1, Event::Completed, "a", 4, 0),
         ];
         let r = check(&log);
-        assert_eq!(rules(&r), vec![Rule::CommittedByTwo, Rule::CompletedTwice], "{:?}", r.violations);
+        assert_eq!(
+            rules(&r),
+            vec![Rule::CommittedByTwo, Rule::CompletedTwice],
+            "{:?}",
+            r.violations
+        );
         assert_eq!(r.violations[0].pos, Some(5));
     }
 
@@ -363,12 +427,20 @@ mod tests {
             r
         };
         let r = check(&log);
-        assert_eq!(rules(&r), vec![Rule::CompletedWithoutCommit, Rule::TooManyAttempts], "{:?}", r.violations);
+        assert_eq!(
+            rules(&r),
+            vec![Rule::CompletedWithoutCommit, Rule::TooManyAttempts],
+            "{:?}",
+            r.violations
+        );
     }
 
     #[test]
     fn an_order_skipped_by_the_frontier_is_caught_on_a_whole_log() {
-        let log = [rec(1, Event::Booted, "a", 1, 0), rec(1, Event::Claimed, "a", 2, 1)];
+        let log = [
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 1),
+        ];
         let r = check(&log);
         assert_eq!(rules(&r), vec![Rule::UnclaimedBehindFrontier]);
         assert_eq!(r.violations[0].order.as_deref(), Some("0:0"));
@@ -387,7 +459,11 @@ mod tests {
             rec(1, Event::Completed, "a", 4, 0), // a duplicate: void
             rec(1, Event::Completed, "zombie", 9, 0), // fenced: void
         ];
-        let mut entries: Vec<(u64, Option<&Record>)> = log.iter().enumerate().map(|(p, r)| (p as u64, Some(r))).collect();
+        let mut entries: Vec<(u64, Option<&Record>)> = log
+            .iter()
+            .enumerate()
+            .map(|(p, r)| (p as u64, Some(r)))
+            .collect();
         entries.push((6, None));
         let r = audit(entries, 3);
         assert!(r.holds(), "{:?}", r.violations);

@@ -254,7 +254,10 @@ impl View {
         // Written on another's behalf (a revocation): the writer must not be
         // fenced itself.
         if let Some(w) = rec.by.and_then(|w| self.instances.get(&w)) {
-            let current = w.booted.as_ref().is_none_or(|(_, cur)| *cur == rec.incarnation);
+            let current = w
+                .booted
+                .as_ref()
+                .is_none_or(|(_, cur)| *cur == rec.incarnation);
             if !current || w.revoked.as_deref() == Some(rec.incarnation.as_str()) {
                 return Err(Void::Fenced);
             }
@@ -286,7 +289,9 @@ impl View {
         inst.last_ts = inst.last_ts.max(rec.ts);
         // Whether a claim's order was already behind the frontier before this
         // record (its own `next` counts the claim itself).
-        let behind = rec.order().is_some_and(|o| o.offset < self.next_offset(o.partition));
+        let behind = rec
+            .order()
+            .is_some_and(|o| o.offset < self.next_offset(o.partition));
         for (&p, &o) in &rec.next {
             raise(&mut self.frontier, p, o);
         }
@@ -304,7 +309,11 @@ impl View {
                 // continues a pending hold that inherited lateness (below).
                 let takeover = !rec.takeover_of.is_empty();
                 let continues = takeover
-                    && self.instances.get(&i).and_then(|s| s.hold.as_ref()).is_some_and(|h| h.pending && h.order == order);
+                    && self
+                        .instances
+                        .get(&i)
+                        .and_then(|s| s.hold.as_ref())
+                        .is_some_and(|h| h.pending && h.order == order);
                 let contest = self.contests.entry(order).or_insert_with(|| Contest {
                     late: behind && !takeover,
                     ..Contest::default()
@@ -340,12 +349,21 @@ impl View {
                 // looked, so that every reader agrees (protocol.md, "Leases").
                 let inst = self.instances.entry(i).or_default();
                 let Some(hold) = inst.hold.as_ref().filter(|h| {
-                    h.order == order && Some(h.last_pos) == rec.seen && Some(&h.incarnation) == rec.fences.as_ref()
+                    h.order == order
+                        && Some(h.last_pos) == rec.seen
+                        && Some(&h.incarnation) == rec.fences.as_ref()
                 }) else {
                     return Err(Void::Stray);
                 };
-                let (claim_pos, order_id, was_committed) = (hold.claim_pos, hold.order_id.clone(), hold.committed.is_some());
-                let from = Cite { instance: i, incarnation: hold.incarnation.clone() };
+                let (claim_pos, order_id, was_committed) = (
+                    hold.claim_pos,
+                    hold.order_id.clone(),
+                    hold.committed.is_some(),
+                );
+                let from = Cite {
+                    instance: i,
+                    incarnation: hold.incarnation.clone(),
+                };
                 inst.revoked = Some(hold.incarnation.clone());
                 inst.hold = None;
                 // A revoked holder is out of the contest, like one that yielded.
@@ -463,8 +481,15 @@ impl View {
         if let Some(w) = self.instances.get_mut(&rec.writer()) {
             w.passed_over = false;
         }
-        let closes = matches!(rec.event, Event::Booted | Event::Yielded | Event::Completed | Event::Revoked);
-        if let Some(inst) = self.instances.get_mut(&rec.instance).filter(|s| closes && s.hold.is_none()) {
+        let closes = matches!(
+            rec.event,
+            Event::Booted | Event::Yielded | Event::Completed | Event::Revoked
+        );
+        if let Some(inst) = self
+            .instances
+            .get_mut(&rec.instance)
+            .filter(|s| closes && s.hold.is_none())
+        {
             inst.idle_ts = rec.ts;
         }
         if rec.event == Event::Claimed {
@@ -487,7 +512,9 @@ impl View {
             .filter(|(_, s)| {
                 s.hold.is_none()
                     && !s.passed_over
-                    && s.booted.as_ref().is_some_and(|(_, inc)| s.revoked.as_deref() != Some(inc.as_str()))
+                    && s.booted
+                        .as_ref()
+                        .is_some_and(|(_, inc)| s.revoked.as_deref() != Some(inc.as_str()))
             })
             .map(|(i, s)| (s.idle_ts, *i))
             .collect();
@@ -504,7 +531,8 @@ impl View {
     /// one must still keep the order from being committed again
     /// (protocol.md, "Compaction").
     fn note_completion(&mut self, pos: u64, rec: &Record) {
-        let (Event::Completed, Some(order), Some(outcome)) = (rec.event, rec.order(), &rec.outcome) else {
+        let (Event::Completed, Some(order), Some(outcome)) = (rec.event, rec.order(), &rec.outcome)
+        else {
             return;
         };
         let c = self.contests.entry(order).or_default();
@@ -546,7 +574,11 @@ impl View {
 
     /// The current incarnation of instance `i`.
     pub fn incarnation(&self, i: u32) -> Option<&str> {
-        self.instances.get(&i)?.booted.as_ref().map(|(_, inc)| inc.as_str())
+        self.instances
+            .get(&i)?
+            .booted
+            .as_ref()
+            .map(|(_, inc)| inc.as_str())
     }
 
     /// The order that first announced `id`.
@@ -581,8 +613,11 @@ impl View {
     /// This view as a checkpoint's snapshot (src/checkpoint.rs says what it
     /// leaves out and why that is safe).
     pub fn snapshot(&self) -> Snapshot {
-        let mut ids: Vec<(String, OrderId, u64)> =
-            self.ids.iter().map(|(id, (o, pos))| (id.clone(), *o, *pos)).collect();
+        let mut ids: Vec<(String, OrderId, u64)> = self
+            .ids
+            .iter()
+            .map(|(id, (o, pos))| (id.clone(), *o, *pos))
+            .collect();
         ids.sort_by_key(|(_, _, pos)| std::cmp::Reverse(*pos));
         ids.truncate(ID_MEMORY);
         // Keep the record well under Kafka's default max.message.bytes (1 MB),
@@ -612,7 +647,13 @@ impl View {
                 (*o, c)
             })
             .collect();
-        Snapshot { at: self.end, instances, frontier: self.frontier.clone(), contests, ids }
+        Snapshot {
+            at: self.end,
+            instances,
+            frontier: self.frontier.clone(),
+            contests,
+            ids,
+        }
     }
 
     /// The view a snapshot describes: read on from `snapshot.at`.
@@ -622,7 +663,11 @@ impl View {
             instances: snap.instances.clone(),
             frontier: snap.frontier.clone(),
             contests: snap.contests.iter().cloned().collect(),
-            ids: snap.ids.iter().map(|(id, o, pos)| (id.clone(), (*o, *pos))).collect(),
+            ids: snap
+                .ids
+                .iter()
+                .map(|(id, o, pos)| (id.clone(), (*o, *pos)))
+                .collect(),
             checkpoint: snap.at,
             ..View::default()
         }
@@ -678,10 +723,27 @@ impl View {
     /// check fingerprints every state this way; cloning and dropping the
     /// views' maps took about a tenth of its time). tests/model.rs compares
     /// the two on the states of small explorations.
-    pub fn hash_relabeled<H: Hasher>(&self, f: &dyn Fn(u64) -> u64, g: &dyn Fn(&mut Outcome), h: &mut H) {
+    pub fn hash_relabeled<H: Hasher>(
+        &self,
+        f: &dyn Fn(u64) -> u64,
+        g: &dyn Fn(&mut Outcome),
+        h: &mut H,
+    ) {
         // Destructured, so that a field added to View must be placed here
         // (in declaration order: that is the order the derived Hash uses).
-        let View { keep_duplicates, end, foreign, void, completions, instances, frontier, contests, settled: _, ids, checkpoint } = self;
+        let View {
+            keep_duplicates,
+            end,
+            foreign,
+            void,
+            completions,
+            instances,
+            frontier,
+            contests,
+            settled: _,
+            ids,
+            checkpoint,
+        } = self;
         let outcome = |o: &Outcome| {
             let mut o = o.clone();
             g(&mut o);
@@ -690,18 +752,54 @@ impl View {
         (keep_duplicates, end, foreign, void, completions).hash(h);
         instances.len().hash(h);
         for (i, s) in instances {
-            let Instance { booted, last_seq, hold, revoked, last_completed, last_ts, idle_ts, passed_over } = s;
+            let Instance {
+                booted,
+                last_seq,
+                hold,
+                revoked,
+                last_completed,
+                last_ts,
+                idle_ts,
+                passed_over,
+            } = s;
             i.hash(h);
             booted.as_ref().map(|(p, inc)| (f(*p), inc)).hash(h);
             last_seq.hash(h);
             hold.as_ref()
                 .map(|hold| {
-                    let Hold { order, claim_pos, attempt, committed, order_id, last_ts, last_pos, incarnation, rank, pending, took_over } = hold;
-                    (order, f(*claim_pos), attempt, committed.map(f), order_id, last_ts, f(*last_pos), incarnation, rank, pending, took_over)
+                    let Hold {
+                        order,
+                        claim_pos,
+                        attempt,
+                        committed,
+                        order_id,
+                        last_ts,
+                        last_pos,
+                        incarnation,
+                        rank,
+                        pending,
+                        took_over,
+                    } = hold;
+                    (
+                        order,
+                        f(*claim_pos),
+                        attempt,
+                        committed.map(f),
+                        order_id,
+                        last_ts,
+                        f(*last_pos),
+                        incarnation,
+                        rank,
+                        pending,
+                        took_over,
+                    )
                 })
                 .hash(h);
             revoked.hash(h);
-            last_completed.as_ref().map(|(o, p, a, out)| (o, f(*p), a, outcome(out))).hash(h);
+            last_completed
+                .as_ref()
+                .map(|(o, p, a, out)| (o, f(*p), a, outcome(out)))
+                .hash(h);
             last_ts.hash(h);
             idle_ts.hash(h);
             passed_over.hash(h);
@@ -709,7 +807,14 @@ impl View {
         frontier.hash(h);
         contests.len().hash(h);
         for (o, c) in contests {
-            let Contest { stances, late, completed_at, finished, ranks, heirs } = c;
+            let Contest {
+                stances,
+                late,
+                completed_at,
+                finished,
+                ranks,
+                heirs,
+            } = c;
             o.hash(h);
             stances.len().hash(h);
             for (i, (p, s)) in stances {
@@ -717,7 +822,10 @@ impl View {
             }
             late.hash(h);
             completed_at.map(f).hash(h);
-            finished.as_ref().map(|(p, out)| (f(*p), outcome(out))).hash(h);
+            finished
+                .as_ref()
+                .map(|(p, out)| (f(*p), outcome(out)))
+                .hash(h);
             (ranks, heirs).hash(h);
         }
         // `relabel` clears the queue of settled contests.
@@ -795,7 +903,10 @@ pub fn turns(view: &View, ends: &BTreeMap<i32, i64>, me: u32) -> Vec<Turn> {
         .map(|(j, order)| {
             let start = j % n;
             let place = (k + n - start) % n;
-            Turn { order, ahead: (0..place).map(|m| queue[(start + m) % n]).collect() }
+            Turn {
+                order,
+                ahead: (0..place).map(|m| queue[(start + m) % n]).collect(),
+            }
         })
         .collect()
 }
@@ -827,7 +938,10 @@ mod tests {
 
     #[test]
     fn claim_commit_complete_closes_the_hold() {
-        let mut log = vec![rec(1, Event::Booted, "a", 0), rec(1, Event::Claimed, "a", 0)];
+        let mut log = vec![
+            rec(1, Event::Booted, "a", 0),
+            rec(1, Event::Claimed, "a", 0),
+        ];
         let v = view(&log);
         assert_eq!(v.hold(1).unwrap().committed, None);
         assert_eq!(v.next_offset(0), 1);
@@ -836,7 +950,10 @@ mod tests {
         log.push(rec(1, Event::Completed, "a", 0));
         let v = view(&log);
         assert!(v.hold(1).is_none());
-        assert_eq!(v.instance(1).unwrap().last_completed.as_ref().unwrap().0, OrderId::new(0, 0));
+        assert_eq!(
+            v.instance(1).unwrap().last_completed.as_ref().unwrap().0,
+            OrderId::new(0, 0)
+        );
         assert_eq!(v.contest(OrderId::new(0, 0)).unwrap().completed_at, Some(3));
     }
 
@@ -848,7 +965,10 @@ mod tests {
             rec(1, Event::Claimed, "old", 5),
         ];
         let v = view(&log);
-        assert!(v.hold(1).is_none(), "a claim by the fenced incarnation counts for nothing");
+        assert!(
+            v.hold(1).is_none(),
+            "a claim by the fenced incarnation counts for nothing"
+        );
         assert_eq!(v.next_offset(0), 0);
         assert_eq!(v.void, 1);
     }
@@ -860,7 +980,10 @@ mod tests {
         let mut y = rec(1, Event::Yielded, "a", 0);
         y.seq = 3;
         let v = view(&[c.clone(), y, c]);
-        assert!(v.hold(1).is_none(), "the second copy of the claim does not reopen it");
+        assert!(
+            v.hold(1).is_none(),
+            "the second copy of the claim does not reopen it"
+        );
         assert_eq!(v.void, 1);
     }
 
@@ -973,18 +1096,47 @@ mod tests {
 
     #[test]
     fn the_idle_queue_is_longest_idle_first_without_the_passed_over() {
-        let mut log = vec![at(rec(1, Event::Booted, "a", 0), 30), at(rec(2, Event::Booted, "b", 0), 10), at(rec(3, Event::Booted, "c", 0), 20)];
-        assert_eq!(view(&log).idle_queue(), vec![2, 3, 1], "by the time each came to hold nothing");
+        let mut log = vec![
+            at(rec(1, Event::Booted, "a", 0), 30),
+            at(rec(2, Event::Booted, "b", 0), 10),
+            at(rec(3, Event::Booted, "c", 0), 20),
+        ];
+        assert_eq!(
+            view(&log).idle_queue(),
+            vec![2, 3, 1],
+            "by the time each came to hold nothing"
+        );
         // 2 claims 0:0: out of the queue, and at the end of every line.
         log.push(at(rec(2, Event::Claimed, "b", 0), 40));
         let v = view(&log);
         assert_eq!(v.idle_queue(), vec![3, 1]);
         let ends = BTreeMap::from([(0, 5)]);
         let waiting = OrderId::new(0, 1);
-        assert_eq!(turns(&v, &ends, 3), vec![Turn { order: waiting, ahead: vec![] }]);
-        assert_eq!(turns(&v, &ends, 1), vec![Turn { order: waiting, ahead: vec![3] }]);
-        assert_eq!(turns(&v, &ends, 2), vec![Turn { order: waiting, ahead: vec![3, 1] }]);
-        assert!(turns(&v, &BTreeMap::from([(0, 1)]), 3).is_empty(), "nothing waiting");
+        assert_eq!(
+            turns(&v, &ends, 3),
+            vec![Turn {
+                order: waiting,
+                ahead: vec![]
+            }]
+        );
+        assert_eq!(
+            turns(&v, &ends, 1),
+            vec![Turn {
+                order: waiting,
+                ahead: vec![3]
+            }]
+        );
+        assert_eq!(
+            turns(&v, &ends, 2),
+            vec![Turn {
+                order: waiting,
+                ahead: vec![3, 1]
+            }]
+        );
+        assert!(
+            turns(&v, &BTreeMap::from([(0, 1)]), 3).is_empty(),
+            "nothing waiting"
+        );
         // 2 completes: back in the queue, at its end.
         log.push(at(rec(2, Event::Committed, "b", 0), 41));
         log.push(at(rec(2, Event::Completed, "b", 0), 50));
@@ -1008,11 +1160,20 @@ mod tests {
 
     #[test]
     fn the_j_th_order_waiting_is_the_j_th_idle_instance_s() {
-        let log = vec![rec(1, Event::Booted, "a", 0), rec(2, Event::Booted, "b", 0), rec(3, Event::Booted, "c", 0)];
+        let log = vec![
+            rec(1, Event::Booted, "a", 0),
+            rec(2, Event::Booted, "b", 0),
+            rec(3, Event::Booted, "c", 0),
+        ];
         let v = view(&log);
         let ends = BTreeMap::from([(0, 1), (1, 1), (2, 0)]);
         let (p0, p1) = (OrderId::new(0, 0), OrderId::new(1, 0));
-        let ahead = |me| turns(&v, &ends, me).into_iter().map(|t| (t.order, t.ahead)).collect::<Vec<_>>();
+        let ahead = |me| {
+            turns(&v, &ends, me)
+                .into_iter()
+                .map(|t| (t.order, t.ahead))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(ahead(1), vec![(p0, vec![]), (p1, vec![2, 3])]);
         assert_eq!(ahead(2), vec![(p0, vec![1]), (p1, vec![])]);
         assert_eq!(ahead(3), vec![(p0, vec![1, 2]), (p1, vec![2])]);

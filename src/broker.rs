@@ -85,7 +85,11 @@ pub const WORKER_ENV: &[(&str, &str)] = &[("KAFKA_FETCH_WAIT_MAX_MS", "2")];
 
 /// [`WORKER_ENV`] as `NAME=value NAME=value`, for people.
 pub fn worker_env_line() -> String {
-    WORKER_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    WORKER_ENV
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Exit status of the subcommand for a bad argument.
@@ -93,11 +97,18 @@ const EXIT_CONFIG: i32 = 2;
 
 /// A request to the thread that owns the mock cluster.
 enum Control {
-    CreateTopic { name: String, partitions: i32 },
+    CreateTopic {
+        name: String,
+        partitions: i32,
+    },
     Down,
     Up,
     Rtt(Duration),
-    Advertise { broker: i32, host: String, port: u16 },
+    Advertise {
+        broker: i32,
+        host: String,
+        port: u16,
+    },
 }
 
 type Reply = Result<(), String>;
@@ -151,7 +162,9 @@ impl Broker {
                         Control::Down => cluster.broker_down(-1),
                         Control::Up => cluster.broker_up(-1),
                         Control::Rtt(d) => cluster.broker_round_trip_time(-1, d),
-                        Control::Advertise { broker, host, port } => advertise(&client, broker, &host, port),
+                        Control::Advertise { broker, host, port } => {
+                            advertise(&client, broker, &host, port)
+                        }
                     };
                     let _ = reply.send(result.map_err(|e| e.to_string()));
                 }
@@ -170,7 +183,12 @@ impl Broker {
                 bail!("the mock broker thread ended before it started the cluster")
             }
         };
-        let broker = Broker { bootstrap, broker_count, ctl: Some(ctl_tx), thread: Some(thread) };
+        let broker = Broker {
+            bootstrap,
+            broker_count,
+            ctl: Some(ctl_tx),
+            thread: Some(thread),
+        };
         for (name, partitions) in topics {
             broker.create_topic(name, *partitions)?;
         }
@@ -191,10 +209,15 @@ impl Broker {
     pub fn create_topic(&self, name: &str, partitions: i32) -> anyhow::Result<()> {
         check_topic_name(name).map_err(|e| anyhow!(e))?;
         if !(1..=MAX_PARTITIONS).contains(&partitions) {
-            bail!("topic {name}: partitions must be between 1 and {MAX_PARTITIONS}, not {partitions}");
+            bail!(
+                "topic {name}: partitions must be between 1 and {MAX_PARTITIONS}, not {partitions}"
+            );
         }
-        self.call(Control::CreateTopic { name: name.to_string(), partitions })
-            .with_context(|| format!("cannot create topic {name}"))
+        self.call(Control::CreateTopic {
+            name: name.to_string(),
+            partitions,
+        })
+        .with_context(|| format!("cannot create topic {name}"))
     }
 
     /// All brokers close their connections and refuse new ones.
@@ -220,13 +243,21 @@ impl Broker {
         if !(1..=self.broker_count).contains(&broker) {
             bail!("there is no broker {broker}");
         }
-        self.call(Control::Advertise { broker, host: host.to_string(), port })
+        self.call(Control::Advertise {
+            broker,
+            host: host.to_string(),
+            port,
+        })
     }
 
     fn call(&self, op: Control) -> anyhow::Result<()> {
-        let ctl = self.ctl.as_ref().ok_or_else(|| anyhow!("the broker is stopped"))?;
+        let ctl = self
+            .ctl
+            .as_ref()
+            .ok_or_else(|| anyhow!("the broker is stopped"))?;
         let (tx, rx) = mpsc::sync_channel(1);
-        ctl.send((op, tx)).map_err(|_| anyhow!("the mock broker thread has ended"))?;
+        ctl.send((op, tx))
+            .map_err(|_| anyhow!("the mock broker thread has ended"))?;
         match rx.recv() {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(anyhow!(e)),
@@ -246,16 +277,25 @@ impl Drop for Broker {
 
 /// Sets a mock broker's advertised address, which rdkafka's wrapper does not
 /// offer.
-fn advertise(client: &rdkafka::producer::BaseProducer, broker: i32, host: &str, port: u16) -> rdkafka::error::KafkaResult<()> {
+fn advertise(
+    client: &rdkafka::producer::BaseProducer,
+    broker: i32,
+    host: &str,
+    port: u16,
+) -> rdkafka::error::KafkaResult<()> {
     use rdkafka::bindings as rd;
-    let host = std::ffi::CString::new(host).map_err(|_| rdkafka::error::KafkaError::MockCluster(rdkafka::types::RDKafkaErrorCode::InvalidArgument))?;
+    let host = std::ffi::CString::new(host).map_err(|_| {
+        rdkafka::error::KafkaError::MockCluster(rdkafka::types::RDKafkaErrorCode::InvalidArgument)
+    })?;
     // SAFETY: the client is alive for the whole call and was configured with
     // `test.mock.num.brokers`, so it owns a mock cluster; the function copies
     // `host` and takes the cluster's lock.
     unsafe {
         let cluster = rd::rd_kafka_handle_mock_cluster(client.client().native_ptr());
         if cluster.is_null() {
-            return Err(rdkafka::error::KafkaError::MockCluster(rdkafka::types::RDKafkaErrorCode::Fail));
+            return Err(rdkafka::error::KafkaError::MockCluster(
+                rdkafka::types::RDKafkaErrorCode::Fail,
+            ));
         }
         rd::rd_kafka_mock_broker_set_host_port(cluster, broker, host.as_ptr(), i32::from(port));
     }
@@ -265,7 +305,12 @@ fn advertise(client: &rdkafka::producer::BaseProducer, broker: i32, host: &str, 
 /// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not `.`/`..`.
 pub fn check_topic_name(name: &str) -> Result<(), String> {
     let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-    if name.is_empty() || name.len() > 249 || name == "." || name == ".." || !name.chars().all(legal) {
+    if name.is_empty()
+        || name.len() > 249
+        || name == "."
+        || name == ".."
+        || !name.chars().all(legal)
+    {
         return Err(format!(
             "'{name}' is not a legal topic name (1 to 249 characters of a-z, A-Z, 0-9, '.', '_', '-')"
         ));
@@ -317,12 +362,19 @@ impl BrokerArgs {
 
     /// `--advertise` as (host, port), one per broker.
     fn advertised(&self) -> Result<Vec<(String, u16)>, String> {
-        let Some(list) = &self.advertise else { return Ok(Vec::new()) };
+        let Some(list) = &self.advertise else {
+            return Ok(Vec::new());
+        };
         let out: Vec<(String, u16)> = list
             .split(',')
             .map(|a| {
-                let (h, p) = a.trim().rsplit_once(':').ok_or_else(|| format!("--advertise: '{a}' is not HOST:PORT"))?;
-                let port = p.parse().map_err(|_| format!("--advertise: bad port in '{a}'"))?;
+                let (h, p) = a
+                    .trim()
+                    .rsplit_once(':')
+                    .ok_or_else(|| format!("--advertise: '{a}' is not HOST:PORT"))?;
+                let port = p
+                    .parse()
+                    .map_err(|_| format!("--advertise: bad port in '{a}'"))?;
                 if h.is_empty() {
                     return Err(format!("--advertise: no host in '{a}'"));
                 }
@@ -330,7 +382,11 @@ impl BrokerArgs {
             })
             .collect::<Result<_, String>>()?;
         if out.len() != self.brokers as usize {
-            return Err(format!("--advertise names {} addresses for {} brokers", out.len(), self.brokers));
+            return Err(format!(
+                "--advertise names {} addresses for {} brokers",
+                out.len(),
+                self.brokers
+            ));
         }
         Ok(out)
     }
@@ -344,7 +400,9 @@ impl BrokerArgs {
         for (i, (name, partitions)) in topics.iter().enumerate() {
             check_topic_name(name)?;
             if !(1..=MAX_PARTITIONS).contains(partitions) {
-                return Err(format!("--orders-partitions must be between 1 and {MAX_PARTITIONS}"));
+                return Err(format!(
+                    "--orders-partitions must be between 1 and {MAX_PARTITIONS}"
+                ));
             }
             if topics[..i].iter().any(|(n, _)| n == name) {
                 return Err(format!("topic '{name}' is named twice"));
@@ -365,13 +423,20 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<i32> {
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let broker = Broker::start(args.brokers, &args.topics())?;
-    for (i, (host, port)) in args.advertised().unwrap_or_default().into_iter().enumerate() {
+    for (i, (host, port)) in args
+        .advertised()
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
         broker.advertise(i as i32 + 1, &host, port)?;
     }
     let bootstrap = broker.bootstrap();
     if args.json {
-        let env: serde_json::Map<String, serde_json::Value> =
-            WORKER_ENV.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
+        let env: serde_json::Map<String, serde_json::Value> = WORKER_ENV
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+            .collect();
         say(&serde_json::json!({ "bootstrap": bootstrap, "worker_env": env }).to_string());
     } else {
         say(&format!("bootstrap {bootstrap}"));
@@ -420,7 +485,9 @@ fn obey(broker: &Broker, line: &str) -> Result<Option<String>, String> {
         ["down"] => broker.all_down().map_err(err).map(|()| Some("down".into())),
         ["up"] => broker.all_up().map_err(err).map(|()| Some("up".into())),
         ["rtt", ms] => {
-            let ms: u32 = ms.parse().map_err(|_| format!("rtt wants milliseconds, not '{ms}'"))?;
+            let ms: u32 = ms
+                .parse()
+                .map_err(|_| format!("rtt wants milliseconds, not '{ms}'"))?;
             broker
                 .round_trip_time(Duration::from_millis(ms.into()))
                 .map_err(err)
@@ -430,7 +497,10 @@ fn obey(broker: &Broker, line: &str) -> Result<Option<String>, String> {
             let p: i32 = partitions
                 .parse()
                 .map_err(|_| format!("create wants a partition count, not '{partitions}'"))?;
-            broker.create_topic(name, p).map_err(err).map(|()| Some(format!("create {name} {p}")))
+            broker
+                .create_topic(name, p)
+                .map_err(err)
+                .map(|()| Some(format!("create {name} {p}")))
         }
         ["quit"] => Ok(None),
         _ => Err(format!(
@@ -453,24 +523,29 @@ fn say(line: &str) {
 /// are not UTF-8 are passed on lossily (and then refused as commands).
 fn stdin_lines() -> tokio::sync::mpsc::Receiver<String> {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let spawned = std::thread::Builder::new().name("broker-stdin".into()).spawn(move || {
-        use std::io::{BufRead as _, Read as _};
-        let stdin = std::io::stdin();
-        let mut input = stdin.lock();
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            // A control line is short; a longer one is cut (and refused).
-            match (&mut input).take(4096).read_until(b'\n', &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if tx.blocking_send(String::from_utf8_lossy(&buf).into_owned()).is_err() {
-                        break;
+    let spawned = std::thread::Builder::new()
+        .name("broker-stdin".into())
+        .spawn(move || {
+            use std::io::{BufRead as _, Read as _};
+            let stdin = std::io::stdin();
+            let mut input = stdin.lock();
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                // A control line is short; a longer one is cut (and refused).
+                match (&mut input).take(4096).read_until(b'\n', &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if tx
+                            .blocking_send(String::from_utf8_lossy(&buf).into_owned())
+                            .is_err()
+                        {
+                            break;
+                        }
                     }
                 }
             }
-        }
-    });
+        });
     if spawned.is_err() {
         // Without a reader the channel is closed at once: treated as end of
         // input, so the broker exits rather than running uncontrolled.
@@ -499,30 +574,51 @@ mod tests {
     #[test]
     fn starts_creates_topics_and_toggles() {
         let broker = Broker::start(1, &[("t_orders".into(), 3), ("t_claims".into(), 1)]).unwrap();
-        assert!(broker.bootstrap().starts_with("127.0.0.1:"), "{}", broker.bootstrap());
-        assert!(broker.create_topic("t_orders", 1).is_err(), "exists already");
+        assert!(
+            broker.bootstrap().starts_with("127.0.0.1:"),
+            "{}",
+            broker.bootstrap()
+        );
+        assert!(
+            broker.create_topic("t_orders", 1).is_err(),
+            "exists already"
+        );
         assert!(broker.create_topic("bad name", 1).is_err());
 
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", broker.bootstrap())
             .create()
             .unwrap();
-        producer.send(BaseRecord::<str, str>::to("t_claims").payload("x")).unwrap();
+        producer
+            .send(BaseRecord::<str, str>::to("t_claims").payload("x"))
+            .unwrap();
         producer.flush(Duration::from_secs(10)).unwrap();
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", broker.bootstrap())
             .set("group.id", "t")
             .create()
             .unwrap();
-        assert_eq!(consumer.fetch_watermarks("t_claims", 0, Duration::from_secs(10)).unwrap(), (0, 1));
-        let md = consumer.fetch_metadata(Some("t_orders"), Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            consumer
+                .fetch_watermarks("t_claims", 0, Duration::from_secs(10))
+                .unwrap(),
+            (0, 1)
+        );
+        let md = consumer
+            .fetch_metadata(Some("t_orders"), Duration::from_secs(10))
+            .unwrap();
         assert_eq!(md.topics()[0].partitions().len(), 3);
 
         broker.round_trip_time(Duration::from_millis(5)).unwrap();
         broker.round_trip_time(Duration::ZERO).unwrap();
         broker.all_down().unwrap();
         broker.all_up().unwrap();
-        assert_eq!(consumer.fetch_watermarks("t_claims", 0, Duration::from_secs(10)).unwrap(), (0, 1));
+        assert_eq!(
+            consumer
+                .fetch_watermarks("t_claims", 0, Duration::from_secs(10))
+                .unwrap(),
+            (0, 1)
+        );
     }
 
     #[test]

@@ -130,15 +130,24 @@ mod tests {
             let mut r = Record::new(2, Event::Checkpoint, "b", 0);
             r.seq = 9;
             r.snapshot = Some(Box::new(before.snapshot()));
-            let back = Record::decode(Some(r.key().as_bytes()), Some(&r.encode())).expect("decodes");
+            let back =
+                Record::decode(Some(r.key().as_bytes()), Some(&r.encode())).expect("decodes");
             let snap = back.snapshot.expect("snapshot");
             assert_eq!(snap.at, cut as u64);
             let resumed = replay(View::from_snapshot(&snap), &log, cut);
             assert_eq!(resumed.summary(), full.summary(), "cut at {cut}");
-            assert_eq!(resumed.id_owner("report-7"), full.id_owner("report-7"), "cut at {cut}");
+            assert_eq!(
+                resumed.id_owner("report-7"),
+                full.id_owner("report-7"),
+                "cut at {cut}"
+            );
             for i in 1..=3 {
                 if let Some(h) = full.hold(i) {
-                    assert_eq!(decide(&resumed, i, h.order), decide(&full, i, h.order), "cut at {cut}, instance {i}");
+                    assert_eq!(
+                        decide(&resumed, i, h.order),
+                        decide(&full, i, h.order),
+                        "cut at {cut}, instance {i}"
+                    );
                 }
             }
         }
@@ -149,13 +158,19 @@ mod tests {
         let log = log();
         let v = replay(View::new(), &log, 0);
         let snap = v.snapshot();
-        assert!(snap.contests.iter().all(|(o, _)| *o != OrderId::new(0, 0)), "order 0:0 is settled");
+        assert!(
+            snap.contests.iter().all(|(o, _)| *o != OrderId::new(0, 0)),
+            "order 0:0 is settled"
+        );
         // A stalled instance claims 0:0 again, after the checkpoint.
         let mut late = rec(4, Event::Claimed, "d", 2, 0);
         late.next.clear();
         let mut resumed = View::from_snapshot(&snap);
         let _ = resumed.apply(snap.at, &late);
-        assert!(matches!(decide(&resumed, 4, OrderId::new(0, 0)), crate::claim::Decision::Yield(_)));
+        assert!(matches!(
+            decide(&resumed, 4, OrderId::new(0, 0)),
+            crate::claim::Decision::Yield(_)
+        ));
     }
 
     #[test]

@@ -46,7 +46,9 @@ pub enum Decision {
     /// Yield, with the reason that goes into the `yielded` record.
     Yield(String),
     /// Keep reading: a rival with a higher number has not decided yet.
-    Wait { on: Vec<u32> },
+    Wait {
+        on: Vec<u32>,
+    },
 }
 
 /// Decides for instance `me`, whose claim on `order` is in `view`.
@@ -68,14 +70,18 @@ pub fn decide(view: &View, me: u32, order: OrderId) -> Decision {
     // job ran to its end; or compaction erased the claim that made it valid
     // (docs/protocol.md, "Compaction"). Either way, not again.
     if let Some((at, _)) = &contest.finished {
-        return Decision::Yield(format!("order already ran to its end (claims #{at}, a void completion)"));
+        return Decision::Yield(format!(
+            "order already ran to its end (claims #{at}, a void completion)"
+        ));
     }
     let rivals = || contest.stances.iter().filter(|(i, _)| **i != me);
     if let Some((i, _)) = rivals().find(|(_, (_, s))| *s == Stance::Committed) {
         return Decision::Yield(format!("instance {i} committed first"));
     }
-    let undecided: Vec<u32> =
-        rivals().filter(|(_, (_, s))| *s == Stance::Undecided).map(|(i, _)| *i).collect();
+    let undecided: Vec<u32> = rivals()
+        .filter(|(_, (_, s))| *s == Stance::Undecided)
+        .map(|(i, _)| *i)
+        .collect();
     // Ranks are instance numbers, except for takeovers, which stand where
     // the hold they took over stood (docs/protocol.md, "Leases").
     let mine = contest.rank(me);
@@ -124,13 +130,22 @@ mod tests {
 
     #[test]
     fn a_lower_undecided_rival_wins_at_once() {
-        assert!(matches!(decide_on(&[(1, Claimed), (2, Claimed)], 2), Decision::Yield(_)));
-        assert!(matches!(decide_on(&[(2, Claimed), (1, Claimed)], 2), Decision::Yield(_)));
+        assert!(matches!(
+            decide_on(&[(1, Claimed), (2, Claimed)], 2),
+            Decision::Yield(_)
+        ));
+        assert!(matches!(
+            decide_on(&[(2, Claimed), (1, Claimed)], 2),
+            Decision::Yield(_)
+        ));
     }
 
     #[test]
     fn a_higher_undecided_rival_is_waited_for() {
-        assert_eq!(decide_on(&[(2, Claimed), (1, Claimed)], 1), Decision::Wait { on: vec![2] });
+        assert_eq!(
+            decide_on(&[(2, Claimed), (1, Claimed)], 1),
+            Decision::Wait { on: vec![2] }
+        );
     }
 
     #[test]
@@ -141,7 +156,10 @@ mod tests {
 
     #[test]
     fn a_higher_rival_that_yielded_drops_out() {
-        assert_eq!(decide_on(&[(2, Claimed), (1, Claimed), (2, Yielded)], 1), Decision::Commit);
+        assert_eq!(
+            decide_on(&[(2, Claimed), (1, Claimed), (2, Yielded)], 1),
+            Decision::Commit
+        );
     }
 
     #[test]

@@ -136,7 +136,9 @@ impl KafkaSettings {
             .unwrap_or_else(|| "localhost:9092".to_string());
         let mut props: BTreeMap<String, (String, String)> = BTreeMap::new();
         for (var, value) in vars {
-            let Some(rest) = var.strip_prefix("KAFKA_") else { continue };
+            let Some(rest) = var.strip_prefix("KAFKA_") else {
+                continue;
+            };
             if rest.is_empty() || NOT_PROPERTIES.contains(&var.as_str()) {
                 continue;
             }
@@ -146,18 +148,25 @@ impl KafkaSettings {
             };
             let name = rest.to_ascii_lowercase().replace('_', ".");
             if let Some((other, _)) = props.get(&name) {
-                return Err(ConfigError(format!("{var} and {other} both set the Kafka property '{name}'")));
+                return Err(ConfigError(format!(
+                    "{var} and {other} both set the Kafka property '{name}'"
+                )));
             }
             check_property(var, &name, &value)?;
             props.insert(name, (var.clone(), value));
         }
-        Ok(KafkaSettings { brokers, props: props.into_iter().map(|(k, (_, v))| (k, v)).collect() })
+        Ok(KafkaSettings {
+            brokers,
+            props: props.into_iter().map(|(k, (_, v))| (k, v)).collect(),
+        })
     }
 }
 
 /// The process environment, as (name, value) pairs (non-UTF-8 ones left out).
 fn env_vars() -> Vec<(String, String)> {
-    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect()
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
 }
 
 /// The content of a `KAFKA_<PROPERTY>_FILE`, without its final line break.
@@ -171,7 +180,9 @@ fn read_secret(var: &str, path: &str) -> Result<String, ConfigError> {
         return Err(cannot("not a regular file".into()));
     }
     let mut text = String::new();
-    file.take(MAX_SECRET_FILE + 1).read_to_string(&mut text).map_err(|e| cannot(e.to_string()))?;
+    file.take(MAX_SECRET_FILE + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| cannot(e.to_string()))?;
     if text.len() as u64 > MAX_SECRET_FILE {
         return Err(cannot(format!("larger than {MAX_SECRET_FILE} bytes")));
     }
@@ -249,9 +260,17 @@ pub struct JobSettings {
 
 impl JobSettings {
     fn from_vars(vars: &[(String, String)]) -> Result<JobSettings, ConfigError> {
-        let get = |name: &str| vars.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let get = |name: &str| {
+            vars.iter()
+                .rev()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
         let limit = |name: &str, scale: u64| -> Result<Option<u64>, ConfigError> {
-            match get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty()) {
+            match get(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+            {
                 None => Ok(None),
                 Some(v) => {
                     let n = v
@@ -259,17 +278,23 @@ impl JobSettings {
                         .ok()
                         .filter(|&n| n >= 1)
                         .and_then(|n| n.checked_mul(scale))
-                        .ok_or_else(|| ConfigError(format!("{name}='{v}' is not a positive whole number")))?;
+                        .ok_or_else(|| {
+                            ConfigError(format!("{name}='{v}' is not a positive whole number"))
+                        })?;
                     Ok(Some(n))
                 }
             }
         };
-        let user = match get("JOB_USER").map(|v| v.trim().to_string()).filter(|v| !v.is_empty()) {
+        let user = match get("JOB_USER")
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+        {
             None => None,
             Some(u) => Some(crate::isolate::JobUser::lookup(&u).map_err(ConfigError)?),
         };
         Ok(JobSettings {
-            env_allow: crate::policy::parse_env_allow(list(get("ORDER_ENV_ALLOW"))).map_err(ConfigError)?,
+            env_allow: crate::policy::parse_env_allow(list(get("ORDER_ENV_ALLOW")))
+                .map_err(ConfigError)?,
             allowed_images: list(get("ALLOWED_IMAGES")),
             user,
             limits: crate::isolate::Limits {
@@ -301,7 +326,12 @@ fn required(name: &str, v: Option<String>) -> Result<String, ConfigError> {
     }
 }
 
-fn number<T: std::str::FromStr>(name: &str, v: Option<String>, default: T, range: (T, T)) -> Result<T, ConfigError>
+fn number<T: std::str::FromStr>(
+    name: &str,
+    v: Option<String>,
+    default: T,
+    range: (T, T),
+) -> Result<T, ConfigError>
 where
     T: PartialOrd + std::fmt::Display + Copy,
 {
@@ -311,19 +341,30 @@ where
         .parse()
         .map_err(|_| ConfigError(format!("{name}='{s}' is not a whole number")))?;
     if n < range.0 || n > range.1 {
-        return Err(ConfigError(format!("{name}={n} is out of range ({} to {})", range.0, range.1)));
+        return Err(ConfigError(format!(
+            "{name}={n} is out of range ({} to {})",
+            range.0, range.1
+        )));
     }
     Ok(n)
 }
 
 fn list(v: Option<String>) -> Option<Vec<String>> {
-    v.map(|s| s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect())
+    v.map(|s| {
+        s.split(',')
+            .map(|x| x.trim().to_string())
+            .filter(|x| !x.is_empty())
+            .collect()
+    })
 }
 
 /// `STATE_DIR` when neither it nor systemd's `STATE_DIRECTORY` is set:
 /// `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>`.
 pub fn default_state_dir(xdg_runtime_dir: Option<&str>) -> std::path::PathBuf {
-    match xdg_runtime_dir.map(str::trim).filter(|d| d.starts_with('/')) {
+    match xdg_runtime_dir
+        .map(str::trim)
+        .filter(|d| d.starts_with('/'))
+    {
         Some(d) => std::path::Path::new(d).join("pool_worker"),
         // SAFETY: geteuid cannot fail and touches no memory.
         None => std::env::temp_dir().join(format!("pool_worker-{}", unsafe { libc::geteuid() })),
@@ -337,7 +378,9 @@ impl Config {
     }
 
     /// Reads the given variables (the tests' entry point).
-    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigError> {
+    pub fn from_vars(
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
         let vars: Vec<(String, String)> = vars.into_iter().collect();
         let raw: RawEnv = envy::from_iter(vars.iter().cloned())
             .map_err(|e| ConfigError(format!("cannot read the environment: {e}")))?;
@@ -354,37 +397,62 @@ impl Config {
             })?;
         let orders_topic = required("ORDERS_TOPIC", raw.orders_topic)?;
         let coordination_topic = required("COORDINATION_TOPIC", raw.coordination_topic)?;
-        for (name, t) in [("ORDERS_TOPIC", &orders_topic), ("COORDINATION_TOPIC", &coordination_topic)] {
+        for (name, t) in [
+            ("ORDERS_TOPIC", &orders_topic),
+            ("COORDINATION_TOPIC", &coordination_topic),
+        ] {
             crate::broker::check_topic_name(t).map_err(|e| ConfigError(format!("{name}: {e}")))?;
         }
         if orders_topic == coordination_topic {
-            return Err(ConfigError("ORDERS_TOPIC and COORDINATION_TOPIC name the same topic".into()));
+            return Err(ConfigError(
+                "ORDERS_TOPIC and COORDINATION_TOPIC name the same topic".into(),
+            ));
         }
-        let results_topic = raw.results_topic.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        let results_topic = raw
+            .results_topic
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
         if let Some(t) = &results_topic {
-            crate::broker::check_topic_name(t).map_err(|e| ConfigError(format!("RESULTS_TOPIC: {e}")))?;
+            crate::broker::check_topic_name(t)
+                .map_err(|e| ConfigError(format!("RESULTS_TOPIC: {e}")))?;
             if *t == orders_topic || *t == coordination_topic {
-                return Err(ConfigError("RESULTS_TOPIC must differ from ORDERS_TOPIC and COORDINATION_TOPIC".into()));
+                return Err(ConfigError(
+                    "RESULTS_TOPIC must differ from ORDERS_TOPIC and COORDINATION_TOPIC".into(),
+                ));
             }
         }
-        let KafkaSettings { brokers, props: kafka_props } = KafkaSettings::from_vars(&vars)?;
+        let KafkaSettings {
+            brokers,
+            props: kafka_props,
+        } = KafkaSettings::from_vars(&vars)?;
         let log_json = match raw.log_format.as_deref().map(str::trim) {
             None | Some("") | Some("text") => false,
             Some("json") => true,
-            Some(other) => return Err(ConfigError(format!("LOG_FORMAT='{other}' is not 'text' or 'json'"))),
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "LOG_FORMAT='{other}' is not 'text' or 'json'"
+                )))
+            }
         };
         // systemd's StateDirectory= may list several, separated by ':'.
         // Else the user's runtime directory (0700, the user's own), else a
         // directory of this user's own in the temporary directory: markers
         // must be the worker user's alone (src/settle.rs, `prepare_dir`).
-        let state_dir = [raw.state_dir, raw.state_directory.and_then(|s| s.split(':').next().map(str::to_string))]
-            .into_iter()
-            .flatten()
+        let state_dir = [
+            raw.state_dir,
+            raw.state_directory
+                .and_then(|s| s.split(':').next().map(str::to_string)),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|s| s.trim().to_string())
+        .find(|s| !s.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| default_state_dir(raw.xdg_runtime_dir.as_deref()));
+        let key_file = raw
+            .claims_key_file
             .map(|s| s.trim().to_string())
-            .find(|s| !s.is_empty())
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| default_state_dir(raw.xdg_runtime_dir.as_deref()));
-        let key_file = raw.claims_key_file.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+            .filter(|s| !s.is_empty());
         let claims_key = crate::sign::ClaimsKey::from_sources(
             raw.claims_key.as_deref(),
             key_file.as_deref().map(|p| (p, std::fs::read(p))),
@@ -397,7 +465,12 @@ impl Config {
             DEFAULT_CLAIM_DEFER_MS.min(lease_ms / 3),
             (0, lease_ms / 3),
         )
-        .map_err(|e| ConfigError(format!("{} (at most LEASE_MS/3, LEASE_MS being {lease_ms})", e.0)))?;
+        .map_err(|e| {
+            ConfigError(format!(
+                "{} (at most LEASE_MS/3, LEASE_MS being {lease_ms})",
+                e.0
+            ))
+        })?;
         Ok(Config {
             brokers,
             orders_topic,
@@ -405,16 +478,42 @@ impl Config {
             instance,
             lease_ms,
             claim_defer_ms,
-            max_attempts: number("MAX_ATTEMPTS", raw.max_attempts, crate::worker::DEFAULT_MAX_ATTEMPTS, (1, 1000))?,
-            orders_per_process: number("ORDERS_PER_PROCESS", raw.orders_per_process, 1u32, (1, 1_000_000))?,
-            job_timeout: Duration::from_secs(number("JOB_TIMEOUT_SECS", raw.job_timeout_secs, 3600u64, (1, 7 * 24 * 3600))?),
-            output_limit: number("OUTPUT_LIMIT_BYTES", raw.output_limit_bytes, 4096usize, (0, MAX_OUTPUT_LIMIT))?,
+            max_attempts: number(
+                "MAX_ATTEMPTS",
+                raw.max_attempts,
+                crate::worker::DEFAULT_MAX_ATTEMPTS,
+                (1, 1000),
+            )?,
+            orders_per_process: number(
+                "ORDERS_PER_PROCESS",
+                raw.orders_per_process,
+                1u32,
+                (1, 1_000_000),
+            )?,
+            job_timeout: Duration::from_secs(number(
+                "JOB_TIMEOUT_SECS",
+                raw.job_timeout_secs,
+                3600u64,
+                (1, 7 * 24 * 3600),
+            )?),
+            output_limit: number(
+                "OUTPUT_LIMIT_BYTES",
+                raw.output_limit_bytes,
+                4096usize,
+                (0, MAX_OUTPUT_LIMIT),
+            )?,
             allowed_commands: list(raw.allowed_commands),
-            allowed_urls: crate::policy::parse_url_rules(list(raw.allowed_urls)).map_err(ConfigError)?,
+            allowed_urls: crate::policy::parse_url_rules(list(raw.allowed_urls))
+                .map_err(ConfigError)?,
             env_deny: env_deny(raw.job_env_deny),
             log_json,
             results_topic,
-            settle_ms: number("SETTLE_MS", raw.settle_ms, crate::settle::DEFAULT_SETTLE_MS, (0, 600_000))?,
+            settle_ms: number(
+                "SETTLE_MS",
+                raw.settle_ms,
+                crate::settle::DEFAULT_SETTLE_MS,
+                (0, 600_000),
+            )?,
             state_dir,
             claims_key,
             kafka_props,
@@ -431,21 +530,33 @@ mod tests {
         Config::from_vars(v.iter().map(|(a, b)| (a.to_string(), b.to_string())))
     }
 
-    const OK: &[(&str, &str)] = &[("ORDERS_TOPIC", "o"), ("COORDINATION_TOPIC", "c"), ("INSTANCE_NUMBER", "3")];
+    const OK: &[(&str, &str)] = &[
+        ("ORDERS_TOPIC", "o"),
+        ("COORDINATION_TOPIC", "c"),
+        ("INSTANCE_NUMBER", "3"),
+    ];
 
     #[test]
     fn defaults_and_required() {
         let c = vars(OK).unwrap();
         assert_eq!(c.brokers, "localhost:9092");
         assert_eq!(c.instance, 3);
-        assert_eq!(c.env_deny, vec!["KAFKA_*", "CLAIMS_KEY*"], "jobs never see the pool's claims key");
+        assert_eq!(
+            c.env_deny,
+            vec!["KAFKA_*", "CLAIMS_KEY*"],
+            "jobs never see the pool's claims key"
+        );
         assert!(c.claims_key.is_none());
         assert_eq!(c.orders_per_process, 1, "seed 002: exit after each order");
         assert_eq!(c.settle_ms, 15_000);
         assert_eq!(c.claim_defer_ms, 1_000);
         // SAFETY: geteuid cannot fail.
         let uid = unsafe { libc::geteuid() };
-        assert_eq!(c.state_dir, std::env::temp_dir().join(format!("pool_worker-{uid}")), "a directory of this user's own");
+        assert_eq!(
+            c.state_dir,
+            std::env::temp_dir().join(format!("pool_worker-{uid}")),
+            "a directory of this user's own"
+        );
         assert_eq!(vars(&OK[..2]).unwrap_err().0, "INSTANCE_NUMBER is not set");
         assert_eq!(vars(&OK[1..]).unwrap_err().0, "ORDERS_TOPIC is not set");
     }
@@ -464,7 +575,10 @@ mod tests {
         for bad in ["0", "x", "2000000"] {
             let mut v = OK.to_vec();
             v.push(("ORDERS_PER_PROCESS", bad));
-            assert!(vars(&v).unwrap_err().0.starts_with("ORDERS_PER_PROCESS="), "{bad}");
+            assert!(
+                vars(&v).unwrap_err().0.starts_with("ORDERS_PER_PROCESS="),
+                "{bad}"
+            );
         }
         let mut v = OK.to_vec();
         v.push(("ORDERS_PER_PROCESS", "100"));
@@ -475,14 +589,27 @@ mod tests {
     fn the_state_directory_comes_from_systemd_unless_set() {
         let mut v = OK.to_vec();
         v.push(("STATE_DIRECTORY", "/var/lib/pool_worker:/var/lib/other"));
-        assert_eq!(vars(&v).unwrap().state_dir, std::path::PathBuf::from("/var/lib/pool_worker"));
+        assert_eq!(
+            vars(&v).unwrap().state_dir,
+            std::path::PathBuf::from("/var/lib/pool_worker")
+        );
         let mut xdg = OK.to_vec();
         xdg.push(("XDG_RUNTIME_DIR", "/run/user/1000"));
-        assert_eq!(vars(&xdg).unwrap().state_dir, std::path::PathBuf::from("/run/user/1000/pool_worker"));
+        assert_eq!(
+            vars(&xdg).unwrap().state_dir,
+            std::path::PathBuf::from("/run/user/1000/pool_worker")
+        );
         xdg.push(("STATE_DIRECTORY", "/var/lib/pw"));
-        assert_eq!(vars(&xdg).unwrap().state_dir, std::path::PathBuf::from("/var/lib/pw"), "systemd's first");
+        assert_eq!(
+            vars(&xdg).unwrap().state_dir,
+            std::path::PathBuf::from("/var/lib/pw"),
+            "systemd's first"
+        );
         v.push(("STATE_DIR", "/srv/pw"));
-        assert_eq!(vars(&v).unwrap().state_dir, std::path::PathBuf::from("/srv/pw"));
+        assert_eq!(
+            vars(&v).unwrap().state_dir,
+            std::path::PathBuf::from("/srv/pw")
+        );
         v.push(("SETTLE_MS", "soon"));
         assert!(vars(&v).unwrap_err().0.starts_with("SETTLE_MS="));
     }
@@ -491,7 +618,10 @@ mod tests {
     fn job_settings() {
         let c = vars(OK).unwrap();
         assert_eq!(c.jobs.env_allow, None);
-        assert_eq!(c.jobs.allowed_images, None, "image orders are off by default");
+        assert_eq!(
+            c.jobs.allowed_images, None,
+            "image orders are off by default"
+        );
         assert_eq!(c.jobs.limits, crate::isolate::Limits::default());
         assert!(c.jobs.user.is_none());
         let mut v = OK.to_vec();
@@ -504,10 +634,16 @@ mod tests {
             ("ALLOWED_URLS", "http://orders.internal/a/"),
         ]);
         let c = vars(&v).unwrap();
-        assert_eq!(c.jobs.env_allow, Some(vec!["DEST".to_string(), "APP_*".to_string()]));
+        assert_eq!(
+            c.jobs.env_allow,
+            Some(vec!["DEST".to_string(), "APP_*".to_string()])
+        );
         assert_eq!(c.jobs.allowed_images.as_ref().map(Vec::len), Some(2));
         assert_eq!(c.jobs.limits.memory_bytes, Some(512 << 20));
-        assert_eq!((c.jobs.limits.processes, c.jobs.limits.open_files), (Some(64), Some(1024)));
+        assert_eq!(
+            (c.jobs.limits.processes, c.jobs.limits.open_files),
+            (Some(64), Some(1024))
+        );
         assert_eq!(c.allowed_urls.unwrap()[0].host, "orders.internal");
         for (name, bad, says) in [
             ("ORDER_ENV_ALLOW", "LD_PRELOAD", "never"),
@@ -529,8 +665,14 @@ mod tests {
         let mut v = OK.to_vec();
         v.push(("CLAIMS_KEY", "0123456789abcdef-key"));
         let c = vars(&v).unwrap();
-        assert_eq!(c.claims_key, Some(crate::sign::ClaimsKey::new(b"0123456789abcdef-key").unwrap()));
-        assert!(!format!("{c:?}").contains("0123456789abcdef-key"), "not in the config's Debug");
+        assert_eq!(
+            c.claims_key,
+            Some(crate::sign::ClaimsKey::new(b"0123456789abcdef-key").unwrap())
+        );
+        assert!(
+            !format!("{c:?}").contains("0123456789abcdef-key"),
+            "not in the config's Debug"
+        );
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("key");
         std::fs::write(&f, "0123456789abcdef-key\n").unwrap();
@@ -545,7 +687,10 @@ mod tests {
         assert!(vars(&short).unwrap_err().0.starts_with("CLAIMS_KEY "));
         let mut missing = OK.to_vec();
         missing.push(("CLAIMS_KEY_FILE", "/nonexistent/key"));
-        assert!(vars(&missing).unwrap_err().0.starts_with("CLAIMS_KEY_FILE: cannot read /nonexistent/key"));
+        assert!(vars(&missing)
+            .unwrap_err()
+            .0
+            .starts_with("CLAIMS_KEY_FILE: cannot read /nonexistent/key"));
     }
 
     #[test]
@@ -555,22 +700,45 @@ mod tests {
             v.extend_from_slice(extra);
             vars(&v)
         };
-        assert_eq!(with(&[("LEASE_MS", "900")]).unwrap().claim_defer_ms, 300, "the default shrinks with the lease");
+        assert_eq!(
+            with(&[("LEASE_MS", "900")]).unwrap().claim_defer_ms,
+            300,
+            "the default shrinks with the lease"
+        );
         assert_eq!(with(&[("CLAIM_DEFER_MS", "0")]).unwrap().claim_defer_ms, 0);
-        assert_eq!(with(&[("CLAIM_DEFER_MS", "10000")]).unwrap().claim_defer_ms, 10_000);
+        assert_eq!(
+            with(&[("CLAIM_DEFER_MS", "10000")]).unwrap().claim_defer_ms,
+            10_000
+        );
         let e = with(&[("CLAIM_DEFER_MS", "10001")]).unwrap_err().0;
-        assert!(e.starts_with("CLAIM_DEFER_MS=10001 is out of range") && e.contains("LEASE_MS/3"), "{e}");
-        assert!(with(&[("CLAIM_DEFER_MS", "soon")]).unwrap_err().0.starts_with("CLAIM_DEFER_MS="));
+        assert!(
+            e.starts_with("CLAIM_DEFER_MS=10001 is out of range") && e.contains("LEASE_MS/3"),
+            "{e}"
+        );
+        assert!(with(&[("CLAIM_DEFER_MS", "soon")])
+            .unwrap_err()
+            .0
+            .starts_with("CLAIM_DEFER_MS="));
     }
 
     #[test]
     fn kafka_properties_pass_through() {
         let mut v = OK.to_vec();
-        v.extend([("KAFKA_BROKERS", "h:1"), ("KAFKA_SASL_PASSWORD", "s"), ("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")]);
+        v.extend([
+            ("KAFKA_BROKERS", "h:1"),
+            ("KAFKA_SASL_PASSWORD", "s"),
+            ("KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+        ]);
         let c = vars(&v).unwrap();
         assert_eq!(c.brokers, "h:1");
-        assert_eq!(c.kafka_props.get("sasl.password").map(String::as_str), Some("s"));
-        assert_eq!(c.kafka_props.get("security.protocol").map(String::as_str), Some("SASL_SSL"));
+        assert_eq!(
+            c.kafka_props.get("sasl.password").map(String::as_str),
+            Some("s")
+        );
+        assert_eq!(
+            c.kafka_props.get("security.protocol").map(String::as_str),
+            Some("SASL_SSL")
+        );
         assert!(!c.kafka_props.contains_key("brokers"));
     }
 
@@ -583,8 +751,12 @@ mod tests {
             ("KAFKA_SASL_USERNAME", "pool"),
             ("KAFKA_SASL_PASSWORD", "pw"),
         ]);
-        let c = vars(&v).expect("librdkafka is built with OpenSSL, so SASL_SSL and SCRAM are accepted");
-        assert_eq!(c.kafka_props.get("sasl.mechanisms").map(String::as_str), Some("SCRAM-SHA-512"));
+        let c =
+            vars(&v).expect("librdkafka is built with OpenSSL, so SASL_SSL and SCRAM are accepted");
+        assert_eq!(
+            c.kafka_props.get("sasl.mechanisms").map(String::as_str),
+            Some("SCRAM-SHA-512")
+        );
         let mut v = OK.to_vec();
         v.push(("KAFKA_SECURITY_PROTOCOL", "SSL"));
         assert!(vars(&v).is_ok());
@@ -626,24 +798,40 @@ mod tests {
         let p = path.to_str().unwrap();
         v.push(("KAFKA_SASL_PASSWORD_FILE", p));
         let c = vars(&v).unwrap();
-        assert_eq!(c.kafka_props.get("sasl.password").map(String::as_str), Some("s3cret"), "the line break is not part of it");
+        assert_eq!(
+            c.kafka_props.get("sasl.password").map(String::as_str),
+            Some("s3cret"),
+            "the line break is not part of it"
+        );
         assert!(!c.kafka_props.contains_key("sasl.password.file"));
-        assert!(!format!("{:?}", KafkaSettings::from_vars(&[("KAFKA_SASL_PASSWORD_FILE".into(), p.into())]).unwrap())
-            .contains("s3cret"));
+        assert!(!format!(
+            "{:?}",
+            KafkaSettings::from_vars(&[("KAFKA_SASL_PASSWORD_FILE".into(), p.into())]).unwrap()
+        )
+        .contains("s3cret"));
         v.push(("KAFKA_SASL_PASSWORD", "other"));
         let e = vars(&v).unwrap_err().0;
-        assert!(e.contains("both set") && e.contains("'sasl.password'"), "{e}");
+        assert!(
+            e.contains("both set") && e.contains("'sasl.password'"),
+            "{e}"
+        );
         let mut v = OK.to_vec();
         let d = dir.path().to_str().unwrap();
         v.push(("KAFKA_SSL_KEY_PASSWORD_FILE", d));
-        assert!(vars(&v).unwrap_err().0.starts_with("KAFKA_SSL_KEY_PASSWORD_FILE: cannot read"));
+        assert!(vars(&v)
+            .unwrap_err()
+            .0
+            .starts_with("KAFKA_SSL_KEY_PASSWORD_FILE: cannot read"));
     }
 
     #[test]
     fn job_env_deny_adds_to_the_defaults() {
         let mut v = OK.to_vec();
         v.push(("JOB_ENV_DENY", "AWS_*, SECRET"));
-        assert_eq!(vars(&v).unwrap().env_deny, vec!["KAFKA_*", "CLAIMS_KEY*", "AWS_*", "SECRET"]);
+        assert_eq!(
+            vars(&v).unwrap().env_deny,
+            vec!["KAFKA_*", "CLAIMS_KEY*", "AWS_*", "SECRET"]
+        );
         let mut v = OK.to_vec();
         v.push(("JOB_ENV_DENY", ""));
         assert_eq!(vars(&v).unwrap().env_deny, vec!["KAFKA_*", "CLAIMS_KEY*"]);

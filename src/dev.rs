@@ -74,10 +74,19 @@ pub const DEMO_ORDERS: &[(&str, &str)] = &[
         r#"{"cmd":["sh","-c","echo order $ORDER_PARTITION:$ORDER_OFFSET ran on instance $INSTANCE_NUMBER"]}"#,
     ),
     ("a command that fails", "false"),
-    ("stderr and an exit code", r#"sh -c "echo something went wrong >&2; exit 7""#),
+    (
+        "stderr and an exit code",
+        r#"sh -c "echo something went wrong >&2; exit 7""#,
+    ),
     ("malformed: cmd must be a list", r#"{"cmd": 5}"#),
-    ("runs past its time limit", r#"{"cmd":["sleep","5"],"timeout_secs":1}"#),
-    ("an order naming a program that does not exist", "no-such-program --flag"),
+    (
+        "runs past its time limit",
+        r#"{"cmd":["sleep","5"],"timeout_secs":1}"#,
+    ),
+    (
+        "an order naming a program that does not exist",
+        "no-such-program --flag",
+    ),
 ];
 
 /// `pool_worker dev`: broker, supervisor and live audit trail in one process.
@@ -117,7 +126,9 @@ impl DevArgs {
 
     fn check(&self) -> Result<(), String> {
         if !(1..=MAX_DEV_INSTANCES).contains(&self.instances) {
-            return Err(format!("--instances must be between 1 and {MAX_DEV_INSTANCES}"));
+            return Err(format!(
+                "--instances must be between 1 and {MAX_DEV_INSTANCES}"
+            ));
         }
         if !(1..=crate::broker::MAX_PARTITIONS).contains(&self.orders_partitions) {
             return Err(format!(
@@ -176,7 +187,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
     out.banner(&args, &addr);
 
     let (claims_tx, mut claims) = mpsc::unbounded_channel();
-    let tail = tokio::spawn(tail_claims(addr.clone(), args.coordination_topic.clone(), claims_tx));
+    let tail = tokio::spawn(tail_claims(
+        addr.clone(),
+        args.coordination_topic.clone(),
+        claims_tx,
+    ));
 
     let mut cfg = SupervisorConfig::new((1..=args.instances).collect())?;
     // The workers' clean-exit markers (src/settle.rs) live as long as this
@@ -191,7 +206,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
     let mut pending: BTreeMap<OrderId, &str> = BTreeMap::new();
     let mut deadline = None;
     if args.demo {
-        for (order, (_, payload)) in produce_demo(&addr, &args.orders_topic).await?.into_iter().zip(DEMO_ORDERS) {
+        for (order, (_, payload)) in produce_demo(&addr, &args.orders_topic)
+            .await?
+            .into_iter()
+            .zip(DEMO_ORDERS)
+        {
             out.produced(order, payload);
             pending.insert(order, payload);
         }
@@ -341,7 +360,10 @@ async fn produce_demo(addr: &str, topic: &str) -> anyhow::Result<Vec<OrderId>> {
     let mut ids = Vec::new();
     for (_, payload) in DEMO_ORDERS {
         let delivery = producer
-            .send(FutureRecord::<str, str>::to(topic).payload(payload), Duration::from_secs(15))
+            .send(
+                FutureRecord::<str, str>::to(topic).payload(payload),
+                Duration::from_secs(15),
+            )
             .await
             .map_err(|(e, _)| e)
             .context("cannot send a demo order")?;
@@ -401,7 +423,10 @@ pub fn describe_claim(key: Option<&[u8]>, value: Option<&[u8]>) -> String {
         Err(why) => format!(
             "{:<13} (not a pool_worker record: {why}) {}",
             key.map_or("(no key)".into(), |k| clip(&String::from_utf8_lossy(k), 40)),
-            value.map_or("(no value)".into(), |v| clip(&String::from_utf8_lossy(v), 80)),
+            value.map_or("(no value)".into(), |v| clip(
+                &String::from_utf8_lossy(v),
+                80
+            )),
         ),
     }
 }
@@ -414,7 +439,11 @@ pub fn describe_record(rec: &Record) -> String {
         Event::Claimed | Event::Committed => {
             let mut s = format!("order {order} attempt {}", rec.attempt);
             if !rec.takeover_of.is_empty() {
-                let from: Vec<String> = rec.takeover_of.iter().map(|c| c.instance.to_string()).collect();
+                let from: Vec<String> = rec
+                    .takeover_of
+                    .iter()
+                    .map(|c| c.instance.to_string())
+                    .collect();
                 s.push_str(&format!(", taking over from instance {}", from.join(", ")));
             }
             if let Some(r) = rec.rank {
@@ -430,7 +459,8 @@ pub fn describe_record(rec: &Record) -> String {
         Event::Revoked => format!(
             "order {order}, fencing incarnation {}{}",
             rec.fences.as_deref().unwrap_or("?"),
-            rec.rank.map_or(String::new(), |r| format!(", the taker at rank {r}"))
+            rec.rank
+                .map_or(String::new(), |r| format!(", the taker at rank {r}"))
         ),
         Event::Completed => match &rec.outcome {
             Some(o) => {
@@ -473,7 +503,10 @@ pub fn describe_record(rec: &Record) -> String {
     if let Some(by) = rec.by {
         s.push_str(&format!(" by instance {by}"));
     }
-    let reason = rec.reason.as_deref().or(rec.outcome.as_ref().and_then(|o| o.reason.as_deref()));
+    let reason = rec
+        .reason
+        .as_deref()
+        .or(rec.outcome.as_ref().and_then(|o| o.reason.as_deref()));
     if let Some(r) = reason {
         s.push_str(&format!(": {}", clip(r, 80)));
     }
@@ -500,11 +533,15 @@ fn clip(s: &str, n: usize) -> String {
 /// the PATH finds (after `cargo install --path .`), else its full path, so
 /// that every line pastes and runs as it is.
 fn tool_program() -> String {
-    let exe = std::env::current_exe().ok().and_then(|p| p.canonicalize().ok());
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.canonicalize().ok());
     let on_path = crate::policy::find_in_path("pool_worker", std::env::var_os("PATH").as_deref())
         .and_then(|p| p.canonicalize().ok());
     match exe {
-        Some(exe) if on_path.as_ref() != Some(&exe) => shell_words::quote(&exe.display().to_string()).into_owned(),
+        Some(exe) if on_path.as_ref() != Some(&exe) => {
+            shell_words::quote(&exe.display().to_string()).into_owned()
+        }
         _ => "pool_worker".into(),
     }
 }
@@ -601,10 +638,15 @@ impl Out {
 
     fn claim(&self, c: &RawClaim) {
         if !self.json {
-            self.line(&format!("claims #{:<4} {}", c.offset, describe_claim(c.key.as_deref(), c.value.as_deref())));
+            self.line(&format!(
+                "claims #{:<4} {}",
+                c.offset,
+                describe_claim(c.key.as_deref(), c.value.as_deref())
+            ));
             return;
         }
-        let lossy = |b: &Option<Vec<u8>>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+        let lossy =
+            |b: &Option<Vec<u8>>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
         let v = match Record::decode(c.key.as_deref(), c.value.as_deref()) {
             Ok(rec) => serde_json::json!({
                 "event": "record", "offset": c.offset, "key": rec.key(), "record": rec,
@@ -633,18 +675,31 @@ impl Out {
             .iter()
             .map(|(order, payload)| {
                 let Some(rec) = results.get(order) else {
-                    return [order.to_string(), clip(payload, 40), "-".into(), "not completed".into(), "-".into(), "-".into(), String::new()];
+                    return [
+                        order.to_string(),
+                        clip(payload, 40),
+                        "-".into(),
+                        "not completed".into(),
+                        "-".into(),
+                        "-".into(),
+                        String::new(),
+                    ];
                 };
                 let o = rec.outcome.as_ref();
                 let output = o
-                    .and_then(|o| first_line(&o.stdout_tail).or(o.reason.as_deref()).or(first_line(&o.stderr_tail)))
+                    .and_then(|o| {
+                        first_line(&o.stdout_tail)
+                            .or(o.reason.as_deref())
+                            .or(first_line(&o.stderr_tail))
+                    })
                     .map_or(String::new(), |l| clip(l, 50));
                 [
                     order.to_string(),
                     clip(payload, 40),
                     rec.instance.to_string(),
                     o.map_or("?".into(), |o| o.status.to_string()),
-                    o.and_then(|o| o.exit_code).map_or("-".into(), |c| c.to_string()),
+                    o.and_then(|o| o.exit_code)
+                        .map_or("-".into(), |c| c.to_string()),
                     o.map_or("-".into(), |o| format!("{} ms", o.duration_ms)),
                     output,
                 ]
@@ -664,7 +719,10 @@ impl Out {
             }
             return;
         }
-        let header = ["order", "what", "instance", "status", "exit", "duration", "output"].map(String::from);
+        let header = [
+            "order", "what", "instance", "status", "exit", "duration", "output",
+        ]
+        .map(String::from);
         let mut widths = [0usize; 7];
         for row in std::iter::once(&header).chain(&rows) {
             for (w, cell) in widths.iter_mut().zip(row) {
@@ -672,7 +730,11 @@ impl Out {
             }
         }
         let fmt_row = |row: &[String; 7]| {
-            let cells: Vec<String> = row.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+            let cells: Vec<String> = row
+                .iter()
+                .zip(widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
             cells.join("  ").trim_end().to_string()
         };
         let mut text = format!("\nResults:\n{}\n", fmt_row(&header));
@@ -684,7 +746,10 @@ impl Out {
     }
 
     fn trail(&self, trail: &[RawClaim]) {
-        let mut text = format!("Audit trail ({} records of the claims topic):\n", trail.len());
+        let mut text = format!(
+            "Audit trail ({} records of the claims topic):\n",
+            trail.len()
+        );
         for c in trail {
             text.push_str(&format!(
                 "  #{:<4} {}\n",
@@ -713,7 +778,11 @@ mod tests {
     fn demo_orders_are_what_they_say() {
         for (what, payload) in DEMO_ORDERS {
             let parsed = crate::orders::parse(Some(payload.as_bytes()));
-            assert_eq!(parsed.is_err(), what.starts_with("malformed"), "{payload}: {parsed:?}");
+            assert_eq!(
+                parsed.is_err(),
+                what.starts_with("malformed"),
+                "{payload}: {parsed:?}"
+            );
         }
         assert!((5..=8).contains(&DEMO_ORDERS.len()));
     }
@@ -727,7 +796,10 @@ mod tests {
             describe_claim(Some(key.as_bytes()), Some(&claim.encode())),
             "3:claimed     order 0:17 attempt 1"
         );
-        claim.takeover_of.push(Cite { instance: 2, incarnation: "b".into() });
+        claim.takeover_of.push(Cite {
+            instance: 2,
+            incarnation: "b".into(),
+        });
         assert!(describe_record(&claim).ends_with("taking over from instance 2"));
         claim.rank = Some(0);
         assert!(describe_record(&claim).ends_with("taking over from instance 2, rank 0"));
@@ -735,7 +807,10 @@ mod tests {
         let mut cp = Record::new(3, Event::Checkpoint, "a1", 0);
         cp.snapshot = Some(Box::new(crate::boot::View::new().snapshot()));
         cp.next.insert(0, 18);
-        assert_eq!(describe_record(&cp), "the log before #0: 0 instances, 0 open contests, 0 ids; frontier 0:18");
+        assert_eq!(
+            describe_record(&cp),
+            "the log before #0: 0 instances, 0 open contests, 0 ids; frontier 0:18"
+        );
 
         let mut done = Record::new(3, Event::Completed, "a1", 0).with_order(OrderId::new(0, 17));
         done.outcome = Some(Outcome {
@@ -748,7 +823,10 @@ mod tests {
             traceparent: None,
             retry_of: None,
         });
-        assert_eq!(describe_record(&done), "order 0:17 ok exit 0 in 12 ms | hello");
+        assert_eq!(
+            describe_record(&done),
+            "order 0:17 ok exit 0 in 12 ms | hello"
+        );
         if let Some(o) = done.outcome.as_mut() {
             o.retry_of = Some("0:3".into());
             o.traceparent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
@@ -758,7 +836,10 @@ mod tests {
             "order 0:17 ok exit 0 in 12 ms, retry of 0:3, traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 | hello"
         );
         done.outcome = Some(Outcome::not_run(Status::Error, "bad JSON order"));
-        assert_eq!(describe_record(&done), "order 0:17 error in 0 ms: bad JSON order");
+        assert_eq!(
+            describe_record(&done),
+            "order 0:17 error in 0 ms: bad JSON order"
+        );
 
         let foreign = describe_claim(None, Some(b"\xff{oops"));
         assert!(foreign.contains("not a pool_worker record"), "{foreign}");
@@ -780,13 +861,21 @@ mod tests {
             json: false,
         };
         let text = tools_lines(&args, "127.0.0.1:4567", "pool_worker");
-        for tool in ["submit --wait -- echo hello", "status", "history 0:0", "serve --listen 127.0.0.1:8080"] {
+        for tool in [
+            "submit --wait -- echo hello",
+            "status",
+            "history 0:0",
+            "serve --listen 127.0.0.1:8080",
+        ] {
             let line = format!("KAFKA_BROKERS=127.0.0.1:4567 pool_worker {tool}\n");
             assert!(text.contains(&line), "no `{line}` in:\n{text}");
         }
         args.coordination_topic = "mine".into();
         let text = tools_lines(&args, "h:1", "pool_worker");
-        assert!(text.contains("KAFKA_BROKERS=h:1 COORDINATION_TOPIC=mine pool_worker status\n"), "{text}");
+        assert!(
+            text.contains("KAFKA_BROKERS=h:1 COORDINATION_TOPIC=mine pool_worker status\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -38,19 +38,29 @@ pub async fn fetch_order(
     timeout: Duration,
     allowed: &Option<Vec<UrlRule>>,
 ) -> Result<Vec<u8>, FetchError> {
-    let parsed = url::Url::parse(url).map_err(|e| FetchError::Failed(format!("URL {url} is malformed: {e}")))?;
+    let parsed = url::Url::parse(url)
+        .map_err(|e| FetchError::Failed(format!("URL {url} is malformed: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(FetchError::Failed(format!("URL {url} is not http:// or https://")));
+        return Err(FetchError::Failed(format!(
+            "URL {url} is not http:// or https://"
+        )));
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(FetchError::Refused(format!("URL {url} has credentials, which URL orders may not carry")));
+        return Err(FetchError::Refused(format!(
+            "URL {url} has credentials, which URL orders may not carry"
+        )));
     }
     if !url_allowed(&parsed, allowed) {
-        return Err(FetchError::Refused(format!("URL {url} is not under an allowed prefix (ALLOWED_URLS)")));
+        return Err(FetchError::Refused(format!(
+            "URL {url} is not under an allowed prefix (ALLOWED_URLS)"
+        )));
     }
     match tokio::time::timeout(timeout, get(parsed, max_bytes, timeout)).await {
         Ok(r) => r.map_err(|e| FetchError::Failed(format!("fetching {url}: {e}"))),
-        Err(_) => Err(FetchError::Failed(format!("fetching {url} took more than {} s", timeout.as_secs_f64()))),
+        Err(_) => Err(FetchError::Failed(format!(
+            "fetching {url} took more than {} s",
+            timeout.as_secs_f64()
+        ))),
     }
 }
 
@@ -66,7 +76,11 @@ async fn get(url: url::Url, max_bytes: usize, timeout: Duration) -> Result<Vec<u
     let mut resp = client.get(url).send().await.map_err(|e| describe(&e))?;
     let status = resp.status();
     if status != reqwest::StatusCode::OK {
-        let redirect = if status.is_redirection() { " (redirects are not followed)" } else { "" };
+        let redirect = if status.is_redirection() {
+            " (redirects are not followed)"
+        } else {
+            ""
+        };
         return Err(format!("the server answered HTTP {status}{redirect}"));
     }
     let too_large = || format!("the order is larger than {max_bytes} bytes");
@@ -86,7 +100,11 @@ async fn get(url: url::Url, max_bytes: usize, timeout: Duration) -> Result<Vec<u
 /// A reqwest error with its causes (its own message is often only
 /// "error sending request"), without the URL, which the caller names.
 fn describe(e: &reqwest::Error) -> String {
-    let mut s = if e.is_connect() { "cannot connect".to_string() } else { "the request failed".to_string() };
+    let mut s = if e.is_connect() {
+        "cannot connect".to_string()
+    } else {
+        "the request failed".to_string()
+    };
     let mut source = std::error::Error::source(e);
     let mut n = 0;
     while let Some(cause) = source {
@@ -139,32 +157,61 @@ mod tests {
 
     #[tokio::test]
     async fn bodies_of_every_framing() {
-        let (base, req) = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nX: y\r\n\r\necho hi").await;
-        let body = fetch_order(&format!("{base}/orders/1?x=y#frag"), 100, SEC, &rules(&[&format!("{base}/orders/")]))
-            .await;
+        let (base, req) =
+            serve(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nX: y\r\n\r\necho hi").await;
+        let body = fetch_order(
+            &format!("{base}/orders/1?x=y#frag"),
+            100,
+            SEC,
+            &rules(&[&format!("{base}/orders/")]),
+        )
+        .await;
         assert_eq!(body.unwrap(), b"echo hi");
         let request = req.await.unwrap();
-        assert!(request.starts_with("GET /orders/1?x=y HTTP/1.1\r\n"), "{request}");
-        assert!(request.to_ascii_lowercase().contains(&format!("\r\nhost: {}\r\n", &base["http://".len()..])));
+        assert!(
+            request.starts_with("GET /orders/1?x=y HTTP/1.1\r\n"),
+            "{request}"
+        );
+        assert!(request
+            .to_ascii_lowercase()
+            .contains(&format!("\r\nhost: {}\r\n", &base["http://".len()..])));
 
         let (base, _) = serve(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nto the end").await;
-        assert_eq!(fetch_order(&base, 100, SEC, &None).await.unwrap(), b"to the end");
+        assert_eq!(
+            fetch_order(&base, 100, SEC, &None).await.unwrap(),
+            b"to the end"
+        );
 
         let (base, _) =
             serve(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;x=1\r\necho\r\n3\r\n hi\r\n0\r\n\r\n").await;
-        assert_eq!(fetch_order(&base, 100, SEC, &None).await.unwrap(), b"echo hi");
+        assert_eq!(
+            fetch_order(&base, 100, SEC, &None).await.unwrap(),
+            b"echo hi"
+        );
     }
 
     #[tokio::test]
     async fn failures_name_the_url_and_status_never_the_body() {
-        let (base, _) = serve(b"HTTP/1.1 404 Not Found\r\nContent-Length: 19\r\n\r\nsecret-of-internal").await;
-        let e = fetch_order(&format!("{base}/x"), 100, SEC, &None).await.unwrap_err();
-        assert_eq!(e, FetchError::Failed(format!("fetching {base}/x: the server answered HTTP 404 Not Found")));
+        let (base, _) =
+            serve(b"HTTP/1.1 404 Not Found\r\nContent-Length: 19\r\n\r\nsecret-of-internal").await;
+        let e = fetch_order(&format!("{base}/x"), 100, SEC, &None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            FetchError::Failed(format!(
+                "fetching {base}/x: the server answered HTTP 404 Not Found"
+            ))
+        );
         assert!(!e.reason().contains("secret"));
 
-        let (base, _) = serve(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\nsecret").await;
+        let (base, _) =
+            serve(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\nsecret").await;
         let e = fetch_order(&base, 100, SEC, &None).await.unwrap_err();
-        assert!(e.reason().contains("500") && !e.reason().contains("secret"), "{e:?}");
+        assert!(
+            e.reason().contains("500") && !e.reason().contains("secret"),
+            "{e:?}"
+        );
 
         for resp in [
             &b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world"[..],
@@ -177,15 +224,32 @@ mod tests {
             assert!(!e.reason().contains("hello"));
         }
         let (base, _) = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nshort").await;
-        assert!(matches!(fetch_order(&base, 100, SEC, &None).await, Err(FetchError::Failed(_))));
+        assert!(matches!(
+            fetch_order(&base, 100, SEC, &None).await,
+            Err(FetchError::Failed(_))
+        ));
 
         let (base, _) = serve(b"").await;
-        let e = fetch_order(&base, 100, Duration::from_millis(200), &None).await.unwrap_err();
-        assert!(e.reason().contains(&base) && e.reason().contains("0.2 s"), "{e:?}");
+        let e = fetch_order(&base, 100, Duration::from_millis(200), &None)
+            .await
+            .unwrap_err();
+        assert!(
+            e.reason().contains(&base) && e.reason().contains("0.2 s"),
+            "{e:?}"
+        );
 
-        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let e = fetch_order(&format!("http://127.0.0.1:{dead}/x"), 100, SEC, &None).await.unwrap_err();
-        assert!(e.reason().contains("cannot connect") && e.reason().contains(&dead.to_string()), "{e:?}");
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = fetch_order(&format!("http://127.0.0.1:{dead}/x"), 100, SEC, &None)
+            .await
+            .unwrap_err();
+        assert!(
+            e.reason().contains("cannot connect") && e.reason().contains(&dead.to_string()),
+            "{e:?}"
+        );
     }
 
     #[tokio::test]
@@ -200,7 +264,10 @@ mod tests {
         );
         let (base, _) = serve(Box::leak(answer.into_bytes().into_boxed_slice())).await;
         let e = fetch_order(&base, 100, SEC, &None).await.unwrap_err();
-        assert!(e.reason().contains("302") && e.reason().contains("not followed"), "{e:?}");
+        assert!(
+            e.reason().contains("302") && e.reason().contains("not followed"),
+            "{e:?}"
+        );
         let accepted = target.accept();
         assert!(
             matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
@@ -214,21 +281,41 @@ mod tests {
         // https:// URLs go through TLS rather than being refused.
         let (base, req) = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ntrue").await;
         let url = base.replacen("http://", "https://", 1);
-        let e = fetch_order(&url, 100, Duration::from_secs(1), &None).await.unwrap_err();
-        assert!(matches!(&e, FetchError::Failed(r) if r.contains(&url)), "{e:?}");
-        let head = tokio::time::timeout(SEC, req).await.unwrap().unwrap_or_default();
+        let e = fetch_order(&url, 100, Duration::from_secs(1), &None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, FetchError::Failed(r) if r.contains(&url)),
+            "{e:?}"
+        );
+        let head = tokio::time::timeout(SEC, req)
+            .await
+            .unwrap()
+            .unwrap_or_default();
         assert!(!head.starts_with("GET"), "sent in clear text: {head:?}");
     }
 
     #[tokio::test]
     async fn the_allow_list_is_checked_before_connecting() {
         let allowed = rules(&["http://orders.internal"]);
-        for u in ["http://orders.internal.evil.net/x", "http://orders.internal:81/x", "http://127.0.0.1:9/x"] {
+        for u in [
+            "http://orders.internal.evil.net/x",
+            "http://orders.internal:81/x",
+            "http://127.0.0.1:9/x",
+        ] {
             let e = fetch_order(u, 100, SEC, &allowed).await.unwrap_err();
-            assert!(matches!(&e, FetchError::Refused(r) if r.contains(u)), "{e:?}");
+            assert!(
+                matches!(&e, FetchError::Refused(r) if r.contains(u)),
+                "{e:?}"
+            );
         }
-        let e = fetch_order("http://u:p@orders.internal/x", 100, SEC, &None).await.unwrap_err();
+        let e = fetch_order("http://u:p@orders.internal/x", 100, SEC, &None)
+            .await
+            .unwrap_err();
         assert!(matches!(e, FetchError::Refused(_)));
-        assert!(matches!(fetch_order("ftp://h/x", 100, SEC, &None).await, Err(FetchError::Failed(_))));
+        assert!(matches!(
+            fetch_order("ftp://h/x", 100, SEC, &None).await,
+            Err(FetchError::Failed(_))
+        ));
     }
 }

@@ -30,8 +30,10 @@ use std::time::{Duration, Instant};
 
 /// Makes this process non-dumpable and a child subreaper.
 pub fn harden_worker() -> Result<(), String> {
-    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("cannot make the worker non-dumpable: {e}"))?;
-    nix::sys::prctl::set_child_subreaper(true).map_err(|e| format!("cannot make the worker a subreaper: {e}"))?;
+    nix::sys::prctl::set_dumpable(false)
+        .map_err(|e| format!("cannot make the worker non-dumpable: {e}"))?;
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| format!("cannot make the worker a subreaper: {e}"))?;
     Ok(())
 }
 
@@ -71,13 +73,24 @@ impl JobUser {
                 }
             }
             // A uid without an entry (containers): its own number as group.
-            (None, Ok(uid)) => JobUser { name: uid.to_string(), uid, gid: uid, groups: vec![uid], home: None },
-            (None, Err(_)) => return Err(format!("JOB_USER='{spec}' is not a user of this system")),
+            (None, Ok(uid)) => JobUser {
+                name: uid.to_string(),
+                uid,
+                gid: uid,
+                groups: vec![uid],
+                home: None,
+            },
+            (None, Err(_)) => {
+                return Err(format!("JOB_USER='{spec}' is not a user of this system"))
+            }
         };
         if user.uid == 0 {
-            return Err(format!("JOB_USER='{spec}' is root, which would give jobs the worker's power"));
+            return Err(format!(
+                "JOB_USER='{spec}' is root, which would give jobs the worker's power"
+            ));
         }
-        if !Uid::effective().is_root() && Uid::effective().as_raw() != user.uid && !has_setid_caps() {
+        if !Uid::effective().is_root() && Uid::effective().as_raw() != user.uid && !has_setid_caps()
+        {
             return Err(format!(
                 "JOB_USER='{spec}' needs the worker to run as root (or with CAP_SETUID and CAP_SETGID) to switch users"
             ));
@@ -88,7 +101,9 @@ impl JobUser {
 
 /// Whether this process has CAP_SETGID (6) and CAP_SETUID (7) in effect.
 fn has_setid_caps() -> bool {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
     status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -120,7 +135,14 @@ pub fn prepare_child(cmd: &mut tokio::process::Command, user: Option<&JobUser>, 
     // Everything the closure needs is computed here: after fork, only
     // async-signal-safe calls (no allocation).
     let creds = user.map(|u| {
-        (Uid::from_raw(u.uid), Gid::from_raw(u.gid), u.groups.iter().map(|g| Gid::from_raw(*g)).collect::<Vec<_>>())
+        (
+            Uid::from_raw(u.uid),
+            Gid::from_raw(u.gid),
+            u.groups
+                .iter()
+                .map(|g| Gid::from_raw(*g))
+                .collect::<Vec<_>>(),
+        )
     });
     let limit = |r: Resource, v: Option<u64>| v.map(|v| (r, v));
     let limits: Vec<(Resource, u64)> = [
@@ -144,7 +166,14 @@ pub fn prepare_child(cmd: &mut tokio::process::Command, user: Option<&JobUser>, 
                 // (systemd's AmbientCapabilities=) would pass them on through
                 // exec: a non-root uid change keeps them. Clear them first
                 // (EINVAL: a kernel without ambient capabilities).
-                if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) != 0 {
+                if libc::prctl(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
                     let e = io::Error::last_os_error();
                     if e.raw_os_error() != Some(libc::EINVAL) {
                         return Err(e);
@@ -163,10 +192,17 @@ pub fn prepare_child(cmd: &mut tokio::process::Command, user: Option<&JobUser>, 
 /// in parentheses may itself hold spaces and parentheses).
 fn parents() -> BTreeMap<i32, i32> {
     let mut map = BTreeMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return map };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return map;
+    };
     for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        if let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| stat_ppid(&s)) {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| stat_ppid(&s))
+        {
             map.insert(pid, ppid);
         }
     }
@@ -216,7 +252,10 @@ pub fn end_descendants(limit: Duration) -> usize {
         // job's main process is already reaped by its runner.
         for (&pid, &ppid) in &parents {
             if ppid == me && killed.contains(&pid) {
-                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+                let _ = nix::sys::wait::waitpid(
+                    nix::unistd::Pid::from_raw(pid),
+                    Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+                );
             }
         }
         if live.is_empty() || Instant::now() >= until {
@@ -229,7 +268,10 @@ pub fn end_descendants(limit: Duration) -> usize {
 fn is_zombie(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rfind(')').map(|i| s[i + 1..].trim_start().starts_with('Z')))
+        .and_then(|s| {
+            s.rfind(')')
+                .map(|i| s[i + 1..].trim_start().starts_with('Z'))
+        })
         .unwrap_or(true)
 }
 
@@ -244,7 +286,12 @@ pub fn random_u64() -> u64 {
     }
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
     h.finish()
 }
 
@@ -275,7 +322,9 @@ mod tests {
         }
         let nobody = JobUser::lookup("nobody").expect("nobody exists on the test machine");
         assert_ne!(nobody.uid, 0);
-        assert!(JobUser::lookup("no-such-user-pw").unwrap_err().contains("not a user"));
+        assert!(JobUser::lookup("no-such-user-pw")
+            .unwrap_err()
+            .contains("not a user"));
         assert!(JobUser::lookup("root").unwrap_err().contains("root"));
         assert!(JobUser::lookup("0").is_err());
         let by_number = JobUser::lookup(&nobody.uid.to_string()).unwrap();

@@ -166,10 +166,15 @@ fn choose(spec: &OrderSpec, ctx: &JobContext) -> Result<(PathBuf, String, Vec<St
     }
     let (program, args) = match &spec.kind {
         OrderKind::Url { .. } => {
-            return Err(Outcome::not_run(Status::Error, "URL orders must be fetched before running"))
+            return Err(Outcome::not_run(
+                Status::Error,
+                "URL orders must be fetched before running",
+            ))
         }
         // `parse` guarantees one script; a hand-built spec gets its words joined.
-        OrderKind::Command { argv } if spec.shell => ("sh".to_string(), vec!["-c".into(), argv.join(" ")]),
+        OrderKind::Command { argv } if spec.shell => {
+            ("sh".to_string(), vec!["-c".into(), argv.join(" ")])
+        }
         OrderKind::Command { argv } => match argv.split_first() {
             Some((p, rest)) if !p.is_empty() => (p.clone(), rest.to_vec()),
             _ => return Err(Outcome::not_run(Status::Error, "the order has no program")),
@@ -177,13 +182,18 @@ fn choose(spec: &OrderSpec, ctx: &JobContext) -> Result<(PathBuf, String, Vec<St
         OrderKind::Image { image, args } => {
             if !crate::policy::image_allowed(image, &ctx.allowed_images) {
                 let why = match ctx.allowed_images {
-                    None => format!("image '{image}' refused: image orders are off (ALLOWED_IMAGES is not set)"),
+                    None => format!(
+                        "image '{image}' refused: image orders are off (ALLOWED_IMAGES is not set)"
+                    ),
                     Some(_) => format!("image '{image}' is not in ALLOWED_IMAGES"),
                 };
                 return Err(Outcome::not_run(Status::Refused, why));
             }
             let Some(path) = resolve(&ctx.docker_program) else {
-                let why = format!("cannot run image orders: '{}' not found in PATH", ctx.docker_program);
+                let why = format!(
+                    "cannot run image orders: '{}' not found in PATH",
+                    ctx.docker_program
+                );
                 return Err(Outcome::not_run(Status::Error, why));
             };
             return Ok((path, "docker".into(), docker_args(spec, ctx, image, args)));
@@ -191,11 +201,20 @@ fn choose(spec: &OrderSpec, ctx: &JobContext) -> Result<(PathBuf, String, Vec<St
     };
     let path = match &ctx.commands {
         Some(commands) => {
-            let real = if program.contains('/') { crate::policy::canonical(&program) } else { None };
-            commands.decide(&program, real.as_deref()).map_err(|why| Outcome::not_run(Status::Refused, why))?
+            let real = if program.contains('/') {
+                crate::policy::canonical(&program)
+            } else {
+                None
+            };
+            commands
+                .decide(&program, real.as_deref())
+                .map_err(|why| Outcome::not_run(Status::Refused, why))?
         }
         None => resolve(&program).ok_or_else(|| {
-            Outcome::not_run(Status::Error, format!("cannot run '{program}': not found in PATH"))
+            Outcome::not_run(
+                Status::Error,
+                format!("cannot run '{program}': not found in PATH"),
+            )
         })?,
     };
     Ok((path, program, args))
@@ -233,7 +252,11 @@ pub async fn run(spec: &OrderSpec, ctx: &JobContext, mut cancel: watch::Receiver
     // parent-death signal, which is set after them.
     // (An image order's limits are the container's, set by `docker run`:
     // the docker CLI itself needs more address space than a job may get.)
-    let limits = if matches!(spec.kind, OrderKind::Image { .. }) { Limits::default() } else { ctx.limits };
+    let limits = if matches!(spec.kind, OrderKind::Image { .. }) {
+        Limits::default()
+    } else {
+        ctx.limits
+    };
     crate::isolate::prepare_child(&mut cmd, ctx.user.as_deref(), limits);
     crate::supervise::die_with_parent(&mut cmd);
 
@@ -297,7 +320,8 @@ pub async fn run(spec: &OrderSpec, ctx: &JobContext, mut cancel: watch::Receiver
     drop(group);
     if ctx.end_descendants {
         // Those that left the group (setsid) or were orphaned: a subreaper's.
-        let ended = tokio::task::spawn_blocking(|| crate::isolate::end_descendants(END_DESCENDANTS)).await;
+        let ended =
+            tokio::task::spawn_blocking(|| crate::isolate::end_descendants(END_DESCENDANTS)).await;
         if let Ok(n @ 1..) = ended {
             tracing::info!(order = %ctx.order, processes = n, "ended processes the job left behind");
         }
@@ -397,7 +421,11 @@ fn job_env(
     env.retain(|name, _| !denied(name, &ctx.env_deny));
     if let Some(user) = &ctx.user {
         let home = user.home.clone().unwrap_or_else(|| "/".into());
-        for (name, value) in [("HOME", home), ("USER", user.name.clone()), ("LOGNAME", user.name.clone())] {
+        for (name, value) in [
+            ("HOME", home),
+            ("USER", user.name.clone()),
+            ("LOGNAME", user.name.clone()),
+        ] {
             env.insert(name.into(), value.into());
         }
     }
@@ -808,7 +836,11 @@ mod tests {
         let o = run_(&spec, &ctx()).await;
         assert_eq!(o.stdout_tail, format!("[{tp}]\n"), "{o:?}");
         let docker = docker_args(&spec, &ctx(), "alpine", &[]);
-        assert_eq!(docker.iter().filter(|a| *a == "TRACEPARENT").count(), 1, "{docker:?}");
+        assert_eq!(
+            docker.iter().filter(|a| *a == "TRACEPARENT").count(),
+            1,
+            "{docker:?}"
+        );
     }
 
     #[tokio::test]
@@ -868,7 +900,9 @@ mod tests {
     /// `ALLOWED_COMMANDS` resolved with the test process's `PATH`.
     fn commands(entries: &[&str]) -> Option<Arc<Commands>> {
         let entries: Vec<String> = entries.iter().map(|s| s.to_string()).collect();
-        Some(Arc::new(Commands::resolve(&entries, std::env::var_os("PATH").as_deref()).unwrap()))
+        Some(Arc::new(
+            Commands::resolve(&entries, std::env::var_os("PATH").as_deref()).unwrap(),
+        ))
     }
 
     /// Issue 18, row 1: `LD_PRELOAD` from the order would load the
@@ -918,7 +952,10 @@ mod tests {
             ("BASH_ENV", format!("$(touch {})", marker.display())),
             ("BASH_ENV", evil.display().to_string()),
             ("ENV", evil.display().to_string()),
-            ("BASH_FUNC_echo%%", format!("() {{ touch {}; }}", marker.display())),
+            (
+                "BASH_FUNC_echo%%",
+                format!("() {{ touch {}; }}", marker.display()),
+            ),
             ("SHELLOPTS", "xtrace".into()),
         ] {
             let mut spec = cmd(&[report.to_str().unwrap()]);
@@ -944,7 +981,10 @@ mod tests {
         spec.env.insert("OTHER".into(), "o".into());
         let o = run_(&spec, &c).await;
         assert_eq!(o.status, Status::Refused);
-        assert_eq!(o.reason.as_deref(), Some("the order sets OTHER, which ORDER_ENV_ALLOW does not allow"));
+        assert_eq!(
+            o.reason.as_deref(),
+            Some("the order sets OTHER, which ORDER_ENV_ALLOW does not allow")
+        );
     }
 
     /// Issue 18, row 3: an earlier allowed job copies a shell to `./cp`; a
@@ -959,7 +999,10 @@ mod tests {
         let marker = dir.path().join("shell-ran");
         let touch = format!("touch {}", marker.display());
         let cwd = std::env::current_dir().unwrap();
-        for argv0 in [fake.to_str().unwrap().to_string(), format!("{}/./cp", dir.path().display())] {
+        for argv0 in [
+            fake.to_str().unwrap().to_string(),
+            format!("{}/./cp", dir.path().display()),
+        ] {
             let o = run_(&cmd(&[&argv0, "-c", &touch]), &c).await;
             assert_eq!(o.status, Status::Refused, "{argv0}: {o:?}");
         }
@@ -971,7 +1014,11 @@ mod tests {
         // The real cp still runs, by name and by its own path.
         let real = crate::policy::find_in_path("cp", std::env::var_os("PATH").as_deref()).unwrap();
         let copy = dir.path().join("copy");
-        let o = run_(&cmd(&["cp", fake.to_str().unwrap(), copy.to_str().unwrap()]), &c).await;
+        let o = run_(
+            &cmd(&["cp", fake.to_str().unwrap(), copy.to_str().unwrap()]),
+            &c,
+        )
+        .await;
         assert_eq!(o.status, Status::Ok, "{o:?}");
         let o = run_(&cmd(&[real.to_str().unwrap(), "--version"]), &c).await;
         assert_eq!(o.status, Status::Ok, "{o:?}");
@@ -980,7 +1027,11 @@ mod tests {
     /// `../../..` from `base` to `path` (both absolute), for a relative argv0.
     fn pathdiff(path: &Path, base: &Path) -> String {
         let ups = base.components().count() - 1;
-        format!("{}{}", "../".repeat(ups), path.strip_prefix("/").unwrap().display())
+        format!(
+            "{}{}",
+            "../".repeat(ups),
+            path.strip_prefix("/").unwrap().display()
+        )
     }
 
     #[tokio::test]
@@ -994,7 +1045,11 @@ mod tests {
         c.commands = commands(&[&jobs.display().to_string()]);
         let o = run_(&cmd(&[jobs.join("ok").to_str().unwrap()]), &c).await;
         assert_eq!((o.status, o.stdout_tail.as_str()), (Status::Ok, "ok\n"));
-        for p in [jobs.join("sh"), jobs.join("../jobs/../../../bin/sh"), PathBuf::from(format!("{}2/x", jobs.display()))] {
+        for p in [
+            jobs.join("sh"),
+            jobs.join("../jobs/../../../bin/sh"),
+            PathBuf::from(format!("{}2/x", jobs.display())),
+        ] {
             let o = run_(&cmd(&[p.to_str().unwrap(), "-c", "echo pwned"]), &c).await;
             assert_eq!(o.status, Status::Refused, "{}: {o:?}", p.display());
         }
@@ -1005,20 +1060,34 @@ mod tests {
         let mut c = ctx();
         c.commands = commands(&["echo"]);
         let mut spec = cmd(&[]);
-        spec.kind = OrderKind::Image { image: "alpine".into(), args: vec![] };
+        spec.kind = OrderKind::Image {
+            image: "alpine".into(),
+            args: vec![],
+        };
         let o = run_(&spec, &c).await;
         assert_eq!(o.status, Status::Refused);
-        assert!(o.reason.unwrap_or_default().contains("ALLOWED_IMAGES is not set"));
+        assert!(o
+            .reason
+            .unwrap_or_default()
+            .contains("ALLOWED_IMAGES is not set"));
         c.allowed_images = Some(vec!["busybox".into()]);
         let o = run_(&spec, &c).await;
-        assert_eq!(o.reason.as_deref(), Some("image 'alpine' is not in ALLOWED_IMAGES"));
+        assert_eq!(
+            o.reason.as_deref(),
+            Some("image 'alpine' is not in ALLOWED_IMAGES")
+        );
         c.allowed_images = Some(vec!["alpine".into()]);
         // Row 5: docker as a command stays refused.
-        let o = run_(&cmd(&["docker", "run", "--privileged", "-v", "/:/host", "alpine"]), &c).await;
+        let o = run_(
+            &cmd(&["docker", "run", "--privileged", "-v", "/:/host", "alpine"]),
+            &c,
+        )
+        .await;
         assert_eq!(o.status, Status::Refused, "{o:?}");
         assert!(o.reason.unwrap_or_default().contains("'docker'"));
         // Row 6: the order cannot point the docker CLI elsewhere.
-        spec.env.insert("DOCKER_HOST".into(), "tcp://127.0.0.1:2375".into());
+        spec.env
+            .insert("DOCKER_HOST".into(), "tcp://127.0.0.1:2375".into());
         let o = run_(&spec, &c).await;
         assert_eq!(o.status, Status::Refused, "{o:?}");
         assert!(o.reason.unwrap_or_default().contains("DOCKER_HOST"));

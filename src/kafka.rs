@@ -82,7 +82,11 @@ pub struct Gate {
 
 impl Gate {
     pub fn new(key: Option<crate::sign::ClaimsKey>, orders_topic: &str) -> Gate {
-        Gate { key, orders_topic: orders_topic.to_string(), known: Arc::default() }
+        Gate {
+            key,
+            orders_topic: orders_topic.to_string(),
+            known: Arc::default(),
+        }
     }
 
     /// Raises the known end offsets (an end offset never falls).
@@ -105,10 +109,18 @@ impl Gate {
         live: &dyn Fn() -> bool,
     ) -> Result<Record, Foreign> {
         use rdkafka::message::Headers;
-        let sig = m.headers().and_then(|h| h.iter().find(|h| h.key == crate::sign::HEADER).and_then(|h| h.value));
+        let sig = m.headers().and_then(|h| {
+            h.iter()
+                .find(|h| h.key == crate::sign::HEADER)
+                .and_then(|h| h.value)
+        });
         let verdict = crate::sign::verdict(self.key.as_ref(), m.payload(), sig);
         let rec = Record::decode_with(m.key(), m.payload(), verdict)?;
-        if self.known.lock().is_ok_and(|k| rec.impossible(&k).is_none()) {
+        if self
+            .known
+            .lock()
+            .is_ok_and(|k| rec.impossible(&k).is_none())
+        {
             return Ok(rec);
         }
         let mut backoff = Duration::from_millis(100);
@@ -116,10 +128,14 @@ impl Gate {
             match order_ends_now(client, &self.orders_topic) {
                 Ok(ends) if !ends.is_empty() => break ends,
                 Ok(_) => tracing::warn!("the orders topic has no partitions yet"),
-                Err(e) => tracing::warn!(error = %e, "cannot read the orders topic's end offsets to check a claims record"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the orders topic's end offsets to check a claims record")
+                }
             }
             if !live() {
-                return Err(Foreign::Impossible("not checked: the reader stopped".into()));
+                return Err(Foreign::Impossible(
+                    "not checked: the reader stopped".into(),
+                ));
             }
             std::thread::sleep(backoff);
             backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -138,10 +154,24 @@ impl Gate {
 }
 
 /// The end offset of every partition of `topic`, asked now.
-pub fn order_ends_now<X: ConsumerContext>(client: &BaseConsumer<X>, topic: &str) -> Result<BTreeMap<i32, i64>, KafkaError> {
+pub fn order_ends_now<X: ConsumerContext>(
+    client: &BaseConsumer<X>,
+    topic: &str,
+) -> Result<BTreeMap<i32, i64>, KafkaError> {
     let md = client.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
-    let parts: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
-    parts.into_iter().map(|p| client.fetch_watermarks(topic, p, REQUEST_TIMEOUT).map(|(_, h)| (p, h))).collect()
+    let parts: Vec<i32> = md
+        .topics()
+        .first()
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+        .unwrap_or_default();
+    parts
+        .into_iter()
+        .map(|p| {
+            client
+                .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
+                .map(|(_, h)| (p, h))
+        })
+        .collect()
 }
 
 /// The clients' context: librdkafka's errors become one warning each (its
@@ -168,7 +198,12 @@ impl ProducerContext for Quiet {
     type DeliveryOpaque = Box<Delivery>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, to: Box<Delivery>) {
-        let _ = to.send(result.as_ref().map(|m| m.offset()).map_err(|(e, _)| e.clone()));
+        let _ = to.send(
+            result
+                .as_ref()
+                .map(|m| m.offset())
+                .map_err(|(e, _)| e.clone()),
+        );
     }
 }
 
@@ -203,7 +238,9 @@ pub struct Kafka {
 pub enum Unreadable {
     /// The broker deleted it (retention, DeleteRecords): its partition's
     /// log now starts at `log_start`, past the order.
-    Deleted { log_start: i64 },
+    Deleted {
+        log_start: i64,
+    },
     Failed(String),
 }
 
@@ -237,7 +274,10 @@ impl OrderMessage {
                 .and_then(|h| h.value)
                 .map(|v| String::from_utf8_lossy(&v[..v.len().min(256)]).into_owned())
         });
-        OrderMessage { payload: m.payload().map(<[u8]>::to_vec), traceparent }
+        OrderMessage {
+            payload: m.payload().map(<[u8]>::to_vec),
+            traceparent,
+        }
     }
 
     fn bytes(&self) -> usize {
@@ -256,7 +296,10 @@ struct Payloads {
 impl Payloads {
     fn put(&mut self, partition: i32, offset: i64, m: OrderMessage) {
         let n = m.bytes();
-        if self.map.len() < PAYLOADS_MAX && self.bytes + n <= PAYLOADS_MAX_BYTES && !self.map.contains_key(&(partition, offset)) {
+        if self.map.len() < PAYLOADS_MAX
+            && self.bytes + n <= PAYLOADS_MAX_BYTES
+            && !self.map.contains_key(&(partition, offset))
+        {
             self.bytes += n;
             self.map.insert((partition, offset), m);
         }
@@ -265,8 +308,11 @@ impl Payloads {
     /// Takes the order's message, forgetting those before it in its
     /// partition (orders are claimed in offset order).
     fn take(&mut self, order: OrderId) -> Option<OrderMessage> {
-        let older: Vec<(i32, i64)> =
-            self.map.range((order.partition, 0)..(order.partition, order.offset)).map(|(k, _)| *k).collect();
+        let older: Vec<(i32, i64)> = self
+            .map
+            .range((order.partition, 0)..(order.partition, order.offset))
+            .map(|(k, _)| *k)
+            .collect();
         for k in older {
             if let Some(p) = self.map.remove(&k) {
                 self.bytes -= p.bytes();
@@ -287,7 +333,8 @@ pub fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientC
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", brokers);
     // Reconnect quickly after a broker outage.
-    c.set("reconnect.backoff.ms", "50").set("reconnect.backoff.max.ms", "1000");
+    c.set("reconnect.backoff.ms", "50")
+        .set("reconnect.backoff.max.ms", "1000");
     // Every protocol step is a small request waiting on a small answer:
     // Nagle's algorithm would hold them back.
     c.set("socket.nagle.disable", "true");
@@ -355,8 +402,11 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
     loop {
         let (c, t) = (consumer.clone(), topic.clone());
         let r = blocking(move || {
-            c.fetch_metadata(Some(&t), REQUEST_TIMEOUT)
-                .map(|m| m.topics().first().map(|tp| (tp.error(), tp.partitions().len() as i32)))
+            c.fetch_metadata(Some(&t), REQUEST_TIMEOUT).map(|m| {
+                m.topics()
+                    .first()
+                    .map(|tp| (tp.error(), tp.partitions().len() as i32))
+            })
         })
         .await?;
         match r {
@@ -364,7 +414,9 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
             Ok(Some((Some(_), _))) | Ok(Some((None, _))) | Ok(None) => {
                 // Unknown topic (a broker may also say so while starting).
                 if start.elapsed() > Duration::from_secs(3) {
-                    bail!("topic '{topic}' does not exist (create it with scripts/create-topics.sh)");
+                    bail!(
+                        "topic '{topic}' does not exist (create it with scripts/create-topics.sh)"
+                    );
                 }
             }
             Err(e) => {
@@ -406,7 +458,13 @@ fn claims_config(cfg: &Config) -> ClientConfig {
 /// The claims reader thread: polls the consumer, decodes records (so that
 /// decoding runs beside the worker's fold of the previous batch), and hands
 /// them over in batches. Ends when the worker's end is gone.
-fn read_claims(consumer: &BaseConsumer<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>, instance: u32, from: u64, gate: &Gate) {
+fn read_claims(
+    consumer: &BaseConsumer<Quiet>,
+    tx: &mpsc::Sender<Vec<ClaimEvent>>,
+    instance: u32,
+    from: u64,
+    gate: &Gate,
+) {
     let live = || !tx.is_closed();
     let event = |m: rdkafka::message::BorrowedMessage<'_>| {
         let pos = m.offset().max(0) as u64;
@@ -460,7 +518,9 @@ struct Backoff {
 
 impl Backoff {
     fn new() -> Backoff {
-        Backoff { next: Duration::from_millis(50) }
+        Backoff {
+            next: Duration::from_millis(50),
+        }
     }
 
     async fn wait(&mut self) {
@@ -471,7 +531,9 @@ impl Backoff {
 
 /// Runs a blocking rdkafka call off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
-    tokio::task::spawn_blocking(f).await.context("blocking task failed")
+    tokio::task::spawn_blocking(f)
+        .await
+        .context("blocking task failed")
 }
 
 impl Kafka {
@@ -490,15 +552,23 @@ impl Kafka {
             .name("delivery-reports".into())
             .spawn(move || reports.poll(rdkafka::util::Timeout::Never))
             .context("cannot start the producer's delivery report thread")?;
-        let claims: BaseConsumer<Quiet> = claims_config(cfg).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
+        let claims: BaseConsumer<Quiet> = claims_config(cfg)
+            .create_with_context(Quiet)
+            .context("cannot create a Kafka consumer")?;
         let (tx, rx) = mpsc::channel(CLAIMS_BATCHES);
-        let orders: StreamConsumer<Quiet> =
-            consumer_config(cfg, false, FETCH_WAIT_MS).create_with_context(Quiet).context("cannot create a Kafka consumer")?;
-        let meta: BaseConsumer = consumer_config(cfg, false, 100).create().context("cannot create a Kafka consumer")?;
+        let orders: StreamConsumer<Quiet> = consumer_config(cfg, false, FETCH_WAIT_MS)
+            .create_with_context(Quiet)
+            .context("cannot create a Kafka consumer")?;
+        let meta: BaseConsumer = consumer_config(cfg, false, 100)
+            .create()
+            .context("cannot create a Kafka consumer")?;
         Ok(Kafka {
             producer,
             claims: Arc::new(claims),
-            claims_rx: tokio::sync::Mutex::new(ClaimsQueue { rx, buf: VecDeque::new() }),
+            claims_rx: tokio::sync::Mutex::new(ClaimsQueue {
+                rx,
+                buf: VecDeque::new(),
+            }),
             claims_tx: std::sync::Mutex::new(Some(tx)),
             orders: Arc::new(orders),
             meta: Arc::new(meta),
@@ -522,7 +592,13 @@ impl Kafka {
     /// boot).
     pub async fn open(&self, patience: Duration) -> anyhow::Result<()> {
         let (producer, topic) = (self.producer.clone(), self.claims_topic.clone());
-        std::thread::spawn(move || drop(producer.client().fetch_metadata(Some(&topic), REQUEST_TIMEOUT)));
+        std::thread::spawn(move || {
+            drop(
+                producer
+                    .client()
+                    .fetch_metadata(Some(&topic), REQUEST_TIMEOUT),
+            )
+        });
         let (meta, topic) = (self.meta.clone(), self.orders_topic.clone());
         std::thread::spawn(move || drop(meta.fetch_metadata(Some(&topic), REQUEST_TIMEOUT)));
         let (n, _) = tokio::try_join!(
@@ -547,7 +623,9 @@ impl Kafka {
         // starts at its first record.
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.claims_topic, 0, Offset::Offset(pos as i64))?;
-        self.claims.assign(&tpl).context("cannot assign the claims topic")?;
+        self.claims
+            .assign(&tpl)
+            .context("cannot assign the claims topic")?;
         if let Some(tx) = self.claims_tx.lock().ok().and_then(|mut t| t.take()) {
             let consumer = self.claims.clone();
             let instance = self.instance;
@@ -566,7 +644,11 @@ impl Kafka {
     /// the log is shorter than the window (replaying it all costs no more)
     /// or holds no checkpoint there; boot then replays from the beginning.
     pub async fn find_checkpoint(&self) -> Option<Snapshot> {
-        let (claims, topic, instance) = (self.claims.clone(), self.claims_topic.clone(), self.instance);
+        let (claims, topic, instance) = (
+            self.claims.clone(),
+            self.claims_topic.clone(),
+            self.instance,
+        );
         let gate = self.gate.clone();
         blocking(move || -> Option<Snapshot> {
             let (low, high) = claims.fetch_watermarks(&topic, 0, REQUEST_TIMEOUT).ok()?;
@@ -574,7 +656,8 @@ impl Kafka {
                 return None;
             }
             let mut tpl = TopicPartitionList::new();
-            tpl.add_partition_offset(&topic, 0, Offset::Offset(high - CHECKPOINT_WINDOW)).ok()?;
+            tpl.add_partition_offset(&topic, 0, Offset::Offset(high - CHECKPOINT_WINDOW))
+                .ok()?;
             claims.assign(&tpl).ok()?;
             let mut best: Option<Snapshot> = None;
             let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
@@ -588,7 +671,10 @@ impl Kafka {
                             // Signed, and possible: a checkpoint is a whole view.
                             let live = || std::time::Instant::now() < deadline;
                             if let Ok(rec) = gate.decode(&claims, &m, &live) {
-                                if let Some(snap) = rec.snapshot.filter(|s| best.as_ref().is_none_or(|b| s.at > b.at)) {
+                                if let Some(snap) = rec
+                                    .snapshot
+                                    .filter(|s| best.as_ref().is_none_or(|b| s.at > b.at))
+                                {
                                     best = Some(*snap);
                                 }
                             }
@@ -628,7 +714,10 @@ impl Kafka {
         loop {
             let value = rec.encode();
             let sig = self.gate.sign(&value);
-            match self.send(&self.claims_topic, Some(0), &key, &value, sig.as_deref()).await {
+            match self
+                .send(&self.claims_topic, Some(0), &key, &value, sig.as_deref())
+                .await
+            {
                 Ok(offset) => return Some(offset.max(0) as u64),
                 Err(e) if too_large(&e) && rec.to_mut().shrink() => {
                     tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this record as too large (check the claims topic's max.message.bytes); shortened");
@@ -650,21 +739,35 @@ impl Kafka {
     /// Produces one record and waits for the broker's acknowledgment (or
     /// the failure librdkafka reports at the latest after
     /// `message.timeout.ms`); its offset.
-    async fn send(&self, topic: &str, partition: Option<i32>, key: &str, value: &[u8], sig: Option<&str>) -> Result<i64, KafkaError> {
+    async fn send(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: &str,
+        value: &[u8],
+        sig: Option<&str>,
+    ) -> Result<i64, KafkaError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let mut report = Box::new(tx);
         loop {
-            let mut rec = BaseRecord::with_opaque_to(topic, report).key(key).payload(value);
+            let mut rec = BaseRecord::with_opaque_to(topic, report)
+                .key(key)
+                .payload(value);
             if let Some(p) = partition {
                 rec = rec.partition(p);
             }
             if let Some(sig) = sig {
-                let h = rdkafka::message::Header { key: crate::sign::HEADER, value: Some(sig.as_bytes()) };
+                let h = rdkafka::message::Header {
+                    key: crate::sign::HEADER,
+                    value: Some(sig.as_bytes()),
+                };
                 rec = rec.headers(rdkafka::message::OwnedHeaders::new().insert(h));
             }
             let full = match self.producer.send(rec) {
                 Ok(()) => None,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), rec)) => Some(rec.delivery_opaque),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), rec)) => {
+                    Some(rec.delivery_opaque)
+                }
                 Err((e, _)) => return Err(e),
             };
             match full {
@@ -690,7 +793,9 @@ impl Kafka {
     /// than never: subscribers see each result at least once, keyed by order.
     /// A result the broker refuses as too large is shortened, like a record.
     pub async fn publish_result(&self, rec: &Record) {
-        let (Some(topic), Some(order), Some(outcome)) = (&self.results_topic, rec.order(), &rec.outcome) else {
+        let (Some(topic), Some(order), Some(outcome)) =
+            (&self.results_topic, rec.order(), &rec.outcome)
+        else {
             return;
         };
         let mut outcome = outcome.clone().fit(crate::record::MAX_TAIL_BYTES);
@@ -717,12 +822,24 @@ impl Kafka {
             match self.send(topic, None, &key, value.as_bytes(), None).await {
                 Ok(_) => return,
                 Err(e) if too_large(&e) => {
-                    let half = crate::record::json_len(&outcome.stdout_tail).max(crate::record::json_len(&outcome.stderr_tail)) / 2;
+                    let half = crate::record::json_len(&outcome.stdout_tail)
+                        .max(crate::record::json_len(&outcome.stderr_tail))
+                        / 2;
                     if half == 0 {
-                        tracing::error!(instance = self.instance, topic, bytes = value.len(), "the broker refuses this result as too large; not published");
+                        tracing::error!(
+                            instance = self.instance,
+                            topic,
+                            bytes = value.len(),
+                            "the broker refuses this result as too large; not published"
+                        );
                         return;
                     }
-                    tracing::warn!(instance = self.instance, topic, bytes = value.len(), "the broker refuses this result as too large; shortened");
+                    tracing::warn!(
+                        instance = self.instance,
+                        topic,
+                        bytes = value.len(),
+                        "the broker refuses this result as too large; shortened"
+                    );
                     outcome = outcome.fit(half);
                 }
                 Err(e) => {
@@ -795,7 +912,10 @@ impl Kafka {
                         parts
                     }
                 };
-                let high = |p: i32| meta.fetch_watermarks(&topic, p, REQUEST_TIMEOUT).map(|(_, h)| (p, h));
+                let high = |p: i32| {
+                    meta.fetch_watermarks(&topic, p, REQUEST_TIMEOUT)
+                        .map(|(_, h)| (p, h))
+                };
                 if parts.len() <= 1 {
                     return parts.into_iter().map(high).collect();
                 }
@@ -819,7 +939,9 @@ impl Kafka {
                     return ends;
                 }
                 Ok(Ok(_)) => tracing::warn!("the orders topic has no partitions yet"),
-                Ok(Err(e)) => tracing::warn!(error = %e, "cannot read the orders topic's end offsets"),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "cannot read the orders topic's end offsets")
+                }
                 Err(e) => tracing::warn!(error = %e, "cannot read the orders topic's end offsets"),
             }
             tokio::time::sleep(backoff).await;
@@ -834,7 +956,9 @@ impl Kafka {
         for (&p, &o) in from {
             tpl.add_partition_offset(&self.orders_topic, p, Offset::Offset(o))?;
         }
-        self.orders.assign(&tpl).context("cannot assign the orders topic")?;
+        self.orders
+            .assign(&tpl)
+            .context("cannot assign the orders topic")?;
         Ok(())
     }
 
@@ -843,7 +967,8 @@ impl Kafka {
         loop {
             match self.orders.recv().await {
                 Ok(m) => {
-                    self.gate.saw_ends(&BTreeMap::from([(m.partition(), m.offset() + 1)]));
+                    self.gate
+                        .saw_ends(&BTreeMap::from([(m.partition(), m.offset() + 1)]));
                     if let Ok(mut c) = self.payloads.lock() {
                         c.put(m.partition(), m.offset(), OrderMessage::of(&m));
                     }
@@ -877,10 +1002,14 @@ impl Kafka {
     /// the broker says.
     async fn log_start(&self, partition: i32) -> Option<i64> {
         let (meta, topic) = (self.meta.clone(), self.orders_topic.clone());
-        blocking(move || meta.fetch_watermarks(&topic, partition, REQUEST_TIMEOUT).ok().map(|(low, _)| low))
-            .await
-            .ok()
-            .flatten()
+        blocking(move || {
+            meta.fetch_watermarks(&topic, partition, REQUEST_TIMEOUT)
+                .ok()
+                .map(|(low, _)| low)
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     /// [`Unreadable::Deleted`] if `order` is below its partition's log start.
@@ -891,14 +1020,22 @@ impl Kafka {
 
     async fn fetch_order_assigned(&self, order: OrderId) -> Result<OrderMessage, Unreadable> {
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.orders_topic, order.partition, Offset::Offset(order.offset))
-            .map_err(|e| Unreadable::Failed(e.to_string()))?;
-        self.orders.assign(&tpl).map_err(|e| Unreadable::Failed(format!("cannot assign the orders topic: {e}")))?;
+        tpl.add_partition_offset(
+            &self.orders_topic,
+            order.partition,
+            Offset::Offset(order.offset),
+        )
+        .map_err(|e| Unreadable::Failed(e.to_string()))?;
+        self.orders
+            .assign(&tpl)
+            .map_err(|e| Unreadable::Failed(format!("cannot assign the orders topic: {e}")))?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
-                return Err(Unreadable::Failed(format!("order {order} could not be read from the orders topic in 120 s")));
+                return Err(Unreadable::Failed(format!(
+                    "order {order} could not be read from the orders topic in 120 s"
+                )));
             }
             // An order the broker deleted never arrives: the consumer
             // starts again at the log start, past it, or (everything after
@@ -911,7 +1048,11 @@ impl Kafka {
                     // Keep the orders that came in the same fetch: the next
                     // order this worker claims is often the next one.
                     for _ in 0..PAYLOADS_MAX {
-                        let Ok(Ok(m)) = tokio::time::timeout(Duration::ZERO, self.orders.recv()).await else { break };
+                        let Ok(Ok(m)) =
+                            tokio::time::timeout(Duration::ZERO, self.orders.recv()).await
+                        else {
+                            break;
+                        };
                         if let Ok(mut c) = self.payloads.lock() {
                             c.put(m.partition(), m.offset(), OrderMessage::of(&m));
                         }
@@ -950,16 +1091,40 @@ mod tests {
 
     #[test]
     fn payloads_are_taken_once_and_older_ones_forgotten() {
-        let msg = |p: Option<&[u8]>| OrderMessage { payload: p.map(<[u8]>::to_vec), traceparent: None };
+        let msg = |p: Option<&[u8]>| OrderMessage {
+            payload: p.map(<[u8]>::to_vec),
+            traceparent: None,
+        };
         let mut c = Payloads::default();
         c.put(0, 5, msg(Some(b"five")));
         c.put(0, 6, msg(None));
-        c.put(0, 7, OrderMessage { traceparent: Some("tp".into()), ..msg(Some(b"seven")) });
+        c.put(
+            0,
+            7,
+            OrderMessage {
+                traceparent: Some("tp".into()),
+                ..msg(Some(b"seven"))
+            },
+        );
         c.put(1, 1, msg(Some(b"one")));
         assert_eq!(c.bytes, 14);
-        assert_eq!(c.take(OrderId::new(0, 6)), Some(msg(None)), "a message without payload");
-        assert_eq!(c.take(OrderId::new(0, 5)), None, "forgotten: behind the order taken");
-        assert_eq!(c.take(OrderId::new(0, 7)), Some(OrderMessage { traceparent: Some("tp".into()), ..msg(Some(b"seven")) }));
+        assert_eq!(
+            c.take(OrderId::new(0, 6)),
+            Some(msg(None)),
+            "a message without payload"
+        );
+        assert_eq!(
+            c.take(OrderId::new(0, 5)),
+            None,
+            "forgotten: behind the order taken"
+        );
+        assert_eq!(
+            c.take(OrderId::new(0, 7)),
+            Some(OrderMessage {
+                traceparent: Some("tp".into()),
+                ..msg(Some(b"seven"))
+            })
+        );
         assert_eq!(c.take(OrderId::new(0, 7)), None, "taken once");
         assert_eq!(c.take(OrderId::new(1, 1)), Some(msg(Some(b"one"))));
         assert_eq!((c.map.len(), c.bytes), (0, 0));

@@ -4,11 +4,17 @@
 //! it runs under a supervisor; the subcommands are for people and scripts.
 
 use clap::{Parser, Subcommand};
-use pool_worker::{audit, broker, config::Config, dev, retry, run, serve, status, submit, supervise};
+use pool_worker::{
+    audit, broker, config::Config, dev, retry, run, serve, status, submit, supervise,
+};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "pool_worker", version, about = "A Kafka-native worker pool that runs each work order exactly once.\n\nWithout a subcommand: run one worker (configured by the environment: KAFKA_BROKERS, ORDERS_TOPIC, COORDINATION_TOPIC, INSTANCE_NUMBER; see README.md), complete at most one order (ORDERS_PER_PROCESS orders), and exit.")]
+#[command(
+    name = "pool_worker",
+    version,
+    about = "A Kafka-native worker pool that runs each work order exactly once.\n\nWithout a subcommand: run one worker (configured by the environment: KAFKA_BROKERS, ORDERS_TOPIC, COORDINATION_TOPIC, INSTANCE_NUMBER; see README.md), complete at most one order (ORDERS_PER_PROCESS orders), and exit."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -56,7 +62,9 @@ fn init_logs(json: bool) {
 /// The current time as RFC 3339 UTC (for the one log line written before
 /// logging is set up).
 fn humantime_now() -> String {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     let secs = d.as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since the epoch (Howard Hinnant's algorithm).
@@ -80,7 +88,11 @@ fn humantime_now() -> String {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("pool_worker: cannot start the async runtime: {e}");
@@ -145,26 +157,36 @@ fn main() -> ExitCode {
         Some(Command::Status(args)) => {
             init_logs(false);
             // One clear line, at once, when no broker answers (issue 19).
-            args.source.probe().and_then(|()| runtime.block_on(status::status(args)))
+            args.source
+                .probe()
+                .and_then(|()| runtime.block_on(status::status(args)))
         }
         Some(Command::History(args)) => {
             init_logs(false);
             // One clear line, at once, when no broker answers (issue 19).
-            args.source.probe().and_then(|()| runtime.block_on(status::history(args)))
+            args.source
+                .probe()
+                .and_then(|()| runtime.block_on(status::history(args)))
         }
         Some(Command::Submit(args)) => {
             init_logs(false);
             // One clear line, at once, when no broker answers (issue 19).
-            args.source.probe().and_then(|()| runtime.block_on(submit::run(args)))
+            args.source
+                .probe()
+                .and_then(|()| runtime.block_on(submit::run(args)))
         }
         Some(Command::Retry(args)) => {
             init_logs(false);
-            args.source.probe().and_then(|()| runtime.block_on(retry::run(args)))
+            args.source
+                .probe()
+                .and_then(|()| runtime.block_on(retry::run(args)))
         }
         Some(Command::Audit(args)) => {
             init_logs(false);
             // One clear line, at once, when no broker answers (issue 19).
-            args.source.probe().and_then(|()| runtime.block_on(audit::run(args)))
+            args.source
+                .probe()
+                .and_then(|()| runtime.block_on(audit::run(args)))
         }
         Some(Command::Serve(args)) => {
             init_logs(false);
@@ -173,7 +195,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
-        Err(e) if e.downcast_ref::<pool_worker::config::ConfigError>().is_some() => {
+        Err(e)
+            if e.downcast_ref::<pool_worker::config::ConfigError>()
+                .is_some() =>
+        {
             eprintln!("pool_worker: {e:#}");
             ExitCode::from(supervise::EXIT_CONFIG as u8)
         }

@@ -258,7 +258,10 @@ fn parse_json(text: &str) -> Result<OrderSpec, OrderError> {
     }
     let retry_of = match &raw.retry_of {
         None => None,
-        Some(o) => Some(o.parse::<crate::record::OrderId>().map_err(|e| OrderError::Invalid(format!("'retry_of': {e}")))?),
+        Some(o) => Some(
+            o.parse::<crate::record::OrderId>()
+                .map_err(|e| OrderError::Invalid(format!("'retry_of': {e}")))?,
+        ),
     };
 
     Ok(OrderSpec {
@@ -313,12 +316,21 @@ fn check_url(url: &str) -> Result<(), OrderError> {
 /// neither id all zeros (the spec's invalid values). Its exact length also
 /// bounds what it adds to a record (55 bytes).
 pub fn check_traceparent(t: &str) -> Result<(), String> {
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
     let zero = |s: &str| s.bytes().all(|b| b == b'0');
     let parts: Vec<&str> = t.split('-').collect();
     let ok = match parts.as_slice() {
         [v, trace, parent, flags] => {
-            *v == "00" && hex(trace, 32) && hex(parent, 16) && hex(flags, 2) && !zero(trace) && !zero(parent)
+            *v == "00"
+                && hex(trace, 32)
+                && hex(parent, 16)
+                && hex(flags, 2)
+                && !zero(trace)
+                && !zero(parent)
         }
         _ => false,
     };
@@ -649,7 +661,9 @@ mod tests {
     #[test]
     fn trace_context_and_retry_of() {
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let spec = ok(&format!(r#"{{"cmd":["x"],"traceparent":"{tp}","retry_of":"2:17"}}"#));
+        let spec = ok(&format!(
+            r#"{{"cmd":["x"],"traceparent":"{tp}","retry_of":"2:17"}}"#
+        ));
         assert_eq!(spec.traceparent.as_deref(), Some(tp));
         assert_eq!(spec.retry_of, Some(crate::record::OrderId::new(2, 17)));
         let plain = ok(r#"{"cmd":["x"]}"#);
@@ -667,12 +681,21 @@ mod tests {
         ] {
             let order = format!(r#"{{"cmd":["x"],"traceparent":"{bad}"}}"#);
             let e = err(&order);
-            assert!(matches!(&e, OrderError::Invalid(m) if m.contains("traceparent")), "{order}: {e}");
+            assert!(
+                matches!(&e, OrderError::Invalid(m) if m.contains("traceparent")),
+                "{order}: {e}"
+            );
         }
-        assert!(matches!(err(r#"{"cmd":["x"],"traceparent":5}"#), OrderError::Json(_)));
+        assert!(matches!(
+            err(r#"{"cmd":["x"],"traceparent":5}"#),
+            OrderError::Json(_)
+        ));
         for bad in ["2", "a:b", "-1:3", ""] {
             let order = format!(r#"{{"cmd":["x"],"retry_of":"{bad}"}}"#);
-            assert!(matches!(err(&order), OrderError::Invalid(m) if m.contains("retry_of")), "{order}");
+            assert!(
+                matches!(err(&order), OrderError::Invalid(m) if m.contains("retry_of")),
+                "{order}"
+            );
         }
     }
 

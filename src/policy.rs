@@ -124,15 +124,19 @@ pub fn env_refusal(name: &str, allow: &Option<Vec<String>>, image: bool) -> Opti
         ));
     }
     match allow {
-        Some(allow) if !matches_any(name, allow) => {
-            Some(format!("the order sets {name}, which ORDER_ENV_ALLOW does not allow"))
-        }
+        Some(allow) if !matches_any(name, allow) => Some(format!(
+            "the order sets {name}, which ORDER_ENV_ALLOW does not allow"
+        )),
         _ => None,
     }
 }
 
 /// The order's environment against the rules: the first refusal, if any.
-pub fn check_env(env: &BTreeMap<String, String>, allow: &Option<Vec<String>>, image: bool) -> Result<(), String> {
+pub fn check_env(
+    env: &BTreeMap<String, String>,
+    allow: &Option<Vec<String>>,
+    image: bool,
+) -> Result<(), String> {
     match env.keys().find_map(|k| env_refusal(k, allow, image)) {
         Some(why) => Err(why),
         None => Ok(()),
@@ -158,11 +162,67 @@ pub fn parse_env_allow(list: Option<Vec<String>>) -> Result<Option<Vec<String>>,
 /// Programs that, allowed, allow everything: they run other programs or
 /// code given in their arguments. Named in a start-up warning.
 pub const RUNS_ANYTHING: &[&str] = &[
-    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox", "env", "find", "xargs", "nohup",
-    "nice", "ionice", "timeout", "stdbuf", "setsid", "chroot", "unshare", "nsenter", "sudo", "su", "doas", "runuser",
-    "python", "python2", "python3", "perl", "ruby", "node", "nodejs", "deno", "php", "lua", "tclsh", "wish", "awk",
-    "gawk", "mawk", "nawk", "sed", "make", "git", "tar", "rsync", "ssh", "vi", "vim", "less", "man", "strace", "gdb",
-    "docker", "podman", "kubectl", "systemd-run", "java", "R", "Rscript",
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "fish",
+    "csh",
+    "tcsh",
+    "busybox",
+    "env",
+    "find",
+    "xargs",
+    "nohup",
+    "nice",
+    "ionice",
+    "timeout",
+    "stdbuf",
+    "setsid",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "sudo",
+    "su",
+    "doas",
+    "runuser",
+    "python",
+    "python2",
+    "python3",
+    "perl",
+    "ruby",
+    "node",
+    "nodejs",
+    "deno",
+    "php",
+    "lua",
+    "tclsh",
+    "wish",
+    "awk",
+    "gawk",
+    "mawk",
+    "nawk",
+    "sed",
+    "make",
+    "git",
+    "tar",
+    "rsync",
+    "ssh",
+    "vi",
+    "vim",
+    "less",
+    "man",
+    "strace",
+    "gdb",
+    "docker",
+    "podman",
+    "kubectl",
+    "systemd-run",
+    "java",
+    "R",
+    "Rscript",
 ];
 
 /// `ALLOWED_COMMANDS`, resolved when the worker starts.
@@ -181,15 +241,21 @@ pub struct Commands {
 impl Commands {
     /// Resolves the entries of `ALLOWED_COMMANDS` with the given `PATH`.
     /// A path entry must be absolute.
-    pub fn resolve(entries: &[String], path_var: Option<&std::ffi::OsStr>) -> Result<Commands, String> {
+    pub fn resolve(
+        entries: &[String],
+        path_var: Option<&std::ffi::OsStr>,
+    ) -> Result<Commands, String> {
         let mut c = Commands::default();
         for e in entries {
             if e.contains('/') {
                 if !e.starts_with('/') {
-                    return Err(format!("ALLOWED_COMMANDS entry '{e}' is a relative path; write it absolute"));
+                    return Err(format!(
+                        "ALLOWED_COMMANDS entry '{e}' is a relative path; write it absolute"
+                    ));
                 }
                 let p = Path::new(e);
-                c.prefixes.push(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
+                c.prefixes
+                    .push(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
             } else {
                 match find_in_path(e, path_var) {
                     Some(found) => {
@@ -212,8 +278,11 @@ impl Commands {
         if !argv0.contains('/') {
             return self.names.get(argv0).cloned().ok_or_else(refused);
         }
-        let Some(real) = canonical else { return Err(refused()) };
-        if self.name_files.iter().any(|f| f == real) || self.prefixes.iter().any(|p| under(real, p)) {
+        let Some(real) = canonical else {
+            return Err(refused());
+        };
+        if self.name_files.iter().any(|f| f == real) || self.prefixes.iter().any(|p| under(real, p))
+        {
             Ok(real.to_path_buf())
         } else {
             Err(refused())
@@ -231,7 +300,10 @@ pub fn canonical(argv0: &str) -> Option<PathBuf> {
 /// (`/opt/jobs` covers `/opt/jobs/x`, not `/opt/jobs2/x`). Both are absolute
 /// and canonical.
 pub fn under(path: &Path, prefix: &Path) -> bool {
-    let (path, prefix) = (path.as_os_str().as_encoded_bytes(), prefix.as_os_str().as_encoded_bytes());
+    let (path, prefix) = (
+        path.as_os_str().as_encoded_bytes(),
+        prefix.as_os_str().as_encoded_bytes(),
+    );
     let prefix = match prefix {
         [rest @ .., b'/'] if !rest.is_empty() => rest,
         p => p,
@@ -251,7 +323,9 @@ pub fn find_in_path(name: &str, path_var: Option<&std::ffi::OsStr>) -> Option<Pa
     std::env::split_paths(path_var)
         .filter(|dir| dir.is_absolute())
         .map(|dir| dir.join(name))
-        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 // ---------------------------------------------------------------------------
@@ -320,7 +394,12 @@ impl UrlRule {
         let (Some(host), Some(port)) = (u.host_str(), u.port_or_known_default()) else {
             return Err(bad("has no host"));
         };
-        Ok(UrlRule { scheme: u.scheme().into(), host: host.into(), port, segments: segments(&u) })
+        Ok(UrlRule {
+            scheme: u.scheme().into(),
+            host: host.into(),
+            port,
+            segments: segments(&u),
+        })
     }
 
     /// Whether `u` is under this rule.
@@ -336,7 +415,10 @@ impl UrlRule {
 
 /// A parsed URL's path segments, the empty last one (a trailing `/`) left out.
 fn segments(u: &url::Url) -> Vec<String> {
-    let mut s: Vec<String> = u.path_segments().map(|s| s.map(str::to_string).collect()).unwrap_or_default();
+    let mut s: Vec<String> = u
+        .path_segments()
+        .map(|s| s.map(str::to_string).collect())
+        .unwrap_or_default();
     if s.last().is_some_and(|l| l.is_empty()) {
         s.pop();
     }
@@ -345,7 +427,8 @@ fn segments(u: &url::Url) -> Vec<String> {
 
 /// Parses `ALLOWED_URLS` (each entry; `None` stays `None`).
 pub fn parse_url_rules(list: Option<Vec<String>>) -> Result<Option<Vec<UrlRule>>, String> {
-    list.map(|l| l.iter().map(|e| UrlRule::parse(e)).collect()).transpose()
+    list.map(|l| l.iter().map(|e| UrlRule::parse(e)).collect())
+        .transpose()
 }
 
 /// Whether a URL order may fetch `url` (already parsed): under one of the
@@ -367,16 +450,37 @@ mod tests {
     use proptest::prelude::*;
 
     fn env(names: &[&str]) -> BTreeMap<String, String> {
-        names.iter().map(|n| (n.to_string(), "v".to_string())).collect()
+        names
+            .iter()
+            .map(|n| (n.to_string(), "v".to_string()))
+            .collect()
     }
 
     #[test]
     fn the_floor_is_refused_whatever_the_allow_list() {
         let star = Some(vec!["*".to_string()]);
         for n in [
-            "LD_PRELOAD", "LD_LIBRARY_PATH", "BASH_ENV", "ENV", "BASH_FUNC_echo%%", "PATH", "PYTHONPATH",
-            "PYTHONSTARTUP", "PERL5OPT", "PERL5LIB", "RUBYOPT", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "DOCKER_HOST",
-            "DOCKER_CONFIG", "GCONV_PATH", "GLIBC_TUNABLES", "SHELLOPTS", "PS4", "https_proxy", "GIT_SSH_COMMAND",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "BASH_ENV",
+            "ENV",
+            "BASH_FUNC_echo%%",
+            "PATH",
+            "PYTHONPATH",
+            "PYTHONSTARTUP",
+            "PERL5OPT",
+            "PERL5LIB",
+            "RUBYOPT",
+            "NODE_OPTIONS",
+            "JAVA_TOOL_OPTIONS",
+            "DOCKER_HOST",
+            "DOCKER_CONFIG",
+            "GCONV_PATH",
+            "GLIBC_TUNABLES",
+            "SHELLOPTS",
+            "PS4",
+            "https_proxy",
+            "GIT_SSH_COMMAND",
         ] {
             for allow in [&None, &star] {
                 let why = env_refusal(n, allow, false).unwrap_or_else(|| panic!("{n} allowed"));
@@ -385,9 +489,16 @@ mod tests {
             }
         }
         assert_eq!(env_refusal("DEST", &None, false), None);
-        assert_eq!(env_refusal("LD", &None, false), None, "a prefix is not the name");
+        assert_eq!(
+            env_refusal("LD", &None, false),
+            None,
+            "a prefix is not the name"
+        );
         assert_eq!(env_refusal("HOME", &None, false), None);
-        assert!(env_refusal("HOME", &None, true).is_some(), "image orders: the docker CLI reads $HOME/.docker");
+        assert!(
+            env_refusal("HOME", &None, true).is_some(),
+            "image orders: the docker CLI reads $HOME/.docker"
+        );
     }
 
     #[test]
@@ -395,13 +506,21 @@ mod tests {
         let allow = Some(vec!["DEST".to_string(), "APP_*".to_string()]);
         assert!(check_env(&env(&["DEST", "APP_X", "APP_"]), &allow, false).is_ok());
         let why = check_env(&env(&["DEST", "OTHER"]), &allow, false).unwrap_err();
-        assert_eq!(why, "the order sets OTHER, which ORDER_ENV_ALLOW does not allow");
+        assert_eq!(
+            why,
+            "the order sets OTHER, which ORDER_ENV_ALLOW does not allow"
+        );
         assert!(check_env(&env(&["DESTX"]), &allow, false).is_err());
         assert!(check_env(&env(&[]), &Some(vec![]), false).is_ok());
         assert!(check_env(&env(&["A"]), &Some(vec![]), false).is_err());
-        assert!(parse_env_allow(Some(vec!["LD_PRELOAD".into()])).unwrap_err().contains("LD_PRELOAD"));
+        assert!(parse_env_allow(Some(vec!["LD_PRELOAD".into()]))
+            .unwrap_err()
+            .contains("LD_PRELOAD"));
         assert!(parse_env_allow(Some(vec!["PYTHONPATH".into()])).is_err());
-        assert_eq!(parse_env_allow(Some(vec!["A*".into()])).unwrap(), Some(vec!["A*".to_string()]));
+        assert_eq!(
+            parse_env_allow(Some(vec!["A*".into()])).unwrap(),
+            Some(vec!["A*".to_string()])
+        );
     }
 
     #[test]
@@ -418,8 +537,10 @@ mod tests {
         std::fs::create_dir(&jobs).unwrap();
         std::os::unix::fs::symlink(&tool, jobs.join("link-out")).unwrap();
         std::os::unix::fs::symlink("/bin/sh", jobs.join("sh-link")).unwrap();
-        let entries: Vec<String> =
-            ["tool", "plain", "nowhere", &format!("{}/", jobs.display())].iter().map(|s| s.to_string()).collect();
+        let entries: Vec<String> = ["tool", "plain", "nowhere", &format!("{}/", jobs.display())]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let c = Commands::resolve(&entries, Some(bin.as_os_str())).unwrap();
         let real_tool = std::fs::canonicalize(&tool).unwrap();
         assert_eq!(c.decide("tool", None), Ok(tool.clone()));
@@ -431,12 +552,22 @@ mod tests {
         assert_eq!(c.decide(t, canonical(t).as_deref()), Ok(real_tool.clone()));
         let link = jobs.join("link-out");
         let l = link.to_str().unwrap();
-        assert_eq!(c.decide(l, canonical(l).as_deref()), Ok(real_tool), "resolves to an allowed file");
+        assert_eq!(
+            c.decide(l, canonical(l).as_deref()),
+            Ok(real_tool),
+            "resolves to an allowed file"
+        );
         let s = jobs.join("sh-link");
         let s = s.to_str().unwrap();
-        assert!(c.decide(s, canonical(s).as_deref()).is_err(), "a link out of the prefix");
+        assert!(
+            c.decide(s, canonical(s).as_deref()).is_err(),
+            "a link out of the prefix"
+        );
         let climb = format!("{}/../bin/tool", jobs.display());
-        assert!(c.decide(&climb, canonical(&climb).as_deref()).is_ok(), "climbs to an allowed file");
+        assert!(
+            c.decide(&climb, canonical(&climb).as_deref()).is_ok(),
+            "climbs to an allowed file"
+        );
         let climb = format!("{}/../../../bin/sh", jobs.display());
         assert!(c.decide(&climb, canonical(&climb).as_deref()).is_err());
         assert!(c.decide("./tool", None).is_err());
@@ -457,14 +588,34 @@ mod tests {
 
     #[test]
     fn images() {
-        let a = Some(vec!["alpine".to_string(), "registry.internal/jobs/".to_string(), "busybox:1.36".to_string()]);
-        for ok in ["alpine", "alpine:3", "alpine@sha256:abc", "registry.internal/jobs/x:1", "busybox:1.36"] {
+        let a = Some(vec![
+            "alpine".to_string(),
+            "registry.internal/jobs/".to_string(),
+            "busybox:1.36".to_string(),
+        ]);
+        for ok in [
+            "alpine",
+            "alpine:3",
+            "alpine@sha256:abc",
+            "registry.internal/jobs/x:1",
+            "busybox:1.36",
+        ] {
             assert!(image_allowed(ok, &a), "{ok}");
         }
-        for no in ["alpine2", "evil/alpine", "docker.io/library/alpine", "registry.internal/jobs2/x", "busybox", "busybox:latest"] {
+        for no in [
+            "alpine2",
+            "evil/alpine",
+            "docker.io/library/alpine",
+            "registry.internal/jobs2/x",
+            "busybox",
+            "busybox:latest",
+        ] {
             assert!(!image_allowed(no, &a), "{no}");
         }
-        assert!(!image_allowed("alpine", &None), "unset: image orders are refused");
+        assert!(
+            !image_allowed("alpine", &None),
+            "unset: image orders are refused"
+        );
         assert!(!image_allowed("alpine", &Some(vec![])));
         assert!(image_allowed("anything/at:all", &Some(vec!["*".into()])));
         assert_eq!(image_name("host:5000/a/b:1@sha256:x"), "host:5000/a/b");
@@ -477,8 +628,11 @@ mod tests {
 
     #[test]
     fn urls_are_compared_on_their_parts() {
-        let rules = parse_url_rules(Some(vec!["http://orders.internal".into(), "https://h:8443/jobs/".into()]))
-            .unwrap();
+        let rules = parse_url_rules(Some(vec![
+            "http://orders.internal".into(),
+            "https://h:8443/jobs/".into(),
+        ]))
+        .unwrap();
         for ok in [
             "http://orders.internal/x",
             "http://ORDERS.internal:80/x/y",
@@ -503,14 +657,21 @@ mod tests {
             assert!(!url_allowed(&url(no), &rules), "{no}");
         }
         assert!(url_allowed(&url("http://anything/"), &None));
-        for bad in ["orders.internal", "ftp://h/", "http://u:p@h/", "http://h/?q", "http://h/#f"] {
+        for bad in [
+            "orders.internal",
+            "ftp://h/",
+            "http://u:p@h/",
+            "http://h/?q",
+            "http://h/#f",
+        ] {
             assert!(UrlRule::parse(bad).is_err(), "{bad}");
         }
     }
 
     /// Segments drawn from a small alphabet, so that prefixes collide often.
     fn seg() -> impl Strategy<Value = String> {
-        prop::sample::select(vec!["a", "ab", "a.b", "b", "jobs", "jobs2", "x"]).prop_map(str::to_string)
+        prop::sample::select(vec!["a", "ab", "a.b", "b", "jobs", "jobs2", "x"])
+            .prop_map(str::to_string)
     }
 
     proptest! {

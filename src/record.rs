@@ -279,7 +279,11 @@ impl Outcome {
 
     /// The outcome without its output tails (what a checkpoint keeps).
     pub fn without_output(&self) -> Outcome {
-        Outcome { stdout_tail: String::new(), stderr_tail: String::new(), ..self.clone() }
+        Outcome {
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            ..self.clone()
+        }
     }
 
     /// An order that never ran: `status` with a human reason.
@@ -450,7 +454,10 @@ impl Record {
             o.reason = o.reason.map(|r| fit_json(&r, json_len(&r) / 2, false));
             self.outcome = Some(o);
         }
-        self.reason = self.reason.take().map(|r| fit_json(&r, json_len(&r) / 2, false));
+        self.reason = self
+            .reason
+            .take()
+            .map(|r| fit_json(&r, json_len(&r) / 2, false));
         if let Some(snap) = self.snapshot.as_mut() {
             // Newest first: keep the newer half.
             snap.ids.truncate(snap.ids.len() / 2);
@@ -461,7 +468,11 @@ impl Record {
     /// [`Record::decode`], given what the record's signature is worth
     /// (src/sign.rs): with the pool's key set, an unsigned or badly signed
     /// record is foreign whatever it says.
-    pub fn decode_with(key: Option<&[u8]>, value: Option<&[u8]>, verdict: crate::sign::Verdict) -> Result<Record, Foreign> {
+    pub fn decode_with(
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        verdict: crate::sign::Verdict,
+    ) -> Result<Record, Foreign> {
         use crate::sign::Verdict;
         match verdict {
             Verdict::Unchecked | Verdict::Valid => Record::decode(key, value),
@@ -482,16 +493,31 @@ impl Record {
         let end = |p: i32| ends.get(&p).copied();
         if let Some(o) = self.order() {
             match end(o.partition) {
-                None => return Some(format!("order {o}: the orders topic has no partition {}", o.partition)),
-                Some(e) if o.offset >= e => return Some(format!("order {o} is past the end of its partition ({e})")),
+                None => {
+                    return Some(format!(
+                        "order {o}: the orders topic has no partition {}",
+                        o.partition
+                    ))
+                }
+                Some(e) if o.offset >= e => {
+                    return Some(format!("order {o} is past the end of its partition ({e})"))
+                }
                 _ => {}
             }
         }
         let frontier = self.snapshot.iter().flat_map(|s| s.frontier.iter());
         for (&p, &o) in self.next.iter().chain(frontier) {
             match end(p) {
-                None => return Some(format!("frontier {p}:{o}: the orders topic has no partition {p}")),
-                Some(e) if o > e => return Some(format!("frontier {p}:{o} is past the end of its partition ({e})")),
+                None => {
+                    return Some(format!(
+                        "frontier {p}:{o}: the orders topic has no partition {p}"
+                    ))
+                }
+                Some(e) if o > e => {
+                    return Some(format!(
+                        "frontier {p}:{o} is past the end of its partition ({e})"
+                    ))
+                }
                 _ => {}
             }
         }
@@ -503,7 +529,9 @@ impl Record {
     pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Record, Foreign> {
         let key = key.ok_or(Foreign::NoKey)?;
         let key = std::str::from_utf8(key).map_err(|_| Foreign::BadKey(lossy(key)))?;
-        let (inst, ev) = key.split_once(':').ok_or_else(|| Foreign::BadKey(key.into()))?;
+        let (inst, ev) = key
+            .split_once(':')
+            .ok_or_else(|| Foreign::BadKey(key.into()))?;
         let inst: u32 = inst.parse().map_err(|_| Foreign::BadKey(key.into()))?;
         let ev = Event::parse(ev).ok_or_else(|| Foreign::BadKey(key.into()))?;
         let value = value.ok_or(Foreign::NoValue)?;
@@ -524,16 +552,24 @@ impl Record {
         if !in_range(self.instance) || self.by.is_some_and(|b| !in_range(b)) {
             return Err(Foreign::Range(format!("instance {}", self.instance)));
         }
-        if self.takeover_of.iter().any(|c| !in_range(c.instance)) || self.rank.is_some_and(|r| r > MAX_INSTANCE) {
+        if self.takeover_of.iter().any(|c| !in_range(c.instance))
+            || self.rank.is_some_and(|r| r > MAX_INSTANCE)
+        {
             return Err(Foreign::Range("takeover_of".into()));
         }
-        if self.passed_over.iter().any(|&i| !in_range(i)) || self.passed_over.len() > MAX_PASSED_OVER {
+        if self.passed_over.iter().any(|&i| !in_range(i))
+            || self.passed_over.len() > MAX_PASSED_OVER
+        {
             return Err(Foreign::Range("passed_over".into()));
         }
         if self.event.needs_order() {
             match (self.partition, self.offset) {
                 (Some(p), Some(o)) if p >= 0 && o >= 0 => {}
-                _ => return Err(Foreign::Range("missing or negative partition/offset".into())),
+                _ => {
+                    return Err(Foreign::Range(
+                        "missing or negative partition/offset".into(),
+                    ))
+                }
             }
         }
         if self.next.iter().any(|(&p, &o)| p < 0 || o < 0) {
@@ -545,7 +581,9 @@ impl Record {
         if self.event == Event::Completed && self.outcome.is_none() {
             return Err(Foreign::BadValue("completed without outcome".into()));
         }
-        if self.event == Event::Revoked && (self.fences.is_none() || self.by.is_none() || self.seen.is_none()) {
+        if self.event == Event::Revoked
+            && (self.fences.is_none() || self.by.is_none() || self.seen.is_none())
+        {
             return Err(Foreign::BadValue("revoked without fences/by/seen".into()));
         }
         Ok(())
@@ -596,21 +634,34 @@ mod tests {
     #[test]
     fn text_is_cut_by_its_length_as_written() {
         assert_eq!(json_len("a\"\\\n\u{1}é"), 1 + 2 + 2 + 2 + 6 + 2);
-        for s in ["plain", "\u{1}\u{1f}\u{7f}\"\\", "ééé", "mixed \u{1} é \" end"] {
-            assert_eq!(json_len(s) + 2, serde_json::to_string(s).unwrap().len(), "{s:?}");
+        for s in [
+            "plain",
+            "\u{1}\u{1f}\u{7f}\"\\",
+            "ééé",
+            "mixed \u{1} é \" end",
+        ] {
+            assert_eq!(
+                json_len(s) + 2,
+                serde_json::to_string(s).unwrap().len(),
+                "{s:?}"
+            );
         }
         assert_eq!(fit_json("short", 10, false), "short");
         let head = fit_json(&"é".repeat(100), 11, false);
         assert_eq!(head, "éééé…", "on a character boundary, with the mark");
         let tail = fit_json(&format!("start{}", "\u{1}".repeat(100)), 60, true);
         assert!(tail.starts_with('…') && json_len(&tail) <= 60, "{tail:?}");
-        assert_eq!(tail.chars().filter(|&c| c == '\u{1}').count(), (60 - '…'.len_utf8()) / 6);
+        assert_eq!(
+            tail.chars().filter(|&c| c == '\u{1}').count(),
+            (60 - '…'.len_utf8()) / 6
+        );
     }
 
     #[test]
     fn the_largest_completion_fits_a_record() {
         let worst = "\u{1}".repeat(2 * MAX_TAIL_BYTES);
-        let mut r = Record::new(MAX_INSTANCE, Event::Completed, &"i".repeat(64), u64::MAX).with_order(OrderId::new(i32::MAX, i64::MAX));
+        let mut r = Record::new(MAX_INSTANCE, Event::Completed, &"i".repeat(64), u64::MAX)
+            .with_order(OrderId::new(i32::MAX, i64::MAX));
         r.order_id = Some("\u{1}".repeat(256));
         r.next = (0..100).map(|p| (p, i64::MAX)).collect();
         r.outcome = Some(
@@ -634,12 +685,23 @@ mod tests {
     #[test]
     fn shrinking_halves_what_can_be_cut() {
         let mut r = Record::new(1, Event::Completed, "a", 1).with_order(OrderId::new(0, 0));
-        r.outcome = Some(Outcome { stdout_tail: "x".repeat(10_000), ..Outcome::not_run(Status::Ok, "why".repeat(100)) });
+        r.outcome = Some(Outcome {
+            stdout_tail: "x".repeat(10_000),
+            ..Outcome::not_run(Status::Ok, "why".repeat(100))
+        });
         let before = r.encode().len();
         assert!(r.shrink());
-        assert!(r.encode().len() < before / 2 + 200, "{} of {before}", r.encode().len());
+        assert!(
+            r.encode().len() < before / 2 + 200,
+            "{} of {before}",
+            r.encode().len()
+        );
         while r.shrink() {}
-        assert!(r.encode().len() < 400, "down to the fixed fields: {}", r.encode().len());
+        assert!(
+            r.encode().len() < 400,
+            "down to the fixed fields: {}",
+            r.encode().len()
+        );
         let mut c = Record::new(1, Event::Claimed, "a", 1).with_order(OrderId::new(0, 0));
         assert!(!c.shrink(), "a claim has nothing to cut");
     }
@@ -658,25 +720,52 @@ mod tests {
         let back = Record::decode(Some(b"3:claimed"), Some(&r.encode())).unwrap();
         assert_eq!(back, r);
         let text = String::from_utf8(r.encode()).unwrap();
-        assert!(text.starts_with(r#"{"instance":3,"event":"claimed","partition":0,"offset":17"#), "{text}");
+        assert!(
+            text.starts_with(r#"{"instance":3,"event":"claimed","partition":0,"offset":17"#),
+            "{text}"
+        );
     }
 
     #[test]
     fn foreign_records_are_refused() {
         let v = claim().encode();
         assert_eq!(Record::decode(None, Some(&v)), Err(Foreign::NoKey));
-        assert_eq!(Record::decode(Some(b"3:claimed"), None), Err(Foreign::NoValue));
-        assert!(matches!(Record::decode(Some(b"3:exploded"), Some(&v)), Err(Foreign::BadKey(_))));
-        assert!(matches!(Record::decode(Some(b"x:claimed"), Some(&v)), Err(Foreign::BadKey(_))));
-        assert!(matches!(Record::decode(Some(b"4:claimed"), Some(&v)), Err(Foreign::Mismatch(_))));
-        assert!(matches!(Record::decode(Some(b"3:claimed"), Some(b"{oops")), Err(Foreign::BadValue(_))));
-        assert!(matches!(Record::decode(Some(&[0xff, 0xfe]), Some(&v)), Err(Foreign::BadKey(_))));
+        assert_eq!(
+            Record::decode(Some(b"3:claimed"), None),
+            Err(Foreign::NoValue)
+        );
+        assert!(matches!(
+            Record::decode(Some(b"3:exploded"), Some(&v)),
+            Err(Foreign::BadKey(_))
+        ));
+        assert!(matches!(
+            Record::decode(Some(b"x:claimed"), Some(&v)),
+            Err(Foreign::BadKey(_))
+        ));
+        assert!(matches!(
+            Record::decode(Some(b"4:claimed"), Some(&v)),
+            Err(Foreign::Mismatch(_))
+        ));
+        assert!(matches!(
+            Record::decode(Some(b"3:claimed"), Some(b"{oops")),
+            Err(Foreign::BadValue(_))
+        ));
+        assert!(matches!(
+            Record::decode(Some(&[0xff, 0xfe]), Some(&v)),
+            Err(Foreign::BadKey(_))
+        ));
         let wrong_type = br#"{"instance":"3","event":"claimed","incarnation":"a","ts":1}"#;
         assert!(Record::decode(Some(b"3:claimed"), Some(wrong_type)).is_err());
         let zero = br#"{"instance":0,"event":"booted","incarnation":"a","ts":1}"#;
-        assert!(matches!(Record::decode(Some(b"0:booted"), Some(zero)), Err(Foreign::Range(_))));
+        assert!(matches!(
+            Record::decode(Some(b"0:booted"), Some(zero)),
+            Err(Foreign::Range(_))
+        ));
         let no_order = br#"{"instance":3,"event":"claimed","incarnation":"a","ts":1}"#;
-        assert!(matches!(Record::decode(Some(b"3:claimed"), Some(no_order)), Err(Foreign::Range(_))));
+        assert!(matches!(
+            Record::decode(Some(b"3:claimed"), Some(no_order)),
+            Err(Foreign::Range(_))
+        ));
         let done = br#"{"instance":3,"event":"completed","partition":0,"offset":1,"incarnation":"a","ts":1}"#;
         assert!(Record::decode(Some(b"3:completed"), Some(done)).is_err());
     }
@@ -693,15 +782,26 @@ mod tests {
         assert_eq!(dec(Some(sig.as_bytes()), Some(&k)), Ok(claim()));
         assert_eq!(dec(None, Some(&k)), Err(Foreign::Unsigned));
         let forged = ClaimsKey::new(b"the attacker's own key").unwrap().sign(&v);
-        assert_eq!(dec(Some(forged.as_bytes()), Some(&k)), Err(Foreign::BadSignature));
+        assert_eq!(
+            dec(Some(forged.as_bytes()), Some(&k)),
+            Err(Foreign::BadSignature)
+        );
         assert_eq!(dec(None, None), Ok(claim()), "no key: nothing checked");
-        assert_eq!(Record::decode_with(None, Some(&v), Verdict::Valid), Err(Foreign::NoKey), "a valid signature is not enough");
+        assert_eq!(
+            Record::decode_with(None, Some(&v), Verdict::Valid),
+            Err(Foreign::NoKey),
+            "a valid signature is not enough"
+        );
     }
 
     #[test]
     fn claims_past_the_orders_end_are_impossible() {
         let ends = BTreeMap::from([(0, 18), (1, 5)]);
-        assert_eq!(claim().impossible(&ends), None, "order 0:17, frontier 0:18: the end is 18");
+        assert_eq!(
+            claim().impossible(&ends),
+            None,
+            "order 0:17, frontier 0:18: the end is 18"
+        );
         let mut r = claim();
         r.offset = Some(18);
         assert!(r.impossible(&ends).unwrap().contains("past the end"));
@@ -713,10 +813,17 @@ mod tests {
         assert!(r.impossible(&ends).unwrap().contains("frontier 0:19"));
         let mut r = claim();
         r.next.insert(7, 0);
-        assert!(r.impossible(&ends).is_some(), "a frontier in a partition that does not exist");
+        assert!(
+            r.impossible(&ends).is_some(),
+            "a frontier in a partition that does not exist"
+        );
         let mut b = Record::new(3, Event::Booted, "a", 1);
         b.next.insert(1, 5);
-        assert_eq!(b.impossible(&ends), None, "a frontier at the end is possible");
+        assert_eq!(
+            b.impossible(&ends),
+            None,
+            "a frontier at the end is possible"
+        );
         b.next.insert(1, i64::MAX);
         assert!(b.impossible(&ends).is_some());
         let mut cp = Record::new(3, Event::Checkpoint, "a", 1);
@@ -728,7 +835,10 @@ mod tests {
             ids: Vec::new(),
         };
         cp.snapshot = Some(Box::new(snap));
-        assert!(cp.impossible(&ends).unwrap().contains("frontier 0:1000"), "a checkpoint's frontier");
+        assert!(
+            cp.impossible(&ends).unwrap().contains("frontier 0:1000"),
+            "a checkpoint's frontier"
+        );
     }
 
     mod fuzz {

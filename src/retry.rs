@@ -88,7 +88,9 @@ fn where_is(src: &Source, order: OrderId) -> anyhow::Result<Option<String>> {
     if order.offset >= view.next_offset(order.partition) {
         return Ok(Some("has not been claimed yet (it waits)".into()));
     }
-    let holder = view.instances().find(|(_, s)| s.hold.as_ref().is_some_and(|h| h.order == order));
+    let holder = view
+        .instances()
+        .find(|(_, s)| s.hold.as_ref().is_some_and(|h| h.order == order));
     Ok(holder.map(|(i, _)| format!("is still held by instance {i} (it runs, or is about to)")))
 }
 
@@ -103,18 +105,41 @@ fn read_order(src: &Source, order: OrderId) -> anyhow::Result<(Option<Vec<u8>>, 
         .context("cannot create a Kafka consumer")?;
     let (low, high) = c
         .fetch_watermarks(&src.orders_topic, order.partition, READ_TIMEOUT)
-        .with_context(|| format!("cannot read partition {} of topic '{}'", order.partition, src.orders_topic))?;
+        .with_context(|| {
+            format!(
+                "cannot read partition {} of topic '{}'",
+                order.partition, src.orders_topic
+            )
+        })?;
     if order.offset >= high {
-        bail!("there is no order {order} in '{}' (partition {} ends at {high})", src.orders_topic, order.partition);
+        bail!(
+            "there is no order {order} in '{}' (partition {} ends at {high})",
+            src.orders_topic,
+            order.partition
+        );
     }
     if order.offset < low {
         bail!("order {order} is no longer in '{}' (retention or DeleteRecords: the partition starts at {low})", src.orders_topic);
     }
-    let Some(m) = crate::status::message_at(&c, &src.orders_topic, order.partition, order.offset, READ_TIMEOUT) else {
-        bail!("order {order} could not be read from '{}' within {} s", src.orders_topic, READ_TIMEOUT.as_secs())
+    let Some(m) = crate::status::message_at(
+        &c,
+        &src.orders_topic,
+        order.partition,
+        order.offset,
+        READ_TIMEOUT,
+    ) else {
+        bail!(
+            "order {order} could not be read from '{}' within {} s",
+            src.orders_topic,
+            READ_TIMEOUT.as_secs()
+        )
     };
     if m.offset() > order.offset {
-        bail!("order {order} is no longer in '{}' (the next message read is at {})", src.orders_topic, m.offset())
+        bail!(
+            "order {order} is no longer in '{}' (the next message read is at {})",
+            src.orders_topic,
+            m.offset()
+        )
     }
     use rdkafka::message::Headers;
     let header = m.headers().and_then(|h| {
@@ -130,9 +155,16 @@ fn read_order(src: &Source, order: OrderId) -> anyhow::Result<(Option<Vec<u8>>, 
 /// order with `retry_of` and `id` set; `header` is the original's
 /// `traceparent` header, used if valid and the order has no `traceparent`.
 /// `Err` when the original is not a valid order (it would only fail again).
-pub fn retry_payload(payload: Option<&[u8]>, original: OrderId, header: Option<&str>) -> Result<Vec<u8>, String> {
+pub fn retry_payload(
+    payload: Option<&[u8]>,
+    original: OrderId,
+    header: Option<&str>,
+) -> Result<Vec<u8>, String> {
     let spec = orders::parse(payload).map_err(|e| format!("it is not a valid order ({e})"))?;
-    let text = payload.and_then(|p| std::str::from_utf8(p).ok()).unwrap_or_default().trim();
+    let text = payload
+        .and_then(|p| std::str::from_utf8(p).ok())
+        .unwrap_or_default()
+        .trim();
     let mut obj = if text.starts_with('{') {
         match serde_json::from_str::<serde_json::Value>(text) {
             Ok(serde_json::Value::Object(m)) => m,
@@ -180,19 +212,39 @@ mod tests {
         assert_eq!((r.kind, r.shell), (original.kind, false));
         assert_eq!(r.retry_of, Some(OrderId::new(1, 7)));
         assert_eq!(r.id.as_deref(), Some("retry-of:1:7"));
-        assert_eq!(r.traceparent.as_deref(), Some(tp), "the header's trace context");
+        assert_eq!(
+            r.traceparent.as_deref(),
+            Some(tp),
+            "the header's trace context"
+        );
         // JSON: every field kept, the id and the link replaced.
         let j = r#"{"cmd":["a|b"],"shell":true,"env":{"A":"1"},"timeout_secs":5,"id":"job-1","retry_of":"0:1"}"#;
         let r = retried(j, Some("not a trace context"));
-        assert!(r.shell && r.env["A"] == "1" && r.timeout == Some(Duration::from_secs(5)), "{r:?}");
-        assert_eq!((r.id.as_deref(), r.retry_of), (Some("retry-of:1:7"), Some(OrderId::new(1, 7))));
+        assert!(
+            r.shell && r.env["A"] == "1" && r.timeout == Some(Duration::from_secs(5)),
+            "{r:?}"
+        );
+        assert_eq!(
+            (r.id.as_deref(), r.retry_of),
+            (Some("retry-of:1:7"), Some(OrderId::new(1, 7)))
+        );
         assert_eq!(r.traceparent, None, "an invalid header is not carried");
         let own = "00-11111111111111111111111111111111-2222222222222222-00";
-        let r = retried(&format!(r#"{{"url":"http://h/o","traceparent":"{own}"}}"#), Some(tp));
-        assert_eq!(r.traceparent.as_deref(), Some(own), "the order's own trace context wins");
+        let r = retried(
+            &format!(r#"{{"url":"http://h/o","traceparent":"{own}"}}"#),
+            Some(tp),
+        );
+        assert_eq!(
+            r.traceparent.as_deref(),
+            Some(own),
+            "the order's own trace context wins"
+        );
         // An invalid original is not sent again.
         for bad in [&b"{\"cmd\": 5}"[..], b"", b"echo 'unclosed", b"\xff"] {
-            assert!(retry_payload(Some(bad), OrderId::new(0, 0), None).is_err(), "{bad:?}");
+            assert!(
+                retry_payload(Some(bad), OrderId::new(0, 0), None).is_err(),
+                "{bad:?}"
+            );
         }
         assert!(retry_payload(None, OrderId::new(0, 0), None).is_err());
     }

@@ -35,7 +35,9 @@ const BROKER_PATIENCE: Duration = Duration::from_secs(120);
 const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A fresh incarnation id: 64 random bits from the kernel. It names no pid
@@ -90,7 +92,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     let marker = (cfg.settle_ms > 0).then(|| crate::settle::marker_path(&cfg));
     let clean = marker.as_deref().and_then(crate::settle::take);
     warn_open_commands(&cfg, clean.is_some());
-    let (mut w, first) = Worker::start_after(me, new_incarnation(), settings, now_ms(), clean.clone());
+    let (mut w, first) =
+        Worker::start_after(me, new_incarnation(), settings, now_ms(), clean.clone());
     // Replay from the newest checkpoint near the end, else from the start.
     let from = match kafka.find_checkpoint().await {
         Some(snap) if w.load(&snap) => snap.at,
@@ -157,7 +160,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                         }
                     }
                 }
-                Action::Run { order, attempt, retry } => {
+                Action::Run {
+                    order,
+                    attempt,
+                    retry,
+                } => {
                     idle = false;
                     tracing::info!(instance = me, %order, attempt, retry, "running");
                     // Fetched on a task of its own: the loop goes on renewing
@@ -165,7 +172,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                     let (allowed_urls, tx) = (cfg.allowed_urls.clone(), prep_tx.clone());
                     let timeout = fetch_timeout(cfg.lease_ms);
                     prep_task = Some(tokio::spawn(async move {
-                        let msg = kafka.fetch_order(order).await.map_err(|e| unreadable(order, e));
+                        let msg = kafka
+                            .fetch_order(order)
+                            .await
+                            .map_err(|e| unreadable(order, e));
                         let header = msg.as_ref().ok().and_then(|m| header_traceparent(order, m));
                         let spec = prepare(msg.map(|m| m.payload), &allowed_urls, timeout).await;
                         let spec = trace(spec, header);
@@ -289,7 +299,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         // once around the select! per record).
         loop {
             if let Input::CaughtUp = input {
-                tracing::debug!(instance = me, end = w.view.end(), "caught up with the claims topic");
+                tracing::debug!(
+                    instance = me,
+                    end = w.view.end(),
+                    "caught up with the claims topic"
+                );
             }
             match &input {
                 Input::Record(pos, _) | Input::Foreign(pos) => replay.read(*pos),
@@ -328,9 +342,15 @@ fn warn_open_commands(cfg: &Config, clean_predecessor: bool) {
     }
     let supervisor_said = std::env::var_os(crate::supervise::WARNED_OPEN_COMMANDS).is_some();
     if clean_predecessor || supervisor_said {
-        tracing::debug!(instance = cfg.instance, "ALLOWED_COMMANDS is not set: orders may run any program");
+        tracing::debug!(
+            instance = cfg.instance,
+            "ALLOWED_COMMANDS is not set: orders may run any program"
+        );
     } else {
-        tracing::warn!(instance = cfg.instance, "ALLOWED_COMMANDS is not set: orders may run any program");
+        tracing::warn!(
+            instance = cfg.instance,
+            "ALLOWED_COMMANDS is not set: orders may run any program"
+        );
     }
 }
 
@@ -338,7 +358,12 @@ fn warn_open_commands(cfg: &Config, clean_predecessor: bool) {
 /// this incarnation, or, if it appended nothing (stopped while settling),
 /// handing on the marker it took, since the log is as its predecessor left
 /// it.
-fn leave_marker(path: &Option<std::path::PathBuf>, appender: &Appender, w: &Worker, taken: &Option<String>) {
+fn leave_marker(
+    path: &Option<std::path::PathBuf>,
+    appender: &Appender,
+    w: &Worker,
+    taken: &Option<String>,
+) {
     let Some(path) = path else { return };
     match (appender.sent.get(), taken) {
         (0, Some(prev)) => crate::settle::leave(path, prev),
@@ -353,7 +378,11 @@ fn claim_input(ev: ClaimEvent, me: u32, idle: bool, todo: &mut VecDeque<Action>)
     match ev {
         ClaimEvent::Record(pos, rec) => Input::Record(pos, rec),
         ClaimEvent::Foreign(pos, why) => {
-            tracing::warn!(instance = me, pos, "skipping a record of the claims topic: {why}");
+            tracing::warn!(
+                instance = me,
+                pos,
+                "skipping a record of the claims topic: {why}"
+            );
             Input::Foreign(pos)
         }
         ClaimEvent::CaughtUp => {
@@ -400,7 +429,11 @@ impl Appender {
                 let _ = acked_tx.send(n);
             }
         });
-        Appender { tx, sent: std::cell::Cell::new(0), acked }
+        Appender {
+            tx,
+            sent: std::cell::Cell::new(0),
+            acked,
+        }
     }
 
     fn append(&self, rec: crate::record::Record) {
@@ -431,7 +464,11 @@ struct Replay {
 
 impl Replay {
     fn new() -> Replay {
-        Replay { started: std::time::Instant::now(), records: 0, first: None }
+        Replay {
+            started: std::time::Instant::now(),
+            records: 0,
+            first: None,
+        }
     }
 
     fn read(&mut self, pos: u64) {
@@ -454,7 +491,10 @@ impl Replay {
     }
 }
 
-async fn stop_job(cancel: &mut Option<watch::Sender<bool>>, task: &mut Option<tokio::task::JoinHandle<()>>) {
+async fn stop_job(
+    cancel: &mut Option<watch::Sender<bool>>,
+    task: &mut Option<tokio::task::JoinHandle<()>>,
+) {
     if let Some(c) = cancel.take() {
         let _ = c.send(true);
     }
@@ -482,7 +522,8 @@ fn job_base(cfg: &Config) -> anyhow::Result<JobContext> {
         None => {}
         Some(list) => {
             let path = std::env::var_os("PATH");
-            let commands = crate::policy::Commands::resolve(list, path.as_deref()).map_err(anyhow::Error::msg)?;
+            let commands = crate::policy::Commands::resolve(list, path.as_deref())
+                .map_err(anyhow::Error::msg)?;
             for name in &commands.missing {
                 tracing::warn!(program = %name, "an allowed command is not in this worker's PATH: orders naming it are refused");
             }
@@ -501,7 +542,10 @@ fn job_base(cfg: &Config) -> anyhow::Result<JobContext> {
     if let Some(images) = &cfg.jobs.allowed_images {
         match crate::policy::find_in_path("docker", std::env::var_os("PATH").as_deref()) {
             Some(docker) => ctx.docker_program = docker.display().to_string(),
-            None => tracing::warn!(?images, "ALLOWED_IMAGES is set but docker is not in this worker's PATH"),
+            None => tracing::warn!(
+                ?images,
+                "ALLOWED_IMAGES is set but docker is not in this worker's PATH"
+            ),
         }
     }
     if let Some(u) = &ctx.user {
@@ -511,7 +555,11 @@ fn job_base(cfg: &Config) -> anyhow::Result<JobContext> {
 }
 
 fn job_context(base: &JobContext, order: OrderId, attempt: u32) -> JobContext {
-    JobContext { order, attempt, ..base.clone() }
+    JobContext {
+        order,
+        attempt,
+        ..base.clone()
+    }
 }
 
 /// The time limit of a URL order's fetch: well below the lease, since the
@@ -572,7 +620,10 @@ fn header_traceparent(order: OrderId, m: &crate::kafka::OrderMessage) -> Option<
 /// The order's trace context: its own `traceparent` field, else its
 /// record's header. An order that is completed without running (malformed,
 /// refused...) keeps the header's in its completion.
-fn trace(spec: Result<orders::OrderSpec, Outcome>, header: Option<String>) -> Result<orders::OrderSpec, Outcome> {
+fn trace(
+    spec: Result<orders::OrderSpec, Outcome>,
+    header: Option<String>,
+) -> Result<orders::OrderSpec, Outcome> {
     match spec {
         Ok(mut s) => {
             s.traceparent = s.traceparent.or(header);
@@ -594,14 +645,18 @@ async fn prepare(
     timeout: Duration,
 ) -> Result<orders::OrderSpec, Outcome> {
     let payload = payload?;
-    let spec = orders::parse(payload.as_deref()).map_err(|e| Outcome::not_run(Status::Error, e.to_string()))?;
+    let spec = orders::parse(payload.as_deref())
+        .map_err(|e| Outcome::not_run(Status::Error, e.to_string()))?;
     let orders::OrderKind::Url { url } = &spec.kind else {
         return Ok(spec);
     };
     // Unset, URL orders are off: an order could otherwise make the worker
     // fetch from any service it can reach (an internal one included).
     let Some(_) = allowed_urls else {
-        return Err(Outcome::not_run(Status::Refused, "URL orders are off (ALLOWED_URLS is not set)"));
+        return Err(Outcome::not_run(
+            Status::Refused,
+            "URL orders are off (ALLOWED_URLS is not set)",
+        ));
     };
     match crate::fetch::fetch_order(url, orders::MAX_ORDER_BYTES, timeout, allowed_urls).await {
         Ok(body) => orders::parse_url_body(&body)
@@ -633,12 +688,31 @@ fn log_step(rec: &crate::record::Record, pos: u64) {
             tracing::info!(instance = rec.instance, order, event = "completed", pos, status, exit_code = ?code, attempt = rec.attempt, traceparent, retry_of);
         }
         Event::Yielded => {
-            tracing::info!(instance = rec.instance, order, event = "yielded", pos, reason = rec.reason.as_deref().unwrap_or(""));
+            tracing::info!(
+                instance = rec.instance,
+                order,
+                event = "yielded",
+                pos,
+                reason = rec.reason.as_deref().unwrap_or("")
+            );
         }
         Event::Lease => tracing::debug!(instance = rec.instance, order, event = "lease", pos),
         Event::Revoked => {
-            tracing::info!(instance = rec.instance, by = rec.by, order, event = "revoked", pos, reason = rec.reason.as_deref().unwrap_or(""));
+            tracing::info!(
+                instance = rec.instance,
+                by = rec.by,
+                order,
+                event = "revoked",
+                pos,
+                reason = rec.reason.as_deref().unwrap_or("")
+            );
         }
-        ev => tracing::info!(instance = rec.instance, order, event = ev.as_str(), pos, attempt = rec.attempt),
+        ev => tracing::info!(
+            instance = rec.instance,
+            order,
+            event = ev.as_str(),
+            pos,
+            attempt = rec.attempt
+        ),
     }
 }

@@ -55,7 +55,9 @@ pub struct ServeArgs {
 }
 
 /// Upper bounds (seconds) of the latency histogram's buckets.
-pub const LATENCY_BUCKETS: [f64; 14] = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0];
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
 /// Newest completions kept for the page.
 const NEWEST: usize = 15;
 /// Failed orders kept for the page.
@@ -117,14 +119,48 @@ impl Metrics {
             registry: Registry::default(),
         };
         registry.register("orders_completed", "Orders completed, by status (ok, failed, timed_out, error, refused, duplicate, gave_up, deleted)", m.completed.clone());
-        registry.register("orders_waiting", "Orders in the orders topic beyond the claimed frontier", m.waiting.clone());
-        registry.register("orders_running", "Orders whose holder committed and has not completed them", m.running.clone());
-        registry.register_with_unit("oldest_waiting_age", "Age of the oldest waiting order (0 when none waits)", Unit::Seconds, m.oldest_waiting.clone());
-        registry.register("instances", "Instances by state (idle, negotiating, running)", m.instances.clone());
-        registry.register("takeovers", "Claims that took over an expired holder's order", m.takeovers.clone());
-        registry.register("retries", "Runs of an order after its first attempt (committed with attempt > 1)", m.retries.clone());
-        registry.register("claims_records", "Claims topic records read, by event (foreign: not the pool's)", m.records.clone());
-        registry.register_with_unit("order_latency", "From an order's first claim to its completion", Unit::Seconds, m.latency.clone());
+        registry.register(
+            "orders_waiting",
+            "Orders in the orders topic beyond the claimed frontier",
+            m.waiting.clone(),
+        );
+        registry.register(
+            "orders_running",
+            "Orders whose holder committed and has not completed them",
+            m.running.clone(),
+        );
+        registry.register_with_unit(
+            "oldest_waiting_age",
+            "Age of the oldest waiting order (0 when none waits)",
+            Unit::Seconds,
+            m.oldest_waiting.clone(),
+        );
+        registry.register(
+            "instances",
+            "Instances by state (idle, negotiating, running)",
+            m.instances.clone(),
+        );
+        registry.register(
+            "takeovers",
+            "Claims that took over an expired holder's order",
+            m.takeovers.clone(),
+        );
+        registry.register(
+            "retries",
+            "Runs of an order after its first attempt (committed with attempt > 1)",
+            m.retries.clone(),
+        );
+        registry.register(
+            "claims_records",
+            "Claims topic records read, by event (foreign: not the pool's)",
+            m.records.clone(),
+        );
+        registry.register_with_unit(
+            "order_latency",
+            "From an order's first claim to its completion",
+            Unit::Seconds,
+            m.latency.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -216,11 +252,21 @@ impl Board {
             Ok(rec) => rec,
             Err(_) => {
                 self.view.skip(pos);
-                self.metrics.records.get_or_create(&EventLabel { event: "foreign".into() }).inc();
+                self.metrics
+                    .records
+                    .get_or_create(&EventLabel {
+                        event: "foreign".into(),
+                    })
+                    .inc();
                 return;
             }
         };
-        self.metrics.records.get_or_create(&EventLabel { event: rec.event.as_str().into() }).inc();
+        self.metrics
+            .records
+            .get_or_create(&EventLabel {
+                event: rec.event.as_str().into(),
+            })
+            .inc();
         let applied = self.view.apply(pos, &rec).is_ok();
         let order = rec.order();
         if applied {
@@ -261,19 +307,36 @@ impl Board {
     fn completed(&mut self, order: OrderId, rec: &Record) {
         let status = rec.outcome.as_ref().map_or(Status::Error, |o| o.status);
         *self.by_status.entry(status.as_str()).or_default() += 1;
-        self.metrics.completed.get_or_create(&StatusLabel { status: status.as_str().into() }).inc();
+        self.metrics
+            .completed
+            .get_or_create(&StatusLabel {
+                status: status.as_str().into(),
+            })
+            .inc();
         let latency_ms = match self.first_claim.remove(&order) {
             Some(t) => rec.ts.saturating_sub(t),
             None => rec.outcome.as_ref().map_or(0, |o| o.duration_ms),
         };
         let secs = latency_ms as f64 / 1000.0;
         self.metrics.latency.observe(secs);
-        let bucket = LATENCY_BUCKETS.iter().position(|b| secs <= *b).unwrap_or(LATENCY_BUCKETS.len());
+        let bucket = LATENCY_BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(LATENCY_BUCKETS.len());
         self.latency_counts[bucket] += 1;
         let minute = rec.ts / 60_000;
         *self.per_minute.entry(minute).or_default() += 1;
-        let newest = self.per_minute.keys().next_back().copied().unwrap_or(minute);
-        while self.per_minute.first_key_value().is_some_and(|(m, _)| *m + 2 * MINUTES < newest) {
+        let newest = self
+            .per_minute
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(minute);
+        while self
+            .per_minute
+            .first_key_value()
+            .is_some_and(|(m, _)| *m + 2 * MINUTES < newest)
+        {
             self.per_minute.pop_first();
         }
         let outcome = rec.outcome.as_ref();
@@ -311,7 +374,11 @@ impl Board {
                 let (state, order, since, last) = match &s.hold {
                     None => ("idle", None, Some(s.idle_ts).filter(|t| *t > 0), None),
                     Some(h) => (
-                        if h.committed.is_none() { "negotiating" } else { "running" },
+                        if h.committed.is_none() {
+                            "negotiating"
+                        } else {
+                            "running"
+                        },
                         Some(h.order),
                         Some(self.claim_since.get(&i).copied().unwrap_or(h.last_ts)),
                         Some(h.last_ts),
@@ -324,7 +391,10 @@ impl Board {
                     since_ts: since,
                     lease_ts: last,
                     attempt: s.hold.as_ref().map(|h| h.attempt),
-                    last: s.last_completed.as_ref().map(|(o, _, _, out)| (*o, out.status)),
+                    last: s
+                        .last_completed
+                        .as_ref()
+                        .map(|(o, _, _, out)| (*o, out.status)),
                 }
             })
             .collect()
@@ -333,7 +403,9 @@ impl Board {
     /// Completions in each of the `MINUTES` minutes up to `now_ms`'s, oldest first.
     pub fn per_minute(&self, now_ms: u64) -> Vec<(u64, u64)> {
         let now = now_ms / 60_000;
-        (now.saturating_sub(MINUTES - 1)..=now).map(|m| (m, self.per_minute.get(&m).copied().unwrap_or(0))).collect()
+        (now.saturating_sub(MINUTES - 1)..=now)
+            .map(|m| (m, self.per_minute.get(&m).copied().unwrap_or(0)))
+            .collect()
     }
 
     pub fn completed_total(&self) -> u64 {
@@ -352,16 +424,22 @@ impl Board {
         let count = |s: &str| rows.iter().filter(|r| r.state == s).count() as i64;
         m.running.set(count("running"));
         for s in ["idle", "negotiating", "running"] {
-            m.instances.get_or_create(&StateLabel { state: s.into() }).set(count(s));
+            m.instances
+                .get_or_create(&StateLabel { state: s.into() })
+                .set(count(s));
         }
-        m.oldest_waiting.set(self.oldest_waiting_age_ms(now_ms).map_or(0.0, |a| a as f64 / 1000.0));
+        m.oldest_waiting.set(
+            self.oldest_waiting_age_ms(now_ms)
+                .map_or(0.0, |a| a as f64 / 1000.0),
+        );
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &m.registry);
         out
     }
 
     pub fn oldest_waiting_age_ms(&self, now_ms: u64) -> Option<u64> {
-        self.oldest_waiting_ts.map(|t| (now_ms as i64 - t).max(0) as u64)
+        self.oldest_waiting_ts
+            .map(|t| (now_ms as i64 - t).max(0) as u64)
     }
 }
 
@@ -374,11 +452,18 @@ fn reason_of(o: &crate::record::Outcome) -> String {
     if o.status == Status::Ok {
         return String::new();
     }
-    let last = |t: &str| t.lines().map(str::trim).rfind(|l| !l.is_empty()).map(str::to_string);
-    last(&o.stderr_tail).or_else(|| last(&o.stdout_tail)).unwrap_or_else(|| match o.exit_code {
-        Some(c) => format!("exit {c}"),
-        None => String::new(),
-    })
+    let last = |t: &str| {
+        t.lines()
+            .map(str::trim)
+            .rfind(|l| !l.is_empty())
+            .map(str::to_string)
+    };
+    last(&o.stderr_tail)
+        .or_else(|| last(&o.stdout_tail))
+        .unwrap_or_else(|| match o.exit_code {
+            Some(c) => format!("exit {c}"),
+            None => String::new(),
+        })
 }
 
 pub struct InstanceRow {
@@ -455,11 +540,16 @@ fn refresh_orders(src: &Source, c: &BaseConsumer<crate::status::Silent>, board: 
     // count was made against a caught-up view.
     let (next, caught_up): (BTreeMap<i32, i64>, bool) = {
         let b = lock(board);
-        (ends.keys().map(|p| (*p, b.view.next_offset(*p))).collect(), b.caught_up)
+        (
+            ends.keys().map(|p| (*p, b.view.next_offset(*p))).collect(),
+            b.caught_up,
+        )
     };
     let (mut in_topic, mut waiting, mut oldest): (i64, i64, Option<i64>) = (0, 0, None);
     for (p, high) in ends {
-        let low = c.fetch_watermarks(&src.orders_topic, p, Duration::from_secs(5)).map_or(0, |(l, _)| l);
+        let low = c
+            .fetch_watermarks(&src.orders_topic, p, Duration::from_secs(5))
+            .map_or(0, |(l, _)| l);
         in_topic += high - low;
         let from = next.get(&p).copied().unwrap_or(0).max(low);
         if from < high {
@@ -478,9 +568,18 @@ fn refresh_orders(src: &Source, c: &BaseConsumer<crate::status::Silent>, board: 
 
 /// The message at one offset of `topic`: its timestamp and payload, if it
 /// can be read within a few seconds.
-fn read_message(c: &BaseConsumer<crate::status::Silent>, topic: &str, p: i32, offset: i64) -> Option<(Option<i64>, Vec<u8>)> {
-    let m = crate::status::message_at(c, topic, p, offset, Duration::from_secs(5)).filter(|m| m.offset() == offset)?;
-    Some((m.timestamp().to_millis(), m.payload().unwrap_or_default().to_vec()))
+fn read_message(
+    c: &BaseConsumer<crate::status::Silent>,
+    topic: &str,
+    p: i32,
+    offset: i64,
+) -> Option<(Option<i64>, Vec<u8>)> {
+    let m = crate::status::message_at(c, topic, p, offset, Duration::from_secs(5))
+        .filter(|m| m.offset() == offset)?;
+    Some((
+        m.timestamp().to_millis(),
+        m.payload().unwrap_or_default().to_vec(),
+    ))
 }
 
 // ------------------------------------------------------------------ the web
@@ -508,8 +607,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<i32> {
     tracing::info!("serve: http://{addr}/ (metrics: /metrics, health: /healthz, /readyz)");
     let board = Arc::new(Mutex::new(Board::new()));
     let (src, b) = (args.source.clone(), board.clone());
-    std::thread::Builder::new().name("claims-tail".into()).spawn(move || tail(src, b))?;
-    let app = App { board, src: args.source };
+    std::thread::Builder::new()
+        .name("claims-tail".into())
+        .spawn(move || tail(src, b))?;
+    let app = App {
+        board,
+        src: args.source,
+    };
     let router = Router::new()
         .route("/", get(page))
         .route("/live", get(live))
@@ -518,8 +622,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<i32> {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "up\n" }))
         .route("/readyz", get(readyz))
-        .route("/style.css", get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE) }))
-        .route("/live.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], SCRIPT) }))
+        .route(
+            "/style.css",
+            get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE) }),
+        )
+        .route(
+            "/live.js",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+                    SCRIPT,
+                )
+            }),
+        )
         .with_state(app);
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
@@ -534,7 +649,14 @@ const SCRIPT: &str = include_str!("serve/live.js");
 
 async fn metrics(State(app): State<App>) -> Response {
     let text = lock(&app.board).metrics_text(crate::run::now_ms());
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
 }
 
 async fn readyz(State(app): State<App>) -> Response {
@@ -544,7 +666,11 @@ async fn readyz(State(app): State<App>) -> Response {
     } else {
         let why = match b.start_end {
             None => "not connected to the claims topic yet".to_string(),
-            Some(end) if !b.caught_up => format!("catching up: {} of {} claims records read", b.view.end(), end),
+            Some(end) if !b.caught_up => format!(
+                "catching up: {} of {} claims records read",
+                b.view.end(),
+                end
+            ),
             Some(_) => "the orders topic not read yet".to_string(),
         };
         (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
@@ -610,7 +736,10 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response 
     let order: OrderId = match id.parse() {
         Ok(o) => o,
         Err(e) => {
-            let body = format!("<main><p class=\"err\">{}</p><p><a href=\"/\">back</a></p></main>", esc(&e));
+            let body = format!(
+                "<main><p class=\"err\">{}</p><p><a href=\"/\">back</a></p></main>",
+                esc(&e)
+            );
             return (StatusCode::BAD_REQUEST, Html(layout("bad order", &body))).into_response();
         }
     };
@@ -641,12 +770,35 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response 
     .await;
     let (story, text) = match fetched {
         Ok(Ok(x)) => x,
-        Ok(Err(e)) => return (StatusCode::SERVICE_UNAVAILABLE, Html(layout("error", &format!("<main><p class=\"err\">{}</p></main>", esc(&format!("{e:#}")))))).into_response(),
+        Ok(Err(e)) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Html(layout(
+                    "error",
+                    &format!(
+                        "<main><p class=\"err\">{}</p></main>",
+                        esc(&format!("{e:#}"))
+                    ),
+                )),
+            )
+                .into_response()
+        }
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, esc(&e.to_string())).into_response(),
     };
     let now = crate::run::now_ms();
-    let code = if story.is_empty() && text.is_none() { StatusCode::NOT_FOUND } else { StatusCode::OK };
-    (code, Html(layout(&format!("order {order}"), &render_order(order, &story, text.as_ref().map(|t| t.1.as_slice()), now)))).into_response()
+    let code = if story.is_empty() && text.is_none() {
+        StatusCode::NOT_FOUND
+    } else {
+        StatusCode::OK
+    };
+    (
+        code,
+        Html(layout(
+            &format!("order {order}"),
+            &render_order(order, &story, text.as_ref().map(|t| t.1.as_slice()), now),
+        )),
+    )
+        .into_response()
 }
 
 // ------------------------------------------------------------------ HTML
@@ -706,9 +858,16 @@ fn bars(values: &[(String, u64)], label_every: usize, title: &str, class: &str) 
     let max = values.iter().map(|v| v.1).max().unwrap_or(0).max(1);
     let n = values.len().max(1) as f64;
     let bw = w / n;
-    let mut s = format!("<svg class=\"chart {class}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"{}\">", esc(title));
+    let mut s = format!(
+        "<svg class=\"chart {class}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"{}\">",
+        esc(title)
+    );
     let _ = write!(s, "<text x=\"0\" y=\"12\" class=\"max\">max {max}</text>");
-    let _ = write!(s, "<line x1=\"0\" y1=\"{y}\" x2=\"{w}\" y2=\"{y}\" class=\"axis\"/>", y = h - bottom);
+    let _ = write!(
+        s,
+        "<line x1=\"0\" y1=\"{y}\" x2=\"{w}\" y2=\"{y}\" class=\"axis\"/>",
+        y = h - bottom
+    );
     for (i, (label, v)) in values.iter().enumerate() {
         let bh = (h - top - bottom) * (*v as f64) / (max as f64);
         let x = i as f64 * bw;
@@ -722,7 +881,13 @@ fn bars(values: &[(String, u64)], label_every: usize, title: &str, class: &str) 
             esc(label)
         );
         if label_every > 0 && i % label_every == 0 {
-            let _ = write!(s, "<text x=\"{:.1}\" y=\"{:.1}\" class=\"lbl\">{}</text>", x + 1.0, h - 6.0, esc(label));
+            let _ = write!(
+                s,
+                "<text x=\"{:.1}\" y=\"{:.1}\" class=\"lbl\">{}</text>",
+                x + 1.0,
+                h - 6.0,
+                esc(label)
+            );
         }
     }
     s.push_str("</svg>");
@@ -738,7 +903,11 @@ pub fn render_live(b: &Board, now: u64) -> String {
     let _ = write!(
         s,
         "<p class=\"meta\">{} · {} claims records · updated {} UTC</p>",
-        if ready { "<span class=\"pill ok\">live</span>" } else { "<span class=\"pill neg\">catching up</span>" },
+        if ready {
+            "<span class=\"pill ok\">live</span>"
+        } else {
+            "<span class=\"pill neg\">catching up</span>"
+        },
         b.records,
         clock(now)
     );
@@ -750,10 +919,28 @@ pub fn render_live(b: &Board, now: u64) -> String {
     };
     card(&mut s, "waiting", b.waiting.to_string(), "waiting", "");
     card(&mut s, "running", running.to_string(), "running", "");
-    card(&mut s, "completed", b.completed_total().to_string(), "completed", "");
-    card(&mut s, "not-ok", b.not_ok_total().to_string(), "not ok", if b.not_ok_total() > 0 { "bad" } else { "" });
+    card(
+        &mut s,
+        "completed",
+        b.completed_total().to_string(),
+        "completed",
+        "",
+    );
+    card(
+        &mut s,
+        "not-ok",
+        b.not_ok_total().to_string(),
+        "not ok",
+        if b.not_ok_total() > 0 { "bad" } else { "" },
+    );
     card(&mut s, "oldest", esc(&oldest), "oldest waiting", "");
-    card(&mut s, "in-topic", b.orders_in_topic.to_string(), "orders in topic", "");
+    card(
+        &mut s,
+        "in-topic",
+        b.orders_in_topic.to_string(),
+        "orders in topic",
+        "",
+    );
     s.push_str("</section>");
     s.push_str("<p class=\"statuses\">");
     if b.by_status.is_empty() {
@@ -761,15 +948,35 @@ pub fn render_live(b: &Board, now: u64) -> String {
     }
     // ok first, then the others by name.
     let ok = b.by_status.get_key_value("ok");
-    for (k, v) in ok.into_iter().chain(b.by_status.iter().filter(|(k, _)| **k != "ok")) {
-        let _ = write!(s, "<span class=\"pill {}\" id=\"status-{k}\">{k} {v}</span> ", status_class(k));
+    for (k, v) in ok
+        .into_iter()
+        .chain(b.by_status.iter().filter(|(k, _)| **k != "ok"))
+    {
+        let _ = write!(
+            s,
+            "<span class=\"pill {}\" id=\"status-{k}\">{k} {v}</span> ",
+            status_class(k)
+        );
     }
     s.push_str("</p>");
     // Charts.
-    let minutes: Vec<(String, u64)> = b.per_minute(now).into_iter().map(|(m, n)| (clock(m * 60_000)[..5].to_string(), n)).collect();
-    let mut lat: Vec<(String, u64)> =
-        LATENCY_BUCKETS.iter().zip(b.latency_counts.iter()).map(|(le, n)| (format!("≤{}", short_secs(*le)), *n)).collect();
-    lat.push((format!(">{}", short_secs(LATENCY_BUCKETS[LATENCY_BUCKETS.len() - 1])), b.latency_counts[LATENCY_BUCKETS.len()]));
+    let minutes: Vec<(String, u64)> = b
+        .per_minute(now)
+        .into_iter()
+        .map(|(m, n)| (clock(m * 60_000)[..5].to_string(), n))
+        .collect();
+    let mut lat: Vec<(String, u64)> = LATENCY_BUCKETS
+        .iter()
+        .zip(b.latency_counts.iter())
+        .map(|(le, n)| (format!("≤{}", short_secs(*le)), *n))
+        .collect();
+    lat.push((
+        format!(
+            ">{}",
+            short_secs(LATENCY_BUCKETS[LATENCY_BUCKETS.len() - 1])
+        ),
+        b.latency_counts[LATENCY_BUCKETS.len()],
+    ));
     let _ = write!(
         s,
         "<section class=\"row\"><div class=\"panel\"><h2>Completions per minute <small>last {MINUTES} min</small></h2>{}</div>\
@@ -783,12 +990,32 @@ pub fn render_live(b: &Board, now: u64) -> String {
         s.push_str("<tr><td colspan=\"6\" class=\"none\">no instance has booted</td></tr>");
     }
     for r in &rows {
-        let since = r.since_ts.map_or("–".into(), |t| format!("{} <small>({} ago)</small>", clock(t), age(now.saturating_sub(t))));
-        let lease = r.lease_ts.map_or("–".into(), |t| age(now.saturating_sub(t)));
-        let order = r.order.map_or("–".into(), |o| {
-            format!("{}{}", order_link(o), r.attempt.filter(|a| *a > 1).map_or(String::new(), |a| format!(" <small>attempt {a}</small>")))
+        let since = r.since_ts.map_or("–".into(), |t| {
+            format!(
+                "{} <small>({} ago)</small>",
+                clock(t),
+                age(now.saturating_sub(t))
+            )
         });
-        let last = r.last.map_or("–".into(), |(o, st)| format!("{} <span class=\"pill {}\">{st}</span>", order_link(o), status_class(st.as_str())));
+        let lease = r
+            .lease_ts
+            .map_or("–".into(), |t| age(now.saturating_sub(t)));
+        let order = r.order.map_or("–".into(), |o| {
+            format!(
+                "{}{}",
+                order_link(o),
+                r.attempt
+                    .filter(|a| *a > 1)
+                    .map_or(String::new(), |a| format!(" <small>attempt {a}</small>"))
+            )
+        });
+        let last = r.last.map_or("–".into(), |(o, st)| {
+            format!(
+                "{} <span class=\"pill {}\">{st}</span>",
+                order_link(o),
+                status_class(st.as_str())
+            )
+        });
         let _ = write!(
             s,
             "<tr><td>{}</td><td><span class=\"pill {}\">{}</span></td><td>{order}</td><td>{since}</td><td>{lease}</td><td>{last}</td></tr>",
@@ -835,7 +1062,11 @@ pub fn render_live(b: &Board, now: u64) -> String {
     }
     s.push_str("</tbody></table></section>");
     if b.view.foreign > 0 {
-        let _ = write!(s, "<p class=\"meta\">{} foreign claims records skipped</p>", b.view.foreign);
+        let _ = write!(
+            s,
+            "<p class=\"meta\">{} foreign claims records skipped</p>",
+            b.view.foreign
+        );
     }
     s
 }
@@ -860,9 +1091,19 @@ fn clip(s: &str, n: usize) -> String {
 
 /// An order's page: its text from the orders topic, its records as
 /// `pool_worker history` prints them, and its completion's output.
-pub fn render_order(order: OrderId, story: &[(u64, Record)], text: Option<&[u8]>, now: u64) -> String {
-    let mut s = format!("<header><h1><a href=\"/\">pool_worker</a> › order {order}</h1></header><main>");
-    let done = story.iter().rev().find(|(_, r)| r.event == Event::Completed).and_then(|(_, r)| r.outcome.as_ref().map(|o| (r, o)));
+pub fn render_order(
+    order: OrderId,
+    story: &[(u64, Record)],
+    text: Option<&[u8]>,
+    now: u64,
+) -> String {
+    let mut s =
+        format!("<header><h1><a href=\"/\">pool_worker</a> › order {order}</h1></header><main>");
+    let done = story
+        .iter()
+        .rev()
+        .find(|(_, r)| r.event == Event::Completed)
+        .and_then(|(_, r)| r.outcome.as_ref().map(|o| (r, o)));
     match done {
         Some((r, o)) => {
             let _ = write!(
@@ -890,12 +1131,18 @@ pub fn render_order(order: OrderId, story: &[(u64, Record)], text: Option<&[u8]>
             let t = String::from_utf8_lossy(&t[..t.len().min(64 * 1024)]);
             let _ = write!(s, "<pre id=\"order-text\">{}</pre>", esc_lines(&t));
         }
-        None => s.push_str("<p class=\"none\">not in the orders topic (deleted, or not written yet)</p>"),
+        None => s.push_str(
+            "<p class=\"none\">not in the orders topic (deleted, or not written yet)</p>",
+        ),
     }
     s.push_str("</section><section class=\"panel\"><h2>Story <small>as <code>pool_worker history</code> prints it</small></h2>");
     let mut out = Vec::new();
     crate::status::print_history(&mut out, false, order, story, &[]);
-    let _ = write!(s, "<pre id=\"story\">{}</pre></section>", esc_lines(&String::from_utf8_lossy(&out)));
+    let _ = write!(
+        s,
+        "<pre id=\"story\">{}</pre></section>",
+        esc_lines(&String::from_utf8_lossy(&out))
+    );
     if let Some((_, o)) = done {
         for (name, tail) in [("stdout", &o.stdout_tail), ("stderr", &o.stderr_tail)] {
             if !tail.is_empty() {
@@ -950,7 +1197,10 @@ mod tests {
     fn the_board_counts_what_the_records_say() {
         let (b, o) = board_with_a_failure();
         assert_eq!(b.by_status.get("failed"), Some(&1), "{:?}", b.by_status);
-        assert_eq!((b.completed_total(), b.not_ok_total(), b.records), (1, 1, 5));
+        assert_eq!(
+            (b.completed_total(), b.not_ok_total(), b.records),
+            (1, 1, 5)
+        );
         let d = &b.failed[0];
         assert_eq!((d.order, d.latency_ms, d.exit_code), (o, 3_000, Some(3)));
         assert_eq!(b.view.foreign, 1);
@@ -979,10 +1229,22 @@ mod tests {
         assert_eq!(story.len(), 3, "claim, commit, completion");
         let order = render_order(o, &story, Some(EVIL.as_bytes()), 10_000);
         for page in [&live, &order] {
-            assert!(!page.contains("<script") && !page.contains("<img") && !page.contains('\x1b') && !page.contains('\u{202e}'), "{page}");
+            assert!(
+                !page.contains("<script")
+                    && !page.contains("<img")
+                    && !page.contains('\x1b')
+                    && !page.contains('\u{202e}'),
+                "{page}"
+            );
         }
-        assert!(live.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the reason is shown: {live}");
-        assert!(order.contains("&lt;img src=x onerror=alert(2)&gt;") && order.contains("\\x1b[2J"), "{order}");
+        assert!(
+            live.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "the reason is shown: {live}"
+        );
+        assert!(
+            order.contains("&lt;img src=x onerror=alert(2)&gt;") && order.contains("\\x1b[2J"),
+            "{order}"
+        );
         assert!(order.contains("id=\"order-status\">failed<"), "{order}");
     }
 }

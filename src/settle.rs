@@ -39,9 +39,22 @@ pub const DEFAULT_SETTLE_MS: u64 = 15_000;
 /// Where this instance's clean-exit marker lives.
 pub fn marker_path(cfg: &Config) -> PathBuf {
     let safe = |s: &str| -> String {
-        s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect()
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
     };
-    let mut name = format!("{}-{}-{}.clean", safe(&cfg.brokers), safe(&cfg.coordination_topic), cfg.instance);
+    let mut name = format!(
+        "{}-{}-{}.clean",
+        safe(&cfg.brokers),
+        safe(&cfg.coordination_topic),
+        cfg.instance
+    );
     if name.len() > 200 {
         // A long broker list or topic name: file names stop at 255 bytes.
         let pool = format!("{}\n{}", cfg.brokers, cfg.coordination_topic);
@@ -52,7 +65,9 @@ pub fn marker_path(cfg: &Config) -> PathBuf {
 
 /// A hash that is the same in every process (unlike std's `RandomState`).
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Markers are a few dozen bytes; anything longer is not one.
@@ -68,12 +83,19 @@ pub const MAX_MARKER_BYTES: u64 = 256;
 pub fn prepare_dir(dir: &Path) -> Result<(), ConfigError> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let name = dir.display();
-    if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+    if let Err(e) = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
         return Err(ConfigError(format!("STATE_DIR: cannot create {name}: {e}")));
     }
-    let md = std::fs::symlink_metadata(dir).map_err(|e| ConfigError(format!("STATE_DIR: cannot read {name}: {e}")))?;
+    let md = std::fs::symlink_metadata(dir)
+        .map_err(|e| ConfigError(format!("STATE_DIR: cannot read {name}: {e}")))?;
     if md.file_type().is_symlink() {
-        return Err(ConfigError(format!("STATE_DIR: {name} is a symbolic link; give the directory itself")));
+        return Err(ConfigError(format!(
+            "STATE_DIR: {name} is a symbolic link; give the directory itself"
+        )));
     }
     if !md.is_dir() {
         return Err(ConfigError(format!("STATE_DIR: {name} is not a directory")));
@@ -117,7 +139,10 @@ pub fn take(path: &Path) -> Option<String> {
             let ok = md.file_type().is_file()
                 && mine
                 && md.len() <= MAX_MARKER_BYTES
-                && (&mut f).take(MAX_MARKER_BYTES + 1).read_to_string(&mut text).is_ok()
+                && (&mut f)
+                    .take(MAX_MARKER_BYTES + 1)
+                    .read_to_string(&mut text)
+                    .is_ok()
                 && text.len() as u64 <= MAX_MARKER_BYTES;
             ok.then_some(text)
         }
@@ -142,7 +167,10 @@ pub fn leave(path: &Path, incarnation: &str) {
         use std::io::Write;
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         if let Some(dir) = path.parent() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
         }
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let create = || {
@@ -196,7 +224,11 @@ mod tests {
         assert_eq!(take(&path), None, "no marker yet");
         leave(&path, "abc-1");
         assert_eq!(take(&path), Some("abc-1".to_string()));
-        assert_eq!(take(&path), None, "taking removes it: a process that dies next leaves none");
+        assert_eq!(
+            take(&path),
+            None,
+            "taking removes it: a process that dies next leaves none"
+        );
     }
 
     #[test]
@@ -206,13 +238,19 @@ mod tests {
         let b = marker_path(&cfg(dir.path(), "127.0.0.1:9093", "3"));
         let c = marker_path(&cfg(dir.path(), "127.0.0.1:9092", "4"));
         assert!(a != b && a != c && b != c);
-        assert_eq!(a.parent(), Some(dir.path()), "brokers' punctuation makes no subdirectory");
+        assert_eq!(
+            a.parent(),
+            Some(dir.path()),
+            "brokers' punctuation makes no subdirectory"
+        );
     }
 
     #[test]
     fn a_long_broker_list_still_makes_a_short_file_name() {
         let dir = tempfile::tempdir().unwrap();
-        let many: Vec<String> = (0..40).map(|i| format!("kafka-broker-{i}.example.com:9093")).collect();
+        let many: Vec<String> = (0..40)
+            .map(|i| format!("kafka-broker-{i}.example.com:9093"))
+            .collect();
         let a = marker_path(&cfg(dir.path(), &many.join(","), "3"));
         let b = marker_path(&cfg(dir.path(), &many[1..].join(","), "3"));
         assert_ne!(a, b);
@@ -249,10 +287,21 @@ mod tests {
             // Unblock the stuck reader so that the test process can end.
             let _ = std::fs::OpenOptions::new().write(true).open(&path);
         }
-        assert_eq!(got, Ok(None), "take() must neither block on a FIFO nor trust it");
-        assert!(std::fs::symlink_metadata(&path).is_err(), "the FIFO is removed");
+        assert_eq!(
+            got,
+            Ok(None),
+            "take() must neither block on a FIFO nor trust it"
+        );
+        assert!(
+            std::fs::symlink_metadata(&path).is_err(),
+            "the FIFO is removed"
+        );
         leave(&path, "inc-1");
-        assert_eq!(take(&path), Some("inc-1".to_string()), "markers work again after it");
+        assert_eq!(
+            take(&path),
+            Some("inc-1".to_string()),
+            "markers work again after it"
+        );
     }
 
     #[test]
@@ -262,15 +311,33 @@ mod tests {
         let victim = dir.path().join("victim");
         std::fs::write(&victim, "valid-7").unwrap();
         std::os::unix::fs::symlink(&victim, &path).unwrap();
-        assert_eq!(take(&path), None, "a link is not a marker, even to a file that looks like one");
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "valid-7", "its target is left alone");
+        assert_eq!(
+            take(&path),
+            None,
+            "a link is not a marker, even to a file that looks like one"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "valid-7",
+            "its target is left alone"
+        );
         // Writing: a link at the marker and at the temporary file.
         std::os::unix::fs::symlink(&victim, &path).unwrap();
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         std::os::unix::fs::symlink(&victim, &tmp).unwrap();
         leave(&path, "mine-1");
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "valid-7", "not written through a link");
-        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_file(), "the link was replaced");
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "valid-7",
+            "not written through a link"
+        );
+        assert!(
+            std::fs::symlink_metadata(&path)
+                .unwrap()
+                .file_type()
+                .is_file(),
+            "the link was replaced"
+        );
         assert_eq!(take(&path), Some("mine-1".to_string()));
     }
 
@@ -290,11 +357,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("a/b");
         prepare_dir(&state).unwrap();
-        assert_eq!(std::fs::metadata(&state).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            std::fs::metadata(&state).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
         prepare_dir(&state).unwrap();
         std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = prepare_dir(&state).unwrap_err().0;
-        assert!(e.starts_with("STATE_DIR:") && e.contains("writable by group or others"), "{e}");
+        assert!(
+            e.starts_with("STATE_DIR:") && e.contains("writable by group or others"),
+            "{e}"
+        );
         std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o770)).unwrap();
         assert!(prepare_dir(&state).is_err(), "group-writable");
         std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();

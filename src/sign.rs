@@ -71,14 +71,23 @@ impl ClaimsKey {
     /// The key from `CLAIMS_KEY` (its value) or `CLAIMS_KEY_FILE` (a
     /// file's contents, read by the caller); not both. Errors name the
     /// variable.
-    pub fn from_sources(value: Option<&str>, file: Option<(&str, std::io::Result<Vec<u8>>)>) -> Result<Option<ClaimsKey>, String> {
+    pub fn from_sources(
+        value: Option<&str>,
+        file: Option<(&str, std::io::Result<Vec<u8>>)>,
+    ) -> Result<Option<ClaimsKey>, String> {
         match (value.filter(|v| !v.is_empty()), file) {
-            (Some(_), Some(_)) => Err("CLAIMS_KEY and CLAIMS_KEY_FILE are both set; set one".into()),
-            (Some(v), None) => ClaimsKey::new(v.as_bytes()).map(Some).map_err(|e| format!("CLAIMS_KEY {e}")),
-            (None, Some((path, Ok(bytes)))) => {
-                ClaimsKey::new(&bytes).map(Some).map_err(|e| format!("CLAIMS_KEY_FILE: the key in {path} {e}"))
+            (Some(_), Some(_)) => {
+                Err("CLAIMS_KEY and CLAIMS_KEY_FILE are both set; set one".into())
             }
-            (None, Some((path, Err(e)))) => Err(format!("CLAIMS_KEY_FILE: cannot read {path}: {e}")),
+            (Some(v), None) => ClaimsKey::new(v.as_bytes())
+                .map(Some)
+                .map_err(|e| format!("CLAIMS_KEY {e}")),
+            (None, Some((path, Ok(bytes)))) => ClaimsKey::new(&bytes)
+                .map(Some)
+                .map_err(|e| format!("CLAIMS_KEY_FILE: the key in {path} {e}")),
+            (None, Some((path, Err(e)))) => {
+                Err(format!("CLAIMS_KEY_FILE: cannot read {path}: {e}"))
+            }
             (None, None) => Ok(None),
         }
     }
@@ -92,7 +101,11 @@ impl ClaimsKey {
     pub fn sign(&self, value: &[u8]) -> String {
         let mut m = self.mac();
         m.update(value);
-        m.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+        m.finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// Whether `sig` (the header's bytes) is this key's signature of
@@ -108,7 +121,9 @@ impl ClaimsKey {
 /// The verdict on one record: `key` is the pool's (none: nothing is
 /// checked), `value` the record's value, `sig` its [`HEADER`].
 pub fn verdict(key: Option<&ClaimsKey>, value: Option<&[u8]>, sig: Option<&[u8]>) -> Verdict {
-    let Some(key) = key else { return Verdict::Unchecked };
+    let Some(key) = key else {
+        return Verdict::Unchecked;
+    };
     match sig {
         None => Verdict::Unsigned,
         Some(sig) if key.checks(value.unwrap_or_default(), sig) => Verdict::Valid,
@@ -121,7 +136,9 @@ fn unhex(s: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    s.chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
+    s.chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
 }
 
 #[cfg(test)]
@@ -150,32 +167,72 @@ mod tests {
         let sig = k.sign(v);
         assert_eq!(verdict(None, Some(v), None), Verdict::Unchecked);
         assert_eq!(verdict(None, Some(v), Some(b"junk")), Verdict::Unchecked);
-        assert_eq!(verdict(Some(&k), Some(v), Some(sig.as_bytes())), Verdict::Valid);
-        assert_eq!(verdict(Some(&k), Some(v), Some(sig.to_uppercase().as_bytes())), Verdict::Valid, "hex in either case");
+        assert_eq!(
+            verdict(Some(&k), Some(v), Some(sig.as_bytes())),
+            Verdict::Valid
+        );
+        assert_eq!(
+            verdict(Some(&k), Some(v), Some(sig.to_uppercase().as_bytes())),
+            Verdict::Valid,
+            "hex in either case"
+        );
         assert_eq!(verdict(Some(&k), Some(v), None), Verdict::Unsigned);
         let other = key("another key, 16+ bytes");
-        assert_eq!(verdict(Some(&k), Some(v), Some(other.sign(v).as_bytes())), Verdict::Bad, "another key");
+        assert_eq!(
+            verdict(Some(&k), Some(v), Some(other.sign(v).as_bytes())),
+            Verdict::Bad,
+            "another key"
+        );
         let mut changed = v.to_vec();
         changed[12] = b'2';
-        assert_eq!(verdict(Some(&k), Some(&changed), Some(sig.as_bytes())), Verdict::Bad, "another value");
-        for junk in [&b""[..], b"zz", b"abc", &sig.as_bytes()[..62], "é".as_bytes()] {
-            assert_eq!(verdict(Some(&k), Some(v), Some(junk)), Verdict::Bad, "{junk:?}");
+        assert_eq!(
+            verdict(Some(&k), Some(&changed), Some(sig.as_bytes())),
+            Verdict::Bad,
+            "another value"
+        );
+        for junk in [
+            &b""[..],
+            b"zz",
+            b"abc",
+            &sig.as_bytes()[..62],
+            "é".as_bytes(),
+        ] {
+            assert_eq!(
+                verdict(Some(&k), Some(v), Some(junk)),
+                Verdict::Bad,
+                "{junk:?}"
+            );
         }
         assert_eq!(verdict(Some(&k), None, Some(sig.as_bytes())), Verdict::Bad);
     }
 
     #[test]
     fn keys_are_checked_and_not_shown() {
-        assert!(ClaimsKey::new(b"short").unwrap_err().contains("at least 16"));
-        assert_eq!(ClaimsKey::new(b"0123456789abcdef\n").unwrap(), key("0123456789abcdef"));
+        assert!(ClaimsKey::new(b"short")
+            .unwrap_err()
+            .contains("at least 16"));
+        assert_eq!(
+            ClaimsKey::new(b"0123456789abcdef\n").unwrap(),
+            key("0123456789abcdef")
+        );
         assert_eq!(format!("{:?}", key("0123456789abcdef")), "ClaimsKey(..)");
         assert_eq!(ClaimsKey::from_sources(None, None), Ok(None));
-        assert!(ClaimsKey::from_sources(Some("0123456789abcdef"), None).unwrap().is_some());
+        assert!(ClaimsKey::from_sources(Some("0123456789abcdef"), None)
+            .unwrap()
+            .is_some());
         let file = || Some(("/k", Ok(b"0123456789abcdef\n".to_vec())));
-        assert_eq!(ClaimsKey::from_sources(None, file()).unwrap(), Some(key("0123456789abcdef")));
-        assert!(ClaimsKey::from_sources(Some("0123456789abcdef"), file()).unwrap_err().contains("both"));
-        let e = ClaimsKey::from_sources(None, Some(("/k", Err(std::io::Error::other("denied"))))).unwrap_err();
+        assert_eq!(
+            ClaimsKey::from_sources(None, file()).unwrap(),
+            Some(key("0123456789abcdef"))
+        );
+        assert!(ClaimsKey::from_sources(Some("0123456789abcdef"), file())
+            .unwrap_err()
+            .contains("both"));
+        let e = ClaimsKey::from_sources(None, Some(("/k", Err(std::io::Error::other("denied")))))
+            .unwrap_err();
         assert!(e.starts_with("CLAIMS_KEY_FILE: cannot read /k"), "{e}");
-        assert!(ClaimsKey::from_sources(Some("x"), None).unwrap_err().starts_with("CLAIMS_KEY "));
+        assert!(ClaimsKey::from_sources(Some("x"), None)
+            .unwrap_err()
+            .starts_with("CLAIMS_KEY "));
     }
 }

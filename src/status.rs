@@ -46,8 +46,13 @@ impl Source {
     /// the same `CLAIMS_KEY` / `CLAIMS_KEY_FILE` decides it.
     pub fn gate(&self) -> anyhow::Result<crate::kafka::Gate> {
         let value = std::env::var("CLAIMS_KEY").ok();
-        let file = self.claims_key_file.as_deref().filter(|f| !f.trim().is_empty()).map(|f| (f, std::fs::read(f)));
-        let key = crate::sign::ClaimsKey::from_sources(value.as_deref(), file).map_err(anyhow::Error::msg)?;
+        let file = self
+            .claims_key_file
+            .as_deref()
+            .filter(|f| !f.trim().is_empty())
+            .map(|f| (f, std::fs::read(f)));
+        let key = crate::sign::ClaimsKey::from_sources(value.as_deref(), file)
+            .map_err(anyhow::Error::msg)?;
         Ok(crate::kafka::Gate::new(key, &self.orders_topic))
     }
 }
@@ -77,8 +82,10 @@ impl Source {
     /// [`PROBE_TIMEOUT`]: when none answers, the one line the person who
     /// ran the tool needs (which address, which variable or flag to set).
     pub fn probe(&self) -> anyhow::Result<()> {
-        let c: BaseConsumer<Silent> =
-            self.client_config()?.create_with_context(Silent).context("cannot create a Kafka client")?;
+        let c: BaseConsumer<Silent> = self
+            .client_config()?
+            .create_with_context(Silent)
+            .context("cannot create a Kafka client")?;
         match c.fetch_metadata(Some(&self.coordination_topic), PROBE_TIMEOUT) {
             Ok(_) => Ok(()),
             Err(e) => bail!(
@@ -159,7 +166,11 @@ impl ClaimsTail {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&src.coordination_topic, 0, Offset::Beginning)?;
         consumer.assign(&tpl)?;
-        Ok(ClaimsTail { gate, consumer, topic: src.coordination_topic.clone() })
+        Ok(ClaimsTail {
+            gate,
+            consumer,
+            topic: src.coordination_topic.clone(),
+        })
     }
 
     /// The claims topic's end offset now.
@@ -177,7 +188,12 @@ impl ClaimsTail {
         match self.consumer.poll(wait) {
             Some(Ok(m)) => {
                 let pos = m.offset().max(0) as u64;
-                Polled::Record(pos, self.gate.decode(&self.consumer, &m, live).map_err(|e| e.to_string()))
+                Polled::Record(
+                    pos,
+                    self.gate
+                        .decode(&self.consumer, &m, live)
+                        .map_err(|e| e.to_string()),
+                )
             }
             Some(Err(KafkaError::PartitionEOF(_))) => Polled::End,
             Some(Err(e)) => {
@@ -200,7 +216,11 @@ pub fn read_claims(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, Stri
     let mut at_end = high == 0;
     while !at_end {
         if Instant::now() > deadline {
-            bail!("reading '{}' took more than {:?}", src.coordination_topic, TIMEOUT);
+            bail!(
+                "reading '{}' took more than {:?}",
+                src.coordination_topic,
+                TIMEOUT
+            );
         }
         match tail.poll(Duration::from_millis(500), &live) {
             Polled::Record(pos, r) => {
@@ -231,8 +251,14 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
                 if view.apply(*pos, rec).is_ok() && rec.event == Event::Completed {
                     let status = rec.outcome.as_ref().map_or(Status::Error, |o| o.status);
                     *by_status.entry(status.as_str()).or_default() += 1;
-                    if let (Some(of), Some(me)) = (rec.outcome.as_ref().and_then(|o| o.retry_of.clone()), rec.order()) {
-                        retried.entry(of).or_default().push(json!({"order": me.to_string(), "status": status.as_str()}));
+                    if let (Some(of), Some(me)) = (
+                        rec.outcome.as_ref().and_then(|o| o.retry_of.clone()),
+                        rec.order(),
+                    ) {
+                        retried
+                            .entry(of)
+                            .or_default()
+                            .push(json!({"order": me.to_string(), "status": status.as_str()}));
                     }
                     if status != Status::Ok {
                         let o = rec.outcome.as_ref();
@@ -261,8 +287,11 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
     let md = c
         .fetch_metadata(Some(&src.orders_topic), TIMEOUT)
         .with_context(|| format!("cannot read topic '{}'", src.orders_topic))?;
-    let parts: Vec<i32> =
-        md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    let parts: Vec<i32> = md
+        .topics()
+        .first()
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+        .unwrap_or_default();
     let (mut in_topic, mut waiting, mut oldest_ts): (i64, i64, Option<i64>) = (0, 0, None);
     for p in parts {
         let (low, high) = c.fetch_watermarks(&src.orders_topic, p, TIMEOUT)?;
@@ -280,7 +309,9 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
         .map(|(i, s)| {
             let (state, order, since) = match &s.hold {
                 None => ("idle", None, None),
-                Some(h) if h.committed.is_none() => ("negotiating", Some(h.order.to_string()), Some(h.last_ts)),
+                Some(h) if h.committed.is_none() => {
+                    ("negotiating", Some(h.order.to_string()), Some(h.last_ts))
+                }
                 Some(h) => ("running", Some(h.order.to_string()), Some(h.last_ts)),
             };
             json!({
@@ -295,7 +326,11 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
         })
         .collect();
     for f in &mut not_ok {
-        let by = f["order"].as_str().and_then(|o| retried.get(o)).cloned().unwrap_or_default();
+        let by = f["order"]
+            .as_str()
+            .and_then(|o| retried.get(o))
+            .cloned()
+            .unwrap_or_default();
         f["retried_as"] = by.into();
     }
     let completed: u64 = by_status.values().sum();
@@ -330,7 +365,8 @@ pub fn message_at<'c>(
     wait: Duration,
 ) -> Option<rdkafka::message::BorrowedMessage<'c>> {
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, p, Offset::Offset(offset)).ok()?;
+    tpl.add_partition_offset(topic, p, Offset::Offset(offset))
+        .ok()?;
     c.assign(&tpl).ok()?;
     let deadline = Instant::now() + wait;
     while Instant::now() < deadline {
@@ -345,7 +381,9 @@ pub fn message_at<'c>(
 
 /// The timestamp of the message at one offset, if it can be read quickly.
 fn message_ts(c: &BaseConsumer<Silent>, topic: &str, p: i32, offset: i64) -> Option<i64> {
-    message_at(c, topic, p, offset, Duration::from_secs(5))?.timestamp().to_millis()
+    message_at(c, topic, p, offset, Duration::from_secs(5))?
+        .timestamp()
+        .to_millis()
 }
 
 /// Whether `c` must not reach a terminal as it is: C0 controls (ESC, CR,
@@ -355,7 +393,8 @@ fn message_ts(c: &BaseConsumer<Silent>, topic: &str, p: i32, offset: i64) -> Opt
 /// U+2028 to U+202E, U+2066 to U+2069). Job output and claims records come
 /// from orders, that is, from anyone who can write the orders topic.
 fn unsafe_for_terminal(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `s` made safe to print on a terminal: every control character (see
@@ -373,7 +412,9 @@ pub fn escape_controls(s: &str, lines: bool) -> String {
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x80 && unsafe_for_terminal(c) => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x80 && unsafe_for_terminal(c) => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
             c if unsafe_for_terminal(c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
             c => out.push(c),
         }
@@ -425,7 +466,11 @@ pub fn render_failed(s: &serde_json::Value) -> String {
             line.push_str(&format!(": {r}"));
         }
         for r in f["retried_as"].as_array().into_iter().flatten() {
-            line.push_str(&format!(" (retried as {} {})", r["order"].as_str().unwrap_or("?"), r["status"].as_str().unwrap_or("?")));
+            line.push_str(&format!(
+                " (retried as {} {})",
+                r["order"].as_str().unwrap_or("?"),
+                r["status"].as_str().unwrap_or("?")
+            ));
         }
         out.push_str(&escape_controls(&line, false));
         out.push('\n');
@@ -466,7 +511,11 @@ pub fn render(s: &serde_json::Value) -> String {
         let order = escape_controls(i["order"].as_str().unwrap_or("-"), false);
         let last = match &i["last_completion"] {
             serde_json::Value::Null => "-".to_string(),
-            l => format!("{} {}", l["order"].as_str().unwrap_or("?"), l["status"].as_str().unwrap_or("?")),
+            l => format!(
+                "{} {}",
+                l["order"].as_str().unwrap_or("?"),
+                l["status"].as_str().unwrap_or("?")
+            ),
         };
         let last = escape_controls(&last, false);
         out.push_str(&format!(
@@ -478,7 +527,10 @@ pub fn render(s: &serde_json::Value) -> String {
         ));
     }
     if n("foreign_records") > 0 {
-        out.push_str(&format!("{} foreign records skipped\n", n("foreign_records")));
+        out.push_str(&format!(
+            "{} foreign records skipped\n",
+            n("foreign_records")
+        ));
     }
     out
 }
@@ -486,7 +538,8 @@ pub fn render(s: &serde_json::Value) -> String {
 pub async fn status(args: StatusArgs) -> anyhow::Result<i32> {
     loop {
         let src = args.source.clone();
-        let mut s = tokio::task::spawn_blocking(move || snapshot(&src, crate::run::now_ms())).await??;
+        let mut s =
+            tokio::task::spawn_blocking(move || snapshot(&src, crate::run::now_ms())).await??;
         if !args.failed {
             // The list is for --failed: it grows with the pool's history.
             s.as_object_mut().map(|o| o.remove("not_ok_orders"));
@@ -520,16 +573,32 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<i32> {
 pub async fn history(args: HistoryArgs) -> anyhow::Result<i32> {
     let src = args.source.clone();
     let records = tokio::task::spawn_blocking(move || read_claims(&src)).await??;
-    let ours: Vec<(u64, Record)> = records.into_iter().filter_map(|(p, r)| r.ok().map(|r| (p, r))).collect();
-    let mine: Vec<(u64, Record)> = ours.iter().filter(|(_, r)| r.order() == Some(args.order)).cloned().collect();
+    let ours: Vec<(u64, Record)> = records
+        .into_iter()
+        .filter_map(|(p, r)| r.ok().map(|r| (p, r)))
+        .collect();
+    let mine: Vec<(u64, Record)> = ours
+        .iter()
+        .filter(|(_, r)| r.order() == Some(args.order))
+        .cloned()
+        .collect();
     // The completions of orders sent again as retries of this one
     // (`pool_worker retry`): the link from the original to its retries.
     let name = args.order.to_string();
     let retries: Vec<(u64, Record)> = ours
         .into_iter()
-        .filter(|(_, r)| r.event == Event::Completed && r.outcome.as_ref().and_then(|o| o.retry_of.as_deref()) == Some(name.as_str()))
+        .filter(|(_, r)| {
+            r.event == Event::Completed
+                && r.outcome.as_ref().and_then(|o| o.retry_of.as_deref()) == Some(name.as_str())
+        })
         .collect();
-    print_history(&mut std::io::stdout(), args.source.json, args.order, &mine, &retries);
+    print_history(
+        &mut std::io::stdout(),
+        args.source.json,
+        args.order,
+        &mine,
+        &retries,
+    );
     // An order the claims topic knows nothing of is an error for a script
     // (a mistyped PARTITION:OFFSET); the line above still says so.
     Ok(if mine.is_empty() { 1 } else { 0 })
@@ -538,13 +607,28 @@ pub async fn history(args: HistoryArgs) -> anyhow::Result<i32> {
 /// Prints the records about one order (`history`): a JSON line, or a line
 /// per record with its fields' control characters escaped.
 /// `retries`: the completions of the orders that ran it again.
-pub fn print_history(out: &mut impl std::io::Write, json: bool, order: OrderId, mine: &[(u64, Record)], retries: &[(u64, Record)]) {
-    let line = |(p, r): &(u64, Record)| format!("#{p:<6} {:<13} {}", r.key(), escape_controls(&crate::dev::describe_record(r), false));
+pub fn print_history(
+    out: &mut impl std::io::Write,
+    json: bool,
+    order: OrderId,
+    mine: &[(u64, Record)],
+    retries: &[(u64, Record)],
+) {
+    let line = |(p, r): &(u64, Record)| {
+        format!(
+            "#{p:<6} {:<13} {}",
+            r.key(),
+            escape_controls(&crate::dev::describe_record(r), false)
+        )
+    };
     if json {
         let list = |l: &[(u64, Record)]| -> Vec<serde_json::Value> {
-            l.iter().map(|(p, r)| json!({"pos": p, "key": r.key(), "record": r})).collect()
+            l.iter()
+                .map(|(p, r)| json!({"pos": p, "key": r.key(), "record": r}))
+                .collect()
         };
-        let v = json!({"order": order.to_string(), "records": list(mine), "retries": list(retries)});
+        let v =
+            json!({"order": order.to_string(), "records": list(mine), "retries": list(retries)});
         let _ = writeln!(out, "{}", json_line(&v));
         return;
     }
@@ -568,11 +652,15 @@ mod tests {
     /// What a job can print to take over the terminal of whoever reads
     /// its result: clear the screen and move the cursor (ESC, CSI), rewrite
     /// the line (CR), a C1 CSI, bidi overrides, a fake newline.
-    const NASTY: &str = "ok\x1b[2J\x1b]0;title\x07\rfake\u{9b}31m\u{202e}txt\u{2066}\x7f\x08\nnext\tcol";
+    const NASTY: &str =
+        "ok\x1b[2J\x1b]0;title\x07\rfake\u{9b}31m\u{202e}txt\u{2066}\x7f\x08\nnext\tcol";
 
     fn no_controls_but_newlines_and_tabs(s: &str) {
         for c in s.chars() {
-            assert!(c == '\n' || c == '\t' || !unsafe_for_terminal(c), "{c:?} in {s:?}");
+            assert!(
+                c == '\n' || c == '\t' || !unsafe_for_terminal(c),
+                "{c:?} in {s:?}"
+            );
         }
     }
 
@@ -585,15 +673,24 @@ mod tests {
             "ok\\x1b[2J\\x1b]0;title\\x07\\rfake\\u{009b}31m\\u{202e}txt\\u{2066}\\x7f\\x08\nnext\tcol"
         );
         let one = escape_controls(NASTY, false);
-        assert!(!one.contains('\n') && !one.contains('\t') && one.contains("\\nnext\\tcol"), "{one}");
-        assert_eq!(escape_controls("plain text, ünïcödé", false), "plain text, ünïcödé");
+        assert!(
+            !one.contains('\n') && !one.contains('\t') && one.contains("\\nnext\\tcol"),
+            "{one}"
+        );
+        assert_eq!(
+            escape_controls("plain text, ünïcödé", false),
+            "plain text, ünïcödé"
+        );
     }
 
     #[test]
     fn json_stays_json_and_the_same_value() {
         let v = json!({"stdout": NASTY, "n": 3});
         let line = json_line(&v);
-        assert!(line.is_ascii() || line.chars().all(|c| !unsafe_for_terminal(c)), "{line}");
+        assert!(
+            line.is_ascii() || line.chars().all(|c| !unsafe_for_terminal(c)),
+            "{line}"
+        );
         for c in line.chars() {
             assert!(!unsafe_for_terminal(c), "{c:?} in {line}");
         }
@@ -612,7 +709,8 @@ mod tests {
             traceparent: None,
             retry_of: None,
         };
-        let mut r = Record::new(2, Event::Completed, "inc\x1b[1A", 1).with_order(OrderId::new(0, 4));
+        let mut r =
+            Record::new(2, Event::Completed, "inc\x1b[1A", 1).with_order(OrderId::new(0, 4));
         r.outcome = Some(outcome.clone());
         (r, outcome)
     }
@@ -624,17 +722,33 @@ mod tests {
         let (rec, outcome) = completed(NASTY, NASTY);
         for json in [false, true] {
             let (mut out, mut err) = (Vec::new(), Vec::new());
-            crate::submit::print_completion(&mut out, &mut err, json, OrderId::new(0, 4), &rec, &outcome);
-            let (out, err) = (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap());
+            crate::submit::print_completion(
+                &mut out,
+                &mut err,
+                json,
+                OrderId::new(0, 4),
+                &rec,
+                &outcome,
+            );
+            let (out, err) = (
+                String::from_utf8(out).unwrap(),
+                String::from_utf8(err).unwrap(),
+            );
             no_controls_but_newlines_and_tabs(&out);
             no_controls_but_newlines_and_tabs(&err);
             if json {
                 let v: serde_json::Value = serde_json::from_str(out.trim_end()).unwrap();
                 assert_eq!(v["outcome"]["stdout_tail"], NASTY, "the same value");
             } else {
-                assert!(out.contains("\\x1b[2J") && out.contains("\nnext\tcol"), "{out}");
+                assert!(
+                    out.contains("\\x1b[2J") && out.contains("\nnext\tcol"),
+                    "{out}"
+                );
                 let last = err.lines().last().unwrap();
-                assert!(last.starts_with("order 0:4: failed on instance 2") && last.contains("\\nnext"), "{err}");
+                assert!(
+                    last.starts_with("order 0:4: failed on instance 2") && last.contains("\\nnext"),
+                    "{err}"
+                );
             }
         }
     }
@@ -674,7 +788,17 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "a count, then one line per order: {text}");
         assert!(lines[0].starts_with("2 orders"), "{text}");
-        assert!(lines[1].starts_with("0:4") && lines[1].contains("exit 3") && lines[1].ends_with("(retried as 0:9 ok)"), "{text}");
-        assert!(lines[2].starts_with("0:5") && lines[2].contains("gave_up") && lines[2].ends_with(": lost"), "{text}");
+        assert!(
+            lines[1].starts_with("0:4")
+                && lines[1].contains("exit 3")
+                && lines[1].ends_with("(retried as 0:9 ok)"),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("0:5")
+                && lines[2].contains("gave_up")
+                && lines[2].ends_with(": lost"),
+            "{text}"
+        );
     }
 }

@@ -53,7 +53,8 @@ impl SubmitArgs {
         if let Some(f) = &self.json_file {
             return if f == "-" {
                 let mut v = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::stdin(), &mut v).context("reading standard input")?;
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut v)
+                    .context("reading standard input")?;
                 Ok(v)
             } else {
                 std::fs::read(f).with_context(|| format!("cannot read {f}"))
@@ -74,7 +75,12 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<i32> {
 /// Sends one order (checked first: exit 2 if invalid), prints its
 /// `PARTITION:OFFSET`, and with `wait` waits for its completion (`submit`,
 /// `retry`).
-pub async fn send(src: &Source, payload: Vec<u8>, wait: bool, wait_timeout_secs: u64) -> anyhow::Result<i32> {
+pub async fn send(
+    src: &Source,
+    payload: Vec<u8>,
+    wait: bool,
+    wait_timeout_secs: u64,
+) -> anyhow::Result<i32> {
     if let Err(e) = crate::orders::parse(Some(&payload)) {
         eprintln!("pool_worker submit: not a valid order: {e}");
         return Ok(2);
@@ -87,18 +93,27 @@ pub async fn send(src: &Source, payload: Vec<u8>, wait: bool, wait_timeout_secs:
         let s = src.clone();
         tokio::task::spawn_blocking(move || claims_end(&s)).await??
     };
-    let producer: FutureProducer<crate::status::Silent> = src.client_config()?
+    let producer: FutureProducer<crate::status::Silent> = src
+        .client_config()?
         .set("acks", "all")
         .set("message.timeout.ms", "30000")
         .create_with_context(crate::status::Silent)
         .context("cannot create a Kafka producer")?;
     let d = producer
-        .send(FutureRecord::<(), [u8]>::to(&src.orders_topic).payload(&payload), Duration::from_secs(30))
+        .send(
+            FutureRecord::<(), [u8]>::to(&src.orders_topic).payload(&payload),
+            Duration::from_secs(30),
+        )
         .await
-        .map_err(|(e, _)| anyhow::anyhow!("cannot send the order to '{}': {e}", src.orders_topic))?;
+        .map_err(|(e, _)| {
+            anyhow::anyhow!("cannot send the order to '{}': {e}", src.orders_topic)
+        })?;
     let order = OrderId::new(d.partition, d.offset);
     if src.json {
-        println!("{}", json!({"event": "submitted", "order": order.to_string()}));
+        println!(
+            "{}",
+            json!({"event": "submitted", "order": order.to_string()})
+        );
     } else {
         println!("{order}");
     }
@@ -107,12 +122,20 @@ pub async fn send(src: &Source, payload: Vec<u8>, wait: bool, wait_timeout_secs:
     }
     let s = src.clone();
     let timeout = Duration::from_secs(wait_timeout_secs);
-    let done = tokio::task::spawn_blocking(move || wait_completed(&s, claims_from, order, timeout)).await??;
+    let done = tokio::task::spawn_blocking(move || wait_completed(&s, claims_from, order, timeout))
+        .await??;
     let Some((rec, outcome)) = done else {
         eprintln!("pool_worker submit: order {order} not completed within {wait_timeout_secs} s");
         return Ok(124);
     };
-    print_completion(&mut std::io::stdout(), &mut std::io::stderr(), src.json, order, &rec, &outcome);
+    print_completion(
+        &mut std::io::stdout(),
+        &mut std::io::stderr(),
+        src.json,
+        order,
+        &rec,
+        &outcome,
+    );
     Ok(outcome.exit_code.unwrap_or(1).clamp(0, 255))
 }
 
@@ -140,15 +163,30 @@ pub fn print_completion(
     let tail = escape_controls(&outcome.stderr_tail, true);
     // The summary starts a line of its own: a tail cannot make it look
     // like part of the job's output, nor end a line it wrote.
-    let _ = write!(err, "{tail}{}", if tail.is_empty() || tail.ends_with('\n') { "" } else { "\n" });
+    let _ = write!(
+        err,
+        "{tail}{}",
+        if tail.is_empty() || tail.ends_with('\n') {
+            ""
+        } else {
+            "\n"
+        }
+    );
     let _ = writeln!(
         err,
         "order {order}: {} on instance {} (attempt {}){}{}",
         outcome.status,
         rec.instance,
         rec.attempt,
-        outcome.exit_code.map(|c| format!(", exit {c}")).unwrap_or_default(),
-        outcome.reason.as_deref().map(|r| format!(": {}", escape_controls(r, false))).unwrap_or_default()
+        outcome
+            .exit_code
+            .map(|c| format!(", exit {c}"))
+            .unwrap_or_default(),
+        outcome
+            .reason
+            .as_deref()
+            .map(|r| format!(": {}", escape_controls(r, false)))
+            .unwrap_or_default()
     );
 }
 
@@ -172,7 +210,12 @@ fn claims_end(src: &Source) -> anyhow::Result<i64> {
 /// accepts (a void one, say of a revoked holder, does not count). The
 /// replay starts at the beginning, as a worker's does; completions are
 /// looked for from `from` on.
-fn wait_completed(src: &Source, from: i64, order: OrderId, timeout: Duration) -> anyhow::Result<Option<(Record, Outcome)>> {
+fn wait_completed(
+    src: &Source,
+    from: i64,
+    order: OrderId,
+    timeout: Duration,
+) -> anyhow::Result<Option<(Record, Outcome)>> {
     let gate = src.gate()?;
     let c = consumer(src)?;
     let mut tpl = TopicPartitionList::new();
@@ -181,7 +224,9 @@ fn wait_completed(src: &Source, from: i64, order: OrderId, timeout: Duration) ->
     let mut view = crate::boot::View::new();
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
-        let Some(Ok(m)) = c.poll(Duration::from_millis(500)) else { continue };
+        let Some(Ok(m)) = c.poll(Duration::from_millis(500)) else {
+            continue;
+        };
         let pos = m.offset().max(0) as u64;
         let live = || Instant::now() < deadline;
         let Ok(rec) = gate.decode(&c, &m, &live) else {
@@ -189,7 +234,11 @@ fn wait_completed(src: &Source, from: i64, order: OrderId, timeout: Duration) ->
             continue;
         };
         let valid = view.apply(pos, &rec).is_ok();
-        if valid && m.offset() >= from && rec.event == Event::Completed && rec.order() == Some(order) {
+        if valid
+            && m.offset() >= from
+            && rec.event == Event::Completed
+            && rec.order() == Some(order)
+        {
             if let Some(o) = rec.outcome.clone() {
                 return Ok(Some((rec, o)));
             }

@@ -172,10 +172,18 @@ pub const WARNED_OPEN_COMMANDS: &str = "POOL_WORKER_WARNED_OPEN_COMMANDS";
 /// `cfg.env`, else in this process's environment); if so, says it once, for
 /// every instance and every restart, and tells the workers it was said.
 fn warn_open_commands(cfg: &mut SupervisorConfig) {
-    let worker_mode = cfg.args.is_empty() && std::env::current_exe().is_ok_and(|exe| exe == cfg.program);
+    let worker_mode =
+        cfg.args.is_empty() && std::env::current_exe().is_ok_and(|exe| exe == cfg.program);
     let set = |v: &std::ffi::OsStr| v.to_string_lossy().split(',').any(|x| !x.trim().is_empty());
-    let in_cfg = cfg.env.iter().rev().find(|(k, _)| k.as_os_str() == "ALLOWED_COMMANDS").map(|(_, v)| set(v.as_os_str()));
-    let open = !in_cfg.unwrap_or_else(|| std::env::var_os("ALLOWED_COMMANDS").is_some_and(|v| set(v.as_os_str())));
+    let in_cfg = cfg
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k.as_os_str() == "ALLOWED_COMMANDS")
+        .map(|(_, v)| set(v.as_os_str()));
+    let open = !in_cfg.unwrap_or_else(|| {
+        std::env::var_os("ALLOWED_COMMANDS").is_some_and(|v| set(v.as_os_str()))
+    });
     if worker_mode && open {
         tracing::warn!(
             instances = cfg.instances.len(),
@@ -204,7 +212,11 @@ pub struct Backoff {
 
 impl Backoff {
     pub fn new(first: Duration, max: Duration) -> Backoff {
-        Backoff { first, max: max.max(first), fails: 0 }
+        Backoff {
+            first,
+            max: max.max(first),
+            fails: 0,
+        }
     }
 
     /// The delay before the next start, after a process that ran for `ran`
@@ -279,7 +291,11 @@ impl SupEvent {
         #[derive(serde::Serialize)]
         #[serde(tag = "event", rename_all = "snake_case")]
         enum Line<'a> {
-            Started { instance: u32, pid: u32, run: u64 },
+            Started {
+                instance: u32,
+                pid: u32,
+                run: u64,
+            },
             Exited {
                 instance: u32,
                 pid: u32,
@@ -288,14 +304,29 @@ impl SupEvent {
                 after_ms: u64,
                 restarts: u64,
             },
-            SpawnFailed { instance: u32, error: &'a str },
-            Retired { instance: u32, reason: &'static str },
+            SpawnFailed {
+                instance: u32,
+                error: &'a str,
+            },
+            Retired {
+                instance: u32,
+                reason: &'static str,
+            },
         }
         let line = match self {
-            SupEvent::Started { instance, pid, run } => {
-                Line::Started { instance: *instance, pid: *pid, run: *run }
-            }
-            SupEvent::Exited { instance, pid, code, signal, after, restarts } => Line::Exited {
+            SupEvent::Started { instance, pid, run } => Line::Started {
+                instance: *instance,
+                pid: *pid,
+                run: *run,
+            },
+            SupEvent::Exited {
+                instance,
+                pid,
+                code,
+                signal,
+                after,
+                restarts,
+            } => Line::Exited {
                 instance: *instance,
                 pid: *pid,
                 code: *code,
@@ -303,12 +334,14 @@ impl SupEvent {
                 after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
                 restarts: *restarts,
             },
-            SupEvent::SpawnFailed { instance, error } => {
-                Line::SpawnFailed { instance: *instance, error }
-            }
-            SupEvent::Retired { instance, reason } => {
-                Line::Retired { instance: *instance, reason: reason.as_str() }
-            }
+            SupEvent::SpawnFailed { instance, error } => Line::SpawnFailed {
+                instance: *instance,
+                error,
+            },
+            SupEvent::Retired { instance, reason } => Line::Retired {
+                instance: *instance,
+                reason: reason.as_str(),
+            },
         };
         serde_json::to_string(&line).unwrap_or_default()
     }
@@ -316,8 +349,17 @@ impl SupEvent {
     /// The event as one line for people.
     pub fn human(&self) -> String {
         match self {
-            SupEvent::Started { instance, pid, .. } => format!("instance {instance} started pid {pid}"),
-            SupEvent::Exited { instance, code, signal, after, restarts, .. } => {
+            SupEvent::Started { instance, pid, .. } => {
+                format!("instance {instance} started pid {pid}")
+            }
+            SupEvent::Exited {
+                instance,
+                code,
+                signal,
+                after,
+                restarts,
+                ..
+            } => {
                 let how = match (code, signal) {
                     (Some(c), _) => format!("code {c}"),
                     (None, Some(s)) => format!("signal {s}{}", signal_name(*s)),
@@ -336,7 +378,9 @@ impl SupEvent {
                     Retirement::ConfigError => {
                         "configuration error (exit 2); fix the configuration and start again"
                     }
-                    Retirement::Fenced => "fenced (exit 3): another process runs this instance number",
+                    Retirement::Fenced => {
+                        "fenced (exit 3): another process runs this instance number"
+                    }
                     Retirement::MaxRuns => "the --max-runs limit is reached",
                 };
                 format!("instance {instance} not restarted: {why}")
@@ -399,7 +443,10 @@ pub async fn supervise(
         bail!("no instances to supervise");
     }
     if cfg.instances.len() > MAX_SUPERVISED {
-        bail!("at most {MAX_SUPERVISED} instances, not {}", cfg.instances.len());
+        bail!(
+            "at most {MAX_SUPERVISED} instances, not {}",
+            cfg.instances.len()
+        );
     }
     let shared = Arc::new(Shared {
         spawner: Spawner::start()?,
@@ -442,7 +489,14 @@ impl Supervisor {
         let (stop, stop_rx) = watch::channel(false);
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(supervise(cfg, stop_rx, tx));
-        (Supervisor { stop, task: Some(task), ended: None }, rx)
+        (
+            Supervisor {
+                stop,
+                task: Some(task),
+                ended: None,
+            },
+            rx,
+        )
     }
 
     /// Asks for a stop (children get SIGTERM, then SIGKILL); see [`wait`](Self::wait).
@@ -456,7 +510,10 @@ impl Supervisor {
         if let Some(e) = self.ended {
             return Ok(e);
         }
-        let task = self.task.as_mut().ok_or_else(|| anyhow!("the supervisor has failed"))?;
+        let task = self
+            .task
+            .as_mut()
+            .ok_or_else(|| anyhow!("the supervisor has failed"))?;
         let joined = task.await;
         self.task = None;
         let ending = joined.map_err(|e| anyhow!("the supervisor task failed: {e}"))??;
@@ -486,8 +543,14 @@ impl Shared {
 
     /// Takes one start from the `max_runs` budget.
     fn take_run(&self) -> bool {
-        let Some(max) = self.cfg.max_runs else { return true };
-        self.runs.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1)).is_ok()
+        let Some(max) = self.cfg.max_runs else {
+            return true;
+        };
+        self.runs
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
     }
 
     fn command(&self, instance: u32) -> Command {
@@ -528,13 +591,19 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
             return Fate::Stopped;
         }
         if !sh.take_run() {
-            sh.emit(SupEvent::Retired { instance, reason: Retirement::MaxRuns });
+            sh.emit(SupEvent::Retired {
+                instance,
+                reason: Retirement::MaxRuns,
+            });
             return Fate::Retired(Retirement::MaxRuns);
         }
         run += 1;
         let delay = match sh.spawner.spawn(sh.command(instance)).await {
             Err(e) => {
-                sh.emit(SupEvent::SpawnFailed { instance, error: e.to_string() });
+                sh.emit(SupEvent::SpawnFailed {
+                    instance,
+                    error: e.to_string(),
+                });
                 backoff.next(false, Duration::ZERO)
             }
             Ok(mut child) => {
@@ -619,7 +688,11 @@ async fn relay(prefix: String, from: impl AsyncRead + Unpin) {
     let mut line = Vec::new();
     loop {
         line.clear();
-        match (&mut from).take(MAX_LINE).read_until(b'\n', &mut line).await {
+        match (&mut from)
+            .take(MAX_LINE)
+            .read_until(b'\n', &mut line)
+            .await
+        {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
@@ -647,7 +720,14 @@ pub(crate) fn die_with_parent(cmd: &mut Command) {
         // async-signal-safe functions (prctl, getppid, _exit).
         unsafe {
             cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
                     return Err(io::Error::last_os_error());
                 }
                 // The parent may have died before prctl: then nobody would
@@ -705,7 +785,10 @@ impl Spawner {
 pub fn parse_instances(spec: &str) -> Result<Vec<u32>, String> {
     let spec = spec.trim();
     let number = |s: &str| -> Result<u32, String> {
-        let n: u32 = s.trim().parse().map_err(|_| format!("'{s}' is not an instance number"))?;
+        let n: u32 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{s}' is not an instance number"))?;
         if !(1..=crate::record::MAX_INSTANCE).contains(&n) {
             return Err(format!(
                 "instance numbers run from 1 to {}, not {n}",
@@ -837,7 +920,11 @@ pub async fn run(args: SuperviseArgs) -> anyhow::Result<i32> {
 }
 
 fn print_event(event: &SupEvent, json: bool) {
-    print_line(&if json { event.json_line() } else { event.human() });
+    print_line(&if json {
+        event.json_line()
+    } else {
+        event.human()
+    });
 }
 
 /// One line on stdout, flushed (errors ignored: a closed stdout must not
@@ -858,7 +945,9 @@ mod tests {
         assert_eq!(parse_instances(" 1-4,7 "), Ok(vec![1, 2, 3, 4, 7]));
         assert_eq!(parse_instances("7-7"), Ok(vec![7]));
         assert_eq!(parse_instances("2,1,2"), Ok(vec![1, 2]));
-        for bad in ["", "0", "-1", "1-", "4-2", "a", "1,,2", "1-2-3", "1-100000", "2000", "1,0"] {
+        for bad in [
+            "", "0", "-1", "1-", "4-2", "a", "1,,2", "1-2-3", "1-100000", "2000", "1,0",
+        ] {
             assert!(parse_instances(bad).is_err(), "{bad}");
         }
     }
@@ -892,8 +981,14 @@ mod tests {
         cfg.max_runs = Some(5);
         let (ending, events) = collect(cfg).await;
         assert_eq!(ending, Ending::MaxRuns);
-        let starts = events.iter().filter(|e| matches!(e, SupEvent::Started { .. })).count();
-        let exits = events.iter().filter(|e| matches!(e, SupEvent::Exited { code: Some(0), .. })).count();
+        let starts = events
+            .iter()
+            .filter(|e| matches!(e, SupEvent::Started { .. }))
+            .count();
+        let exits = events
+            .iter()
+            .filter(|e| matches!(e, SupEvent::Exited { code: Some(0), .. }))
+            .count();
         assert_eq!((starts, exits), (5, 5), "{events:?}");
     }
 
@@ -903,13 +998,29 @@ mod tests {
         let mut b = Backoff::new(ms(100), s(1));
         assert_eq!(b.next(true, ms(5)), Duration::ZERO, "a clean exit: at once");
         let row: Vec<Duration> = (0..6).map(|_| b.next(false, ms(5))).collect();
-        assert_eq!(row, [ms(100), ms(200), ms(400), ms(800), s(1), s(1)], "doubling, capped");
-        assert_eq!(b.next(true, ms(5)), Duration::ZERO, "clean exits are never delayed");
+        assert_eq!(
+            row,
+            [ms(100), ms(200), ms(400), ms(800), s(1), s(1)],
+            "doubling, capped"
+        );
+        assert_eq!(
+            b.next(true, ms(5)),
+            Duration::ZERO,
+            "clean exits are never delayed"
+        );
         assert_eq!(b.next(false, ms(5)), ms(100), "a clean exit ends the row");
         assert_eq!(b.next(false, ms(5)), ms(200));
-        assert_eq!(b.next(false, s(2)), ms(100), "a long run before the failure ends the row");
+        assert_eq!(
+            b.next(false, s(2)),
+            ms(100),
+            "a long run before the failure ends the row"
+        );
         let mut b = Backoff::new(ms(100), s(30));
-        assert_eq!((0..100).map(|_| b.next(false, ms(1))).last(), Some(s(30)), "no overflow");
+        assert_eq!(
+            (0..100).map(|_| b.next(false, ms(1))).last(),
+            Some(s(30)),
+            "no overflow"
+        );
     }
 
     #[tokio::test]
@@ -922,18 +1033,33 @@ mod tests {
         cfg.max_runs = Some(3);
         let (ending, events) = collect(cfg).await;
         assert_eq!(ending, Ending::MaxRuns);
-        assert_eq!(events.iter().filter(|e| matches!(e, SupEvent::Exited { code: Some(0), .. })).count(), 3);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, SupEvent::Exited { code: Some(0), .. }))
+                .count(),
+            3
+        );
     }
 
     #[tokio::test]
     async fn config_error_and_fence_retire() {
         let (ending, events) = collect(sh(vec![1, 2], "exit 2")).await;
         assert_eq!(ending, Ending::ConfigError);
-        assert_eq!(events.iter().filter(|e| matches!(e, SupEvent::Started { .. })).count(), 2);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, SupEvent::Started { .. }))
+                .count(),
+            2
+        );
         let script = r#"[ "$INSTANCE_NUMBER" = 1 ] && exit 2; exit 3"#;
         let (ending, events) = collect(sh(vec![1, 2], script)).await;
         assert_eq!(ending, Ending::ConfigError);
-        assert!(events.contains(&SupEvent::Retired { instance: 2, reason: Retirement::Fenced }));
+        assert!(events.contains(&SupEvent::Retired {
+            instance: 2,
+            reason: Retirement::Fenced
+        }));
         let (ending, _) = collect(sh(vec![4], "exit 3")).await;
         assert_eq!(ending, Ending::Fenced);
     }
@@ -944,23 +1070,47 @@ mod tests {
         // stopping needs the SIGKILL.
         let dir = tempfile::tempdir().unwrap();
         let ready = dir.path().join("ready");
-        let script = format!("trap '' TERM; : > '{}'; while :; do sleep 1; done", ready.display());
+        let script = format!(
+            "trap '' TERM; : > '{}'; while :; do sleep 1; done",
+            ready.display()
+        );
         let mut cfg = sh(vec![1], &script);
         cfg.stop_grace = Duration::from_millis(300);
         let (mut sup, mut events) = Supervisor::spawn(cfg);
-        let first = tokio::time::timeout(Duration::from_secs(10), events.recv()).await.unwrap();
-        assert!(matches!(first, Some(SupEvent::Started { instance: 1, run: 1, .. })), "{first:?}");
+        let first = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                first,
+                Some(SupEvent::Started {
+                    instance: 1,
+                    run: 1,
+                    ..
+                })
+            ),
+            "{first:?}"
+        );
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ready.exists() {
             assert!(Instant::now() < deadline, "the child never became ready");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         sup.stop();
-        let ending = tokio::time::timeout(Duration::from_secs(10), sup.wait()).await.unwrap().unwrap();
+        let ending = tokio::time::timeout(Duration::from_secs(10), sup.wait())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(ending, Ending::Stopped);
         let exited = events.recv().await;
         assert!(
-            matches!(exited, Some(SupEvent::Exited { signal: Some(libc::SIGKILL), .. })),
+            matches!(
+                exited,
+                Some(SupEvent::Exited {
+                    signal: Some(libc::SIGKILL),
+                    ..
+                })
+            ),
             "{exited:?}"
         );
     }
@@ -972,7 +1122,13 @@ mod tests {
         cfg.max_runs = Some(2);
         let (ending, events) = collect(cfg).await;
         assert_eq!(ending, Ending::MaxRuns);
-        assert_eq!(events.iter().filter(|e| matches!(e, SupEvent::SpawnFailed { .. })).count(), 2);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, SupEvent::SpawnFailed { .. }))
+                .count(),
+            2
+        );
     }
 
     #[test]
@@ -985,13 +1141,23 @@ mod tests {
             after: Duration::from_millis(1200),
             restarts: 5,
         };
-        assert_eq!(e.human(), "instance 3 exited code 0 after 1.2s (restarts: 5)");
+        assert_eq!(
+            e.human(),
+            "instance 3 exited code 0 after 1.2s (restarts: 5)"
+        );
         assert_eq!(
             e.json_line(),
             r#"{"event":"exited","instance":3,"pid":1234,"code":0,"signal":null,"after_ms":1200,"restarts":5}"#
         );
-        let s = SupEvent::Started { instance: 3, pid: 1234, run: 1 };
+        let s = SupEvent::Started {
+            instance: 3,
+            pid: 1234,
+            run: 1,
+        };
         assert_eq!(s.human(), "instance 3 started pid 1234");
-        assert_eq!(s.json_line(), r#"{"event":"started","instance":3,"pid":1234,"run":1}"#);
+        assert_eq!(
+            s.json_line(),
+            r#"{"event":"started","instance":3,"pid":1234,"run":1}"#
+        );
     }
 }

@@ -75,7 +75,11 @@ pub enum Action {
     /// Fetch the order and run it. `retry` when an earlier attempt was lost.
     /// If the order names an `id`, report it with [`Input::OrderId`] and
     /// run only on [`Action::Start`].
-    Run { order: OrderId, attempt: u32, retry: bool },
+    Run {
+        order: OrderId,
+        attempt: u32,
+        retry: bool,
+    },
     /// The order's id is its own (not a duplicate): run it now.
     Start { order: OrderId },
     /// Send [`Input::Tick`] when the clock reaches this time (ms).
@@ -109,11 +113,20 @@ pub enum Phase {
     Decide { order: OrderId, seq: u64 },
     /// Our `committed` for a new attempt of a lost run is appended; waiting
     /// to read it before running (boot's resume).
-    Retry { order: OrderId, attempt: u32, seq: u64 },
+    Retry {
+        order: OrderId,
+        attempt: u32,
+        seq: u64,
+    },
     /// The job runs (or is being fetched).
     Run { order: OrderId, attempt: u32 },
     /// The order's `id` is announced; waiting to read it back.
-    Announce { order: OrderId, attempt: u32, id: String, seq: u64 },
+    Announce {
+        order: OrderId,
+        attempt: u32,
+        id: String,
+        seq: u64,
+    },
     /// Our `completed` is appended; waiting to read it.
     Complete { order: OrderId, seq: u64 },
     /// Finished (the shell exits with the status).
@@ -221,7 +234,12 @@ pub struct Worker {
 impl Worker {
     /// A new incarnation that knows nothing of how its predecessor ended;
     /// see [`Worker::start_after`].
-    pub fn start(me: u32, incarnation: String, settings: Settings, now: u64) -> (Worker, Vec<Action>) {
+    pub fn start(
+        me: u32,
+        incarnation: String,
+        settings: Settings,
+        now: u64,
+    ) -> (Worker, Vec<Action>) {
         Worker::start_after(me, incarnation, settings, now, None)
     }
 
@@ -244,7 +262,10 @@ impl Worker {
             me,
             incarnation,
             view,
-            phase: Phase::Settle { clean: clean.clone(), until: now + settle_ms },
+            phase: Phase::Settle {
+                clean: clean.clone(),
+                until: now + settle_ms,
+            },
             settings,
             seq: 0,
             now,
@@ -261,7 +282,11 @@ impl Worker {
         }
         // A clean predecessor is confirmed against the log once caught up;
         // without one there is nothing to confirm, only the wait.
-        let acts = if clean.is_some() { Vec::new() } else { vec![Action::WakeAt(now + settle_ms)] };
+        let acts = if clean.is_some() {
+            Vec::new()
+        } else {
+            vec![Action::WakeAt(now + settle_ms)]
+        };
         (w, acts)
     }
 
@@ -276,8 +301,11 @@ impl Worker {
     /// whose current incarnation of our number is the one that exited clean
     /// (protocol.md, "Settling").
     fn settle(&mut self, caught_up: bool) -> Vec<Action> {
-        let Phase::Settle { clean, until } = &self.phase else { return Vec::new() };
-        let confirmed = caught_up && clean.is_some() && clean.as_deref() == self.view.incarnation(self.me);
+        let Phase::Settle { clean, until } = &self.phase else {
+            return Vec::new();
+        };
+        let confirmed =
+            caught_up && clean.is_some() && clean.as_deref() == self.view.incarnation(self.me);
         if confirmed || self.now >= *until {
             return self.boot();
         }
@@ -295,7 +323,10 @@ impl Worker {
     /// position 0: the shell then reads on from `snapshot.at`. Only before
     /// the first record is read; refused (false) after.
     pub fn load(&mut self, snapshot: &crate::checkpoint::Snapshot) -> bool {
-        let fresh = matches!(self.phase, Phase::Settle { .. } | Phase::Boot { seen: false });
+        let fresh = matches!(
+            self.phase,
+            Phase::Settle { .. } | Phase::Boot { seen: false }
+        );
         if !fresh || self.view.end() > 0 {
             return false;
         }
@@ -316,10 +347,29 @@ impl Worker {
     /// Feeds `h` exactly what hashing a copy of this machine after
     /// [`Worker::relabel`]`(f, g)` would, without making the copy (see
     /// [`View::hash_relabeled`]; for the model check only).
-    pub fn hash_relabeled<H: Hasher>(&self, f: &dyn Fn(u64) -> u64, g: &dyn Fn(&mut Outcome), h: &mut H) {
+    pub fn hash_relabeled<H: Hasher>(
+        &self,
+        f: &dyn Fn(u64) -> u64,
+        g: &dyn Fn(&mut Outcome),
+        h: &mut H,
+    ) {
         // Destructured, so that a field added to Worker must be placed here
         // (in declaration order: that is the order the derived Hash uses).
-        let Worker { me, incarnation, view, phase, settings, seq, now, renewed, revoking, completed, waiting_since, defer_until, defer_over } = self;
+        let Worker {
+            me,
+            incarnation,
+            view,
+            phase,
+            settings,
+            seq,
+            now,
+            renewed,
+            revoking,
+            completed,
+            waiting_since,
+            defer_until,
+            defer_over,
+        } = self;
         (me, incarnation).hash(h);
         view.hash_relabeled(f, g, h);
         (phase, settings, seq, now, renewed).hash(h);
@@ -402,12 +452,19 @@ impl Worker {
     /// Announce the order's id in the log; the first order to announce an id
     /// owns it (protocol.md, "Duplicate orders").
     fn on_order_id(&mut self, id: String) -> Vec<Action> {
-        let Phase::Run { order, attempt } = self.phase else { return Vec::new() };
+        let Phase::Run { order, attempt } = self.phase else {
+            return Vec::new();
+        };
         let mut r = self.record(Event::Lease, Some(order));
         r.attempt = attempt;
         r.order_id = Some(id.clone());
         self.renewed = self.now;
-        self.phase = Phase::Announce { order, attempt, id, seq: r.seq };
+        self.phase = Phase::Announce {
+            order,
+            attempt,
+            id,
+            seq: r.seq,
+        };
         vec![Action::Append(r)]
     }
 
@@ -424,7 +481,9 @@ impl Worker {
     }
 
     fn expired(&self, h: &crate::boot::Hold) -> bool {
-        self.settings.lease_ms.is_some_and(|l| self.now.saturating_sub(h.last_ts) > l)
+        self.settings
+            .lease_ms
+            .is_some_and(|l| self.now.saturating_sub(h.last_ts) > l)
     }
 
     fn on_tick(&mut self) -> Vec<Action> {
@@ -442,7 +501,9 @@ impl Worker {
     }
 
     fn on_tick_leases(&mut self) -> Vec<Action> {
-        let Some(lease) = self.settings.lease_ms else { return Vec::new() };
+        let Some(lease) = self.settings.lease_ms else {
+            return Vec::new();
+        };
         let mut out = Vec::new();
         if let Some(order) = self.held() {
             if self.now.saturating_sub(self.renewed) >= lease / 3 {
@@ -478,7 +539,10 @@ impl Worker {
         r.rank = Some(if h.committed.is_some() { 0 } else { h.rank });
         // A committed hold may have run: the takeover's run is a retry.
         r.attempt = h.attempt + u32::from(h.committed.is_some());
-        r.reason = Some(format!("lease expired: nothing from instance {j} about this order for over {} ms", self.settings.lease_ms.unwrap_or(0)));
+        r.reason = Some(format!(
+            "lease expired: nothing from instance {j} about this order for over {} ms",
+            self.settings.lease_ms.unwrap_or(0)
+        ));
         r
     }
 
@@ -497,11 +561,16 @@ impl Worker {
             .filter_map(|(j, s)| s.hold.clone().map(|h| (j, h)))
             .filter(|(j, h)| self.expired(h) && !self.revoking.contains(&(*j, h.last_pos)))
             .min_by_key(|(_, h)| (h.last_ts, h.order));
-        let Some((j, h)) = victim else { return Vec::new() };
+        let Some((j, h)) = victim else {
+            return Vec::new();
+        };
         self.waiting_since.clear();
         self.defer_until = None;
         let revoke = self.revoke(j, &h);
-        self.phase = Phase::Takeover { order: h.order, seq: revoke.seq };
+        self.phase = Phase::Takeover {
+            order: h.order,
+            seq: revoke.seq,
+        };
         self.renewed = self.now;
         vec![Action::Append(revoke)]
     }
@@ -528,16 +597,25 @@ impl Worker {
         claim.rank = Some(h.rank);
         claim.takeover_of = h.took_over.iter().cloned().collect();
         claim.order_id = h.order_id.clone();
-        self.phase = Phase::Claim { order: h.order, seq: claim.seq };
+        self.phase = Phase::Claim {
+            order: h.order,
+            seq: claim.seq,
+        };
         self.renewed = self.now;
         vec![Action::Append(claim)]
     }
 
     fn on_record(&mut self, pos: u64, rec: Record) -> Vec<Action> {
         // A newer incarnation of our number fences us (protocol.md, "Fences").
-        if rec.event == Event::Booted && rec.instance == self.me && rec.incarnation != self.incarnation {
+        if rec.event == Event::Booted
+            && rec.instance == self.me
+            && rec.incarnation != self.incarnation
+        {
             // Before our own `booted` is read, a newer one is not newer.
-            let seen = !matches!(self.phase, Phase::Settle { .. } | Phase::Boot { seen: false });
+            let seen = !matches!(
+                self.phase,
+                Phase::Settle { .. } | Phase::Boot { seen: false }
+            );
             let _ = self.view.apply(pos, &rec);
             if seen {
                 return self.finish(EXIT_FENCED);
@@ -568,7 +646,12 @@ impl Worker {
             }
             Phase::Negotiate { order } => self.negotiate(order),
             Phase::Decide { order, seq } if self.is_ours(&rec, seq) => self.after_decision(order),
-            Phase::Announce { order, attempt, id, seq } if self.is_ours(&rec, seq) => {
+            Phase::Announce {
+                order,
+                attempt,
+                id,
+                seq,
+            } if self.is_ours(&rec, seq) => {
                 if let Err(void) = result {
                     return self.own_record_void(void);
                 }
@@ -583,12 +666,20 @@ impl Worker {
                     }
                 }
             }
-            Phase::Retry { order, attempt, seq } if self.is_ours(&rec, seq) => {
+            Phase::Retry {
+                order,
+                attempt,
+                seq,
+            } if self.is_ours(&rec, seq) => {
                 if let Err(void) = result {
                     return self.own_record_void(void);
                 }
                 self.phase = Phase::Run { order, attempt };
-                vec![Action::Run { order, attempt, retry: true }]
+                vec![Action::Run {
+                    order,
+                    attempt,
+                    retry: true,
+                }]
             }
             Phase::Complete { seq, .. } if self.is_ours(&rec, seq) => {
                 self.completed += 1;
@@ -672,13 +763,21 @@ impl Worker {
                 "gave up after {} attempts: each run was lost with its instance",
                 hold.attempt
             );
-            return self.complete(hold.order, hold.attempt, Outcome::not_run(Status::GaveUp, reason));
+            return self.complete(
+                hold.order,
+                hold.attempt,
+                Outcome::not_run(Status::GaveUp, reason),
+            );
         }
         let mut commit = self.record(Event::Committed, Some(hold.order));
         commit.attempt = attempt;
         // Run only once the new attempt is in the log (protocol.md,
         // "Appends"): a fenced incarnation's retry must not run.
-        self.phase = Phase::Retry { order: hold.order, attempt, seq: commit.seq };
+        self.phase = Phase::Retry {
+            order: hold.order,
+            attempt,
+            seq: commit.seq,
+        };
         vec![Action::Append(commit)]
     }
 
@@ -693,14 +792,19 @@ impl Worker {
         let Some((mut order, passed_over)) = self.choose(ends) else {
             return self.defer_until.map(Action::WakeAt).into_iter().collect();
         };
-        if self.settings.flaw == Some(Flaw::SkipAnOrder) && order.offset + 1 < ends[&order.partition] {
+        if self.settings.flaw == Some(Flaw::SkipAnOrder)
+            && order.offset + 1 < ends[&order.partition]
+        {
             order.offset += 1;
         }
         let mut claim = self.record(Event::Claimed, Some(order));
         claim.attempt = 1;
         claim.passed_over = passed_over;
         claim.next.insert(order.partition, order.offset + 1);
-        self.phase = Phase::Claim { order, seq: claim.seq };
+        self.phase = Phase::Claim {
+            order,
+            seq: claim.seq,
+        };
         self.renewed = self.now;
         if self.settings.flaw == Some(Flaw::DecideWithoutReading) {
             // The broken rule: decide on the log as read *before* the claim.
@@ -730,21 +834,38 @@ impl Worker {
         let over = std::mem::take(&mut self.defer_over);
         self.defer_until = None;
         let turns = turns(&self.view, ends, self.me);
-        self.waiting_since.retain(|o, _| turns.iter().any(|t| t.order == *o));
+        self.waiting_since
+            .retain(|o, _| turns.iter().any(|t| t.order == *o));
         let now = self.now;
         for t in &turns {
             self.waiting_since.entry(t.order).or_insert(now);
         }
         let never = self.settings.flaw == Some(Flaw::DeferForever);
-        let since = |t: &crate::boot::Turn| self.waiting_since.get(&t.order).copied().unwrap_or(now);
-        let until = |t: &crate::boot::Turn| since(t).saturating_add(self.settings.claim_defer_ms.saturating_mul(t.ahead.len() as u64));
-        let due = |t: &&crate::boot::Turn| t.ahead.is_empty() || (!never && (over || now >= until(t)));
-        match turns.iter().filter(due).min_by_key(|t| (since(t), t.ahead.len(), t.order)) {
+        let since =
+            |t: &crate::boot::Turn| self.waiting_since.get(&t.order).copied().unwrap_or(now);
+        let until = |t: &crate::boot::Turn| {
+            since(t).saturating_add(
+                self.settings
+                    .claim_defer_ms
+                    .saturating_mul(t.ahead.len() as u64),
+            )
+        };
+        let due =
+            |t: &&crate::boot::Turn| t.ahead.is_empty() || (!never && (over || now >= until(t)));
+        match turns
+            .iter()
+            .filter(due)
+            .min_by_key(|t| (since(t), t.ahead.len(), t.order))
+        {
             Some(t) => {
                 self.waiting_since.clear();
                 // Without deferral nobody waited for its turn: nobody was
                 // passed over.
-                let mut passed = if self.settings.claim_defer_ms == 0 { Vec::new() } else { t.ahead.clone() };
+                let mut passed = if self.settings.claim_defer_ms == 0 {
+                    Vec::new()
+                } else {
+                    t.ahead.clone()
+                };
                 passed.truncate(crate::record::MAX_PASSED_OVER);
                 Some((t.order, passed))
             }
@@ -757,7 +878,9 @@ impl Worker {
 
     fn negotiate(&mut self, order: OrderId) -> Vec<Action> {
         let mut decision = decide(&self.view, self.me, order);
-        if self.settings.flaw == Some(Flaw::IgnoreHigherRivals) && matches!(decision, Decision::Wait { .. }) {
+        if self.settings.flaw == Some(Flaw::IgnoreHigherRivals)
+            && matches!(decision, Decision::Wait { .. })
+        {
             decision = Decision::Commit;
         }
         let (event, reason) = match decision {
@@ -791,11 +914,18 @@ impl Worker {
             Some(h) if h.order == order && h.committed.is_some() => {
                 let attempt = h.attempt;
                 if attempt > self.settings.max_attempts {
-                    let reason = format!("gave up after {} attempts: each run was lost with its instance", attempt - 1);
+                    let reason = format!(
+                        "gave up after {} attempts: each run was lost with its instance",
+                        attempt - 1
+                    );
                     return self.complete(order, attempt, Outcome::not_run(Status::GaveUp, reason));
                 }
                 self.phase = Phase::Run { order, attempt };
-                vec![Action::Run { order, attempt, retry: attempt > 1 }]
+                vec![Action::Run {
+                    order,
+                    attempt,
+                    retry: attempt > 1,
+                }]
             }
             _ => {
                 self.phase = Phase::Choose;
@@ -883,7 +1013,14 @@ mod tests {
         assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed));
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
-        assert_eq!(a, vec![Action::Run { order: OrderId::new(0, 0), attempt: 1, retry: false }]);
+        assert_eq!(
+            a,
+            vec![Action::Run {
+                order: OrderId::new(0, 0),
+                attempt: 1,
+                retry: false
+            }]
+        );
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
         log.append(&a);
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(0)]);
@@ -892,7 +1029,10 @@ mod tests {
     #[test]
     fn below_orders_per_process_a_completion_leads_to_the_next_order() {
         let mut log = Log(Vec::new());
-        let settings = Settings { orders_per_process: 2, ..Settings::default() };
+        let settings = Settings {
+            orders_per_process: 2,
+            ..Settings::default()
+        };
         let (mut w, a) = Worker::start(1, "i1".into(), settings, 0);
         log.append(&a);
         let mut cur = 0;
@@ -900,13 +1040,26 @@ mod tests {
         for offset in 0..2 {
             let order = OrderId::new(0, offset);
             let a = w.handle(Input::Orders(BTreeMap::from([(0, 3)])), 0);
-            assert!(matches!(&a[..], [Action::Append(r)]
-                if r.event == Event::Claimed && r.order() == Some(order) && r.attempt == 1), "{a:?}");
+            assert!(
+                matches!(&a[..], [Action::Append(r)]
+                if r.event == Event::Claimed && r.order() == Some(order) && r.attempt == 1),
+                "{a:?}"
+            );
             log.append(&a);
             let a = log.feed(&mut w, &mut cur);
-            assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 1), "{a:?}");
+            assert!(
+                matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 1),
+                "{a:?}"
+            );
             log.append(&a);
-            assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Run { order, attempt: 1, retry: false }]);
+            assert_eq!(
+                log.feed(&mut w, &mut cur),
+                vec![Action::Run {
+                    order,
+                    attempt: 1,
+                    retry: false
+                }]
+            );
             let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
             log.append(&a);
             let a = log.feed(&mut w, &mut cur);
@@ -916,18 +1069,36 @@ mod tests {
                 assert_eq!(a, vec![Action::FindOrder]);
                 assert_eq!(w.phase, Phase::Choose);
                 assert!(w.view.hold(1).is_none());
-                assert!(w.handle(Input::Tick, 0).is_empty(), "nothing held, nothing to renew");
+                assert!(
+                    w.handle(Input::Tick, 0).is_empty(),
+                    "nothing held, nothing to renew"
+                );
             } else {
-                assert_eq!(a, vec![Action::Exit(0)], "the second completion is the last");
+                assert_eq!(
+                    a,
+                    vec![Action::Exit(0)],
+                    "the second completion is the last"
+                );
             }
         }
         // One incarnation, one booted, records numbered 1..=7 in order, each
         // order claimed, committed and completed once.
         assert_eq!(log.0.iter().filter(|r| r.event == Event::Booted).count(), 1);
-        assert_eq!(log.0.iter().map(|r| r.seq).collect::<Vec<_>>(), (1..=7).collect::<Vec<_>>());
+        assert_eq!(
+            log.0.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (1..=7).collect::<Vec<_>>()
+        );
         for o in 0..2 {
-            let n = |ev| log.0.iter().filter(|r| r.event == ev && r.order() == Some(OrderId::new(0, o))).count();
-            assert_eq!((n(Event::Claimed), n(Event::Committed), n(Event::Completed)), (1, 1, 1));
+            let n = |ev| {
+                log.0
+                    .iter()
+                    .filter(|r| r.event == ev && r.order() == Some(OrderId::new(0, o)))
+                    .count()
+            };
+            assert_eq!(
+                (n(Event::Claimed), n(Event::Committed), n(Event::Completed)),
+                (1, 1, 1)
+            );
         }
     }
 
@@ -950,10 +1121,20 @@ mod tests {
             let mut cur = 0;
             let a = log.feed(&mut w, &mut cur);
             let attempt = n as u32 + 2;
-            assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == attempt), "{a:?}");
+            assert!(
+                matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == attempt),
+                "{a:?}"
+            );
             log.append(&a);
             let a = log.feed(&mut w, &mut cur);
-            assert_eq!(a, vec![Action::Run { order: OrderId::new(0, 0), attempt, retry: true }]);
+            assert_eq!(
+                a,
+                vec![Action::Run {
+                    order: OrderId::new(0, 0),
+                    attempt,
+                    retry: true
+                }]
+            );
         }
         let (mut w, a) = Worker::start(1, "i4".into(), Settings::default(), 0);
         log.append(&a);
@@ -964,7 +1145,10 @@ mod tests {
     }
 
     fn leased(me: u32, inc: &str, now: u64) -> (Worker, Vec<Action>) {
-        let settings = Settings { lease_ms: Some(1000), ..Settings::default() };
+        let settings = Settings {
+            lease_ms: Some(1000),
+            ..Settings::default()
+        };
         Worker::start(me, inc.into(), settings, now)
     }
 
@@ -985,7 +1169,10 @@ mod tests {
         log.append(&a);
         let a = log.feed(&mut w1, &mut c1);
         log.append(&a);
-        assert!(matches!(&log.feed(&mut w1, &mut c1)[..], [Action::Run { .. }]));
+        assert!(matches!(
+            &log.feed(&mut w1, &mut c1)[..],
+            [Action::Run { .. }]
+        ));
         (w1, c1)
     }
 
@@ -1004,19 +1191,35 @@ mod tests {
         // Idle with an expired hold in sight: revoke it; read back, claim
         // its order in the hold's place.
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
-        assert!(matches!(&a[..], [Action::Append(r)]
-            if r.event == Event::Revoked && r.instance == 1 && r.rank == Some(0) && r.attempt == 2), "{a:?}");
+        assert!(
+            matches!(&a[..], [Action::Append(r)]
+            if r.event == Event::Revoked && r.instance == 1 && r.rank == Some(0) && r.attempt == 2),
+            "{a:?}"
+        );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
-        assert!(matches!(&a[..], [Action::Append(c)]
+        assert!(
+            matches!(&a[..], [Action::Append(c)]
             if c.event == Event::Claimed && c.order() == Some(OrderId::new(0, 0)) && c.attempt == 2
-               && c.rank == Some(0) && c.takeover_of.len() == 1), "{a:?}");
+               && c.rank == Some(0) && c.takeover_of.len() == 1),
+            "{a:?}"
+        );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
-        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed), "{a:?}");
+        assert!(
+            matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed),
+            "{a:?}"
+        );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
-        assert_eq!(a, vec![Action::Run { order: OrderId::new(0, 0), attempt: 2, retry: true }]);
+        assert_eq!(
+            a,
+            vec![Action::Run {
+                order: OrderId::new(0, 0),
+                attempt: 2,
+                retry: true
+            }]
+        );
         // The old holder, cut off until now, reads the revocation and stops.
         assert_eq!(log.feed(&mut w1, &mut c1), vec![Action::Exit(EXIT_REVOKED)]);
     }
@@ -1031,12 +1234,18 @@ mod tests {
         log.append(&a);
         let mut c1 = 0;
         let retry = log.feed(&mut w1, &mut c1);
-        assert!(matches!(&retry[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 2));
+        assert!(
+            matches!(&retry[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 2)
+        );
         let (mut w2, _) = booted(&mut log, 2, "two", 5000);
         let takeover = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
         log.append(&takeover);
         log.append(&retry);
-        assert_eq!(log.feed(&mut w1, &mut c1), vec![Action::FindOrder], "not fenced: it takes new work");
+        assert_eq!(
+            log.feed(&mut w1, &mut c1),
+            vec![Action::FindOrder],
+            "not fenced: it takes new work"
+        );
         assert_eq!(w1.phase, Phase::Choose);
     }
 
@@ -1052,9 +1261,16 @@ mod tests {
         log.append(&renew);
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
-        assert_eq!(a, vec![Action::FindOrder], "a void revocation: no takeover claim, other work");
+        assert_eq!(
+            a,
+            vec![Action::FindOrder],
+            "a void revocation: no takeover claim, other work"
+        );
         assert!(w2.view.hold(2).is_none());
-        assert!(log.feed(&mut w1, &mut c1).is_empty(), "instance 1 keeps its order");
+        assert!(
+            log.feed(&mut w1, &mut c1).is_empty(),
+            "instance 1 keeps its order"
+        );
         assert!(w2.view.hold(1).is_some_and(|h| h.committed.is_some()));
     }
 
@@ -1068,16 +1284,25 @@ mod tests {
         // Instance 2 dies with only its revocation in the log: it holds the
         // order nonetheless (nobody else may take it but by its lease).
         let (w3, _) = booted(&mut log, 3, "three", 5000);
-        assert!(w3.view.hold(2).is_some_and(|h| h.pending && h.order == OrderId::new(0, 0) && h.rank == 0));
+        assert!(w3
+            .view
+            .hold(2)
+            .is_some_and(|h| h.pending && h.order == OrderId::new(0, 0) && h.rank == 0));
         let (mut w2, a) = leased(2, "two-again", 5100);
         log.append(&a);
         let mut c2 = 0;
         let a = log.feed(&mut w2, &mut c2);
-        assert!(matches!(&a[..], [Action::Append(c)]
-            if c.event == Event::Claimed && c.attempt == 2 && c.rank == Some(0)), "{a:?}");
+        assert!(
+            matches!(&a[..], [Action::Append(c)]
+            if c.event == Event::Claimed && c.attempt == 2 && c.rank == Some(0)),
+            "{a:?}"
+        );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
-        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 2), "{a:?}");
+        assert!(
+            matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 2),
+            "{a:?}"
+        );
     }
 
     /// Runs one worker of a fresh incarnation through claim and commit of
@@ -1091,7 +1316,10 @@ mod tests {
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
         log.append(&a);
-        assert!(matches!(&log.feed(&mut w, &mut cur)[..], [Action::Run { .. }]));
+        assert!(matches!(
+            &log.feed(&mut w, &mut cur)[..],
+            [Action::Run { .. }]
+        ));
         let a = w.handle(Input::OrderId(id.into()), 0);
         assert!(matches!(&a[..], [Action::Append(r)] if r.order_id.as_deref() == Some(id)));
         log.append(&a);
@@ -1102,20 +1330,43 @@ mod tests {
     fn the_second_order_with_an_id_is_a_duplicate() {
         let mut log = Log(Vec::new());
         let a = run_with_id(&mut log, 1, "one", "backup-1", 2);
-        assert_eq!(a, vec![Action::Start { order: OrderId::new(0, 0) }]);
+        assert_eq!(
+            a,
+            vec![Action::Start {
+                order: OrderId::new(0, 0)
+            }]
+        );
         let a = run_with_id(&mut log, 2, "two", "backup-1", 2);
-        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Completed
+        assert!(
+            matches!(&a[..], [Action::Append(r)] if r.event == Event::Completed
             && r.outcome.as_ref().is_some_and(|o| o.status == Status::Duplicate
-                && o.reason.as_deref().is_some_and(|x| x.contains("0:0")))), "{a:?}");
+                && o.reason.as_deref().is_some_and(|x| x.contains("0:0")))),
+            "{a:?}"
+        );
         let mut log2 = Log(Vec::new());
         let a = run_with_id(&mut log2, 1, "one", "a", 2);
-        assert_eq!(a, vec![Action::Start { order: OrderId::new(0, 0) }]);
+        assert_eq!(
+            a,
+            vec![Action::Start {
+                order: OrderId::new(0, 0)
+            }]
+        );
         let a = run_with_id(&mut log2, 2, "two", "b", 2);
-        assert_eq!(a, vec![Action::Start { order: OrderId::new(0, 1) }], "another id runs");
+        assert_eq!(
+            a,
+            vec![Action::Start {
+                order: OrderId::new(0, 1)
+            }],
+            "another id runs"
+        );
     }
 
     fn deferring(flaw: Option<Flaw>) -> Settings {
-        Settings { claim_defer_ms: 1000, flaw, ..Settings::default() }
+        Settings {
+            claim_defer_ms: 1000,
+            flaw,
+            ..Settings::default()
+        }
     }
 
     /// Three idle instances (1, 2, 3 in the idle queue) that have read the
@@ -1148,24 +1399,43 @@ mod tests {
         let mut log = Log(Vec::new());
         let mut ws = three_idle(&mut log, None);
         let ends = BTreeMap::from([(0, 2)]);
-        assert_eq!(ws[1].0.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(1000)]);
-        assert_eq!(ws[2].0.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(2000)], "two ahead");
+        assert_eq!(
+            ws[1].0.handle(Input::Orders(ends.clone()), 0),
+            vec![Action::WakeAt(1000)]
+        );
+        assert_eq!(
+            ws[2].0.handle(Input::Orders(ends.clone()), 0),
+            vec![Action::WakeAt(2000)],
+            "two ahead"
+        );
         assert_eq!(ws[1].0.deferring(), Some(1000));
         let a = ws[0].0.handle(Input::Orders(ends.clone()), 0);
-        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over.is_empty()), "{a:?}");
+        assert!(
+            claim_in(&a)
+                .is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over.is_empty()),
+            "{a:?}"
+        );
         log.append(&a);
         // Instance 2 reads the claim: it is now first in line for 0:1.
         let (w2, c2) = &mut ws[1];
         assert!(log.feed(w2, c2).is_empty());
         let a = w2.handle(Input::Orders(ends.clone()), 5);
-        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over.is_empty()), "{a:?}");
+        assert!(
+            claim_in(&a)
+                .is_some_and(|c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over.is_empty()),
+            "{a:?}"
+        );
         log.append(&a);
         // Instance 3 reads both: nothing waits any more.
         let (w3, c3) = &mut ws[2];
         assert!(log.feed(w3, c3).is_empty());
         assert!(w3.handle(Input::Orders(ends), 6).is_empty());
         assert_eq!(w3.deferring(), None);
-        assert_eq!(log.0.iter().filter(|r| r.event == Event::Claimed).count(), 2, "one claim per order");
+        assert_eq!(
+            log.0.iter().filter(|r| r.event == Event::Claimed).count(),
+            2,
+            "one claim per order"
+        );
     }
 
     /// A preferred instance that is gone delays the order by the deferral,
@@ -1176,21 +1446,38 @@ mod tests {
         let mut ws = three_idle(&mut log, None);
         let ends = BTreeMap::from([(0, 2)]);
         let (w2, c2) = &mut ws[1];
-        assert_eq!(w2.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(1000)]);
+        assert_eq!(
+            w2.handle(Input::Orders(ends.clone()), 0),
+            vec![Action::WakeAt(1000)]
+        );
         assert!(w2.handle(Input::Tick, 999).is_empty());
         assert_eq!(w2.handle(Input::Tick, 1000), vec![Action::FindOrder]);
         let a = w2.handle(Input::Orders(ends.clone()), 1000);
-        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over == vec![1]), "{a:?}");
+        assert!(
+            claim_in(&a)
+                .is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over == vec![1]),
+            "{a:?}"
+        );
         log.append(&a);
-        assert!(log.feed(w2, c2).iter().any(|a| matches!(a, Action::Append(r) if r.event == Event::Committed)));
+        assert!(log
+            .feed(w2, c2)
+            .iter()
+            .any(|a| matches!(a, Action::Append(r) if r.event == Event::Committed)));
         // Instance 3 had seen 0:0 at 0 (two ahead: until 2000); once 2's
         // claim is read, 1 is passed over and 2 holds: 0:1 is its at once.
         let (w3, c3) = &mut ws[2];
-        assert_eq!(w3.handle(Input::Orders(ends.clone()), 0), vec![Action::WakeAt(2000)]);
+        assert_eq!(
+            w3.handle(Input::Orders(ends.clone()), 0),
+            vec![Action::WakeAt(2000)]
+        );
         log.feed(w3, c3);
         assert_eq!(w3.view.idle_queue(), vec![3]);
         let a = w3.handle(Input::Orders(ends), 1001);
-        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over.is_empty()), "{a:?}");
+        assert!(
+            claim_in(&a)
+                .is_some_and(|c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over.is_empty()),
+            "{a:?}"
+        );
     }
 
     /// Of the orders an instance may claim, the one it has seen waiting
@@ -1202,15 +1489,29 @@ mod tests {
         let mut ws = three_idle(&mut log, None);
         let w2 = &mut ws[1].0;
         // Only 0:0 waits; 1 is first in its line, 2 behind it.
-        assert_eq!(w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 0)])), 0), vec![Action::WakeAt(1000)]);
+        assert_eq!(
+            w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 0)])), 0),
+            vec![Action::WakeAt(1000)]
+        );
         // 1:0 arrives, and 2 is first in its line; but 0:0 has waited its turn.
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1)])), 1500);
-        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over == vec![1]), "{a:?}");
+        assert!(
+            claim_in(&a)
+                .is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over == vec![1]),
+            "{a:?}"
+        );
         // Before the deadline, its own turn comes first.
         let w3 = &mut ws[2].0;
-        assert_eq!(w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 0)])), 0), vec![Action::WakeAt(2000)]);
+        assert_eq!(
+            w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 0)])), 0),
+            vec![Action::WakeAt(2000)]
+        );
         let a = w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1), (2, 1)])), 10);
-        assert!(claim_in(&a).is_some_and(|c| c.order() == Some(OrderId::new(2, 0)) && c.passed_over.is_empty()), "{a:?}");
+        assert!(
+            claim_in(&a)
+                .is_some_and(|c| c.order() == Some(OrderId::new(2, 0)) && c.passed_over.is_empty()),
+            "{a:?}"
+        );
     }
 
     #[test]
@@ -1225,7 +1526,10 @@ mod tests {
     }
 
     fn settling(ms: u64) -> Settings {
-        Settings { settle_ms: ms, ..Settings::default() }
+        Settings {
+            settle_ms: ms,
+            ..Settings::default()
+        }
     }
 
     fn booted_in(a: &[Action]) -> bool {
@@ -1240,11 +1544,25 @@ mod tests {
         let (w0, a) = Worker::start(1, "old".into(), Settings::default(), 0);
         log.append(&a);
         let (mut w, a) = Worker::start_after(1, "new".into(), settling(15_000), 1_000, None);
-        assert_eq!(w.phase, Phase::Settle { clean: None, until: 16_000 });
+        assert_eq!(
+            w.phase,
+            Phase::Settle {
+                clean: None,
+                until: 16_000
+            }
+        );
         assert_eq!(a, vec![Action::WakeAt(16_000)]);
         let mut cur = 0;
-        assert_eq!(log.feed(&mut w, &mut cur), vec![], "caught up: still settling");
-        assert_eq!(w.view.incarnation(1), Some(w0.incarnation.as_str()), "the old booted is read, not a fence");
+        assert_eq!(
+            log.feed(&mut w, &mut cur),
+            vec![],
+            "caught up: still settling"
+        );
+        assert_eq!(
+            w.view.incarnation(1),
+            Some(w0.incarnation.as_str()),
+            "the old booted is read, not a fence"
+        );
         assert_eq!(w.handle(Input::Tick, 15_999), vec![]);
         let a = w.handle(Input::Tick, 16_000);
         assert!(booted_in(&a), "{a:?}");
@@ -1259,7 +1577,8 @@ mod tests {
         let mut log = Log(Vec::new());
         let (_, a) = Worker::start(1, "old".into(), Settings::default(), 0);
         log.append(&a);
-        let (mut w, a) = Worker::start_after(1, "new".into(), settling(15_000), 1_000, Some("old".into()));
+        let (mut w, a) =
+            Worker::start_after(1, "new".into(), settling(15_000), 1_000, Some("old".into()));
         assert_eq!(a, vec![], "nothing appended before the log is read");
         let mut cur = 0;
         let a = log.feed(&mut w, &mut cur);
@@ -1276,11 +1595,22 @@ mod tests {
             let (_, a) = Worker::start(1, inc.into(), Settings::default(), 0);
             log.append(&a);
         }
-        let (mut w, _) = Worker::start_after(1, "new".into(), settling(15_000), 1_000, Some("old".into()));
+        let (mut w, _) =
+            Worker::start_after(1, "new".into(), settling(15_000), 1_000, Some("old".into()));
         let mut cur = 0;
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::WakeAt(16_000)]);
-        assert_eq!(w.phase, Phase::Settle { clean: None, until: 16_000 });
-        assert_eq!(w.handle(Input::CaughtUp, 2_000), vec![], "caught up again: still waiting");
+        assert_eq!(
+            w.phase,
+            Phase::Settle {
+                clean: None,
+                until: 16_000
+            }
+        );
+        assert_eq!(
+            w.handle(Input::CaughtUp, 2_000),
+            vec![],
+            "caught up again: still waiting"
+        );
         assert!(booted_in(&w.handle(Input::Tick, 16_000)));
     }
 
@@ -1303,6 +1633,9 @@ mod tests {
         log.feed(&mut old, &mut cur);
         let (_new, a) = Worker::start(1, "new".into(), Settings::default(), 0);
         log.append(&a);
-        assert_eq!(log.feed(&mut old, &mut cur), vec![Action::Exit(EXIT_FENCED)]);
+        assert_eq!(
+            log.feed(&mut old, &mut cur),
+            vec![Action::Exit(EXIT_FENCED)]
+        );
     }
 }

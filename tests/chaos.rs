@@ -44,7 +44,9 @@ const T: Duration = Duration::from_secs(60);
 /// Whether process `pid` still runs (exists and is not a zombie).
 fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
         Err(_) => false,
     }
 }
@@ -52,7 +54,9 @@ fn alive(pid: i32) -> bool {
 /// Live (non-zombie) processes whose command line is exactly `argv`.
 fn processes_with_argv(argv: &[&str]) -> Vec<i32> {
     let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
         .filter(|pid| alive(*pid))
@@ -75,8 +79,15 @@ fn incarnation_pids(lines: &[String]) -> BTreeMap<String, i32> {
                 _ => {}
             }
         }
-        let field = |name: &str| plain.split_whitespace().find_map(|f| f.strip_prefix(name).map(str::to_string));
-        if let (Some(inc), Some(pid)) = (field("incarnation="), field("pid=").and_then(|p| p.parse().ok())) {
+        let field = |name: &str| {
+            plain
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix(name).map(str::to_string))
+        };
+        if let (Some(inc), Some(pid)) = (
+            field("incarnation="),
+            field("pid=").and_then(|p| p.parse().ok()),
+        ) {
             map.insert(inc, pid);
         }
     }
@@ -138,7 +149,9 @@ enum Step {
 
 fn seed() -> u64 {
     env_num("POOL_CHAOS_SEED").unwrap_or_else(|| {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
     })
 }
@@ -153,11 +166,17 @@ fn run_chaos(c: Chaos) {
         c.label, c.seed, c.seed, c.orders, c.instances, c.secs, c.lease_ms
     );
     let broker = broker(2);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let mut sup = pool(
         &broker,
         &c.instances.to_string(),
-        &[("LEASE_MS", &c.lease_ms.to_string()), ("MAX_ATTEMPTS", &c.max_attempts.to_string())],
+        &[
+            ("LEASE_MS", &c.lease_ms.to_string()),
+            ("MAX_ATTEMPTS", &c.max_attempts.to_string()),
+        ],
     );
     // Each order: one ledger line per run, "P:O:ATTEMPT:WORKER_PID" (the
     // job's parent is its worker process), then 0-40 ms of "work".
@@ -189,7 +208,10 @@ fn run_chaos(c: Chaos) {
         (at(0.8) + c.outage, Step::Up),
     ];
     for k in 0..4 {
-        steps.push((at(0.25 * k as f64), Step::Produce((k * batch).min(c.orders))));
+        steps.push((
+            at(0.25 * k as f64),
+            Step::Produce((k * batch).min(c.orders)),
+        ));
     }
     steps.sort_by_key(|s| s.0);
 
@@ -203,8 +225,18 @@ fn run_chaos(c: Chaos) {
         }
         let part = &payloads[produced..end];
         let half = part.len() / 2;
-        orders.extend(produce_orders(broker.bootstrap(), &topic, &part[..half], Some(0)));
-        orders.extend(produce_orders(broker.bootstrap(), &topic, &part[half..], Some(1)));
+        orders.extend(produce_orders(
+            broker.bootstrap(),
+            &topic,
+            &part[..half],
+            Some(0),
+        ));
+        orders.extend(produce_orders(
+            broker.bootstrap(),
+            &topic,
+            &part[half..],
+            Some(1),
+        ));
         produced = end;
     };
 
@@ -230,7 +262,11 @@ fn run_chaos(c: Chaos) {
                 Step::Up => {
                     broker.up();
                     down = false;
-                    eprintln!("{}: broker up at {:.1} s", c.label, t0.elapsed().as_secs_f64());
+                    eprintln!(
+                        "{}: broker up at {:.1} s",
+                        c.label,
+                        t0.elapsed().as_secs_f64()
+                    );
                     for from in std::mem::take(&mut deferred) {
                         produce(from, &mut orders);
                     }
@@ -270,7 +306,12 @@ fn run_chaos(c: Chaos) {
     }
     assert_eq!(orders.len(), c.orders, "every batch was produced");
     let chaos_over = t0.elapsed();
-    eprintln!("{}: chaos over after {:.1} s: {} kills, {outages} outages; waiting for the orders", c.label, chaos_over.as_secs_f64(), kills.len());
+    eprintln!(
+        "{}: chaos over after {:.1} s: {} kills, {outages} outages; waiting for the orders",
+        c.label,
+        chaos_over.as_secs_f64(),
+        kills.len()
+    );
 
     if let Err(e) = wait_completed(broker.bootstrap(), &claims, &orders, c.deadline) {
         let s = sup.snapshot();
@@ -294,16 +335,29 @@ fn run_chaos(c: Chaos) {
 
     // -- the claims topic
     let trail = |o: &(i32, i64)| audit.orders.get(&OrderId::new(o.0, o.1));
-    let lost = orders.iter().filter(|o| trail(o).is_none_or(|t| t.completions.is_empty())).count();
-    let twice = orders.iter().filter(|o| trail(o).is_some_and(|t| t.completions.len() > 1)).count();
-    let two = orders.iter().filter(|o| trail(o).is_some_and(|t| !t.committed_by_two().is_empty())).count();
+    let lost = orders
+        .iter()
+        .filter(|o| trail(o).is_none_or(|t| t.completions.is_empty()))
+        .count();
+    let twice = orders
+        .iter()
+        .filter(|o| trail(o).is_some_and(|t| t.completions.len() > 1))
+        .count();
+    let two = orders
+        .iter()
+        .filter(|o| trail(o).is_some_and(|t| !t.committed_by_two().is_empty()))
+        .count();
     let takeovers: usize = audit.orders.values().map(|t| t.revocations.len()).sum();
     let gave_up: Vec<(i32, i64)> = orders
         .iter()
         .copied()
         .filter(|o| {
             trail(o).is_some_and(|t| {
-                t.completions.iter().any(|(_, r)| r.outcome.as_ref().is_some_and(|x| x.status == Status::GaveUp))
+                t.completions.iter().any(|(_, r)| {
+                    r.outcome
+                        .as_ref()
+                        .is_some_and(|x| x.status == Status::GaveUp)
+                })
             })
         })
         .collect();
@@ -317,11 +371,17 @@ fn run_chaos(c: Chaos) {
         else {
             panic!("{}: unexpected ledger line {line:?}", c.label);
         };
-        runs.entry(OrderId::new(p as i32, o)).or_default().push((a as u32, pid as u32));
+        runs.entry(OrderId::new(p as i32, o))
+            .or_default()
+            .push((a as u32, pid as u32));
     }
     let killed_pids: BTreeSet<u32> = kills.iter().map(|k| k.2).collect();
-    let sigkilled: BTreeSet<u32> =
-        sup_state.exits.iter().filter(|e| e.signal == Some(libc::SIGKILL)).map(|e| e.pid).collect();
+    let sigkilled: BTreeSet<u32> = sup_state
+        .exits
+        .iter()
+        .filter(|e| e.signal == Some(libc::SIGKILL))
+        .map(|e| e.pid)
+        .collect();
     let mut problems: Vec<String> = Vec::new();
     let mut ran_twice = 0usize;
     let mut explained = 0usize;
@@ -332,11 +392,17 @@ fn run_chaos(c: Chaos) {
         let order_runs = runs.get(&id).cloned().unwrap_or_default();
         let attempts: Vec<u32> = order_runs.iter().map(|r| r.0).collect();
         let Some(t) = t else { continue };
-        let Some((_, done)) = t.completions.first() else { continue };
+        let Some((_, done)) = t.completions.first() else {
+            continue;
+        };
         let status = done.outcome.as_ref().map(|x| x.status);
         // The completing run is the last one and wrote its line.
         if status == Some(Status::Ok) && attempts.iter().max() != Some(&done.attempt) {
-            problems.push(format!("{id}: completed ok as attempt {} but the ledger's runs are {attempts:?}\n{}", done.attempt, audit.show(o)));
+            problems.push(format!(
+                "{id}: completed ok as attempt {} but the ledger's runs are {attempts:?}\n{}",
+                done.attempt,
+                audit.show(o)
+            ));
         }
         if status != Some(Status::Ok) && status != Some(Status::GaveUp) {
             problems.push(format!("{id}: completed {status:?}\n{}", audit.show(o)));
@@ -345,7 +411,10 @@ fn run_chaos(c: Chaos) {
         sorted.sort_unstable();
         sorted.dedup();
         if sorted.len() != attempts.len() {
-            problems.push(format!("{id}: one attempt ran twice: {attempts:?}\n{}", audit.show(o)));
+            problems.push(format!(
+                "{id}: one attempt ran twice: {attempts:?}\n{}",
+                audit.show(o)
+            ));
         }
         // Every run but the last, and (for gave_up) every run, must have
         // been cut short: its worker process (the job's parent) SIGKILLed by
@@ -357,11 +426,19 @@ fn run_chaos(c: Chaos) {
         }
         let mut all_explained = true;
         for (a, pid) in &cut_short {
-            let incs: Vec<&String> = t.commits.iter().filter(|cm| cm.3 == *a).map(|cm| &cm.2).collect();
+            let incs: Vec<&String> = t
+                .commits
+                .iter()
+                .filter(|cm| cm.3 == *a)
+                .map(|cm| &cm.2)
+                .collect();
             if killed_pids.contains(pid) && sigkilled.contains(pid) {
                 continue;
             }
-            if incs.iter().any(|inc| t.revocations.iter().any(|r| r.2 == **inc)) {
+            if incs
+                .iter()
+                .any(|inc| t.revocations.iter().any(|r| r.2 == **inc))
+            {
                 by_revocation += 1;
                 continue;
             }
@@ -387,14 +464,24 @@ fn run_chaos(c: Chaos) {
     // gave_up is allowed only when every attempt was lost (checked above);
     // with MAX_ATTEMPTS of c.max_attempts it is rare.
     for o in &gave_up {
-        eprintln!("{}: {} gave up\n{}", c.label, OrderId::new(o.0, o.1), audit.show(*o));
+        eprintln!(
+            "{}: {} gave up\n{}",
+            c.label,
+            OrderId::new(o.0, o.1),
+            audit.show(*o)
+        );
     }
 
     // -- the supervisor: every SIGKILL was ours
-    let foreign_kills: Vec<&Exit> =
-        sup_state.exits.iter().filter(|e| e.signal == Some(libc::SIGKILL) && !killed_pids.contains(&e.pid)).collect();
+    let foreign_kills: Vec<&Exit> = sup_state
+        .exits
+        .iter()
+        .filter(|e| e.signal == Some(libc::SIGKILL) && !killed_pids.contains(&e.pid))
+        .collect();
     if !foreign_kills.is_empty() {
-        problems.push(format!("workers died of SIGKILL the test did not send: {foreign_kills:?}"));
+        problems.push(format!(
+            "workers died of SIGKILL the test did not send: {foreign_kills:?}"
+        ));
     }
     let mut exit_kinds: BTreeMap<String, usize> = BTreeMap::new();
     for e in &sup_state.exits {
@@ -415,7 +502,9 @@ fn run_chaos(c: Chaos) {
     let mut landed: BTreeMap<&str, usize> = BTreeMap::new();
     let pids = incarnation_pids(&sup.stderr.lines());
     for (_, _, pid) in &kills {
-        let inc = last_of.keys().find(|inc| pids.get(**inc).map(|p| *p as i64) == Some(*pid as i64));
+        let inc = last_of
+            .keys()
+            .find(|inc| pids.get(**inc).map(|p| *p as i64) == Some(*pid as i64));
         let phase = match inc.map(|i| last_of[i]) {
             None => "before booted",
             Some(Event::Booted) => "boot/choosing",
@@ -447,13 +536,19 @@ fn run_chaos(c: Chaos) {
     println!("{line}");
     record_figures(&line);
 
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{}: {e}", c.label));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{}: {e}", c.label));
     assert!(problems.is_empty(), "{}:\n{}", c.label, problems.join("\n"));
     assert_eq!((lost, twice, two), (0, 0, 0));
     assert_eq!(ran_twice, explained);
     assert!(kills.len() >= 10, "too few kills landed: {kills:?}");
     if c.strict_exits {
-        let fenced: Vec<&Exit> = sup_state.exits.iter().filter(|e| e.code == Some(3)).collect();
+        let fenced: Vec<&Exit> = sup_state
+            .exits
+            .iter()
+            .filter(|e| e.code == Some(3))
+            .collect();
         assert!(
             fenced.is_empty() && sup_state.retired.is_empty(),
             "{}: workers exited 3 (fenced) with no other process of their number: {fenced:?}; retired: {:?}",
@@ -564,14 +659,22 @@ fn a_lost_instance_order_is_taken_over() {
     let dir = tempfile::tempdir().unwrap();
     let (ledger_path, flag) = (dir.path().join("ledger"), dir.path().join("flag"));
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let env = |i: u32| {
         let mut env = broker.env();
         env.push(("INSTANCE_NUMBER".into(), i.to_string()));
         env.push(("LEASE_MS".into(), LEASE.as_millis().to_string()));
         env
     };
-    let order = produce_orders(broker.bootstrap(), &topic, &[blocking_order(&ledger_path, &flag)], Some(0))[0];
+    let order = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[blocking_order(&ledger_path, &flag)],
+        Some(0),
+    )[0];
     let id = OrderId::new(order.0, order.1);
     let mut w1 = WorkerProc::start("worker1", &env(1));
     wait_record_within(&broker, &claims, "commit by instance 1", T, |r| {
@@ -583,55 +686,102 @@ fn a_lost_instance_order_is_taken_over() {
             rest.split(':').nth(2)?.parse::<i32>().ok()
         })
     };
-    assert!(poll_until(T, Duration::from_millis(20), || job_pid(1).is_some()), "instance 1's job never started");
+    assert!(
+        poll_until(T, Duration::from_millis(20), || job_pid(1).is_some()),
+        "instance 1's job never started"
+    );
     let first_job = job_pid(1).unwrap();
 
     // Instance 1 is lost for good.
     w1.kill();
     let killed = Instant::now();
     assert!(
-        poll_until(Duration::from_secs(5), Duration::from_millis(20), || !alive(first_job)),
+        poll_until(
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || !alive(first_job)
+        ),
         "instance 1's job (pid {first_job}) outlived its SIGKILLed worker"
     );
     let mut w2 = WorkerProc::start("worker2", &env(2));
-    let recs = wait_record_within(&broker, &claims, "instance 2's takeover claim", LEASE + Duration::from_secs(10), |r| {
-        r.instance == 2 && r.event == Event::Claimed && r.order() == Some(id) && r.takeover_of.iter().any(|c| c.instance == 1)
-    });
+    let recs = wait_record_within(
+        &broker,
+        &claims,
+        "instance 2's takeover claim",
+        LEASE + Duration::from_secs(10),
+        |r| {
+            r.instance == 2
+                && r.event == Event::Claimed
+                && r.order() == Some(id)
+                && r.takeover_of.iter().any(|c| c.instance == 1)
+        },
+    );
     let takeover = recs
         .iter()
         .find(|(_, r)| r.instance == 2 && r.event == Event::Claimed && r.order() == Some(id))
         .map(|(p, r)| (*p, r.clone()))
         .unwrap();
-    eprintln!("takeover claim at #{} {:.1} s after the kill", takeover.0, killed.elapsed().as_secs_f64());
-    assert_eq!(takeover.1.attempt, 2, "a takeover of a committed hold is a retry:\n{}", show_all(&recs));
+    eprintln!(
+        "takeover claim at #{} {:.1} s after the kill",
+        takeover.0,
+        killed.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        takeover.1.attempt,
+        2,
+        "a takeover of a committed hold is a retry:\n{}",
+        show_all(&recs)
+    );
     std::fs::write(&flag, b"").unwrap();
 
     let budget = (LEASE + Duration::from_secs(10)).saturating_sub(killed.elapsed());
     let done = wait_completed(broker.bootstrap(), &claims, &[order], budget)
         .unwrap_or_else(|e| panic!("not completed within lease + 10 s of the kill: {e}"));
     let took = killed.elapsed();
-    let status = w2.wait(T).unwrap_or_else(|| panic!("instance 2 did not exit:\n{}", w2.stderr.last(20)));
+    let status = w2
+        .wait(T)
+        .unwrap_or_else(|| panic!("instance 2 did not exit:\n{}", w2.stderr.last(20)));
     assert_eq!(status.code(), Some(0), "{}", w2.stderr.last(20));
 
     let recs = decoded_claims(broker.bootstrap(), &claims);
     let audit = Audit::of(&recs);
-    audit.check_exactly_once(&[order]).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&[order])
+        .unwrap_or_else(|e| panic!("{e}"));
     let t = &audit.orders[&id];
     assert_eq!(t.completions.len(), 1, "{}", audit.show(order));
     let (_, c) = &t.completions[0];
     assert_eq!((c.instance, c.attempt), (2, 2), "{}", audit.show(order));
-    assert_eq!(c.outcome.as_ref().map(|o| o.status), Some(Status::Ok), "{}", audit.show(order));
+    assert_eq!(
+        c.outcome.as_ref().map(|o| o.status),
+        Some(Status::Ok),
+        "{}",
+        audit.show(order)
+    );
     assert_eq!(done[0].instance, 2);
     assert!(
-        recs.iter().any(|(_, r)| r.key() == "1:revoked" && r.by == Some(2) && r.order() == Some(id)),
+        recs.iter()
+            .any(|(_, r)| r.key() == "1:revoked" && r.by == Some(2) && r.order() == Some(id)),
         "no 1:revoked by 2 in the claims trail:\n{}",
         show_all(&recs)
     );
-    assert_eq!(t.revocations.iter().map(|r| (r.1, r.3)).collect::<Vec<_>>(), vec![(1, 2)], "{}", audit.show(order));
+    assert_eq!(
+        t.revocations.iter().map(|r| (r.1, r.3)).collect::<Vec<_>>(),
+        vec![(1, 2)],
+        "{}",
+        audit.show(order)
+    );
     let effective: Vec<u32> = t.effective_commits.iter().map(|c| c.1).collect();
     assert_eq!(effective, vec![1, 2], "{}", audit.show(order));
-    let ran: Vec<String> = ledger(&ledger_path).into_iter().filter(|l| l.starts_with("ran:")).collect();
-    assert_eq!(ran, vec!["ran:2:1:2".to_string()], "the job ran to its end once, on instance 2, as a retry");
+    let ran: Vec<String> = ledger(&ledger_path)
+        .into_iter()
+        .filter(|l| l.starts_with("ran:"))
+        .collect();
+    assert_eq!(
+        ran,
+        vec!["ran:2:1:2".to_string()],
+        "the job ran to its end once, on instance 2, as a retry"
+    );
     eprintln!("takeover: completed by instance 2 {:.1} s after instance 1 was killed (lease {LEASE:?})\n{}", took.as_secs_f64(), audit.show(order));
 }
 
@@ -643,23 +793,40 @@ fn a_poison_order_is_given_up() {
     let dir = tempfile::tempdir().unwrap();
     let ledger_path = dir.path().join("ledger");
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let l = shq(&ledger_path);
     // The job's parent is its worker: it logs the pid it kills.
-    let poison = sh_order(&format!("echo poison:$ORDER_ATTEMPT:$PPID >> {l}; kill -9 $PPID; sleep 5"), None);
+    let poison = sh_order(
+        &format!("echo poison:$ORDER_ATTEMPT:$PPID >> {l}; kill -9 $PPID; sleep 5"),
+        None,
+    );
     let normal = sh_order(&format!("echo normal:$ORDER_ATTEMPT >> {l}"), None);
     let orders = produce_orders(broker.bootstrap(), &topic, &[poison, normal], Some(0));
     let sup = pool(&broker, "1", &[("MAX_ATTEMPTS", &MAX_ATTEMPTS.to_string())]);
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     let p = &audit.orders[&OrderId::new(orders[0].0, orders[0].1)];
     let (_, done) = &p.completions[0];
     let outcome = done.outcome.as_ref().unwrap();
     assert_eq!(outcome.status, Status::GaveUp, "{}", audit.show(orders[0]));
     assert_eq!(done.attempt, MAX_ATTEMPTS, "{}", audit.show(orders[0]));
-    eprintln!("poison: {} ({})", outcome.status, outcome.reason.as_deref().unwrap_or(""));
+    eprintln!(
+        "poison: {} ({})",
+        outcome.status,
+        outcome.reason.as_deref().unwrap_or("")
+    );
     let n = &audit.orders[&OrderId::new(orders[1].0, orders[1].1)];
-    assert_eq!(n.completions[0].1.outcome.as_ref().map(|o| o.status), Some(Status::Ok), "{}", audit.show(orders[1]));
+    assert_eq!(
+        n.completions[0].1.outcome.as_ref().map(|o| o.status),
+        Some(Status::Ok),
+        "{}",
+        audit.show(orders[1])
+    );
 
     let lines = ledger(&ledger_path);
     let poison_runs: Vec<(u32, u32)> = lines
@@ -679,12 +846,21 @@ fn a_poison_order_is_given_up() {
     let s = sup.snapshot();
     for (attempt, ppid) in &poison_runs {
         assert!(
-            s.exits.iter().any(|e| e.instance == 1 && e.pid == *ppid && e.signal == Some(libc::SIGKILL)),
+            s.exits
+                .iter()
+                .any(|e| e.instance == 1 && e.pid == *ppid && e.signal == Some(libc::SIGKILL)),
             "attempt {attempt}: the job's parent {ppid} is not a worker that died of SIGKILL: {:?}",
             s.exits
         );
     }
-    assert_eq!(lines.iter().filter(|l| l.starts_with("normal:")).collect::<Vec<_>>(), vec!["normal:1"], "{lines:?}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("normal:"))
+            .collect::<Vec<_>>(),
+        vec!["normal:1"],
+        "{lines:?}"
+    );
 }
 
 // -------------------------------------------------------------- time limit
@@ -692,7 +868,10 @@ fn a_poison_order_is_given_up() {
 #[test]
 fn a_job_past_its_time_limit_is_killed() {
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     // A unique argument, so that /proc tells this job's sleeps from others.
     let arg = format!("30.{:06}", std::process::id() % 1_000_000);
     let order = serde_json::json!({
@@ -712,11 +891,16 @@ fn a_job_past_its_time_limit_is_killed() {
         "the job's two sleeps were never seen running ({seen:?})"
     );
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     let done = &audit.orders[&OrderId::new(orders[0].0, orders[0].1)].completions[0].1;
     let outcome = done.outcome.as_ref().unwrap();
     assert_eq!(outcome.status, Status::TimedOut, "{outcome:?}");
-    assert!(outcome.duration_ms >= 1000 && outcome.duration_ms < 10_000, "{outcome:?}");
+    assert!(
+        outcome.duration_ms >= 1000 && outcome.duration_ms < 10_000,
+        "{outcome:?}"
+    );
     // ... and none survives the time limit: the whole group was killed.
     let mut left = Vec::new();
     let gone = poll_until(Duration::from_secs(2), Duration::from_millis(20), || {
@@ -727,5 +911,8 @@ fn a_job_past_its_time_limit_is_killed() {
         // SAFETY: a leftover of this test's own job.
         unsafe { libc::kill(*pid, libc::SIGKILL) };
     }
-    assert!(gone, "sleep {arg} survived the job's time limit: pids {left:?} (were {seen:?})");
+    assert!(
+        gone,
+        "sleep {arg} survived the job's time limit: pids {left:?} (were {seen:?})"
+    );
 }

@@ -20,7 +20,10 @@ const T: Duration = Duration::from_secs(60);
 
 /// An order that appends "$ORDER_PARTITION:$ORDER_OFFSET" to `ledger`.
 fn ledger_order(ledger: &std::path::Path) -> String {
-    sh_order(&format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)), None)
+    sh_order(
+        &format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)),
+        None,
+    )
 }
 
 /// Ledger lines counted.
@@ -39,8 +42,16 @@ fn assert_completed_ok_by_committer(audit: &Audit) {
     for (id, t) in &audit.orders {
         let (pos, done) = &t.completions[0];
         let (cpos, ci) = t.effective_commits[0];
-        assert!(cpos < *pos && ci == done.instance, "{id}: {}", audit.show((id.partition, id.offset)));
-        assert_eq!(done.outcome.as_ref().map(|o| o.status), Some(Status::Ok), "{id}");
+        assert!(
+            cpos < *pos && ci == done.instance,
+            "{id}: {}",
+            audit.show((id.partition, id.offset))
+        );
+        assert_eq!(
+            done.outcome.as_ref().map(|o| o.status),
+            Some(Status::Ok),
+            "{id}"
+        );
     }
 }
 
@@ -59,28 +70,64 @@ fn exactly_once_200_orders_4_instances() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(2);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let sup = pool(&broker, "4", &[]);
     let payloads = vec![ledger_order(&ledger); 100];
     // Half the orders before the pool is up, half while it runs.
     let mut orders = produce_orders(broker.bootstrap(), &topic, &payloads[..50], Some(0));
-    orders.extend(produce_orders(broker.bootstrap(), &topic, &payloads[..50], Some(1)));
-    sup.expect("4 instances started", |s| (1..=4).all(|i| s.starts(i) >= 1), T);
-    orders.extend(produce_orders(broker.bootstrap(), &topic, &payloads[50..], Some(0)));
-    orders.extend(produce_orders(broker.bootstrap(), &topic, &payloads[50..], Some(1)));
+    orders.extend(produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &payloads[..50],
+        Some(1),
+    ));
+    sup.expect(
+        "4 instances started",
+        |s| (1..=4).all(|i| s.starts(i) >= 1),
+        T,
+    );
+    orders.extend(produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &payloads[50..],
+        Some(0),
+    ));
+    orders.extend(produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &payloads[50..],
+        Some(1),
+    ));
     assert_eq!(orders.len(), 200);
 
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, LONG);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_completed_ok_by_committer(&audit);
-    assert_eq!(audit.orders.len(), 200, "claims name orders that were never produced");
+    assert_eq!(
+        audit.orders.len(),
+        200,
+        "claims name orders that were never produced"
+    );
     assert_ledger_once(&ledger, &orders, &audit);
     let s = sup.snapshot();
-    assert!(s.exits.iter().all(|e| e.code == Some(0)), "a worker exited abnormally: {:?}", s.exits);
+    assert!(
+        s.exits.iter().all(|e| e.code == Some(0)),
+        "a worker exited abnormally: {:?}",
+        s.exits
+    );
     eprintln!(
         "e2e: 200 orders, {} worker starts, {} yields, {:?}",
         s.total_starts(),
-        audit.orders.values().map(|t| t.decisions.iter().filter(|d| d.2 == Event::Yielded).count()).sum::<usize>(),
+        audit
+            .orders
+            .values()
+            .map(|t| t.decisions.iter().filter(|d| d.2 == Event::Yielded).count())
+            .sum::<usize>(),
         started.elapsed()
     );
 }
@@ -90,19 +137,38 @@ fn orders_per_process_5_completes_each_order_once_with_fewer_processes() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(2);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let payloads = vec![ledger_order(&ledger); 20];
     // Some orders wait before the pool starts (instances race for them),
     // the others arrive while it runs.
     let mut orders = produce_orders(broker.bootstrap(), &topic, &payloads[..10], Some(0));
     let sup = pool(&broker, "3", &[("ORDERS_PER_PROCESS", "5")]);
-    sup.expect("3 instances started", |s| (1..=3).all(|i| s.starts(i) >= 1), T);
-    orders.extend(produce_orders(broker.bootstrap(), &topic, &payloads[10..15], Some(0)));
-    orders.extend(produce_orders(broker.bootstrap(), &topic, &payloads[15..], Some(1)));
+    sup.expect(
+        "3 instances started",
+        |s| (1..=3).all(|i| s.starts(i) >= 1),
+        T,
+    );
+    orders.extend(produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &payloads[10..15],
+        Some(0),
+    ));
+    orders.extend(produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &payloads[15..],
+        Some(1),
+    ));
     assert_eq!(orders.len(), 20);
 
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, LONG);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_completed_ok_by_committer(&audit);
     assert_ledger_once(&ledger, &orders, &audit);
     // Incarnations (processes) that completed orders: each completed at
@@ -114,7 +180,10 @@ fn orders_per_process_5_completes_each_order_once_with_fewer_processes() {
             *per_incarnation.entry(r.incarnation.clone()).or_default() += 1;
         }
     }
-    assert!(per_incarnation.values().all(|&n| n <= 5), "an incarnation completed more than 5 orders: {per_incarnation:?}");
+    assert!(
+        per_incarnation.values().all(|&n| n <= 5),
+        "an incarnation completed more than 5 orders: {per_incarnation:?}"
+    );
     assert!(
         per_incarnation.len() < orders.len(),
         "{} processes completed the {} orders: none completed more than one",
@@ -122,9 +191,21 @@ fn orders_per_process_5_completes_each_order_once_with_fewer_processes() {
         orders.len()
     );
     let s = sup.snapshot();
-    assert!(s.exits.iter().all(|e| e.code == Some(0)), "a worker exited abnormally: {:?}", s.exits);
-    assert!(s.total_starts() < orders.len() as u64, "{} starts for {} orders", s.total_starts(), orders.len());
-    eprintln!("orders_per_process=5: 20 orders, {} starts, completions per process {per_incarnation:?}", s.total_starts());
+    assert!(
+        s.exits.iter().all(|e| e.code == Some(0)),
+        "a worker exited abnormally: {:?}",
+        s.exits
+    );
+    assert!(
+        s.total_starts() < orders.len() as u64,
+        "{} starts for {} orders",
+        s.total_starts(),
+        orders.len()
+    );
+    eprintln!(
+        "orders_per_process=5: 20 orders, {} starts, completions per process {per_incarnation:?}",
+        s.total_starts()
+    );
 }
 
 #[test]
@@ -132,7 +213,10 @@ fn race_8_instances_few_orders() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     // The orders wait before any instance starts: all 8 race for each. A
     // long fetch wait (the mock broker holds an empty fetch for all of it)
     // makes each read-back slow, so that instances claim an order before
@@ -140,10 +224,21 @@ fn race_8_instances_few_orders() {
     // often over before a second instance claims. Without the claim
     // deferral (CLAIM_DEFER_MS=0, the herd): with it, idle instances take
     // turns and seldom contest an order (`idle_instances_take_turns`).
-    let orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 5], Some(0));
-    let sup = pool(&broker, "8", &[("KAFKA_FETCH_WAIT_MAX_MS", "50"), ("CLAIM_DEFER_MS", "0")]);
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &vec![ledger_order(&ledger); 5],
+        Some(0),
+    );
+    let sup = pool(
+        &broker,
+        "8",
+        &[("KAFKA_FETCH_WAIT_MAX_MS", "50"), ("CLAIM_DEFER_MS", "0")],
+    );
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_ledger_once(&ledger, &orders, &audit);
     let contested: Vec<_> = audit
         .orders
@@ -157,14 +252,22 @@ fn race_8_instances_few_orders() {
     assert!(
         !contested.is_empty(),
         "no order was contested (claimed by two instances, one yielding):\n{}",
-        orders.iter().map(|o| audit.show(*o)).collect::<Vec<_>>().join("\n")
+        orders
+            .iter()
+            .map(|o| audit.show(*o))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     // Every instance that claimed and did not commit yielded (nobody is
     // left undecided once the orders are done, and nobody ran without a
     // decision).
     for (id, t) in &audit.orders {
         for (_, i, _) in &t.claims {
-            assert!(t.decisions.iter().any(|d| d.1 == *i), "{id}: instance {i} never decided\n{}", t.lines.join("\n"));
+            assert!(
+                t.decisions.iter().any(|d| d.1 == *i),
+                "{id}: instance {i} never decided\n{}",
+                t.lines.join("\n")
+            );
         }
     }
     let s = sup.snapshot();
@@ -182,40 +285,66 @@ fn idle_instances_take_turns() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let sup = pool(&broker, "4", &[]);
     let booted = || {
         let recs = decoded_claims(broker.bootstrap(), &claims);
-        let who: std::collections::BTreeSet<u32> = recs.iter().filter(|(_, r)| r.event == Event::Booted).map(|(_, r)| r.instance).collect();
+        let who: std::collections::BTreeSet<u32> = recs
+            .iter()
+            .filter(|(_, r)| r.event == Event::Booted)
+            .map(|(_, r)| r.instance)
+            .collect();
         who.len() == 4
     };
-    assert!(poll_until(T, Duration::from_millis(50), booted), "the 4 instances did not all boot");
+    assert!(
+        poll_until(T, Duration::from_millis(50), booted),
+        "the 4 instances did not all boot"
+    );
     let mut orders = Vec::new();
     for _ in 0..6 {
-        let o = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0));
+        let o = produce_orders(
+            broker.bootstrap(),
+            &topic,
+            &[ledger_order(&ledger)],
+            Some(0),
+        );
         wait_completed(broker.bootstrap(), &claims, &o, T).unwrap_or_else(|e| panic!("{e}"));
         orders.extend(o);
     }
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_ledger_once(&ledger, &orders, &audit);
     let n: usize = audit.orders.values().map(|t| t.claims.len()).sum();
     assert!(
         n < 2 * orders.len(),
         "{n} claims for {} orders: the idle instances herd\n{}",
         orders.len(),
-        orders.iter().map(|o| audit.show(*o)).collect::<Vec<_>>().join("\n")
+        orders
+            .iter()
+            .map(|o| audit.show(*o))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     let s = sup.snapshot();
     assert!(s.exits.iter().all(|e| e.code == Some(0)), "{:?}", s.exits);
-    eprintln!("no herd: {n} claims for {} orders with 4 instances", orders.len());
+    eprintln!(
+        "no herd: {n} claims for {} orders with 4 instances",
+        orders.len()
+    );
 }
 
 /// Whether process `pid` still runs (exists and is not a zombie).
 fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name.
-        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
         Err(_) => false,
     }
 }
@@ -239,49 +368,105 @@ fn killed_while_running_resumes_as_retry() {
     let dir = tempfile::tempdir().unwrap();
     let (ledger, flag) = (dir.path().join("ledger"), dir.path().join("flag"));
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let sup = pool(&broker, "1", &[]);
-    let order = produce_orders(broker.bootstrap(), &topic, &[blocking_order(&ledger, &flag)], Some(0))[0];
+    let order = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[blocking_order(&ledger, &flag)],
+        Some(0),
+    )[0];
     let id = OrderId::new(order.0, order.1);
     wait_record(&broker, &claims, "commit of attempt 1", |r| {
         r.event == Event::Committed && r.order() == Some(id) && r.attempt == 1
     });
-    assert!(poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1).is_some()), "attempt 1 never started");
+    assert!(
+        poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1)
+            .is_some()),
+        "attempt 1 never started"
+    );
     let first_job = started_pid(&ledger, 1).unwrap();
-    let killed = sup.kill_instance(1, libc::SIGKILL).expect("instance 1 runs");
-    sup.expect("instance 1 restarted after SIGKILL", |s| s.starts(1) >= 2 && s.pid(1).is_some_and(|p| p != killed), T);
+    let killed = sup
+        .kill_instance(1, libc::SIGKILL)
+        .expect("instance 1 runs");
+    sup.expect(
+        "instance 1 restarted after SIGKILL",
+        |s| s.starts(1) >= 2 && s.pid(1).is_some_and(|p| p != killed),
+        T,
+    );
     assert_eq!(
-        sup.snapshot().exits_of(1).first().map(|e| (e.pid, e.signal)),
+        sup.snapshot()
+            .exits_of(1)
+            .first()
+            .map(|e| (e.pid, e.signal)),
         Some((killed, Some(libc::SIGKILL)))
     );
     let recs = wait_record(&broker, &claims, "commit of attempt 2", |r| {
         r.event == Event::Committed && r.order() == Some(id) && r.attempt == 2
     });
-    assert!(poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 2).is_some()), "the retry never started");
+    assert!(
+        poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 2)
+            .is_some()),
+        "the retry never started"
+    );
     // The killed worker's job died with it (PR_SET_PDEATHSIG), before the
     // retry can race it.
     assert!(
-        poll_until(Duration::from_secs(5), Duration::from_millis(50), || !alive(first_job)),
+        poll_until(
+            Duration::from_secs(5),
+            Duration::from_millis(50),
+            || !alive(first_job)
+        ),
         "the job (pid {first_job}) of the SIGKILLed worker is still running"
     );
     // The new incarnation did not claim again: it resumed its committed hold.
-    let inc2 = recs.iter().find(|(_, r)| r.attempt == 2 && r.event == Event::Committed).unwrap().1.incarnation.clone();
+    let inc2 = recs
+        .iter()
+        .find(|(_, r)| r.attempt == 2 && r.event == Event::Committed)
+        .unwrap()
+        .1
+        .incarnation
+        .clone();
     assert!(
-        !recs.iter().any(|(_, r)| r.incarnation == inc2 && r.event == Event::Claimed),
+        !recs
+            .iter()
+            .any(|(_, r)| r.incarnation == inc2 && r.event == Event::Claimed),
         "the retry claimed the order again:\n{}",
         show_all(&recs)
     );
     std::fs::write(&flag, b"").unwrap();
     let audit = wait_and_audit(broker.bootstrap(), &claims, &[order], T);
-    audit.check_exactly_once(&[order]).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&[order])
+        .unwrap_or_else(|e| panic!("{e}"));
     let t = &audit.orders[&id];
     let done = &t.completions[0].1;
-    assert_eq!((done.attempt, done.incarnation.as_str()), (2, inc2.as_str()), "{}", audit.show(order));
+    assert_eq!(
+        (done.attempt, done.incarnation.as_str()),
+        (2, inc2.as_str()),
+        "{}",
+        audit.show(order)
+    );
     assert_eq!(done.outcome.as_ref().unwrap().status, Status::Ok);
-    let commits: Vec<u32> = t.decisions.iter().filter(|d| d.2 == Event::Committed).map(|d| d.3).collect();
+    let commits: Vec<u32> = t
+        .decisions
+        .iter()
+        .filter(|d| d.2 == Event::Committed)
+        .map(|d| d.3)
+        .collect();
     assert_eq!(commits, vec![1, 2], "{}", audit.show(order));
-    let ran: Vec<String> = common::ledger(&ledger).into_iter().filter(|l| l.starts_with("ran:")).collect();
-    assert_eq!(ran, vec!["ran:2:1".to_string()], "the retry saw ORDER_ATTEMPT=2, ORDER_RETRY=1, and ran once");
+    let ran: Vec<String> = common::ledger(&ledger)
+        .into_iter()
+        .filter(|l| l.starts_with("ran:"))
+        .collect();
+    assert_eq!(
+        ran,
+        vec!["ran:2:1".to_string()],
+        "the retry saw ORDER_ATTEMPT=2, ORDER_RETRY=1, and ran once"
+    );
 }
 
 /// A worker killed with SIGKILL cannot kill its job's process group; the job
@@ -301,23 +486,39 @@ fn killed_worker_takes_its_job_with_it() {
     let mut env = broker.env();
     env.push(("INSTANCE_NUMBER".into(), "1".into()));
     let mut worker = WorkerProc::start("worker1", &env);
-    produce_orders(broker.bootstrap(), &topic, &[blocking_order(&ledger, &flag)], Some(0));
-    assert!(poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1).is_some()), "the job never started");
+    produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[blocking_order(&ledger, &flag)],
+        Some(0),
+    );
+    assert!(
+        poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1)
+            .is_some()),
+        "the job never started"
+    );
     let job = started_pid(&ledger, 1).unwrap();
     worker.kill();
-    let gone = poll_until(Duration::from_secs(5), Duration::from_millis(50), || !alive(job));
+    let gone = poll_until(Duration::from_secs(5), Duration::from_millis(50), || {
+        !alive(job)
+    });
     let stat = std::fs::read_to_string(format!("/proc/{job}/stat")).unwrap_or_default();
     if !gone {
         // SAFETY: the orphaned job's group, started by this test's worker.
         unsafe { libc::killpg(job, libc::SIGKILL) };
     }
-    assert!(gone, "the job (pid {job}) of a SIGKILLed worker is still running 5 s later ({stat})");
+    assert!(
+        gone,
+        "the job (pid {job}) of a SIGKILLed worker is still running 5 s later ({stat})"
+    );
 }
 
 /// The wall clock as records carry it. Hand-written records use it so that
 /// their holds are fresh (an old `ts` is an expired lease, taken over).
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Hand-written claims records of an older incarnation of instance 1 that
@@ -345,7 +546,12 @@ fn worker_env(broker: &BrokerProc, instance: u32) -> Vec<(String, String)> {
 }
 
 /// [`worker_env`] with the harness's `SETTLE_MS` and `STATE_DIR` replaced.
-fn settling_env(broker: &BrokerProc, instance: u32, settle_ms: u64, state_dir: &std::path::Path) -> Vec<(String, String)> {
+fn settling_env(
+    broker: &BrokerProc,
+    instance: u32,
+    settle_ms: u64,
+    state_dir: &std::path::Path,
+) -> Vec<(String, String)> {
     let mut env = worker_env(broker, instance);
     env.retain(|(k, _)| k != "SETTLE_MS" && k != "STATE_DIR");
     env.push(("SETTLE_MS".into(), settle_ms.to_string()));
@@ -354,7 +560,9 @@ fn settling_env(broker: &BrokerProc, instance: u32, settle_ms: u64, state_dir: &
 }
 
 fn expect_exit(w: &mut WorkerProc, code: i32, what: &str) {
-    let status = w.wait(T).unwrap_or_else(|| panic!("{what}: still running after {T:?}:\n{}", w.stderr.last(20)));
+    let status = w
+        .wait(T)
+        .unwrap_or_else(|| panic!("{what}: still running after {T:?}:\n{}", w.stderr.last(20)));
     assert_eq!(status.code(), Some(code), "{what}:\n{}", w.stderr.last(20));
 }
 
@@ -363,8 +571,16 @@ fn killed_between_claim_and_decision_resumes_negotiation() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
-    let order = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0))[0];
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
+    let order = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    )[0];
     let id = OrderId::new(order.0, order.1);
     // A dead incarnation of 1 claimed 0:0 and never decided.
     produce_record(broker.bootstrap(), &claims, &booted(1, "dead-1"));
@@ -372,9 +588,19 @@ fn killed_between_claim_and_decision_resumes_negotiation() {
     let mut w = WorkerProc::start("worker1", &worker_env(&broker, 1));
     expect_exit(&mut w, 0, "instance 1 resumes and completes the order");
     let recs = decoded_claims(broker.bootstrap(), &claims);
-    let inc = recs.iter().rev().find(|(_, r)| r.event == Event::Booted && r.instance == 1).unwrap().1.incarnation.clone();
-    let mine: Vec<(Event, Option<OrderId>)> =
-        recs.iter().filter(|(_, r)| r.incarnation == inc).map(|(_, r)| (r.event, r.order())).collect();
+    let inc = recs
+        .iter()
+        .rev()
+        .find(|(_, r)| r.event == Event::Booted && r.instance == 1)
+        .unwrap()
+        .1
+        .incarnation
+        .clone();
+    let mine: Vec<(Event, Option<OrderId>)> = recs
+        .iter()
+        .filter(|(_, r)| r.incarnation == inc)
+        .map(|(_, r)| (r.event, r.order()))
+        .collect();
     assert_eq!(
         mine,
         vec![(Event::Booted, None), (Event::Committed, Some(id)), (Event::Completed, Some(id))],
@@ -382,7 +608,9 @@ fn killed_between_claim_and_decision_resumes_negotiation() {
         show_all(&recs)
     );
     let audit = Audit::of(&recs);
-    audit.check_exactly_once(&[order]).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&[order])
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_ledger_once(&ledger, &[order], &audit);
 }
 
@@ -391,8 +619,16 @@ fn killed_between_claim_and_decision_yields_to_a_committed_rival() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
-    let first = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0))[0];
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
+    let first = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    )[0];
     let id = OrderId::new(first.0, first.1);
     // 2 claimed, then 1 claimed, then 2 committed (it had read past its own
     // claim before 1's landed); then 1 died, and 2 died while running.
@@ -411,30 +647,53 @@ fn killed_between_claim_and_decision_yields_to_a_committed_rival() {
         r.instance == 1 && r.event == Event::Yielded && r.order() == Some(id)
     });
     assert!(
-        !recs.iter().any(|(_, r)| r.instance == 1 && r.event == Event::Committed),
+        !recs
+            .iter()
+            .any(|(_, r)| r.instance == 1 && r.event == Event::Committed),
         "instance 1 committed an order instance 2 had committed:\n{}",
         show_all(&recs)
     );
-    let second = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0))[0];
+    let second = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    )[0];
     expect_exit(&mut w1, 0, "instance 1 runs the next order");
     // Instance 2 resumes its committed hold as a retry.
     let mut w2 = WorkerProc::start("worker2", &worker_env(&broker, 2));
     expect_exit(&mut w2, 0, "instance 2 resumes 0:0");
     let recs = decoded_claims(broker.bootstrap(), &claims);
     let audit = Audit::of(&recs);
-    audit.check_exactly_once(&[first, second]).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&[first, second])
+        .unwrap_or_else(|e| panic!("{e}"));
     let t = &audit.orders[&id];
     assert_eq!(t.completions[0].1.instance, 2, "{}", audit.show(first));
     assert_eq!(t.completions[0].1.attempt, 2, "{}", audit.show(first));
-    let commits: Vec<(u32, u32)> = t.decisions.iter().filter(|d| d.2 == Event::Committed).map(|d| (d.1, d.3)).collect();
+    let commits: Vec<(u32, u32)> = t
+        .decisions
+        .iter()
+        .filter(|d| d.2 == Event::Committed)
+        .map(|d| (d.1, d.3))
+        .collect();
     assert_eq!(commits, vec![(2, 1), (2, 2)], "{}", audit.show(first));
-    assert_eq!(audit.orders[&OrderId::new(second.0, second.1)].completions[0].1.instance, 1);
+    assert_eq!(
+        audit.orders[&OrderId::new(second.0, second.1)].completions[0]
+            .1
+            .instance,
+        1
+    );
     assert_ledger_once(&ledger, &[first, second], &audit);
 }
 
 #[test]
 fn config_errors_exit_2_naming_the_variable() {
-    let base = [("KAFKA_BROKERS", "127.0.0.1:1"), ("ORDERS_TOPIC", "o"), ("COORDINATION_TOPIC", "c")];
+    let base = [
+        ("KAFKA_BROKERS", "127.0.0.1:1"),
+        ("ORDERS_TOPIC", "o"),
+        ("COORDINATION_TOPIC", "c"),
+    ];
     for value in [None, Some("abc"), Some("0"), Some("")] {
         let mut env = base.to_vec();
         if let Some(v) = value {
@@ -443,8 +702,15 @@ fn config_errors_exit_2_naming_the_variable() {
         let (code, err) = run_worker_once(&env, T);
         assert_eq!(code, Some(2), "INSTANCE_NUMBER={value:?}: stderr {err}");
         let lines: Vec<&str> = err.lines().collect();
-        assert_eq!(lines.len(), 1, "INSTANCE_NUMBER={value:?}: one line expected: {err}");
-        assert!(lines[0].contains("INSTANCE_NUMBER"), "INSTANCE_NUMBER={value:?}: {err}");
+        assert_eq!(
+            lines.len(),
+            1,
+            "INSTANCE_NUMBER={value:?}: one line expected: {err}"
+        );
+        assert!(
+            lines[0].contains("INSTANCE_NUMBER"),
+            "INSTANCE_NUMBER={value:?}: {err}"
+        );
     }
 }
 
@@ -468,7 +734,11 @@ fn a_state_dir_others_can_write_is_a_config_error() {
     ];
     let (code, err) = run_worker_once(&env, T);
     assert_eq!(code, Some(2), "stderr: {err}");
-    assert!(err.lines().any(|l| l.contains("STATE_DIR") && l.contains("writable by group or others")), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("STATE_DIR") && l.contains("writable by group or others")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -486,7 +756,8 @@ fn a_claims_topic_with_3_partitions_is_a_config_error() {
     let (code, err) = run_worker_once(&env, T);
     assert_eq!(code, Some(2), "stderr: {err}");
     assert!(
-        err.lines().any(|l| l.contains(&bad) && l.contains('3') && l.contains("partition")),
+        err.lines()
+            .any(|l| l.contains(&bad) && l.contains('3') && l.contains("partition")),
         "no line names the topic and its 3 partitions: {err}"
     );
 }
@@ -506,9 +777,20 @@ fn a_resumed_run_completes_with_its_attempt() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
-    let script = format!("echo $ORDER_PARTITION:$ORDER_OFFSET:$ORDER_ATTEMPT >> {}", shq(&ledger));
-    let orders = produce_orders(broker.bootstrap(), &topic, &vec![sh_order(&script, None); 4], Some(0));
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
+    let script = format!(
+        "echo $ORDER_PARTITION:$ORDER_OFFSET:$ORDER_ATTEMPT >> {}",
+        shq(&ledger)
+    );
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &vec![sh_order(&script, None); 4],
+        Some(0),
+    );
     for (k, &(p, o)) in orders.iter().enumerate() {
         let i = k as u32 + 1;
         let inc = format!("dead-{i}");
@@ -520,13 +802,16 @@ fn a_resumed_run_completes_with_its_attempt() {
         commit.attempt = 1;
         produce_record(broker.bootstrap(), &claims, &commit);
     }
-    let mut workers: Vec<WorkerProc> =
-        (1..=4).map(|i| WorkerProc::start(&format!("worker{i}"), &worker_env(&broker, i))).collect();
+    let mut workers: Vec<WorkerProc> = (1..=4)
+        .map(|i| WorkerProc::start(&format!("worker{i}"), &worker_env(&broker, i)))
+        .collect();
     for (k, w) in workers.iter_mut().enumerate() {
         expect_exit(w, 0, &format!("instance {} resumes its order", k + 1));
     }
     let audit = Audit::of(&decoded_claims(broker.bootstrap(), &claims));
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut lines = common::ledger(&ledger);
     lines.sort();
     let expected: Vec<String> = orders.iter().map(|(p, o)| format!("{p}:{o}:2")).collect();
@@ -546,14 +831,26 @@ fn boot_starts_from_the_newest_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     // History: instance 9 booted 4,500 times (valid records, no orders).
-    let history: Vec<(String, Vec<u8>)> =
-        (0..4_500).map(|k| booted(9, &format!("old-{k}"))).map(|r| (r.key(), r.encode())).collect();
-    let batch: Vec<(Option<&[u8]>, Option<&[u8]>)> =
-        history.iter().map(|(k, v)| (Some(k.as_bytes()), Some(v.as_slice()))).collect();
+    let history: Vec<(String, Vec<u8>)> = (0..4_500)
+        .map(|k| booted(9, &format!("old-{k}")))
+        .map(|r| (r.key(), r.encode()))
+        .collect();
+    let batch: Vec<(Option<&[u8]>, Option<&[u8]>)> = history
+        .iter()
+        .map(|(k, v)| (Some(k.as_bytes()), Some(v.as_slice())))
+        .collect();
     try_produce(broker.bootstrap(), &claims, &batch, Some(0)).expect("history written");
-    let first = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0))[0];
+    let first = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    )[0];
     let mut w = WorkerProc::start("worker1", &worker_env(&broker, 1));
     expect_exit(&mut w, 0, "instance 1 completes the first order");
     let recs = decoded_claims(broker.bootstrap(), &claims);
@@ -564,10 +861,21 @@ fn boot_starts_from_the_newest_checkpoint() {
         .max()
         .unwrap_or_else(|| panic!("instance 1 left no checkpoint:\n{}", w.stderr.last(20)));
     assert!(at > 4_500, "the checkpoint covers the history (at {at})");
-    let second = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0))[0];
+    let second = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    )[0];
     let mut w = WorkerProc::start("worker2", &worker_env(&broker, 2));
     expect_exit(&mut w, 0, "instance 2 completes the second order");
-    let booting: Vec<String> = w.stderr.lines().into_iter().map(|l| strip_ansi(&l)).filter(|l| l.contains("booting")).collect();
+    let booting: Vec<String> = w
+        .stderr
+        .lines()
+        .into_iter()
+        .map(|l| strip_ansi(&l))
+        .filter(|l| l.contains("booting"))
+        .collect();
     assert!(
         booting.iter().any(|l| l.contains(&format!("from={at}"))),
         "instance 2 must replay from the checkpoint at {at}:\n{}",
@@ -575,7 +883,9 @@ fn boot_starts_from_the_newest_checkpoint() {
     );
     let recs = decoded_claims(broker.bootstrap(), &claims);
     let audit = Audit::of(&recs);
-    audit.check_exactly_once(&[first, second]).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&[first, second])
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_ledger_once(&ledger, &[first, second], &audit);
 }
 
@@ -601,10 +911,17 @@ fn strip_ansi(line: &str) -> String {
 /// (which names it beside the pid; the id itself is random).
 fn incarnation_of(w: &WorkerProc) -> String {
     let found = |w: &WorkerProc| {
-        w.stderr.lines().iter().map(|l| strip_ansi(l)).filter(|l| l.contains("booting")).find_map(|l| {
-            let inc = l.split_whitespace().find_map(|f| f.strip_prefix("incarnation="))?;
-            Some(inc.to_string())
-        })
+        w.stderr
+            .lines()
+            .iter()
+            .map(|l| strip_ansi(l))
+            .filter(|l| l.contains("booting"))
+            .find_map(|l| {
+                let inc = l
+                    .split_whitespace()
+                    .find_map(|f| f.strip_prefix("incarnation="))?;
+                Some(inc.to_string())
+            })
     };
     assert!(
         poll_until(T, Duration::from_millis(20), || found(w).is_some()),
@@ -621,7 +938,11 @@ fn booted_of(broker: &BrokerProc, instance: u32, w: &WorkerProc) -> Record {
     let recs = wait_record(broker, &claims, "the process's booted", |r| {
         r.event == Event::Booted && r.instance == instance && r.incarnation == inc
     });
-    recs.into_iter().rev().find(|(_, r)| r.event == Event::Booted && r.incarnation == inc).unwrap().1
+    recs.into_iter()
+        .rev()
+        .find(|(_, r)| r.event == Event::Booted && r.incarnation == inc)
+        .unwrap()
+        .1
 }
 
 /// docs/protocol.md, "Settling": after a clean exit the next process boots
@@ -638,23 +959,43 @@ fn a_process_settles_after_a_kill_but_not_after_a_clean_exit() {
     let env = settling_env(&broker, 1, SETTLE_MS, &state);
     let markers = || -> Vec<String> {
         std::fs::read_dir(&state)
-            .map(|d| d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).collect())
+            .map(|d| {
+                d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                    .collect()
+            })
             .unwrap_or_default()
     };
 
     // A first process (no marker: it waits) completes an order and exits 0.
-    produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0));
+    produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    );
     let mut a = WorkerProc::start("worker1a", &env);
     let a_booted = booted_of(&broker, 1, &a);
     expect_exit(&mut a, 0, "the first process completes its order");
-    assert!(a.stderr.lines().iter().any(|l| l.contains("settling")), "no marker: it waited\n{}", a.stderr.last(20));
-    assert_eq!(markers(), vec![a_booted.incarnation.clone()], "a clean exit leaves a marker naming it");
+    assert!(
+        a.stderr.lines().iter().any(|l| l.contains("settling")),
+        "no marker: it waited\n{}",
+        a.stderr.last(20)
+    );
+    assert_eq!(
+        markers(),
+        vec![a_booted.incarnation.clone()],
+        "a clean exit leaves a marker naming it"
+    );
 
     // The next one takes the marker, finds it confirmed and boots at once.
     let mut b = WorkerProc::start("worker1b", &env);
     let b_booted = booted_of(&broker, 1, &b);
     assert!(markers().is_empty(), "the marker is taken");
-    assert!(!b.stderr.lines().iter().any(|l| l.contains("settling")), "{}", b.stderr.last(20));
+    assert!(
+        !b.stderr.lines().iter().any(|l| l.contains("settling")),
+        "{}",
+        b.stderr.last(20)
+    );
 
     // Killed outright (idle, no order waiting): it leaves no marker, and
     // its successor boots only after SETTLE_MS of its own.
@@ -668,11 +1009,20 @@ fn a_process_settles_after_a_kill_but_not_after_a_clean_exit() {
         "booted {} ms after the start, before SETTLE_MS ({SETTLE_MS})",
         c_booted.ts - started
     );
-    assert!(c.stderr.lines().iter().any(|l| l.contains("settling")), "{}", c.stderr.last(20));
+    assert!(
+        c.stderr.lines().iter().any(|l| l.contains("settling")),
+        "{}",
+        c.stderr.last(20)
+    );
     assert_ne!(b_booted.incarnation, c_booted.incarnation);
 
     // And it works normally from there.
-    produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0));
+    produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    );
     expect_exit(&mut c, 0, "the settled process completes the next order");
     assert_eq!(std::fs::read_to_string(&ledger).unwrap().lines().count(), 2);
 }
@@ -690,7 +1040,11 @@ fn a_process_stopped_while_settling_hands_on_its_marker() {
     pool_worker::settle::leave(&marker, "gone-1");
     let mut w = WorkerProc::start("worker1", &env);
     assert!(
-        poll_until(T, Duration::from_millis(20), || w.stderr.lines().iter().any(|l| l.contains("settling"))),
+        poll_until(T, Duration::from_millis(20), || w
+            .stderr
+            .lines()
+            .iter()
+            .any(|l| l.contains("settling"))),
         "the process did not settle:\n{}",
         w.stderr.last(20)
     );
@@ -698,9 +1052,17 @@ fn a_process_stopped_while_settling_hands_on_its_marker() {
     // SAFETY: a child process of this test.
     unsafe { libc::kill(w.pid() as i32, libc::SIGTERM) };
     expect_exit(&mut w, 143, "stopped by SIGTERM");
-    assert_eq!(std::fs::read_to_string(&marker).ok().as_deref(), Some("gone-1"), "handed on unchanged");
+    assert_eq!(
+        std::fs::read_to_string(&marker).ok().as_deref(),
+        Some("gone-1"),
+        "handed on unchanged"
+    );
     let claims = decoded_claims(broker.bootstrap(), &broker.opts.coordination_topic);
-    assert!(claims.is_empty(), "nothing appended while settling: {}", show_all(&claims));
+    assert!(
+        claims.is_empty(),
+        "nothing appended while settling: {}",
+        show_all(&claims)
+    );
 }
 
 /// A TLS terminator (stunnel, from Debian's `stunnel4`) in front of the
@@ -716,7 +1078,11 @@ struct TlsFront {
 impl TlsFront {
     /// A port nobody listens on now.
     fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
     }
 
     /// A test CA and a certificate for 127.0.0.1 signed by it (with
@@ -724,16 +1090,67 @@ impl TlsFront {
     fn start(port: u16, to: &str) -> TlsFront {
         let dir = tempfile::tempdir().unwrap();
         let run = |args: &[&str]| {
-            let out = std::process::Command::new("openssl").args(args).current_dir(dir.path()).output();
-            let out = out.unwrap_or_else(|e| panic!("this test needs openssl (Debian: apt-get install openssl): {e}"));
-            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output();
+            let out = out.unwrap_or_else(|e| {
+                panic!("this test needs openssl (Debian: apt-get install openssl): {e}")
+            });
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         };
-        run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=pool_worker test CA"]);
-        run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]);
-        std::fs::write(dir.path().join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
         run(&[
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "2",
-            "-extfile", "san.ext",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=pool_worker test CA",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        std::fs::write(
+            dir.path().join("san.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .unwrap();
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
         ]);
         let conf = format!(
             "foreground = yes\npid =\nsyslog = no\ndebug = 3\n[kafka]\naccept = 127.0.0.1:{port}\nconnect = {to}\ncert = {}\nkey = {}\n",
@@ -743,16 +1160,25 @@ impl TlsFront {
         std::fs::write(dir.path().join("stunnel.conf"), conf).unwrap();
         let stunnel = ["stunnel4", "stunnel"]
             .into_iter()
-            .find(|b| std::process::Command::new(b).arg("-version").stderr(std::process::Stdio::null()).status().is_ok())
-            .unwrap_or_else(|| panic!("this test needs stunnel (Debian: apt-get install stunnel4)"));
+            .find(|b| {
+                std::process::Command::new(b)
+                    .arg("-version")
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok()
+            })
+            .unwrap_or_else(|| {
+                panic!("this test needs stunnel (Debian: apt-get install stunnel4)")
+            });
         let child = std::process::Command::new(stunnel)
             .arg(dir.path().join("stunnel.conf"))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {stunnel}: {e}"));
-        let listening =
-            poll_until(T, Duration::from_millis(20), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        let listening = poll_until(T, Duration::from_millis(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
         assert!(listening, "stunnel does not listen on {port}");
         TlsFront { child, dir, port }
     }
@@ -762,7 +1188,10 @@ impl TlsFront {
         vec![
             ("KAFKA_BROKERS".into(), format!("127.0.0.1:{}", self.port)),
             ("KAFKA_SECURITY_PROTOCOL".into(), "SSL".into()),
-            ("KAFKA_SSL_CA_LOCATION".into(), self.dir.path().join("ca.pem").display().to_string()),
+            (
+                "KAFKA_SSL_CA_LOCATION".into(),
+                self.dir.path().join("ca.pem").display().to_string(),
+            ),
         ]
     }
 }
@@ -803,11 +1232,19 @@ fn the_pool_runs_orders_over_tls() {
             .envs(env.iter().map(|(k, v)| (k, v)))
             .output()
             .unwrap_or_else(|e| panic!("cannot run pool_worker {args:?}: {e}"));
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     // Plaintext to the TLS port does not get through (it gives up after
     // its 30 s produce timeout, so it is tried beside the rest).
-    let plain: Vec<(String, String)> = env.iter().filter(|(k, _)| !k.starts_with("KAFKA_S")).cloned().collect();
+    let plain: Vec<(String, String)> = env
+        .iter()
+        .filter(|(k, _)| !k.starts_with("KAFKA_S"))
+        .cloned()
+        .collect();
     let plain = std::thread::spawn(move || {
         command()
             .args(["submit", "--", "echo", "plain"])
@@ -818,7 +1255,18 @@ fn the_pool_runs_orders_over_tls() {
     let mut orders = Vec::new();
     for i in 0..3 {
         let word = format!("over-tls-{i}");
-        let (code, out, err) = tool(&["submit", "--wait", "--wait-timeout-secs", "60", "--", "echo", &word], &env);
+        let (code, out, err) = tool(
+            &[
+                "submit",
+                "--wait",
+                "--wait-timeout-secs",
+                "60",
+                "--",
+                "echo",
+                &word,
+            ],
+            &env,
+        );
         assert_eq!(code, Some(0), "submit --wait over TLS: {out}\n{err}");
         let mut lines = out.lines();
         let order = lines.next().unwrap_or_default().to_string();
@@ -832,8 +1280,20 @@ fn the_pool_runs_orders_over_tls() {
     assert_eq!(v["by_status"]["ok"], 3, "{v}");
     let (code, out, err) = tool(&["history", &orders[1]], &env);
     assert_eq!(code, Some(0), "history over TLS: {err}");
-    assert!(out.contains("committed") && out.contains("completed"), "{out}");
-    let plain = plain.join().expect("the plaintext client's thread").expect("pool_worker submit runs");
-    assert_ne!(plain, Some(0), "a plaintext client reached the TLS-only broker");
-    record_figures(&format!("tls: 3 orders completed through a TLS-only broker (stunnel on port {port})"));
+    assert!(
+        out.contains("committed") && out.contains("completed"),
+        "{out}"
+    );
+    let plain = plain
+        .join()
+        .expect("the plaintext client's thread")
+        .expect("pool_worker submit runs");
+    assert_ne!(
+        plain,
+        Some(0),
+        "a plaintext client reached the TLS-only broker"
+    );
+    record_figures(&format!(
+        "tls: 3 orders completed through a TLS-only broker (stunnel on port {port})"
+    ));
 }

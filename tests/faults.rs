@@ -15,7 +15,10 @@ const T: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(180);
 
 fn ledger_order(ledger: &Path) -> String {
-    sh_order(&format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)), None)
+    sh_order(
+        &format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)),
+        None,
+    )
 }
 
 fn ledger_counts(ledger: &Path) -> BTreeMap<String, usize> {
@@ -28,15 +31,31 @@ fn ledger_counts(ledger: &Path) -> BTreeMap<String, usize> {
 
 /// The figures of a run: prints the line and returns (lost, completed
 /// twice, committed by two, ran twice).
-fn figures(injected: usize, audit: &Audit, orders: &[(i32, i64)], ran: &BTreeMap<String, usize>) -> [usize; 4] {
+fn figures(
+    injected: usize,
+    audit: &Audit,
+    orders: &[(i32, i64)],
+    ran: &BTreeMap<String, usize>,
+) -> [usize; 4] {
     let trail = |o: &(i32, i64)| audit.orders.get(&OrderId::new(o.0, o.1));
-    let lost = orders.iter().filter(|o| trail(o).is_none_or(|t| t.completions.is_empty())).count();
-    let twice = orders.iter().filter(|o| trail(o).is_some_and(|t| t.completions.len() > 1)).count();
+    let lost = orders
+        .iter()
+        .filter(|o| trail(o).is_none_or(|t| t.completions.is_empty()))
+        .count();
+    let twice = orders
+        .iter()
+        .filter(|o| trail(o).is_some_and(|t| t.completions.len() > 1))
+        .count();
     let two = orders
         .iter()
         .filter(|o| {
             trail(o).is_some_and(|t| {
-                t.effective_commits.iter().map(|c| c.1).collect::<std::collections::BTreeSet<_>>().len() > 1
+                t.effective_commits
+                    .iter()
+                    .map(|c| c.1)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len()
+                    > 1
             })
         })
         .count();
@@ -55,7 +74,10 @@ fn bad_orders_are_completed_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let sup = pool(&broker, "3", &[]);
     // 4 MB, four times MAX_ORDER_BYTES. Not 5 MB: the embedded (librdkafka
     // mock) broker cannot serve a partition that holds a record of 5 MB or
@@ -70,18 +92,39 @@ fn bad_orders_are_completed_with_a_reason() {
         ("not UTF-8", Some(&[0xff, 0xfe]), Status::Error),
         ("invalid JSON", Some(b"{\"cmd\": [\"echo\""), Status::Error),
         ("wrong shape", Some(br#"{"cmd":5}"#), Status::Error),
-        ("unknown field", Some(br#"{"cmd":["true"],"timout_secs":3}"#), Status::Error),
+        (
+            "unknown field",
+            Some(br#"{"cmd":["true"],"timout_secs":3}"#),
+            Status::Error,
+        ),
         ("4 MB", Some(big.as_bytes()), Status::Error),
-        ("no such program", Some(br#"{"cmd":["no-such-program-pool-worker-test"]}"#), Status::Error),
+        (
+            "no such program",
+            Some(br#"{"cmd":["no-such-program-pool-worker-test"]}"#),
+            Status::Error,
+        ),
         ("timeout", Some(timeout.as_bytes()), Status::TimedOut),
     ];
     let records: Vec<_> = bad.iter().map(|(_, p, _)| (None, *p)).collect();
-    let mut orders = try_produce_with(broker.bootstrap(), &topic, &records, Some(0), &[("message.max.bytes", "10000000")])
-        .unwrap_or_else(|e| panic!("cannot produce the bad orders: {e}"));
-    let good = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0))[0];
+    let mut orders = try_produce_with(
+        broker.bootstrap(),
+        &topic,
+        &records,
+        Some(0),
+        &[("message.max.bytes", "10000000")],
+    )
+    .unwrap_or_else(|e| panic!("cannot produce the bad orders: {e}"));
+    let good = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    )[0];
     orders.push(good);
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     for ((what, _, status), o) in bad.iter().zip(&orders) {
         let done = &audit.orders[&OrderId::new(o.0, o.1)].completions[0].1;
         let outcome = done.outcome.as_ref().unwrap();
@@ -93,9 +136,17 @@ fn bad_orders_are_completed_with_a_reason() {
     let done = &audit.orders[&OrderId::new(good.0, good.1)].completions[0].1;
     assert_eq!(done.outcome.as_ref().unwrap().status, Status::Ok);
     let ran = ledger_counts(&ledger);
-    assert_eq!(ran.get(&format!("{}:{}", good.0, good.1)), Some(&1), "{ran:?}");
+    assert_eq!(
+        ran.get(&format!("{}:{}", good.0, good.1)),
+        Some(&1),
+        "{ran:?}"
+    );
     let s = sup.snapshot();
-    assert!(s.exits.iter().all(|e| e.code == Some(0)), "a worker crashed on a bad order: {:?}", s.exits);
+    assert!(
+        s.exits.iter().all(|e| e.code == Some(0)),
+        "a worker crashed on a bad order: {:?}",
+        s.exits
+    );
     assert_eq!(figures(bad.len(), &audit, &orders, &ran), [0; 4]);
 }
 
@@ -104,7 +155,10 @@ fn foreign_records_in_the_claims_topic_are_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let valid = {
         let mut r = Record::new(3, Event::Claimed, "x", 1).with_order(OrderId::new(0, 0));
         r.attempt = 1;
@@ -128,36 +182,68 @@ fn foreign_records_in_the_claims_topic_are_skipped() {
         (Some(b"3:claimed"), Some(br#"{"instance":3,"event":"claimed","partition":0,"offset":0,"incarnation":"x","ts":1,"extra":true}"#)),
     ];
     let inject = || {
-        try_produce(broker.bootstrap(), &claims, &garbage, Some(0)).unwrap_or_else(|e| panic!("{e}"));
+        try_produce(broker.bootstrap(), &claims, &garbage, Some(0))
+            .unwrap_or_else(|e| panic!("{e}"));
     };
     inject();
     let sup = pool(&broker, "3", &[]);
-    let mut orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 5], Some(0));
+    let mut orders = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &vec![ledger_order(&ledger); 5],
+        Some(0),
+    );
     wait_completed(broker.bootstrap(), &claims, &orders[..2], T).unwrap_or_else(|e| panic!("{e}"));
     inject();
-    orders.extend(produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 5], Some(0)));
+    orders.extend(produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &vec![ledger_order(&ledger); 5],
+        Some(0),
+    ));
     wait_completed(broker.bootstrap(), &claims, &orders[..7], T).unwrap_or_else(|e| panic!("{e}"));
     inject();
-    orders.extend(produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 2], Some(0)));
+    orders.extend(produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &vec![ledger_order(&ledger); 2],
+        Some(0),
+    ));
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     // No record of ours came from the garbage: instance 3's records are all
     // from real incarnations (the garbage used incarnation "x").
     let recs = decoded_claims(broker.bootstrap(), &claims);
-    assert!(!recs.iter().any(|(_, r)| r.incarnation == "x"), "a garbage record decoded as a pool_worker record");
+    assert!(
+        !recs.iter().any(|(_, r)| r.incarnation == "x"),
+        "a garbage record decoded as a pool_worker record"
+    );
     let ran = ledger_counts(&ledger);
     for o in &orders {
-        assert_eq!(ran.get(&format!("{}:{}", o.0, o.1)), Some(&1), "{}", audit.show(*o));
+        assert_eq!(
+            ran.get(&format!("{}:{}", o.0, o.1)),
+            Some(&1),
+            "{}",
+            audit.show(*o)
+        );
     }
     let s = sup.snapshot();
-    assert!(s.exits.iter().all(|e| e.code == Some(0)), "a worker stumbled on a foreign record: {:?}", s.exits);
+    assert!(
+        s.exits.iter().all(|e| e.code == Some(0)),
+        "a worker stumbled on a foreign record: {:?}",
+        s.exits
+    );
     assert_eq!(figures(3 * garbage.len(), &audit, &orders, &ran), [0; 4]);
 }
 
 /// Whether process `pid` still runs (exists and is not a zombie).
 fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
         Err(_) => false,
     }
 }
@@ -167,7 +253,10 @@ fn zombie_is_fenced() {
     let dir = tempfile::tempdir().unwrap();
     let (ledger, flag) = (dir.path().join("ledger"), dir.path().join("flag"));
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let mut env = broker.env();
     env.push(("INSTANCE_NUMBER".into(), "5".into()));
     let (l, f) = (shq(&ledger), shq(&flag));
@@ -175,40 +264,90 @@ fn zombie_is_fenced() {
         "echo start:$ORDER_ATTEMPT:$ORDER_RETRY:$$ >> {l}; while [ ! -e {f} ]; do sleep 0.05; done; \
          echo ran:$ORDER_ATTEMPT:$ORDER_RETRY >> {l}"
     );
-    let order = produce_orders(broker.bootstrap(), &topic, &[sh_order(&script, None)], Some(0))[0];
+    let order = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[sh_order(&script, None)],
+        Some(0),
+    )[0];
     let id = OrderId::new(order.0, order.1);
     let mut old = WorkerProc::start("old5", &env);
-    wait_record(&broker, &claims, "commit by instance 5", |r| r.event == Event::Committed && r.order() == Some(id));
-    assert!(poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1).is_some()), "the job never started");
+    wait_record(&broker, &claims, "commit by instance 5", |r| {
+        r.event == Event::Committed && r.order() == Some(id)
+    });
+    assert!(
+        poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1)
+            .is_some()),
+        "the job never started"
+    );
     let old_job = started_pid(&ledger, 1).unwrap();
 
     // A second process with the same number: the old one is a zombie now.
     let mut new = WorkerProc::start("new5", &env);
-    let status = old.wait(T).unwrap_or_else(|| panic!("the zombie did not stop:\n{}", old.stderr.last(20)));
-    assert_eq!(status.code(), Some(3), "the zombie's exit:\n{}", old.stderr.last(20));
+    let status = old
+        .wait(T)
+        .unwrap_or_else(|| panic!("the zombie did not stop:\n{}", old.stderr.last(20)));
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "the zombie's exit:\n{}",
+        old.stderr.last(20)
+    );
     assert!(
-        poll_until(Duration::from_secs(5), Duration::from_millis(50), || !alive(old_job)),
+        poll_until(
+            Duration::from_secs(5),
+            Duration::from_millis(50),
+            || !alive(old_job)
+        ),
         "the fenced process left its job (pid {old_job}) running"
     );
     let recs = wait_record(&broker, &claims, "the retry's commit", |r| {
         r.event == Event::Committed && r.order() == Some(id) && r.attempt == 2
     });
-    assert!(poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 2).is_some()), "the retry never started");
+    assert!(
+        poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 2)
+            .is_some()),
+        "the retry never started"
+    );
     std::fs::write(&flag, b"").unwrap();
-    let status = new.wait(T).unwrap_or_else(|| panic!("the new process did not finish:\n{}", new.stderr.last(20)));
+    let status = new
+        .wait(T)
+        .unwrap_or_else(|| panic!("the new process did not finish:\n{}", new.stderr.last(20)));
     assert_eq!(status.code(), Some(0), "{}", new.stderr.last(20));
 
-    let new_inc = recs.iter().filter(|(_, r)| r.event == Event::Booted && r.instance == 5).last().unwrap().1.incarnation.clone();
+    let new_inc = recs
+        .iter()
+        .filter(|(_, r)| r.event == Event::Booted && r.instance == 5)
+        .last()
+        .unwrap()
+        .1
+        .incarnation
+        .clone();
     let audit = Audit::of(&decoded_claims(broker.bootstrap(), &claims));
-    audit.check_exactly_once(&[order]).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&[order])
+        .unwrap_or_else(|e| panic!("{e}"));
     let done = &audit.orders[&id].completions[0].1;
     assert_eq!(done.incarnation, new_inc, "{}", audit.show(order));
     let ran = ledger_counts(&ledger);
     let runs: Vec<&String> = ran.keys().filter(|k| k.starts_with("ran:")).collect();
-    assert_eq!(runs, vec!["ran:2:1"], "the job ran once, as the retry: {ran:?}");
-    let ran_twice = ran.iter().filter(|(k, n)| k.starts_with("ran:") && **n > 1).count();
-    let only_runs: BTreeMap<String, usize> = ran.into_iter().filter(|(k, _)| k.starts_with("ran:")).collect();
-    assert_eq!(figures(1, &audit, &[order], &only_runs), [0, 0, 0, ran_twice]);
+    assert_eq!(
+        runs,
+        vec!["ran:2:1"],
+        "the job ran once, as the retry: {ran:?}"
+    );
+    let ran_twice = ran
+        .iter()
+        .filter(|(k, n)| k.starts_with("ran:") && **n > 1)
+        .count();
+    let only_runs: BTreeMap<String, usize> = ran
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("ran:"))
+        .collect();
+    assert_eq!(
+        figures(1, &audit, &[order], &only_runs),
+        [0, 0, 0, ran_twice]
+    );
 }
 
 #[test]
@@ -216,32 +355,59 @@ fn broker_outage_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let sup = pool(&broker, "3", &[]);
-    let mut orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 15], Some(0));
+    let mut orders = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &vec![ledger_order(&ledger); 15],
+        Some(0),
+    );
     let outage = Duration::from_millis(2500);
     let mut injected = 0;
     for batch in 0..2 {
         // Orders are flowing: a few of the newest batch are done.
         let from = batch * 15;
-        wait_completed(broker.bootstrap(), &claims, &orders[from..from + 3], T).unwrap_or_else(|e| panic!("{e}"));
+        wait_completed(broker.bootstrap(), &claims, &orders[from..from + 3], T)
+            .unwrap_or_else(|e| panic!("{e}"));
         broker.down();
         injected += 1;
         std::thread::sleep(outage); // the fault itself
         broker.up();
         if batch == 0 {
-            orders.extend(produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 15], Some(0)));
+            orders.extend(produce_orders(
+                broker.bootstrap(),
+                &topic,
+                &vec![ledger_order(&ledger); 15],
+                Some(0),
+            ));
         }
     }
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, LONG);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     let ran = ledger_counts(&ledger);
     for o in &orders {
-        assert_eq!(ran.get(&format!("{}:{}", o.0, o.1)), Some(&1), "{}", audit.show(*o));
+        assert_eq!(
+            ran.get(&format!("{}:{}", o.0, o.1)),
+            Some(&1),
+            "{}",
+            audit.show(*o)
+        );
     }
     assert_eq!(ran.len(), orders.len(), "{ran:?}");
     let s = sup.snapshot();
-    eprintln!("worker exits during the outages: {:?}", s.exits.iter().filter(|e| e.code != Some(0)).collect::<Vec<_>>());
+    eprintln!(
+        "worker exits during the outages: {:?}",
+        s.exits
+            .iter()
+            .filter(|e| e.code != Some(0))
+            .collect::<Vec<_>>()
+    );
     assert_eq!(figures(injected, &audit, &orders, &ran), [0; 4]);
 }
 
@@ -261,57 +427,126 @@ fn no_order_can_wedge_the_pool() {
         results_topic: Some(unique_topic("results")),
         ..BrokerOpts::default()
     });
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let results = broker.opts.results_topic.clone().unwrap();
     let long_name = "A".repeat(1_000_100);
     let controls = "\u{1}".repeat(170 * 1024);
     // 600 kB of control bytes on stdout and on stderr: each byte is six
     // when escaped in JSON.
-    let loud = sh_order("head -c 600000 /dev/zero | tr '\\0' '\\1'; head -c 600000 /dev/zero | tr '\\0' '\\2' >&2", None);
+    let loud = sh_order(
+        "head -c 600000 /dev/zero | tr '\\0' '\\1'; head -c 600000 /dev/zero | tr '\\0' '\\2' >&2",
+        None,
+    );
     let payloads: Vec<&[u8]> = vec![long_name.as_bytes(), controls.as_bytes(), loud.as_bytes()];
     let records: Vec<_> = payloads.iter().map(|p| (None, Some(*p))).collect();
-    let mut orders = try_produce_with(broker.bootstrap(), &topic, &records, Some(0), &[("message.max.bytes", "2000000")])
-        .unwrap_or_else(|e| panic!("cannot produce the orders: {e}"));
-    orders.push(produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0))[0]);
+    let mut orders = try_produce_with(
+        broker.bootstrap(),
+        &topic,
+        &records,
+        Some(0),
+        &[("message.max.bytes", "2000000")],
+    )
+    .unwrap_or_else(|e| panic!("cannot produce the orders: {e}"));
+    orders.push(
+        produce_orders(
+            broker.bootstrap(),
+            &topic,
+            &[ledger_order(&ledger)],
+            Some(0),
+        )[0],
+    );
     let sup = pool(&broker, "2", &[("OUTPUT_LIMIT_BYTES", "262144")]);
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
-    let completion = |o: &(i32, i64)| audit.orders[&OrderId::new(o.0, o.1)].completions[0].1.clone();
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let completion = |o: &(i32, i64)| {
+        audit.orders[&OrderId::new(o.0, o.1)].completions[0]
+            .1
+            .clone()
+    };
     for (what, o, status) in [
-        ("a program name of 1,000,100 bytes", orders[0], Status::Error),
+        (
+            "a program name of 1,000,100 bytes",
+            orders[0],
+            Status::Error,
+        ),
         ("170 kB of control bytes", orders[1], Status::Error),
     ] {
         let rec = completion(&o);
         let outcome = rec.outcome.as_ref().unwrap();
         assert_eq!(outcome.status, status, "{what}: {outcome:?}");
         let reason = outcome.reason.as_deref().unwrap_or("");
-        assert!(json_len(reason) <= MAX_REASON_BYTES && reason.ends_with('…'), "{what}: reason of {} bytes", json_len(reason));
-        assert!(rec.encode().len() < 8 * 1024, "{what}: a record of {} bytes", rec.encode().len());
+        assert!(
+            json_len(reason) <= MAX_REASON_BYTES && reason.ends_with('…'),
+            "{what}: reason of {} bytes",
+            json_len(reason)
+        );
+        assert!(
+            rec.encode().len() < 8 * 1024,
+            "{what}: a record of {} bytes",
+            rec.encode().len()
+        );
     }
     let rec = completion(&orders[2]);
     let outcome = rec.outcome.as_ref().unwrap();
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
     let n = json_len(&outcome.stdout_tail);
-    assert!((262_144 - 6..=262_144).contains(&n), "the tail is cut to OUTPUT_LIMIT_BYTES as written: {n}");
-    assert!(outcome.stdout_tail.ends_with('\u{1}') && outcome.stderr_tail.ends_with('\u{2}'), "the tails keep the end");
+    assert!(
+        (262_144 - 6..=262_144).contains(&n),
+        "the tail is cut to OUTPUT_LIMIT_BYTES as written: {n}"
+    );
+    assert!(
+        outcome.stdout_tail.ends_with('\u{1}') && outcome.stderr_tail.ends_with('\u{2}'),
+        "the tails keep the end"
+    );
     assert!(rec.encode().len() <= RECORD_LIMIT);
-    assert_eq!(completion(&orders[3]).outcome.unwrap().status, Status::Ok, "the pool went on");
+    assert_eq!(
+        completion(&orders[3]).outcome.unwrap().status,
+        Status::Ok,
+        "the pool went on"
+    );
     // Each result was published too (they are written before the completion).
     let published = read_topic(broker.bootstrap(), &results, 0);
     for o in &orders {
         let key = format!("{}:{}", o.0, o.1);
-        assert!(published.iter().any(|(_, k, _)| k.as_deref() == Some(key.as_bytes())), "no result for {key}");
+        assert!(
+            published
+                .iter()
+                .any(|(_, k, _)| k.as_deref() == Some(key.as_bytes())),
+            "no result for {key}"
+        );
     }
-    assert!(sup.snapshot().exits.iter().all(|e| e.code == Some(0)), "{:?}", sup.snapshot().exits);
+    assert!(
+        sup.snapshot().exits.iter().all(|e| e.code == Some(0)),
+        "{:?}",
+        sup.snapshot().exits
+    );
     drop(sup);
 
     // A claims topic that takes less than the pool writes: shortened, written.
     let small = produce_orders(broker.bootstrap(), &topic, &[loud.as_bytes()], Some(0));
-    let sup = pool(&broker, "3", &[("OUTPUT_LIMIT_BYTES", "262144"), ("KAFKA_MESSAGE_MAX_BYTES", "300000")]);
+    let sup = pool(
+        &broker,
+        "3",
+        &[
+            ("OUTPUT_LIMIT_BYTES", "262144"),
+            ("KAFKA_MESSAGE_MAX_BYTES", "300000"),
+        ],
+    );
     let audit = wait_and_audit(broker.bootstrap(), &claims, &small, T);
-    let rec = audit.orders[&OrderId::new(small[0].0, small[0].1)].completions[0].1.clone();
+    let rec = audit.orders[&OrderId::new(small[0].0, small[0].1)].completions[0]
+        .1
+        .clone();
     assert_eq!(rec.outcome.as_ref().unwrap().status, Status::Ok);
-    assert!(rec.encode().len() < 300_000, "shortened to {} bytes", rec.encode().len());
+    assert!(
+        rec.encode().len() < 300_000,
+        "shortened to {} bytes",
+        rec.encode().len()
+    );
     assert!(json_len(&rec.outcome.unwrap().stdout_tail) < 262_144);
     drop(sup);
 }
@@ -335,21 +570,40 @@ fn a_slow_fetch_keeps_the_lease() {
         }
     });
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let url = format!("http://127.0.0.1:{port}/slow");
     let order = serde_json::json!({ "url": url }).to_string();
     let orders = produce_orders(broker.bootstrap(), &topic, &[order], Some(0));
     let allowed = format!("http://127.0.0.1:{port}/");
-    let sup = pool(&broker, "2", &[("LEASE_MS", "1500"), ("ALLOWED_URLS", &allowed)]);
+    let sup = pool(
+        &broker,
+        "2",
+        &[("LEASE_MS", "1500"), ("ALLOWED_URLS", &allowed)],
+    );
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     let recs = decoded_claims(broker.bootstrap(), &claims);
-    assert!(!recs.iter().any(|(_, r)| r.event == Event::Revoked), "revoked while fetching:\n{}", show_all(&recs));
+    assert!(
+        !recs.iter().any(|(_, r)| r.event == Event::Revoked),
+        "revoked while fetching:\n{}",
+        show_all(&recs)
+    );
     let done = &audit.orders[&OrderId::new(orders[0].0, orders[0].1)].completions[0].1;
     let outcome = done.outcome.as_ref().unwrap();
     assert_eq!(outcome.status, Status::Error, "{outcome:?}");
-    assert!(outcome.reason.as_deref().unwrap_or("").contains(&url), "{outcome:?}");
-    assert!(outcome.duration_ms < 1500, "the fetch took longer than the lease: {outcome:?}");
+    assert!(
+        outcome.reason.as_deref().unwrap_or("").contains(&url),
+        "{outcome:?}"
+    );
+    assert!(
+        outcome.duration_ms < 1500,
+        "the fetch took longer than the lease: {outcome:?}"
+    );
     drop(sup);
     server.join().unwrap();
 }
@@ -365,52 +619,105 @@ fn orders_the_broker_deleted_are_completed_deleted() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
-    let doomed = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 3], Some(0));
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
+    let doomed = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &vec![ledger_order(&ledger); 3],
+        Some(0),
+    );
     // 12 orders of 600 kB (each a batch of its own): 7 MB, past the cap.
     let filler = format!("true {}", "x".repeat(600 * 1024));
-    let fill: Vec<(Option<&[u8]>, Option<&[u8]>)> = (0..12).map(|_| (None, Some(filler.as_bytes()))).collect();
-    let filled = try_produce_with(broker.bootstrap(), &topic, &fill, Some(0), &[("linger.ms", "0"), ("message.max.bytes", "10000000")])
-        .unwrap_or_else(|e| panic!("cannot produce the filler: {e}"));
+    let fill: Vec<(Option<&[u8]>, Option<&[u8]>)> =
+        (0..12).map(|_| (None, Some(filler.as_bytes()))).collect();
+    let filled = try_produce_with(
+        broker.bootstrap(),
+        &topic,
+        &fill,
+        Some(0),
+        &[("linger.ms", "0"), ("message.max.bytes", "10000000")],
+    )
+    .unwrap_or_else(|e| panic!("cannot produce the filler: {e}"));
     let watermarks: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", broker.bootstrap())
         .create()
         .expect("a consumer");
-    let (log_start, end) = watermarks.fetch_watermarks(&topic, 0, KAFKA_TIMEOUT).expect("the orders' watermarks");
-    assert!(log_start > 2, "the broker kept every order ({log_start}..{end}): nothing to test");
-    let good = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0));
+    let (log_start, end) = watermarks
+        .fetch_watermarks(&topic, 0, KAFKA_TIMEOUT)
+        .expect("the orders' watermarks");
+    assert!(
+        log_start > 2,
+        "the broker kept every order ({log_start}..{end}): nothing to test"
+    );
+    let good = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    );
     let mut orders = doomed.clone();
     orders.extend(&filled);
     orders.extend(&good);
     let sup = pool(&broker, "2", &[]);
     // Well under the 120 s an order that could not be read used to wait.
     let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
-    let outcome = |o: &(i32, i64)| audit.orders[&OrderId::new(o.0, o.1)].completions[0].1.outcome.clone().unwrap();
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let outcome = |o: &(i32, i64)| {
+        audit.orders[&OrderId::new(o.0, o.1)].completions[0]
+            .1
+            .outcome
+            .clone()
+            .unwrap()
+    };
     for o in orders.iter().filter(|o| o.1 < log_start) {
         let out = outcome(o);
         assert_eq!(out.status, Status::Deleted, "{o:?}: {out:?}");
         let reason = out.reason.unwrap_or_default();
         assert!(
-            reason.contains(&format!("offset {} ", o.1)) && reason.contains(&format!("log start {log_start}")),
+            reason.contains(&format!("offset {} ", o.1))
+                && reason.contains(&format!("log start {log_start}")),
             "{o:?}: the reason names neither the offset nor the log start: {reason}"
         );
     }
     for o in orders.iter().filter(|o| o.1 >= log_start) {
-        assert_ne!(outcome(o).status, Status::Deleted, "{o:?} was still in the topic");
+        assert_ne!(
+            outcome(o).status,
+            Status::Deleted,
+            "{o:?} was still in the topic"
+        );
     }
     let ran = ledger_counts(&ledger);
-    assert_eq!(ran.keys().collect::<Vec<_>>(), [&format!("0:{}", good[0].1)], "only the order still in the topic ran");
+    assert_eq!(
+        ran.keys().collect::<Vec<_>>(),
+        [&format!("0:{}", good[0].1)],
+        "only the order still in the topic ran"
+    );
     let s = sup.snapshot();
-    assert!(s.exits.iter().all(|e| e.code == Some(0)), "a worker failed: {:?}", s.exits);
+    assert!(
+        s.exits.iter().all(|e| e.code == Some(0)),
+        "a worker failed: {:?}",
+        s.exits
+    );
     // `status` counts them.
     let mut cmd = command();
     cmd.envs(broker.env()).args(["status", "--json"]);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(cmd.output()));
-    let out = rx.recv_timeout(T).expect("status ends").expect("status runs");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("status --json: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let out = rx
+        .recv_timeout(T)
+        .expect("status ends")
+        .expect("status runs");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "status --json: {e}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     assert_eq!(v["deleted"].as_i64(), Some(log_start), "{v}");
     assert_eq!(v["by_status"]["deleted"].as_i64(), Some(log_start), "{v}");
     assert_eq!(figures(log_start as usize, &audit, &orders, &ran), [0; 4]);

@@ -14,7 +14,11 @@ const T: Duration = Duration::from_secs(30);
 #[test]
 fn broker_control_round_trip() {
     let broker = BrokerProc::start();
-    assert!(broker.bootstrap().starts_with("127.0.0.1:"), "{}", broker.bootstrap());
+    assert!(
+        broker.bootstrap().starts_with("127.0.0.1:"),
+        "{}",
+        broker.bootstrap()
+    );
     broker.rtt(20);
     broker.rtt(0);
     broker.down();
@@ -23,7 +27,10 @@ fn broker_control_round_trip() {
     assert_eq!(broker.command("rtt 5"), Ok("rtt 5".to_string()));
     let err = broker.command("explode").unwrap_err();
     assert!(err.starts_with("error "), "{err}");
-    assert!(broker.command("create extra_topic 1").is_err(), "the topic exists");
+    assert!(
+        broker.command("create extra_topic 1").is_err(),
+        "the topic exists"
+    );
     // After down/up the broker serves clients again.
     let at = produce_orders(broker.bootstrap(), "extra_topic", &["x"], Some(1));
     assert_eq!(at, vec![(1, 0)]);
@@ -37,26 +44,52 @@ fn orders_and_claims_round_trip() {
         coordination_topic: unique_topic("claims"),
         ..BrokerOpts::default()
     });
-    let (orders, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (orders, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let env = broker.env();
     assert!(env.contains(&("KAFKA_BROKERS".to_string(), broker.bootstrap().to_string())));
     // The embedded broker's own settings come with it (src/broker.rs, WORKER_ENV).
     for (k, v) in pool_worker::broker::WORKER_ENV {
-        assert!(env.contains(&(k.to_string(), v.to_string())), "{k} missing from {env:?}");
+        assert!(
+            env.contains(&(k.to_string(), v.to_string())),
+            "{k} missing from {env:?}"
+        );
     }
 
-    let at = produce_orders(broker.bootstrap(), &orders, &["echo one", "echo two", "echo three"], Some(1));
+    let at = produce_orders(
+        broker.bootstrap(),
+        &orders,
+        &["echo one", "echo two", "echo three"],
+        Some(1),
+    );
     assert_eq!(at, vec![(1, 0), (1, 1), (1, 2)]);
     let back = read_topic(broker.bootstrap(), &orders, 1);
-    let payloads: Vec<_> = back.iter().map(|(_, _, v)| v.clone().unwrap_or_default()).collect();
-    assert_eq!(payloads, [b"echo one".to_vec(), b"echo two".to_vec(), b"echo three".to_vec()]);
+    let payloads: Vec<_> = back
+        .iter()
+        .map(|(_, _, v)| v.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        payloads,
+        [
+            b"echo one".to_vec(),
+            b"echo two".to_vec(),
+            b"echo three".to_vec()
+        ]
+    );
     assert!(read_topic(broker.bootstrap(), &orders, 0).is_empty());
 
     // A hand-made record, a foreign one, and a completion.
     let booted = Record::new(1, Event::Booted, "x", 0);
     assert_eq!(produce_record(broker.bootstrap(), &claims, &booted), 0);
-    try_produce(broker.bootstrap(), &claims, &[(Some(b"junk".as_slice()), Some(b"{".as_slice()))], Some(0))
-        .unwrap();
+    try_produce(
+        broker.bootstrap(),
+        &claims,
+        &[(Some(b"junk".as_slice()), Some(b"{".as_slice()))],
+        Some(0),
+    )
+    .unwrap();
     let mut done = Record::new(2, Event::Completed, "y", 0).with_order(OrderId::new(1, 1));
     done.outcome = Some(Outcome::not_run(Status::Error, "test"));
     produce_record(broker.bootstrap(), &claims, &done);
@@ -69,8 +102,13 @@ fn orders_and_claims_round_trip() {
 
     let got = wait_completed(broker.bootstrap(), &claims, &[(1, 1)], T).unwrap();
     assert_eq!(got, vec![done]);
-    let err = wait_completed(broker.bootstrap(), &claims, &[(1, 1), (1, 2)], Duration::from_secs(2))
-        .unwrap_err();
+    let err = wait_completed(
+        broker.bootstrap(),
+        &claims,
+        &[(1, 1), (1, 2)],
+        Duration::from_secs(2),
+    )
+    .unwrap_err();
     assert!(err.contains(": 1:2;"), "{err}");
 }
 
@@ -87,9 +125,17 @@ fn supervisor_restarts_and_stops() {
         program: stand_in(r#"[ "$GREETING" = hi ] && [ -n "$INSTANCE_NUMBER" ] && exit 0; exit 9"#),
         ..SupervisorOpts::default()
     });
-    sup.expect("three starts of each instance", |s| s.starts(1) >= 3 && s.starts(2) >= 3, T);
+    sup.expect(
+        "three starts of each instance",
+        |s| s.starts(1) >= 3 && s.starts(2) >= 3,
+        T,
+    );
     let s = sup.snapshot();
-    assert!(s.exits.iter().all(|e| e.code == Some(0)), "env not passed: {:?}", s.exits);
+    assert!(
+        s.exits.iter().all(|e| e.code == Some(0)),
+        "env not passed: {:?}",
+        s.exits
+    );
     assert_eq!(sup.stop(), Some(0));
     assert_eq!(sup.snapshot().done, Some(0));
 }
@@ -103,9 +149,16 @@ fn supervisor_kill_instance_restarts_it() {
     });
     let pid = sup.wait_pid(3, T).expect("instance 3 runs");
     assert_eq!(sup.kill_instance(3, libc::SIGKILL), Some(pid));
-    sup.expect("instance 3 restarted", |s| s.starts(3) == 2 && s.pid(3).is_some_and(|p| p != pid), T);
+    sup.expect(
+        "instance 3 restarted",
+        |s| s.starts(3) == 2 && s.pid(3).is_some_and(|p| p != pid),
+        T,
+    );
     let exit = sup.snapshot().exits_of(3)[0].clone();
-    assert_eq!((exit.pid, exit.code, exit.signal), (pid, None, Some(libc::SIGKILL)));
+    assert_eq!(
+        (exit.pid, exit.code, exit.signal),
+        (pid, None, Some(libc::SIGKILL))
+    );
     assert_eq!(sup.snapshot().starts(1), 1);
     assert_eq!(sup.snapshot().starts(2), 0);
 }

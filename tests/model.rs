@@ -485,18 +485,42 @@ impl Pool {
     fn new(cfg: Config) -> Self {
         // Positions are cuts, not names, in checkpoints; leases read ts.
         let commute = cfg.checkpoint_every.is_none() && cfg.lease_ms.is_none();
-        let cfg = Config { causal: commute, ..cfg };
+        let cfg = Config {
+            causal: commute,
+            ..cfg
+        };
         // The floating steps' reduction (`canonical`) offers a step at the
         // moment its key last changed, which depends on the path taken, so
         // it splits states that `commute` joins: measured, the two together
         // explore more states than `commute` alone.
         let unerased = commute && cfg.never_erases() && cfg.flaw.is_none();
-        Pool { cfg, eager: true, prefixes: true, force_resume: true, canonical: !commute, commute, idle_answers: true, boot_lands: true, unerased, live: Mutex::new(HashSet::new()) }
+        Pool {
+            cfg,
+            eager: true,
+            prefixes: true,
+            force_resume: true,
+            canonical: !commute,
+            commute,
+            idle_answers: true,
+            boot_lands: true,
+            unerased,
+            live: Mutex::new(HashSet::new()),
+        }
     }
 
     fn lazy(cfg: Config) -> Self {
         let p = Pool::new(cfg);
-        Pool { eager: false, canonical: false, commute: false, unerased: false, cfg: Config { causal: false, ..p.cfg.clone() }, ..p }
+        Pool {
+            eager: false,
+            canonical: false,
+            commute: false,
+            unerased: false,
+            cfg: Config {
+                causal: false,
+                ..p.cfg.clone()
+            },
+            ..p
+        }
     }
 
     /// Every live process reads to the end of the log (eager mode); the
@@ -522,7 +546,9 @@ impl Pool {
                     taken.push(Step::Read(i));
                 }
                 let resume = w.insts[i as usize - 1].worker.as_ref().is_some_and(|p| {
-                    self.force_resume && p.phase == (Phase::Boot { seen: true }) && p.view.hold(i).is_none()
+                    self.force_resume
+                        && p.phase == (Phase::Boot { seen: true })
+                        && p.view.hold(i).is_none()
                 });
                 if resume {
                     w.step(&self.cfg, &Step::CaughtUp(i));
@@ -548,7 +574,9 @@ impl Pool {
         let inst = &w.insts[i as usize - 1];
         inst.asked
             && self.cfg.lease_ms.is_none()
-            && inst.worker.as_ref().is_some_and(|p| p.phase == Phase::Choose && turns(&p.view, &self.cfg.order_ends(), i).is_empty())
+            && inst.worker.as_ref().is_some_and(|p| {
+                p.phase == Phase::Choose && turns(&p.view, &self.cfg.order_ends(), i).is_empty()
+            })
     }
 
     /// Whether instance `i`'s new process has only its `booted` to append
@@ -558,7 +586,9 @@ impl Pool {
     /// starts (`Config::settle`).
     fn booted_lands_now(&self, w: &World, i: u32) -> bool {
         let inst = &w.insts[i as usize - 1];
-        inst.worker.as_ref().is_some_and(|p| p.phase == (Phase::Boot { seen: false }))
+        inst.worker
+            .as_ref()
+            .is_some_and(|p| p.phase == (Phase::Boot { seen: false }))
             && inst.pending.len() == 1
             && inst.pending[0].event == Event::Booted
             && w.dups >= self.cfg.max_dups
@@ -599,7 +629,9 @@ impl Pool {
                 self.live.lock().unwrap().extend(seen);
                 return true;
             }
-            let Some(step) = w.fair_step(&self.cfg) else { return false };
+            let Some(step) = w.fair_step(&self.cfg) else {
+                return false;
+            };
             w.step(&self.cfg, &step);
             // A fingerprint costs more than a step: look the run up in the
             // cache every few steps only.
@@ -630,7 +662,13 @@ impl Pool {
             .rev()
             .map(|mask| {
                 let mut w = s.clone();
-                w.orphans = s.orphans.iter().enumerate().filter(|(k, _)| mask >> k & 1 == 1).map(|(_, r)| r.clone()).collect();
+                w.orphans = s
+                    .orphans
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| mask >> k & 1 == 1)
+                    .map(|(_, r)| r.clone())
+                    .collect();
                 w
             })
             .collect()
@@ -642,7 +680,9 @@ impl Pool {
         if s.orphans.is_empty() || !self.eager {
             return (!self.is_live(s, known)).then(|| s.clone());
         }
-        self.variants(s).into_iter().find(|w| !self.is_live(w, None))
+        self.variants(s)
+            .into_iter()
+            .find(|w| !self.is_live(w, None))
     }
 }
 
@@ -696,7 +736,13 @@ impl Pool {
                     if w.crashes < self.cfg.max_crashes {
                         // What a crash of the process leaves behind (its
                         // view dies with it).
-                        out.push((crash_bit(i), format!("{} {:?} {:?} {} {:?}", p.incarnation, p.phase, inst.pending, inst.asked, inst.running)));
+                        out.push((
+                            crash_bit(i),
+                            format!(
+                                "{} {:?} {:?} {} {:?}",
+                                p.incarnation, p.phase, inst.pending, inst.asked, inst.running
+                            ),
+                        ));
                     }
                     let kind = if inst.asked {
                         "answer"
@@ -707,7 +753,16 @@ impl Pool {
                     };
                     // An answer depends on the idle queue too (who is first
                     // in line), and on the process's deferral.
-                    out.push((local_bit(i), format!("{} {kind} {:?} {:?} {:?}", p.incarnation, p.view.frontier(), p.view.idle_queue(), p.deferring())));
+                    out.push((
+                        local_bit(i),
+                        format!(
+                            "{} {kind} {:?} {:?} {:?}",
+                            p.incarnation,
+                            p.view.frontier(),
+                            p.view.idle_queue(),
+                            p.deferring()
+                        ),
+                    ));
                 }
             }
         }
@@ -722,7 +777,16 @@ impl Pool {
 
     fn is_floating(&self, a: &Step) -> bool {
         self.canonical
-            && matches!(a, Step::Answer(_) | Step::JobDone(_) | Step::Start(_) | Step::Crash(_) | Step::Compact | Step::CompactBelow(_) | Step::CompactUpTo(_))
+            && matches!(
+                a,
+                Step::Answer(_)
+                    | Step::JobDone(_)
+                    | Step::Start(_)
+                    | Step::Crash(_)
+                    | Step::Compact
+                    | Step::CompactBelow(_)
+                    | Step::CompactUpTo(_)
+            )
     }
 
     fn bit_of(a: &Step) -> u32 {
@@ -771,7 +835,10 @@ impl Model for Pool {
                 all.push(Step::Compact);
             }
         }
-        out.extend(all.into_iter().filter(|a| !self.is_floating(a) || s.fresh & Self::bit_of(a) != 0));
+        out.extend(
+            all.into_iter()
+                .filter(|a| !self.is_floating(a) || s.fresh & Self::bit_of(a) != 0),
+        );
     }
 
     fn next_state(&self, s: &S, a: Step) -> Option<S> {
@@ -782,11 +849,16 @@ impl Model for Pool {
         if self.canonical {
             let before = self.floating(&s.w);
             let orphans_changed = w.orphans != s.w.orphans;
-            let erased_changed = matches!(a, Step::Compact | Step::CompactBelow(_) | Step::CompactUpTo(_));
+            let erased_changed = matches!(
+                a,
+                Step::Compact | Step::CompactBelow(_) | Step::CompactUpTo(_)
+            );
             let started = matches!(a, Step::Start(_));
             for (bit, key) in self.floating(&w) {
                 let event = !before.contains(&(bit, key))
-                    || (bit >= start_bit(1) && bit < crash_bit(1) && (erased_changed || orphans_changed))
+                    || (bit >= start_bit(1)
+                        && bit < crash_bit(1)
+                        && (erased_changed || orphans_changed))
                     || (bit == COMPACT_BIT && started);
                 let kept = s.fresh & bit != 0 && self.is_floating(&a) && Self::bit_of(&a) != bit;
                 if event || kept {
@@ -800,21 +872,37 @@ impl Model for Pool {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always(RUN_BY_TWO, |_, s: &S| s.w.violation.as_ref().is_none_or(|v| v.0 != RUN_BY_TWO)),
-            Property::always(RUN_TWICE, |_, s: &S| s.w.violation.as_ref().is_none_or(|v| v.0 != RUN_TWICE)),
+            Property::always(RUN_BY_TWO, |_, s: &S| {
+                s.w.violation.as_ref().is_none_or(|v| v.0 != RUN_BY_TWO)
+            }),
+            Property::always(RUN_TWICE, |_, s: &S| {
+                s.w.violation.as_ref().is_none_or(|v| v.0 != RUN_TWICE)
+            }),
             Property::always(COMPLETED_TWICE, |_, s: &S| {
-                s.w.violation.as_ref().is_none_or(|v| v.0 != COMPLETED_TWICE)
+                s.w.violation
+                    .as_ref()
+                    .is_none_or(|v| v.0 != COMPLETED_TWICE)
             }),
             Property::always(COMPLETED_UNCOMMITTED, |_, s: &S| {
-                s.w.violation.as_ref().is_none_or(|v| v.0 != COMPLETED_UNCOMMITTED)
+                s.w.violation
+                    .as_ref()
+                    .is_none_or(|v| v.0 != COMPLETED_UNCOMMITTED)
             }),
-            Property::always(SKIPPED, |_, s: &S| s.w.violation.as_ref().is_none_or(|v| v.0 != SKIPPED)),
+            Property::always(SKIPPED, |_, s: &S| {
+                s.w.violation.as_ref().is_none_or(|v| v.0 != SKIPPED)
+            }),
             Property::always(RUN_AFTER_REVOKED, |_, s: &S| {
-                s.w.violation.as_ref().is_none_or(|v| v.0 != RUN_AFTER_REVOKED)
+                s.w.violation
+                    .as_ref()
+                    .is_none_or(|v| v.0 != RUN_AFTER_REVOKED)
             }),
-            Property::always(TWO_HOLDS, |_, s: &S| s.w.violation.as_ref().is_none_or(|v| v.0 != TWO_HOLDS)),
+            Property::always(TWO_HOLDS, |_, s: &S| {
+                s.w.violation.as_ref().is_none_or(|v| v.0 != TWO_HOLDS)
+            }),
             Property::always(LEASE_RESPECTED, |_, s: &S| {
-                s.w.violation.as_ref().is_none_or(|v| v.0 != LEASE_RESPECTED)
+                s.w.violation
+                    .as_ref()
+                    .is_none_or(|v| v.0 != LEASE_RESPECTED)
             }),
             Property::always(LIVENESS, |m: &Pool, s: &S| {
                 s.w.violation.is_some() || m.not_live(&s.w, Some(s.fp)).is_none()
@@ -824,7 +912,10 @@ impl Model for Pool {
 }
 
 fn env(name: &str, default: u32) -> u32 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
@@ -906,7 +997,11 @@ fn check_upto(pool: Pool, stop_at: Option<&[&'static str]>, bound: Bound) -> Fou
         unerased: pool.unerased,
         live: Mutex::new(HashSet::new()),
     };
-    let mut b = pool.checker().threads(if matches!(bound, Bound::Depth(_)) { 1 } else { 2 });
+    let mut b = pool.checker().threads(if matches!(bound, Bound::Depth(_)) {
+        1
+    } else {
+        2
+    });
     match bound {
         Bound::States(n) | Bound::StatesDeep(n) => b = b.target_state_count(n),
         // Stateright counts an initial state as depth 1 and neither checks nor
@@ -917,8 +1012,14 @@ fn check_upto(pool: Pool, stop_at: Option<&[&'static str]>, bound: Bound) -> Fou
     if let Some(names) = stop_at {
         b = b.finish_when(HasDiscoveries::AnyOf(names.iter().copied().collect()));
     }
-    fn collect(c: impl Checker<Pool>) -> (usize, usize, Vec<(&'static str, stateright::Path<S, Step>)>) {
-        (c.unique_state_count(), c.max_depth(), c.discoveries().into_iter().collect())
+    fn collect(
+        c: impl Checker<Pool>,
+    ) -> (usize, usize, Vec<(&'static str, stateright::Path<S, Step>)>) {
+        (
+            c.unique_state_count(),
+            c.max_depth(),
+            c.discoveries().into_iter().collect(),
+        )
     }
     let (states, depth, mut found) = match bound {
         Bound::Full | Bound::StatesDeep(_) => collect(join_with_progress(b.spawn_dfs())),
@@ -964,7 +1065,12 @@ fn check_upto(pool: Pool, stop_at: Option<&[&'static str]>, bound: Bound) -> Fou
         }
         failures.push((name, text));
     }
-    Found { states, depth, secs, failures }
+    Found {
+        states,
+        depth,
+        secs,
+        failures,
+    }
 }
 
 /// Seconds between progress lines of a running check (`POOL_MODEL_PROGRESS`,
@@ -984,7 +1090,9 @@ fn join_with_progress<C: Checker<Pool> + Sync>(mut checker: C) -> C {
         let c = &checker;
         s.spawn(move || {
             let t = Instant::now();
-            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(progress_every()) {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                wait.recv_timeout(progress_every())
+            {
                 // Names only: a discovery's path is printed at the end.
                 let mut broken: Vec<&'static str> = c.discoveries().into_keys().collect();
                 broken.sort_unstable();
@@ -994,7 +1102,11 @@ fn join_with_progress<C: Checker<Pool> + Sync>(mut checker: C) -> C {
                     c.state_count(),
                     c.max_depth(),
                     t.elapsed().as_secs_f64(),
-                    if broken.is_empty() { "no property broken so far".to_string() } else { format!("broken so far: {}", broken.join("; ")) }
+                    if broken.is_empty() {
+                        "no property broken so far".to_string()
+                    } else {
+                        format!("broken so far: {}", broken.join("; "))
+                    }
                 );
             }
         });
@@ -1070,7 +1182,11 @@ fn assert_caught_upto(pool: Pool, expect: &[&'static str], bound: Bound) {
     };
     let line = format!(
         "broken {flaw}: caught ({}) after {} states explored in {:.1}s",
-        f.failures.iter().map(|x| x.0).collect::<Vec<_>>().join("; "),
+        f.failures
+            .iter()
+            .map(|x| x.0)
+            .collect::<Vec<_>>()
+            .join("; "),
         f.states,
         f.secs
     );
@@ -1099,9 +1215,22 @@ fn protocol_holds_ci() {
     // of a claim is already explored without it; the configurations with
     // deferral check that it adds no violation and that a dead preferred
     // instance only delays (`Config::restart_idle`).
-    let set = [(2, 1, 1, 0, true), (2, 2, 0, 0, true), (3, 1, 0, 0, true), (2, 1, 1, 1, true), (3, 1, 1, 0, true), (2, 2, 1, 0, true), (3, 1, 0, 1, false), (3, 2, 0, 0, false)];
+    let set = [
+        (2, 1, 1, 0, true),
+        (2, 2, 0, 0, true),
+        (3, 1, 0, 0, true),
+        (2, 1, 1, 1, true),
+        (3, 1, 1, 0, true),
+        (2, 2, 1, 0, true),
+        (3, 1, 0, 1, false),
+        (3, 2, 0, 0, false),
+    ];
     for (i, o, crashes, dups, defer) in set {
-        let mut cfg = Config { max_crashes: crashes, max_dups: dups, ..config(i, o, None) };
+        let mut cfg = Config {
+            max_crashes: crashes,
+            max_dups: dups,
+            ..config(i, o, None)
+        };
         if !defer {
             cfg.claim_defer_ms = 0;
         }
@@ -1109,7 +1238,12 @@ fn protocol_holds_ci() {
     }
     // ORDERS_PER_PROCESS=2: a process goes on to the next order after
     // reading back its completion.
-    let cfg = Config { max_crashes: 1, max_dups: 0, orders_per_process: 2, ..config(2, 2, None) };
+    let cfg = Config {
+        max_crashes: 1,
+        max_dups: 0,
+        orders_per_process: 2,
+        ..config(2, 2, None)
+    };
     assert_holds(Pool::new(cfg));
 }
 
@@ -1119,7 +1253,13 @@ fn protocol_holds_ci() {
 #[test]
 fn protocol_holds_three_by_three() {
     // Without the claim deferral (see `protocol_holds_ci`).
-    let cfg = Config { max_crashes: 0, max_dups: 0, compaction: false, claim_defer_ms: 0, ..config(3, 3, None) };
+    let cfg = Config {
+        max_crashes: 0,
+        max_dups: 0,
+        compaction: false,
+        claim_defer_ms: 0,
+        ..config(3, 3, None)
+    };
     let pool = Pool::new(cfg);
     assert!(pool.unerased, "reduction 9 applies without compaction");
     assert_holds(pool);
@@ -1135,8 +1275,16 @@ fn protocol_holds_three_by_three() {
 #[test]
 fn protocol_holds_three_by_three_to_a_depth() {
     // Without the claim deferral (see `protocol_holds_ci`).
-    let cfg = Config { max_crashes: 1, max_dups: 1, claim_defer_ms: 0, ..config(3, 3, None) };
-    assert_holds_upto(Pool::new(cfg), Bound::Depth(env("POOL_MODEL_DEPTH", THREE_BY_THREE_DEPTH as u32) as usize));
+    let cfg = Config {
+        max_crashes: 1,
+        max_dups: 1,
+        claim_defer_ms: 0,
+        ..config(3, 3, None)
+    };
+    assert_holds_upto(
+        Pool::new(cfg),
+        Bound::Depth(env("POOL_MODEL_DEPTH", THREE_BY_THREE_DEPTH as u32) as usize),
+    );
 }
 
 /// The depth of the 3 × 3 check in CI, and of the check that it bites.
@@ -1148,8 +1296,18 @@ const THREE_BY_THREE_DEPTH: usize = 11;
 /// (measured: nothing within 9).
 #[test]
 fn three_by_three_to_a_depth_catches_a_missing_settle() {
-    let cfg = Config { max_crashes: 1, max_dups: 1, settle: false, claim_defer_ms: 0, ..config(3, 3, None) };
-    assert_caught_upto(Pool::new(cfg), &[RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE, SKIPPED, LIVENESS], Bound::Depth(THREE_BY_THREE_DEPTH));
+    let cfg = Config {
+        max_crashes: 1,
+        max_dups: 1,
+        settle: false,
+        claim_defer_ms: 0,
+        ..config(3, 3, None)
+    };
+    assert_caught_upto(
+        Pool::new(cfg),
+        &[RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE, SKIPPED, LIVENESS],
+        Bound::Depth(THREE_BY_THREE_DEPTH),
+    );
 }
 
 /// Checkpoints (src/checkpoint.rs): every boot that finds the newest
@@ -1158,7 +1316,12 @@ fn three_by_three_to_a_depth_catches_a_missing_settle() {
 #[test]
 fn protocol_holds_with_checkpoints() {
     for (i, o, crashes) in [(2, 1, 1), (2, 2, 0), (3, 1, 0)] {
-        let cfg = Config { max_crashes: crashes, max_dups: 0, checkpoint_every: Some(2), ..config(i, o, None) };
+        let cfg = Config {
+            max_crashes: crashes,
+            max_dups: 0,
+            checkpoint_every: Some(2),
+            ..config(i, o, None)
+        };
         assert_holds(Pool::new(cfg));
     }
 }
@@ -1167,7 +1330,11 @@ fn protocol_holds_with_checkpoints() {
 #[ignore = "large: POOL_MODEL_INSTANCES=4 POOL_MODEL_ORDERS=4 cargo test --release --test model protocol_holds_large -- --ignored --nocapture"]
 fn protocol_holds_large() {
     // Defaults: 4 × 4 with ≤1 crash and no duplicate.
-    let mut cfg = config(env("POOL_MODEL_INSTANCES", 4), env("POOL_MODEL_ORDERS", 4), None);
+    let mut cfg = config(
+        env("POOL_MODEL_INSTANCES", 4),
+        env("POOL_MODEL_ORDERS", 4),
+        None,
+    );
     cfg.max_crashes = env("POOL_MODEL_CRASHES", 1);
     cfg.max_dups = env("POOL_MODEL_DUPS", 0);
     cfg.compaction = env("POOL_MODEL_COMPACTION", 1) == 1;
@@ -1216,7 +1383,10 @@ fn leased(instances: u32, orders: u32, crashes: u32, jumps: u32) -> Config {
 #[test]
 fn protocol_holds_with_leases() {
     for (crashes, jumps) in [(0, 2), (1, 1)] {
-        assert_holds_upto(Pool::lazy(leased(2, 1, crashes, jumps)), Bound::States(1_000_000));
+        assert_holds_upto(
+            Pool::lazy(leased(2, 1, crashes, jumps)),
+            Bound::States(1_000_000),
+        );
     }
 }
 
@@ -1238,19 +1408,31 @@ fn protocol_holds_with_leases_full() {
 /// catches it.
 #[test]
 fn revocation_without_seen_is_caught() {
-    let cfg = Config { forge_seen: true, compaction: false, ..leased(2, 1, 0, 1) };
+    let cfg = Config {
+        forge_seen: true,
+        compaction: false,
+        ..leased(2, 1, 0, 1)
+    };
     assert_caught(Pool::lazy(cfg), &[LEASE_RESPECTED]);
 }
 
 /// A small world for the flaw tests: no crash, duplicate or compaction
 /// unless the flaw needs one, so that the counter-example is the flaw's own.
 fn small(instances: u32, orders: u32, flaw: Flaw) -> Config {
-    Config { max_crashes: 0, max_dups: 0, compaction: false, ..config(instances, orders, Some(flaw)) }
+    Config {
+        max_crashes: 0,
+        max_dups: 0,
+        compaction: false,
+        ..config(instances, orders, Some(flaw))
+    }
 }
 
 #[test]
 fn resume_blindly_is_caught() {
-    let cfg = Config { max_crashes: 1, ..small(2, 1, Flaw::ResumeBlindly) };
+    let cfg = Config {
+        max_crashes: 1,
+        ..small(2, 1, Flaw::ResumeBlindly)
+    };
     assert_caught(Pool::new(cfg), &SAFETY);
 }
 
@@ -1271,8 +1453,14 @@ fn skip_an_order_is_caught() {
 
 #[test]
 fn keep_duplicates_is_caught() {
-    let cfg = Config { max_dups: 1, ..small(2, 2, Flaw::KeepDuplicates) };
-    assert_caught(Pool::new(cfg), &[RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE, LIVENESS]);
+    let cfg = Config {
+        max_dups: 1,
+        ..small(2, 2, Flaw::KeepDuplicates)
+    };
+    assert_caught(
+        Pool::new(cfg),
+        &[RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE, LIVENESS],
+    );
 }
 
 /// An idle instance that never claims an order it is not first in line
@@ -1282,9 +1470,15 @@ fn keep_duplicates_is_caught() {
 /// decides when an instance claims.
 #[test]
 fn defer_forever_is_caught() {
-    let cfg = Config { max_crashes: 1, ..small(2, 1, Flaw::DeferForever) };
+    let cfg = Config {
+        max_crashes: 1,
+        ..small(2, 1, Flaw::DeferForever)
+    };
     assert_caught(Pool::new(cfg), &[LIVENESS]);
-    let cfg = Config { max_crashes: 1, ..small(3, 1, Flaw::DeferForever) };
+    let cfg = Config {
+        max_crashes: 1,
+        ..small(3, 1, Flaw::DeferForever)
+    };
     assert_caught(Pool::new(cfg), &[LIVENESS]);
 }
 
@@ -1292,8 +1486,17 @@ fn defer_forever_is_caught() {
 /// (the finer independence without compaction) on too.
 #[test]
 fn flaws_are_caught_with_claims_commuting_with_decisions() {
-    let finer = |cfg: Config| Pool { unerased: true, ..Pool::new(cfg) };
-    assert_caught(finer(Config { max_crashes: 1, ..small(3, 1, Flaw::ResumeBlindly) }), &SAFETY);
+    let finer = |cfg: Config| Pool {
+        unerased: true,
+        ..Pool::new(cfg)
+    };
+    assert_caught(
+        finer(Config {
+            max_crashes: 1,
+            ..small(3, 1, Flaw::ResumeBlindly)
+        }),
+        &SAFETY,
+    );
     assert_caught(finer(small(3, 1, Flaw::DecideWithoutReading)), &SAFETY);
     assert_caught(finer(small(3, 1, Flaw::IgnoreHigherRivals)), &SAFETY);
     assert_caught(finer(small(3, 2, Flaw::SkipAnOrder)), &[SKIPPED]);
@@ -1308,7 +1511,11 @@ fn flaws_are_caught_with_claims_commuting_with_decisions() {
 /// although nobody died running it.
 #[test]
 fn stale_booted_fences_its_successor() {
-    let cfg = Config { max_crashes: 1, settle: false, ..small(2, 1, Flaw::SkipAnOrder) };
+    let cfg = Config {
+        max_crashes: 1,
+        settle: false,
+        ..small(2, 1, Flaw::SkipAnOrder)
+    };
     let cfg = Config { flaw: None, ..cfg };
     assert_caught(Pool::new(cfg), &[RUN_TWICE, RUN_BY_TWO]);
 }
@@ -1327,10 +1534,21 @@ fn stale_booted_fences_its_successor() {
 #[ignore = "long: cargo test --release --test model protocol_holds_bounded -- --ignored --nocapture"]
 fn protocol_holds_bounded() {
     let bound = env("POOL_MODEL_BOUND", 3_000_000) as usize;
-    for (i, o, crashes, dups) in
-        [(3, 3, 0, 0), (3, 3, 1, 0), (3, 3, 0, 1), (3, 3, 1, 1), (4, 4, 1, 0), (3, 2, 1, 0), (3, 2, 0, 1), (3, 2, 2, 0)]
-    {
-        let cfg = Config { max_crashes: crashes, max_dups: dups, ..config(i, o, None) };
+    for (i, o, crashes, dups) in [
+        (3, 3, 0, 0),
+        (3, 3, 1, 0),
+        (3, 3, 0, 1),
+        (3, 3, 1, 1),
+        (4, 4, 1, 0),
+        (3, 2, 1, 0),
+        (3, 2, 0, 1),
+        (3, 2, 2, 0),
+    ] {
+        let cfg = Config {
+            max_crashes: crashes,
+            max_dups: dups,
+            ..config(i, o, None)
+        };
         // The breadth-first queue holds whole worlds (see above).
         let bound = if o > 2 { bound / 3 } else { bound };
         assert_holds_upto(Pool::new(cfg), Bound::States(bound));
@@ -1346,7 +1564,12 @@ fn protocol_holds_bounded() {
 /// takes it for valid: it moves the frontier past an order nobody holds.
 #[test]
 fn zombie_record_outlives_its_fence() {
-    let cfg = Config { max_crashes: 1, max_dups: 1, settle: false, ..config(2, 2, None) };
+    let cfg = Config {
+        max_crashes: 1,
+        max_dups: 1,
+        settle: false,
+        ..config(2, 2, None)
+    };
     assert_caught(Pool::new(cfg), &[SKIPPED, LIVENESS]);
 }
 
@@ -1359,7 +1582,12 @@ fn zombie_record_outlives_its_fence() {
 /// process holds it void: nobody runs order 0.
 #[test]
 fn zombie_fence_erased_by_the_next_boot() {
-    let cfg = Config { max_crashes: 2, max_dups: 0, settle: false, ..config(2, 2, None) };
+    let cfg = Config {
+        max_crashes: 2,
+        max_dups: 0,
+        settle: false,
+        ..config(2, 2, None)
+    };
     assert_caught(Pool::new(cfg), &[SKIPPED, LIVENESS]);
 }
 
@@ -1372,7 +1600,12 @@ fn protocol_holds_when_processes_settle() {
         // Without the claim deferral (see `protocol_holds_ci`): with it,
         // 2 × 2 with a crash and a duplicate passed 3 million states at 5
         // minutes (3,425,790 in all without).
-        let cfg = Config { max_crashes: crashes, max_dups: dups, claim_defer_ms: 0, ..config(i, o, None) };
+        let cfg = Config {
+            max_crashes: crashes,
+            max_dups: dups,
+            claim_defer_ms: 0,
+            ..config(i, o, None)
+        };
         assert_holds(Pool::new(cfg));
     }
 }
@@ -1384,14 +1617,23 @@ fn protocol_holds_when_processes_settle() {
 /// process once the order's records are erased, and the order runs twice.
 #[test]
 fn late_claim_needs_its_order_kept() {
-    let cfg = Config { max_crashes: 1, max_dups: 0, horizon: HorizonRule::Claim, ..config(2, 2, None) };
+    let cfg = Config {
+        max_crashes: 1,
+        max_dups: 0,
+        horizon: HorizonRule::Claim,
+        ..config(2, 2, None)
+    };
     assert_caught(Pool::new(cfg), &[RUN_BY_TWO, RUN_TWICE]);
 }
 
 #[test]
 #[ignore]
 fn explore() {
-    let mut cfg = config(env("POOL_MODEL_INSTANCES", 3), env("POOL_MODEL_ORDERS", 2), None);
+    let mut cfg = config(
+        env("POOL_MODEL_INSTANCES", 3),
+        env("POOL_MODEL_ORDERS", 2),
+        None,
+    );
     cfg.max_crashes = env("POOL_MODEL_CRASHES", 0);
     cfg.max_dups = env("POOL_MODEL_DUPS", 0);
     cfg.compaction = env("POOL_MODEL_COMPACTION", 1) == 1;
@@ -1410,16 +1652,27 @@ fn explore() {
     let c = model
         .checker()
         .threads(2)
-        .timeout(std::time::Duration::from_secs(env("POOL_MODEL_SECS", 60) as u64))
-        ;
+        .timeout(std::time::Duration::from_secs(
+            env("POOL_MODEL_SECS", 60) as u64
+        ));
     // What a run explored, and which properties it found broken (a
     // measurement, not a check: `protocol_holds_*` are the checks).
     fn sum(c: &impl Checker<Pool>) -> (usize, usize, usize, bool, Vec<&'static str>) {
         let mut broken: Vec<&'static str> = c.discoveries().into_keys().collect();
         broken.sort();
-        (c.unique_state_count(), c.state_count(), c.max_depth(), c.is_done(), broken)
+        (
+            c.unique_state_count(),
+            c.state_count(),
+            c.max_depth(),
+            c.is_done(),
+            broken,
+        )
     }
-    let (u, g, d, done, broken) = if env("POOL_MODEL_DFS", 1) == 1 { sum(&c.spawn_dfs().join()) } else { sum(&c.spawn_bfs().join()) };
+    let (u, g, d, done, broken) = if env("POOL_MODEL_DFS", 1) == 1 {
+        sum(&c.spawn_dfs().join())
+    } else {
+        sum(&c.spawn_bfs().join())
+    };
     if !broken.is_empty() {
         println!("explore: properties broken: {broken:?}");
     }
@@ -1436,12 +1689,24 @@ fn explore() {
 /// module doc do not hide them there either).
 #[test]
 fn flaws_are_caught_with_three_instances() {
-    assert_caught(Pool::new(Config { max_crashes: 1, ..small(3, 1, Flaw::ResumeBlindly) }), &SAFETY);
+    assert_caught(
+        Pool::new(Config {
+            max_crashes: 1,
+            ..small(3, 1, Flaw::ResumeBlindly)
+        }),
+        &SAFETY,
+    );
     assert_caught(Pool::new(small(3, 1, Flaw::DecideWithoutReading)), &SAFETY);
     assert_caught(Pool::new(small(3, 1, Flaw::IgnoreHigherRivals)), &SAFETY);
     assert_caught(Pool::new(small(3, 2, Flaw::SkipAnOrder)), &[SKIPPED]);
-    let cfg = Config { max_dups: 1, ..small(3, 2, Flaw::KeepDuplicates) };
-    assert_caught(Pool::new(cfg), &[RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE, LIVENESS]);
+    let cfg = Config {
+        max_dups: 1,
+        ..small(3, 2, Flaw::KeepDuplicates)
+    };
+    assert_caught(
+        Pool::new(cfg),
+        &[RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE, LIVENESS],
+    );
 }
 
 /// `World::fingerprint` hashes the live processes without copying them
@@ -1455,9 +1720,22 @@ fn flaws_are_caught_with_three_instances() {
 #[test]
 fn fingerprint_without_copies_is_the_same() {
     let configs = [
-        Config { max_crashes: 1, max_dups: 0, ..config(2, 2, None) },
-        Config { max_crashes: 1, max_dups: 1, ..config(2, 1, None) },
-        Config { max_crashes: 0, max_dups: 0, compaction: false, ..config(3, 2, None) },
+        Config {
+            max_crashes: 1,
+            max_dups: 0,
+            ..config(2, 2, None)
+        },
+        Config {
+            max_crashes: 1,
+            max_dups: 1,
+            ..config(2, 1, None)
+        },
+        Config {
+            max_crashes: 0,
+            max_dups: 0,
+            compaction: false,
+            ..config(3, 2, None)
+        },
     ];
     for cfg in configs {
         let pool = Pool::new(cfg);
@@ -1472,7 +1750,13 @@ fn fingerprint_without_copies_is_the_same() {
             if !seen.insert(s.fp) {
                 continue;
             }
-            assert_eq!(s.fp, s.w.fingerprint_by_copy(pool.unerased), "fingerprints differ on\n{}{}", s.w.describe_log(), s.w.describe_processes());
+            assert_eq!(
+                s.fp,
+                s.w.fingerprint_by_copy(pool.unerased),
+                "fingerprints differ on\n{}{}",
+                s.w.describe_log(),
+                s.w.describe_processes()
+            );
             compared += 1;
             let mut actions = Vec::new();
             pool.actions(&s, &mut actions);
@@ -1494,47 +1778,71 @@ mod commuting {
 
     fn any_record() -> impl Strategy<Value = Record> {
         (
-            (1u32..4, 0usize..Event::ALL.len(), 0i64..3, 0usize..3, 1u64..6),
-            (proptest::option::of(1u32..4), proptest::option::of(0u64..12), proptest::option::of(0i64..5)),
-            (0u32..3, 0u8..8, proptest::option::of(1u32..4), prop_oneof![Just(Status::Ok), Just(Status::Failed)]),
+            (
+                1u32..4,
+                0usize..Event::ALL.len(),
+                0i64..3,
+                0usize..3,
+                1u64..6,
+            ),
+            (
+                proptest::option::of(1u32..4),
+                proptest::option::of(0u64..12),
+                proptest::option::of(0i64..5),
+            ),
+            (
+                0u32..3,
+                0u8..8,
+                proptest::option::of(1u32..4),
+                prop_oneof![Just(Status::Ok), Just(Status::Failed)],
+            ),
         )
-            .prop_map(|((i, ev, o, inc, seq), (by, seen, next), (attempt, flags, rank, status))| {
-                let ev = Event::ALL[ev];
-                let inc = ["a", "b", "c"][inc];
-                let mut r = Record::new(i, ev, inc, 0);
-                if ev.needs_order() {
-                    r = r.with_order(OrderId::new(0, o));
-                }
-                r.seq = seq;
-                r.attempt = attempt;
-                if let Some(n) = next {
-                    r.next.insert(0, n);
-                }
-                if ev == Event::Completed {
-                    r.outcome = Some(Outcome::not_run(status, "x"));
-                }
-                // Revocations and takeovers, now and then.
-                if ev == Event::Revoked || flags & 1 == 1 {
-                    r.by = by;
-                    r.seen = seen;
-                    r.fences = Some(["a", "b", "c"][flags as usize % 3].into());
-                }
-                if ev == Event::Claimed && flags & 2 == 2 {
-                    r.takeover_of = vec![Cite { instance: by.unwrap_or(1), incarnation: "a".into() }];
-                    r.rank = rank;
-                }
-                if flags & 4 == 4 && ev != Event::Booted {
-                    r.order_id = Some("id".into());
-                }
-                r
-            })
+            .prop_map(
+                |((i, ev, o, inc, seq), (by, seen, next), (attempt, flags, rank, status))| {
+                    let ev = Event::ALL[ev];
+                    let inc = ["a", "b", "c"][inc];
+                    let mut r = Record::new(i, ev, inc, 0);
+                    if ev.needs_order() {
+                        r = r.with_order(OrderId::new(0, o));
+                    }
+                    r.seq = seq;
+                    r.attempt = attempt;
+                    if let Some(n) = next {
+                        r.next.insert(0, n);
+                    }
+                    if ev == Event::Completed {
+                        r.outcome = Some(Outcome::not_run(status, "x"));
+                    }
+                    // Revocations and takeovers, now and then.
+                    if ev == Event::Revoked || flags & 1 == 1 {
+                        r.by = by;
+                        r.seen = seen;
+                        r.fences = Some(["a", "b", "c"][flags as usize % 3].into());
+                    }
+                    if ev == Event::Claimed && flags & 2 == 2 {
+                        r.takeover_of = vec![Cite {
+                            instance: by.unwrap_or(1),
+                            incarnation: "a".into(),
+                        }];
+                        r.rank = rank;
+                    }
+                    if flags & 4 == 4 && ev != Event::Booted {
+                        r.order_id = Some("id".into());
+                    }
+                    r
+                },
+            )
     }
 
     /// The View after reading `log`, and whether it accepted each record
     /// (the referee's verdicts, which the properties are judged on).
     fn fold(log: &[Record]) -> (View, Vec<bool>) {
         let mut v = View::new();
-        let verdicts = log.iter().enumerate().map(|(p, r)| v.apply(p as u64, r).is_ok()).collect();
+        let verdicts = log
+            .iter()
+            .enumerate()
+            .map(|(p, r)| v.apply(p as u64, r).is_ok())
+            .collect();
         (v, verdicts)
     }
 
@@ -1545,11 +1853,22 @@ mod commuting {
         check_swaps_by(log, depends)
     }
 
-    fn check_swaps_by(log: &[Record], depends: fn(&Record, &Record) -> bool) -> Result<(), TestCaseError> {
+    fn check_swaps_by(
+        log: &[Record],
+        depends: fn(&Record, &Record) -> bool,
+    ) -> Result<(), TestCaseError> {
         for k in (0..log.len() - 1).filter(|&k| !depends(&log[k], &log[k + 1])) {
             // The renaming applies to the positions records name too
             // (a revocation's `seen`).
-            let swap = |p: u64| if p == k as u64 { p + 1 } else if p == k as u64 + 1 { p - 1 } else { p };
+            let swap = |p: u64| {
+                if p == k as u64 {
+                    p + 1
+                } else if p == k as u64 + 1 {
+                    p - 1
+                } else {
+                    p
+                }
+            };
             let mut swapped = log.to_vec();
             swapped.swap(k, k + 1);
             for r in &mut swapped {
@@ -1561,8 +1880,22 @@ mod commuting {
             let (mut w, ws) = fold(&swapped);
             w.relabel(&|p| p, &|_| {});
             let short: Vec<String> = log.iter().map(|r| format!("{}:{:?} inc {} seq {} by {:?} fences {:?} seen {:?} o {:?} next {:?} tk {}", r.instance, r.event, r.incarnation, r.seq, r.by, r.fences, r.seen, r.offset, r.next, r.takeover_of.len())).collect();
-            prop_assert_eq!(vs, ws, "records {} and {} are judged differently in either order in\n{}\n", k, k + 1, short.join("\n"));
-            prop_assert_eq!(v, w, "records {} and {} do not commute in\n{}\n", k, k + 1, short.join("\n"));
+            prop_assert_eq!(
+                vs,
+                ws,
+                "records {} and {} are judged differently in either order in\n{}\n",
+                k,
+                k + 1,
+                short.join("\n")
+            );
+            prop_assert_eq!(
+                v,
+                w,
+                "records {} and {} do not commute in\n{}\n",
+                k,
+                k + 1,
+                short.join("\n")
+            );
         }
         Ok(())
     }
@@ -1577,7 +1910,12 @@ mod commuting {
             let mut seq = [0u64; 4];
             let mut log = Vec::new();
             for (i, ev, o, next) in steps {
-                let ev = [Event::Claimed, Event::Committed, Event::Yielded, Event::Completed][ev];
+                let ev = [
+                    Event::Claimed,
+                    Event::Committed,
+                    Event::Yielded,
+                    Event::Completed,
+                ][ev];
                 let s = &mut seq[i as usize];
                 if *s == 0 {
                     *s = 1;
@@ -1587,7 +1925,8 @@ mod commuting {
                 let mut r = Record::new(i, ev, "a", 0).with_order(OrderId::new(0, o));
                 r.seq = *s;
                 r.attempt = 1;
-                r.next.insert(0, next.max(if ev == Event::Claimed { o + 1 } else { 0 }));
+                r.next
+                    .insert(0, next.max(if ev == Event::Claimed { o + 1 } else { 0 }));
                 if ev == Event::Completed {
                     r.outcome = Some(Outcome::not_run(Status::Ok, "x"));
                 }
@@ -1619,8 +1958,22 @@ mod commuting {
                 }
                 let (ev, order) = match hold[k] {
                     None => (Event::Claimed, o),
-                    Some((h, false)) => (if choice % 2 == 0 { Event::Committed } else { Event::Yielded }, h),
-                    Some((h, true)) => (if choice == 0 { Event::Committed } else { Event::Completed }, h),
+                    Some((h, false)) => (
+                        if choice % 2 == 0 {
+                            Event::Committed
+                        } else {
+                            Event::Yielded
+                        },
+                        h,
+                    ),
+                    Some((h, true)) => (
+                        if choice == 0 {
+                            Event::Committed
+                        } else {
+                            Event::Completed
+                        },
+                        h,
+                    ),
                 };
                 hold[k] = match ev {
                     Event::Claimed => Some((order, false)),
@@ -1628,7 +1981,8 @@ mod commuting {
                     _ => None,
                 };
                 seq[k] += 1;
-                next[k] = (next[k] + bump / 2).max(if ev == Event::Claimed { order + 1 } else { 0 });
+                next[k] =
+                    (next[k] + bump / 2).max(if ev == Event::Claimed { order + 1 } else { 0 });
                 let mut r = Record::new(i, ev, "a", 0).with_order(OrderId::new(0, order));
                 r.seq = seq[k];
                 r.attempt = 1;
@@ -1676,8 +2030,17 @@ mod commuting {
 #[test]
 #[ignore = "long: cargo test --release --test model in_flight_claim_needs_its_order_kept -- --ignored --nocapture"]
 fn in_flight_claim_needs_its_order_kept() {
-    let cfg = Config { max_crashes: 1, max_dups: 0, protect_in_flight: false, ..config(3, 2, None) };
-    let f = check_upto(Pool::new(cfg), Some(&[RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE]), Bound::StatesDeep(80_000_000));
+    let cfg = Config {
+        max_crashes: 1,
+        max_dups: 0,
+        protect_in_flight: false,
+        ..config(3, 2, None)
+    };
+    let f = check_upto(
+        Pool::new(cfg),
+        Some(&[RUN_BY_TWO, RUN_TWICE, COMPLETED_TWICE]),
+        Bound::StatesDeep(80_000_000),
+    );
     println!("in-flight claim, unprotected: {} states", f.states);
     for (_, text) in &f.failures {
         println!("{text}");
@@ -1699,8 +2062,16 @@ fn in_flight_claim_needs_its_order_kept() {
 /// `World::superseded`).
 #[test]
 fn foreign_records_change_nothing() {
-    for (i, o, crashes, signed) in [(2, 1, 1, true), (2, 2, 0, true), (2, 1, 1, false), (2, 2, 0, false)] {
-        assert_holds(trusting(Config { max_crashes: crashes, ..forging(i, o, signed) }));
+    for (i, o, crashes, signed) in [
+        (2, 1, 1, true),
+        (2, 2, 0, true),
+        (2, 1, 1, false),
+        (2, 2, 0, false),
+    ] {
+        assert_holds(trusting(Config {
+            max_crashes: crashes,
+            ..forging(i, o, signed)
+        }));
     }
 }
 
@@ -1710,9 +2081,15 @@ fn foreign_records_change_nothing() {
 /// order that does not exist.
 #[test]
 fn accepting_forged_records_is_caught() {
-    let cfg = Config { trust_all: true, ..forging(2, 1, true) };
+    let cfg = Config {
+        trust_all: true,
+        ..forging(2, 1, true)
+    };
     assert_caught(trusting(cfg), &SAFETY);
-    let cfg = Config { trust_all: true, ..forging(2, 1, false) };
+    let cfg = Config {
+        trust_all: true,
+        ..forging(2, 1, false)
+    };
     assert_caught(trusting(cfg), &[SKIPPED]);
 }
 
@@ -1734,6 +2111,14 @@ fn forging(instances: u32, orders: u32, signed: bool) -> Config {
 /// [`Pool::new`] without reduction 5 (commuting appends), which is argued
 /// for the pool's records only.
 fn trusting(cfg: Config) -> Pool {
-    let p = Pool::new(Config { causal: false, ..cfg });
-    Pool { commute: false, unerased: false, canonical: true, ..p }
+    let p = Pool::new(Config {
+        causal: false,
+        ..cfg
+    });
+    Pool {
+        commute: false,
+        unerased: false,
+        canonical: true,
+        ..p
+    }
 }

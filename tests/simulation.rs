@@ -53,10 +53,10 @@
 
 mod world;
 
+use pool_worker::worker::Phase;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
-use pool_worker::worker::Phase;
 use world::*;
 
 const INSTANCES: u32 = 10;
@@ -203,7 +203,10 @@ fn run(seed: u64, cfg: &Config) -> Outcome {
 /// Runs one seed; returns the outcome and the world where it ended.
 fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
     // Seeds take turns with ORDERS_PER_PROCESS 1 (seed 002), 2 and 5.
-    let cfg = &Config { orders_per_process: [1, 2, 5][(seed % 3) as usize], ..cfg.clone() };
+    let cfg = &Config {
+        orders_per_process: [1, 2, 5][(seed % 3) as usize],
+        ..cfg.clone()
+    };
     let mut rng = Rng(seed);
     let mut w = World::new(cfg);
     let mut steps = 0u64;
@@ -220,7 +223,11 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
         s.push_str(&w.describe_processes());
         s.push_str("claimed orders not completed:\n");
         s.push_str(&w.describe_open_orders());
-        let leases = if cfg.lease_ms.is_some() { "POOL_SIM_LEASES=1 " } else { "" };
+        let leases = if cfg.lease_ms.is_some() {
+            "POOL_SIM_LEASES=1 "
+        } else {
+            ""
+        };
         s.push_str(&format!("replay: {leases}POOL_SIM_SEED={seed} cargo test --test simulation replay -- --nocapture\n"));
         s
     };
@@ -237,11 +244,28 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
         starts_unmarked: w.starts_unmarked,
         clock_ms: w.now,
         orders: cfg.orders as u64,
-        order_records: w.log.iter().filter(|e| e.rec.order().is_some() && e.rec.event != pool_worker::record::Event::Lease).count() as u64,
-        leases: w.log.iter().filter(|e| e.rec.event == pool_worker::record::Event::Lease).count() as u64,
-        claims: w.log.iter().filter(|e| e.rec.event == pool_worker::record::Event::Claimed).count() as u64,
+        order_records: w
+            .log
+            .iter()
+            .filter(|e| e.rec.order().is_some() && e.rec.event != pool_worker::record::Event::Lease)
+            .count() as u64,
+        leases: w
+            .log
+            .iter()
+            .filter(|e| e.rec.event == pool_worker::record::Event::Lease)
+            .count() as u64,
+        claims: w
+            .log
+            .iter()
+            .filter(|e| e.rec.event == pool_worker::record::Event::Claimed)
+            .count() as u64,
         rivals: {
-            let mut pairs: Vec<_> = w.log.iter().filter(|e| e.rec.event == pool_worker::record::Event::Claimed).map(|e| (e.rec.order(), e.rec.instance)).collect();
+            let mut pairs: Vec<_> = w
+                .log
+                .iter()
+                .filter(|e| e.rec.event == pool_worker::record::Event::Claimed)
+                .map(|e| (e.rec.order(), e.rec.instance))
+                .collect();
             pairs.sort();
             pairs.dedup();
             pairs.len() as u64
@@ -250,7 +274,10 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
     };
     while !w.all_completed(cfg) {
         if steps >= MAX_STEPS {
-            let why = format!("only {} of {} orders completed within {MAX_STEPS} steps", w.completed, cfg.orders);
+            let why = format!(
+                "only {} of {} orders completed within {MAX_STEPS} steps",
+                w.completed, cfg.orders
+            );
             let f = fail(&w, steps, &recent, why);
             return (done(&w, steps, Some(f)), w);
         }
@@ -263,13 +290,18 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
             // is behind the frontier and not completed will never be.
             let stranded = w.stranded();
             if !stranded.is_empty() && w.quiet() {
-                let why = format!("stranded: {stranded:?} held by nobody, behind the frontier, not completed");
+                let why = format!(
+                    "stranded: {stranded:?} held by nobody, behind the frontier, not completed"
+                );
                 let f = fail(&w, steps, &recent, why);
                 return (done(&w, steps, Some(f)), w);
             }
         }
         let Some(step) = step else {
-            let why = format!("stuck: no step possible, {} of {} orders completed", w.completed, cfg.orders);
+            let why = format!(
+                "stuck: no step possible, {} of {} orders completed",
+                w.completed, cfg.orders
+            );
             let f = fail(&w, steps, &recent, why);
             return (done(&w, steps, Some(f)), w);
         };
@@ -294,14 +326,21 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
     (done(&w, steps, None), w)
 }
 
-fn pick(rng: &mut Rng, w: &World, cfg: &Config, steps: u64, choices: &mut Vec<Step>) -> Option<Step> {
+fn pick(
+    rng: &mut Rng,
+    w: &World,
+    cfg: &Config,
+    steps: u64,
+    choices: &mut Vec<Step>,
+) -> Option<Step> {
     let live = |i: u32| w.insts[i as usize - 1].worker.is_some();
     // The shell's timer: every lease/3 (with leases), and at the time a
     // process asked for (Action::WakeAt: the end of a deferral, of a
     // settling wait), to a process that is not frozen.
     let due = (1..=cfg.instances).find(|&i| {
         let inst = &w.insts[i as usize - 1];
-        let timer = (cfg.lease_ms.is_some() && w.now >= inst.next_tick) || inst.wake_at.is_some_and(|t| w.now >= t);
+        let timer = (cfg.lease_ms.is_some() && w.now >= inst.next_tick)
+            || inst.wake_at.is_some_and(|t| w.now >= t);
         inst.worker.is_some() && w.now >= inst.frozen_until && timer
     });
     if let Some(i) = due {
@@ -315,7 +354,13 @@ fn pick(rng: &mut Rng, w: &World, cfg: &Config, steps: u64, choices: &mut Vec<St
             // booting: each process runs one order, then exits).
             let holding = |i: &u32| {
                 w.insts[*i as usize - 1].worker.as_ref().is_some_and(|p| {
-                    matches!(p.phase, Phase::Negotiate { .. } | Phase::Decide { .. } | Phase::Retry { .. } | Phase::Run { .. })
+                    matches!(
+                        p.phase,
+                        Phase::Negotiate { .. }
+                            | Phase::Decide { .. }
+                            | Phase::Retry { .. }
+                            | Phase::Run { .. }
+                    )
                 })
             };
             let holders: Vec<u32> = (1..=cfg.instances).filter(holding).collect();
@@ -325,7 +370,11 @@ fn pick(rng: &mut Rng, w: &World, cfg: &Config, steps: u64, choices: &mut Vec<St
                 1 + rng.below(cfg.instances as u64) as u32
             };
             if live(i) {
-                let ms = if rng.one_in(2) { lease + rng.below(2 * lease) } else { rng.below(lease * 2 / 3) };
+                let ms = if rng.one_in(2) {
+                    lease + rng.below(2 * lease)
+                } else {
+                    rng.below(lease * 2 / 3)
+                };
                 return Some(Step::Pause(i, ms));
             }
         }
@@ -347,7 +396,11 @@ fn pick(rng: &mut Rng, w: &World, cfg: &Config, steps: u64, choices: &mut Vec<St
     }
     if !w.orphans.is_empty() && rng.one_in(40) {
         let k = rng.below(w.orphans.len() as u64) as usize;
-        return Some(if rng.one_in(4) { Step::Lose(k) } else { Step::Land(k) });
+        return Some(if rng.one_in(4) {
+            Step::Lose(k)
+        } else {
+            Step::Land(k)
+        });
     }
     // A random instance, then a random step of it; a few tries before
     // falling back to any instance that can move.
@@ -373,7 +426,10 @@ fn pick(rng: &mut Rng, w: &World, cfg: &Config, steps: u64, choices: &mut Vec<St
 }
 
 fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 #[test]
@@ -424,8 +480,17 @@ const HUNDRED_ORDERS: u32 = 200;
 fn simulation_hundred_instances() {
     let seeds = env("POOL_SIM_HUNDRED_SEEDS", HUNDRED_SEEDS);
     let first = env("POOL_SIM_FIRST", 0);
-    let cfg = Config { instances: 100, orders: HUNDRED_ORDERS, ..config_leases() };
-    leased_seeds(&cfg, first, seeds, "simulation with 100 instances and leases");
+    let cfg = Config {
+        instances: 100,
+        orders: HUNDRED_ORDERS,
+        ..config_leases()
+    };
+    leased_seeds(
+        &cfg,
+        first,
+        seeds,
+        "simulation with 100 instances and leases",
+    );
 }
 
 /// Runs seeds `first..first + seeds` on two threads (stopping at the first
@@ -467,7 +532,11 @@ fn run_seeds(cfg: &Config, first: u64, seeds: u64) -> (u64, Outcome, Vec<String>
         }
     });
     let ran = (next.load(Ordering::Relaxed) - first).min(seeds);
-    (ran, totals.into_inner().unwrap(), failures.into_inner().unwrap())
+    (
+        ran,
+        totals.into_inner().unwrap(),
+        failures.into_inner().unwrap(),
+    )
 }
 
 /// Prints and records the figures line, then each failure; fails the test
@@ -478,7 +547,12 @@ fn report(line: &str, failures: &[String]) {
     for f in failures {
         println!("{f}");
     }
-    assert!(failures.is_empty(), "{} failing seed(s); first:\n{}", failures.len(), failures[0]);
+    assert!(
+        failures.is_empty(),
+        "{} failing seed(s); first:\n{}",
+        failures.len(),
+        failures[0]
+    );
 }
 
 /// The simulation with leases (`LEASE_MS`): the clock moves 0–2 ms per
@@ -506,11 +580,20 @@ fn simulation_with_leases() {
 /// `world::SETTLED` catches it. Bounded: at most 200 seeds of 100 orders.
 #[test]
 fn settling_shorter_than_appends_in_flight_is_caught() {
-    let cfg = Config { settle_ms: Some(20), orphan_ms: 2_000, orders: 100, ..config_leases() };
+    let cfg = Config {
+        settle_ms: Some(20),
+        orphan_ms: 2_000,
+        orders: 100,
+        ..config_leases()
+    };
     for seed in 0..200 {
         if let Some(f) = run(seed, &cfg).failure {
             // (Its replay line would replay the CI configuration instead.)
-            let f: String = f.lines().filter(|l| !l.starts_with("replay:")).map(|l| format!("{l}\n")).collect();
+            let f: String = f
+                .lines()
+                .filter(|l| !l.starts_with("replay:"))
+                .map(|l| format!("{l}\n"))
+                .collect();
             println!("caught, as it must be (SETTLE_MS 20, orphans for 2,000 ms):\n{f}");
             assert!(f.contains(SETTLED), "another property broke first:\n{f}");
             return;
@@ -526,14 +609,29 @@ fn settling_shorter_than_appends_in_flight_is_caught() {
 /// (`Config::restart_idle` false: a host gone while idle).
 #[test]
 fn defer_forever_is_caught_by_the_simulation() {
-    let cfg = Config { flaw: Some(pool_worker::worker::Flaw::DeferForever), restart_idle: false, orders: 60, ..config_leases() };
+    let cfg = Config {
+        flaw: Some(pool_worker::worker::Flaw::DeferForever),
+        restart_idle: false,
+        orders: 60,
+        ..config_leases()
+    };
     for seed in 0..300 {
         if let Some(f) = run(seed, &cfg).failure {
-            let f: String = f.lines().filter(|l| !l.starts_with("replay:")).map(|l| format!("{l}\n")).collect();
+            let f: String = f
+                .lines()
+                .filter(|l| !l.starts_with("replay:"))
+                .map(|l| format!("{l}\n"))
+                .collect();
             println!("caught, as it must be (seed {seed}):\n{f}");
             // And the same seeds hold without the flaw.
-            let fixed = Config { flaw: None, ..cfg.clone() };
-            assert!(run(seed, &fixed).failure.is_none(), "seed {seed} fails without the flaw too");
+            let fixed = Config {
+                flaw: None,
+                ..cfg.clone()
+            };
+            assert!(
+                run(seed, &fixed).failure.is_none(),
+                "seed {seed} fails without the flaw too"
+            );
             return;
         }
     }
@@ -552,18 +650,43 @@ fn defer_forever_is_caught_by_the_simulation() {
 fn audit_catches_the_logs_of_the_broken_rules() {
     use pool_worker::worker::Flaw;
     let audit_of = |w: &World| {
-        let log: Vec<(u64, Option<&pool_worker::record::Record>)> =
-            w.log.iter().enumerate().filter(|(_, e)| !e.erased).map(|(p, e)| (p as u64, Some(&*e.rec))).collect();
+        let log: Vec<(u64, Option<&pool_worker::record::Record>)> = w
+            .log
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !e.erased)
+            .map(|(p, e)| (p as u64, Some(&*e.rec)))
+            .collect();
         pool_worker::audit::audit(log, u32::MAX)
     };
     for seed in 0..5 {
-        let (out, w) = run_world(seed, &Config { orders: 100, compaction: false, ..config() });
+        let (out, w) = run_world(
+            seed,
+            &Config {
+                orders: 100,
+                compaction: false,
+                ..config()
+            },
+        );
         assert!(out.failure.is_none(), "seed {seed} fails without a flaw");
         let report = audit_of(&w);
-        assert!(report.holds(), "audit of a healthy log (seed {seed}): {:?}", report.violations);
+        assert!(
+            report.holds(),
+            "audit of a healthy log (seed {seed}): {:?}",
+            report.violations
+        );
     }
-    for flaw in [Flaw::DecideWithoutReading, Flaw::IgnoreHigherRivals, Flaw::SkipAnOrder] {
-        let cfg = Config { flaw: Some(flaw), orders: 100, compaction: false, ..config() };
+    for flaw in [
+        Flaw::DecideWithoutReading,
+        Flaw::IgnoreHigherRivals,
+        Flaw::SkipAnOrder,
+    ] {
+        let cfg = Config {
+            flaw: Some(flaw),
+            orders: 100,
+            compaction: false,
+            ..config()
+        };
         let caught = (0..300).find_map(|seed| {
             let (out, w) = run_world(seed, &cfg);
             out.failure.map(|f| (seed, f, audit_of(&w)))
@@ -573,7 +696,10 @@ fn audit_catches_the_logs_of_the_broken_rules() {
         };
         let rules: Vec<_> = report.violations.iter().map(|v| v.rule).collect();
         println!("{flaw:?} (seed {seed}): audit found {rules:?}");
-        assert!(!report.holds(), "{flaw:?} (seed {seed}): the referee caught\n{failure}\nbut the audit found nothing");
+        assert!(
+            !report.holds(),
+            "{flaw:?} (seed {seed}): the referee caught\n{failure}\nbut the audit found nothing"
+        );
     }
 }
 
@@ -619,18 +745,28 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
 /// (with `POOL_SIM_LEASES=1`: a seed of the simulation with leases).
 #[test]
 fn replay() {
-    let Some(seed) = std::env::var("POOL_SIM_SEED").ok().and_then(|v| v.parse().ok()) else {
+    let Some(seed) = std::env::var("POOL_SIM_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    else {
         return;
     };
     let t = Instant::now();
-    let mut cfg = if env("POOL_SIM_LEASES", 0) == 1 { config_leases() } else { config() };
+    let mut cfg = if env("POOL_SIM_LEASES", 0) == 1 {
+        config_leases()
+    } else {
+        config()
+    };
     if env("POOL_SIM_CLAIM_HORIZON", 0) == 1 {
         cfg.horizon = HorizonRule::Claim;
     }
     horizon_from_env(&mut cfg);
     let (out, w) = run_world(seed, &cfg);
     // POOL_SIM_ORDER=<offset>: every record about that order.
-    if let Some(o) = std::env::var("POOL_SIM_ORDER").ok().and_then(|v| v.parse::<i64>().ok()) {
+    if let Some(o) = std::env::var("POOL_SIM_ORDER")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+    {
         println!("records about order 0:{o}:");
         for p in 0..w.log.len() {
             if w.log[p].rec.order().is_some_and(|x| x.offset == o) {

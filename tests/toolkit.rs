@@ -52,10 +52,16 @@ fn tool(env: &[(String, String)], args: &[&str], stdin: Option<&[u8]>, timeout: 
     let mut cmd = command();
     cmd.envs(env.iter().map(|(k, v)| (OsStr::new(k), OsStr::new(v))))
         .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", bin().display()));
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin().display()));
     if let Some(input) = stdin {
         let mut w = child.stdin.take().expect("piped stdin");
         w.write_all(input).expect("write the tool's stdin");
@@ -82,23 +88,42 @@ fn tool(env: &[(String, String)], args: &[&str], stdin: Option<&[u8]>, timeout: 
             }
         }
     };
-    let ran = Ran { code: status.code(), stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() };
-    eprintln!("pool_worker {args:?} -> {:?}\nstdout:\n{}\nstderr:\n{}", ran.code, ran.stdout, ran.stderr);
+    let ran = Ran {
+        code: status.code(),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    };
+    eprintln!(
+        "pool_worker {args:?} -> {:?}\nstdout:\n{}\nstderr:\n{}",
+        ran.code, ran.stdout, ran.stderr
+    );
     ran
 }
 
 /// The outcome of each order's (first) completion, in the order of `orders`.
 fn outcomes(broker: &BrokerProc, orders: &[(i32, i64)]) -> Vec<Outcome> {
-    wait_completed(broker.bootstrap(), &broker.opts.coordination_topic, orders, T)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .into_iter()
-        .map(|r| r.outcome.clone().unwrap_or_else(|| panic!("a completion without outcome: {r:?}")))
-        .collect()
+    wait_completed(
+        broker.bootstrap(),
+        &broker.opts.coordination_topic,
+        orders,
+        T,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+    .into_iter()
+    .map(|r| {
+        r.outcome
+            .clone()
+            .unwrap_or_else(|| panic!("a completion without outcome: {r:?}"))
+    })
+    .collect()
 }
 
 /// An order that appends "$ORDER_PARTITION:$ORDER_OFFSET" to `ledger`.
 fn ledger_order(ledger: &Path) -> String {
-    sh_order(&format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)), None)
+    sh_order(
+        &format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)),
+        None,
+    )
 }
 
 /// Writes an executable script.
@@ -120,46 +145,94 @@ fn status_and_history_report_a_run() {
     let ledger = dir.path().join("ledger");
     let broker = broker();
     let topic = broker.opts.orders_topic.clone();
-    let mut orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 3], Some(0));
+    let mut orders = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &vec![ledger_order(&ledger); 3],
+        Some(0),
+    );
     // One failing order, to see it counted apart.
-    orders.extend(produce_orders(broker.bootstrap(), &topic, &[sh_order("exit 3", None)], Some(0)));
+    orders.extend(produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[sh_order("exit 3", None)],
+        Some(0),
+    ));
     // Before any worker: all four wait, nothing is claimed.
     let env = broker.env();
     let r = tool(&env, &["status", "--json"], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    let s: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
-    assert_eq!((&s["waiting"], &s["completed"], &s["claimed"]), (&serde_json::json!(4), &serde_json::json!(0), &serde_json::json!(0)), "{s:#}");
+    let s: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    assert_eq!(
+        (&s["waiting"], &s["completed"], &s["claimed"]),
+        (
+            &serde_json::json!(4),
+            &serde_json::json!(0),
+            &serde_json::json!(0)
+        ),
+        "{s:#}"
+    );
     assert!(s["oldest_waiting_age_ms"].is_u64(), "{s:#}");
     assert_eq!(s["instances"], serde_json::json!([]), "{s:#}");
 
     let sup = pool(&broker, "2", &[]);
-    let audit = wait_and_audit(broker.bootstrap(), &broker.opts.coordination_topic, &orders, T);
-    audit.check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
-    sup.expect("both instances booted", |s| s.starts(1) >= 1 && s.starts(2) >= 1, T);
+    let audit = wait_and_audit(
+        broker.bootstrap(),
+        &broker.opts.coordination_topic,
+        &orders,
+        T,
+    );
+    audit
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
+    sup.expect(
+        "both instances booted",
+        |s| s.starts(1) >= 1 && s.starts(2) >= 1,
+        T,
+    );
     let r = tool(&env, &["status", "--json"], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    let s: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    let s: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
     assert_eq!(s["completed"], serde_json::json!(4), "{s:#}");
     // The not-ok total and the `failed` status are named apart (issue 19).
     assert_eq!(s["not_ok"], serde_json::json!(1), "{s:#}");
-    assert!(s.get("failed").is_none(), "`failed` is only a status in by_status: {s:#}");
+    assert!(
+        s.get("failed").is_none(),
+        "`failed` is only a status in by_status: {s:#}"
+    );
     assert_eq!(s["by_status"]["ok"], serde_json::json!(3), "{s:#}");
     assert_eq!(s["by_status"]["failed"], serde_json::json!(1), "{s:#}");
     assert_eq!(s["orders_in_topic"], serde_json::json!(4), "{s:#}");
     assert_eq!(s["waiting"], serde_json::json!(0), "{s:#}");
     assert_eq!(s["claimed"], serde_json::json!(4), "{s:#}");
     assert!(s["oldest_waiting_age_ms"].is_null(), "{s:#}");
-    let instances = s["instances"].as_array().unwrap_or_else(|| panic!("no instances: {s:#}"));
-    let numbers: Vec<u64> = instances.iter().filter_map(|i| i["instance"].as_u64()).collect();
+    let instances = s["instances"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no instances: {s:#}"));
+    let numbers: Vec<u64> = instances
+        .iter()
+        .filter_map(|i| i["instance"].as_u64())
+        .collect();
     assert!(numbers.contains(&1) && numbers.contains(&2), "{s:#}");
     for i in instances {
-        assert!(i["state"].is_string() && i["incarnation"].is_string(), "{i}");
+        assert!(
+            i["state"].is_string() && i["incarnation"].is_string(),
+            "{i}"
+        );
     }
     // Each completion is some instance's last completion, or overwritten by a later one.
-    let completers: std::collections::BTreeSet<u32> =
-        audit.orders.values().flat_map(|t| t.completions.iter().map(|c| c.1.instance)).collect();
+    let completers: std::collections::BTreeSet<u32> = audit
+        .orders
+        .values()
+        .flat_map(|t| t.completions.iter().map(|c| c.1.instance))
+        .collect();
     for c in completers {
-        let e = instances.iter().find(|i| i["instance"] == serde_json::json!(c)).expect("completer listed");
+        let e = instances
+            .iter()
+            .find(|i| i["instance"] == serde_json::json!(c))
+            .expect("completer listed");
         assert!(e["last_completion"]["order"].is_string(), "{e}");
     }
 
@@ -172,16 +245,35 @@ fn status_and_history_report_a_run() {
     let failing = pos(orders[3]);
     let r = tool(&env, &["status", "--failed"], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    assert!(r.stdout.starts_with("1 orders did not end ok\n"), "{}", r.stdout);
+    assert!(
+        r.stdout.starts_with("1 orders did not end ok\n"),
+        "{}",
+        r.stdout
+    );
     let line = r.stdout.lines().nth(1).unwrap_or_default();
-    assert!(line.starts_with(&failing) && line.contains("failed") && line.contains("exit 3"), "{}", r.stdout);
+    assert!(
+        line.starts_with(&failing) && line.contains("failed") && line.contains("exit 3"),
+        "{}",
+        r.stdout
+    );
     let r = tool(&env, &["status", "--failed", "--json"], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    let f: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    let f: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
     assert_eq!(f["not_ok"], serde_json::json!(1), "{f:#}");
-    let list = f["orders"].as_array().unwrap_or_else(|| panic!("no orders: {f:#}"));
+    let list = f["orders"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no orders: {f:#}"));
     assert_eq!(list.len(), 1, "{f:#}");
-    assert_eq!((&list[0]["order"], &list[0]["status"], &list[0]["exit_code"]), (&serde_json::json!(failing), &serde_json::json!("failed"), &serde_json::json!(3)), "{f:#}");
+    assert_eq!(
+        (&list[0]["order"], &list[0]["status"], &list[0]["exit_code"]),
+        (
+            &serde_json::json!(failing),
+            &serde_json::json!("failed"),
+            &serde_json::json!(3)
+        ),
+        "{f:#}"
+    );
 
     // Flags instead of the environment give the same answer.
     let args = [
@@ -195,7 +287,8 @@ fn status_and_history_report_a_run() {
         &broker.opts.coordination_topic,
     ];
     let r = tool(&[], &args, None, TOOL);
-    let s2: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    let s2: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
     assert_eq!(s2["completed"], serde_json::json!(4), "{s2:#}");
 
     // history of the failing order.
@@ -203,15 +296,23 @@ fn status_and_history_report_a_run() {
     let r = tool(&env, &["history", &o], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
     for ev in ["claimed", "committed", "completed"] {
-        assert!(r.stdout.contains(&format!(":{ev}")), "history lacks {ev}:\n{}", r.stdout);
+        assert!(
+            r.stdout.contains(&format!(":{ev}")),
+            "history lacks {ev}:\n{}",
+            r.stdout
+        );
     }
     assert!(r.stdout.contains("failed exit 3"), "{}", r.stdout);
     let r = tool(&env, &["history", &o, "--json"], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    let h: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    let h: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
     assert_eq!(h["order"], serde_json::json!(o));
     let records = h["records"].as_array().expect("records");
-    let events: Vec<&str> = records.iter().filter_map(|r| r["record"]["event"].as_str()).collect();
+    let events: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r["record"]["event"].as_str())
+        .collect();
     for ev in ["claimed", "committed", "completed"] {
         assert!(events.contains(&ev), "{events:?}");
     }
@@ -219,20 +320,45 @@ fn status_and_history_report_a_run() {
     let d = events.iter().position(|e| *e == "completed").unwrap();
     assert!(c < d, "{events:?}");
     for rec in records {
-        assert_eq!(rec["record"]["offset"], serde_json::json!(orders[3].1), "{rec}");
+        assert_eq!(
+            rec["record"]["offset"],
+            serde_json::json!(orders[3].1),
+            "{rec}"
+        );
         assert!(rec["pos"].is_u64() && rec["key"].is_string(), "{rec}");
     }
     // The audit replays the same log and finds every invariant holding.
     let r = tool(&env, &["audit"], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    assert!(r.stdout.contains("every invariant holds") && r.stdout.contains("4 orders"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("every invariant holds") && r.stdout.contains("4 orders"),
+        "{}",
+        r.stdout
+    );
     let r = tool(&env, &["audit", "--json"], None, TOOL);
-    let a: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
-    assert_eq!((a["holds"].as_bool(), a["whole"].as_bool(), a["orders"].as_u64()), (Some(true), Some(true), Some(4)), "{a}");
+    let a: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    assert_eq!(
+        (
+            a["holds"].as_bool(),
+            a["whole"].as_bool(),
+            a["orders"].as_u64()
+        ),
+        (Some(true), Some(true), Some(4)),
+        "{a}"
+    );
     // An order nobody touched.
     let r = tool(&env, &["history", "0:999"], None, TOOL);
-    assert_eq!(r.code, Some(1), "an order the claims topic does not know is an error");
-    assert!(r.stdout.contains("no record about order 0:999"), "{}", r.stdout);
+    assert_eq!(
+        r.code,
+        Some(1),
+        "an order the claims topic does not know is an error"
+    );
+    assert!(
+        r.stdout.contains("no record about order 0:999"),
+        "{}",
+        r.stdout
+    );
 }
 
 /// Every tool that talks to Kafka, with no broker at its address: one line
@@ -241,20 +367,44 @@ fn status_and_history_report_a_run() {
 #[test]
 fn tools_without_a_broker_say_so_in_one_line() {
     // A loopback port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap();
     let addr = format!("127.0.0.1:{port}");
     let env = [("KAFKA_BROKERS".to_string(), addr.clone())];
-    for args in [&["status"][..], &["status", "--json"], &["history", "0:0"], &["submit", "--", "true"], &["audit"]] {
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["history", "0:0"],
+        &["submit", "--", "true"],
+        &["audit"],
+    ] {
         let r = tool(&env, args, None, Duration::from_secs(20));
         assert_eq!(r.code, Some(1), "{args:?}: {r:?}");
         let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(lines.len(), 1, "{args:?}: one line, not {lines:#?}");
-        assert!(lines[0].contains(&addr) && lines[0].contains("KAFKA_BROKERS") && lines[0].contains("--brokers"), "{args:?}: {}", lines[0]);
-        assert!(!r.stderr.contains("librdkafka") && !r.stderr.contains("ERROR"), "{args:?}: {}", r.stderr);
+        assert!(
+            lines[0].contains(&addr)
+                && lines[0].contains("KAFKA_BROKERS")
+                && lines[0].contains("--brokers"),
+            "{args:?}: {}",
+            lines[0]
+        );
+        assert!(
+            !r.stderr.contains("librdkafka") && !r.stderr.contains("ERROR"),
+            "{args:?}: {}",
+            r.stderr
+        );
         assert!(r.stdout.is_empty(), "{args:?}: {}", r.stdout);
     }
     // The flag is named in the line too, and used.
-    let r = tool(&[], &["status", "--brokers", &addr], None, Duration::from_secs(20));
+    let r = tool(
+        &[],
+        &["status", "--brokers", &addr],
+        None,
+        Duration::from_secs(20),
+    );
     assert_eq!(r.code, Some(1), "{r:?}");
     assert!(r.stderr.contains(&addr), "{}", r.stderr);
 }
@@ -268,36 +418,88 @@ fn submit_waits_and_refuses_invalid_orders() {
     let topic = broker.opts.orders_topic.clone();
 
     // Invalid orders are refused before anything is sent (no pool needed).
-    let r = tool(&env, &["submit", "--json-file", "-"], Some(br#"{"cmd":5}"#), TOOL);
+    let r = tool(
+        &env,
+        &["submit", "--json-file", "-"],
+        Some(br#"{"cmd":5}"#),
+        TOOL,
+    );
     assert_eq!(r.code, Some(2), "{r:?}");
     assert!(r.stderr.contains("not a valid order"), "{}", r.stderr);
     assert!(r.stdout.is_empty(), "{}", r.stdout);
     let r = tool(&env, &["submit", "--text", "echo 'unclosed"], None, TOOL);
     assert_eq!(r.code, Some(2), "{r:?}");
-    assert!(read_topic(broker.bootstrap(), &topic, 0).is_empty(), "an invalid order was sent");
+    assert!(
+        read_topic(broker.bootstrap(), &topic, 0).is_empty(),
+        "an invalid order was sent"
+    );
 
     // No worker yet: --wait gives up after its time limit with 124 (the order is sent).
     let t0 = Instant::now();
-    let r = tool(&env, &["submit", "--wait", "--wait-timeout-secs", "1", "--text", "true"], None, TOOL);
+    let r = tool(
+        &env,
+        &[
+            "submit",
+            "--wait",
+            "--wait-timeout-secs",
+            "1",
+            "--text",
+            "true",
+        ],
+        None,
+        TOOL,
+    );
     assert_eq!((r.code, r.stdout.trim()), (Some(124), "0:0"), "{r:?}");
-    assert!(r.stderr.contains("not completed within 1 s"), "{}", r.stderr);
-    assert!(t0.elapsed() < Duration::from_secs(20), "took {:?}", t0.elapsed());
+    assert!(
+        r.stderr.contains("not completed within 1 s"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t0.elapsed()
+    );
 
     let sup = pool(&broker, "1", &[]);
-    let r = tool(&env, &["submit", "--wait", "--", "sh", "-c", "echo out; echo err >&2; exit 7"], None, T);
+    let r = tool(
+        &env,
+        &[
+            "submit",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 7",
+        ],
+        None,
+        T,
+    );
     assert_eq!(r.code, Some(7), "{r:?}");
     let mut lines = r.stdout.lines();
     let order = lines.next().unwrap_or_default().to_string();
     assert_eq!(order, "0:1", "first line is the order's P:O: {}", r.stdout);
     assert_eq!(lines.collect::<Vec<_>>(), ["out"], "{}", r.stdout);
     assert!(r.stderr.contains("err"), "{}", r.stderr);
-    assert!(r.stderr.contains("order 0:1: failed on instance 1") && r.stderr.contains("exit 7"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("order 0:1: failed on instance 1") && r.stderr.contains("exit 7"),
+        "{}",
+        r.stderr
+    );
 
     // Exit 0, text form, JSON output.
-    let r = tool(&env, &["submit", "--wait", "--json", "--text", "echo hello world"], None, T);
+    let r = tool(
+        &env,
+        &["submit", "--wait", "--json", "--text", "echo hello world"],
+        None,
+        T,
+    );
     assert_eq!(r.code, Some(0), "{r:?}");
-    let lines: Vec<serde_json::Value> =
-        r.stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let lines: Vec<serde_json::Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
     assert_eq!(lines.len(), 2, "{}", r.stdout);
     assert_eq!(lines[0]["event"], "submitted");
     assert_eq!(lines[0]["order"], "0:2");
@@ -317,8 +519,16 @@ fn submit_waits_and_refuses_invalid_orders() {
     // The same id again: completed as a duplicate, without an exit code: --wait exits 1.
     let r = tool(&env, &["submit", "--wait", "--json-file", file], None, T);
     assert_eq!(r.code, Some(1), "{r:?}");
-    assert!(r.stderr.contains("order 0:4: duplicate") && r.stderr.contains("order 0:3 has the same id"), "{}", r.stderr);
-    assert_eq!(read_topic(broker.bootstrap(), &topic, 0).len(), 5, "exactly the five valid orders were sent");
+    assert!(
+        r.stderr.contains("order 0:4: duplicate") && r.stderr.contains("order 0:3 has the same id"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        read_topic(broker.bootstrap(), &topic, 0).len(),
+        5,
+        "exactly the five valid orders were sent"
+    );
     drop(sup);
 }
 
@@ -329,45 +539,81 @@ fn duplicate_ids_run_once() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker();
-    let (topic, claims) = (broker.opts.orders_topic.clone(), broker.opts.coordination_topic.clone());
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
     let with_id = |id: &str| {
         let mut v: serde_json::Value = serde_json::from_str(&ledger_order(&ledger)).unwrap();
         v["id"] = id.into();
         v.to_string()
     };
     // Both wait before the pool starts: six instances race for them.
-    let first = produce_orders(broker.bootstrap(), &topic, &[with_id("dup-1"), with_id("dup-1")], Some(0));
+    let first = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[with_id("dup-1"), with_id("dup-1")],
+        Some(0),
+    );
     let sup = pool(&broker, "6", &[]);
     let audit = wait_and_audit(broker.bootstrap(), &claims, &first, T);
-    audit.check_exactly_once(&first).unwrap_or_else(|e| panic!("{e}"));
+    audit
+        .check_exactly_once(&first)
+        .unwrap_or_else(|e| panic!("{e}"));
     let lines = common::ledger(&ledger);
     assert_eq!(lines.len(), 1, "two orders with one id: {lines:?}");
     let ran = lines[0].clone();
-    let other = first.iter().map(|o| pos(*o)).find(|o| *o != ran).unwrap_or_else(|| panic!("ran {ran}?"));
+    let other = first
+        .iter()
+        .map(|o| pos(*o))
+        .find(|o| *o != ran)
+        .unwrap_or_else(|| panic!("ran {ran}?"));
     let o = outcomes(&broker, &first);
     let by_pos: BTreeMap<String, &Outcome> = first.iter().map(|o| pos(*o)).zip(o.iter()).collect();
     assert_eq!(by_pos[&ran].status, Status::Ok, "{by_pos:?}");
     let dup = by_pos[&other];
     assert_eq!(dup.status, Status::Duplicate, "{by_pos:?}");
     let reason = dup.reason.as_deref().unwrap_or("");
-    assert!(reason.contains(&format!("order {ran} ")) && reason.contains("dup-1"), "{reason}");
-    assert!(dup.exit_code.is_none() && dup.stdout_tail.is_empty(), "{dup:?}");
+    assert!(
+        reason.contains(&format!("order {ran} ")) && reason.contains("dup-1"),
+        "{reason}"
+    );
+    assert!(
+        dup.exit_code.is_none() && dup.stdout_tail.is_empty(),
+        "{dup:?}"
+    );
 
     // Later: the same id again is a duplicate of the first; a new id runs.
-    let later = produce_orders(broker.bootstrap(), &topic, &[with_id("dup-1"), with_id("dup-2")], Some(0));
+    let later = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[with_id("dup-1"), with_id("dup-2")],
+        Some(0),
+    );
     let o = outcomes(&broker, &later);
     assert_eq!(o[0].status, Status::Duplicate, "{o:?}");
-    assert!(o[0].reason.as_deref().unwrap_or("").contains(&format!("order {ran} ")), "{o:?}");
+    assert!(
+        o[0].reason
+            .as_deref()
+            .unwrap_or("")
+            .contains(&format!("order {ran} ")),
+        "{o:?}"
+    );
     assert_eq!(o[1].status, Status::Ok, "{o:?}");
     let lines = common::ledger(&ledger);
     assert_eq!(lines, [ran, pos(later[1])], "ledger");
     let all: Vec<_> = first.iter().chain(&later).copied().collect();
-    Audit::of(&decoded_claims(broker.bootstrap(), &claims)).check_exactly_once(&all).unwrap_or_else(|e| panic!("{e}"));
+    Audit::of(&decoded_claims(broker.bootstrap(), &claims))
+        .check_exactly_once(&all)
+        .unwrap_or_else(|e| panic!("{e}"));
     // The completions carry the id.
     let recs = decoded_claims(broker.bootstrap(), &claims);
     let ids: Vec<Option<String>> = recs
         .iter()
-        .filter(|(_, r)| r.event == Event::Completed && r.order().map(|o| (o.partition, o.offset)) == Some(later[1]))
+        .filter(|(_, r)| {
+            r.event == Event::Completed
+                && r.order().map(|o| (o.partition, o.offset)) == Some(later[1])
+        })
         .map(|(_, r)| r.order_id.clone())
         .collect();
     eprintln!("completion ids of {}: {ids:?}", pos(later[1]));
@@ -391,7 +637,12 @@ fn results_topic_gets_every_completion() {
     let sup = pool(&broker, "2", &[]);
     // The same id once the first is done: a duplicate, published too.
     outcomes(&broker, &orders[3..]);
-    orders.extend(produce_orders(broker.bootstrap(), &topic, &[payloads[3].clone()], Some(0)));
+    orders.extend(produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[payloads[3].clone()],
+        Some(0),
+    ));
     let done = outcomes(&broker, &orders);
     let mut recs = Vec::new();
     assert!(
@@ -410,11 +661,22 @@ fn results_topic_gets_every_completion() {
         assert_eq!(v["order"], serde_json::json!(k), "{v}");
         by_key.insert(k, v);
     }
-    let get = |i: usize| by_key.get(&pos(orders[i])).unwrap_or_else(|| panic!("no result for {}: {by_key:?}", pos(orders[i])));
+    let get = |i: usize| {
+        by_key
+            .get(&pos(orders[i]))
+            .unwrap_or_else(|| panic!("no result for {}: {by_key:?}", pos(orders[i])))
+    };
     let (r0, r1, r2) = (get(0), get(1), get(2));
     assert_eq!(get(3)["status"], "ok");
     assert_eq!(get(4)["status"], "duplicate");
-    assert!(get(4)["reason"].as_str().unwrap_or("").contains(&format!("order {} ", pos(orders[3]))), "{}", get(4));
+    assert!(
+        get(4)["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("order {} ", pos(orders[3]))),
+        "{}",
+        get(4)
+    );
     assert_eq!(r0["status"], "ok");
     assert_eq!(r0["exit_code"], 0);
     // The job does not see the worker's KAFKA_* variables (JOB_ENV_DENY's default).
@@ -425,12 +687,22 @@ fn results_topic_gets_every_completion() {
     assert_eq!(r1["stderr"], "oops\n");
     assert_eq!(r2["status"], "error");
     assert!(r2["exit_code"].is_null(), "{r2}");
-    assert!(r2["reason"].as_str().unwrap_or("").contains("not found"), "{r2}");
+    assert!(
+        r2["reason"].as_str().unwrap_or("").contains("not found"),
+        "{r2}"
+    );
     for (i, r) in [r0, r1, r2].into_iter().enumerate() {
-        assert!(r["instance"].as_u64().is_some_and(|n| n == 1 || n == 2), "{r}");
+        assert!(
+            r["instance"].as_u64().is_some_and(|n| n == 1 || n == 2),
+            "{r}"
+        );
         assert_eq!(r["attempt"], 1, "{r}");
         assert!(r["duration_ms"].is_u64(), "{r}");
-        assert_eq!(r["status"], serde_json::json!(done[i].status), "the result agrees with the claims topic");
+        assert_eq!(
+            r["status"],
+            serde_json::json!(done[i].status),
+            "the result agrees with the claims topic"
+        );
     }
     drop(sup);
 }
@@ -452,7 +724,11 @@ fn image_orders_run_docker_from_path() {
             shq(&envfile)
         ),
     );
-    let path = format!("{}:{}", bindir.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bindir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let broker = broker();
     let order = serde_json::json!({
         "image": "alpine:3",
@@ -460,22 +736,61 @@ fn image_orders_run_docker_from_path() {
         "args": ["echo", "a b"],
     })
     .to_string();
-    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &[order], Some(0));
-    let sup = pool(&broker, "1", &[("PATH", &path), ("ALLOWED_IMAGES", "alpine"), ("JOB_ENV_DENY", "SECRET_*")]);
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &[order],
+        Some(0),
+    );
+    let sup = pool(
+        &broker,
+        "1",
+        &[
+            ("PATH", &path),
+            ("ALLOWED_IMAGES", "alpine"),
+            ("JOB_ENV_DENY", "SECRET_*"),
+        ],
+    );
     let o = outcomes(&broker, &orders);
-    assert_eq!((o[0].status, o[0].exit_code), (Status::Ok, Some(0)), "{o:?}");
+    assert_eq!(
+        (o[0].status, o[0].exit_code),
+        (Status::Ok, Some(0)),
+        "{o:?}"
+    );
     assert_eq!(o[0].stdout_tail, "from-docker\n");
     let argv = std::fs::read_to_string(&out).unwrap();
     let argv: Vec<&str> = argv.lines().collect();
     let (p, off) = orders[0];
     let name = format!("pool_worker-1-{p}-{off}-a1");
     let expected = [
-        "run", "--rm", "--name", &name, "--security-opt", "no-new-privileges", "-e", "GREETING", "-e", "ORDER_PARTITION", "-e", "ORDER_OFFSET", "-e",
-        "INSTANCE_NUMBER", "-e", "ORDER_ATTEMPT", "-e", "ORDER_RETRY", "alpine:3", "echo", "a b",
+        "run",
+        "--rm",
+        "--name",
+        &name,
+        "--security-opt",
+        "no-new-privileges",
+        "-e",
+        "GREETING",
+        "-e",
+        "ORDER_PARTITION",
+        "-e",
+        "ORDER_OFFSET",
+        "-e",
+        "INSTANCE_NUMBER",
+        "-e",
+        "ORDER_ATTEMPT",
+        "-e",
+        "ORDER_RETRY",
+        "alpine:3",
+        "echo",
+        "a b",
     ];
     assert_eq!(argv, expected);
     // Values pass through docker's environment (-e NAME), not its argv; a denied one does not.
-    assert_eq!(std::fs::read_to_string(&envfile).unwrap(), "GREETING=hi there SECRET_X=unset\n");
+    assert_eq!(
+        std::fs::read_to_string(&envfile).unwrap(),
+        "GREETING=hi there SECRET_X=unset\n"
+    );
     drop(sup);
 }
 
@@ -528,7 +843,10 @@ impl Http {
                 }
                 let path = format!("/{}", parts.join("/"));
                 let resp = match routes.get(&path) {
-                    Some(body) => format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()),
+                    Some(body) => format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    ),
                     None => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_string(),
                 };
                 let _ = conn.write_all(resp.as_bytes());
@@ -548,10 +866,17 @@ fn url_orders_fetch_run_and_fail() {
     let routes = BTreeMap::from([
         ("/allowed/ok".to_string(), ledger_order(&ledger)),
         ("/allowed/dup".to_string(), with_id.to_string()),
-        ("/secret/x".to_string(), sh_order(&format!("touch {}", shq(&marker)), None)),
+        (
+            "/secret/x".to_string(),
+            sh_order(&format!("touch {}", shq(&marker)), None),
+        ),
     ]);
     let http = Http::start(routes);
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let base = format!("http://127.0.0.1:{}", http.port);
     let url = |u: String| serde_json::json!({ "url": u }).to_string();
     let payloads = [
@@ -564,29 +889,67 @@ fn url_orders_fetch_run_and_fail() {
         url(format!("{base}/allowed/dup")),
     ];
     let broker = broker();
-    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &payloads,
+        Some(0),
+    );
     let allowed = format!("{base}/allowed/,http://127.0.0.1:{dead}/");
     let sup = pool(&broker, "2", &[("ALLOWED_URLS", &allowed)]);
     let o = outcomes(&broker, &orders);
     assert_eq!(o[0].status, Status::Ok, "{o:?}");
     assert_eq!(o[4].status, Status::Ok, "{o:?}");
     assert_eq!(o[5].status, Status::Duplicate, "{o:?}");
-    assert!(o[5].reason.as_deref().unwrap_or("").contains(&format!("order {} ", pos(orders[4]))), "{o:?}");
+    assert!(
+        o[5].reason
+            .as_deref()
+            .unwrap_or("")
+            .contains(&format!("order {} ", pos(orders[4]))),
+        "{o:?}"
+    );
     let mut ran = common::ledger(&ledger);
     ran.sort();
     let mut want = vec![pos(orders[0]), pos(orders[4])];
     want.sort();
-    assert_eq!(ran, want, "each fetched order ran once, the duplicate not at all");
+    assert_eq!(
+        ran, want,
+        "each fetched order ran once, the duplicate not at all"
+    );
     assert_eq!(o[1].status, Status::Error, "{o:?}");
-    assert!(o[1].reason.as_deref().unwrap_or("").contains("404"), "{o:?}");
+    assert!(
+        o[1].reason.as_deref().unwrap_or("").contains("404"),
+        "{o:?}"
+    );
     assert_eq!(o[2].status, Status::Refused, "{o:?}");
-    assert!(o[2].reason.as_deref().unwrap_or("").contains("not under an allowed prefix"), "{o:?}");
+    assert!(
+        o[2].reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("not under an allowed prefix"),
+        "{o:?}"
+    );
     assert_eq!(o[3].status, Status::Error, "{o:?}");
-    assert!(o[3].reason.as_deref().unwrap_or("").contains("cannot connect"), "{o:?}");
+    assert!(
+        o[3].reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("cannot connect"),
+        "{o:?}"
+    );
     assert!(!marker.exists(), "a refused URL order ran");
     let reqs = http.requests.lock().unwrap().clone();
-    assert!(!reqs.iter().any(|r| r.contains("/secret")), "a refused URL was fetched: {reqs:?}");
-    assert_eq!(reqs.iter().filter(|r| r.starts_with("GET /allowed/ok ")).count(), 1, "{reqs:?}");
+    assert!(
+        !reqs.iter().any(|r| r.contains("/secret")),
+        "a refused URL was fetched: {reqs:?}"
+    );
+    assert_eq!(
+        reqs.iter()
+            .filter(|r| r.starts_with("GET /allowed/ok "))
+            .count(),
+        1,
+        "{reqs:?}"
+    );
     drop(sup);
 }
 
@@ -608,12 +971,31 @@ fn allowed_commands_refuse_other_programs() {
         serde_json::json!({"url": format!("http://127.0.0.1:{}/body", http.port)}).to_string(),
         "/bin/echo by path".to_string(),
     ];
-    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &payloads,
+        Some(0),
+    );
     let sup = pool(&broker, "2", &[("ALLOWED_COMMANDS", "echo,true")]);
     let o = outcomes(&broker, &orders);
-    assert_eq!((o[0].status, o[0].stdout_tail.as_str()), (Status::Ok, "allowed\n"), "{o:?}");
-    assert_eq!((o[6].status, o[6].stdout_tail.as_str()), (Status::Ok, "by path\n"), "{o:?}");
-    for (i, prog) in [(1, "'sh'"), (2, "'/bin/touch'"), (3, "'sh'"), (4, "ALLOWED_IMAGES"), (5, "ALLOWED_URLS")] {
+    assert_eq!(
+        (o[0].status, o[0].stdout_tail.as_str()),
+        (Status::Ok, "allowed\n"),
+        "{o:?}"
+    );
+    assert_eq!(
+        (o[6].status, o[6].stdout_tail.as_str()),
+        (Status::Ok, "by path\n"),
+        "{o:?}"
+    );
+    for (i, prog) in [
+        (1, "'sh'"),
+        (2, "'/bin/touch'"),
+        (3, "'sh'"),
+        (4, "ALLOWED_IMAGES"),
+        (5, "ALLOWED_URLS"),
+    ] {
         assert_eq!(o[i].status, Status::Refused, "{o:?}");
         let reason = o[i].reason.as_deref().unwrap_or("");
         assert!(reason.contains(prog), "{reason}");
@@ -621,7 +1003,11 @@ fn allowed_commands_refuse_other_programs() {
         assert!(o[i].exit_code.is_none() && o[i].duration_ms == 0, "{o:?}");
     }
     assert!(!marker.exists(), "a refused order ran");
-    let warned = sup.stderr.lines().iter().any(|l| l.contains("ALLOWED_COMMANDS is not set"));
+    let warned = sup
+        .stderr
+        .lines()
+        .iter()
+        .any(|l| l.contains("ALLOWED_COMMANDS is not set"));
     assert!(!warned, "warned although ALLOWED_COMMANDS is set");
     drop(sup);
 }
@@ -633,17 +1019,33 @@ fn unset_allowed_commands_warns_once_at_start() {
     env.push(("INSTANCE_NUMBER".into(), "1".into()));
     let mut w = WorkerProc::start("worker", &env);
     assert!(
-        poll_until(T, Duration::from_millis(50), || w.stderr.lines().iter().any(|l| l.contains("idle"))),
+        poll_until(T, Duration::from_millis(50), || w
+            .stderr
+            .lines()
+            .iter()
+            .any(|l| l.contains("idle"))),
         "the worker did not get idle:\n{}",
         w.stderr.last(20)
     );
     let lines = w.stderr.lines();
-    let warnings: Vec<&String> = lines.iter().filter(|l| l.contains("ALLOWED_COMMANDS")).collect();
+    let warnings: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("ALLOWED_COMMANDS"))
+        .collect();
     assert_eq!(warnings.len(), 1, "{lines:#?}");
     assert!(warnings[0].contains("WARN"), "{}", warnings[0]);
-    let first_boot = lines.iter().position(|l| l.contains("booting")).unwrap_or(usize::MAX);
-    let warn_at = lines.iter().position(|l| l.contains("ALLOWED_COMMANDS")).unwrap();
-    assert!(warn_at < first_boot, "the warning comes at start:\n{lines:#?}");
+    let first_boot = lines
+        .iter()
+        .position(|l| l.contains("booting"))
+        .unwrap_or(usize::MAX);
+    let warn_at = lines
+        .iter()
+        .position(|l| l.contains("ALLOWED_COMMANDS"))
+        .unwrap();
+    assert!(
+        warn_at < first_boot,
+        "the warning comes at start:\n{lines:#?}"
+    );
     w.kill();
 }
 
@@ -655,19 +1057,53 @@ fn unset_allowed_commands_is_said_again_only_after_an_unclean_exit() {
     let broker = broker();
     let mut env = broker.env();
     env.push(("INSTANCE_NUMBER".into(), "1".into()));
-    let said = |w: &WorkerProc| w.stderr.lines().iter().filter(|l| l.contains("ALLOWED_COMMANDS is not set")).count();
-    let idle = |w: &WorkerProc| poll_until(T, Duration::from_millis(50), || w.stderr.lines().iter().any(|l| l.contains("idle")));
-    produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &["true"], Some(0));
+    let said = |w: &WorkerProc| {
+        w.stderr
+            .lines()
+            .iter()
+            .filter(|l| l.contains("ALLOWED_COMMANDS is not set"))
+            .count()
+    };
+    let idle = |w: &WorkerProc| {
+        poll_until(T, Duration::from_millis(50), || {
+            w.stderr.lines().iter().any(|l| l.contains("idle"))
+        })
+    };
+    produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &["true"],
+        Some(0),
+    );
     let mut first = WorkerProc::start("first", &env);
-    assert!(first.wait(T).is_some_and(|s| s.success()), "{}", first.stderr.last(20));
-    assert_eq!(said(&first), 1, "a first start says it:\n{}", first.stderr.last(20));
+    assert!(
+        first.wait(T).is_some_and(|s| s.success()),
+        "{}",
+        first.stderr.last(20)
+    );
+    assert_eq!(
+        said(&first),
+        1,
+        "a first start says it:\n{}",
+        first.stderr.last(20)
+    );
     let mut second = WorkerProc::start("second", &env);
     assert!(idle(&second), "{}", second.stderr.last(20));
-    assert_eq!(said(&second), 0, "after a clean exit:\n{}", second.stderr.last(20));
+    assert_eq!(
+        said(&second),
+        0,
+        "after a clean exit:\n{}",
+        second.stderr.last(20)
+    );
     second.kill();
     let third = WorkerProc::start("third", &env);
     assert!(idle(&third), "{}", third.stderr.last(20));
-    assert_eq!(said(&third), 1, "after a crash (SIGKILL):\n{}", third.stderr.last(20));
+    assert_eq!(
+        said(&third),
+        1,
+        "after a crash (SIGKILL):\n{}",
+        third.stderr.last(20)
+    );
 }
 
 // ----------------------------------------- 8. env deny and output bound
@@ -679,7 +1115,12 @@ fn job_env_deny_and_output_limit() {
         sh_order("echo \"token=${SECRET_TOKEN-unset} other=${OTHER_VAR-unset} kafka=${KAFKA_BROKERS-unset}\"", None),
         sh_order("head -c 100000 /dev/zero | tr '\\0' x; echo END; head -c 50000 /dev/zero | tr '\\0' y >&2", None),
     ];
-    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &payloads,
+        Some(0),
+    );
     let extra = [
         ("JOB_ENV_DENY", "SECRET_*"),
         ("SECRET_TOKEN", "hunter2"),
@@ -694,7 +1135,11 @@ fn job_env_deny_and_output_limit() {
     assert_eq!(o[1].status, Status::Ok, "{o:?}");
     // The limit counts the tail as written in the record (the line break is
     // two bytes there); a cut tail starts with "…".
-    assert!(pool_worker::record::json_len(&o[1].stdout_tail) <= 1000, "{:?}", o[1].stdout_tail);
+    assert!(
+        pool_worker::record::json_len(&o[1].stdout_tail) <= 1000,
+        "{:?}",
+        o[1].stdout_tail
+    );
     let out = o[1].stdout_tail.trim_start_matches('…');
     assert!(out.len() <= 1000, "stdout tail is {} bytes", out.len());
     assert!(out.len() >= 900, "stdout tail is only {} bytes", out.len());
@@ -720,7 +1165,10 @@ fn job_env_deny_and_output_limit() {
 /// variable, never its value.
 #[test]
 fn a_rejected_kafka_property_is_a_configuration_error() {
-    for (var, value) in [("KAFKA_SASL_PASWORD", "hunter2-value"), ("KAFKA_SECURITY_PROTOCOL", "hunter2-value")] {
+    for (var, value) in [
+        ("KAFKA_SASL_PASWORD", "hunter2-value"),
+        ("KAFKA_SECURITY_PROTOCOL", "hunter2-value"),
+    ] {
         let env = [
             ("KAFKA_BROKERS", "127.0.0.1:9"),
             ("ORDERS_TOPIC", "o"),
@@ -730,13 +1178,26 @@ fn a_rejected_kafka_property_is_a_configuration_error() {
         ];
         let (code, stderr) = run_worker_once(&env, T);
         assert_eq!(code, Some(2), "{stderr}");
-        assert!(stderr.contains(var) && !stderr.contains("hunter2"), "{stderr}");
+        assert!(
+            stderr.contains(var) && !stderr.contains("hunter2"),
+            "{stderr}"
+        );
         assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        for args in [&["status"][..], &["history", "0:0"], &["submit", "--", "true"]] {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for args in [
+            &["status"][..],
+            &["history", "0:0"],
+            &["submit", "--", "true"],
+        ] {
             let r = tool(&env, args, None, T);
             assert_eq!(r.code, Some(2), "{args:?}: {r:?}");
-            assert!(r.stderr.contains(var) && !r.stderr.contains("hunter2"), "{args:?}: {r:?}");
+            assert!(
+                r.stderr.contains(var) && !r.stderr.contains("hunter2"),
+                "{args:?}: {r:?}"
+            );
         }
     }
 }
@@ -746,12 +1207,19 @@ fn a_rejected_kafka_property_is_a_configuration_error() {
 #[test]
 fn log_format_json_is_json_lines() {
     let broker = broker();
-    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &["echo hi".to_string()], Some(0));
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &["echo hi".to_string()],
+        Some(0),
+    );
     let mut env = broker.env();
     env.push(("INSTANCE_NUMBER".into(), "1".into()));
     env.push(("LOG_FORMAT".into(), "json".into()));
     let mut w = WorkerProc::start("worker", &env);
-    let status = w.wait(T).unwrap_or_else(|| panic!("the worker did not finish:\n{}", w.stderr.last(20)));
+    let status = w
+        .wait(T)
+        .unwrap_or_else(|| panic!("the worker did not finish:\n{}", w.stderr.last(20)));
     assert_eq!(status.code(), Some(0), "{}", w.stderr.last(20));
     let o = outcomes(&broker, &orders);
     assert_eq!(o[0].status, Status::Ok);
@@ -761,18 +1229,25 @@ fn log_format_json_is_json_lines() {
     assert!(lines.len() >= 3, "{lines:#?}");
     let mut parsed = Vec::new();
     for l in &lines {
-        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
         assert!(v.is_object(), "{l}");
         assert!(v["level"].is_string() && v["timestamp"].is_string(), "{l}");
         parsed.push(v);
     }
     let warn: Vec<_> = parsed
         .iter()
-        .filter(|v| v["fields"]["message"].as_str().is_some_and(|m| m.contains("ALLOWED_COMMANDS")))
+        .filter(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("ALLOWED_COMMANDS"))
+        })
         .collect();
     assert_eq!(warn.len(), 1, "{parsed:#?}");
     assert_eq!(warn[0]["level"], "WARN");
-    let completed = parsed.iter().any(|v| v["fields"]["event"] == "completed" && v["fields"]["status"] == "ok");
+    let completed = parsed
+        .iter()
+        .any(|v| v["fields"]["event"] == "completed" && v["fields"]["status"] == "ok");
     assert!(completed, "no completed line: {parsed:#?}");
 }
 
@@ -782,18 +1257,30 @@ fn allowed_urls_cannot_be_escaped_with_dot_dot() {
     let marker = dir.path().join("secret-ran");
     let routes = BTreeMap::from([
         ("/allowed/ok".to_string(), "true".to_string()),
-        ("/secret/x".to_string(), sh_order(&format!("touch {}", shq(&marker)), None)),
+        (
+            "/secret/x".to_string(),
+            sh_order(&format!("touch {}", shq(&marker)), None),
+        ),
     ]);
     let http = Http::start(routes);
     let base = format!("http://127.0.0.1:{}", http.port);
     let broker = broker();
-    let payloads = [serde_json::json!({ "url": format!("{base}/allowed/../secret/x") }).to_string()];
-    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
+    let payloads =
+        [serde_json::json!({ "url": format!("{base}/allowed/../secret/x") }).to_string()];
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &payloads,
+        Some(0),
+    );
     let allowed = format!("{base}/allowed/");
     let sup = pool(&broker, "1", &[("ALLOWED_URLS", &allowed)]);
     let o = outcomes(&broker, &orders);
     let reqs = http.requests.lock().unwrap().clone();
-    assert!(!marker.exists(), "an order fetched from outside ALLOWED_URLS ran: {o:?}, requests {reqs:?}");
+    assert!(
+        !marker.exists(),
+        "an order fetched from outside ALLOWED_URLS ran: {o:?}, requests {reqs:?}"
+    );
     assert_eq!(o[0].status, Status::Refused, "{o:?}, requests {reqs:?}");
     drop(sup);
 }
@@ -801,7 +1288,12 @@ fn allowed_urls_cannot_be_escaped_with_dot_dot() {
 #[test]
 fn status_watch_refreshes() {
     let broker = broker();
-    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &["true".to_string()], Some(0));
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &["true".to_string()],
+        Some(0),
+    );
     let mut cmd = command();
     cmd.envs(broker.env())
         .args(["status", "--watch"])
@@ -818,7 +1310,9 @@ fn status_watch_refreshes() {
             if n == 0 {
                 break;
             }
-            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
         }
     });
     let screens = || text.lock().unwrap().matches("\x1b[2J").count();
@@ -828,14 +1322,22 @@ fn status_watch_refreshes() {
     outcomes(&broker, &orders);
     let shown = poll_until(Duration::from_secs(20), Duration::from_millis(100), || {
         let t = text.lock().unwrap();
-        t.rsplit("\x1b[2J").next().is_some_and(|last| last.contains("1 completed"))
+        t.rsplit("\x1b[2J")
+            .next()
+            .is_some_and(|last| last.contains("1 completed"))
     });
     let _ = child.kill();
     let _ = child.wait();
     let t = text.lock().unwrap().clone();
     assert!(first, "no screen: {t:?}");
-    assert!(shown && screens() >= 2, "the watch did not refresh to show the completion: {t:?}");
-    assert!(t.contains("1 waiting"), "the first screen showed the waiting order: {t:?}");
+    assert!(
+        shown && screens() >= 2,
+        "the watch did not refresh to show the completion: {t:?}"
+    );
+    assert!(
+        t.contains("1 waiting"),
+        "the first screen showed the waiting order: {t:?}"
+    );
     drop(sup);
 }
 
@@ -845,7 +1347,10 @@ fn log_format_json_covers_startup_errors() {
     let env = [
         ("KAFKA_BROKERS", broker.bootstrap()),
         ("ORDERS_TOPIC", "no_such_topic_pw"),
-        ("COORDINATION_TOPIC", broker.opts.coordination_topic.as_str()),
+        (
+            "COORDINATION_TOPIC",
+            broker.opts.coordination_topic.as_str(),
+        ),
         ("INSTANCE_NUMBER", "1"),
         ("LOG_FORMAT", "json"),
     ];
@@ -853,7 +1358,10 @@ fn log_format_json_covers_startup_errors() {
     assert_eq!(code, Some(2), "{stderr}");
     for l in stderr.lines() {
         let v: Result<serde_json::Value, _> = serde_json::from_str(l);
-        assert!(v.is_ok_and(|v| v.is_object()), "not a JSON object: {l}\nall:\n{stderr}");
+        assert!(
+            v.is_ok_and(|v| v.is_object()),
+            "not a JSON object: {l}\nall:\n{stderr}"
+        );
     }
 }
 
@@ -864,24 +1372,48 @@ fn log_format_json_covers_startup_errors() {
 /// once was).
 #[test]
 fn dev_demo_runs_every_sample_order_once() {
-    let r = tool(&[], &["dev", "--demo", "--json", "--demo-timeout-secs", "60"], None, Duration::from_secs(90));
+    let r = tool(
+        &[],
+        &["dev", "--demo", "--json", "--demo-timeout-secs", "60"],
+        None,
+        Duration::from_secs(90),
+    );
     assert_eq!(r.code, Some(0), "dev --demo failed");
     let lines: Vec<serde_json::Value> = r
         .stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
         .collect();
-    let of = |event: &str| lines.iter().filter(|l| l["event"] == event).collect::<Vec<_>>();
-    let produced: BTreeMap<String, String> =
-        of("produced").iter().map(|l| (l["order"].as_str().unwrap_or("").to_string(), l["payload"].as_str().unwrap_or("").to_string())).collect();
+    let of = |event: &str| {
+        lines
+            .iter()
+            .filter(|l| l["event"] == event)
+            .collect::<Vec<_>>()
+    };
+    let produced: BTreeMap<String, String> = of("produced")
+        .iter()
+        .map(|l| {
+            (
+                l["order"].as_str().unwrap_or("").to_string(),
+                l["payload"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
     assert!(produced.len() >= 5, "too few sample orders: {produced:?}");
     let mut results: BTreeMap<String, String> = BTreeMap::new();
     for l in of("result") {
         let order = l["order"].as_str().unwrap_or("").to_string();
         let status = l["outcome"]["status"].as_str().unwrap_or("").to_string();
-        assert!(results.insert(order.clone(), status).is_none(), "order {order} has two results");
+        assert!(
+            results.insert(order.clone(), status).is_none(),
+            "order {order} has two results"
+        );
     }
-    assert_eq!(results.keys().collect::<Vec<_>>(), produced.keys().collect::<Vec<_>>(), "every sample order has one result");
+    assert_eq!(
+        results.keys().collect::<Vec<_>>(),
+        produced.keys().collect::<Vec<_>>(),
+        "every sample order has one result"
+    );
     for (order, payload) in &produced {
         let status = &results[order];
         let expect = match payload.as_str() {
@@ -893,15 +1425,30 @@ fn dev_demo_runs_every_sample_order_once() {
         };
         assert_eq!(status, expect, "order {order} ({payload})");
     }
-    assert_eq!(of("done").last().map(|l| l["code"].clone()), Some(serde_json::json!(0)));
-    assert!(!r.stderr.contains("ERROR"), "dev logged an error:\n{}", r.stderr);
+    assert_eq!(
+        of("done").last().map(|l| l["code"].clone()),
+        Some(serde_json::json!(0))
+    );
+    assert!(
+        !r.stderr.contains("ERROR"),
+        "dev logged an error:\n{}",
+        r.stderr
+    );
     // A dozen worker processes ran; the open command list is said once,
     // by the supervisor (issue 19, part 5).
-    let warned = r.stderr.lines().filter(|l| l.contains("ALLOWED_COMMANDS is not set")).count();
+    let warned = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("ALLOWED_COMMANDS is not set"))
+        .count();
     assert_eq!(warned, 1, "said {warned} times:\n{}", r.stderr);
     // stdout and stderr are pipes here: no colour escape codes, neither
     // dev's own log lines nor the workers' prefixed ones.
-    assert!(!r.stderr.contains('\x1b') && !r.stdout.contains('\x1b'), "escape codes in a pipe:\n{:?}", r.stderr);
+    assert!(
+        !r.stderr.contains('\x1b') && !r.stdout.contains('\x1b'),
+        "escape codes in a pipe:\n{:?}",
+        r.stderr
+    );
 }
 
 // ------------------------------------------- 10. isolation (issue 18)
@@ -947,7 +1494,10 @@ fn orders_get_exactly_what_the_allow_lists_grant() {
     let report = jobs.join("report.sh");
     script(&report, "#!/bin/bash\necho report\n");
     let bash_env_file = dir.path().join("evil.sh");
-    script(&bash_env_file, &format!("touch {}\n", shq(marker("bash-file"))));
+    script(
+        &bash_env_file,
+        &format!("touch {}\n", shq(marker("bash-file"))),
+    );
     // Row 3: a shell copied to a file named like an allowed name.
     let fake_cp = dir.path().join("cp");
     std::fs::copy("/bin/sh", &fake_cp).unwrap();
@@ -957,15 +1507,28 @@ fn orders_get_exactly_what_the_allow_lists_grant() {
     let docker_log = dir.path().join("docker-log");
     script(
         &bindir.join("docker"),
-        &format!("#!/bin/sh\necho \"$* DOCKER_HOST=${{DOCKER_HOST-unset}}\" >> {}\necho from-docker\n", shq(&docker_log)),
+        &format!(
+            "#!/bin/sh\necho \"$* DOCKER_HOST=${{DOCKER_HOST-unset}}\" >> {}\necho from-docker\n",
+            shq(&docker_log)
+        ),
     );
-    let path = format!("{}:{}", bindir.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bindir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     // Row 7: prefixes compared as strings let a longer path, port or host in.
     let routes = |body: &str| {
         BTreeMap::from([
             ("/allowed/ok".to_string(), "echo fetched".to_string()),
-            ("/allowed2/x".to_string(), sh_order(&format!("touch {}", shq(marker(body))), None)),
-            ("/x".to_string(), sh_order(&format!("touch {}", shq(marker(body))), None)),
+            (
+                "/allowed2/x".to_string(),
+                sh_order(&format!("touch {}", shq(marker(body))), None),
+            ),
+            (
+                "/x".to_string(),
+                sh_order(&format!("touch {}", shq(marker(body))), None),
+            ),
         ])
     };
     let http = Http::start(routes("url-path"));
@@ -976,10 +1539,14 @@ fn orders_get_exactly_what_the_allow_lists_grant() {
     let touch = |n: &str| format!("touch {}", shq(marker(n)));
     let payloads = [
         j(serde_json::json!({"cmd": ["echo", "x"], "env": {"LD_PRELOAD": lib}})),
-        j(serde_json::json!({"cmd": [report], "env": {"BASH_ENV": format!("$({})", touch("bash-expand"))}})),
+        j(
+            serde_json::json!({"cmd": [report], "env": {"BASH_ENV": format!("$({})", touch("bash-expand"))}}),
+        ),
         j(serde_json::json!({"cmd": [report], "env": {"BASH_ENV": bash_env_file}})),
         j(serde_json::json!({"cmd": [fake_cp, "-c", touch("cp")]})),
-        j(serde_json::json!({"cmd": ["docker", "run", "--privileged", "-v", "/:/host", "alpine", "sh", "-c", touch("docker")]})),
+        j(
+            serde_json::json!({"cmd": ["docker", "run", "--privileged", "-v", "/:/host", "alpine", "sh", "-c", touch("docker")]}),
+        ),
         j(serde_json::json!({"image": "alpine", "env": {"DOCKER_HOST": "tcp://127.0.0.1:2375"}})),
         j(serde_json::json!({"url": format!("{base}/allowed2/x")})),
         j(serde_json::json!({"url": format!("http://127.0.0.10:{}/x", other_host.port)})),
@@ -990,13 +1557,23 @@ fn orders_get_exactly_what_the_allow_lists_grant() {
         j(serde_json::json!({"url": format!("{base}/allowed/ok")})),
     ];
     let broker = broker();
-    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &payloads,
+        Some(0),
+    );
     let commands = format!("echo,cp,{}/", jobs.display());
     let urls = format!("{base}/allowed,http://127.0.0.1");
     let sup = pool(
         &broker,
         "2",
-        &[("PATH", &path), ("ALLOWED_COMMANDS", &commands), ("ALLOWED_IMAGES", "alpine"), ("ALLOWED_URLS", &urls)],
+        &[
+            ("PATH", &path),
+            ("ALLOWED_COMMANDS", &commands),
+            ("ALLOWED_IMAGES", "alpine"),
+            ("ALLOWED_URLS", &urls),
+        ],
     );
     let o = outcomes(&broker, &orders);
     // Every row is checked, and every broken one named (not only the first).
@@ -1022,10 +1599,18 @@ fn orders_get_exactly_what_the_allow_lists_grant() {
             broken.push(format!("{row}: the attacker's code ran"));
         }
     }
-    let allowed = [(8, "report\n"), (9, "plain\n"), (10, "from-docker\n"), (11, "fetched\n")];
+    let allowed = [
+        (8, "report\n"),
+        (9, "plain\n"),
+        (10, "from-docker\n"),
+        (11, "fetched\n"),
+    ];
     for (i, out) in allowed {
         if (o[i].status, o[i].stdout_tail.as_str()) != (Status::Ok, out) {
-            broken.push(format!("allowed order {i} did not run as it should: {:?}", o[i]));
+            broken.push(format!(
+                "allowed order {i} did not run as it should: {:?}",
+                o[i]
+            ));
         }
     }
     // docker saw one run: the pool's own line for the allowed image.
@@ -1043,9 +1628,16 @@ fn orders_get_exactly_what_the_allow_lists_grant() {
     }
     let other = other_host.requests.lock().unwrap().clone();
     if !other.is_empty() {
-        broken.push(format!("row 7: a URL of another host was fetched: {other:?}"));
+        broken.push(format!(
+            "row 7: a URL of another host was fetched: {other:?}"
+        ));
     }
-    assert!(broken.is_empty(), "{} broken:\n{}", broken.len(), broken.join("\n"));
+    assert!(
+        broken.is_empty(),
+        "{} broken:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
     drop(sup);
 }
 
@@ -1066,12 +1658,22 @@ fn jobs_run_as_the_job_user_cannot_reach_the_workers_secrets_and_leave_nothing()
     // them itself: this test process is a subreaper, so that a leftover the
     // worker failed to end lives on where the test can see it.
     // SAFETY: prctl with integer arguments has no memory effects.
-    assert_eq!(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }, 0);
+    assert_eq!(
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) },
+        0
+    );
     let dir = tempfile::tempdir().unwrap();
     // The job user writes its pid files here.
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let pid = |n: &str| dir.path().join(format!("{n}.pid"));
-    let internal = Http::start(BTreeMap::from([("/admin".to_string(), format!("internal-data {SECRET}"))]));
+    let internal = Http::start(BTreeMap::from([(
+        "/admin".to_string(),
+        format!("internal-data {SECRET}"),
+    )]));
     let payloads = [
         // Row 4, and everywhere else a job of another user could look.
         serde_json::json!({"cmd": ["sh", "-c", format!(
@@ -1099,7 +1701,12 @@ fn jobs_run_as_the_job_user_cannot_reach_the_workers_secrets_and_leave_nothing()
         sh_order("ulimit -n; ulimit -v", None),
     ];
     let broker = broker();
-    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &payloads, Some(0));
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &payloads,
+        Some(0),
+    );
     let sup = pool(
         &broker,
         "1",
@@ -1112,19 +1719,36 @@ fn jobs_run_as_the_job_user_cannot_reach_the_workers_secrets_and_leave_nothing()
     );
     let o = outcomes(&broker, &orders);
     let mut broken: Vec<String> = Vec::new();
-    let nobody = String::from_utf8(std::process::Command::new("id").args(["-u", "nobody"]).output().unwrap().stdout).unwrap();
+    let nobody = String::from_utf8(
+        std::process::Command::new("id")
+            .args(["-u", "nobody"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
     if !o[0].stdout_tail.starts_with(&nobody) || !o[0].stdout_tail.ends_with("end\n") {
-        broken.push(format!("JOB_USER: the job did not run (to its end) as nobody: {:?}", o[0]));
+        broken.push(format!(
+            "JOB_USER: the job did not run (to its end) as nobody: {:?}",
+            o[0]
+        ));
     }
     for (i, out) in o.iter().enumerate() {
-        for tail in [&out.stdout_tail, &out.stderr_tail, out.reason.as_ref().unwrap_or(&String::new())] {
+        for tail in [
+            &out.stdout_tail,
+            &out.stderr_tail,
+            out.reason.as_ref().unwrap_or(&String::new()),
+        ] {
             if tail.contains(SECRET) {
                 broken.push(format!("row 4: order {i} got the worker's secret: {out:?}"));
             }
         }
     }
     if !o[0].stderr_tail.contains("Permission denied") {
-        broken.push(format!("row 4: /proc/$PPID/environ was not refused: {:?}", o[0]));
+        broken.push(format!(
+            "row 4: /proc/$PPID/environ was not refused: {:?}",
+            o[0]
+        ));
     }
     if o[1].status != Status::Refused || !internal.requests.lock().unwrap().is_empty() {
         broken.push(format!("row 8: the internal service was asked: {:?}", o[1]));
@@ -1133,13 +1757,18 @@ fn jobs_run_as_the_job_user_cannot_reach_the_workers_secrets_and_leave_nothing()
         broken.push(format!("leftovers: the job did not run: {:?}", o[2]));
     }
     for n in ["setsid", "orphan"] {
-        let Some(p) = std::fs::read_to_string(pid(n)).ok().and_then(|s| s.trim().parse::<i32>().ok()) else {
+        let Some(p) = std::fs::read_to_string(pid(n))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        else {
             broken.push(format!("leftovers: no pid file for {n}"));
             continue;
         };
         let gone = || match std::fs::read_to_string(format!("/proc/{p}/stat")) {
             Err(_) => true,
-            Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
         };
         if !poll_until(Duration::from_secs(10), Duration::from_millis(20), gone) {
             broken.push(format!("leftovers: the {n} process {p} outlived its job"));
@@ -1150,7 +1779,12 @@ fn jobs_run_as_the_job_user_cannot_reach_the_workers_secrets_and_leave_nothing()
     if (o[3].status, o[3].stdout_tail.as_str()) != (Status::Ok, "77\n1048576\n") {
         broken.push(format!("limits: {:?}", o[3]));
     }
-    assert!(broken.is_empty(), "{} broken:\n{}", broken.len(), broken.join("\n"));
+    assert!(
+        broken.is_empty(),
+        "{} broken:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
 
     drop(sup);
 }
@@ -1167,15 +1801,26 @@ fn a_worker_is_not_dumpable_even_for_jobs_of_its_own_user() {
     }
     const SECRET: &str = "s3cr3t-of-the-worker-77c1";
     let broker = broker();
-    let script = "id -u; cat /proc/$PPID/environ; echo; tr '\\0' '\\n' < /proc/$PPID/cmdline; echo end";
-    let orders = produce_orders(broker.bootstrap(), &broker.opts.orders_topic, &[sh_order(script, None)], Some(0));
+    let script =
+        "id -u; cat /proc/$PPID/environ; echo; tr '\\0' '\\n' < /proc/$PPID/cmdline; echo end";
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &[sh_order(script, None)],
+        Some(0),
+    );
     let mut cmd = std::process::Command::new("/usr/bin/setpriv");
     cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
         .arg(bin())
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .envs(broker.env())
-        .envs([("INSTANCE_NUMBER", "1"), ("SETTLE_MS", "0"), ("JOB_ENV_DENY", "SECRET_*,KAFKA_*"), ("SECRET_TOKEN", SECRET)])
+        .envs([
+            ("INSTANCE_NUMBER", "1"),
+            ("SETTLE_MS", "0"),
+            ("JOB_ENV_DENY", "SECRET_*,KAFKA_*"),
+            ("SECRET_TOKEN", SECRET),
+        ])
         .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -1200,11 +1845,30 @@ fn a_worker_is_not_dumpable_even_for_jobs_of_its_own_user() {
         let _ = child.wait();
     }
     let log = log.join().unwrap_or_default();
-    assert_eq!(exited.and_then(|s| s.code()), Some(0), "the worker (as nobody) did not finish its order:\n{log}");
+    assert_eq!(
+        exited.and_then(|s| s.code()),
+        Some(0),
+        "the worker (as nobody) did not finish its order:\n{log}"
+    );
     let o = outcomes(&broker, &orders);
-    let nobody = String::from_utf8(std::process::Command::new("id").args(["-u", "nobody"]).output().unwrap().stdout).unwrap();
-    assert!(o[0].stdout_tail.starts_with(&nobody) && o[0].stdout_tail.ends_with("end\n"), "{:?}", o[0]);
-    assert!(!o[0].stdout_tail.contains(SECRET) && !o[0].stderr_tail.contains(SECRET), "the job read the worker's secret: {:?}", o[0]);
+    let nobody = String::from_utf8(
+        std::process::Command::new("id")
+            .args(["-u", "nobody"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        o[0].stdout_tail.starts_with(&nobody) && o[0].stdout_tail.ends_with("end\n"),
+        "{:?}",
+        o[0]
+    );
+    assert!(
+        !o[0].stdout_tail.contains(SECRET) && !o[0].stderr_tail.contains(SECRET),
+        "the job read the worker's secret: {:?}",
+        o[0]
+    );
     assert!(o[0].stderr_tail.contains("Permission denied"), "{:?}", o[0]);
 }
 
@@ -1237,10 +1901,20 @@ impl Served {
             let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
             let _ = tx.send(line);
         });
-        let mut served = Served { child, base: String::new(), log };
-        let line = rx.recv_timeout(TOOL).unwrap_or_else(|_| panic!("serve printed no address: {}", served.logs()));
-        let addr: std::net::SocketAddr =
-            line.trim().parse().unwrap_or_else(|e| panic!("serve's first line {line:?} is no address ({e}): {}", served.logs()));
+        let mut served = Served {
+            child,
+            base: String::new(),
+            log,
+        };
+        let line = rx
+            .recv_timeout(TOOL)
+            .unwrap_or_else(|_| panic!("serve printed no address: {}", served.logs()));
+        let addr: std::net::SocketAddr = line.trim().parse().unwrap_or_else(|e| {
+            panic!(
+                "serve's first line {line:?} is no address ({e}): {}",
+                served.logs()
+            )
+        });
         assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
         served.base = format!("http://{addr}");
         served
@@ -1273,10 +1947,18 @@ impl Served {
         let mut out = BTreeMap::new();
         for s in scrape.samples {
             let sorted: BTreeMap<&String, &String> = s.labels.iter().collect();
-            let labels = sorted.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+            let labels = sorted
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
             let v = match s.value {
-                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
-                prometheus_parse::Value::Histogram(h) => h.iter().map(|b| b.count).fold(0.0, f64::max),
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                prometheus_parse::Value::Histogram(h) => {
+                    h.iter().map(|b| b.count).fold(0.0, f64::max)
+                }
                 prometheus_parse::Value::Summary(_) => f64::NAN,
             };
             out.insert((s.metric, labels), v);
@@ -1294,7 +1976,9 @@ impl Drop for Served {
 
 /// The metric `name` with exactly `labels` ("k=v,..."), 0 when absent.
 fn metric(m: &BTreeMap<(String, String), f64>, name: &str, labels: &str) -> f64 {
-    m.get(&(name.to_string(), labels.to_string())).copied().unwrap_or(0.0)
+    m.get(&(name.to_string(), labels.to_string()))
+        .copied()
+        .unwrap_or(0.0)
 }
 
 /// Headless Chromium (Debian's `chromium`) with `args`, its stdout; panics
@@ -1321,7 +2005,9 @@ fn chromium(args: &[String]) -> String {
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            panic!("this test needs Chromium (Debian: apt-get install chromium; .ci/run installs it)")
+            panic!(
+                "this test needs Chromium (Debian: apt-get install chromium; .ci/run installs it)"
+            )
         }
         Err(e) => panic!("cannot start chromium: {e}"),
     };
@@ -1360,21 +2046,43 @@ fn serve_shows_the_pool_in_a_browser_and_in_metrics() {
     let broker = broker();
     let topic = broker.opts.orders_topic.clone();
     let claims = broker.opts.coordination_topic.clone();
-    let mut orders = produce_orders(broker.bootstrap(), &topic, &vec![ledger_order(&ledger); 3], Some(0));
+    let mut orders = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &vec![ledger_order(&ledger); 3],
+        Some(0),
+    );
     // A failing order whose output is markup: it must be shown, not run.
     let evil = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>";
-    orders.extend(produce_orders(broker.bootstrap(), &topic, &[sh_order(&format!("echo \"{evil}\" >&2; exit 3"), None)], Some(0)));
+    orders.extend(produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[sh_order(&format!("echo \"{evil}\" >&2; exit 3"), None)],
+        Some(0),
+    ));
     let sup = pool(&broker, "2", &[]);
-    wait_and_audit(broker.bootstrap(), &claims, &orders, T).check_exactly_once(&orders).unwrap_or_else(|e| panic!("{e}"));
+    wait_and_audit(broker.bootstrap(), &claims, &orders, T)
+        .check_exactly_once(&orders)
+        .unwrap_or_else(|e| panic!("{e}"));
     // The pool stops: the claims topic holds still, so counts are exact.
     drop(sup);
     let records = read_claims(broker.bootstrap(), &claims).len();
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let served = Served::start(&broker.env(), dir.path());
     assert_eq!(served.get(&rt, "/healthz").0, 200, "{}", served.logs());
-    let ready = poll_until(TOOL, Duration::from_millis(100), || served.get(&rt, "/readyz").0 == 200);
-    assert!(ready, "/readyz never 200: {:?}\n{}", served.get(&rt, "/readyz"), served.logs());
+    let ready = poll_until(TOOL, Duration::from_millis(100), || {
+        served.get(&rt, "/readyz").0 == 200
+    });
+    assert!(
+        ready,
+        "/readyz never 200: {:?}\n{}",
+        served.get(&rt, "/readyz"),
+        served.logs()
+    );
 
     let m = served.metrics(&rt);
     let completed = "pool_worker_orders_completed_total";
@@ -1382,49 +2090,126 @@ fn serve_shows_the_pool_in_a_browser_and_in_metrics() {
     assert_eq!(metric(&m, completed, "status=failed"), 1.0, "{m:#?}");
     assert_eq!(metric(&m, "pool_worker_orders_waiting", ""), 0.0, "{m:#?}");
     assert_eq!(metric(&m, "pool_worker_orders_running", ""), 0.0, "{m:#?}");
-    assert_eq!(metric(&m, "pool_worker_oldest_waiting_age_seconds", ""), 0.0, "{m:#?}");
-    assert_eq!(metric(&m, "pool_worker_order_latency_seconds_count", ""), 4.0, "{m:#?}");
-    assert_eq!(metric(&m, "pool_worker_order_latency_seconds", ""), 4.0, "the +Inf bucket: {m:#?}");
-    let read: f64 = m.iter().filter(|((n, _), _)| n == "pool_worker_claims_records_total").map(|(_, v)| v).sum();
-    assert_eq!(read, records as f64, "every claims record counted once: {m:#?}");
-    assert!(metric(&m, "pool_worker_claims_records_total", "event=completed") >= 4.0, "{m:#?}");
-    let instances: f64 = ["idle", "negotiating", "running"].iter().map(|s| metric(&m, "pool_worker_instances", &format!("state={s}"))).sum();
+    assert_eq!(
+        metric(&m, "pool_worker_oldest_waiting_age_seconds", ""),
+        0.0,
+        "{m:#?}"
+    );
+    assert_eq!(
+        metric(&m, "pool_worker_order_latency_seconds_count", ""),
+        4.0,
+        "{m:#?}"
+    );
+    assert_eq!(
+        metric(&m, "pool_worker_order_latency_seconds", ""),
+        4.0,
+        "the +Inf bucket: {m:#?}"
+    );
+    let read: f64 = m
+        .iter()
+        .filter(|((n, _), _)| n == "pool_worker_claims_records_total")
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(
+        read, records as f64,
+        "every claims record counted once: {m:#?}"
+    );
+    assert!(
+        metric(&m, "pool_worker_claims_records_total", "event=completed") >= 4.0,
+        "{m:#?}"
+    );
+    let instances: f64 = ["idle", "negotiating", "running"]
+        .iter()
+        .map(|s| metric(&m, "pool_worker_instances", &format!("state={s}")))
+        .sum();
     assert_eq!(instances, 2.0, "both instances, each in one state: {m:#?}");
-    assert_eq!(metric(&m, "pool_worker_takeovers_total", ""), 0.0, "nobody died holding an order: {m:#?}");
+    assert_eq!(
+        metric(&m, "pool_worker_takeovers_total", ""),
+        0.0,
+        "nobody died holding an order: {m:#?}"
+    );
     assert_eq!(metric(&m, "pool_worker_retries_total", ""), 0.0, "{m:#?}");
 
     // The page as a browser renders it.
     let dom = chromium(&["--dump-dom".into(), format!("{}/", served.base)]);
-    for (id, n) in [("waiting", 0), ("running", 0), ("completed", 4), ("not-ok", 1)] {
-        assert!(dom.contains(&format!("id=\"{id}\">{n}<")), "the page does not show {id} {n}:\n{dom}");
+    for (id, n) in [
+        ("waiting", 0),
+        ("running", 0),
+        ("completed", 4),
+        ("not-ok", 1),
+    ] {
+        assert!(
+            dom.contains(&format!("id=\"{id}\">{n}<")),
+            "the page does not show {id} {n}:\n{dom}"
+        );
     }
-    assert!(dom.contains("id=\"status-ok\">ok 3<") && dom.contains("id=\"status-failed\">failed 1<"), "{dom}");
+    assert!(
+        dom.contains("id=\"status-ok\">ok 3<") && dom.contains("id=\"status-failed\">failed 1<"),
+        "{dom}"
+    );
     let failed = pos(orders[3]);
-    assert!(dom.contains(&format!("href=\"/order/{failed}\"")), "the failed order is listed: {dom}");
-    assert!(dom.contains("&lt;script&gt;document.title='pwned'&lt;/script&gt;"), "its reason is shown as text: {dom}");
-    assert!(!dom.contains("<script>document") && !dom.contains("<img src=\"x\"") && !dom.contains("pwned</title>"), "{dom}");
+    assert!(
+        dom.contains(&format!("href=\"/order/{failed}\"")),
+        "the failed order is listed: {dom}"
+    );
+    assert!(
+        dom.contains("&lt;script&gt;document.title='pwned'&lt;/script&gt;"),
+        "its reason is shown as text: {dom}"
+    );
+    assert!(
+        !dom.contains("<script>document")
+            && !dom.contains("<img src=\"x\"")
+            && !dom.contains("pwned</title>"),
+        "{dom}"
+    );
 
     // The failed order's own page: its text, its story, its output.
-    let dom = chromium(&["--dump-dom".into(), format!("{}/order/{failed}", served.base)]);
+    let dom = chromium(&[
+        "--dump-dom".into(),
+        format!("{}/order/{failed}", served.base),
+    ]);
     assert!(dom.contains("id=\"order-status\">failed<"), "{dom}");
     for ev in ["claimed", "committed", "completed"] {
-        assert!(dom.contains(&format!(":{ev}")), "the story lacks {ev}: {dom}");
+        assert!(
+            dom.contains(&format!(":{ev}")),
+            "the story lacks {ev}: {dom}"
+        );
     }
     assert!(dom.contains("failed exit 3"), "{dom}");
-    assert!(dom.contains("id=\"order-text\">{&quot;cmd&quot;") || dom.contains("id=\"order-text\">{\"cmd\""), "the order's text: {dom}");
-    assert!(dom.contains("id=\"stderr\">&lt;script&gt;document.title='pwned'"), "{dom}");
-    assert!(!dom.contains("<script>document") && !dom.contains("pwned</title>"), "{dom}");
+    assert!(
+        dom.contains("id=\"order-text\">{&quot;cmd&quot;")
+            || dom.contains("id=\"order-text\">{\"cmd\""),
+        "the order's text: {dom}"
+    );
+    assert!(
+        dom.contains("id=\"stderr\">&lt;script&gt;document.title='pwned'"),
+        "{dom}"
+    );
+    assert!(
+        !dom.contains("<script>document") && !dom.contains("pwned</title>"),
+        "{dom}"
+    );
     let (code, _) = served.get(&rt, "/order/not-an-order");
     assert_eq!(code, 400);
 
     // Live: a new order is counted as waiting, then as done once the pool
     // runs again, without restarting serve.
-    let more = produce_orders(broker.bootstrap(), &topic, &[ledger_order(&ledger)], Some(0));
+    let more = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    );
     let waits = poll_until(TOOL, Duration::from_millis(200), || {
         let m = served.metrics(&rt);
-        metric(&m, "pool_worker_orders_waiting", "") == 1.0 && metric(&m, "pool_worker_oldest_waiting_age_seconds", "") > 0.0
+        metric(&m, "pool_worker_orders_waiting", "") == 1.0
+            && metric(&m, "pool_worker_oldest_waiting_age_seconds", "") > 0.0
     });
-    assert!(waits, "the new order is not shown waiting: {:#?}", served.metrics(&rt));
+    assert!(
+        waits,
+        "the new order is not shown waiting: {:#?}",
+        served.metrics(&rt)
+    );
     let (_, live) = served.get(&rt, "/live");
     assert!(live.contains("id=\"waiting\">1<"), "{live}");
     let sup = pool(&broker, "2", &[]);
@@ -1432,24 +2217,47 @@ fn serve_shows_the_pool_in_a_browser_and_in_metrics() {
     // The waiting count follows within a refresh of the orders topic's offsets (2 s).
     let done = poll_until(TOOL, Duration::from_millis(200), || {
         let m = served.metrics(&rt);
-        metric(&m, completed, "status=ok") == 4.0 && metric(&m, "pool_worker_orders_waiting", "") == 0.0
+        metric(&m, completed, "status=ok") == 4.0
+            && metric(&m, "pool_worker_orders_waiting", "") == 0.0
     });
-    assert!(done, "the new completion is not counted: {:#?}", served.metrics(&rt));
+    assert!(
+        done,
+        "the new completion is not counted: {:#?}",
+        served.metrics(&rt)
+    );
     let m = served.metrics(&rt);
     assert_eq!(metric(&m, "pool_worker_orders_waiting", ""), 0.0, "{m:#?}");
-    assert_eq!(metric(&m, "pool_worker_order_latency_seconds_count", ""), 5.0, "{m:#?}");
+    assert_eq!(
+        metric(&m, "pool_worker_order_latency_seconds_count", ""),
+        5.0,
+        "{m:#?}"
+    );
 
     // A screenshot to look at (target/serve.png).
-    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join("serve.png");
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("serve.png");
     let _ = std::fs::create_dir_all(shot.parent().unwrap());
     let _ = std::fs::remove_file(&shot);
-    chromium(&[format!("--screenshot={}", shot.display()), "--window-size=1280,900".into(), format!("{}/", served.base)]);
+    chromium(&[
+        format!("--screenshot={}", shot.display()),
+        "--window-size=1280,900".into(),
+        format!("{}/", served.base),
+    ]);
     let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
-    assert!(size > 10_000, "no screenshot at {} ({size} bytes)", shot.display());
+    assert!(
+        size > 10_000,
+        "no screenshot at {} ({size} bytes)",
+        shot.display()
+    );
     // And the failed order's page (target/serve-order.png).
     let shot = shot.with_file_name("serve-order.png");
     let _ = std::fs::remove_file(&shot);
-    chromium(&[format!("--screenshot={}", shot.display()), "--window-size=1280,900".into(), format!("{}/order/{failed}", served.base)]);
+    chromium(&[
+        format!("--screenshot={}", shot.display()),
+        "--window-size=1280,900".into(),
+        format!("{}/order/{failed}", served.base),
+    ]);
     assert!(shot.exists(), "no screenshot at {}", shot.display());
     drop(sup);
 }
@@ -1457,7 +2265,12 @@ fn serve_shows_the_pool_in_a_browser_and_in_metrics() {
 // ------------------------------------- 11. retry and trace context (issue 19)
 
 /// Produces one order with a `traceparent` header; where it landed.
-fn produce_with_traceparent(bootstrap: &str, topic: &str, payload: &str, traceparent: &str) -> (i32, i64) {
+fn produce_with_traceparent(
+    bootstrap: &str,
+    topic: &str,
+    payload: &str,
+    traceparent: &str,
+) -> (i32, i64) {
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{FutureProducer, FutureRecord};
     let producer: FutureProducer = rdkafka::ClientConfig::new()
@@ -1465,10 +2278,21 @@ fn produce_with_traceparent(bootstrap: &str, topic: &str, payload: &str, tracepa
         .set("message.timeout.ms", "30000")
         .create()
         .expect("a producer");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-    let headers = OwnedHeaders::new().insert(Header { key: "traceparent", value: Some(traceparent.as_bytes()) });
-    let rec = FutureRecord::<(), str>::to(topic).payload(payload).partition(0).headers(headers);
-    let d = rt.block_on(producer.send(rec, Duration::from_secs(30))).unwrap_or_else(|(e, _)| panic!("cannot produce: {e}"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let headers = OwnedHeaders::new().insert(Header {
+        key: "traceparent",
+        value: Some(traceparent.as_bytes()),
+    });
+    let rec = FutureRecord::<(), str>::to(topic)
+        .payload(payload)
+        .partition(0)
+        .headers(headers);
+    let d = rt
+        .block_on(producer.send(rec, Duration::from_secs(30)))
+        .unwrap_or_else(|(e, _)| panic!("cannot produce: {e}"));
     (d.partition, d.offset)
 }
 
@@ -1486,27 +2310,68 @@ fn retry_links_orders_and_trace_context_reaches_the_job() {
     let env = broker.env();
     let tp1 = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let tp2 = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
-    let script = format!("echo \"$ORDER_OFFSET $TRACEPARENT\" >> {}; exit 3", shq(&ledger));
-    let a = produce_orders(bootstrap, &topic, &[serde_json::json!({"cmd": ["sh", "-c", script], "traceparent": tp1}).to_string()], Some(0))[0];
-    let plain = format!("sh -c '{}'", format!("echo \"$ORDER_OFFSET $TRACEPARENT\" >> {}", shq(&ledger)).replace('\'', r"'\''"));
+    let script = format!(
+        "echo \"$ORDER_OFFSET $TRACEPARENT\" >> {}; exit 3",
+        shq(&ledger)
+    );
+    let a = produce_orders(
+        bootstrap,
+        &topic,
+        &[serde_json::json!({"cmd": ["sh", "-c", script], "traceparent": tp1}).to_string()],
+        Some(0),
+    )[0];
+    let plain = format!(
+        "sh -c '{}'",
+        format!("echo \"$ORDER_OFFSET $TRACEPARENT\" >> {}", shq(&ledger)).replace('\'', r"'\''")
+    );
     let b = produce_with_traceparent(bootstrap, &topic, &plain, tp2);
-    let c = produce_orders(bootstrap, &topic, &[r#"{"cmd":["true"],"traceparent":"00-bad-trace-01"}"#], Some(0))[0];
+    let c = produce_orders(
+        bootstrap,
+        &topic,
+        &[r#"{"cmd":["true"],"traceparent":"00-bad-trace-01"}"#],
+        Some(0),
+    )[0];
     // Still waiting: not sent again.
     let r = tool(&env, &["retry", &pos(a)], None, TOOL);
     assert_eq!(r.code, Some(1), "{r:?}");
-    assert!(r.stderr.contains("has not been claimed yet"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("has not been claimed yet"),
+        "{}",
+        r.stderr
+    );
 
     let sup = pool(&broker, "1", &[]);
     let o = outcomes(&broker, &[a, b, c]);
-    assert_eq!((o[0].status, o[0].traceparent.as_deref()), (Status::Failed, Some(tp1)), "{:?}", o[0]);
-    assert_eq!((o[1].status, o[1].traceparent.as_deref()), (Status::Ok, Some(tp2)), "the header's: {:?}", o[1]);
+    assert_eq!(
+        (o[0].status, o[0].traceparent.as_deref()),
+        (Status::Failed, Some(tp1)),
+        "{:?}",
+        o[0]
+    );
+    assert_eq!(
+        (o[1].status, o[1].traceparent.as_deref()),
+        (Status::Ok, Some(tp2)),
+        "the header's: {:?}",
+        o[1]
+    );
     assert_eq!(o[2].status, Status::Error, "{:?}", o[2]);
-    assert!(o[2].reason.as_deref().unwrap_or("").contains("traceparent"), "{:?}", o[2]);
+    assert!(
+        o[2].reason.as_deref().unwrap_or("").contains("traceparent"),
+        "{:?}",
+        o[2]
+    );
     assert!(o.iter().all(|o| o.retry_of.is_none()), "{o:?}");
     let ran = std::fs::read_to_string(&ledger).unwrap_or_default();
-    assert!(ran.contains(&format!("{} {tp1}\n", a.1)) && ran.contains(&format!("{} {tp2}\n", b.1)), "{ran}");
     assert!(
-        poll_until(T, Duration::from_millis(50), || sup.stderr.lines().iter().any(|l| l.contains("completed") && l.contains(tp1))),
+        ran.contains(&format!("{} {tp1}\n", a.1)) && ran.contains(&format!("{} {tp2}\n", b.1)),
+        "{ran}"
+    );
+    assert!(
+        poll_until(T, Duration::from_millis(50), || sup
+            .stderr
+            .lines()
+            .iter()
+            .any(|l| l.contains("completed") && l.contains(tp1))),
         "no completion log line with the trace context:\n{}",
         sup.stderr.last(30)
     );
@@ -1514,32 +2379,77 @@ fn retry_links_orders_and_trace_context_reaches_the_job() {
     // Retry the failed order: the same job, linked to the original.
     let r = tool(&env, &["retry", &pos(a)], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    let retry: pool_worker::record::OrderId = r.stdout.trim().parse().unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    let retry: pool_worker::record::OrderId = r
+        .stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
     let o = outcomes(&broker, &[(retry.partition, retry.offset)]);
     assert_eq!(o[0].status, Status::Failed, "{:?}", o[0]);
-    assert_eq!((o[0].retry_of.clone(), o[0].traceparent.as_deref()), (Some(pos(a)), Some(tp1)), "{:?}", o[0]);
+    assert_eq!(
+        (o[0].retry_of.clone(), o[0].traceparent.as_deref()),
+        (Some(pos(a)), Some(tp1)),
+        "{:?}",
+        o[0]
+    );
     let ran = std::fs::read_to_string(&ledger).unwrap_or_default();
     assert!(ran.contains(&format!("{} {tp1}\n", retry.offset)), "{ran}");
     // history of either shows the link.
     let r = tool(&env, &["history", &retry.to_string()], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    assert!(r.stdout.contains(&format!("retry of {}", pos(a))), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!("retry of {}", pos(a))),
+        "{}",
+        r.stdout
+    );
     let r = tool(&env, &["history", &pos(a)], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    assert!(r.stdout.contains(&format!("retried as {retry}")), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!("retried as {retry}")),
+        "{}",
+        r.stdout
+    );
     let r = tool(&env, &["history", &pos(a), "--json"], None, TOOL);
-    let h: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
-    assert_eq!(h["retries"][0]["record"]["offset"], serde_json::json!(retry.offset), "{h}");
+    let h: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    assert_eq!(
+        h["retries"][0]["record"]["offset"],
+        serde_json::json!(retry.offset),
+        "{h}"
+    );
     // A plain-text order is retried too; the header's trace context goes along.
     let r = tool(&env, &["retry", &pos(b)], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    let retry_b: pool_worker::record::OrderId = r.stdout.trim().parse().unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    let retry_b: pool_worker::record::OrderId = r
+        .stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
     // A second retry of the same order is a duplicate, not a second run.
     let r = tool(&env, &["retry", &pos(a)], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    let again: pool_worker::record::OrderId = r.stdout.trim().parse().unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
-    let o = outcomes(&broker, &[(retry_b.partition, retry_b.offset), (again.partition, again.offset)]);
-    assert_eq!((o[0].status, o[0].traceparent.as_deref(), o[0].retry_of.clone()), (Status::Ok, Some(tp2), Some(pos(b))), "{:?}", o[0]);
+    let again: pool_worker::record::OrderId = r
+        .stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    let o = outcomes(
+        &broker,
+        &[
+            (retry_b.partition, retry_b.offset),
+            (again.partition, again.offset),
+        ],
+    );
+    assert_eq!(
+        (
+            o[0].status,
+            o[0].traceparent.as_deref(),
+            o[0].retry_of.clone()
+        ),
+        (Status::Ok, Some(tp2), Some(pos(b))),
+        "{:?}",
+        o[0]
+    );
     assert_eq!(o[1].status, Status::Duplicate, "{:?}", o[1]);
     // An order that does not exist.
     let r = tool(&env, &["retry", "0:999"], None, TOOL);

@@ -52,7 +52,14 @@ pub const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Environment variables that child processes inherit from the test.
 const PASS_ENV: &[&str] = &[
-    "PATH", "HOME", "TMPDIR", "RUST_LOG", "RUST_BACKTRACE", "LANG", "LC_ALL", "USER",
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "LANG",
+    "LC_ALL",
+    "USER",
 ];
 
 /// The `pool_worker` binary under test.
@@ -80,7 +87,11 @@ pub fn unique_topic(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    format!("{prefix}_{}_{}_{nanos}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}_{}_{}_{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// The lines of a ledger file (empty if it does not exist yet).
@@ -116,7 +127,12 @@ impl Tail {
     const KEEP: usize = 200;
 
     pub fn lines(&self) -> Vec<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// The last `n` lines joined, for error messages.
@@ -229,7 +245,10 @@ impl BrokerProc {
 
     /// A broker with `partitions` orders partitions and the default topic names.
     pub fn with_partitions(partitions: i32) -> Self {
-        Self::start_with(BrokerOpts { orders_partitions: partitions, ..BrokerOpts::default() })
+        Self::start_with(BrokerOpts {
+            orders_partitions: partitions,
+            ..BrokerOpts::default()
+        })
     }
 
     pub fn start_with(opts: BrokerOpts) -> Self {
@@ -260,7 +279,10 @@ impl BrokerProc {
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("the broker printed no bootstrap line; stderr:\n{}", stderr.last(20));
+                panic!(
+                    "the broker printed no bootstrap line; stderr:\n{}",
+                    stderr.last(20)
+                );
             }
         };
         let v = serde_json::from_str::<serde_json::Value>(&first).unwrap_or_default();
@@ -271,10 +293,22 @@ impl BrokerProc {
         // What workers need against the embedded broker, as it says.
         let worker_env = v["worker_env"]
             .as_object()
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
             .unwrap_or_default();
         let state = tempfile::tempdir().expect("a STATE_DIR for the pool");
-        BrokerProc { child, control: Mutex::new((stdin, lines)), bootstrap, worker_env, opts, stderr, state }
+        BrokerProc {
+            child,
+            control: Mutex::new((stdin, lines)),
+            bootstrap,
+            worker_env,
+            opts,
+            stderr,
+            state,
+        }
     }
 
     pub fn bootstrap(&self) -> &str {
@@ -292,12 +326,18 @@ impl BrokerProc {
         let mut env = vec![
             ("KAFKA_BROKERS".to_string(), self.bootstrap.clone()),
             ("ORDERS_TOPIC".to_string(), self.opts.orders_topic.clone()),
-            ("COORDINATION_TOPIC".to_string(), self.opts.coordination_topic.clone()),
+            (
+                "COORDINATION_TOPIC".to_string(),
+                self.opts.coordination_topic.clone(),
+            ),
             // A killed worker's requests reach this loopback broker within
             // milliseconds, so its successor need not wait the default 15 s
             // (docs/protocol.md, "Settling"; tests/e2e.rs checks the wait).
             ("SETTLE_MS".to_string(), "500".to_string()),
-            ("STATE_DIR".to_string(), self.state.path().display().to_string()),
+            (
+                "STATE_DIR".to_string(),
+                self.state.path().display().to_string(),
+            ),
         ];
         if let Some(r) = &self.opts.results_topic {
             env.push(("RESULTS_TOPIC".to_string(), r.clone()));
@@ -319,7 +359,9 @@ impl BrokerProc {
                 Some(ack) => Ok(ack.to_string()),
                 None => Err(answer),
             },
-            Err(_) => Err(format!("no answer from the broker to '{line}' in {CONTROL_TIMEOUT:?}")),
+            Err(_) => Err(format!(
+                "no answer from the broker to '{line}' in {CONTROL_TIMEOUT:?}"
+            )),
         }
     }
 
@@ -411,7 +453,10 @@ impl SupState {
     }
 
     pub fn exits_of(&self, instance: u32) -> Vec<&Exit> {
-        self.exits.iter().filter(|e| e.instance == instance).collect()
+        self.exits
+            .iter()
+            .filter(|e| e.instance == instance)
+            .collect()
     }
 
     pub fn pid(&self, instance: u32) -> Option<u32> {
@@ -433,10 +478,16 @@ impl SupState {
                 if self.pids.get(&i) == Some(&pid) {
                     self.pids.remove(&i);
                 }
-                self.exits.push(Exit { instance: i, pid, code: int("code"), signal: int("signal") });
+                self.exits.push(Exit {
+                    instance: i,
+                    pid,
+                    code: int("code"),
+                    signal: int("signal"),
+                });
             }
             (Some("retired"), Some(i)) => {
-                self.retired.insert(i, v["reason"].as_str().unwrap_or("").to_string());
+                self.retired
+                    .insert(i, v["reason"].as_str().unwrap_or("").to_string());
             }
             (Some("done"), _) => self.done = int("code"),
             _ => {}
@@ -460,7 +511,10 @@ impl SupervisorProc {
     pub fn start<K: AsRef<str>, V: AsRef<str>>(instances: &str, env: &[(K, V)]) -> Self {
         Self::start_with(SupervisorOpts {
             instances: instances.to_string(),
-            env: env.iter().map(|(k, v)| (k.as_ref().to_string(), v.as_ref().to_string())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.as_ref().to_string(), v.as_ref().to_string()))
+                .collect(),
             ..SupervisorOpts::default()
         })
     }
@@ -490,7 +544,10 @@ impl SupervisorProc {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {} supervise: {e}", bin().display()));
-        let stderr = forward_stderr("supervise".into(), child.stderr.take().expect("piped stderr"));
+        let stderr = forward_stderr(
+            "supervise".into(),
+            child.stderr.take().expect("piped stderr"),
+        );
         let state: Shared = Arc::default();
         let writer = state.clone();
         let stdout = child.stdout.take().expect("piped stdout");
@@ -509,7 +566,11 @@ impl SupervisorProc {
             lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
             cv.notify_all();
         });
-        SupervisorProc { child, state, stderr }
+        SupervisorProc {
+            child,
+            state,
+            stderr,
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -518,7 +579,11 @@ impl SupervisorProc {
 
     /// A copy of what has been reported so far.
     pub fn snapshot(&self) -> SupState {
-        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.state
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Waits until `cond` holds for the reported events (→ true) or
@@ -535,7 +600,10 @@ impl SupervisorProc {
             if now >= deadline {
                 return false;
             }
-            state = cv.wait_timeout(state, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            state = cv
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
@@ -546,7 +614,11 @@ impl SupervisorProc {
             let s = self.snapshot();
             panic!(
                 "supervisor: {what}: not within {timeout:?}; events:\n{}\nstderr:\n{}",
-                s.events.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"),
+                s.events
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
                 self.stderr.last(30)
             );
         }
@@ -609,7 +681,12 @@ impl ProducerContext for Deliveries {
             Ok(m) => Ok((m.partition(), m.offset())),
             Err((e, _)) => Err(e.to_string()),
         };
-        if let Some(slot) = self.0.lock().unwrap_or_else(|e| e.into_inner()).get_mut(index) {
+        if let Some(slot) = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(index)
+        {
             *slot = Some(r);
         }
     }
@@ -644,8 +721,13 @@ pub fn produce_orders<P: AsRef<[u8]>>(
 pub fn produce_record(bootstrap: &str, topic: &str, record: &Record) -> i64 {
     let key = record.key();
     let value = record.encode();
-    try_produce(bootstrap, topic, &[(Some(key.as_bytes()), Some(&value))], Some(0))
-        .unwrap_or_else(|e| panic!("cannot write {key} to {topic}: {e}"))[0]
+    try_produce(
+        bootstrap,
+        topic,
+        &[(Some(key.as_bytes()), Some(&value))],
+        Some(0),
+    )
+    .unwrap_or_else(|e| panic!("cannot write {key} to {topic}: {e}"))[0]
         .1
 }
 
@@ -740,15 +822,22 @@ impl TopicReader {
 fn decode_all(records: &[Raw]) -> Vec<(i64, Record)> {
     records
         .iter()
-        .filter_map(|(o, k, v)| Record::decode(k.as_deref(), v.as_deref()).ok().map(|r| (*o, r)))
+        .filter_map(|(o, k, v)| {
+            Record::decode(k.as_deref(), v.as_deref())
+                .ok()
+                .map(|r| (*o, r))
+        })
         .collect()
 }
 
 /// Every record of `topic`/`partition` from the beginning up to the high
 /// watermark at the time of the call.
 pub fn read_topic(bootstrap: &str, topic: &str, partition: i32) -> Vec<Raw> {
-    let mut reader = TopicReader::new(bootstrap, topic, partition).unwrap_or_else(|e| panic!("{e}"));
-    reader.catch_up(KAFKA_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    let mut reader =
+        TopicReader::new(bootstrap, topic, partition).unwrap_or_else(|e| panic!("{e}"));
+    reader
+        .catch_up(KAFKA_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}"));
     reader.records
 }
 
@@ -797,8 +886,14 @@ pub fn wait_completed(
             let recent: Vec<String> = reader.records[reader.records.len().saturating_sub(15)..]
                 .iter()
                 .map(|(o, k, v)| {
-                    let s = |b: &Option<Vec<u8>>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
-                    format!("  #{o} {} {}", s(k).unwrap_or_default(), s(v).unwrap_or_default())
+                    let s = |b: &Option<Vec<u8>>| {
+                        b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
+                    };
+                    format!(
+                        "  #{o} {} {}",
+                        s(k).unwrap_or_default(),
+                        s(v).unwrap_or_default()
+                    )
                 })
                 .collect();
             return Err(format!(
@@ -827,7 +922,10 @@ impl WorkerProc {
     /// environment of [`command`]).
     pub fn start<K: AsRef<str>, V: AsRef<str>>(name: &str, env: &[(K, V)]) -> Self {
         let mut cmd = command();
-        cmd.envs(env.iter().map(|(k, v)| (OsStr::new(k.as_ref()), OsStr::new(v.as_ref()))));
+        cmd.envs(
+            env.iter()
+                .map(|(k, v)| (OsStr::new(k.as_ref()), OsStr::new(v.as_ref()))),
+        );
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -925,7 +1023,12 @@ impl OrderTrail {
     /// hold on this order lies between A's commit and B's claim.
     pub fn committed_by_two(&self) -> Vec<(u32, u32)> {
         let claim_before = |i: u32, pos: i64| {
-            self.claims.iter().filter(|c| c.1 == i && c.0 < pos).map(|c| c.0).max().unwrap_or(pos)
+            self.claims
+                .iter()
+                .filter(|c| c.1 == i && c.0 < pos)
+                .map(|c| c.0)
+                .max()
+                .unwrap_or(pos)
         };
         let mut pairs = Vec::new();
         for (k, &(pa, a)) in self.effective_commits.iter().enumerate() {
@@ -934,7 +1037,10 @@ impl OrderTrail {
                     continue;
                 }
                 let b_claim = claim_before(b, pb);
-                let revoked = self.revocations.iter().any(|r| r.1 == a && r.0 > pa && r.0 < b_claim);
+                let revoked = self
+                    .revocations
+                    .iter()
+                    .any(|r| r.1 == a && r.0 > pa && r.0 < b_claim);
                 if !revoked {
                     pairs.push((a, b));
                 }
@@ -965,9 +1071,13 @@ impl Audit {
         use pool_worker::record::OrderId;
         let mut audit = Audit::default();
         // Attempts are the tests' own business (they set MAX_ATTEMPTS).
-        let report = pool_worker::audit::audit(records.iter().map(|(p, r)| (*p as u64, Some(r))), u32::MAX);
-        audit.product_violations =
-            report.violations.iter().map(|v| format!("{:?} {:?} at {:?}: {}", v.rule, v.order, v.pos, v.detail)).collect();
+        let report =
+            pool_worker::audit::audit(records.iter().map(|(p, r)| (*p as u64, Some(r))), u32::MAX);
+        audit.product_violations = report
+            .violations
+            .iter()
+            .map(|v| format!("{:?} {:?} at {:?}: {}", v.rule, v.order, v.pos, v.detail))
+            .collect();
         let mut current: BTreeMap<u32, String> = BTreeMap::new();
         let mut seen: std::collections::BTreeSet<(String, u64)> = Default::default();
         // Instance → (order of its newest claim, first decision seen?, committed?)
@@ -982,7 +1092,9 @@ impl Audit {
                 current.insert(rec.instance, rec.incarnation.clone());
                 fenced.remove(&rec.instance);
             } else if rec.by.is_none()
-                && (current.get(&rec.instance).is_some_and(|c| *c != rec.incarnation)
+                && (current
+                    .get(&rec.instance)
+                    .is_some_and(|c| *c != rec.incarnation)
                     || fenced.get(&rec.instance) == Some(&rec.incarnation))
             {
                 audit.void += 1;
@@ -1012,11 +1124,16 @@ impl Audit {
                     rec.instance,
                     rec.writer(),
                     rec.attempt,
-                    if valid { "" } else { " (stray: the hold moved on)" }
+                    if valid {
+                        ""
+                    } else {
+                        " (stray: the hold moved on)"
+                    }
                 ));
                 if valid {
                     let (_, _, inc) = live.remove(&rec.instance).expect("checked above");
-                    t.revocations.push((*pos, rec.instance, inc.clone(), rec.writer()));
+                    t.revocations
+                        .push((*pos, rec.instance, inc.clone(), rec.writer()));
                     fenced.insert(rec.instance, inc);
                     holds.remove(&rec.instance);
                 } else {
@@ -1036,7 +1153,10 @@ impl Audit {
                 rec.event,
                 rec.by.map(|b| format!(" by {b}")).unwrap_or_default(),
                 rec.attempt,
-                rec.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
+                rec.reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
             ));
             if rec.by.is_some() {
                 continue;
@@ -1051,7 +1171,8 @@ impl Audit {
                 Event::Committed | Event::Yielded => {
                     t.decisions.push((*pos, i, rec.event, rec.attempt));
                     if rec.event == Event::Committed {
-                        t.commits.push((*pos, i, rec.incarnation.clone(), rec.attempt));
+                        t.commits
+                            .push((*pos, i, rec.incarnation.clone(), rec.attempt));
                         if let Some((o, last, inc)) = live.get_mut(&i) {
                             if *o == order {
                                 *last = *pos;
@@ -1079,7 +1200,8 @@ impl Audit {
                     }
                 }
                 Event::Completed => {
-                    let committed = matches!(holds.get(&i), Some((o, Some(Event::Committed))) if *o == order);
+                    let committed =
+                        matches!(holds.get(&i), Some((o, Some(Event::Committed))) if *o == order);
                     if !committed {
                         t.completed_without_commit.push(*pos);
                     } else if live.get(&i).is_some_and(|(o, _, _)| *o == order) {
@@ -1114,7 +1236,11 @@ impl Audit {
     /// replay). Only two commits with no revocation of the first between
     /// them are an error ([`OrderTrail::committed_by_two`]).
     pub fn check_exactly_once(&self, orders: &[(i32, i64)]) -> Result<(), String> {
-        let mut errors: Vec<String> = self.product_violations.iter().map(|v| format!("pool_worker audit: {v}")).collect();
+        let mut errors: Vec<String> = self
+            .product_violations
+            .iter()
+            .map(|v| format!("pool_worker audit: {v}"))
+            .collect();
         for &o in orders {
             let id = pool_worker::record::OrderId::new(o.0, o.1);
             let Some(t) = self.orders.get(&id) else {
@@ -1131,14 +1257,22 @@ impl Audit {
             // them (the first's hold was revoked before the second claimed).
             let two = t.committed_by_two();
             if committers.is_empty() || !two.is_empty() {
-                problems.push(format!("effectively committed by {committers:?} (at once: {two:?})"));
+                problems.push(format!(
+                    "effectively committed by {committers:?} (at once: {two:?})"
+                ));
             }
             if !t.completed_without_commit.is_empty() {
-                problems.push(format!("completed without commit at {:?}", t.completed_without_commit));
+                problems.push(format!(
+                    "completed without commit at {:?}",
+                    t.completed_without_commit
+                ));
             }
             for (pos, c) in &t.completions {
                 if !committers.contains(&c.instance) {
-                    problems.push(format!("completed at #{pos} by {} which did not commit", c.instance));
+                    problems.push(format!(
+                        "completed at #{pos} by {} which did not commit",
+                        c.instance
+                    ));
                 }
             }
             if !problems.is_empty() {
@@ -1155,7 +1289,12 @@ impl Audit {
 
 /// Waits for every order to complete and returns the audit of the claims
 /// topic at that moment; panics with the missing orders on timeout.
-pub fn wait_and_audit(bootstrap: &str, topic: &str, orders: &[(i32, i64)], timeout: Duration) -> Audit {
+pub fn wait_and_audit(
+    bootstrap: &str,
+    topic: &str,
+    orders: &[(i32, i64)],
+    timeout: Duration,
+) -> Audit {
     if let Err(e) = wait_completed(bootstrap, topic, orders, timeout) {
         panic!("{e}");
     }
@@ -1174,7 +1313,10 @@ pub fn sh_order(script: &str, timeout_secs: Option<u64>) -> String {
 
 /// Single-quotes a path for a shell script.
 pub fn shq(p: impl AsRef<Path>) -> String {
-    format!("'{}'", p.as_ref().display().to_string().replace('\'', r"'\''"))
+    format!(
+        "'{}'",
+        p.as_ref().display().to_string().replace('\'', r"'\''")
+    )
 }
 
 /// Like [`try_produce`], with extra producer properties (for example a
@@ -1195,8 +1337,9 @@ pub fn try_produce_with(
     for (k, v) in props {
         config.set(*k, *v);
     }
-    let producer: BaseProducer<Deliveries> =
-        config.create_with_context(ctx).map_err(|e| format!("cannot create a producer: {e}"))?;
+    let producer: BaseProducer<Deliveries> = config
+        .create_with_context(ctx)
+        .map_err(|e| format!("cannot create a producer: {e}"))?;
     for (i, (key, value)) in records.iter().enumerate() {
         let mut rec = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, i);
         if let Some(k) = key {
@@ -1208,10 +1351,20 @@ pub fn try_produce_with(
         if let Some(p) = partition {
             rec = rec.partition(p);
         }
-        producer.send(rec).map_err(|(e, _)| format!("cannot send record {i}: {e}"))?;
+        producer
+            .send(rec)
+            .map_err(|(e, _)| format!("cannot send record {i}: {e}"))?;
     }
-    producer.flush(KAFKA_TIMEOUT).map_err(|e| format!("flush: {e}"))?;
-    let results = std::mem::take(&mut *producer.context().0.lock().unwrap_or_else(|e| e.into_inner()));
+    producer
+        .flush(KAFKA_TIMEOUT)
+        .map_err(|e| format!("flush: {e}"))?;
+    let results = std::mem::take(
+        &mut *producer
+            .context()
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()),
+    );
     results
         .into_iter()
         .enumerate()
@@ -1223,7 +1376,11 @@ pub fn try_produce_with(
 /// end of its run (the test harness hides a passing test's output).
 pub fn record_figures(line: &str) {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/figures.txt");
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
         let _ = writeln!(f, "{line}");
     }
 }
@@ -1248,7 +1405,12 @@ pub fn show_all(recs: &[(i64, Record)]) -> String {
 
 /// Waits (at most `KAFKA_TIMEOUT`) until the claims topic holds a record
 /// matching `pred`; returns the records read. Panics naming `what`.
-pub fn wait_record(broker: &BrokerProc, claims: &str, what: &str, pred: impl Fn(&Record) -> bool) -> Vec<(i64, Record)> {
+pub fn wait_record(
+    broker: &BrokerProc,
+    claims: &str,
+    what: &str,
+    pred: impl Fn(&Record) -> bool,
+) -> Vec<(i64, Record)> {
     wait_record_within(broker, claims, what, KAFKA_TIMEOUT, pred)
 }
 
@@ -1265,15 +1427,23 @@ pub fn wait_record_within(
         recs = decoded_claims(broker.bootstrap(), claims);
         recs.iter().any(|(_, r)| pred(r))
     });
-    assert!(ok, "no {what} in the claims topic within {timeout:?}; it holds:\n{}", show_all(&recs));
+    assert!(
+        ok,
+        "no {what} in the claims topic within {timeout:?}; it holds:\n{}",
+        show_all(&recs)
+    );
     recs
 }
 
 /// The pid in a ledger's "start:A:R:PID" line for attempt `attempt`.
 pub fn started_pid(ledger: &Path, attempt: u32) -> Option<i32> {
-    self::ledger(ledger)
-        .iter()
-        .find_map(|l| l.strip_prefix(&format!("start:{attempt}:"))?.split(':').nth(1)?.parse().ok())
+    self::ledger(ledger).iter().find_map(|l| {
+        l.strip_prefix(&format!("start:{attempt}:"))?
+            .split(':')
+            .nth(1)?
+            .parse()
+            .ok()
+    })
 }
 
 /// A broker process with fresh orders (`partitions` partitions) and claims

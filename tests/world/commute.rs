@@ -50,7 +50,13 @@ pub fn depends_unerased(a: &Record, b: &Record) -> bool {
 fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
     // A claim's `passed_over` instances are its business too: it takes
     // them out of the idle queue until they next write (src/boot.rs).
-    let who = |r: &Record| [r.instance].into_iter().chain(r.by).chain(r.passed_over.iter().copied()).collect::<Vec<u32>>();
+    let who = |r: &Record| {
+        [r.instance]
+            .into_iter()
+            .chain(r.by)
+            .chain(r.passed_over.iter().copied())
+            .collect::<Vec<u32>>()
+    };
     if who(a).iter().any(|i| who(b).contains(i)) {
         return true;
     }
@@ -60,7 +66,11 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
     if a.order_id.is_some() && a.order_id == b.order_id {
         return true;
     }
-    if a.order().is_some() && a.order() == b.order() && !(plain(a) && plain(b)) && !(stance(a, b) || stance(b, a)) {
+    if a.order().is_some()
+        && a.order() == b.order()
+        && !(plain(a) && plain(b))
+        && !(stance(a, b) || stance(b, a))
+    {
         return true;
     }
     passes(a, b, unerased) || passes(b, a, unerased)
@@ -71,8 +81,10 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
 /// read (each instance has its own stance and hold). Completions (which
 /// settle the order for everyone), revocations and takeovers do.
 fn plain(r: &Record) -> bool {
-    matches!(r.event, Event::Claimed | Event::Committed | Event::Yielded | Event::Lease)
-        && r.takeover_of.is_empty()
+    matches!(
+        r.event,
+        Event::Claimed | Event::Committed | Event::Yielded | Event::Lease
+    ) && r.takeover_of.is_empty()
         && r.by.is_none()
 }
 
@@ -85,7 +97,11 @@ fn plain(r: &Record) -> bool {
 /// the contest as late, before it as not late (the commuting proptests in
 /// tests/model.rs found it); nor are two completions.
 fn stance(a: &Record, b: &Record) -> bool {
-    matches!(a.event, Event::Yielded | Event::Committed) && plain(a) && b.event == Event::Completed && b.takeover_of.is_empty() && b.by.is_none()
+    matches!(a.event, Event::Yielded | Event::Committed)
+        && plain(a)
+        && b.event == Event::Completed
+        && b.takeover_of.is_empty()
+        && b.by.is_none()
 }
 
 /// Whether `x` raises the frontier of claim `c`'s partition past `c`'s
@@ -95,7 +111,9 @@ fn stance(a: &Record, b: &Record) -> bool {
 /// lateness is judged only when a contest opens), a void one raises
 /// nothing.
 fn passes(c: &Record, x: &Record, unerased: bool) -> bool {
-    let Some(o) = c.order().filter(|_| c.event == Event::Claimed) else { return false };
+    let Some(o) = c.order().filter(|_| c.event == Event::Claimed) else {
+        return false;
+    };
     if x.event == Event::Claimed && x.order() == Some(o) && plain(x) && plain(c) {
         return false;
     }
@@ -103,12 +121,13 @@ fn passes(c: &Record, x: &Record, unerased: bool) -> bool {
     if unerased && decision && x.order() == Some(o) && plain(x) && plain(c) {
         return false;
     }
-    let own = x.order().filter(|xo| x.event == Event::Claimed && xo.partition == o.partition).map(|xo| xo.offset + 1);
+    let own = x
+        .order()
+        .filter(|xo| x.event == Event::Claimed && xo.partition == o.partition)
+        .map(|xo| xo.offset + 1);
     let next = x.next.get(&o.partition).copied();
     own.into_iter().chain(next).any(|f| f > o.offset)
 }
-
-
 
 /// What [`World::fingerprint`] needs of a log entry that is fixed once its
 /// record lands, computed then ([`landed`]) instead of at every fingerprint
@@ -141,7 +160,11 @@ pub(super) fn landed(log: &[Entry], rec: &Record) -> Landed {
             }
         }
     }
-    Landed { key: h.0, deps, deps_unerased }
+    Landed {
+        key: h.0,
+        deps,
+        deps_unerased,
+    }
 }
 
 impl World {
@@ -156,7 +179,11 @@ impl World {
 
     /// [`World::erasable_causal`], given the log's [`World::causal_pasts`].
     pub(super) fn erasable_causal_in(&self, cfg: &Config, pasts: &[u128]) -> Vec<usize> {
-        assert_ne!(cfg.horizon, HorizonRule::Hold, "the causal horizon protects open negotiations only");
+        assert_ne!(
+            cfg.horizon,
+            HorizonRule::Hold,
+            "the causal horizon protects open negotiations only"
+        );
         let mut reader = self.log.len();
         for inst in self.insts.iter().filter(|i| i.worker.is_some()) {
             reader = reader.min(inst.cursor);
@@ -191,7 +218,9 @@ impl World {
         let direct = self.dependencies(false);
         let mut pasts: Vec<u128> = Vec::with_capacity(direct.len());
         for (p, &d) in direct.iter().enumerate() {
-            let past = (0..p).filter(|&q| d >> q & 1 == 1).fold(d, |past, q| past | pasts[q]);
+            let past = (0..p)
+                .filter(|&q| d >> q & 1 == 1)
+                .fold(d, |past, q| past | pasts[q]);
             pasts.push(past);
         }
         pasts
@@ -201,8 +230,20 @@ impl World {
     /// directly ([`depends`]), as a bit set (computed as each record landed,
     /// [`landed`]).
     fn dependencies(&self, unerased: bool) -> Vec<u128> {
-        assert!(self.log.len() <= 128, "the model's log outgrew its bit sets");
-        self.log.iter().map(|e| if unerased { e.cached.deps_unerased } else { e.cached.deps }).collect()
+        assert!(
+            self.log.len() <= 128,
+            "the model's log outgrew its bit sets"
+        );
+        self.log
+            .iter()
+            .map(|e| {
+                if unerased {
+                    e.cached.deps_unerased
+                } else {
+                    e.cached.deps
+                }
+            })
+            .collect()
     }
 
     /// [`World::dependencies`] computed pairwise from the records, as
@@ -265,10 +306,14 @@ fn canonical_order_of(key: &[u64], direct: &[u128]) -> Vec<usize> {
     while ready != 0 {
         // The smallest (key, position) among the ready: on a tie of keys
         // the first in position order is kept.
-        let next = bits(ready).reduce(|best, p| if key[p] < key[best] { p } else { best }).expect("ready is not empty");
+        let next = bits(ready)
+            .reduce(|best, p| if key[p] < key[best] { p } else { best })
+            .expect("ready is not empty");
         taken |= 1 << next;
         ready &= !(1 << next);
-        ready |= bits(dependents[next]).filter(|&p| direct[p] & !taken == 0).fold(0, |r, p| r | 1 << p);
+        ready |= bits(dependents[next])
+            .filter(|&p| direct[p] & !taken == 0)
+            .fold(0, |r, p| r | 1 << p);
         out.push(next);
     }
     assert_eq!(out.len(), n, "a partial order has a minimal element");
@@ -444,19 +489,76 @@ impl World {
             for r in pending {
                 hash_record(r, &f, &mut h);
             }
-            (cursor, asked, running, ran, starts, crashed, frozen_until, down_until, next_tick, marker, died_at, wake_at).hash(&mut h);
+            (
+                cursor,
+                asked,
+                running,
+                ran,
+                starts,
+                crashed,
+                frozen_until,
+                down_until,
+                next_tick,
+                marker,
+                died_at,
+                wake_at,
+            )
+                .hash(&mut h);
         }
         orphans.len().hash(&mut h);
         for r in orphans {
             hash_record(r, &f, &mut h);
         }
         for o in orders {
-            let OrderGhost { runner, runs, deaths_running, completions, finished_void, claimed, first_pos: _, committed_by: _, open, ended } = o;
-            (runner, runs, deaths_running, completions, finished_void, claimed, open, ended).hash(&mut h);
+            let OrderGhost {
+                runner,
+                runs,
+                deaths_running,
+                completions,
+                finished_void,
+                claimed,
+                first_pos: _,
+                committed_by: _,
+                open,
+                ended,
+            } = o;
+            (
+                runner,
+                runs,
+                deaths_running,
+                completions,
+                finished_void,
+                claimed,
+                open,
+                ended,
+            )
+                .hash(&mut h);
         }
         violation.as_ref().map(|(name, _)| name).hash(&mut h);
-        (crashes, dups, now, jumps, pauses, outages, takeovers, second_runs_takeover, second_runs_death, stale_runs).hash(&mut h);
-        (lease_ms, forge_seen, leases, strays, settling, clocked, starts_marked, starts_unmarked).hash(&mut h);
+        (
+            crashes,
+            dups,
+            now,
+            jumps,
+            pauses,
+            outages,
+            takeovers,
+            second_runs_takeover,
+            second_runs_death,
+            stale_runs,
+        )
+            .hash(&mut h);
+        (
+            lease_ms,
+            forge_seen,
+            leases,
+            strays,
+            settling,
+            clocked,
+            starts_marked,
+            starts_unmarked,
+        )
+            .hash(&mut h);
         h.finish()
     }
 }
@@ -486,10 +588,50 @@ fn hash_record(r: &Record, f: &dyn Fn(u64) -> u64, h: &mut Mix) {
         outcome,
         snapshot,
     } = r;
-    (instance, event, partition, offset, by, incarnation, ts, seq, attempt).hash(h);
-    (takeover_of, rank, fences, seen.map(f), next, passed_over, order_id, snapshot).hash(h);
-    if let Some(Outcome { status, exit_code, duration_ms, reason: _, stdout_tail, stderr_tail, traceparent, retry_of }) = outcome {
-        (status, exit_code, duration_ms, stdout_tail, stderr_tail, traceparent, retry_of).hash(h);
+    (
+        instance,
+        event,
+        partition,
+        offset,
+        by,
+        incarnation,
+        ts,
+        seq,
+        attempt,
+    )
+        .hash(h);
+    (
+        takeover_of,
+        rank,
+        fences,
+        seen.map(f),
+        next,
+        passed_over,
+        order_id,
+        snapshot,
+    )
+        .hash(h);
+    if let Some(Outcome {
+        status,
+        exit_code,
+        duration_ms,
+        reason: _,
+        stdout_tail,
+        stderr_tail,
+        traceparent,
+        retry_of,
+    }) = outcome
+    {
+        (
+            status,
+            exit_code,
+            duration_ms,
+            stdout_tail,
+            stderr_tail,
+            traceparent,
+            retry_of,
+        )
+            .hash(h);
     }
 }
 

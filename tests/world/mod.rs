@@ -181,7 +181,10 @@ impl Config {
     /// ([`Config::causal`]), so nothing is erasable. (`World::fingerprint`
     /// asserts it where it relies on it.)
     pub fn never_erases(&self) -> bool {
-        !self.compaction || (self.max_crashes == 0 && self.lease_ms.is_none() && self.orders_per_process > self.orders)
+        !self.compaction
+            || (self.max_crashes == 0
+                && self.lease_ms.is_none()
+                && self.orders_per_process > self.orders)
     }
 
     /// The orders topic's end offsets, as Answer reports them: the orders,
@@ -452,12 +455,14 @@ pub const SKIPPED: &str = "no order is left unclaimed below the highest claimed"
 /// With leases, RUN_BY_TWO and RUN_TWICE read: an order is run again (by
 /// anyone) only after the earlier run ended without a completion — its
 /// runner's hold was validly revoked or its runner died running it.
-pub const RUN_AFTER_REVOKED: &str = "a process never runs an order after reading its own revocation";
+pub const RUN_AFTER_REVOKED: &str =
+    "a process never runs an order after reading its own revocation";
 /// The settle rule (docs/protocol.md, "Settling"), checked where the
 /// machines keep it themselves ([`Config::settle_ms`]).
 pub const SETTLED: &str = "a dead process's append lands before its successor's booted or never";
 pub const TWO_HOLDS: &str = "no two instances hold a valid committed hold on the same order";
-pub const LEASE_RESPECTED: &str = "a hold is revoked only if nothing of it was written within the lease before the revocation";
+pub const LEASE_RESPECTED: &str =
+    "a hold is revoked only if nothing of it was written within the lease before the revocation";
 pub const SAFETY: [&str; 8] = [
     RUN_BY_TWO,
     RUN_TWICE,
@@ -514,7 +519,8 @@ impl World {
             starts_marked: 0,
             starts_unmarked: 0,
             forged: 0,
-            trust: (cfg.max_forgeries > 0).then(|| (cfg.claims_key.clone(), cfg.trust_all, cfg.orders as i64)),
+            trust: (cfg.max_forgeries > 0)
+                .then(|| (cfg.claims_key.clone(), cfg.trust_all, cfg.orders as i64)),
         }
     }
 
@@ -527,13 +533,17 @@ impl World {
     /// last (the orders' end) moving the frontier past it, unsigned.
     pub fn forgery(&self, k: u8) -> (Record, Sig) {
         let inc = |i: u32| {
-            self.insts.get(i as usize - 1).and_then(|s| s.worker.as_ref()).map_or(format!("{i}.1"), |w| w.incarnation.clone())
+            self.insts
+                .get(i as usize - 1)
+                .and_then(|s| s.worker.as_ref())
+                .map_or(format!("{i}.1"), |w| w.incarnation.clone())
         };
         let seq = 1_000 + self.forged as u64;
         let n = self.orders.len() as i64;
         match k {
             0 => {
-                let mut r = Record::new(1, Event::Completed, &inc(1), self.now).with_order(OrderId::new(0, 0));
+                let mut r = Record::new(1, Event::Completed, &inc(1), self.now)
+                    .with_order(OrderId::new(0, 0));
                 r.seq = seq;
                 r.attempt = 1;
                 r.outcome = Some(ok_outcome());
@@ -541,7 +551,8 @@ impl World {
                 (r, Sig::Unsigned)
             }
             1 => {
-                let mut r = Record::new(2, Event::Claimed, &inc(2), self.now).with_order(OrderId::new(0, 0));
+                let mut r = Record::new(2, Event::Claimed, &inc(2), self.now)
+                    .with_order(OrderId::new(0, 0));
                 r.seq = seq;
                 r.attempt = 1;
                 r.rank = Some(0);
@@ -549,7 +560,8 @@ impl World {
                 (r, Sig::OtherKey)
             }
             _ => {
-                let mut r = Record::new(2, Event::Claimed, &inc(2), self.now).with_order(OrderId::new(0, n));
+                let mut r = Record::new(2, Event::Claimed, &inc(2), self.now)
+                    .with_order(OrderId::new(0, n));
                 r.seq = seq;
                 r.attempt = 1;
                 r.next.insert(0, n + 1);
@@ -561,7 +573,13 @@ impl World {
     /// [`World::admit`] for a record about to land.
     fn admit_new(&mut self, r: &Record, sig: Sig) -> Result<(), pool_worker::record::Foreign> {
         let cached = commute::landed(&self.log, r);
-        self.log.push(Entry { rec: Arc::new(r.clone()), erased: false, sig, foreign: false, cached });
+        self.log.push(Entry {
+            rec: Arc::new(r.clone()),
+            erased: false,
+            sig,
+            foreign: false,
+            cached,
+        });
         let verdict = self.admit(self.log.len() - 1).map(drop);
         self.log.pop();
         verdict
@@ -583,7 +601,9 @@ impl World {
     /// `Record::impossible` against the orders' end offsets.
     fn admit(&self, pos: usize) -> Result<Record, pool_worker::record::Foreign> {
         let e = &self.log[pos];
-        let Some((key, trust_all, n)) = &self.trust else { return Ok(Record::clone(&e.rec)) };
+        let Some((key, trust_all, n)) = &self.trust else {
+            return Ok(Record::clone(&e.rec));
+        };
         if *trust_all {
             return Ok(Record::clone(&e.rec));
         }
@@ -593,7 +613,11 @@ impl World {
             Sig::Unsigned => None,
             Sig::OtherKey => Some(forger_key().sign(&value)),
         };
-        let verdict = pool_worker::sign::verdict(key.as_ref(), Some(&value), sig.as_deref().map(str::as_bytes));
+        let verdict = pool_worker::sign::verdict(
+            key.as_ref(),
+            Some(&value),
+            sig.as_deref().map(str::as_bytes),
+        );
         let rec = Record::decode_with(Some(e.rec.key().as_bytes()), Some(&value), verdict)?;
         match rec.impossible(&BTreeMap::from([(0, *n)])) {
             Some(why) => Err(pool_worker::record::Foreign::Impossible(why)),
@@ -646,7 +670,9 @@ impl World {
             // CaughtUp is fed whenever the reader is at the end; in every
             // phase but a boot that has seen its own `booted` the machine
             // ignores it (Worker::on_caught_up), so only that one is a step.
-            if w.phase == (Phase::Boot { seen: true }) || matches!(w.phase, Phase::Settle { clean: Some(_), .. }) {
+            if w.phase == (Phase::Boot { seen: true })
+                || matches!(w.phase, Phase::Settle { clean: Some(_), .. })
+            {
                 out.push(Step::CaughtUp(i));
             }
             if inst.asked {
@@ -701,14 +727,19 @@ impl World {
     /// (and is not frozen): its deferral may run out ([`Step::Expire`]).
     pub fn expirable(&self, i: u32) -> bool {
         let inst = self.inst(i);
-        self.now >= inst.frozen_until && inst.worker.as_ref().is_some_and(|w| w.deferring().is_some())
+        self.now >= inst.frozen_until
+            && inst
+                .worker
+                .as_ref()
+                .is_some_and(|w| w.deferring().is_some())
     }
 
     pub fn step(&mut self, cfg: &Config, s: &Step) {
         match *s {
             Step::Start(i) => {
                 if cfg.settle || !cfg.late_appends {
-                    self.orphans.retain(|r| !(r.instance == i && r.by.is_none()) && r.by != Some(i));
+                    self.orphans
+                        .retain(|r| !(r.instance == i && r.by.is_none()) && r.by != Some(i));
                 }
                 let now = self.now;
                 let inst = self.inst_mut(i);
@@ -716,7 +747,11 @@ impl World {
                 let inc = format!("{i}.{}", inst.starts);
                 let clean = inst.marker.take();
                 if self.settling {
-                    *if clean.is_some() { &mut self.starts_marked } else { &mut self.starts_unmarked } += 1;
+                    *if clean.is_some() {
+                        &mut self.starts_marked
+                    } else {
+                        &mut self.starts_unmarked
+                    } += 1;
                 }
                 let (mut w, acts) = Worker::start_after(i, inc, cfg.settings(), now, clean);
                 // Boot from the newest checkpoint the log still holds, as
@@ -829,7 +864,11 @@ impl World {
             Step::CompactUpTo(p) => {
                 let pasts = self.causal_pasts();
                 let past = pasts[p] | 1 << p;
-                for q in self.erasable_causal_in(cfg, &pasts).into_iter().filter(|&q| past >> q & 1 == 1) {
+                for q in self
+                    .erasable_causal_in(cfg, &pasts)
+                    .into_iter()
+                    .filter(|&q| past >> q & 1 == 1)
+                {
                     self.log[q].erased = true;
                 }
             }
@@ -848,7 +887,9 @@ impl World {
     /// to claim.
     fn read(&mut self, cfg: &Config, i: u32) {
         loop {
-            let Some(pos) = self.next_present(self.inst(i).cursor) else { break };
+            let Some(pos) = self.next_present(self.inst(i).cursor) else {
+                break;
+            };
             let input = match self.log[pos].foreign {
                 false => Input::Record(pos as u64, Record::clone(&self.log[pos].rec)),
                 true => Input::Foreign(pos as u64),
@@ -862,7 +903,11 @@ impl World {
                 _ => break,
             }
         }
-        let deferring = self.inst(i).worker.as_ref().is_some_and(|w| w.deferring().is_some());
+        let deferring = self
+            .inst(i)
+            .worker
+            .as_ref()
+            .is_some_and(|w| w.deferring().is_some());
         if deferring && self.next_present(self.inst(i).cursor).is_none() {
             self.inst_mut(i).asked = true;
             self.answer_now(cfg, i);
@@ -925,17 +970,27 @@ impl World {
 
     /// The start number of an incarnation the world named `<i>.<n>`.
     fn start_no(incarnation: &str) -> u32 {
-        incarnation.rsplit('.').next().and_then(|n| n.parse().ok()).unwrap_or(0)
+        incarnation
+            .rsplit('.')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
     }
 
     /// [`SETTLED`]: `r`, an orphan, lands after a `booted` of a later
     /// process of its writer's instance number.
     fn check_settled(&mut self, r: &Record) {
         let writer = r.by.unwrap_or(r.instance);
-        let Some(pos) = self.newest_booted[writer as usize - 1] else { return };
+        let Some(pos) = self.newest_booted[writer as usize - 1] else {
+            return;
+        };
         let newest = &self.log[pos].rec.incarnation;
         if Self::start_no(newest) > Self::start_no(&r.incarnation) {
-            let what = format!("{} of {} lands after {newest} booted at #{pos}", r.key(), r.incarnation);
+            let what = format!(
+                "{} of {} lands after {newest} booted at #{pos}",
+                r.key(),
+                r.incarnation
+            );
             self.violate(SETTLED, what);
         }
     }
@@ -948,7 +1003,10 @@ impl World {
         let insts = &self.insts;
         self.orphans.retain(|r| {
             let inst = &insts[r.by.unwrap_or(r.instance) as usize - 1];
-            let alive = inst.worker.as_ref().is_some_and(|w| w.incarnation == r.incarnation);
+            let alive = inst
+                .worker
+                .as_ref()
+                .is_some_and(|w| w.incarnation == r.incarnation);
             alive || now < inst.died_at + limit
         });
     }
@@ -1007,7 +1065,11 @@ impl World {
                     // acknowledged (src/run.rs); here: nothing pending and
                     // no copy of this incarnation's records in flight.
                     let inst = self.inst(i);
-                    let inc = inst.worker.as_ref().map(|w| w.incarnation.clone()).unwrap_or_default();
+                    let inc = inst
+                        .worker
+                        .as_ref()
+                        .map(|w| w.incarnation.clone())
+                        .unwrap_or_default();
                     let clean = self.settling
                         && code != pool_worker::worker::EXIT_FENCED
                         && inst.pending.is_empty()
@@ -1025,13 +1087,19 @@ impl World {
     /// run: it read its own commit, then was paused or cut off past the
     /// lease; protocol.md, "The one case of a second run").
     fn leased_run(&mut self, i: u32, order: OrderId, attempt: u32) {
-        let inc = self.inst(i).worker.as_ref().map(|w| w.incarnation.clone()).unwrap_or_default();
+        let inc = self
+            .inst(i)
+            .worker
+            .as_ref()
+            .map(|w| w.incarnation.clone())
+            .unwrap_or_default();
         let holds = self
             .referee
             .hold(i)
             .is_some_and(|h| h.order == order && h.committed.is_some() && h.incarnation == inc);
         if !holds {
-            let revoked = self.referee.instance(i).and_then(|s| s.revoked.as_deref()) == Some(inc.as_str());
+            let revoked =
+                self.referee.instance(i).and_then(|s| s.revoked.as_deref()) == Some(inc.as_str());
             self.orders[order.offset as usize].runs += 1;
             if revoked {
                 self.second_runs_takeover += 1;
@@ -1044,14 +1112,20 @@ impl World {
         }
         let og = &mut self.orders[order.offset as usize];
         og.runs += 1;
-        let (prev, open, completions, ended, runs) = (og.runner, og.open, og.completions, og.ended, og.runs);
+        let (prev, open, completions, ended, runs) =
+            (og.runner, og.open, og.completions, og.ended, og.runs);
         og.runner = Some(i);
         og.open = true;
         og.ended = None;
-        let Some(j) = prev.filter(|_| runs > 1) else { return };
+        let Some(j) = prev.filter(|_| runs > 1) else {
+            return;
+        };
         let prop = if j != i { RUN_BY_TWO } else { RUN_TWICE };
         if completions > 0 {
-            self.violate(prop, format!("instance {i} runs order {order} (attempt {attempt}), which is completed"));
+            self.violate(
+                prop,
+                format!("instance {i} runs order {order} (attempt {attempt}), which is completed"),
+            );
         } else if open {
             self.violate(prop, format!("instance {i} runs order {order} (attempt {attempt}) while instance {j}'s run of it has not ended (no valid revocation of its hold, no death)"));
         } else if ended == Some(RunEnd::Revoked) {
@@ -1076,13 +1150,24 @@ impl World {
             if self.admit_new(&r, sig).is_err() {
                 self.referee.skip(pos as u64);
                 let cached = commute::landed(&self.log, &r);
-                self.log.push(Entry { rec: Arc::new(r), erased: false, sig, foreign: true, cached });
+                self.log.push(Entry {
+                    rec: Arc::new(r),
+                    erased: false,
+                    sig,
+                    foreign: true,
+                    cached,
+                });
                 return;
             }
         }
         // The hold a revocation is about, as the referee sees it before.
         let revoked = (r.event == Event::Revoked)
-            .then(|| self.referee.hold(r.instance).filter(|h| Some(h.order) == r.order()).cloned())
+            .then(|| {
+                self.referee
+                    .hold(r.instance)
+                    .filter(|h| Some(h.order) == r.order())
+                    .cloned()
+            })
             .flatten();
         if self.forge_seen {
             if let Some(h) = &revoked {
@@ -1098,7 +1183,9 @@ impl World {
             }
         }
         let verdict = self.referee.apply(pos as u64, &r);
-        if verdict == Err(pool_worker::boot::Void::Stray) && matches!(r.event, Event::Committed | Event::Yielded) {
+        if verdict == Err(pool_worker::boot::Void::Stray)
+            && matches!(r.event, Event::Committed | Event::Yielded)
+        {
             self.strays += 1;
         }
         let accepted = verdict.is_ok();
@@ -1122,7 +1209,13 @@ impl World {
             }
         }
         let cached = commute::landed(&self.log, &r);
-        self.log.push(Entry { rec: Arc::new(r), erased: false, sig, foreign: false, cached });
+        self.log.push(Entry {
+            rec: Arc::new(r),
+            erased: false,
+            sig,
+            foreign: false,
+            cached,
+        });
     }
 
     /// A valid revocation: the lease had expired, and it ends the holder's run.
@@ -1151,7 +1244,10 @@ impl World {
         for (i, inst) in self.referee.instances() {
             if let Some(h) = inst.hold.as_ref().filter(|h| h.committed.is_some()) {
                 if let Some((_, j)) = seen.iter().find(|(o, _)| *o == h.order) {
-                    clash = Some(format!("#{pos}: instances {j} and {i} both hold order {} committed", h.order));
+                    clash = Some(format!(
+                        "#{pos}: instances {j} and {i} both hold order {} committed",
+                        h.order
+                    ));
                     break;
                 }
                 seen.push((h.order, i));
@@ -1165,7 +1261,10 @@ impl World {
     fn judge(&mut self, pos: usize, r: &Record, o: OrderId) {
         let n = self.orders.len() as i64;
         if o.offset >= n {
-            return self.violate(SKIPPED, format!("#{pos}: a record about order {o}, which does not exist"));
+            return self.violate(
+                SKIPPED,
+                format!("#{pos}: a record about order {o}, which does not exist"),
+            );
         }
         let og = &mut self.orders[o.offset as usize];
         match r.event {
@@ -1192,9 +1291,18 @@ impl World {
                     self.completed += 1;
                 }
                 if !by {
-                    self.violate(COMPLETED_UNCOMMITTED, format!("#{pos}: instance {} completed order {o} without a commit of its own", r.instance));
+                    self.violate(
+                        COMPLETED_UNCOMMITTED,
+                        format!(
+                            "#{pos}: instance {} completed order {o} without a commit of its own",
+                            r.instance
+                        ),
+                    );
                 } else if c > 1 {
-                    self.violate(COMPLETED_TWICE, format!("#{pos}: order {o} completed for the {c}th time"));
+                    self.violate(
+                        COMPLETED_TWICE,
+                        format!("#{pos}: order {o} completed for the {c}th time"),
+                    );
                 }
             }
             _ => {}
@@ -1213,7 +1321,11 @@ impl World {
             h = h.min(*p);
         }
         for (_, inst) in self.referee.instances() {
-            if let Some(hold) = inst.hold.as_ref().filter(|h| h.committed.is_none() || cfg.horizon == HorizonRule::Hold) {
+            if let Some(hold) = inst
+                .hold
+                .as_ref()
+                .filter(|h| h.committed.is_none() || cfg.horizon == HorizonRule::Hold)
+            {
                 h = h.min(hold.claim_pos as usize);
             }
         }
@@ -1234,8 +1346,13 @@ impl World {
         if cfg.horizon == HorizonRule::Claim {
             return Vec::new();
         }
-        let holds = self.referee.instances().filter_map(|(_, inst)| inst.hold.as_ref());
-        let held = holds.filter(|h| h.committed.is_none() || cfg.horizon == HorizonRule::Hold).map(|h| h.order);
+        let holds = self
+            .referee
+            .instances()
+            .filter_map(|(_, inst)| inst.hold.as_ref());
+        let held = holds
+            .filter(|h| h.committed.is_none() || cfg.horizon == HorizonRule::Hold)
+            .map(|h| h.order);
         let mut orders: Vec<OrderId> = held.collect();
         if cfg.protect_in_flight {
             orders.extend(self.in_flight_claim_orders());
@@ -1261,7 +1378,10 @@ impl World {
     /// (3 × 2 with a crash, `in_flight_claim_needs_its_order_kept`).
     pub fn in_flight_claim_orders(&self) -> impl Iterator<Item = OrderId> + '_ {
         let pending = self.insts.iter().flat_map(|i| i.pending.iter());
-        pending.chain(self.orphans.iter()).filter(|r| r.event == Event::Claimed).filter_map(|r| r.order())
+        pending
+            .chain(self.orphans.iter())
+            .filter(|r| r.event == Event::Claimed)
+            .filter_map(|r| r.order())
     }
 
     /// Positions that compaction would erase now.
@@ -1293,7 +1413,11 @@ impl World {
             }
         }
         let key = |e: &Entry| (e.rec.instance, e.rec.event);
-        self.log.iter().enumerate().map(|(p, e)| !e.erased && e.sig == Sig::Pool && newest[&key(e)] > p).collect()
+        self.log
+            .iter()
+            .enumerate()
+            .map(|(p, e)| !e.erased && e.sig == Sig::Pool && newest[&key(e)] > p)
+            .collect()
     }
 
     /// The deterministic fair schedule without crashes: the first enabled of
@@ -1334,7 +1458,9 @@ impl World {
         }
         let startable = |i: &u32| {
             let inst = self.inst(*i);
-            inst.worker.is_none() && (cfg.restart_crashed || !inst.crashed) && self.now >= inst.down_until
+            inst.worker.is_none()
+                && (cfg.restart_crashed || !inst.crashed)
+                && self.now >= inst.down_until
         };
         // An instance that crashed idle stays down while another can move
         // (`Config::restart_idle`).
@@ -1343,10 +1469,17 @@ impl World {
             !cfg.restart_idle
                 && inst.crashed
                 && self.referee.hold(*i).is_none()
-                && !self.orphans.iter().any(|r| r.instance == *i || r.by == Some(*i))
+                && !self
+                    .orphans
+                    .iter()
+                    .any(|r| r.instance == *i || r.by == Some(*i))
         };
-        let others_up = ids.clone().any(|i| self.inst(i).worker.is_some() || (startable(&i) && !gone(&i)));
-        ids.into_iter().find(|i| startable(i) && !(gone(i) && others_up)).map(Step::Start)
+        let others_up = ids
+            .clone()
+            .any(|i| self.inst(i).worker.is_some() || (startable(&i) && !gone(&i)));
+        ids.into_iter()
+            .find(|i| startable(i) && !(gone(i) && others_up))
+            .map(Step::Start)
     }
 
     /// One line per log entry.
@@ -1375,11 +1508,19 @@ impl World {
             }
         };
         let lease = if r.event == Event::Revoked {
-            format!(" by {} seen #{}", r.by.unwrap_or(0), r.seen.map_or(-1, |s| s as i64))
+            format!(
+                " by {} seen #{}",
+                r.by.unwrap_or(0),
+                r.seen.map_or(-1, |s| s as i64)
+            )
         } else {
             String::new()
         };
-        let ts = if self.leases { format!(" ts {}", r.ts) } else { String::new() };
+        let ts = if self.leases {
+            format!(" ts {}", r.ts)
+        } else {
+            String::new()
+        };
         format!(
             "  #{p:<3} {:<13} {}{lease}  [inc {} seq {}{ts}]{}{}",
             r.key(),
@@ -1405,8 +1546,16 @@ impl World {
             let i = k + 1;
             match &inst.worker {
                 None => {
-                    let down = if inst.down_until > self.now { format!(" (down until {} ms)", inst.down_until) } else { String::new() };
-                    let _ = writeln!(s, "  instance {i}: dead{}{down}", if inst.crashed { " (crashed)" } else { "" });
+                    let down = if inst.down_until > self.now {
+                        format!(" (down until {} ms)", inst.down_until)
+                    } else {
+                        String::new()
+                    };
+                    let _ = writeln!(
+                        s,
+                        "  instance {i}: dead{}{down}",
+                        if inst.crashed { " (crashed)" } else { "" }
+                    );
                 }
                 Some(w) => {
                     let _ = writeln!(
@@ -1426,7 +1575,11 @@ impl World {
             }
         }
         if !self.orphans.is_empty() {
-            let o: Vec<String> = self.orphans.iter().map(|r| format!("{} {}", r.key(), describe_record(r))).collect();
+            let o: Vec<String> = self
+                .orphans
+                .iter()
+                .map(|r| format!("{} {}", r.key(), describe_record(r)))
+                .collect();
             let _ = writeln!(s, "  orphans in flight: {}", o.join("; "));
         }
         s
@@ -1436,9 +1589,17 @@ impl World {
     /// view: no process will ever claim them again (they are behind the
     /// frontier), unless a record in flight changes that.
     pub fn stranded(&self) -> Vec<OrderId> {
-        let held: Vec<OrderId> = self.referee.instances().filter_map(|(_, s)| s.hold.as_ref().map(|h| h.order)).collect();
+        let held: Vec<OrderId> = self
+            .referee
+            .instances()
+            .filter_map(|(_, s)| s.hold.as_ref().map(|h| h.order))
+            .collect();
         (0..self.orders.len())
-            .filter(|&k| self.orders[k].claimed && self.orders[k].completions == 0 && !self.orders[k].finished_void)
+            .filter(|&k| {
+                self.orders[k].claimed
+                    && self.orders[k].completions == 0
+                    && !self.orders[k].finished_void
+            })
             .map(|k| OrderId::new(0, k as i64))
             .filter(|o| !held.contains(o))
             .collect()
@@ -1451,14 +1612,22 @@ impl World {
             && self.insts.iter().all(|inst| {
                 inst.pending.is_empty()
                     && !inst.asked
-                    && inst.worker.as_ref().is_none_or(|w| w.phase == Phase::Choose)
+                    && inst
+                        .worker
+                        .as_ref()
+                        .is_none_or(|w| w.phase == Phase::Choose)
             })
     }
 
     /// The orders not completed yet, with what the referee knows of them.
     pub fn describe_open_orders(&self) -> String {
         let mut s = String::new();
-        for (k, og) in self.orders.iter().enumerate().filter(|(_, og)| og.completions == 0) {
+        for (k, og) in self
+            .orders
+            .iter()
+            .enumerate()
+            .filter(|(_, og)| og.completions == 0)
+        {
             let o = OrderId::new(0, k as i64);
             if !og.claimed {
                 continue;
@@ -1466,7 +1635,12 @@ impl World {
             let holders: Vec<String> = self
                 .referee
                 .instances()
-                .filter_map(|(i, st)| st.hold.as_ref().filter(|h| h.order == o).map(|h| format!("{i}: {h:?}")))
+                .filter_map(|(i, st)| {
+                    st.hold
+                        .as_ref()
+                        .filter(|h| h.order == o)
+                        .map(|h| format!("{i}: {h:?}"))
+                })
                 .collect();
             let _ = writeln!(
                 s,
@@ -1515,10 +1689,18 @@ pub fn describe_run(cfg: &Config, start: &World, steps: &[Step]) -> String {
         w.step(cfg, st);
         let mut line = format!("  step {:<3} {:?}", n + 1, st);
         if let Step::Read(i) = st {
-            let _ = write!(line, " (instance {i} has read up to #{})", w.insts[*i as usize - 1].cursor as i64 - 1);
+            let _ = write!(
+                line,
+                " (instance {i} has read up to #{})",
+                w.insts[*i as usize - 1].cursor as i64 - 1
+            );
         }
         if let Step::Compact | Step::CompactBelow(_) | Step::CompactUpTo(_) = st {
-            let _ = write!(line, " ({} records erased)", w.log.iter().filter(|e| e.erased).count() - erased_before);
+            let _ = write!(
+                line,
+                " ({} records erased)",
+                w.log.iter().filter(|e| e.erased).count() - erased_before
+            );
         }
         let _ = writeln!(s, "{line}");
         for p in before..w.log.len() {
@@ -1533,7 +1715,11 @@ pub fn describe_run(cfg: &Config, start: &World, steps: &[Step]) -> String {
 pub fn record_figures(line: &str) {
     use std::io::Write as _;
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/figures.txt");
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
         let _ = writeln!(f, "{line}");
     }
 }
