@@ -622,7 +622,7 @@ impl Bench {
             ("KAFKA_BROKERS", self.broker.bootstrap.clone()),
             ("ORDERS_TOPIC", orders.clone()),
             ("COORDINATION_TOPIC", claims.clone()),
-            // Settling as deployed (docs/protocol.md, "Settling"): each
+            // Settling as deployed (docs/protocol.md R16–R18): each
             // start after a clean exit takes the marker its predecessor
             // left and boots once the log confirms it. Only the first start
             // of each instance has none and waits, 1 s here (a loopback
@@ -1812,7 +1812,7 @@ fn main() {
         let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms={}` (as the pool's consumers against this broker), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.", EMBEDDED_FETCH_WAIT_MS);
         let _ = writeln!(doc, "Each section says when it was measured: a run of a subset of the cases (see the knobs in benches/pool.rs) replaces only its own sections.\n");
         let _ = writeln!(doc, "History: one worker (instance 1) boots on a claims topic pre-filled with K completed orders (booted/claimed/committed/completed each, as the pool writes them, lz4-compressed so that the mock broker, which keeps 5 MB per partition, keeps them); `log start` > 0 means the broker dropped the oldest records, `records replayed` is the worker's own count (its \"replayed the claims topic\" log line), `in-process replay` is decode + `View::apply` of the same records in the bench process, without Kafka.");
-        let _ = writeln!(doc, "Boot: per worker process started during the burst: supervisor's `started` event (read by the bench) → the incarnation's `booted` record ts (process up, Kafka clients connected, topics checked, the claims topic read to its end and the predecessor's clean exit confirmed there: docs/protocol.md, \"Settling\"; `SETTLE_MS=1000`, `STATE_DIR` per case) and → its first `claimed` record ts (replay caught up, order chosen: ready to claim). Peak RSS: VmHWM of every instance process, sampled from /proc every 5 ms.\n");
+        let _ = writeln!(doc, "Boot: per worker process started during the burst: supervisor's `started` event (read by the bench) → the incarnation's `booted` record ts (process up, Kafka clients connected, topics checked, the claims topic read to its end and the predecessor's clean exit confirmed there: docs/protocol.md R16–R18; `SETTLE_MS=1000`, `STATE_DIR` per case) and → its first `claimed` record ts (replay caught up, order chosen: ready to claim). Peak RSS: VmHWM of every instance process, sampled from /proc every 5 ms.\n");
         if let Some(dir) = std::path::Path::new(&out).parent() {
             let _ = std::fs::create_dir_all(dir);
         }

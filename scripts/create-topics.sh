@@ -173,12 +173,12 @@ claims=(--create --if-not-exists --topic "$COORDINATION_TOPIC"
     # Keep the newest record per key <instance>:<event>, forever.
     --config cleanup.policy=compact
     # Records younger than this are never compacted. The protocol relies on
-    # it (docs/protocol.md, "Compaction"): the records of a negotiation that
+    # it (docs/protocol.md R43, R44): the records of a negotiation that
     # is still open must all be there when an instance decides or resumes it,
-    # counted from the first record about the order ("Late claims"). 7 days
+    # counted from the first record about the order (R43). 7 days
     # covers an instance that is down, claim undecided, for days. It must
     # also exceed how long an append can be in flight, the producer's
-    # message.timeout.ms (10 s; "Claims in flight").
+    # message.timeout.ms (10 s; R44).
     --config min.compaction.lag.ms="$CLAIMS_MIN_COMPACTION_LAG_MS"
     # ...but compact a day after that even when the log is quiet, so that a
     # boot replay stays short (must not be below min.compaction.lag.ms).

@@ -5,7 +5,7 @@
 //! is interpreted a second time: which records are valid, void or foreign,
 //! whose hold is whose, is the View's answer), and after each record the
 //! auditor checks what the model check checks of every state
-//! (docs/protocol.md, "What is checked"):
+//! (docs/protocol.md I1–I5):
 //!
 //! 1. no order is run by two instances: a second instance commits to an
 //!    order only after the first one's hold was revoked (its run may be

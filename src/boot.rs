@@ -1,34 +1,13 @@
-//! Boot replay: rebuilding every instance's state from the claims topic.
+//! Boot replay: the [`View`] of the claims topic (docs/protocol.md R9–R15).
 //!
-//! An instance keeps no state of its own between runs. At every boot it reads
-//! the claims topic from the beginning and folds each record, in log order,
-//! into a [`View`]: who holds which order and whether they committed to it,
-//! how far the orders have been claimed (the *frontier*), and, for orders
+//! An instance keeps no state of its own between runs. At every boot it
+//! folds the claims topic, in log order, into a [`View`]: who holds which
+//! order and whether they committed to it, the frontier, and, for orders
 //! whose negotiation is still recent, every instance's stance on them (the
 //! [`Contest`]). The same `View` then stays up to date while the instance
-//! keeps reading the log as it negotiates and runs, so boot and steady state
-//! are one code path.
-//!
-//! ## What the replay must get right
-//!
-//! * **Compaction.** The claims topic is compacted on `<instance>:<event>`:
-//!   the broker may drop a record once a newer record with the same key
-//!   exists. What boot concludes about each instance (its hold and the
-//!   frontier) is a function of each instance's *newest* records, so it is the
-//!   same with or without compaction: an instance's newest claim is its hold;
-//!   its decisions and completion about that claim are its newest records of
-//!   those keys; and every claim carries its writer's frontier (`next`), so
-//!   the frontier survives the claims that compaction erases.
-//!   docs/protocol.md, "Compaction", says why and what the topic's
-//!   `min.compaction.lag.ms` must protect (the records of a negotiation that
-//!   is still open).
-//! * **Fences.** Every process start appends `booted` with a fresh
-//!   incarnation. From then on, a record of the same instance number written
-//!   by any other incarnation is *void*: a zombie's, or one that a crashed
-//!   process had in flight and that landed late.
-//! * **Duplicates.** A producer retry can append a record twice. Each
-//!   incarnation numbers its records (`seq`); a record whose seq is not above
-//!   the last one seen from its incarnation is void.
+//! negotiates and runs (R9). It voids duplicates (R7) and fenced
+//! incarnations (R10), and concludes the same with or without compaction
+//! (docs/protocol-proofs.md, "Compaction").
 //!
 //! This module is pure: records and positions in, answers out. No I/O, no
 //! clock (timestamps come inside the records).
@@ -41,7 +20,7 @@ use std::hash::{Hash, Hasher};
 
 /// How many positions a settled contest is remembered after it settled. A
 /// claim of an order behind the frontier whose contest is no longer known is
-/// *late* and loses (docs/protocol.md, "Late claims").
+/// *late* and loses (docs/protocol.md R12, R14).
 pub const CONTEST_MEMORY: u64 = 100_000;
 
 /// An instance's stance on one order.
@@ -68,7 +47,7 @@ pub struct Contest {
     pub completed_at: Option<u64>,
     /// A void `completed` of the order (its writer was fenced or revoked,
     /// but it ran the job to its end): position and outcome. See
-    /// [`View::apply`] and protocol.md, "Compaction".
+    /// [`View::apply`] and docs/protocol.md R15.
     pub finished: Option<(u64, Outcome)>,
     /// Claimants whose rank is not their instance number: takeovers, which
     /// stand where the hold they took over stood.
@@ -128,14 +107,14 @@ pub struct Hold {
     /// Newest writer timestamp of the claim, its decisions and its leases.
     pub last_ts: u64,
     /// Position of the hold's newest record (claim, commit or lease): a
-    /// revocation must name it (protocol.md, "Leases").
+    /// revocation must name it (docs/protocol.md R37).
     pub last_pos: u64,
     /// Incarnation that wrote the hold's newest record.
     pub incarnation: String,
     /// The hold's rank in the negotiation (see [`Contest::rank`]).
     pub rank: u32,
     /// Opened by the instance's revocation of another's hold; its takeover
-    /// claim is not in the log yet (protocol.md, "Leases").
+    /// claim is not in the log yet (docs/protocol.md R39).
     pub pending: bool,
     /// The hold this one took over, if it is a takeover.
     pub took_over: Option<Cite>,
@@ -205,7 +184,7 @@ pub struct View {
     /// Settled contests, oldest first: (settled at, order).
     settled: VecDeque<(u64, OrderId)>,
     /// Order ids (a JSON order's `id`): the order that first announced each,
-    /// and where (protocol.md, "Duplicate orders").
+    /// and where (docs/protocol.md R46).
     ids: BTreeMap<String, (OrderId, u64)>,
     /// The newest checkpoint read covers the log before this position.
     checkpoint: u64,
@@ -263,7 +242,7 @@ impl View {
             }
         }
         let inst = self.instances.entry(rec.instance).or_default();
-        // Fences (protocol.md, "Fences"): only the newest incarnation speaks.
+        // R10: only the newest incarnation speaks.
         if rec.event == Event::Booted {
             inst.booted = Some((pos, rec.incarnation.clone()));
             inst.revoked = None;
@@ -277,7 +256,7 @@ impl View {
                 return Err(Void::Fenced);
             }
         }
-        // Duplicates (protocol.md, "Duplicates").
+        // R7: duplicates.
         if rec.by.is_none() && rec.seq > 0 {
             if let Some((inc, seq)) = &inst.last_seq {
                 if *inc == rec.incarnation && rec.seq <= *seq && !self.keep_duplicates {
@@ -346,7 +325,7 @@ impl View {
             }
             Event::Revoked => {
                 // Valid only if the hold wrote nothing since the revoker
-                // looked, so that every reader agrees (protocol.md, "Leases").
+                // looked, so that every reader agrees (R37).
                 let inst = self.instances.entry(i).or_default();
                 let Some(hold) = inst.hold.as_ref().filter(|h| {
                     h.order == order
@@ -378,7 +357,7 @@ impl View {
                 // order over) holds it from here, in the revoked hold's
                 // place, until its takeover claim lands: the two appends are
                 // not atomic, and a revoker that dies between them must not
-                // leave the order held by nobody (protocol.md, "Leases").
+                // leave the order held by nobody (R39).
                 let Some(by) = rec.by else { return Ok(()) };
                 let heir = self.instances.entry(by).or_default();
                 if heir.hold.is_some() {
@@ -426,7 +405,7 @@ impl View {
                 let stance = match (rec.event, hold.committed) {
                     (Event::Lease, _) => return Ok(()),
                     // The first decision after a claim is the decision
-                    // (protocol.md, "Decisions"); a later `committed` is a
+                    // (R11); a later `committed` is a
                     // new attempt of the same run, a later `yielded` nothing.
                     (Event::Committed, Some(_)) => {
                         hold.attempt = hold.attempt.max(rec.attempt);
@@ -446,7 +425,7 @@ impl View {
                     // completion is written only after its writer's commit,
                     // but compaction may have erased that commit (a void
                     // record of the same key superseded it), so it is not
-                    // required here (protocol.md, "Compaction").
+                    // required here (R11).
                     _ => {
                         let attempt = hold.attempt;
                         inst.hold = None;
@@ -472,7 +451,7 @@ impl View {
         }
     }
 
-    /// Keeps the idle queue (docs/protocol.md, "Choosing an order") after a
+    /// Keeps the idle queue (docs/protocol.md R26, R30) after a
     /// valid record: its writer is back in the queue if it was passed over;
     /// an instance that came to hold nothing joins it as of the record's
     /// `ts`; the instances a claim passed over leave it. Liveness only: no
@@ -529,7 +508,7 @@ impl View {
     /// valid completion) still ran the job. Compaction can erase the valid
     /// completion in favour of a void one with the same key, so the void
     /// one must still keep the order from being committed again
-    /// (protocol.md, "Compaction").
+    /// (docs/protocol.md R15).
     fn note_completion(&mut self, pos: u64, rec: &Record) {
         let (Event::Completed, Some(order), Some(outcome)) = (rec.event, rec.order(), &rec.outcome)
         else {
@@ -591,7 +570,7 @@ impl View {
     }
 
     /// The claim frontier: per orders partition, the lowest offset no claim
-    /// has reached (docs/protocol.md, "The frontier").
+    /// has reached (docs/protocol.md R13).
     pub fn frontier(&self) -> &BTreeMap<i32, i64> {
         &self.frontier
     }
@@ -867,8 +846,7 @@ pub struct Turn {
     pub order: OrderId,
     /// The instances ahead in the order's line: none, the instance is
     /// preferred and claims at once; otherwise it defers to them, for
-    /// `CLAIM_DEFER_MS` times their number (docs/protocol.md, "Choosing an
-    /// order").
+    /// `CLAIM_DEFER_MS` times their number (docs/protocol.md R28, R29).
     pub ahead: Vec<u32>,
 }
 

@@ -1,42 +1,11 @@
-//! Checkpoints: a summary of the claims log up to a position, so that boot
-//! does not replay all of history.
-//!
-//! Every process boots once per order and, without a checkpoint, replays the
-//! whole claims topic: the embedded broker never compacts, and Kafka's
-//! compaction is lazy, so boot would grow with every order ever run. A
-//! checkpoint is a record (`<instance>:checkpoint`) that carries a
-//! [`Snapshot`] of its writer's [`View`] as it stood before position `at`.
-//! Boot starts from the newest checkpoint it finds near the end of the log
-//! and reads on from `at` (src/kafka.rs), instead of from position 0.
-//!
-//! ## Why starting from a checkpoint is safe
-//!
-//! A process that loads a snapshot taken before `at` and then reads from `at`
-//! is, record for record, a process that had read the log up to `at` and
-//! went on reading: exactly what every live process does while it
-//! negotiates and runs. The protocol never depends on *who* did the reading
-//! of the prefix, only on the records read in log order, so any process's
-//! snapshot will do, and a checkpoint written by a process that was fenced
-//! since is as good as any. Compaction does not change this: a snapshot
-//! summarises the log as its writer read it, which is one of the views the
-//! protocol is already correct for (docs/protocol.md, "Compaction").
-//!
-//! ## What a snapshot leaves out, and why that is safe
-//!
-//! * **Settled contests** (orders completed, nobody deciding or running):
-//!   a claim of such an order can only be a late one. With the contest
-//!   forgotten, the claim is behind the frontier with nothing known about
-//!   the order, so it is *late* and yields, as it would have yielded to the
-//!   completion (docs/protocol.md, "Late claims").
-//! * **Old order ids**: the snapshot keeps the newest [`ID_MEMORY`] ids
-//!   announced (fewer if they are long: [`ID_MEMORY_BYTES`]). Duplicate
-//!   detection by id (docs/protocol.md, "Duplicate orders") remembers those
-//!   and everything read since.
-//! * Counters (foreign, void, completions) restart at 0.
-//!
-//! Checkpoints are advisory: a reader that finds none replays from 0, and a
-//! checkpoint that compaction erased (each instance's newest survives) only
-//! makes boot read further back.
+//! Checkpoints (docs/protocol.md R20, R23, R24): a record
+//! (`<instance>:checkpoint`) that carries a [`Snapshot`] of its writer's
+//! [`View`](crate::boot::View) as it stood before position `at`, so that
+//! boot reads on from the newest checkpoint near the end of the log
+//! (src/kafka.rs) instead of replaying all of history. A snapshot leaves out settled contests, order
+//! ids beyond the newest [`ID_MEMORY`] (or [`ID_MEMORY_BYTES`]) and counters;
+//! why that and starting from any checkpoint are safe:
+//! docs/protocol-proofs.md, "Checkpoints".
 
 use crate::boot::{Contest, Instance};
 use crate::record::OrderId;

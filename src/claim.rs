@@ -1,40 +1,8 @@
-//! The claim negotiation of seed 002, as one pure function.
-//!
-//! An instance that wants an order appends `claimed`, reads the claims topic
-//! until it has read its own claim, and then asks [`decide`] what to do, again
-//! after every record it reads, until the answer is not [`Decision::Wait`]:
-//!
-//! 1. A rival has already committed to the order, or the order is completed:
-//!    **yield**.
-//! 2. A rival that *ranks lower* has claimed it and not yet decided:
-//!    **yield** at once (the lower number wins a conflict).
-//! 3. A rival that *ranks higher* has claimed it and not yet decided:
-//!    **wait** for its decision (it may have committed before it saw our
-//!    claim; if it commits we yield by rule 1, if it yields it drops out).
-//! 4. No undecided or committed rival remains: **commit**.
-//!
-//! A claim's rank is its instance number, except that a lease takeover
-//! stands where the hold it took over stood: that hold's rank if it was
-//! undecided, 0 if it had committed (docs/protocol.md, "Leases"). The rank
-//! is written in the claim, so all readers order claimants alike.
-//!
-//! Fixes to the seed's rules (docs/protocol.md, "Holes in seed 002"):
-//!
-//! * The negotiation runs on the log *as read past our own claim*, never on a
-//!   snapshot taken before it: any rival that claimed before us is visible,
-//!   and any rival that claimed after us sees our claim. That is what makes
-//!   rule 4 safe.
-//! * A claim that arrives *late* (the order had already been claimed and its
-//!   contest settled and forgotten) yields (rule 1 in another form).
-//! * After a crash the instance resumes an undecided claim *by negotiating
-//!   again* with the same rules, never by starting work.
-//!
-//! Why two commits cannot happen: let A commit order X after reading past its
-//! claim `a`, and B commit X after reading past its claim `b`, with `a`
-//! before `b`. B read past `b`, so it saw A's claim. When B decided, A was
-//! either undecided (B yields if A ranks lower by rule 2, waits if higher by
-//! rule 3) or committed (B yields by rule 1) — never rule 4. The model check
-//! (tests/model.rs) explores every interleaving to confirm it.
+//! The claim negotiation (docs/protocol.md R32, ranks R33), as one pure
+//! function: after reading past its own claim, an instance asks [`decide`]
+//! after every record until the answer is not [`Decision::Wait`]. Why two
+//! commits cannot happen: docs/protocol-proofs.md, "No order is committed
+//! twice".
 
 use crate::boot::{Stance, View};
 use crate::record::OrderId;
@@ -68,7 +36,7 @@ pub fn decide(view: &View, me: u32, order: OrderId) -> Decision {
     }
     // A void completion: its writer's hold was revoked or fenced, but the
     // job ran to its end; or compaction erased the claim that made it valid
-    // (docs/protocol.md, "Compaction"). Either way, not again.
+    // (R15, R32.1). Either way, not again.
     if let Some((at, _)) = &contest.finished {
         return Decision::Yield(format!(
             "order already ran to its end (claims #{at}, a void completion)"
@@ -83,7 +51,7 @@ pub fn decide(view: &View, me: u32, order: OrderId) -> Decision {
         .map(|(i, _)| *i)
         .collect();
     // Ranks are instance numbers, except for takeovers, which stand where
-    // the hold they took over stood (docs/protocol.md, "Leases").
+    // the hold they took over stood (R33).
     let mine = contest.rank(me);
     if let Some(lower) = undecided.iter().find(|i| contest.rank(**i) < mine) {
         let (rank, _) = contest.rank(*lower);

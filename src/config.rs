@@ -28,8 +28,8 @@
 //! | `CLAIMS_KEY` | a secret shared by the pool (16 bytes or more): every claims record is signed with it (HMAC-SHA256, header `pool-sig`), and unsigned or badly signed records are skipped as foreign (src/sign.rs) | none: nothing signed or checked |
 //! | `CLAIMS_KEY_FILE` | a file holding `CLAIMS_KEY` (not both) | |
 //! | `RESULTS_TOPIC` | also publish each order's result there, keyed `PARTITION:OFFSET` | none |
-//! | `SETTLE_MS` | after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md, "Settling") | 15000 |
-//! | `CLAIM_DEFER_MS` | how long an idle instance defers to each idle instance ahead of it in an order's line before it claims the order anyway (docs/protocol.md, "Choosing an order"); at most `LEASE_MS`/3; 0: every idle instance claims at once (the herd) | 1000, or `LEASE_MS`/3 if less |
+//! | `SETTLE_MS` | after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md R16–R18) | 15000 |
+//! | `CLAIM_DEFER_MS` | how long an idle instance defers to each idle instance ahead of it in an order's line before it claims the order anyway (docs/protocol.md R29); at most `LEASE_MS`/3; 0: every idle instance claims at once (the herd) | 1000, or `LEASE_MS`/3 if less |
 //! | `STATE_DIR` | where a clean exit leaves its marker (src/settle.rs); must be the worker user's own and not group/world-writable (created 0700) | `$STATE_DIRECTORY` (systemd), else `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>` |
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |

@@ -63,7 +63,7 @@ pub const DEV_LEASE_MS: &str = "5000";
 
 /// The settling wait for dev workers unless `SETTLE_MS` is set: the
 /// embedded broker is on loopback, where a killed worker's requests land
-/// within milliseconds (docs/protocol.md, "Settling").
+/// within milliseconds (docs/protocol.md R16).
 pub const DEV_SETTLE_MS: &str = "1000";
 
 /// The demo's sample orders: (what it shows, payload).

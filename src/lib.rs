@@ -1,5 +1,6 @@
 //! pool_worker: a Kafka-native worker pool that runs each work order exactly
-//! once, with no coordinator process. See README.md and docs/protocol.md.
+//! once, with no coordinator process. See README.md and docs/protocol.md
+//! (the rules, R1 …, that comments cite by number).
 //!
 //! The crate is a pure protocol core with thin shells around it:
 //!

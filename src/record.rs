@@ -9,7 +9,7 @@
 //!
 //! This module only says what a record *is* and how it is written and parsed.
 //! What records *mean* is in `boot.rs` (the replay) and `claim.rs` (the
-//! negotiation); docs/protocol.md is the reference.
+//! negotiation); docs/protocol.md §2 and R2–R8 are the reference.
 //!
 //! Parsing is strict and never panics: anything pool_worker did not write (a
 //! null key, a key that does not match the value, an unknown event, a field of
@@ -87,8 +87,8 @@ pub fn fit_json(s: &str, max: usize, keep_end: bool) -> String {
 }
 
 /// Most instances one claim may name in `passed_over` (a claim names those
-/// ahead of its writer in one order's line, docs/protocol.md, "Choosing an
-/// order"; the writer names at most this many).
+/// ahead of its writer in one order's line, docs/protocol.md R30; the
+/// writer names at most this many).
 pub const MAX_PASSED_OVER: usize = 1_000;
 
 /// An order's identity: its partition and offset in the orders topic.
@@ -126,7 +126,7 @@ impl std::str::FromStr for OrderId {
 }
 
 /// The event types. The first four are seed 002's; the others are the fixes
-/// and additions that docs/protocol.md explains.
+/// and additions of docs/protocol.md §2.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Event {
@@ -322,20 +322,20 @@ pub struct Record {
     /// The writer incarnation's sequence number for this record (1, 2, ...).
     /// A producer retry can append a record twice; readers drop a record whose
     /// seq is not above the last one seen from that incarnation
-    /// (docs/protocol.md, "Duplicates").
+    /// (docs/protocol.md R7).
     #[serde(default, skip_serializing_if = "is_zero64")]
     pub seq: u64,
     /// Which run of the order this is (1 for the first; claims and commits).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempt: u32,
     /// On a takeover claim: the hold it took over (its writer's revocation
-    /// of that hold came first). See docs/protocol.md, "Leases".
+    /// of that hold came first). See docs/protocol.md R39.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub takeover_of: Vec<Cite>,
     /// On claims and revocations: the claim's place in the negotiation (the
     /// lower wins). Absent: the writer's instance number. A takeover carries
     /// the rank of the hold it took over, so that it stands where that hold
-    /// stood (docs/protocol.md, "Leases").
+    /// stood (docs/protocol.md R33).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
     /// On `revoked`: the incarnation of `instance` that loses its hold and
@@ -344,18 +344,18 @@ pub struct Record {
     pub fences: Option<String>,
     /// On `revoked`: the position of the newest record of the hold that the
     /// revoker saw. The revocation counts only if the hold has written
-    /// nothing since (docs/protocol.md, "Leases").
+    /// nothing since (docs/protocol.md R37).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seen: Option<u64>,
     /// The writer's knowledge of the claim frontier: per orders partition,
     /// the lowest offset nobody has claimed yet. Carried by every record so
-    /// that compaction never loses it (docs/protocol.md, "The frontier").
+    /// that compaction never loses it (docs/protocol.md R8).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub next: BTreeMap<i32, i64>,
     /// On a claim made after its writer deferred to other idle instances
     /// for the claim deferral time (`CLAIM_DEFER_MS`): those instances.
     /// Readers leave them out of the idle queue until they next write a
-    /// record (docs/protocol.md, "Choosing an order").
+    /// record (docs/protocol.md R30).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passed_over: Vec<u32>,
     /// The order's `id` (duplicate detection), on claims and completions.

@@ -120,7 +120,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 Action::WakeAt(at) => {
                     if let Phase::Settle { .. } = w.phase {
                         // One line that says why a start waits, and how long
-                        // (docs/protocol.md, "Settling").
+                        // (docs/protocol.md R18).
                         let ms = at.saturating_sub(now_ms());
                         let why = match &clean {
                             None => format!(

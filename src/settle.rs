@@ -1,28 +1,9 @@
-//! Settling: a process boots only after its predecessor's appends settled.
-//!
-//! A process that dies (SIGKILL, OOM, power) may leave produce requests on
-//! the wire, and the broker may still append them after the supervisor has
-//! started the next process of the same instance number. Such a record
-//! lands after its successor's `booted`, where the fence voids it — but
-//! compaction can later erase that fence and leave the dead process's
-//! record in place, and a dead process's late `booted` fences its live
-//! successor (docs/protocol.md, "Settling", has both counter-examples,
-//! found by the model check). So the rule is: **a process appends its
-//! `booted` only once every append of the previous process of its number
-//! has landed or been lost.**
-//!
-//! The shell cannot see a dead process's requests, so it waits them out:
-//! `SETTLE_MS` (15 s: librdkafka gives up on an unacknowledged message
-//! after `message.timeout.ms`, 10 s, src/kafka.rs, and the broker has
-//! answered or dropped a request long before that) after its own start,
-//! which is after its predecessor's death. Waiting after *every* exit
-//! would cost 15 s per order, so a process that exits with every append
-//! acknowledged leaves a **clean-exit marker** on this host naming its
-//! incarnation, and the next process boots at once if the log agrees that
-//! this incarnation is still its number's current one
-//! (`Worker::start_after`, `Phase::Settle`). The marker is taken (read and
-//! removed) before anything is appended, so a process that dies after
-//! that leaves none, and its successor waits.
+//! Settling (docs/protocol.md R16–R19): a process appends its `booted` only
+//! once every append of its predecessor has landed or been lost. It waits
+//! `SETTLE_MS`, unless a clean-exit marker on this host, confirmed by the
+//! log, says nothing is in flight (`Worker::start_after`, `Phase::Settle`).
+//! Why: docs/protocol-proofs.md, "Settling"; the counter-examples:
+//! docs/protocol-history.md, "Settling".
 //!
 //! The marker is an optimisation, never trusted alone: a missing,
 //! unreadable or stale one (the instance ran elsewhere since) only costs
@@ -76,8 +57,8 @@ pub const MAX_MARKER_BYTES: u64 = 256;
 /// Checks, and creates if missing, the directory of the clean-exit markers
 /// (`STATE_DIR`). A marker lets the next process boot without waiting out
 /// its predecessor's appends, so whoever can write one can make a process
-/// boot while a dead one's appends may still land (docs/protocol.md,
-/// "Settling"): the directory must be this user's alone. Created 0700;
+/// boot while a dead one's appends may still land (docs/protocol.md R19):
+/// the directory must be this user's alone. Created 0700;
 /// refused (a configuration error, exit 2) if it is a symbolic link, not a
 /// directory, someone else's, or writable by group or others.
 pub fn prepare_dir(dir: &Path) -> Result<(), ConfigError> {

@@ -21,8 +21,8 @@
 //!
 //! The machine acts on a record only once it has *read it back* from the
 //! log: a produce that failed is not assumed written, one that timed out may
-//! have been written, and only the log says which (docs/protocol.md,
-//! "Appends"). Its own records are recognised by incarnation and `seq`.
+//! have been written, and only the log says which (docs/protocol.md R6).
+//! Its own records are recognised by incarnation and `seq`.
 
 use crate::boot::{turns, View};
 use crate::claim::{decide, Decision};
@@ -91,7 +91,7 @@ pub enum Action {
 /// Where the machine is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
-    /// Not booted yet (protocol.md, "Settling"): the previous process of
+    /// Not booted yet (docs/protocol.md R16): the previous process of
     /// our number may have died with appends in flight, and our `booted`
     /// must come after every one of them that will ever land. Reading the
     /// log meanwhile; `booted` is appended once the clock reaches `until`,
@@ -155,13 +155,13 @@ pub struct Settings {
     pub orders_per_process: u32,
     /// How long (ms) a process whose predecessor may have died with appends
     /// in flight waits before appending its `booted` (`SETTLE_MS`;
-    /// protocol.md, "Settling"). 0: boot at once — the model check and the
+    /// docs/protocol.md R16). 0: boot at once — the model check and the
     /// simulation, whose world enforces the rule itself (a dead process's
     /// appends land or are lost before its successor starts).
     pub settle_ms: u64,
     /// How long (ms) an idle instance defers to each instance ahead of it
     /// in an order's line before it claims the order anyway
-    /// (`CLAIM_DEFER_MS`; docs/protocol.md, "Choosing an order"). 0: no
+    /// (`CLAIM_DEFER_MS`; docs/protocol.md R29, R31). 0: no
     /// deferral, every idle instance claims the order it sees first (the
     /// herd: about 2N-1 records per order with N idle instances).
     pub claim_defer_ms: u64,
@@ -222,7 +222,7 @@ pub struct Worker {
     /// While choosing: each order seen waiting, and when (our clock) we
     /// first saw it, since we last claimed. An order is ours to claim once
     /// it has waited `claim_defer_ms` per instance ahead of us in its line
-    /// (protocol.md, "Choosing an order").
+    /// (docs/protocol.md R29).
     waiting_since: BTreeMap<OrderId, u64>,
     /// While deferring: when the next deferral runs out.
     defer_until: Option<u64>,
@@ -290,7 +290,7 @@ impl Worker {
         (w, acts)
     }
 
-    /// Append our `booted` (protocol.md, "Boot", step 1).
+    /// Append our `booted` (docs/protocol.md R16).
     fn boot(&mut self) -> Vec<Action> {
         self.phase = Phase::Boot { seen: false };
         let booted = self.record(Event::Booted, None);
@@ -299,7 +299,7 @@ impl Worker {
 
     /// Settling: boot once the wait is over, or once caught up with a log
     /// whose current incarnation of our number is the one that exited clean
-    /// (protocol.md, "Settling").
+    /// (docs/protocol.md R18).
     fn settle(&mut self, caught_up: bool) -> Vec<Action> {
         let Phase::Settle { clean, until } = &self.phase else {
             return Vec::new();
@@ -450,7 +450,7 @@ impl Worker {
     }
 
     /// Announce the order's id in the log; the first order to announce an id
-    /// owns it (protocol.md, "Duplicate orders").
+    /// owns it (docs/protocol.md R46).
     fn on_order_id(&mut self, id: String) -> Vec<Action> {
         let Phase::Run { order, attempt } = self.phase else {
             return Vec::new();
@@ -548,8 +548,8 @@ impl Worker {
 
     /// While idle: take over the oldest hold whose lease expired — revoke
     /// it; once the revocation is read back valid, we hold the order in its
-    /// place and claim it, and negotiate like any claim (protocol.md,
-    /// "Leases").
+    /// place and claim it, and negotiate like any claim (docs/protocol.md
+    /// R37, R39).
     fn take_over(&mut self) -> Vec<Action> {
         if self.phase != Phase::Choose {
             return Vec::new();
@@ -606,7 +606,7 @@ impl Worker {
     }
 
     fn on_record(&mut self, pos: u64, rec: Record) -> Vec<Action> {
-        // A newer incarnation of our number fences us (protocol.md, "Fences").
+        // A newer incarnation of our number fences us (R10).
         if rec.event == Event::Booted
             && rec.instance == self.me
             && rec.incarnation != self.incarnation
@@ -718,7 +718,7 @@ impl Worker {
     }
 
     /// Boot is over: resume what our instance number holds, or take the next
-    /// order (protocol.md, "Boot"); first leave a checkpoint if the newest
+    /// order (docs/protocol.md R21); first leave a checkpoint if the newest
     /// one is far behind, so that the next boots read less.
     fn resume(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
@@ -771,8 +771,8 @@ impl Worker {
         }
         let mut commit = self.record(Event::Committed, Some(hold.order));
         commit.attempt = attempt;
-        // Run only once the new attempt is in the log (protocol.md,
-        // "Appends"): a fenced incarnation's retry must not run.
+        // Run only once the new attempt is in the log (R6, R22): a fenced
+        // incarnation's retry must not run.
         self.phase = Phase::Retry {
             order: hold.order,
             attempt,
@@ -825,7 +825,7 @@ impl Worker {
     /// The order to claim now, with the instances passed over to claim it;
     /// `None` when no order is waiting, or when every order waiting is some
     /// other idle instance's turn (then `defer_until` says until when).
-    /// docs/protocol.md, "Choosing an order": an idle instance claims at
+    /// docs/protocol.md R29, R30: an idle instance claims at
     /// once an order it is first in line for; any other order waiting once
     /// it has seen it waiting for `claim_defer_ms` per instance ahead of it
     /// in the order's line (it then names them in `passed_over`); of the
@@ -1392,7 +1392,7 @@ mod tests {
         }
     }
 
-    /// protocol.md, "Choosing an order": the first in line claims at once,
+    /// docs/protocol.md R29: the first in line claims at once,
     /// the others defer, and re-evaluate when the log moves.
     #[test]
     fn idle_instances_claim_in_turn() {
@@ -1536,7 +1536,7 @@ mod tests {
         matches!(a, [Action::Append(r)] if r.event == Event::Booted && r.seq == 1)
     }
 
-    /// protocol.md, "Settling": without a clean predecessor, nothing is
+    /// docs/protocol.md R16, R18: without a clean predecessor, nothing is
     /// appended before the wait is over, whatever is read meanwhile.
     #[test]
     fn an_unknown_predecessor_is_waited_out() {

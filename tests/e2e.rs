@@ -275,7 +275,7 @@ fn race_8_instances_few_orders() {
     eprintln!("race: contested orders {contested:?}");
 }
 
-/// Issue 16, "No herd" (docs/protocol.md, "Choosing an order"): with four
+/// Issue 16, "No herd" (docs/protocol.md R26–R31): with four
 /// idle instances, orders sent one at a time, each after the previous one
 /// completed, are each claimed by about one instance — the one first in
 /// line claims at once, the others defer and read its claim. Without the
@@ -945,7 +945,7 @@ fn booted_of(broker: &BrokerProc, instance: u32, w: &WorkerProc) -> Record {
         .1
 }
 
-/// docs/protocol.md, "Settling": after a clean exit the next process boots
+/// docs/protocol.md R16–R18: after a clean exit the next process boots
 /// at once (its predecessor left a marker naming itself, and the log
 /// agrees); after a SIGKILL the next one appends nothing before
 /// `SETTLE_MS` have passed.

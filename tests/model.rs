@@ -12,7 +12,7 @@
 //! skipped), tell a booting process it is caught up, answer FindOrder with
 //! `{0: N}`, finish a job, crash (bounded), compact, and end an idle
 //! instance's deferral to the instances ahead of it in an order's line
-//! (`Step::Expire`, at any moment; docs/protocol.md, "Choosing an order").
+//! (`Step::Expire`, at any moment; docs/protocol.md R29).
 //!
 //! Compaction erases every record that has a newer record with the same key,
 //! below a horizon: the smallest of every live process's read cursor, each
@@ -44,55 +44,24 @@
 //!
 //! `the_liveness_check_catches_a_deadlock` shows that the liveness property
 //! bites: with a supervisor that never restarts a crashed instance, a rival
-//! waits forever for the dead instance's undecided claim (rule 3 of the
-//! negotiation).
+//! waits forever for the dead instance's undecided claim (docs/protocol.md
+//! R32.3).
 //!
 //! Each deliberate flaw (`worker::Flaw`) has a test that finds it.
 //!
-//! Found by this check (2 instances, 1 order, 1 crash, compaction): records
-//! other than claims did not carry the writer's frontier (`next`). A dead
-//! incarnation's claim that lands late is void (fenced) but still has the
-//! key `<i>:claimed`, so compaction erases the valid claim it supersedes —
-//! and with it the only record that carried the frontier. A process booting
-//! on that log took the completed order for unclaimed and ran it again.
-//! Fixed in src/worker.rs (`Worker::record`): every record carries the
-//! writer's frontier; `protocol_holds_ci` is the regression check.
-//!
-//! Found by this check (2 × 2, a crash, the causal horizon counted from
-//! each undecided claim, `late_claim_needs_its_order_kept`): a late claim
-//! whose writer died before yielding, replayed after compaction erased the
-//! records before it about its order, looks like the only claim of an
-//! unclaimed order and is committed: the order runs twice. Lateness is
-//! judged by position, so the records of an order must outlive its
-//! undecided claims; `min.compaction.lag.ms` is counted from the first
-//! record about the order (docs/protocol.md, "Late claims"), and so is the
-//! horizon here. (It was missed for a session: the configuration that finds
-//! it had moved out of CI, to a test run by hand.)
-//!
-//! Found by this check (3 × 2, a crash; depth-first only, after about 7
-//! million states, `in_flight_claim_needs_its_order_kept`, by hand): a
-//! dead process's claim that lands after compaction erased its order's
-//! commit and completion finds the order's contest open and neither
-//! committed nor completed, and its instance's next process commits it: a
-//! double run. The horizon stood for `min.compaction.lag.ms` only over the
-//! log; Kafka's cleaner erases a record only for a newer one that is older
-//! than the lag, and an append lands within `message.timeout.ms` or never,
-//! so records superseded after a claim was sent stand when it lands. The
-//! horizon now protects the records about the order of every claim still
-//! in flight (`World::in_flight_claim_orders`).
-//!
-//! Found by this check (2 × 2 with a crash and a duplicate,
-//! `zombie_record_outlives_its_fence`; with two crashes,
-//! `zombie_fence_erased_by_the_next_boot`; with a late `booted`,
-//! `stale_booted_fences_its_successor`): a dead process's claim that
-//! landed after its successor's `booted` counts again once that `booted`
-//! is superseded (by its own retry copy, or by the next process's
-//! `booted`) and erased; a dead process's `booted` that lands late fences
-//! its live successor. Fixed by settling (docs/protocol.md, "Settling";
-//! src/settle.rs): a process appends its `booted` only once its dead
-//! predecessor's appends have landed or been lost, which the world keeps
-//! with `Config::settle` (the three checks turn it off and find the
-//! holes); `protocol_holds_when_processes_settle` is the regression check.
+//! Found by this check, each written up with its counter-example in
+//! docs/protocol-history.md: the frontier carried only by claims (fixed by
+//! R8; regression `protocol_holds_ci`); a late claim whose order's records
+//! were erased (R43; `late_claim_needs_its_order_kept`, the horizon is
+//! counted from the first record about the order); a claim in flight
+//! landing after its order's records were erased (R44;
+//! `in_flight_claim_needs_its_order_kept`, by hand; the horizon protects
+//! the orders of claims in flight, `World::in_flight_claim_orders`); and a
+//! dead process's late records outliving their fence or fencing a live
+//! successor (R16; `zombie_record_outlives_its_fence`,
+//! `zombie_fence_erased_by_the_next_boot`,
+//! `stale_booted_fences_its_successor`, which turn `Config::settle` off;
+//! regression `protocol_holds_when_processes_settle`).
 //!
 //! Leases (`protocol_holds_with_leases`): abstract time — the clock stands
 //! still but may jump past the lease (`Step::Advance`, bounded), and every
@@ -320,7 +289,7 @@
 //! without compaction is unchanged, nothing is erased there).
 //!
 //! With the settle rule (`Config::settle`: a dead process's orphans land
-//! or are lost before its successor starts, docs/protocol.md, "Settling"),
+//! or are lost before its successor starts, docs/protocol.md R16),
 //! the configurations with crashes shrink (release): 2 × 1 with ≤1 crash
 //! 1,380; with ≤1 crash and ≤1 duplicate 38,587; 2 × 2 with ≤1 crash
 //! 61,657, with ≤1 crash and ≤1 duplicate 3,425,790 in 33 s, with ≤2
@@ -1291,7 +1260,7 @@ fn protocol_holds_three_by_three_to_a_depth() {
 const THREE_BY_THREE_DEPTH: usize = 11;
 
 /// The depth-bounded 3 × 3 check bites: without the settle rule
-/// (docs/protocol.md, "Settling") it finds a dead process's late records
+/// (docs/protocol.md R16) it finds a dead process's late records
 /// leaving an order to nobody within [`THREE_BY_THREE_DEPTH`] steps
 /// (measured: nothing within 9).
 #[test]
@@ -1362,8 +1331,8 @@ fn leased(instances: u32, orders: u32, crashes: u32, jumps: u32) -> Config {
         max_dups: 0,
         lease_ms: Some(1_000),
         max_jumps: jumps,
-        // As harsh as the world allows (docs/protocol.md, "Holes found in
-        // leases"): compaction from each undecided claim on, a revocation
+        // As harsh as the world allows (docs/protocol-history.md, "Holes
+        // found in leases"): compaction from each undecided claim on, a revocation
         // and its takeover claim landing separately, late appends.
         horizon: HorizonRule::Claim,
         late_appends: true,
@@ -1502,8 +1471,8 @@ fn flaws_are_caught_with_claims_commuting_with_decisions() {
     assert_caught(finer(small(3, 2, Flaw::SkipAnOrder)), &[SKIPPED]);
 }
 
-/// Why a process must settle before it boots (docs/protocol.md,
-/// "Settling"): without the rule, the `booted` of a dead process (a request
+/// Why a process must settle before it boots (docs/protocol.md R16;
+/// docs/protocol-history.md, "Settling"): without the rule, the `booted` of a dead process (a request
 /// still in flight when it died) can land after the `booted` of its
 /// successor, and the View takes the older incarnation for the current one:
 /// the live successor reads it, exits as fenced (its completion, still in
@@ -1556,7 +1525,7 @@ fn protocol_holds_bounded() {
 }
 
 /// Why a process must settle before it boots, second reason
-/// (docs/protocol.md, "Settling"): without the rule, a dead process's claim
+/// (docs/protocol.md R16): without the rule, a dead process's claim
 /// lands after its successor's `booted`, void; the successor's `booted` is
 /// superseded by its own retry copy, which lands after the claim, and
 /// compaction erases the original; a process that replays the log now
@@ -1611,7 +1580,7 @@ fn protocol_holds_when_processes_settle() {
 }
 
 /// The records of an order must outlive its undecided claims
-/// (docs/protocol.md, "Late claims"): with compaction's horizon counted from
+/// (docs/protocol.md R43): with compaction's horizon counted from
 /// each undecided claim instead of from the first record about its order,
 /// a late claim whose writer died before yielding is committed by its next
 /// process once the order's records are erased, and the order runs twice.

@@ -18,12 +18,13 @@
 //! (or are lost) separately, appends of dead processes land late, and
 //! compaction spares only the records from each undecided claim on
 //! (`HorizonRule::Claim`). Five bugs it found are fixed, each written up
-//! in docs/protocol.md ("Leases", "Compaction"): a revoker dying between its
-//! revocation and its takeover claim; rule 2 yielding to a rival that a
+//! in docs/protocol-history.md ("Holes found in leases"): a revoker dying
+//! between its revocation and its takeover claim (R39); R32.2 yielding to a
+//! rival that a
 //! revocation then removed undecided; a taker yielding to a rival that had
 //! itself yielded to the committed hold just taken over; a takeover claim
 //! taken for late after compaction; a void record hiding a valid completion.
-//! Its processes settle themselves (docs/protocol.md, "Settling";
+//! Its processes settle themselves (docs/protocol.md R16–R18;
 //! `Phase::Settle`): a process whose predecessor did not exit clean waits
 //! `SETTLE_MS` (300 ms) before its `booted`, one whose predecessor did is
 //! given its clean-exit marker and boots once the log confirms it; a dead
@@ -33,7 +34,7 @@
 //! shows that this check bites).
 //! `POOL_SIM_HORIZON=claim|contest|hold` varies the compaction horizon.
 //!
-//! Idle instances take turns (docs/protocol.md, "Choosing an order"):
+//! Idle instances take turns (docs/protocol.md R26–R31):
 //! every simulation moves the clock (0–2 ms per step of ten instances) and
 //! wakes a deferring process when its `CLAIM_DEFER_MS` (100 ms here) runs
 //! out. Each run reports the claims records (leases apart) and the rivals
@@ -574,7 +575,7 @@ fn simulation_with_leases() {
     leased_seeds(&config_leases(), first, seeds, "simulation with leases");
 }
 
-/// The settle rule bites (docs/protocol.md, "Settling"): where a dead
+/// The settle rule bites (docs/protocol.md R16, I7): where a dead
 /// process's appends may land longer after its death than its successor
 /// waits, a seed soon has one land after the successor's `booted`, and
 /// `world::SETTLED` catches it. Bounded: at most 200 seeds of 100 orders.

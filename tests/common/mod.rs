@@ -332,7 +332,7 @@ impl BrokerProc {
             ),
             // A killed worker's requests reach this loopback broker within
             // milliseconds, so its successor need not wait the default 15 s
-            // (docs/protocol.md, "Settling"; tests/e2e.rs checks the wait).
+            // (docs/protocol.md R16; tests/e2e.rs checks the wait).
             ("SETTLE_MS".to_string(), "500".to_string()),
             (
                 "STATE_DIR".to_string(),
@@ -1010,8 +1010,8 @@ pub struct OrderTrail {
     /// (position, instance, incarnation, attempt) of every valid
     /// `committed` (first decisions and retries alike).
     pub commits: Vec<(i64, u32, String, u32)>,
-    /// Valid revocations of a hold on this order (docs/protocol.md,
-    /// "Leases"): (position, holder, holder's fenced incarnation, revoker).
+    /// Valid revocations of a hold on this order (docs/protocol.md R37,
+    /// R38): (position, holder, holder's fenced incarnation, revoker).
     pub revocations: Vec<(i64, u32, String, u32)>,
 }
 

@@ -73,7 +73,7 @@ pub struct Config {
     /// The supervisor restarts a crashed instance (false: a broken
     /// supervisor, for the liveness check to catch).
     pub restart_crashed: bool,
-    /// The settle rule (docs/protocol.md, "Settling"; src/settle.rs): a
+    /// The settle rule (docs/protocol.md R16; src/settle.rs): a
     /// process appends its `booted` only once every append of its instance
     /// number's dead process has landed or been lost, so the next start of
     /// an instance drops that process's orphans (booted, records, retry
@@ -120,8 +120,8 @@ pub struct Config {
     /// successor started. False: neither; a producer retry lands right
     /// after the original or not at all. (With true, a
     /// void record landing late superseded a valid commit, or a valid
-    /// completion, under compaction: docs/protocol.md, "Holes found in
-    /// leases".)
+    /// completion, under compaction: docs/protocol-history.md, "Holes found
+    /// in leases", 5.)
     pub late_appends: bool,
     /// Processes write checkpoints (`Settings::checkpoint_every`), and a
     /// process starts from the newest checkpoint left in the log instead of
@@ -154,8 +154,8 @@ pub struct Config {
     /// record for the pool's, unchecked (no signature, no end offsets).
     pub trust_all: bool,
     /// `Settings::claim_defer_ms`: an idle instance defers to the idle
-    /// instances ahead of it in an order's line (docs/protocol.md,
-    /// "Choosing an order"). 0: no deferral, every idle instance claims (the
+    /// instances ahead of it in an order's line (docs/protocol.md R29).
+    /// 0: no deferral, every idle instance claims (the
     /// herd). In the model check a deferral runs out by a step of its own
     /// ([`Step::Expire`], at any moment: every timing); in the simulation
     /// by the simulated clock ([`Config::clocked`]).
@@ -457,7 +457,7 @@ pub const SKIPPED: &str = "no order is left unclaimed below the highest claimed"
 /// runner's hold was validly revoked or its runner died running it.
 pub const RUN_AFTER_REVOKED: &str =
     "a process never runs an order after reading its own revocation";
-/// The settle rule (docs/protocol.md, "Settling"), checked where the
+/// The settle rule (docs/protocol.md R16, I7), checked where the
 /// machines keep it themselves ([`Config::settle_ms`]).
 pub const SETTLED: &str = "a dead process's append lands before its successor's booted or never";
 pub const TWO_HOLDS: &str = "no two instances hold a valid committed hold on the same order";
@@ -1085,7 +1085,7 @@ impl World {
     /// earlier run ended without a completion — or by a process whose hold
     /// the log has already revoked and that has not read it yet (a *stale*
     /// run: it read its own commit, then was paused or cut off past the
-    /// lease; protocol.md, "The one case of a second run").
+    /// lease; docs/protocol.md R41, I5).
     fn leased_run(&mut self, i: u32, order: OrderId, attempt: u32) {
         let inc = self
             .inst(i)
