@@ -654,7 +654,7 @@ impl View {
 
     /// Renames every log position the view stores through `f`, and passes
     /// every stored outcome through `g`. For the model check only
-    /// (tests/model.rs, "Commuting appends"): the protocol treats positions
+    /// (tests/pure/model.rs, "Commuting appends"): the protocol treats positions
     /// as names of records — it stores them, compares them for equality and
     /// prints them, and orders one against another only to keep a
     /// checkpoint's newest ids and to forget settled contests, neither of
@@ -700,7 +700,7 @@ impl View {
     /// Feeds `h` exactly what hashing a copy of the view after
     /// [`View::relabel`]`(f, g)` would, without making the copy (the model
     /// check fingerprints every state this way; cloning and dropping the
-    /// views' maps took about a tenth of its time). tests/model.rs compares
+    /// views' maps took about a tenth of its time). tests/pure/model.rs compares
     /// the two on the states of small explorations.
     pub fn hash_relabeled<H: Hasher>(
         &self,

@@ -9,7 +9,7 @@
 //! is not signed, since decoding refuses a key that does not match its
 //! value. With a key set, a record with no signature or a wrong one is
 //! *foreign*: skipped with one warning, it changes nothing
-//! (`Record::decode_with`; model-checked in tests/model.rs,
+//! (`Record::decode_with`; model-checked in tests/pure/model.rs,
 //! `foreign_records_change_nothing`).
 //!
 //! What it does not stop: a writer of the claims topic can still append a

@@ -138,7 +138,7 @@ pub enum Phase {
 pub struct Settings {
     pub max_attempts: u32,
     /// A rule deliberately broken, so that the model check and the
-    /// simulation can show that they catch it (tests/model.rs). Always
+    /// simulation can show that they catch it (tests/pure/model.rs). Always
     /// `None` in the binary.
     pub flaw: Option<Flaw>,
     /// The lease: a hold whose instance wrote nothing about it for this long
@@ -394,7 +394,7 @@ impl Worker {
     /// Ends every deferral now, whatever the clock says: the next Tick asks
     /// for the orders again, and every order waiting may be claimed. For
     /// the model check, where the expiry of a deferral is a step that may
-    /// come at any moment (tests/world).
+    /// come at any moment (tests/pure/world).
     pub fn end_deferrals(&mut self) {
         self.defer_over = true;
     }
@@ -415,7 +415,7 @@ impl Worker {
         // Every record carries our frontier (record.rs, `next`): compaction
         // keeps only the newest record per key, and that one may be void (a
         // dead incarnation's claim landing late), so the frontier must not
-        // live in claims alone (tests/model.rs found the double run).
+        // live in claims alone (tests/pure/model.rs found the double run).
         r.next = self.view.frontier().clone();
         if let Some(o) = order {
             r = r.with_order(o);

@@ -8,9 +8,7 @@
 //! wait has a deadline. Jobs leave their side effects in files of a temp dir,
 //! so that "never ran" can be checked, not assumed.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pool_worker::record::{Event, Outcome, Status};
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -560,7 +558,7 @@ fn duplicate_ids_run_once() {
     audit
         .check_exactly_once(&first)
         .unwrap_or_else(|e| panic!("{e}"));
-    let lines = common::ledger(&ledger);
+    let lines = crate::common::ledger(&ledger);
     assert_eq!(lines.len(), 1, "two orders with one id: {lines:?}");
     let ran = lines[0].clone();
     let other = first
@@ -600,7 +598,7 @@ fn duplicate_ids_run_once() {
         "{o:?}"
     );
     assert_eq!(o[1].status, Status::Ok, "{o:?}");
-    let lines = common::ledger(&ledger);
+    let lines = crate::common::ledger(&ledger);
     assert_eq!(lines, [ran, pos(later[1])], "ledger");
     let all: Vec<_> = first.iter().chain(&later).copied().collect();
     Audit::of(&decoded_claims(broker.bootstrap(), &claims))
@@ -908,7 +906,7 @@ fn url_orders_fetch_run_and_fail() {
             .contains(&format!("order {} ", pos(orders[4]))),
         "{o:?}"
     );
-    let mut ran = common::ledger(&ledger);
+    let mut ran = crate::common::ledger(&ledger);
     ran.sort();
     let mut want = vec![pos(orders[0]), pos(orders[4])];
     want.sort();

@@ -1,6 +1,6 @@
 //! Commuting appends: which records of the claims log are independent, and
 //! the canonical form of a world up to the order of independent records
-//! (tests/model.rs, module doc, "Reductions", 5).
+//! (tests/pure/model.rs, module doc, "Reductions", 5).
 //!
 //! Two worlds whose logs differ only in the order in which independent
 //! records landed behave alike: every process, the referee and every rule
@@ -25,7 +25,7 @@ use std::hash::{Hash, Hasher};
 /// a checkpoint carries the whole view. Records that are related in none of
 /// these ways *commute*: a view that reads them in either order is the
 /// same, up to the positions it stores (`View::relabel`).
-/// The `commuting` proptests in tests/model.rs test this against the View
+/// The `commuting` proptests in tests/pure/model.rs test this against the View
 /// itself (the same View, and the same verdict on each record, in either
 /// order), on random records and on protocol-shaped logs.
 pub fn depends(a: &Record, b: &Record) -> bool {
@@ -41,7 +41,7 @@ pub fn depends(a: &Record, b: &Record) -> bool {
 /// a contest is judged for lateness (`passes` would say the decision's
 /// frontier makes the claim late). Under compaction this is unsound: the
 /// writer's claim can be erased later, and then the stray decision raises
-/// the frontier before the contest opens (tests/model.rs, module doc,
+/// the frontier before the contest opens (tests/pure/model.rs, module doc,
 /// "Reductions", 9).
 pub fn depends_unerased(a: &Record, b: &Record) -> bool {
     depends_in(a, b, true)
@@ -95,7 +95,7 @@ fn plain(r: &Record) -> bool {
 /// judged against its own writer's claim). A claim is not among them: after
 /// a completion whose claim compaction erased, a claim of the order opens
 /// the contest as late, before it as not late (the commuting proptests in
-/// tests/model.rs found it); nor are two completions.
+/// tests/pure/model.rs found it); nor are two completions.
 fn stance(a: &Record, b: &Record) -> bool {
     matches!(a.event, Event::Yielded | Event::Committed)
         && plain(a)
@@ -443,7 +443,7 @@ impl World {
         let f = |p: u64| if (p as usize) < n { to[p as usize] } else { p };
         let g = |o: &mut Outcome| o.reason = None;
         let mut h = Mix::default();
-        // Forged records are never reordered here: tests/model.rs checks
+        // Forged records are never reordered here: tests/pure/model.rs checks
         // them without this reduction.
         (forged, trust).hash(&mut h);
         for &p in order {

@@ -332,7 +332,7 @@ impl BrokerProc {
             ),
             // A killed worker's requests reach this loopback broker within
             // milliseconds, so its successor need not wait the default 15 s
-            // (docs/protocol.md R16; tests/e2e.rs checks the wait).
+            // (docs/protocol.md R16; tests/live/e2e.rs checks the wait).
             ("SETTLE_MS".to_string(), "500".to_string()),
             (
                 "STATE_DIR".to_string(),

@@ -5,7 +5,7 @@
 //! one partition, all present from the start; a few instances whose
 //! processes are the real [`pool_worker::worker::Worker`] machine (the
 //! binary drives the same code against Kafka); a claims log that they append
-//! to and read back. The world and its steps are in tests/world/mod.rs:
+//! to and read back. The world and its steps are in tests/pure/world/mod.rs:
 //! start a dead instance (a new incarnation `<i>.<k>`, reading from 0),
 //! deliver an append, deliver one twice (a producer retry; bounded), land an
 //! orphaned append of a dead process, read the next record (erased positions
@@ -66,7 +66,7 @@
 //! Leases (`protocol_holds_with_leases`): abstract time — the clock stands
 //! still but may jump past the lease (`Step::Advance`, bounded), and every
 //! live process may get Tick at any moment; with the properties of leases
-//! (tests/world: an order runs again only after a valid revocation of its
+//! (tests/pure/world: an order runs again only after a valid revocation of its
 //! runner's hold or the runner's death, or in a process the log already
 //! revoked; no run after reading one's own revocation; never two valid
 //! committed holds on one order; a revocation counts only of a hold that
@@ -144,7 +144,7 @@
 //!    records landed are one state. Without it the graph is nearly a tree:
 //!    every order of landings is a different log, and every view stores
 //!    positions. The state's fingerprint is that of its canonical form
-//!    (`World::fingerprint`, tests/world/commute.rs): the log in a
+//!    (`World::fingerprint`, tests/pure/world/commute.rs): the log in a
 //!    canonical order of its equivalence class
 //!    (`World::canonical_order`), every position any view or record stores
 //!    renamed to match (`View::relabel`), and the reasons (texts that quote
@@ -160,7 +160,7 @@
 //!      original;
 //!    * a process that starts reads the log in its order, which σ changes:
 //!      that is safe because independent records *commute* in the View —
-//!      `world::depends` lists every rule of src/boot.rs that relates two
+//!      `crate::world::depends` lists every rule of src/boot.rs that relates two
 //!      records (same instance, also as a revocation's writer; same order,
 //!      except claims and decisions of two holders; the same order id; a
 //!      claim and a record whose frontier passes its order; checkpoints),
@@ -209,7 +209,7 @@
 //! 8. **A `booted` lands as its process starts** (`boot_lands`): a new
 //!    process's first append is its `booted`, and until it lands the
 //!    process only reads. A `booted` depends on no other instance's records
-//!    (`world::depends`), so its landing commutes with every other
+//!    (`crate::world::depends`), so its landing commutes with every other
 //!    process's step — unless an orphan of its own instance number may
 //!    still land (before it, the orphan is valid; after it, fenced), so
 //!    then it is not taken at once; nor while a duplicate may still be
@@ -333,7 +333,7 @@
 //! fingerprint hashes each process's view with the renaming applied as it
 //! goes (`View::hash_relabeled`) instead of renaming a copy; each log
 //! entry keeps its record's key hash and dependencies from when it landed
-//! (`world::commute::Landed`) and shares its record between the copies of
+//! (`crate::world::commute::Landed`) and shares its record between the copies of
 //! the world; the canonical order picks among the ready records only; a
 //! state with every order completed needs no fair run; and the test binary
 //! allocates with mimalloc. `fingerprint_without_copies_is_the_same`
@@ -360,7 +360,7 @@
 //! (`Config::trust_all`) are caught within 3,000 states
 //! (`accepting_forged_records_is_caught`).
 //!
-//! CI: `cargo test --test model -- --nocapture` runs 2 × 1 with ≤1 crash,
+//! CI: `cargo test --test pure model:: -- --nocapture` runs 2 × 1 with ≤1 crash,
 //! with ≤1 crash and ≤1 duplicate, 2 × 2, with ≤1 crash, 3 × 1, with ≤1
 //! crash, with ≤1 duplicate, 3 × 2, and 2 × 2 with ORDERS_PER_PROCESS=2
 //! and ≤1 crash, all with compaction; 3 × 3 without compaction, and with
@@ -372,21 +372,14 @@
 //! model protocol_holds_large -- --ignored --nocapture` (defaults 4 × 4,
 //! ≤1 crash, no duplicate; also `POOL_MODEL_COMPACTION=0`). To measure a
 //! configuration for a while without finishing it: `POOL_MODEL_SECS=60
-//! cargo test --test model explore -- --ignored --nocapture` (same
+//! cargo test --test pure model::explore -- --ignored --nocapture` (same
 //! variables; `POOL_MODEL_EAGER=0`, `POOL_MODEL_COMMUTE=0`,
 //! `POOL_MODEL_PREFIXES=0`, `POOL_MODEL_IDLE=0`, `POOL_MODEL_BOOT=0`,
 //! `POOL_MODEL_UNERASED=0` turn reductions off, `POOL_MODEL_OPP=K` sets
 //! ORDERS_PER_PROCESS (also for `protocol_holds_large`), `POOL_MODEL_CANON=1` turns 3 on, `POOL_MODEL_DFS=0`
 //! searches breadth-first).
 
-mod world;
-
-/// The model check copies and drops a world, with every process's view
-/// and its maps, at every step: with the system allocator, allocating and
-/// freeing took about a third of its time.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
+use crate::world::*;
 use pool_worker::boot::turns;
 use pool_worker::record::Event;
 use pool_worker::worker::{Flaw, Phase};
@@ -395,7 +388,6 @@ use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::time::Instant;
-use world::*;
 
 /// Steps the fair schedule may take to complete every order.
 const FAIR_BOUND: usize = 2_000;
@@ -431,7 +423,7 @@ struct Pool {
     /// doc, "Reductions", 8).
     boot_lands: bool,
     /// With `commute`, in a configuration that never erases a record: the
-    /// finer independence of `world::depends_unerased` (module doc,
+    /// finer independence of `crate::world::depends_unerased` (module doc,
     /// "Reductions", 9).
     unerased: bool,
     /// Fingerprints of states whose fair run completes.
@@ -439,7 +431,7 @@ struct Pool {
 }
 
 /// A world's fingerprint: with `commute`, that of its canonical form
-/// (`World::fingerprint`, tests/world/commute.rs), the same for worlds that
+/// (`World::fingerprint`, tests/pure/world/commute.rs), the same for worlds that
 /// differ only in the order of independent records.
 fn fp(w: &World, commute: bool, unerased: bool) -> u64 {
     if commute {
@@ -1119,7 +1111,7 @@ fn assert_holds_upto(pool: Pool, bound: Bound) {
         f.secs
     );
     println!("{line}");
-    world::record_figures(&line);
+    crate::world::record_figures(&line);
     for (_, text) in &f.failures {
         println!("{text}");
     }
@@ -1160,7 +1152,7 @@ fn assert_caught_upto(pool: Pool, expect: &[&'static str], bound: Bound) {
         f.secs
     );
     println!("{line}");
-    world::record_figures(&line);
+    crate::world::record_figures(&line);
     for (_, text) in &f.failures {
         println!("{text}");
     }
@@ -1296,7 +1288,7 @@ fn protocol_holds_with_checkpoints() {
 }
 
 #[test]
-#[ignore = "large: POOL_MODEL_INSTANCES=4 POOL_MODEL_ORDERS=4 cargo test --release --test model protocol_holds_large -- --ignored --nocapture"]
+#[ignore = "large: POOL_MODEL_INSTANCES=4 POOL_MODEL_ORDERS=4 cargo test --release --test pure model::protocol_holds_large -- --ignored --nocapture"]
 fn protocol_holds_large() {
     // Defaults: 4 × 4 with ≤1 crash and no duplicate.
     let mut cfg = config(
@@ -1347,7 +1339,7 @@ fn leased(instances: u32, orders: u32, crashes: u32, jumps: u32) -> Config {
 /// full spaces did not finish on the CI machine (over 16 GB at 5 minutes;
 /// the clock values multiply the states of every process and record).
 /// Exhaustive, opt-in: `POOL_MODEL_JUMPS=1 POOL_MODEL_CRASHES=0 cargo test
-/// --release --test model protocol_holds_with_leases_full -- --ignored
+/// --release --test pure model::protocol_holds_with_leases_full -- --ignored
 /// --nocapture` (needs a large machine).
 #[test]
 fn protocol_holds_with_leases() {
@@ -1360,7 +1352,7 @@ fn protocol_holds_with_leases() {
 }
 
 #[test]
-#[ignore = "large: POOL_MODEL_JUMPS=1 POOL_MODEL_CRASHES=0 cargo test --release --test model protocol_holds_with_leases_full -- --ignored --nocapture"]
+#[ignore = "large: POOL_MODEL_JUMPS=1 POOL_MODEL_CRASHES=0 cargo test --release --test pure model::protocol_holds_with_leases_full -- --ignored --nocapture"]
 fn protocol_holds_with_leases_full() {
     let cfg = leased(
         env("POOL_MODEL_INSTANCES", 2),
@@ -1500,7 +1492,7 @@ fn stale_booted_fences_its_successor() {
 /// holds whole worlds: 3 × 3 takes about 8 GB, and at 3 million it filled
 /// 23 GB.
 #[test]
-#[ignore = "long: cargo test --release --test model protocol_holds_bounded -- --ignored --nocapture"]
+#[ignore = "long: cargo test --release --test pure model::protocol_holds_bounded -- --ignored --nocapture"]
 fn protocol_holds_bounded() {
     let bound = env("POOL_MODEL_BOUND", 3_000_000) as usize;
     for (i, o, crashes, dups) in [
@@ -1680,7 +1672,7 @@ fn flaws_are_caught_with_three_instances() {
 
 /// `World::fingerprint` hashes the live processes without copying them
 /// (`Worker::hash_relabeled`) and reads each record's key and dependencies
-/// as computed when it landed (`world::commute::Landed`); it must give
+/// as computed when it landed (`crate::world::commute::Landed`); it must give
 /// exactly the fingerprint of the old way, copy, rename and hash with
 /// everything computed afresh (`World::fingerprint_by_copy`), on every state of
 /// short breadth-first runs of the reduced graph: 2 × 2 with a crash and
@@ -1737,10 +1729,10 @@ fn fingerprint_without_copies_is_the_same() {
 
 mod commuting {
     //! The soundness obligation of "Commuting appends" (module doc): two
-    //! adjacent records that `world::depends` calls independent can be
+    //! adjacent records that `crate::world::depends` calls independent can be
     //! read in either order, and the View comes out the same up to the
     //! renaming of their two positions (`View::relabel`).
-    use super::world::{depends, depends_unerased};
+    use crate::world::{depends, depends_unerased};
     use pool_worker::boot::View;
     use pool_worker::record::{Cite, Event, OrderId, Outcome, Record, Status};
     use proptest::prelude::*;
@@ -1997,7 +1989,7 @@ mod commuting {
 /// than `min.compaction.lag.ms`. Depth-first (about 7 million states, 100 s
 /// in release): by hand.
 #[test]
-#[ignore = "long: cargo test --release --test model in_flight_claim_needs_its_order_kept -- --ignored --nocapture"]
+#[ignore = "long: cargo test --release --test pure model::in_flight_claim_needs_its_order_kept -- --ignored --nocapture"]
 fn in_flight_claim_needs_its_order_kept() {
     let cfg = Config {
         max_crashes: 1,
@@ -2019,7 +2011,7 @@ fn in_flight_claim_needs_its_order_kept() {
 
 /// Issue 18, "foreign records change nothing": a writer of the claims
 /// topic who is not the pool appends forged records at any moment
-/// (`Step::Forge`, tests/world). With the pool's `CLAIMS_KEY`, a completion
+/// (`Step::Forge`, tests/pure/world). With the pool's `CLAIMS_KEY`, a completion
 /// of order 0 by instance 1 in its current incarnation (unsigned) and a
 /// first-ranked claim of it by instance 2 (signed with another key); with
 /// no key, a claim past the orders' end that moves the frontier past it.

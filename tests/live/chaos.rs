@@ -8,8 +8,8 @@
 //! negotiation, while a job runs and between `completed` and exit), takes
 //! the broker down twice and slows it down for a while, then stops the chaos
 //! and waits for every order to complete. It is judged by the claims topic
-//! (the audit of `tests/common`, which understands lease takeovers: see
-//! [`common::Audit::check_exactly_once`]) and by the ledger the jobs write
+//! (the audit of `tests/live/common`, which understands lease takeovers: see
+//! [`crate::common::Audit::check_exactly_once`]) and by the ledger the jobs write
 //! ("P:O:ATTEMPT:WORKER_PID", one line per run, written as the job starts).
 //! A run twice is accepted only when the earlier run's worker was SIGKILLed
 //! by the test (its pid is among the kills and the supervisor saw it die of
@@ -23,7 +23,7 @@
 //! The long version is ignored by default; run it with
 //!
 //! ```text
-//! POOL_CHAOS_ORDERS=500 cargo test --release --test chaos -- --ignored --nocapture chaos_long
+//! POOL_CHAOS_ORDERS=500 cargo test --release --test live chaos::chaos_long -- --ignored --nocapture
 //! ```
 //!
 //! Its knobs (environment): `POOL_CHAOS_ORDERS` (500), `POOL_CHAOS_SECS`
@@ -31,9 +31,7 @@
 //! `POOL_CHAOS_LEASE_MS` (3000), `POOL_CHAOS_SEED` (random; printed, and
 //! honoured by the CI test too to replay a run's schedule of kills).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pool_worker::record::{Event, OrderId, Status};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -600,7 +598,7 @@ fn chaos_kills_and_outages_lose_nothing() {
 /// work) or exits 4 ("revoked", which the supervisor restarts), never 3.
 /// Probabilistic: the chaos run must hit the race.
 #[test]
-#[ignore = "long (fails if any instance is retired; the retry-vs-revocation race that retired instances is fixed): cargo test --release --test chaos -- --ignored --nocapture chaos_retires_no_instance"]
+#[ignore = "long (fails if any instance is retired; the retry-vs-revocation race that retired instances is fixed): cargo test --release --test live chaos::chaos_retires_no_instance -- --ignored --nocapture"]
 fn chaos_retires_no_instance() {
     run_chaos(Chaos {
         label: "chaos strict",
@@ -619,7 +617,7 @@ fn chaos_retires_no_instance() {
 
 /// The long version; see the module docs for the command and knobs.
 #[test]
-#[ignore = "long: POOL_CHAOS_ORDERS=500 cargo test --release --test chaos -- --ignored --nocapture chaos_long"]
+#[ignore = "long: POOL_CHAOS_ORDERS=500 cargo test --release --test live chaos::chaos_long -- --ignored --nocapture"]
 fn chaos_long() {
     let orders = env_num("POOL_CHAOS_ORDERS").unwrap_or(500) as usize;
     run_chaos(Chaos {

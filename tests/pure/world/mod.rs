@@ -1,5 +1,5 @@
-//! The simulated world shared by the model check (tests/model.rs) and the
-//! deterministic simulation (tests/simulation.rs): a claims log, the
+//! The simulated world shared by the model check (tests/pure/model.rs) and the
+//! deterministic simulation (tests/pure/simulation.rs): a claims log, the
 //! processes of every instance (each one the real [`Worker`] machine of
 //! src/worker.rs, fed exactly the inputs the shell feeds it), the appends in
 //! flight, compaction, and the ghost history that the properties are judged
@@ -57,7 +57,7 @@ pub enum HorizonRule {
     /// any order is held, takeovers included. Leases need it: a takeover
     /// claim is behind the frontier, and a reader that lost the order's
     /// first claim to compaction takes it for a late claim (see
-    /// `takeover_after_compaction_is_late` in tests/simulation.rs).
+    /// `takeover_after_compaction_is_late` in tests/pure/simulation.rs).
     Hold,
 }
 
@@ -80,7 +80,7 @@ pub struct Config {
     /// copies). False: they may land after the successor's `booted` (the
     /// three checks `stale_booted_fences_its_successor`,
     /// `zombie_record_outlives_its_fence` and
-    /// `zombie_fence_erased_by_the_next_boot` in tests/model.rs show what
+    /// `zombie_fence_erased_by_the_next_boot` in tests/pure/model.rs show what
     /// happens then).
     pub settle: bool,
     /// Simulation: the machines settle themselves (`Settings::settle_ms`,
@@ -131,7 +131,7 @@ pub struct Config {
     /// after reading back its completion, up to this many.
     pub orders_per_process: u32,
     /// Compaction's horizon by causality instead of by position (the model
-    /// check with commuting appends, tests/model.rs): a superseded record
+    /// check with commuting appends, tests/pure/model.rs): a superseded record
     /// may be erased unless a record the horizon protects is in its causal
     /// past ([`World::causal_pasts`]). Every erasure the positional horizon
     /// allows is still allowed; the extra ones are those it allows in an
@@ -364,7 +364,7 @@ pub enum Step {
     /// Compaction of the erasable records below this position only: the
     /// Kafka log cleaner cleans a prefix of the log (the part older than
     /// `min.compaction.lag.ms`), so any prefix of what the horizon allows
-    /// may be cleaned (tests/model.rs, where readers never lag).
+    /// may be cleaned (tests/pure/model.rs, where readers never lag).
     CompactBelow(usize),
     /// Compaction of the erasable records in this position's causal past
     /// and at it ([`Config::causal`]): what a cleaner that cleaned a prefix

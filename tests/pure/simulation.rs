@@ -4,8 +4,8 @@
 //! (an append waits until its instance is picked to deliver it), duplicate
 //! deliveries (producer retries that land again later), crashes and
 //! restarts (a crashed process's appends in flight land later or are lost),
-//! and compaction below the same horizon as the model check (tests/world).
-//! The safety properties of tests/model.rs are checked after every step;
+//! and compaction below the same horizon as the model check (tests/pure/world).
+//! The safety properties of tests/pure/model.rs are checked after every step;
 //! every seed must end with all orders completed within a step bound (after
 //! the crash window, crashes stop).
 //!
@@ -30,7 +30,7 @@
 //! given its clean-exit marker and boots once the log confirms it; a dead
 //! process's appends land within 200 ms of its death or never; and one
 //! landing after its successor's `booted` fails the seed
-//! (`world::SETTLED`; `settling_shorter_than_appends_in_flight_is_caught`
+//! (`crate::world::SETTLED`; `settling_shorter_than_appends_in_flight_is_caught`
 //! shows that this check bites).
 //! `POOL_SIM_HORIZON=claim|contest|hold` varies the compaction horizon.
 //!
@@ -47,18 +47,16 @@
 //! turns with `ORDERS_PER_PROCESS` 1, 2 and 5 (a process goes on to the
 //! next order after reading back its completion).
 //!
-//! CI: `cargo test --test simulation -- --nocapture` runs 1,000 seeds on two
+//! CI: `cargo test --test pure simulation:: -- --nocapture` runs 1,000 seeds on two
 //! threads (`POOL_SIM_SEEDS`, `POOL_SIM_FIRST` to change). A failing seed is
 //! printed with the command that replays it alone:
-//! `POOL_SIM_SEED=<seed> cargo test --test simulation replay -- --nocapture`.
+//! `POOL_SIM_SEED=<seed> cargo test --test pure simulation::replay -- --nocapture`.
 
-mod world;
-
+use crate::world::*;
 use pool_worker::worker::Phase;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
-use world::*;
 
 const INSTANCES: u32 = 10;
 const ORDERS: u32 = 1_000;
@@ -109,7 +107,7 @@ fn config_leases() -> Config {
     Config {
         orders: LEASE_ORDERS,
         lease_ms: Some(LEASE_MS),
-        // Boot reads go on in one step (tests/world, `batch_reads`), so
+        // Boot reads go on in one step (tests/pure/world, `batch_reads`), so
         // that a boot does not outlast many leases of simulated time.
         batch_reads: true,
         // The rest as harsh as the world allows: a revocation and the
@@ -122,7 +120,7 @@ fn config_leases() -> Config {
         // markers) instead of the world dropping a dead process's orphans
         // when its instance starts again; orphans land within ORPHAN_MS of
         // their writer's death or never, and one landing after its
-        // writer's successor booted fails the seed (world::SETTLED).
+        // writer's successor booted fails the seed (crate::world::SETTLED).
         settle: false,
         settle_ms: Some(SETTLE_MS),
         orphan_ms: ORPHAN_MS,
@@ -153,7 +151,7 @@ fn config() -> Config {
         // Varied by seed in `run_world`.
         orders_per_process: 1,
         causal: false,
-        // Kafka's lag outlasts an append in flight (tests/world,
+        // Kafka's lag outlasts an append in flight (tests/pure/world,
         // `World::in_flight_claim_orders`; with the contest and hold
         // horizons: the claim horizon, the default here, keeps everything
         // after each instance's newest `booted` anyway).
@@ -229,7 +227,7 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
         } else {
             ""
         };
-        s.push_str(&format!("replay: {leases}POOL_SIM_SEED={seed} cargo test --test simulation replay -- --nocapture\n"));
+        s.push_str(&format!("replay: {leases}POOL_SIM_SEED={seed} cargo test --test pure simulation::replay -- --nocapture\n"));
         s
     };
     let done = |w: &World, steps: u64, failure: Option<String>| Outcome {
@@ -544,7 +542,7 @@ fn run_seeds(cfg: &Config, first: u64, seeds: u64) -> (u64, Outcome, Vec<String>
 /// if there is any.
 fn report(line: &str, failures: &[String]) {
     println!("{line}");
-    world::record_figures(line);
+    crate::world::record_figures(line);
     for f in failures {
         println!("{f}");
     }
@@ -562,7 +560,7 @@ fn report(line: &str, failures: &[String]) {
 /// stay down for up to four (`Step::Outage`), so holds expire while their
 /// process lives and while it is gone; idle instances and waiting
 /// negotiators revoke them and take their orders over. The properties with
-/// leases (tests/world): an order is run again only after the earlier run
+/// leases (tests/pure/world): an order is run again only after the earlier run
 /// ended by a valid revocation or its runner's death; no run after reading
 /// one's own revocation; never two valid committed holds on one order; a
 /// revocation is valid only if the hold wrote nothing within the lease
@@ -578,7 +576,7 @@ fn simulation_with_leases() {
 /// The settle rule bites (docs/protocol.md R16, I7): where a dead
 /// process's appends may land longer after its death than its successor
 /// waits, a seed soon has one land after the successor's `booted`, and
-/// `world::SETTLED` catches it. Bounded: at most 200 seeds of 100 orders.
+/// `crate::world::SETTLED` catches it. Bounded: at most 200 seeds of 100 orders.
 #[test]
 fn settling_shorter_than_appends_in_flight_is_caught() {
     let cfg = Config {
@@ -705,7 +703,7 @@ fn audit_catches_the_logs_of_the_broken_rules() {
 }
 
 /// `POOL_SIM_HORIZON=claim|contest|hold` overrides a configuration's
-/// compaction horizon (tests/world, `HorizonRule`).
+/// compaction horizon (tests/pure/world, `HorizonRule`).
 fn horizon_from_env(cfg: &mut Config) {
     match std::env::var("POOL_SIM_HORIZON").as_deref() {
         Ok("claim") => cfg.horizon = HorizonRule::Claim,
@@ -742,7 +740,7 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
     report(&line, &failures);
 }
 
-/// Replays one seed: `POOL_SIM_SEED=1234 cargo test --test simulation replay -- --nocapture`
+/// Replays one seed: `POOL_SIM_SEED=1234 cargo test --test pure simulation::replay -- --nocapture`
 /// (with `POOL_SIM_LEASES=1`: a seed of the simulation with leases).
 #[test]
 fn replay() {

@@ -3,9 +3,7 @@
 //! change nothing — impossible claims always, unsigned or badly signed
 //! records when the pool has a `CLAIMS_KEY`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pool_worker::record::{Event, OrderId, Outcome, Record, Status};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -163,7 +161,7 @@ fn forged_records_change_nothing_with_a_claims_key() {
         &mut w,
         "both orders run at once, the forged claim and completion notwithstanding",
     );
-    let mut ran = common::ledger(&ledger);
+    let mut ran = crate::common::ledger(&ledger);
     ran.sort();
     assert_eq!(ran, vec![o0.to_string(), o1.to_string()]);
     let warnings = w
@@ -244,7 +242,7 @@ fn impossible_claims_are_foreign() {
     let at = produce_orders(broker.bootstrap(), &orders, &[&order, &order], Some(0));
     let mut w = WorkerProc::start("worker1", &worker_env(&broker, None));
     expect_exit_0(&mut w, "the orders run, below a forged frontier");
-    assert_eq!(common::ledger(&ledger).len(), 2, "{at:?}");
+    assert_eq!(crate::common::ledger(&ledger).len(), 2, "{at:?}");
     let impossible = w
         .stderr
         .lines()

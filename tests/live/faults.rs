@@ -3,9 +3,7 @@
 //! topic and by ledger files. Each test ends with a figures line:
 //! `faults: injected N, orders M, lost 0, completed twice 0, committed by two 0, ran twice K`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pool_worker::record::{Event, OrderId, Record, Status};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,7 +21,7 @@ fn ledger_order(ledger: &Path) -> String {
 
 fn ledger_counts(ledger: &Path) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
-    for l in common::ledger(ledger) {
+    for l in crate::common::ledger(ledger) {
         *m.entry(l).or_default() += 1;
     }
     m

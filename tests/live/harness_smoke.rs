@@ -1,10 +1,8 @@
-//! Checks the test harness itself (tests/common): the broker process and its
+//! Checks the test harness itself (tests/live/common): the broker process and its
 //! control commands, the Kafka helpers, and the supervisor process with
 //! stand-in programs (so these tests do not depend on worker mode).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pool_worker::record::{Event, OrderId, Outcome, Record, Status};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -7,9 +7,7 @@
 //! after its claim was `committed`, that same instance completes it, and its
 //! job's side effect (a ledger line) happens once per run.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pool_worker::record::{Event, OrderId, Record, Status};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -56,7 +54,7 @@ fn assert_completed_ok_by_committer(audit: &Audit) {
 }
 
 fn assert_ledger_once(ledger: &std::path::Path, orders: &[(i32, i64)], audit: &Audit) {
-    let c = counts(&common::ledger(ledger));
+    let c = counts(&crate::common::ledger(ledger));
     for &(p, o) in orders {
         let n = c.get(&format!("{p}:{o}")).copied().unwrap_or(0);
         assert_eq!(n, 1, "order {p}:{o} ran {n} times\n{}", audit.show((p, o)));
@@ -458,7 +456,7 @@ fn killed_while_running_resumes_as_retry() {
         .map(|d| d.3)
         .collect();
     assert_eq!(commits, vec![1, 2], "{}", audit.show(order));
-    let ran: Vec<String> = common::ledger(&ledger)
+    let ran: Vec<String> = crate::common::ledger(&ledger)
         .into_iter()
         .filter(|l| l.starts_with("ran:"))
         .collect();
@@ -812,7 +810,7 @@ fn a_resumed_run_completes_with_its_attempt() {
     audit
         .check_exactly_once(&orders)
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut lines = common::ledger(&ledger);
+    let mut lines = crate::common::ledger(&ledger);
     lines.sort();
     let expected: Vec<String> = orders.iter().map(|(p, o)| format!("{p}:{o}:2")).collect();
     assert_eq!(lines, expected, "each order ran once, as attempt 2");
