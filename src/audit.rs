@@ -197,13 +197,9 @@ impl Auditor {
                     *self.by_status.entry(o.status.as_str()).or_default() += 1;
                 }
             }
-            Event::Revoked => {
-                // A valid revocation ends the holder's run: a taker may run
-                // the order again (a retry).
-                if trail.runner == Some(i) {
-                    trail.runner = None;
-                }
-            }
+            // A valid revocation ends the holder's run: a taker may run
+            // the order again (a retry).
+            Event::Revoked if trail.runner == Some(i) => trail.runner = None,
             _ => {}
         }
     }

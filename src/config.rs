@@ -326,14 +326,9 @@ fn required(name: &str, v: Option<String>) -> Result<String, ConfigError> {
     }
 }
 
-fn number<T: std::str::FromStr>(
-    name: &str,
-    v: Option<String>,
-    default: T,
-    range: (T, T),
-) -> Result<T, ConfigError>
+fn number<T>(name: &str, v: Option<String>, default: T, range: (T, T)) -> Result<T, ConfigError>
 where
-    T: PartialOrd + std::fmt::Display + Copy,
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
 {
     let Some(s) = v else { return Ok(default) };
     let n: T = s

@@ -53,11 +53,15 @@ struct ClaimsQueue {
     buf: VecDeque<ClaimEvent>,
 }
 
+/// The orders topic's partitions, and when they were asked for.
+type PartitionsSeen = (std::time::Instant, Vec<i32>);
+
 /// How long one metadata or watermark request may take before it is retried.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the claims reader yields.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
 pub enum ClaimEvent {
     Record(u64, Record),
     Foreign(u64, Foreign),
@@ -227,7 +231,7 @@ pub struct Kafka {
     /// Which claims records are the pool's ([`Gate`]).
     gate: Gate,
     /// The orders topic's partitions, and when they were asked for.
-    order_partitions: Arc<std::sync::Mutex<Option<(std::time::Instant, Vec<i32>)>>>,
+    order_partitions: Arc<std::sync::Mutex<Option<PartitionsSeen>>>,
     /// Orders' payloads already received (by the idle watch, or in the same
     /// fetch as an order fetched), so that fetching them costs no round trip.
     payloads: std::sync::Mutex<Payloads>,

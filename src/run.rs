@@ -620,6 +620,7 @@ fn header_traceparent(order: OrderId, m: &crate::kafka::OrderMessage) -> Option<
 /// The order's trace context: its own `traceparent` field, else its
 /// record's header. An order that is completed without running (malformed,
 /// refused...) keeps the header's in its completion.
+#[allow(clippy::result_large_err)] // the Err is the order's completion, made once per order: boxing buys nothing
 fn trace(
     spec: Result<orders::OrderSpec, Outcome>,
     header: Option<String>,

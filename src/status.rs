@@ -150,6 +150,7 @@ pub struct ClaimsTail {
 }
 
 /// What one [`ClaimsTail::poll`] got.
+#[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
 pub enum Polled {
     /// The record at this position, or why it is foreign.
     Record(u64, Result<Record, String>),
