@@ -16,6 +16,7 @@
 //! committed, and the next incarnation runs it again as a retry.
 
 use crate::config::Config;
+use crate::exit::Exit;
 use crate::job::{self, JobContext};
 use crate::kafka::{ClaimEvent, Kafka};
 use crate::orders;
@@ -48,7 +49,7 @@ pub fn new_incarnation() -> String {
 }
 
 /// Runs one worker process to its end; returns the exit status.
-pub async fn run(cfg: Config) -> anyhow::Result<i32> {
+pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
@@ -72,7 +73,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
         // A missing topic or a claims topic with several partitions is the
         // operator's to fix: exit 2 so that the supervisor does not loop.
         tracing::error!("pool_worker: {msg}");
-        return Ok(crate::supervise::EXIT_CONFIG);
+        return Ok(Exit::Config);
     }
     let me = cfg.instance;
     let settings = Settings {
@@ -197,22 +198,22 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                     // signal says stop (brokers unreachable for good).
                     tokio::select! {
                         _ = appender.flush(None) => {}
-                        _ = term.recv() => return Ok(143),
-                        _ = int.recv() => return Ok(130),
+                        _ = term.recv() => return Ok(Exit::Terminated),
+                        _ = int.recv() => return Ok(Exit::Interrupted),
                     }
                     // Every append acknowledged: the next process of our
                     // number need not wait (a fenced one is not ours to vouch
                     // for: another process holds the number).
-                    if code != crate::worker::EXIT_FENCED {
+                    if code != Exit::Fenced {
                         leave_marker(&marker, &appender, &w, &clean);
                     }
-                    if code == crate::worker::EXIT_REVOKED {
+                    if code == Exit::Revoked {
                         tracing::error!(
                             instance = me,
                             "revoked: this instance's lease expired and another instance took its order over; stopping"
                         );
                     }
-                    if code == crate::worker::EXIT_FENCED {
+                    if code == Exit::Fenced {
                         tracing::error!(
                             instance = me,
                             "fenced: a newer process with INSTANCE_NUMBER={me} started; this one stops"
@@ -283,7 +284,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 if appender.flush(Some(SIGNAL_FLUSH)).await {
                     leave_marker(&marker, &appender, &w, &clean);
                 }
-                return Ok(143);
+                return Ok(Exit::Terminated);
             }
             _ = int.recv() => {
                 prep_task.take().inspect(|t| t.abort());
@@ -291,7 +292,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 if appender.flush(Some(SIGNAL_FLUSH)).await {
                     leave_marker(&marker, &appender, &w, &clean);
                 }
-                return Ok(130);
+                return Ok(Exit::Interrupted);
             }
         };
         // Fold the input, then every claims event already received, until

@@ -590,7 +590,7 @@ struct App {
     src: Source,
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<i32> {
+pub async fn run(args: ServeArgs) -> anyhow::Result<crate::exit::Exit> {
     // Configuration errors (a bad key, a rejected property) before listening.
     args.source.gate()?;
     args.source.client_config()?;
@@ -641,7 +641,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<i32> {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;
-    Ok(0)
+    Ok(crate::exit::Exit::Ok)
 }
 
 const STYLE: &str = include_str!("serve/style.css");

@@ -12,6 +12,7 @@
 //! `min.compaction.lag.ms` may be gone, and the counts say "at least".
 
 use crate::boot::View;
+use crate::exit::Exit;
 use crate::kafka::client_config;
 use crate::record::{Event, OrderId, Record, Status};
 use anyhow::{bail, Context};
@@ -536,7 +537,7 @@ pub fn render(s: &serde_json::Value) -> String {
     out
 }
 
-pub async fn status(args: StatusArgs) -> anyhow::Result<i32> {
+pub async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
     loop {
         let src = args.source.clone();
         let mut s =
@@ -562,16 +563,16 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<i32> {
             print!("{}", render(&s));
         }
         if !args.watch {
-            return Ok(0);
+            return Ok(Exit::Ok);
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(0),
+            _ = tokio::signal::ctrl_c() => return Ok(Exit::Ok),
         }
     }
 }
 
-pub async fn history(args: HistoryArgs) -> anyhow::Result<i32> {
+pub async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
     let records = tokio::task::spawn_blocking(move || read_claims(&src)).await??;
     let ours: Vec<(u64, Record)> = records
@@ -602,7 +603,11 @@ pub async fn history(args: HistoryArgs) -> anyhow::Result<i32> {
     );
     // An order the claims topic knows nothing of is an error for a script
     // (a mistyped PARTITION:OFFSET); the line above still says so.
-    Ok(if mine.is_empty() { 1 } else { 0 })
+    Ok(if mine.is_empty() {
+        Exit::Failure
+    } else {
+        Exit::Ok
+    })
 }
 
 /// Prints the records about one order (`history`): a JSON line, or a line

@@ -80,6 +80,7 @@
 //! runs it in-process through the [`Supervisor`] handle and prints the same
 //! [`SupEvent`]s.
 
+use crate::exit::Exit;
 use anyhow::{anyhow, bail, Context as _};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -95,12 +96,6 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
-
-/// Worker exit status: configuration error (not restarted).
-pub const EXIT_CONFIG: i32 = 2;
-/// Worker exit status: fenced by a newer process with the same number (not
-/// restarted).
-pub const EXIT_FENCED: i32 = 3;
 
 /// Most instances one supervisor runs (a typo like `1-100000` should not
 /// fork a hundred thousand processes).
@@ -415,11 +410,11 @@ pub enum Ending {
 
 impl Ending {
     /// The supervisor's exit status.
-    pub fn exit_code(self) -> i32 {
+    pub fn exit_code(self) -> Exit {
         match self {
-            Ending::Stopped | Ending::MaxRuns => 0,
-            Ending::ConfigError => EXIT_CONFIG,
-            Ending::Fenced => EXIT_FENCED,
+            Ending::Stopped | Ending::MaxRuns => Exit::Ok,
+            Ending::ConfigError => Exit::Config,
+            Ending::Fenced => Exit::Fenced,
         }
     }
 }
@@ -632,16 +627,17 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                 if *stop.borrow() {
                     return Fate::Stopped;
                 }
-                let retire = match code {
-                    Some(EXIT_CONFIG) => Some(Retirement::ConfigError),
-                    Some(EXIT_FENCED) => Some(Retirement::Fenced),
+                // A configuration error or a fenced worker is not restarted.
+                let retire = match code.and_then(Exit::from_code) {
+                    Some(Exit::Config) => Some(Retirement::ConfigError),
+                    Some(Exit::Fenced) => Some(Retirement::Fenced),
                     _ => None,
                 };
                 if let Some(reason) = retire {
                     sh.emit(SupEvent::Retired { instance, reason });
                     return Fate::Retired(reason);
                 }
-                backoff.next(code == Some(0), started.elapsed())
+                backoff.next(code == Some(Exit::Ok.code()), started.elapsed())
             }
         };
         if delay.is_zero() {
@@ -733,7 +729,7 @@ pub(crate) fn die_with_parent(cmd: &mut Command) {
                 // The parent may have died before prctl: then nobody would
                 // send the signal.
                 if libc::getppid() != parent {
-                    libc::_exit(1);
+                    libc::_exit(Exit::Failure.code());
                 }
                 Ok(())
             });
@@ -875,7 +871,7 @@ pub struct SuperviseArgs {
 }
 
 /// Runs `pool_worker supervise`; returns the exit status.
-pub async fn run(args: SuperviseArgs) -> anyhow::Result<i32> {
+pub async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
@@ -908,13 +904,14 @@ pub async fn run(args: SuperviseArgs) -> anyhow::Result<i32> {
         Ok(e) => e.exit_code(),
         Err(e) => {
             eprintln!("pool_worker supervise: {e:#}");
-            1
+            Exit::Failure
         }
     };
+    let n = code.code();
     print_line(&if json {
-        format!(r#"{{"event":"done","code":{code}}}"#)
+        format!(r#"{{"event":"done","code":{n}}}"#)
     } else {
-        format!("supervisor done (exit {code})")
+        format!("supervisor done (exit {n})")
     });
     Ok(code)
 }

@@ -1068,7 +1068,7 @@ impl World {
                         .map(|w| w.incarnation.clone())
                         .unwrap_or_default();
                     let clean = self.settling
-                        && code != pool_worker::worker::EXIT_FENCED
+                        && code != pool_worker::exit::Exit::Fenced
                         && inst.pending.is_empty()
                         && !self.orphans.iter().any(|r| r.incarnation == inc);
                     self.kill(i);
