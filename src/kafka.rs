@@ -23,6 +23,7 @@
 //! commit call). Where a worker reads orders from is derived from the claims
 //! topic (the frontier), which is the one record of truth.
 
+use crate::backoff;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
 use crate::config::Config;
 use crate::record::{Foreign, OrderId, Record};
@@ -127,7 +128,7 @@ impl Gate {
         {
             return Ok(rec);
         }
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = backoff::REQUEST;
         let fresh = loop {
             match order_ends_now(client, &self.orders_topic) {
                 Ok(ends) if !ends.is_empty() => break ends,
@@ -141,8 +142,7 @@ impl Gate {
                     "not checked: the reader stopped".into(),
                 ));
             }
-            std::thread::sleep(backoff);
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            backoff.wait_blocking();
         };
         self.saw_ends(&fresh);
         match rec.impossible(&fresh) {
@@ -402,7 +402,7 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
     patience: Duration,
 ) -> anyhow::Result<i32> {
     let start = std::time::Instant::now();
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = backoff::REQUEST;
     loop {
         let (c, t) = (consumer.clone(), topic.clone());
         let r = blocking(move || {
@@ -427,11 +427,10 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
                 if start.elapsed() > patience {
                     bail!("cannot reach the Kafka brokers to read topic '{topic}': {e}");
                 }
-                tracing::warn!(error = %e, "brokers unreachable; retrying in {:?}", backoff);
+                tracing::warn!(error = %e, "brokers unreachable; retrying in {:?}", backoff.peek());
             }
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff.wait().await;
     }
 }
 
@@ -513,24 +512,6 @@ fn too_large(e: &KafkaError) -> bool {
         e.rdkafka_error_code(),
         Some(C::MessageSizeTooLarge | C::MessageBatchTooLarge | C::InvalidMessageSize)
     )
-}
-
-/// Exponential back-off between retries of one request: 50 ms doubling to 2 s.
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    fn new() -> Backoff {
-        Backoff {
-            next: Duration::from_millis(50),
-        }
-    }
-
-    async fn wait(&mut self) {
-        tokio::time::sleep(self.next).await;
-        self.next = (self.next * 2).min(Duration::from_secs(2));
-    }
 }
 
 /// Runs a blocking rdkafka call off the async threads.
@@ -714,7 +695,7 @@ impl Kafka {
     pub async fn append(&self, rec: &Record) -> Option<u64> {
         let key = rec.key();
         let mut rec = std::borrow::Cow::Borrowed(rec);
-        let mut backoff = Backoff::new();
+        let mut backoff = backoff::APPEND;
         loop {
             let value = rec.encode();
             let sig = self.gate.sign(&value);
@@ -733,7 +714,7 @@ impl Kafka {
                 Err(e) => {
                     // Not assumed written, not assumed lost: append again; a
                     // second copy is dropped by readers (same seq).
-                    tracing::warn!(instance = self.instance, key, error = %e, "append failed; retrying in {:?}", backoff.next);
+                    tracing::warn!(instance = self.instance, key, error = %e, "append failed; retrying in {:?}", backoff.peek());
                     backoff.wait().await;
                 }
             }
@@ -804,7 +785,7 @@ impl Kafka {
         };
         let mut outcome = outcome.clone().fit(crate::record::MAX_TAIL_BYTES);
         let key = order.to_string();
-        let mut backoff = Backoff::new();
+        let mut backoff = backoff::APPEND;
         loop {
             let value = serde_json::json!({
                 "order": order.to_string(),
@@ -847,7 +828,7 @@ impl Kafka {
                     outcome = outcome.fit(half);
                 }
                 Err(e) => {
-                    tracing::warn!(instance = self.instance, topic, error = %e, "publishing the result failed; retrying in {:?}", backoff.next);
+                    tracing::warn!(instance = self.instance, topic, error = %e, "publishing the result failed; retrying in {:?}", backoff.peek());
                     backoff.wait().await;
                 }
             }
@@ -885,7 +866,7 @@ impl Kafka {
 
     /// The end offset (high watermark) of every orders partition.
     pub async fn order_ends(&self) -> BTreeMap<i32, i64> {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = backoff::REQUEST;
         loop {
             let meta = self.meta.clone();
             let topic = self.orders_topic.clone();
@@ -948,8 +929,7 @@ impl Kafka {
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot read the orders topic's end offsets"),
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            backoff.wait().await;
         }
     }
 

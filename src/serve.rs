@@ -20,6 +20,7 @@
 //! HTML-escaped) before it is written into a page. The page's script only
 //! fetches server-made HTML: it builds nothing from data.
 
+use crate::backoff::Backoff;
 use crate::boot::View;
 use crate::record::{Event, OrderId, Record, Status};
 use crate::status::{escape_controls, ClaimsTail, Polled, Source};
@@ -481,7 +482,7 @@ pub struct InstanceRow {
 /// The claims topic, folded into `board` for as long as the process runs;
 /// the orders topic's offsets read every [`ORDERS_REFRESH`].
 fn tail(src: Source, board: Arc<Mutex<Board>>) {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let (reader, orders) = loop {
         let opened = ClaimsTail::open(&src)
             .and_then(|t| Ok((t.end()?, t)))
@@ -495,8 +496,7 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
             }
             Err(e) => {
                 tracing::warn!("serve: cannot read the claims topic yet: {e:#}");
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff.wait_blocking();
             }
         }
     };

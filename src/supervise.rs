@@ -80,6 +80,7 @@
 //! runs it in-process through the [`Supervisor`] handle and prints the same
 //! [`SupEvent`]s.
 
+use crate::backoff::Backoff;
 use crate::exit::Exit;
 use anyhow::{anyhow, bail, Context as _};
 use std::collections::BTreeSet;
@@ -195,22 +196,19 @@ pub const DEFAULT_MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
 
 /// When an instance is started again: at once after a clean exit; after
 /// `first` after a failure, doubled for each failure in a row, at most
-/// `max`. A clean exit, or a failure after a run longer than `max`, ends the
-/// row.
+/// `max` (a [`Backoff`]). A clean exit, or a failure after a run longer
+/// than `max`, ends the row.
 #[derive(Clone, Debug)]
-pub struct Backoff {
-    first: Duration,
+pub struct Restarts {
+    backoff: Backoff,
     max: Duration,
-    /// Failures in a row.
-    fails: u32,
 }
 
-impl Backoff {
-    pub fn new(first: Duration, max: Duration) -> Backoff {
-        Backoff {
-            first,
+impl Restarts {
+    pub fn new(first: Duration, max: Duration) -> Restarts {
+        Restarts {
+            backoff: Backoff::new(first, max),
             max: max.max(first),
-            fails: 0,
         }
     }
 
@@ -218,15 +216,13 @@ impl Backoff {
     /// and exited cleanly or not.
     pub fn next(&mut self, clean: bool, ran: Duration) -> Duration {
         if clean {
-            self.fails = 0;
+            self.backoff.reset();
             return Duration::ZERO;
         }
         if ran > self.max {
-            self.fails = 0;
+            self.backoff.reset();
         }
-        self.fails = self.fails.saturating_add(1);
-        let factor = 1u32.checked_shl(self.fails - 1).unwrap_or(u32::MAX);
-        self.first.saturating_mul(factor).min(self.max)
+        self.backoff.next_delay()
     }
 }
 
@@ -580,7 +576,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Fate {
     let mut run: u64 = 0;
-    let mut backoff = Backoff::new(sh.cfg.restart_delay, sh.cfg.max_restart_delay);
+    let mut restarts = Restarts::new(sh.cfg.restart_delay, sh.cfg.max_restart_delay);
     loop {
         if *stop.borrow() {
             return Fate::Stopped;
@@ -599,7 +595,7 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                     instance,
                     error: e.to_string(),
                 });
-                backoff.next(false, Duration::ZERO)
+                restarts.next(false, Duration::ZERO)
             }
             Ok(mut child) => {
                 let started = Instant::now();
@@ -637,7 +633,7 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                     sh.emit(SupEvent::Retired { instance, reason });
                     return Fate::Retired(reason);
                 }
-                backoff.next(code == Some(Exit::Ok.code()), started.elapsed())
+                restarts.next(code == Some(Exit::Ok.code()), started.elapsed())
             }
         };
         if delay.is_zero() {
@@ -992,7 +988,7 @@ mod tests {
     #[test]
     fn backoff_after_failures_only() {
         let (ms, s) = (Duration::from_millis, Duration::from_secs);
-        let mut b = Backoff::new(ms(100), s(1));
+        let mut b = Restarts::new(ms(100), s(1));
         assert_eq!(b.next(true, ms(5)), Duration::ZERO, "a clean exit: at once");
         let row: Vec<Duration> = (0..6).map(|_| b.next(false, ms(5))).collect();
         assert_eq!(
@@ -1012,7 +1008,7 @@ mod tests {
             ms(100),
             "a long run before the failure ends the row"
         );
-        let mut b = Backoff::new(ms(100), s(30));
+        let mut b = Restarts::new(ms(100), s(30));
         assert_eq!(
             (0..100).map(|_| b.next(false, ms(1))).last(),
             Some(s(30)),
