@@ -27,7 +27,7 @@ use crate::backoff;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
 use crate::config::Config;
 use crate::record::{Foreign, OrderId, Record};
-use anyhow::{bail, Context};
+use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::DeliveryResult;
@@ -389,6 +389,28 @@ fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
     c
 }
 
+/// Why [`Kafka::open`] failed. The worker exits [`crate::exit::Exit::Config`]
+/// on a topic the operator must fix, and [`crate::exit::Exit::Failure`]
+/// (restarted) when the brokers could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// No broker answered for the whole patience.
+    #[error("cannot reach the Kafka brokers to read topic '{topic}': {cause}")]
+    Unreachable { topic: String, cause: KafkaError },
+    /// The brokers answer, but do not know the topic.
+    #[error("topic '{topic}' does not exist (create it with scripts/create-topics.sh)")]
+    NoTopic { topic: String },
+    /// The claims topic has other than one partition.
+    #[error(
+        "the coordination topic '{topic}' has {partitions} partitions; it must have exactly 1 \
+         (the protocol needs one total order of claims)"
+    )]
+    ClaimsPartitions { topic: String, partitions: i32 },
+    /// The thread asking for metadata failed.
+    #[error("{0:#}")]
+    Task(anyhow::Error),
+}
+
 /// The number of partitions of `topic`, waiting (with backoff, for at most
 /// `patience`) while the brokers cannot be reached.
 ///
@@ -400,7 +422,7 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
     consumer: Arc<C>,
     topic: String,
     patience: Duration,
-) -> anyhow::Result<i32> {
+) -> Result<i32, OpenError> {
     let start = std::time::Instant::now();
     let mut backoff = backoff::REQUEST;
     loop {
@@ -412,20 +434,19 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
                     .map(|tp| (tp.error(), tp.partitions().len() as i32))
             })
         })
-        .await?;
+        .await
+        .map_err(OpenError::Task)?;
         match r {
             Ok(Some((None, n))) if n > 0 => return Ok(n),
             Ok(Some((Some(_), _))) | Ok(Some((None, _))) | Ok(None) => {
                 // Unknown topic (a broker may also say so while starting).
                 if start.elapsed() > Duration::from_secs(3) {
-                    bail!(
-                        "topic '{topic}' does not exist (create it with scripts/create-topics.sh)"
-                    );
+                    return Err(OpenError::NoTopic { topic });
                 }
             }
             Err(e) => {
                 if start.elapsed() > patience {
-                    bail!("cannot reach the Kafka brokers to read topic '{topic}': {e}");
+                    return Err(OpenError::Unreachable { topic, cause: e });
                 }
                 tracing::warn!(error = %e, "brokers unreachable; retrying in {:?}", backoff.peek());
             }
@@ -575,7 +596,7 @@ impl Kafka {
     /// learn the topic they will need (otherwise the first append, `booted`,
     /// waited ~15 ms for the producer's connection and metadata, on every
     /// boot).
-    pub async fn open(&self, patience: Duration) -> anyhow::Result<()> {
+    pub async fn open(&self, patience: Duration) -> Result<(), OpenError> {
         let (producer, topic) = (self.producer.clone(), self.claims_topic.clone());
         std::thread::spawn(move || {
             drop(
@@ -591,11 +612,10 @@ impl Kafka {
             partitions(self.orders.clone(), self.orders_topic.clone(), patience),
         )?;
         if n != 1 {
-            bail!(
-                "the coordination topic '{}' has {n} partitions; it must have exactly 1 \
-                 (the protocol needs one total order of claims)",
-                self.claims_topic
-            );
+            return Err(OpenError::ClaimsPartitions {
+                topic: self.claims_topic.clone(),
+                partitions: n,
+            });
         }
         Ok(())
     }

@@ -18,7 +18,7 @@
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::job::{self, JobContext};
-use crate::kafka::{ClaimEvent, Kafka};
+use crate::kafka::{ClaimEvent, Kafka, OpenError};
 use crate::orders;
 use crate::record::{Event, OrderId, Outcome, Status};
 use crate::worker::{Action, Input, Phase, Settings, Worker};
@@ -65,15 +65,17 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
     // after this function returns, with every append and result already
     // acknowledged. The OS reclaims the rest.
     let kafka: &'static Kafka = Box::leak(Box::new(Kafka::connect(&cfg)?));
-    if let Err(e) = kafka.open(BROKER_PATIENCE).await {
-        let msg = format!("{e:#}");
-        if msg.contains("cannot reach") {
-            return Err(e);
-        }
+    match kafka.open(BROKER_PATIENCE).await {
+        Ok(()) => {}
+        // Brokers down for the whole patience: an error like any other
+        // (exit 1), restarted by the supervisor.
+        Err(e @ (OpenError::Unreachable { .. } | OpenError::Task(_))) => return Err(e.into()),
         // A missing topic or a claims topic with several partitions is the
         // operator's to fix: exit 2 so that the supervisor does not loop.
-        tracing::error!("pool_worker: {msg}");
-        return Ok(Exit::Config);
+        Err(e @ (OpenError::NoTopic { .. } | OpenError::ClaimsPartitions { .. })) => {
+            tracing::error!("pool_worker: {e}");
+            return Ok(Exit::Config);
+        }
     }
     let me = cfg.instance;
     let settings = Settings {
