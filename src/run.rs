@@ -525,8 +525,7 @@ fn job_base(cfg: &Config) -> anyhow::Result<JobContext> {
         None => {}
         Some(list) => {
             let path = std::env::var_os("PATH");
-            let commands = crate::policy::Commands::resolve(list, path.as_deref())
-                .map_err(anyhow::Error::msg)?;
+            let commands = crate::policy::Commands::resolve(list, path.as_deref())?;
             for name in &commands.missing {
                 tracing::warn!(program = %name, "an allowed command is not in this worker's PATH: orders naming it are refused");
             }
@@ -671,7 +670,9 @@ async fn prepare(
                 b
             })
             .map_err(|e| Outcome::not_run(Status::Error, format!("order fetched from {url}: {e}"))),
-        Err(crate::fetch::FetchError::Refused(why)) => Err(Outcome::not_run(Status::Refused, why)),
+        Err(crate::fetch::FetchError::Refused(why)) => {
+            Err(Outcome::not_run(Status::Refused, why.to_string()))
+        }
         Err(crate::fetch::FetchError::Failed(why)) => Err(Outcome::not_run(Status::Error, why)),
     }
 }

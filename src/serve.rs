@@ -22,7 +22,7 @@
 
 use crate::backoff::Backoff;
 use crate::boot::View;
-use crate::record::{Event, OrderId, Record, Status};
+use crate::record::{Event, Foreign, OrderId, Record, Status};
 use crate::status::{escape_controls, ClaimsTail, Polled, Source};
 use anyhow::Context;
 use axum::extract::{Path, State};
@@ -244,7 +244,7 @@ impl Board {
 
     /// Folds the record at `pos` (or a foreign one) in: the same rule as
     /// `status` (a completion counts when the view applies it).
-    pub fn apply(&mut self, pos: u64, r: Result<Record, String>) {
+    pub fn apply(&mut self, pos: u64, r: Result<Record, Foreign>) {
         self.records += 1;
         if let Some(end) = self.start_end {
             self.caught_up |= pos + 1 >= end;
@@ -1188,7 +1188,7 @@ mod tests {
             retry_of: None,
         });
         b.apply(3, Ok(done));
-        b.apply(4, Err("forged".into()));
+        b.apply(4, Err(Foreign::BadSignature));
         (b, o)
     }
 

@@ -14,7 +14,7 @@
 use crate::boot::View;
 use crate::exit::Exit;
 use crate::kafka::client_config;
-use crate::record::{Event, OrderId, Record, Status};
+use crate::record::{Event, Foreign, OrderId, Record, Status};
 use anyhow::{bail, Context};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -154,7 +154,7 @@ pub struct ClaimsTail {
 #[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
 pub enum Polled {
     /// The record at this position, or why it is foreign.
-    Record(u64, Result<Record, String>),
+    Record(u64, Result<Record, Foreign>),
     /// The reader is at the topic's end.
     End,
     /// Nothing within the wait.
@@ -190,12 +190,7 @@ impl ClaimsTail {
         match self.consumer.poll(wait) {
             Some(Ok(m)) => {
                 let pos = m.offset().max(0) as u64;
-                Polled::Record(
-                    pos,
-                    self.gate
-                        .decode(&self.consumer, &m, live)
-                        .map_err(|e| e.to_string()),
-                )
+                Polled::Record(pos, self.gate.decode(&self.consumer, &m, live))
             }
             Some(Err(KafkaError::PartitionEOF(_))) => Polled::End,
             Some(Err(e)) => {
@@ -209,7 +204,7 @@ impl ClaimsTail {
 
 /// Every record of the claims topic, with its position (foreign ones as
 /// errors), read up to the end the topic had when we started.
-pub fn read_claims(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, String>)>> {
+pub fn read_claims(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, Foreign>)>> {
     let tail = ClaimsTail::open(src)?;
     let high = tail.end()?;
     let mut out = Vec::new();
