@@ -480,14 +480,11 @@ impl Supervisor {
                 let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
                     continue;
                 };
-                match v["event"].as_str() {
-                    Some("started") => {
-                        let pid = v["pid"].as_u64().unwrap_or(0) as u32;
-                        let instance = v["instance"].as_u64().unwrap_or(0) as u32;
-                        live.lock().unwrap().insert(pid);
-                        st2.lock().unwrap().push(Started { at, pid, instance });
-                    }
-                    _ => {}
+                if v["event"].as_str() == Some("started") {
+                    let pid = v["pid"].as_u64().unwrap_or(0) as u32;
+                    let instance = v["instance"].as_u64().unwrap_or(0) as u32;
+                    live.lock().unwrap().insert(pid);
+                    st2.lock().unwrap().push(Started { at, pid, instance });
                 }
             }
         });

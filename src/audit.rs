@@ -21,6 +21,7 @@
 //! Pure: records in, a [`Report`] out; `run` is the shell.
 
 use crate::boot::View;
+use crate::exit::Exit;
 use crate::record::{Event, OrderId, Record};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -197,13 +198,9 @@ impl Auditor {
                     *self.by_status.entry(o.status.as_str()).or_default() += 1;
                 }
             }
-            Event::Revoked => {
-                // A valid revocation ends the holder's run: a taker may run
-                // the order again (a retry).
-                if trail.runner == Some(i) {
-                    trail.runner = None;
-                }
-            }
+            // A valid revocation ends the holder's run: a taker may run
+            // the order again (a retry).
+            Event::Revoked if trail.runner == Some(i) => trail.runner = None,
             _ => {}
         }
     }
@@ -269,7 +266,7 @@ pub struct AuditArgs {
 
 /// Reads the claims topic from its beginning and prints the report; exit
 /// status 0 when every invariant holds, 1 otherwise.
-pub async fn run(args: AuditArgs) -> anyhow::Result<i32> {
+pub async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
     let log = tokio::task::spawn_blocking(move || crate::status::read_claims(&src)).await??;
     let report = audit(
@@ -332,7 +329,11 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<i32> {
             println!("every invariant holds");
         }
     }
-    Ok(if report.holds() { 0 } else { 1 })
+    Ok(if report.holds() {
+        Exit::Ok
+    } else {
+        Exit::Failure
+    })
 }
 
 #[cfg(test)]

@@ -190,11 +190,15 @@ pub struct View {
     checkpoint: u64,
 }
 
+/// An instance's incarnation and its hold (the order, and whether it is
+/// committed), as [`Summary`] compares them.
+pub type SummaryHold = (Option<String>, Option<(OrderId, bool)>);
+
 /// What boot (and the tests) compare across compaction: each instance's
 /// incarnation and hold, and the frontier.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Summary {
-    pub holds: BTreeMap<u32, (Option<String>, Option<(OrderId, bool)>)>,
+    pub holds: BTreeMap<u32, SummaryHold>,
     pub frontier: BTreeMap<i32, i64>,
 }
 

@@ -61,6 +61,7 @@
 //! is read on a plain thread rather than with `tokio::io::stdin`, whose
 //! blocking read cannot be cancelled and would hold up the runtime's shutdown.
 
+use crate::exit::Exit;
 use anyhow::{anyhow, bail, Context as _};
 use rdkafka::producer::Producer as _;
 use std::io::Write as _;
@@ -91,9 +92,6 @@ pub fn worker_env_line() -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
-
-/// Exit status of the subcommand for a bad argument.
-const EXIT_CONFIG: i32 = 2;
 
 /// A request to the thread that owns the mock cluster.
 enum Control {
@@ -413,10 +411,10 @@ impl BrokerArgs {
 }
 
 /// Runs `pool_worker broker`; returns the exit status.
-pub async fn run(args: BrokerArgs) -> anyhow::Result<i32> {
+pub async fn run(args: BrokerArgs) -> anyhow::Result<Exit> {
     if let Err(e) = args.check() {
         eprintln!("pool_worker broker: {e}");
-        return Ok(EXIT_CONFIG);
+        return Ok(Exit::Config);
     }
     // Handlers first, so that a signal right after the bootstrap line is seen.
     use tokio::signal::unix::{signal, SignalKind};
@@ -473,7 +471,7 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<i32> {
         }
     }
     drop(broker);
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// Applies one control command; `Ok(None)` is `quit`, `Ok(Some(ack))` names

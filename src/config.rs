@@ -290,11 +290,10 @@ impl JobSettings {
             .filter(|v| !v.is_empty())
         {
             None => None,
-            Some(u) => Some(crate::isolate::JobUser::lookup(&u).map_err(ConfigError)?),
+            Some(u) => Some(crate::isolate::JobUser::lookup(&u)?),
         };
         Ok(JobSettings {
-            env_allow: crate::policy::parse_env_allow(list(get("ORDER_ENV_ALLOW")))
-                .map_err(ConfigError)?,
+            env_allow: crate::policy::parse_env_allow(list(get("ORDER_ENV_ALLOW")))?,
             allowed_images: list(get("ALLOWED_IMAGES")),
             user,
             limits: crate::isolate::Limits {
@@ -306,17 +305,12 @@ impl JobSettings {
     }
 }
 
-/// A configuration error: the variable and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A configuration error: the variable and what is wrong with it. The
+/// binary exits [`crate::exit::Exit::Config`] on one (`main` finds it in an
+/// `anyhow::Error` by its type).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ConfigError(pub String);
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 fn required(name: &str, v: Option<String>) -> Result<String, ConfigError> {
     match v.map(|s| s.trim().to_string()) {
@@ -326,14 +320,9 @@ fn required(name: &str, v: Option<String>) -> Result<String, ConfigError> {
     }
 }
 
-fn number<T: std::str::FromStr>(
-    name: &str,
-    v: Option<String>,
-    default: T,
-    range: (T, T),
-) -> Result<T, ConfigError>
+fn number<T>(name: &str, v: Option<String>, default: T, range: (T, T)) -> Result<T, ConfigError>
 where
-    T: PartialOrd + std::fmt::Display + Copy,
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
 {
     let Some(s) = v else { return Ok(default) };
     let n: T = s
@@ -503,8 +492,7 @@ impl Config {
                 (0, MAX_OUTPUT_LIMIT),
             )?,
             allowed_commands: list(raw.allowed_commands),
-            allowed_urls: crate::policy::parse_url_rules(list(raw.allowed_urls))
-                .map_err(ConfigError)?,
+            allowed_urls: crate::policy::parse_url_rules(list(raw.allowed_urls))?,
             env_deny: env_deny(raw.job_env_deny),
             log_json,
             results_topic,

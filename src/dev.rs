@@ -42,6 +42,7 @@
 //! worker replays the log at boot.
 
 use crate::broker::{check_topic_name, Broker};
+use crate::exit::Exit;
 use crate::record::{Event, OrderId, Record};
 use crate::supervise::{ChildOutput, SupEvent, Supervisor, SupervisorConfig};
 use anyhow::Context as _;
@@ -165,10 +166,10 @@ pub struct RawClaim {
 /// `key` and `value` instead of `record` for a record pool_worker did not
 /// write), with `--demo` `{"event":"produced",...}` and `{"event":"result",
 /// ...}`, and last `{"event":"done","code":N}`.
-pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
+pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
     if let Err(e) = args.check() {
         eprintln!("pool_worker dev: {e}");
-        return Ok(crate::supervise::EXIT_CONFIG);
+        return Ok(Exit::Config);
     }
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
@@ -225,7 +226,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
 
     let mut trail: Vec<RawClaim> = Vec::new();
     let mut results: BTreeMap<OrderId, Record> = BTreeMap::new();
-    let mut code = 0;
+    let mut code = Exit::Ok;
     let mut sup_ended = None;
     loop {
         if args.demo && pending.is_empty() {
@@ -252,14 +253,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
                     pending.len(),
                     demo_orders.len()
                 ));
-                code = 1;
+                code = Exit::Failure;
                 break;
             }
             ending = sup.wait() => {
                 // Every instance retired (e.g. a configuration error).
                 let c = match ending {
                     Ok(e) => e.exit_code(),
-                    Err(e) => { out.note(&format!("the supervisor failed: {e:#}")); 1 }
+                    Err(e) => { out.note(&format!("the supervisor failed: {e:#}")); Exit::Failure }
                 };
                 out.note("no worker instance is left running");
                 sup_ended = Some(c);
@@ -760,7 +761,8 @@ impl Out {
         self.line(&text);
     }
 
-    fn done(&self, code: i32) {
+    fn done(&self, code: Exit) {
+        let code = code.code();
         if self.json {
             self.line(&format!(r#"{{"event":"done","code":{code}}}"#));
         } else {

@@ -10,23 +10,24 @@
 //! the body: a URL order to an internal service must not bring that
 //! service's content back in a `completed` record.
 
-use crate::policy::{url_allowed, UrlRule};
+use crate::policy::{url_allowed, Refusal, UrlRule};
 use std::time::Duration;
 
 /// Why a URL order was not fetched.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FetchError {
     /// The allow list forbids the URL (the order is `refused`).
-    Refused(String),
+    #[error("{0}")]
+    Refused(Refusal),
     /// The URL is malformed or the fetch failed (the order is an `error`).
+    #[error("{0}")]
     Failed(String),
 }
 
 impl FetchError {
-    pub fn reason(&self) -> &str {
-        match self {
-            FetchError::Refused(s) | FetchError::Failed(s) => s,
-        }
+    /// The reason of the order's completion.
+    pub fn reason(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -46,14 +47,14 @@ pub async fn fetch_order(
         )));
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(FetchError::Refused(format!(
-            "URL {url} has credentials, which URL orders may not carry"
-        )));
+        return Err(FetchError::Refused(Refusal::UrlCredentials {
+            url: url.to_string(),
+        }));
     }
     if !url_allowed(&parsed, allowed) {
-        return Err(FetchError::Refused(format!(
-            "URL {url} is not under an allowed prefix (ALLOWED_URLS)"
-        )));
+        return Err(FetchError::Refused(Refusal::Url {
+            url: url.to_string(),
+        }));
     }
     match tokio::time::timeout(timeout, get(parsed, max_bytes, timeout)).await {
         Ok(r) => r.map_err(|e| FetchError::Failed(format!("fetching {url}: {e}"))),
@@ -305,7 +306,7 @@ mod tests {
         ] {
             let e = fetch_order(u, 100, SEC, &allowed).await.unwrap_err();
             assert!(
-                matches!(&e, FetchError::Refused(r) if r.contains(u)),
+                matches!(&e, FetchError::Refused(r) if r.to_string().contains(u)),
                 "{e:?}"
             );
         }

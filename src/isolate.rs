@@ -21,6 +21,7 @@
 //! small crate (only its `process`, `user`, `resource`, `signal` and `fs`
 //! parts are built); `rustix` lacks the user database and `setgroups`.
 
+use crate::config::ConfigError;
 use nix::sys::resource::{setrlimit, Resource};
 use nix::unistd::{Gid, Uid};
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,13 +52,17 @@ pub struct JobUser {
 
 impl JobUser {
     /// Looks the user up, and checks that this process may become it.
-    pub fn lookup(spec: &str) -> Result<JobUser, String> {
+    pub fn lookup(spec: &str) -> Result<JobUser, ConfigError> {
         let spec = spec.trim();
         let found = match spec.parse::<u32>() {
             Ok(uid) => nix::unistd::User::from_uid(Uid::from_raw(uid)),
             Err(_) => nix::unistd::User::from_name(spec),
         }
-        .map_err(|e| format!("JOB_USER='{spec}': cannot read the user database: {e}"))?;
+        .map_err(|e| {
+            ConfigError(format!(
+                "JOB_USER='{spec}': cannot read the user database: {e}"
+            ))
+        })?;
         let user = match (found, spec.parse::<u32>()) {
             (Some(u), _) => {
                 let groups = CString::new(u.name.as_str())
@@ -81,19 +86,21 @@ impl JobUser {
                 home: None,
             },
             (None, Err(_)) => {
-                return Err(format!("JOB_USER='{spec}' is not a user of this system"))
+                return Err(ConfigError(format!(
+                    "JOB_USER='{spec}' is not a user of this system"
+                )))
             }
         };
         if user.uid == 0 {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "JOB_USER='{spec}' is root, which would give jobs the worker's power"
-            ));
+            )));
         }
         if !Uid::effective().is_root() && Uid::effective().as_raw() != user.uid && !has_setid_caps()
         {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "JOB_USER='{spec}' needs the worker to run as root (or with CAP_SETUID and CAP_SETGID) to switch users"
-            ));
+            )));
         }
         Ok(user)
     }
@@ -317,15 +324,16 @@ mod tests {
     fn users_are_looked_up() {
         if !Uid::effective().is_root() && !has_setid_caps() {
             let e = JobUser::lookup("nobody").unwrap_err();
-            assert!(e.contains("needs the worker to run as root"), "{e}");
+            assert!(e.0.contains("needs the worker to run as root"), "{e}");
             return;
         }
         let nobody = JobUser::lookup("nobody").expect("nobody exists on the test machine");
         assert_ne!(nobody.uid, 0);
         assert!(JobUser::lookup("no-such-user-pw")
             .unwrap_err()
+            .0
             .contains("not a user"));
-        assert!(JobUser::lookup("root").unwrap_err().contains("root"));
+        assert!(JobUser::lookup("root").unwrap_err().0.contains("root"));
         assert!(JobUser::lookup("0").is_err());
         let by_number = JobUser::lookup(&nobody.uid.to_string()).unwrap();
         assert_eq!(by_number.name, nobody.name);

@@ -23,10 +23,11 @@
 //! commit call). Where a worker reads orders from is derived from the claims
 //! topic (the frontier), which is the one record of truth.
 
+use crate::backoff;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
 use crate::config::Config;
 use crate::record::{Foreign, OrderId, Record};
-use anyhow::{bail, Context};
+use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::DeliveryResult;
@@ -53,11 +54,15 @@ struct ClaimsQueue {
     buf: VecDeque<ClaimEvent>,
 }
 
+/// The orders topic's partitions, and when they were asked for.
+type PartitionsSeen = (std::time::Instant, Vec<i32>);
+
 /// How long one metadata or watermark request may take before it is retried.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the claims reader yields.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
 pub enum ClaimEvent {
     Record(u64, Record),
     Foreign(u64, Foreign),
@@ -123,7 +128,7 @@ impl Gate {
         {
             return Ok(rec);
         }
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = backoff::REQUEST;
         let fresh = loop {
             match order_ends_now(client, &self.orders_topic) {
                 Ok(ends) if !ends.is_empty() => break ends,
@@ -137,8 +142,7 @@ impl Gate {
                     "not checked: the reader stopped".into(),
                 ));
             }
-            std::thread::sleep(backoff);
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            backoff.wait_blocking();
         };
         self.saw_ends(&fresh);
         match rec.impossible(&fresh) {
@@ -227,7 +231,7 @@ pub struct Kafka {
     /// Which claims records are the pool's ([`Gate`]).
     gate: Gate,
     /// The orders topic's partitions, and when they were asked for.
-    order_partitions: Arc<std::sync::Mutex<Option<(std::time::Instant, Vec<i32>)>>>,
+    order_partitions: Arc<std::sync::Mutex<Option<PartitionsSeen>>>,
     /// Orders' payloads already received (by the idle watch, or in the same
     /// fetch as an order fetched), so that fetching them costs no round trip.
     payloads: std::sync::Mutex<Payloads>,
@@ -385,6 +389,28 @@ fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
     c
 }
 
+/// Why [`Kafka::open`] failed. The worker exits [`crate::exit::Exit::Config`]
+/// on a topic the operator must fix, and [`crate::exit::Exit::Failure`]
+/// (restarted) when the brokers could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// No broker answered for the whole patience.
+    #[error("cannot reach the Kafka brokers to read topic '{topic}': {cause}")]
+    Unreachable { topic: String, cause: KafkaError },
+    /// The brokers answer, but do not know the topic.
+    #[error("topic '{topic}' does not exist (create it with scripts/create-topics.sh)")]
+    NoTopic { topic: String },
+    /// The claims topic has other than one partition.
+    #[error(
+        "the coordination topic '{topic}' has {partitions} partitions; it must have exactly 1 \
+         (the protocol needs one total order of claims)"
+    )]
+    ClaimsPartitions { topic: String, partitions: i32 },
+    /// The thread asking for metadata failed.
+    #[error("{0:#}")]
+    Task(anyhow::Error),
+}
+
 /// The number of partitions of `topic`, waiting (with backoff, for at most
 /// `patience`) while the brokers cannot be reached.
 ///
@@ -396,9 +422,9 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
     consumer: Arc<C>,
     topic: String,
     patience: Duration,
-) -> anyhow::Result<i32> {
+) -> Result<i32, OpenError> {
     let start = std::time::Instant::now();
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = backoff::REQUEST;
     loop {
         let (c, t) = (consumer.clone(), topic.clone());
         let r = blocking(move || {
@@ -408,26 +434,24 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
                     .map(|tp| (tp.error(), tp.partitions().len() as i32))
             })
         })
-        .await?;
+        .await
+        .map_err(OpenError::Task)?;
         match r {
             Ok(Some((None, n))) if n > 0 => return Ok(n),
             Ok(Some((Some(_), _))) | Ok(Some((None, _))) | Ok(None) => {
                 // Unknown topic (a broker may also say so while starting).
                 if start.elapsed() > Duration::from_secs(3) {
-                    bail!(
-                        "topic '{topic}' does not exist (create it with scripts/create-topics.sh)"
-                    );
+                    return Err(OpenError::NoTopic { topic });
                 }
             }
             Err(e) => {
                 if start.elapsed() > patience {
-                    bail!("cannot reach the Kafka brokers to read topic '{topic}': {e}");
+                    return Err(OpenError::Unreachable { topic, cause: e });
                 }
-                tracing::warn!(error = %e, "brokers unreachable; retrying in {:?}", backoff);
+                tracing::warn!(error = %e, "brokers unreachable; retrying in {:?}", backoff.peek());
             }
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff.wait().await;
     }
 }
 
@@ -511,24 +535,6 @@ fn too_large(e: &KafkaError) -> bool {
     )
 }
 
-/// Exponential back-off between retries of one request: 50 ms doubling to 2 s.
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    fn new() -> Backoff {
-        Backoff {
-            next: Duration::from_millis(50),
-        }
-    }
-
-    async fn wait(&mut self) {
-        tokio::time::sleep(self.next).await;
-        self.next = (self.next * 2).min(Duration::from_secs(2));
-    }
-}
-
 /// Runs a blocking rdkafka call off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
     tokio::task::spawn_blocking(f)
@@ -590,7 +596,7 @@ impl Kafka {
     /// learn the topic they will need (otherwise the first append, `booted`,
     /// waited ~15 ms for the producer's connection and metadata, on every
     /// boot).
-    pub async fn open(&self, patience: Duration) -> anyhow::Result<()> {
+    pub async fn open(&self, patience: Duration) -> Result<(), OpenError> {
         let (producer, topic) = (self.producer.clone(), self.claims_topic.clone());
         std::thread::spawn(move || {
             drop(
@@ -606,11 +612,10 @@ impl Kafka {
             partitions(self.orders.clone(), self.orders_topic.clone(), patience),
         )?;
         if n != 1 {
-            bail!(
-                "the coordination topic '{}' has {n} partitions; it must have exactly 1 \
-                 (the protocol needs one total order of claims)",
-                self.claims_topic
-            );
+            return Err(OpenError::ClaimsPartitions {
+                topic: self.claims_topic.clone(),
+                partitions: n,
+            });
         }
         Ok(())
     }
@@ -710,7 +715,7 @@ impl Kafka {
     pub async fn append(&self, rec: &Record) -> Option<u64> {
         let key = rec.key();
         let mut rec = std::borrow::Cow::Borrowed(rec);
-        let mut backoff = Backoff::new();
+        let mut backoff = backoff::APPEND;
         loop {
             let value = rec.encode();
             let sig = self.gate.sign(&value);
@@ -729,7 +734,7 @@ impl Kafka {
                 Err(e) => {
                     // Not assumed written, not assumed lost: append again; a
                     // second copy is dropped by readers (same seq).
-                    tracing::warn!(instance = self.instance, key, error = %e, "append failed; retrying in {:?}", backoff.next);
+                    tracing::warn!(instance = self.instance, key, error = %e, "append failed; retrying in {:?}", backoff.peek());
                     backoff.wait().await;
                 }
             }
@@ -800,7 +805,7 @@ impl Kafka {
         };
         let mut outcome = outcome.clone().fit(crate::record::MAX_TAIL_BYTES);
         let key = order.to_string();
-        let mut backoff = Backoff::new();
+        let mut backoff = backoff::APPEND;
         loop {
             let value = serde_json::json!({
                 "order": order.to_string(),
@@ -843,7 +848,7 @@ impl Kafka {
                     outcome = outcome.fit(half);
                 }
                 Err(e) => {
-                    tracing::warn!(instance = self.instance, topic, error = %e, "publishing the result failed; retrying in {:?}", backoff.next);
+                    tracing::warn!(instance = self.instance, topic, error = %e, "publishing the result failed; retrying in {:?}", backoff.peek());
                     backoff.wait().await;
                 }
             }
@@ -881,7 +886,7 @@ impl Kafka {
 
     /// The end offset (high watermark) of every orders partition.
     pub async fn order_ends(&self) -> BTreeMap<i32, i64> {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = backoff::REQUEST;
         loop {
             let meta = self.meta.clone();
             let topic = self.orders_topic.clone();
@@ -944,8 +949,7 @@ impl Kafka {
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot read the orders topic's end offsets"),
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            backoff.wait().await;
         }
     }
 

@@ -16,15 +16,18 @@
 //!   [`broker`] (the embedded mock broker), [`supervise`] (the dev-mode
 //!   supervisor), [`dev`] (all of it in one command); the tools: [`status`]
 //!   (`status`, `history`), [`submit`], [`audit`], [`serve`] (the web page
-//!   and `/metrics`).
+//!   and `/metrics`); [`exit`] (every exit status, named), [`backoff`] (the
+//!   retry loops' delays).
 
 pub mod audit;
+pub mod backoff;
 pub mod boot;
 pub mod broker;
 pub mod checkpoint;
 pub mod claim;
 pub mod config;
 pub mod dev;
+pub mod exit;
 pub mod fetch;
 pub mod isolate;
 pub mod job;

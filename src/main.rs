@@ -5,7 +5,7 @@
 
 use clap::{Parser, Subcommand};
 use pool_worker::{
-    audit, broker, config::Config, dev, retry, run, serve, status, submit, supervise,
+    audit, broker, config::Config, dev, exit::Exit, retry, run, serve, status, submit, supervise,
 };
 use std::process::ExitCode;
 
@@ -96,7 +96,7 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("pool_worker: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
+            return Exit::Failure.into();
         }
     };
     let result = match cli.command {
@@ -126,7 +126,7 @@ fn main() -> ExitCode {
                     } else {
                         eprintln!("pool_worker: {e}");
                     }
-                    return ExitCode::from(supervise::EXIT_CONFIG as u8);
+                    return Exit::Config.into();
                 }
             };
             init_logs(cfg.log_json);
@@ -137,22 +137,22 @@ fn main() -> ExitCode {
                 Ok(code) => code,
                 Err(e) => {
                     tracing::error!("pool_worker: {e:#}");
-                    1
+                    Exit::Failure
                 }
             };
-            std::process::exit(code)
+            std::process::exit(code.code())
         }
         Some(Command::Dev(args)) => {
             init_logs(false);
-            runtime.block_on(dev::run(args))
+            runtime.block_on(dev::run(args)).map(i32::from)
         }
         Some(Command::Broker(args)) => {
             init_logs(false);
-            runtime.block_on(broker::run(args))
+            runtime.block_on(broker::run(args)).map(i32::from)
         }
         Some(Command::Supervise(args)) => {
             init_logs(false);
-            runtime.block_on(supervise::run(args))
+            runtime.block_on(supervise::run(args)).map(i32::from)
         }
         Some(Command::Status(args)) => {
             init_logs(false);
@@ -160,6 +160,7 @@ fn main() -> ExitCode {
             args.source
                 .probe()
                 .and_then(|()| runtime.block_on(status::status(args)))
+                .map(i32::from)
         }
         Some(Command::History(args)) => {
             init_logs(false);
@@ -167,6 +168,7 @@ fn main() -> ExitCode {
             args.source
                 .probe()
                 .and_then(|()| runtime.block_on(status::history(args)))
+                .map(i32::from)
         }
         Some(Command::Submit(args)) => {
             init_logs(false);
@@ -187,24 +189,26 @@ fn main() -> ExitCode {
             args.source
                 .probe()
                 .and_then(|()| runtime.block_on(audit::run(args)))
+                .map(i32::from)
         }
         Some(Command::Serve(args)) => {
             init_logs(false);
-            runtime.block_on(serve::run(args))
+            runtime.block_on(serve::run(args)).map(i32::from)
         }
     };
     match result {
+        // An Exit, or the job's own status (`submit --wait`, `retry --wait`).
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e)
             if e.downcast_ref::<pool_worker::config::ConfigError>()
                 .is_some() =>
         {
             eprintln!("pool_worker: {e:#}");
-            ExitCode::from(supervise::EXIT_CONFIG as u8)
+            Exit::Config.into()
         }
         Err(e) => {
             eprintln!("pool_worker: {e:#}");
-            ExitCode::from(1)
+            Exit::Failure.into()
         }
     }
 }

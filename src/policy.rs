@@ -31,8 +31,36 @@
 //!   URLs they match, and compared on their parts: scheme, host and port
 //!   exactly, the path on whole segments.
 
+use crate::config::ConfigError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+/// Why an allow list refuses an order: the reason of its `refused`
+/// completion (the message names the list).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The order's `env` sets a variable of the fixed floor.
+    #[error("the order sets {name}, which changes how programs are loaded or run; orders may never set it")]
+    EnvNever { name: String },
+    /// The order's `env` sets a variable `ORDER_ENV_ALLOW` does not name.
+    #[error("the order sets {name}, which ORDER_ENV_ALLOW does not allow")]
+    EnvNotAllowed { name: String },
+    /// The program is not allowed by `ALLOWED_COMMANDS`.
+    #[error("program '{program}' is not in the allowed commands")]
+    Command { program: String },
+    /// An image order, and `ALLOWED_IMAGES` is not set.
+    #[error("image '{image}' refused: image orders are off (ALLOWED_IMAGES is not set)")]
+    ImagesOff { image: String },
+    /// The image is not allowed by `ALLOWED_IMAGES`.
+    #[error("image '{image}' is not in ALLOWED_IMAGES")]
+    Image { image: String },
+    /// A URL order's URL carries credentials.
+    #[error("URL {url} has credentials, which URL orders may not carry")]
+    UrlCredentials { url: String },
+    /// The URL is not under `ALLOWED_URLS`.
+    #[error("URL {url} is not under an allowed prefix (ALLOWED_URLS)")]
+    Url { url: String },
+}
 
 // ---------------------------------------------------------------------------
 // Environment.
@@ -117,16 +145,13 @@ pub fn matches_any(name: &str, patterns: &[impl AsRef<str>]) -> bool {
 
 /// Why an order may not set `name`, if it may not. `allow` is
 /// `ORDER_ENV_ALLOW` (`None`: everything outside the floor).
-pub fn env_refusal(name: &str, allow: &Option<Vec<String>>, image: bool) -> Option<String> {
-    if matches_any(name, ENV_FLOOR) || (image && matches_any(name, IMAGE_ENV_FLOOR)) {
-        return Some(format!(
-            "the order sets {name}, which changes how programs are loaded or run; orders may never set it"
-        ));
+pub fn env_refusal(name: &str, allow: &Option<Vec<String>>, image: bool) -> Option<Refusal> {
+    let name = name.to_string();
+    if matches_any(&name, ENV_FLOOR) || (image && matches_any(&name, IMAGE_ENV_FLOOR)) {
+        return Some(Refusal::EnvNever { name });
     }
     match allow {
-        Some(allow) if !matches_any(name, allow) => Some(format!(
-            "the order sets {name}, which ORDER_ENV_ALLOW does not allow"
-        )),
+        Some(allow) if !matches_any(&name, allow) => Some(Refusal::EnvNotAllowed { name }),
         _ => None,
     }
 }
@@ -136,7 +161,7 @@ pub fn check_env(
     env: &BTreeMap<String, String>,
     allow: &Option<Vec<String>>,
     image: bool,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     match env.keys().find_map(|k| env_refusal(k, allow, image)) {
         Some(why) => Err(why),
         None => Ok(()),
@@ -145,11 +170,11 @@ pub fn check_env(
 
 /// `ORDER_ENV_ALLOW` as configured: an entry that names a floor variable
 /// could never take effect, so it is a configuration error, not a surprise.
-pub fn parse_env_allow(list: Option<Vec<String>>) -> Result<Option<Vec<String>>, String> {
+pub fn parse_env_allow(list: Option<Vec<String>>) -> Result<Option<Vec<String>>, ConfigError> {
     if let Some(l) = &list {
         for e in l {
             if !e.ends_with('*') && matches_any(e, ENV_FLOOR) {
-                return Err(format!("ORDER_ENV_ALLOW names {e}, which orders may never set (see docs/deploy.md, \"Security\")"));
+                return Err(ConfigError(format!("ORDER_ENV_ALLOW names {e}, which orders may never set (see docs/deploy.md, \"Security\")")));
             }
         }
     }
@@ -244,14 +269,14 @@ impl Commands {
     pub fn resolve(
         entries: &[String],
         path_var: Option<&std::ffi::OsStr>,
-    ) -> Result<Commands, String> {
+    ) -> Result<Commands, ConfigError> {
         let mut c = Commands::default();
         for e in entries {
             if e.contains('/') {
                 if !e.starts_with('/') {
-                    return Err(format!(
+                    return Err(ConfigError(format!(
                         "ALLOWED_COMMANDS entry '{e}' is a relative path; write it absolute"
-                    ));
+                    )));
                 }
                 let p = Path::new(e);
                 c.prefixes
@@ -273,8 +298,10 @@ impl Commands {
 
     /// The file to run for `argv0`, or why not. `canonical` is `argv0`
     /// canonicalized, for a program written with a `/` (see [`canonical`]).
-    pub fn decide(&self, argv0: &str, canonical: Option<&Path>) -> Result<PathBuf, String> {
-        let refused = || format!("program '{argv0}' is not in the allowed commands");
+    pub fn decide(&self, argv0: &str, canonical: Option<&Path>) -> Result<PathBuf, Refusal> {
+        let refused = || Refusal::Command {
+            program: argv0.to_string(),
+        };
         if !argv0.contains('/') {
             return self.names.get(argv0).cloned().ok_or_else(refused);
         }
@@ -339,6 +366,16 @@ pub fn find_in_path(name: &str, path_var: Option<&std::ffi::OsStr>) -> Option<Pa
 /// digest (`alpine` allows `alpine`, `alpine:3`, not `alpine2` or
 /// `evil/alpine`). Names are compared as written: `alpine` does not allow
 /// `docker.io/library/alpine`.
+pub fn check_image(image: &str, allowed: &Option<Vec<String>>) -> Result<(), Refusal> {
+    let image = image.to_string();
+    match allowed {
+        _ if image_allowed(&image, allowed) => Ok(()),
+        None => Err(Refusal::ImagesOff { image }),
+        Some(_) => Err(Refusal::Image { image }),
+    }
+}
+
+/// Whether `ALLOWED_IMAGES` (`allowed`) allows `image` (see [`check_image`]).
 pub fn image_allowed(image: &str, allowed: &Option<Vec<String>>) -> bool {
     let Some(allowed) = allowed else { return false };
     let name = image_name(image);
@@ -379,8 +416,8 @@ pub struct UrlRule {
 }
 
 impl UrlRule {
-    pub fn parse(entry: &str) -> Result<UrlRule, String> {
-        let bad = |why: &str| format!("ALLOWED_URLS entry '{entry}' {why}");
+    pub fn parse(entry: &str) -> Result<UrlRule, ConfigError> {
+        let bad = |why: &str| ConfigError(format!("ALLOWED_URLS entry '{entry}' {why}"));
         let u = url::Url::parse(entry).map_err(|e| bad(&format!("is not a URL ({e})")))?;
         if !matches!(u.scheme(), "http" | "https") {
             return Err(bad("is not http:// or https://"));
@@ -426,7 +463,7 @@ fn segments(u: &url::Url) -> Vec<String> {
 }
 
 /// Parses `ALLOWED_URLS` (each entry; `None` stays `None`).
-pub fn parse_url_rules(list: Option<Vec<String>>) -> Result<Option<Vec<UrlRule>>, String> {
+pub fn parse_url_rules(list: Option<Vec<String>>) -> Result<Option<Vec<UrlRule>>, ConfigError> {
     list.map(|l| l.iter().map(|e| UrlRule::parse(e)).collect())
         .transpose()
 }
@@ -484,6 +521,8 @@ mod tests {
         ] {
             for allow in [&None, &star] {
                 let why = env_refusal(n, allow, false).unwrap_or_else(|| panic!("{n} allowed"));
+                assert_eq!(why, Refusal::EnvNever { name: n.into() });
+                let why = why.to_string();
                 assert!(why.contains(n) && why.contains("never"), "{why}");
                 assert!(check_env(&env(&["A", n]), allow, false).is_err());
             }
@@ -507,7 +546,7 @@ mod tests {
         assert!(check_env(&env(&["DEST", "APP_X", "APP_"]), &allow, false).is_ok());
         let why = check_env(&env(&["DEST", "OTHER"]), &allow, false).unwrap_err();
         assert_eq!(
-            why,
+            why.to_string(),
             "the order sets OTHER, which ORDER_ENV_ALLOW does not allow"
         );
         assert!(check_env(&env(&["DESTX"]), &allow, false).is_err());
@@ -515,6 +554,7 @@ mod tests {
         assert!(check_env(&env(&["A"]), &Some(vec![]), false).is_err());
         assert!(parse_env_allow(Some(vec!["LD_PRELOAD".into()]))
             .unwrap_err()
+            .0
             .contains("LD_PRELOAD"));
         assert!(parse_env_allow(Some(vec!["PYTHONPATH".into()])).is_err());
         assert_eq!(

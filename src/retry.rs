@@ -30,6 +30,7 @@
 //! run twice): only one the claims topic shows ended (or gone: below the
 //! frontier and held by nobody).
 
+use crate::exit::Exit;
 use crate::orders::{self, OrderKind};
 use crate::record::OrderId;
 use crate::status::{Silent, Source};
@@ -62,13 +63,13 @@ pub async fn run(args: RetryArgs) -> anyhow::Result<i32> {
     let state = tokio::task::spawn_blocking(move || where_is(&src, order)).await??;
     if let Some(why) = state {
         eprintln!("pool_worker retry: order {order} {why}; nothing sent");
-        return Ok(1);
+        return Ok(Exit::Failure.code());
     }
     let payload = match retry_payload(payload.as_deref(), order, header.as_deref()) {
         Ok(p) => p,
         Err(why) => {
             eprintln!("pool_worker retry: order {order} cannot be sent again: {why}");
-            return Ok(1);
+            return Ok(Exit::Failure.code());
         }
     };
     crate::submit::send(&args.source, payload, args.wait, args.wait_timeout_secs).await

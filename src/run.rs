@@ -16,8 +16,9 @@
 //! committed, and the next incarnation runs it again as a retry.
 
 use crate::config::Config;
+use crate::exit::Exit;
 use crate::job::{self, JobContext};
-use crate::kafka::{ClaimEvent, Kafka};
+use crate::kafka::{ClaimEvent, Kafka, OpenError};
 use crate::orders;
 use crate::record::{Event, OrderId, Outcome, Status};
 use crate::worker::{Action, Input, Phase, Settings, Worker};
@@ -48,7 +49,7 @@ pub fn new_incarnation() -> String {
 }
 
 /// Runs one worker process to its end; returns the exit status.
-pub async fn run(cfg: Config) -> anyhow::Result<i32> {
+pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
@@ -64,15 +65,17 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
     // after this function returns, with every append and result already
     // acknowledged. The OS reclaims the rest.
     let kafka: &'static Kafka = Box::leak(Box::new(Kafka::connect(&cfg)?));
-    if let Err(e) = kafka.open(BROKER_PATIENCE).await {
-        let msg = format!("{e:#}");
-        if msg.contains("cannot reach") {
-            return Err(e);
-        }
+    match kafka.open(BROKER_PATIENCE).await {
+        Ok(()) => {}
+        // Brokers down for the whole patience: an error like any other
+        // (exit 1), restarted by the supervisor.
+        Err(e @ (OpenError::Unreachable { .. } | OpenError::Task(_))) => return Err(e.into()),
         // A missing topic or a claims topic with several partitions is the
         // operator's to fix: exit 2 so that the supervisor does not loop.
-        tracing::error!("pool_worker: {msg}");
-        return Ok(crate::supervise::EXIT_CONFIG);
+        Err(e @ (OpenError::NoTopic { .. } | OpenError::ClaimsPartitions { .. })) => {
+            tracing::error!("pool_worker: {e}");
+            return Ok(Exit::Config);
+        }
     }
     let me = cfg.instance;
     let settings = Settings {
@@ -197,22 +200,22 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                     // signal says stop (brokers unreachable for good).
                     tokio::select! {
                         _ = appender.flush(None) => {}
-                        _ = term.recv() => return Ok(143),
-                        _ = int.recv() => return Ok(130),
+                        _ = term.recv() => return Ok(Exit::Terminated),
+                        _ = int.recv() => return Ok(Exit::Interrupted),
                     }
                     // Every append acknowledged: the next process of our
                     // number need not wait (a fenced one is not ours to vouch
                     // for: another process holds the number).
-                    if code != crate::worker::EXIT_FENCED {
+                    if code != Exit::Fenced {
                         leave_marker(&marker, &appender, &w, &clean);
                     }
-                    if code == crate::worker::EXIT_REVOKED {
+                    if code == Exit::Revoked {
                         tracing::error!(
                             instance = me,
                             "revoked: this instance's lease expired and another instance took its order over; stopping"
                         );
                     }
-                    if code == crate::worker::EXIT_FENCED {
+                    if code == Exit::Fenced {
                         tracing::error!(
                             instance = me,
                             "fenced: a newer process with INSTANCE_NUMBER={me} started; this one stops"
@@ -283,7 +286,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 if appender.flush(Some(SIGNAL_FLUSH)).await {
                     leave_marker(&marker, &appender, &w, &clean);
                 }
-                return Ok(143);
+                return Ok(Exit::Terminated);
             }
             _ = int.recv() => {
                 prep_task.take().inspect(|t| t.abort());
@@ -291,7 +294,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<i32> {
                 if appender.flush(Some(SIGNAL_FLUSH)).await {
                     leave_marker(&marker, &appender, &w, &clean);
                 }
-                return Ok(130);
+                return Ok(Exit::Interrupted);
             }
         };
         // Fold the input, then every claims event already received, until
@@ -522,8 +525,7 @@ fn job_base(cfg: &Config) -> anyhow::Result<JobContext> {
         None => {}
         Some(list) => {
             let path = std::env::var_os("PATH");
-            let commands = crate::policy::Commands::resolve(list, path.as_deref())
-                .map_err(anyhow::Error::msg)?;
+            let commands = crate::policy::Commands::resolve(list, path.as_deref())?;
             for name in &commands.missing {
                 tracing::warn!(program = %name, "an allowed command is not in this worker's PATH: orders naming it are refused");
             }
@@ -620,6 +622,7 @@ fn header_traceparent(order: OrderId, m: &crate::kafka::OrderMessage) -> Option<
 /// The order's trace context: its own `traceparent` field, else its
 /// record's header. An order that is completed without running (malformed,
 /// refused...) keeps the header's in its completion.
+#[allow(clippy::result_large_err)] // the Err is the order's completion, made once per order: boxing buys nothing
 fn trace(
     spec: Result<orders::OrderSpec, Outcome>,
     header: Option<String>,
@@ -667,7 +670,9 @@ async fn prepare(
                 b
             })
             .map_err(|e| Outcome::not_run(Status::Error, format!("order fetched from {url}: {e}"))),
-        Err(crate::fetch::FetchError::Refused(why)) => Err(Outcome::not_run(Status::Refused, why)),
+        Err(crate::fetch::FetchError::Refused(why)) => {
+            Err(Outcome::not_run(Status::Refused, why.to_string()))
+        }
         Err(crate::fetch::FetchError::Failed(why)) => Err(Outcome::not_run(Status::Error, why)),
     }
 }

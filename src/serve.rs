@@ -20,8 +20,9 @@
 //! HTML-escaped) before it is written into a page. The page's script only
 //! fetches server-made HTML: it builds nothing from data.
 
+use crate::backoff::Backoff;
 use crate::boot::View;
-use crate::record::{Event, OrderId, Record, Status};
+use crate::record::{Event, Foreign, OrderId, Record, Status};
 use crate::status::{escape_controls, ClaimsTail, Polled, Source};
 use anyhow::Context;
 use axum::extract::{Path, State};
@@ -243,7 +244,7 @@ impl Board {
 
     /// Folds the record at `pos` (or a foreign one) in: the same rule as
     /// `status` (a completion counts when the view applies it).
-    pub fn apply(&mut self, pos: u64, r: Result<Record, String>) {
+    pub fn apply(&mut self, pos: u64, r: Result<Record, Foreign>) {
         self.records += 1;
         if let Some(end) = self.start_end {
             self.caught_up |= pos + 1 >= end;
@@ -481,7 +482,7 @@ pub struct InstanceRow {
 /// The claims topic, folded into `board` for as long as the process runs;
 /// the orders topic's offsets read every [`ORDERS_REFRESH`].
 fn tail(src: Source, board: Arc<Mutex<Board>>) {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let (reader, orders) = loop {
         let opened = ClaimsTail::open(&src)
             .and_then(|t| Ok((t.end()?, t)))
@@ -495,8 +496,7 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
             }
             Err(e) => {
                 tracing::warn!("serve: cannot read the claims topic yet: {e:#}");
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff.wait_blocking();
             }
         }
     };
@@ -590,7 +590,7 @@ struct App {
     src: Source,
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<i32> {
+pub async fn run(args: ServeArgs) -> anyhow::Result<crate::exit::Exit> {
     // Configuration errors (a bad key, a rejected property) before listening.
     args.source.gate()?;
     args.source.client_config()?;
@@ -641,7 +641,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<i32> {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;
-    Ok(0)
+    Ok(crate::exit::Exit::Ok)
 }
 
 const STYLE: &str = include_str!("serve/style.css");
@@ -1188,7 +1188,7 @@ mod tests {
             retry_of: None,
         });
         b.apply(3, Ok(done));
-        b.apply(4, Err("forged".into()));
+        b.apply(4, Err(Foreign::BadSignature));
         (b, o)
     }
 

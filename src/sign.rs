@@ -132,7 +132,7 @@ pub fn verdict(key: Option<&ClaimsKey>, value: Option<&[u8]>, sig: Option<&[u8]>
 }
 
 fn unhex(s: &[u8]) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || s.len() > 128 {
+    if !s.len().is_multiple_of(2) || s.len() > 128 {
         return None;
     }
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);

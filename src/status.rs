@@ -12,8 +12,9 @@
 //! `min.compaction.lag.ms` may be gone, and the counts say "at least".
 
 use crate::boot::View;
+use crate::exit::Exit;
 use crate::kafka::client_config;
-use crate::record::{Event, OrderId, Record, Status};
+use crate::record::{Event, Foreign, OrderId, Record, Status};
 use anyhow::{bail, Context};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -150,9 +151,10 @@ pub struct ClaimsTail {
 }
 
 /// What one [`ClaimsTail::poll`] got.
+#[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
 pub enum Polled {
     /// The record at this position, or why it is foreign.
-    Record(u64, Result<Record, String>),
+    Record(u64, Result<Record, Foreign>),
     /// The reader is at the topic's end.
     End,
     /// Nothing within the wait.
@@ -188,12 +190,7 @@ impl ClaimsTail {
         match self.consumer.poll(wait) {
             Some(Ok(m)) => {
                 let pos = m.offset().max(0) as u64;
-                Polled::Record(
-                    pos,
-                    self.gate
-                        .decode(&self.consumer, &m, live)
-                        .map_err(|e| e.to_string()),
-                )
+                Polled::Record(pos, self.gate.decode(&self.consumer, &m, live))
             }
             Some(Err(KafkaError::PartitionEOF(_))) => Polled::End,
             Some(Err(e)) => {
@@ -207,7 +204,7 @@ impl ClaimsTail {
 
 /// Every record of the claims topic, with its position (foreign ones as
 /// errors), read up to the end the topic had when we started.
-pub fn read_claims(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, String>)>> {
+pub fn read_claims(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, Foreign>)>> {
     let tail = ClaimsTail::open(src)?;
     let high = tail.end()?;
     let mut out = Vec::new();
@@ -535,7 +532,7 @@ pub fn render(s: &serde_json::Value) -> String {
     out
 }
 
-pub async fn status(args: StatusArgs) -> anyhow::Result<i32> {
+pub async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
     loop {
         let src = args.source.clone();
         let mut s =
@@ -561,16 +558,16 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<i32> {
             print!("{}", render(&s));
         }
         if !args.watch {
-            return Ok(0);
+            return Ok(Exit::Ok);
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(0),
+            _ = tokio::signal::ctrl_c() => return Ok(Exit::Ok),
         }
     }
 }
 
-pub async fn history(args: HistoryArgs) -> anyhow::Result<i32> {
+pub async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
     let records = tokio::task::spawn_blocking(move || read_claims(&src)).await??;
     let ours: Vec<(u64, Record)> = records
@@ -601,7 +598,11 @@ pub async fn history(args: HistoryArgs) -> anyhow::Result<i32> {
     );
     // An order the claims topic knows nothing of is an error for a script
     // (a mistyped PARTITION:OFFSET); the line above still says so.
-    Ok(if mine.is_empty() { 1 } else { 0 })
+    Ok(if mine.is_empty() {
+        Exit::Failure
+    } else {
+        Exit::Ok
+    })
 }
 
 /// Prints the records about one order (`history`): a JSON line, or a line

@@ -15,6 +15,7 @@
 //! exit code (1 when the order did not run to an exit code, for example a
 //! time-out or a refusal).
 
+use crate::exit::Exit;
 use crate::record::{Event, OrderId, Outcome, Record};
 use crate::status::Source;
 use anyhow::{bail, Context};
@@ -72,9 +73,10 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<i32> {
     send(&args.source, payload, args.wait, args.wait_timeout_secs).await
 }
 
-/// Sends one order (checked first: exit 2 if invalid), prints its
-/// `PARTITION:OFFSET`, and with `wait` waits for its completion (`submit`,
-/// `retry`).
+/// Sends one order (checked first: [`Exit::Config`] if invalid), prints
+/// its `PARTITION:OFFSET`, and with `wait` waits for its completion
+/// (`submit`, `retry`). Returns the exit status: with `wait`, the job's own
+/// (or [`Exit::WaitTimedOut`]).
 pub async fn send(
     src: &Source,
     payload: Vec<u8>,
@@ -83,7 +85,7 @@ pub async fn send(
 ) -> anyhow::Result<i32> {
     if let Err(e) = crate::orders::parse(Some(&payload)) {
         eprintln!("pool_worker submit: not a valid order: {e}");
-        return Ok(2);
+        return Ok(Exit::Config.code());
     }
     // A bad CLAIMS_KEY is refused before anything is sent.
     src.gate()?;
@@ -118,7 +120,7 @@ pub async fn send(
         println!("{order}");
     }
     if !wait {
-        return Ok(0);
+        return Ok(Exit::Ok.code());
     }
     let s = src.clone();
     let timeout = Duration::from_secs(wait_timeout_secs);
@@ -126,7 +128,7 @@ pub async fn send(
         .await??;
     let Some((rec, outcome)) = done else {
         eprintln!("pool_worker submit: order {order} not completed within {wait_timeout_secs} s");
-        return Ok(124);
+        return Ok(Exit::WaitTimedOut.code());
     };
     print_completion(
         &mut std::io::stdout(),
@@ -136,7 +138,12 @@ pub async fn send(
         &rec,
         &outcome,
     );
-    Ok(outcome.exit_code.unwrap_or(1).clamp(0, 255))
+    // The job's own exit status; a job that ended without one (killed by a
+    // signal, never started) is a failure.
+    Ok(outcome
+        .exit_code
+        .unwrap_or(Exit::Failure.code())
+        .clamp(0, 255))
 }
 
 /// Prints a completion: as one JSON line, or the job's output tails (stdout

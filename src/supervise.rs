@@ -80,6 +80,8 @@
 //! runs it in-process through the [`Supervisor`] handle and prints the same
 //! [`SupEvent`]s.
 
+use crate::backoff::Backoff;
+use crate::exit::Exit;
 use anyhow::{anyhow, bail, Context as _};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -95,12 +97,6 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
-
-/// Worker exit status: configuration error (not restarted).
-pub const EXIT_CONFIG: i32 = 2;
-/// Worker exit status: fenced by a newer process with the same number (not
-/// restarted).
-pub const EXIT_FENCED: i32 = 3;
 
 /// Most instances one supervisor runs (a typo like `1-100000` should not
 /// fork a hundred thousand processes).
@@ -200,22 +196,19 @@ pub const DEFAULT_MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
 
 /// When an instance is started again: at once after a clean exit; after
 /// `first` after a failure, doubled for each failure in a row, at most
-/// `max`. A clean exit, or a failure after a run longer than `max`, ends the
-/// row.
+/// `max` (a [`Backoff`]). A clean exit, or a failure after a run longer
+/// than `max`, ends the row.
 #[derive(Clone, Debug)]
-pub struct Backoff {
-    first: Duration,
+pub struct Restarts {
+    backoff: Backoff,
     max: Duration,
-    /// Failures in a row.
-    fails: u32,
 }
 
-impl Backoff {
-    pub fn new(first: Duration, max: Duration) -> Backoff {
-        Backoff {
-            first,
+impl Restarts {
+    pub fn new(first: Duration, max: Duration) -> Restarts {
+        Restarts {
+            backoff: Backoff::new(first, max),
             max: max.max(first),
-            fails: 0,
         }
     }
 
@@ -223,15 +216,13 @@ impl Backoff {
     /// and exited cleanly or not.
     pub fn next(&mut self, clean: bool, ran: Duration) -> Duration {
         if clean {
-            self.fails = 0;
+            self.backoff.reset();
             return Duration::ZERO;
         }
         if ran > self.max {
-            self.fails = 0;
+            self.backoff.reset();
         }
-        self.fails = self.fails.saturating_add(1);
-        let factor = 1u32.checked_shl(self.fails - 1).unwrap_or(u32::MAX);
-        self.first.saturating_mul(factor).min(self.max)
+        self.backoff.next_delay()
     }
 }
 
@@ -415,11 +406,11 @@ pub enum Ending {
 
 impl Ending {
     /// The supervisor's exit status.
-    pub fn exit_code(self) -> i32 {
+    pub fn exit_code(self) -> Exit {
         match self {
-            Ending::Stopped | Ending::MaxRuns => 0,
-            Ending::ConfigError => EXIT_CONFIG,
-            Ending::Fenced => EXIT_FENCED,
+            Ending::Stopped | Ending::MaxRuns => Exit::Ok,
+            Ending::ConfigError => Exit::Config,
+            Ending::Fenced => Exit::Fenced,
         }
     }
 }
@@ -585,7 +576,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Fate {
     let mut run: u64 = 0;
-    let mut backoff = Backoff::new(sh.cfg.restart_delay, sh.cfg.max_restart_delay);
+    let mut restarts = Restarts::new(sh.cfg.restart_delay, sh.cfg.max_restart_delay);
     loop {
         if *stop.borrow() {
             return Fate::Stopped;
@@ -604,7 +595,7 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                     instance,
                     error: e.to_string(),
                 });
-                backoff.next(false, Duration::ZERO)
+                restarts.next(false, Duration::ZERO)
             }
             Ok(mut child) => {
                 let started = Instant::now();
@@ -632,16 +623,17 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                 if *stop.borrow() {
                     return Fate::Stopped;
                 }
-                let retire = match code {
-                    Some(EXIT_CONFIG) => Some(Retirement::ConfigError),
-                    Some(EXIT_FENCED) => Some(Retirement::Fenced),
+                // A configuration error or a fenced worker is not restarted.
+                let retire = match code.and_then(Exit::from_code) {
+                    Some(Exit::Config) => Some(Retirement::ConfigError),
+                    Some(Exit::Fenced) => Some(Retirement::Fenced),
                     _ => None,
                 };
                 if let Some(reason) = retire {
                     sh.emit(SupEvent::Retired { instance, reason });
                     return Fate::Retired(reason);
                 }
-                backoff.next(code == Some(0), started.elapsed())
+                restarts.next(code == Some(Exit::Ok.code()), started.elapsed())
             }
         };
         if delay.is_zero() {
@@ -733,7 +725,7 @@ pub(crate) fn die_with_parent(cmd: &mut Command) {
                 // The parent may have died before prctl: then nobody would
                 // send the signal.
                 if libc::getppid() != parent {
-                    libc::_exit(1);
+                    libc::_exit(Exit::Failure.code());
                 }
                 Ok(())
             });
@@ -875,7 +867,7 @@ pub struct SuperviseArgs {
 }
 
 /// Runs `pool_worker supervise`; returns the exit status.
-pub async fn run(args: SuperviseArgs) -> anyhow::Result<i32> {
+pub async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
@@ -908,13 +900,14 @@ pub async fn run(args: SuperviseArgs) -> anyhow::Result<i32> {
         Ok(e) => e.exit_code(),
         Err(e) => {
             eprintln!("pool_worker supervise: {e:#}");
-            1
+            Exit::Failure
         }
     };
+    let n = code.code();
     print_line(&if json {
-        format!(r#"{{"event":"done","code":{code}}}"#)
+        format!(r#"{{"event":"done","code":{n}}}"#)
     } else {
-        format!("supervisor done (exit {code})")
+        format!("supervisor done (exit {n})")
     });
     Ok(code)
 }
@@ -995,7 +988,7 @@ mod tests {
     #[test]
     fn backoff_after_failures_only() {
         let (ms, s) = (Duration::from_millis, Duration::from_secs);
-        let mut b = Backoff::new(ms(100), s(1));
+        let mut b = Restarts::new(ms(100), s(1));
         assert_eq!(b.next(true, ms(5)), Duration::ZERO, "a clean exit: at once");
         let row: Vec<Duration> = (0..6).map(|_| b.next(false, ms(5))).collect();
         assert_eq!(
@@ -1015,7 +1008,7 @@ mod tests {
             ms(100),
             "a long run before the failure ends the row"
         );
-        let mut b = Backoff::new(ms(100), s(30));
+        let mut b = Restarts::new(ms(100), s(30));
         assert_eq!(
             (0..100).map(|_| b.next(false, ms(1))).last(),
             Some(s(30)),

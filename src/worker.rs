@@ -26,23 +26,17 @@
 
 use crate::boot::{turns, View};
 use crate::claim::{decide, Decision};
+use crate::exit::Exit;
 use crate::record::{Event, OrderId, Outcome, Record, Status};
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
-
-/// Exit status of a process that found a newer incarnation of its instance
-/// number in the log (a zombie).
-pub const EXIT_FENCED: i32 = 3;
-
-/// Exit status of a process whose hold was revoked after its lease expired
-/// (it was too slow or cut off); unlike a fenced one, it is restarted.
-pub const EXIT_REVOKED: i32 = 4;
 
 /// Attempts of one order before it is completed as `gave_up`.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 
 /// What the shell tells the machine.
 #[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
 pub enum Input {
     /// The record at this position of the claims topic.
     Record(u64, Record),
@@ -65,6 +59,7 @@ pub enum Input {
 
 /// What the machine asks the shell to do.
 #[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
 pub enum Action {
     /// Append this record to the claims topic (retrying until it is
     /// acknowledged; a duplicate is harmless).
@@ -84,8 +79,12 @@ pub enum Action {
     Start { order: OrderId },
     /// Send [`Input::Tick`] when the clock reaches this time (ms).
     WakeAt(u64),
-    /// End the process with this status.
-    Exit(i32),
+    /// End the process with this status: [`Exit::Ok`] (its orders done),
+    /// [`Exit::Fenced`] (it found a newer incarnation of its instance
+    /// number in the log: a zombie) or [`Exit::Revoked`] (its hold was
+    /// revoked after its lease expired: it was too slow or cut off; unlike
+    /// a fenced one, it is restarted).
+    Exit(Exit),
 }
 
 /// Where the machine is.
@@ -130,7 +129,7 @@ pub enum Phase {
     /// Our `completed` is appended; waiting to read it.
     Complete { order: OrderId, seq: u64 },
     /// Finished (the shell exits with the status).
-    Done(i32),
+    Done(Exit),
 }
 
 /// Knobs of the protocol that are the operator's.
@@ -400,7 +399,7 @@ impl Worker {
     }
 
     /// Whether the process has finished.
-    pub fn done(&self) -> Option<i32> {
+    pub fn done(&self) -> Option<Exit> {
         match self.phase {
             Phase::Done(code) => Some(code),
             _ => None,
@@ -618,7 +617,7 @@ impl Worker {
             );
             let _ = self.view.apply(pos, &rec);
             if seen {
-                return self.finish(EXIT_FENCED);
+                return self.finish(Exit::Fenced);
             }
             return Vec::new();
         }
@@ -629,7 +628,7 @@ impl Worker {
             && rec.instance == self.me
             && rec.fences.as_deref() == Some(self.incarnation.as_str())
         {
-            return self.finish(EXIT_REVOKED);
+            return self.finish(Exit::Revoked);
         }
         match self.phase.clone() {
             Phase::Boot { seen: false } if self.is_ours(&rec, 1) => {
@@ -689,7 +688,7 @@ impl Worker {
                     self.phase = Phase::Choose;
                     return vec![Action::FindOrder];
                 }
-                self.finish(0)
+                self.finish(Exit::Ok)
             }
             _ => Vec::new(),
         }
@@ -705,7 +704,7 @@ impl Worker {
                 self.phase = Phase::Choose;
                 vec![Action::FindOrder]
             }
-            _ => self.finish(EXIT_FENCED),
+            _ => self.finish(Exit::Fenced),
         }
     }
 
@@ -967,7 +966,7 @@ impl Worker {
         vec![Action::Append(r)]
     }
 
-    fn finish(&mut self, code: i32) -> Vec<Action> {
+    fn finish(&mut self, code: Exit) -> Vec<Action> {
         self.phase = Phase::Done(code);
         vec![Action::Exit(code)]
     }
@@ -1023,7 +1022,7 @@ mod tests {
         );
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
         log.append(&a);
-        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(0)]);
+        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(Exit::Ok)]);
     }
 
     #[test]
@@ -1076,7 +1075,7 @@ mod tests {
             } else {
                 assert_eq!(
                     a,
-                    vec![Action::Exit(0)],
+                    vec![Action::Exit(Exit::Ok)],
                     "the second completion is the last"
                 );
             }
@@ -1183,9 +1182,7 @@ mod tests {
         let (mut w2, a) = leased(2, "two", 5000);
         log.append(&a);
         let mut c2 = 0;
-        for input in [Input::CaughtUp] {
-            let _ = w2.handle(input, 5000);
-        }
+        let _ = w2.handle(Input::CaughtUp, 5000);
         let a = log.feed(&mut w2, &mut c2);
         assert_eq!(a, vec![Action::FindOrder]);
         // Idle with an expired hold in sight: revoke it; read back, claim
@@ -1221,7 +1218,10 @@ mod tests {
             }]
         );
         // The old holder, cut off until now, reads the revocation and stops.
-        assert_eq!(log.feed(&mut w1, &mut c1), vec![Action::Exit(EXIT_REVOKED)]);
+        assert_eq!(
+            log.feed(&mut w1, &mut c1),
+            vec![Action::Exit(Exit::Revoked)]
+        );
     }
 
     #[test]
@@ -1635,7 +1635,7 @@ mod tests {
         log.append(&a);
         assert_eq!(
             log.feed(&mut old, &mut cur),
-            vec![Action::Exit(EXIT_FENCED)]
+            vec![Action::Exit(Exit::Fenced)]
         );
     }
 }

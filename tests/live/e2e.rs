@@ -838,7 +838,7 @@ fn boot_starts_from_the_newest_checkpoint() {
         .map(|k| booted(9, &format!("old-{k}")))
         .map(|r| (r.key(), r.encode()))
         .collect();
-    let batch: Vec<(Option<&[u8]>, Option<&[u8]>)> = history
+    let batch: Vec<KeyValue> = history
         .iter()
         .map(|(k, v)| (Some(k.as_bytes()), Some(v.as_slice())))
         .collect();

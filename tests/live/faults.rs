@@ -162,7 +162,7 @@ fn foreign_records_in_the_claims_topic_are_skipped() {
         r.attempt = 1;
         r.encode()
     };
-    let garbage: Vec<(Option<&[u8]>, Option<&[u8]>)> = vec![
+    let garbage: Vec<KeyValue> = vec![
         (None, Some(valid.as_slice())),
         (None, None),
         (Some(b"\xff\xfe"), Some(b"\x00\x01garbage")),
@@ -315,8 +315,7 @@ fn zombie_is_fenced() {
 
     let new_inc = recs
         .iter()
-        .filter(|(_, r)| r.event == Event::Booted && r.instance == 5)
-        .last()
+        .rfind(|(_, r)| r.event == Event::Booted && r.instance == 5)
         .unwrap()
         .1
         .incarnation
@@ -629,8 +628,7 @@ fn orders_the_broker_deleted_are_completed_deleted() {
     );
     // 12 orders of 600 kB (each a batch of its own): 7 MB, past the cap.
     let filler = format!("true {}", "x".repeat(600 * 1024));
-    let fill: Vec<(Option<&[u8]>, Option<&[u8]>)> =
-        (0..12).map(|_| (None, Some(filler.as_bytes()))).collect();
+    let fill: Vec<KeyValue> = (0..12).map(|_| (None, Some(filler.as_bytes()))).collect();
     let filled = try_produce_with(
         broker.bootstrap(),
         &topic,

@@ -973,9 +973,9 @@ fn check_upto(pool: Pool, stop_at: Option<&[&'static str]>, bound: Bound) -> Fou
     if let Some(names) = stop_at {
         b = b.finish_when(HasDiscoveries::AnyOf(names.iter().copied().collect()));
     }
-    fn collect(
-        c: impl Checker<Pool>,
-    ) -> (usize, usize, Vec<(&'static str, stateright::Path<S, Step>)>) {
+    /// A property's name and the path that broke it.
+    type Discovery = (&'static str, stateright::Path<S, Step>);
+    fn collect(c: impl Checker<Pool>) -> (usize, usize, Vec<Discovery>) {
         (
             c.unique_state_count(),
             c.max_depth(),

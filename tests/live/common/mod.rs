@@ -669,7 +669,13 @@ impl Drop for SupervisorProc {
 /// One record as read: (offset, key, value).
 pub type Raw = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
 
-struct Deliveries(Mutex<Vec<Option<Result<(i32, i64), String>>>>);
+/// One record to produce: (key, value).
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// A delivery report: the record's (partition, offset), or why it failed.
+type Delivery = Result<(i32, i64), String>;
+
+struct Deliveries(Mutex<Vec<Option<Delivery>>>);
 
 impl ClientContext for Deliveries {}
 
@@ -698,7 +704,7 @@ impl ProducerContext for Deliveries {
 pub fn try_produce(
     bootstrap: &str,
     topic: &str,
-    records: &[(Option<&[u8]>, Option<&[u8]>)],
+    records: &[KeyValue],
     partition: Option<i32>,
 ) -> Result<Vec<(i32, i64)>, String> {
     try_produce_with(bootstrap, topic, records, partition, &[])
@@ -1324,7 +1330,7 @@ pub fn shq(p: impl AsRef<Path>) -> String {
 pub fn try_produce_with(
     bootstrap: &str,
     topic: &str,
-    records: &[(Option<&[u8]>, Option<&[u8]>)],
+    records: &[KeyValue],
     partition: Option<i32>,
     props: &[(&str, &str)],
 ) -> Result<Vec<(i32, i64)>, String> {
@@ -1333,7 +1339,7 @@ pub fn try_produce_with(
     config
         .set("bootstrap.servers", bootstrap)
         .set("acks", "all")
-        .set("message.timeout.ms", &KAFKA_TIMEOUT.as_millis().to_string());
+        .set("message.timeout.ms", KAFKA_TIMEOUT.as_millis().to_string());
     for (k, v) in props {
         config.set(*k, *v);
     }

@@ -253,10 +253,10 @@ impl World {
         let n = self.log.len();
         assert!(n <= 128, "the model's log outgrew its bit sets");
         let mut direct: Vec<u128> = vec![0; n];
-        for p in 0..n {
+        for (p, deps) in direct.iter_mut().enumerate() {
             for q in 0..p {
                 if depends_in(&self.log[q].rec, &self.log[p].rec, unerased) {
-                    direct[p] |= 1 << q;
+                    *deps |= 1 << q;
                 }
             }
         }

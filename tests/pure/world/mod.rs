@@ -886,10 +886,7 @@ impl World {
     /// while idle (src/run.rs): the log moved, and the order may now be its
     /// to claim.
     fn read(&mut self, cfg: &Config, i: u32) {
-        loop {
-            let Some(pos) = self.next_present(self.inst(i).cursor) else {
-                break;
-            };
+        while let Some(pos) = self.next_present(self.inst(i).cursor) {
             let input = match self.log[pos].foreign {
                 false => Input::Record(pos as u64, Record::clone(&self.log[pos].rec)),
                 true => Input::Foreign(pos as u64),
@@ -1071,7 +1068,7 @@ impl World {
                         .map(|w| w.incarnation.clone())
                         .unwrap_or_default();
                     let clean = self.settling
-                        && code != pool_worker::worker::EXIT_FENCED
+                        && code != pool_worker::exit::Exit::Fenced
                         && inst.pending.is_empty()
                         && !self.orphans.iter().any(|r| r.incarnation == inc);
                     self.kill(i);
@@ -1146,19 +1143,17 @@ impl World {
     /// and judged by nobody.
     fn land(&mut self, mut r: Record, sig: Sig) {
         let pos = self.log.len();
-        if sig != Sig::Pool || self.trust.is_some() {
-            if self.admit_new(&r, sig).is_err() {
-                self.referee.skip(pos as u64);
-                let cached = commute::landed(&self.log, &r);
-                self.log.push(Entry {
-                    rec: Arc::new(r),
-                    erased: false,
-                    sig,
-                    foreign: true,
-                    cached,
-                });
-                return;
-            }
+        if (sig != Sig::Pool || self.trust.is_some()) && self.admit_new(&r, sig).is_err() {
+            self.referee.skip(pos as u64);
+            let cached = commute::landed(&self.log, &r);
+            self.log.push(Entry {
+                rec: Arc::new(r),
+                erased: false,
+                sig,
+                foreign: true,
+                cached,
+            });
+            return;
         }
         // The hold a revocation is about, as the referee sees it before.
         let revoked = (r.event == Event::Revoked)
@@ -1279,10 +1274,8 @@ impl World {
                     self.violate(SKIPPED, format!("#{pos}: order {o} is claimed but {} orders below {max} were never claimed", max + 1 - self.claimed_count));
                 }
             }
-            Event::Committed => {
-                if !og.committed_by.contains(&r.instance) {
-                    og.committed_by.push(r.instance);
-                }
+            Event::Committed if !og.committed_by.contains(&r.instance) => {
+                og.committed_by.push(r.instance);
             }
             Event::Completed => {
                 og.completions += 1;
@@ -1444,7 +1437,7 @@ impl World {
             Step::Expire(_) => 6,
             _ => 9,
         };
-        if let Some(s) = steps.iter().filter(|s| rank(s) == 0).next() {
+        if let Some(s) = steps.iter().find(|s| rank(s) == 0) {
             return Some(s.clone());
         }
         if !self.orphans.is_empty() {
@@ -1656,6 +1649,7 @@ impl World {
 
     /// Runs the fair schedule from here for at most `bound` steps. Ok(steps)
     /// when every order is completed; Err(the world where it got stuck).
+    #[allow(clippy::result_large_err)] // the Err is the run's one verdict (where it got stuck), returned once
     pub fn fair_run(&self, cfg: &Config, bound: usize) -> Result<usize, (World, Vec<Step>)> {
         let mut w = self.clone();
         let mut taken = Vec::new();
