@@ -1050,6 +1050,9 @@ impl World {
                 // Only after Input::OrderId, which the model does not send
                 // (orders here carry no id).
                 Action::Start { .. } => {}
+                // The job ends at a JobDone step, which may come at any
+                // moment: killed or not, every timing is explored.
+                Action::Kill { .. } => {}
                 // Only with `Settings::settle_ms` above 0; the world keeps
                 // the settle rule itself (`Config::settle`).
                 Action::WakeAt(at) => {
