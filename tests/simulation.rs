@@ -166,6 +166,7 @@ fn config() -> Config {
         claim_defer_ms: env("POOL_SIM_DEFER_MS", CLAIM_DEFER_MS),
         restart_idle: true,
         clocked: true,
+        max_cancels: 0,
     }
 }
 
