@@ -119,8 +119,12 @@ impl std::str::FromStr for OrderId {
         let (p, o) = s
             .split_once(':')
             .ok_or_else(|| format!("order '{s}' is not PARTITION:OFFSET"))?;
-        let partition = p.parse().map_err(|_| format!("bad partition in '{s}'"))?;
-        let offset = o.parse().map_err(|_| format!("bad offset in '{s}'"))?;
+        let partition = p
+            .parse()
+            .map_err(|_| format!("bad partition in '{s}' (give PARTITION:OFFSET, e.g. 0:17)"))?;
+        let offset = o
+            .parse()
+            .map_err(|_| format!("bad offset in '{s}' (give PARTITION:OFFSET, e.g. 0:17)"))?;
         if partition < 0 || offset < 0 {
             return Err(format!("order '{s}' has a negative partition or offset"));
         }
