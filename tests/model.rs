@@ -955,6 +955,7 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
         restart_idle: false,
         clocked: false,
         max_cancels: 0,
+        shared_cancel_key: false,
     }
 }
 

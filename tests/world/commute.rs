@@ -437,6 +437,7 @@ impl World {
             starts_unmarked,
             forged,
             cancels,
+            shared_cancel_key,
             trust,
         } = self;
 
@@ -450,7 +451,7 @@ impl World {
         let mut h = Mix::default();
         // Forged records are never reordered here: tests/model.rs checks
         // them without this reduction.
-        (forged, cancels, trust).hash(&mut h);
+        (forged, cancels, shared_cancel_key, trust).hash(&mut h);
         for &p in order {
             // The key is the record's hash, unless it names a position.
             match log[p].rec.seen {

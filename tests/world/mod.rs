@@ -174,6 +174,10 @@ pub struct Config {
     /// `cancelled` record landing at once) up to this many times, at any
     /// moment ([`Step::Cancel`]). 0: nobody cancels.
     pub max_cancels: u32,
+    /// Broken on purpose: compaction takes every cancel for one key (as a
+    /// key `0:cancelled` shared by all cancels would be), so a cancel of
+    /// one order erases the cancel of another that has not taken effect.
+    pub shared_cancel_key: bool,
 }
 
 impl Config {
@@ -452,6 +456,8 @@ pub struct World {
     pub forged: u32,
     /// Cancels appended so far ([`Step::Cancel`]).
     pub cancels: u32,
+    /// Copied from the config: `Config::shared_cancel_key`.
+    shared_cancel_key: bool,
     /// Copied from the config: how readers judge records
     /// (`Config::max_forgeries` above 0, `claims_key`, `trust_all`, the
     /// orders' end).
@@ -538,6 +544,7 @@ impl World {
             starts_unmarked: 0,
             forged: 0,
             cancels: 0,
+            shared_cancel_key: cfg.shared_cancel_key,
             trust: (cfg.max_forgeries > 0)
                 .then(|| (cfg.claims_key.clone(), cfg.trust_all, cfg.orders as i64)),
         }
@@ -1457,8 +1464,18 @@ impl World {
     /// For each position, whether its record is present and a newer present
     /// record has the same key (what compaction may erase, horizon aside).
     pub fn superseded(&self) -> Vec<bool> {
-        // key() is `<instance>:<event>`; (instance, event) is the same key.
-        let mut newest: HashMap<(u32, Event), usize> = HashMap::new();
+        // key() is `<instance>:<event>`, or `cancel:P:O` for a cancel:
+        // (instance, event, the cancel's order) is the same key. With
+        // `Config::shared_cancel_key` (broken on purpose) every cancel has
+        // one key, as `0:cancelled` would.
+        let shared = self.shared_cancel_key;
+        let key = |e: &Entry| {
+            let order = (e.rec.event == Event::Cancelled && !shared)
+                .then(|| e.rec.order())
+                .flatten();
+            (e.rec.instance, e.rec.event, order)
+        };
+        let mut newest: HashMap<(u32, Event, Option<OrderId>), usize> = HashMap::new();
         // A forged record takes part in no compaction here: the model
         // checks that *reading* foreign records changes nothing. (In Kafka,
         // a writer of the topic can erase any record by compaction, with a
@@ -1466,10 +1483,9 @@ impl World {
         // claims topic"; only ACLs stop that.)
         for (p, e) in self.log.iter().enumerate() {
             if !e.erased && e.sig == Sig::Pool {
-                newest.insert((e.rec.instance, e.rec.event), p);
+                newest.insert(key(e), p);
             }
         }
-        let key = |e: &Entry| (e.rec.instance, e.rec.event);
         self.log
             .iter()
             .enumerate()
