@@ -1496,11 +1496,12 @@ fn defer_forever_is_caught() {
 /// one as `cancelled`). With leases, bounded: a cancel around a takeover.
 /// A cancel depends on every record (tests/world/commute.rs), so it costs
 /// the commuting reduction much: 2 × 1 with a crash has 24,729 states
-/// (2,534 without the cancel); 3 × 1 with a crash (2,857,501 states,
-/// 171 s, holds) is left out of CI.
+/// (2,534 without the cancel). Left out of CI, by hand: 2 × 1 with a
+/// crash and a duplicate (867,036 states, 22 s) and 3 × 1 with a crash
+/// (2,857,501 states, 171 s) hold.
 #[test]
 fn cancel_holds() {
-    for (i, o, crashes, dups) in [(2, 1, 1, 0), (2, 2, 0, 0), (2, 1, 1, 1)] {
+    for (i, o, crashes, dups) in [(2, 1, 1, 0), (2, 2, 0, 0)] {
         assert_holds(Pool::new(Config {
             max_crashes: crashes,
             max_dups: dups,

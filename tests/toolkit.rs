@@ -2599,3 +2599,50 @@ fn cancel_stops_waiting_and_running_orders_and_leaves_completed_ones() {
     );
     drop(sup);
 }
+
+/// `/readyz` answers 503 until `serve` has read the claims topic to its
+/// end (and counted the orders against it): started while the broker
+/// refuses every connection, it cannot have read anything, whatever the
+/// timing; once the broker is back it becomes ready by itself. `/healthz`
+/// answers all along.
+#[test]
+fn readyz_is_503_until_serve_has_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker();
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &["true"],
+        Some(0),
+    );
+    let sup = pool(&broker, "1", &[]);
+    outcomes(&broker, &orders);
+    drop(sup);
+    broker.down();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let served = Served::start(&broker.env(), dir.path());
+    assert_eq!(served.get(&rt, "/healthz").0, 200, "{}", served.logs());
+    let (code, body) = served.get(&rt, "/readyz");
+    assert_eq!(code, 503, "{body}\n{}", served.logs());
+    assert!(body.contains("not connected"), "{body}");
+    broker.up();
+    let ready = poll_until(TOOL, Duration::from_millis(100), || {
+        served.get(&rt, "/readyz").0 == 200
+    });
+    assert!(
+        ready,
+        "/readyz never 200 after the broker came back: {:?}\n{}",
+        served.get(&rt, "/readyz"),
+        served.logs()
+    );
+    // Ready means caught up: the completion is counted.
+    let m = served.metrics(&rt);
+    assert_eq!(
+        metric(&m, "pool_worker_orders_completed_total", "status=ok"),
+        1.0,
+        "{m:#?}"
+    );
+}
