@@ -16,7 +16,10 @@
 //!    that starts at position 0 and has no gaps: compaction erases old
 //!    claims);
 //! 5. no run of an order is past `MAX_ATTEMPTS` (a committed attempt number
-//!    above it; the order should have been completed as `gave_up`).
+//!    above it; the order should have been completed as `gave_up`);
+//! 6. no job of an order started once a cancel preceded its first commit
+//!    (`pool_worker cancel`): such an order is completed `cancelled`, and
+//!    any other completion of it means its job ran.
 //!
 //! Pure: records in, a [`Report`] out; `run` is the shell.
 
@@ -35,6 +38,7 @@ pub enum Rule {
     CompletedWithoutCommit,
     UnclaimedBehindFrontier,
     TooManyAttempts,
+    RanAfterCancel,
 }
 
 impl Rule {
@@ -47,6 +51,7 @@ impl Rule {
             Rule::CompletedWithoutCommit => "a completion without its writer's commit",
             Rule::UnclaimedBehindFrontier => "an order below the frontier that nobody claimed",
             Rule::TooManyAttempts => "a run past MAX_ATTEMPTS",
+            Rule::RanAfterCancel => "an order run although a cancel preceded its commit",
         }
     }
 }
@@ -67,6 +72,8 @@ struct Trail {
     /// The instance whose commit is the order's live run.
     runner: Option<u32>,
     completions: u32,
+    /// Position of the order's first valid commit.
+    first_commit: Option<u64>,
 }
 
 /// Folds the claims log and collects violations.
@@ -157,6 +164,7 @@ impl Auditor {
             Event::Committed => {
                 let hold = self.view.hold(i).filter(|h| h.order == order);
                 if hold.is_some_and(|h| h.committed == Some(pos)) {
+                    trail.first_commit.get_or_insert(pos);
                     match trail.runner {
                         Some(r) if r != i => broke(
                             Rule::CommittedByTwo,
@@ -196,6 +204,15 @@ impl Auditor {
                 }
                 if let Some(o) = &rec.outcome {
                     *self.by_status.entry(o.status.as_str()).or_default() += 1;
+                    let cancel = self.view.cancel(order).map(|(c, _)| c);
+                    if let (Some(c), Some(f)) = (cancel, trail.first_commit) {
+                        if c < f && o.status != crate::record::Status::Cancelled {
+                            broke(
+                                Rule::RanAfterCancel,
+                                format!("cancelled at {c}, committed at {f}, completed {} by instance {i}", o.status),
+                            );
+                        }
+                    }
                 }
             }
             // A valid revocation ends the holder's run: a taker may run
@@ -404,6 +421,39 @@ mod tests {
             r.violations
         );
         assert_eq!(r.violations[0].pos, Some(5));
+    }
+
+    #[test]
+    fn a_job_run_after_a_preceding_cancel_is_caught() {
+        let cancel = Record::cancel(OrderId::new(0, 0), "op", 0, "no");
+        let mut done = rec(1, Event::Completed, "a", 4, 0);
+        let log = [
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            cancel.clone(),
+            rec(1, Event::Committed, "a", 3, 0),
+            done.clone(),
+        ];
+        let r = check(&log);
+        assert_eq!(rules(&r), vec![Rule::RanAfterCancel], "{:?}", r.violations);
+        // Completed `cancelled`: it never ran.
+        done.outcome = Some(crate::record::Outcome::not_run(
+            crate::record::Status::Cancelled,
+            "cancelled before it ran",
+        ));
+        let mut log = log.to_vec();
+        log[4] = done;
+        assert!(check(&log).holds());
+        // A cancel after the commit (the job ran, then was killed or had
+        // ended): whatever the completion says, nothing ran that should not.
+        let log = [
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(1, Event::Committed, "a", 3, 0),
+            cancel,
+            rec(1, Event::Completed, "a", 4, 0),
+        ];
+        assert!(check(&log).holds());
     }
 
     #[test]

@@ -188,6 +188,12 @@ pub struct View {
     ids: BTreeMap<String, (OrderId, u64)>,
     /// The newest checkpoint read covers the log before this position.
     checkpoint: u64,
+    /// Operators' cancels (`pool_worker cancel`) of orders not completed
+    /// when they landed: order → (position, reason) of the first one. A
+    /// commit of the order that follows it never runs the job
+    /// (docs/protocol.md R51, R52). Forgotten with the
+    /// order's settled contest.
+    cancels: BTreeMap<OrderId, (u64, String)>,
 }
 
 /// An instance's incarnation and its hold (the order, and whether it is
@@ -222,6 +228,12 @@ impl View {
     /// records) into the view.
     pub fn apply(&mut self, pos: u64, rec: &Record) -> Result<(), Void> {
         self.end = self.end.max(pos + 1);
+        if rec.event == Event::Cancelled {
+            // No instance's record: no fence, seq or hold of any instance.
+            self.apply_cancel(pos, rec);
+            self.forget_old_contests(pos);
+            return Ok(());
+        }
         let r = self.apply_inner(pos, rec);
         if r.is_err() {
             self.void += 1;
@@ -451,8 +463,35 @@ impl View {
                 }
                 Ok(())
             }
-            Event::Booted | Event::Checkpoint => Ok(()),
+            // Handled in `apply`, never here.
+            Event::Booted | Event::Checkpoint | Event::Cancelled => Ok(()),
         }
+    }
+
+    /// An operator's cancel of an order. Noted unless the order is known to
+    /// have run to its end (its contest is completed or finished) or to
+    /// be settled and forgotten (behind the frontier with no contest: it
+    /// was completed long ago; a claim of it now is late and yields), and
+    /// unless an earlier cancel of it is noted (the first one counts).
+    /// Inert otherwise: it changes no hold, stance or frontier, so the
+    /// negotiation is untouched; only a holder reads it, before it runs
+    /// the job and while it runs (src/worker.rs).
+    fn apply_cancel(&mut self, pos: u64, rec: &Record) {
+        let Some(order) = rec.order() else { return };
+        let done = match self.contests.get(&order) {
+            Some(c) => c.completed_at.is_some() || c.finished.is_some(),
+            None => order.offset < self.next_offset(order.partition),
+        };
+        if !done {
+            let reason = rec.reason.clone().unwrap_or_default();
+            self.cancels.entry(order).or_insert((pos, reason));
+        }
+    }
+
+    /// The cancel of `order` this view read, if the order was not completed
+    /// when it landed: its position and the operator's reason.
+    pub fn cancel(&self, order: OrderId) -> Option<(u64, &str)> {
+        self.cancels.get(&order).map(|(p, r)| (*p, r.as_str()))
     }
 
     /// Keeps the idle queue (docs/protocol.md R26, R30) after a
@@ -537,6 +576,7 @@ impl View {
             self.settled.pop_front();
             if self.contests.get(&order).is_some_and(Contest::settled) {
                 self.contests.remove(&order);
+                self.cancels.remove(&order);
             }
         }
     }
@@ -630,12 +670,21 @@ impl View {
                 (*o, c)
             })
             .collect();
+        // Cancels of orders still to run or running (a settled contest's
+        // cancel has nothing left to do).
+        let cancels = self
+            .cancels
+            .iter()
+            .filter(|(o, _)| !self.contests.get(o).is_some_and(Contest::settled))
+            .map(|(o, (p, r))| (*o, *p, r.clone()))
+            .collect();
         Snapshot {
             at: self.end,
             instances,
             frontier: self.frontier.clone(),
             contests,
             ids,
+            cancels,
         }
     }
 
@@ -652,6 +701,11 @@ impl View {
                 .map(|(id, o, pos)| (id.clone(), (*o, *pos)))
                 .collect(),
             checkpoint: snap.at,
+            cancels: snap
+                .cancels
+                .iter()
+                .map(|(o, p, r)| (*o, (*p, r.clone())))
+                .collect(),
             ..View::default()
         }
     }
@@ -699,6 +753,9 @@ impl View {
         for (_, p) in self.ids.values_mut() {
             *p = f(*p);
         }
+        for (p, _) in self.cancels.values_mut() {
+            *p = f(*p);
+        }
     }
 
     /// Feeds `h` exactly what hashing a copy of the view after
@@ -726,6 +783,7 @@ impl View {
             settled: _,
             ids,
             checkpoint,
+            cancels,
         } = self;
         let outcome = |o: &Outcome| {
             let mut o = o.clone();
@@ -818,6 +876,10 @@ impl View {
             (id, (o, f(*p))).hash(h);
         }
         checkpoint.hash(h);
+        cancels.len().hash(h);
+        for (o, (p, r)) in cancels {
+            (o, (f(*p), r)).hash(h);
+        }
     }
 
     /// The facts that must not depend on compaction.
@@ -937,6 +999,45 @@ mod tests {
             OrderId::new(0, 0)
         );
         assert_eq!(v.contest(OrderId::new(0, 0)).unwrap().completed_at, Some(3));
+    }
+
+    #[test]
+    fn a_cancel_is_noted_only_for_an_order_not_completed() {
+        let (o0, o1, o5) = (OrderId::new(0, 0), OrderId::new(0, 1), OrderId::new(0, 5));
+        let mut c1 = rec(1, Event::Claimed, "a", 1);
+        c1.next.insert(0, 2);
+        let log = vec![
+            rec(1, Event::Booted, "a", 0),
+            rec(1, Event::Claimed, "a", 0),
+            rec(1, Event::Committed, "a", 0),
+            rec(1, Event::Completed, "a", 0),
+            Record::cancel(o0, "op", 0, "too late"),
+            Record::cancel(o5, "op", 0, "not yet claimed"),
+            Record::cancel(o5, "op2", 0, "a second one"),
+            c1,
+            Record::cancel(o1, "op", 0, "held"),
+        ];
+        let v = view(&log);
+        assert_eq!(v.cancel(o0), None, "completed: left as it is");
+        assert_eq!(
+            v.cancel(o5),
+            Some((5, "not yet claimed")),
+            "beyond the frontier, the first"
+        );
+        assert_eq!(v.cancel(o1), Some((8, "held")));
+        assert_eq!(v.void, 0);
+        assert!(v.instance(0).is_none(), "a cancel is no instance's record");
+        assert_eq!(v.hold(1).unwrap().order, o1, "the hold is untouched");
+        // Behind the frontier with nothing known: settled and forgotten.
+        let mut c = rec(1, Event::Claimed, "a", 9);
+        c.next.insert(0, 10);
+        let v = view(&[c, Record::cancel(OrderId::new(0, 3), "op", 0, "x")]);
+        assert_eq!(v.cancel(OrderId::new(0, 3)), None);
+        // Checkpoints carry the cancels still to act on.
+        let v = view(&log);
+        let back = View::from_snapshot(&v.snapshot());
+        assert_eq!(back.cancel(o5), Some((5, "not yet claimed")));
+        assert_eq!(back.cancel(o1), Some((8, "held")));
     }
 
     #[test]

@@ -37,6 +37,11 @@ pub struct Snapshot {
     pub contests: Vec<(OrderId, Contest)>,
     /// The newest order ids announced: id, order, position.
     pub ids: Vec<(String, OrderId, u64)>,
+    /// Operators' cancels of orders not completed yet: order, position,
+    /// reason (docs/protocol.md R51, R52). Absent when none,
+    /// so that older readers still read such a checkpoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cancels: Vec<(OrderId, u64, String)>,
 }
 
 #[cfg(test)]

@@ -457,6 +457,7 @@ pub fn describe_record(rec: &Record) -> String {
             s
         }
         Event::Yielded | Event::Lease => format!("order {order}"),
+        Event::Cancelled => format!("order {order}, cancelled by an operator"),
         Event::Revoked => format!(
             "order {order}, fencing incarnation {}{}",
             rec.fences.as_deref().unwrap_or("?"),

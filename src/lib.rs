@@ -23,6 +23,7 @@ pub mod audit;
 pub mod backoff;
 pub mod boot;
 pub mod broker;
+pub mod cancel;
 pub mod checkpoint;
 pub mod claim;
 pub mod config;

@@ -5,7 +5,8 @@
 
 use clap::{Parser, Subcommand};
 use pool_worker::{
-    audit, broker, config::Config, dev, exit::Exit, retry, run, serve, status, submit, supervise,
+    audit, broker, cancel, config::Config, dev, exit::Exit, retry, run, serve, status, submit,
+    supervise,
 };
 use std::process::ExitCode;
 
@@ -36,6 +37,8 @@ enum Command {
     Submit(submit::SubmitArgs),
     /// Send an ended order (PARTITION:OFFSET) again, as a new order that names it (`retry_of`).
     Retry(retry::RetryArgs),
+    /// Cancel an order (PARTITION:OFFSET): one not yet running never runs, a running one's job is killed; both end `cancelled`.
+    Cancel(cancel::CancelArgs),
     /// Replay the claims topic from its beginning and check every invariant the model checks (exit 1 with the offending records if one breaks).
     Audit(audit::AuditArgs),
     /// A live web page of the pool, Prometheus /metrics, /healthz and /readyz (read-only; prints the bound address first).
@@ -182,6 +185,14 @@ fn main() -> ExitCode {
             args.source
                 .probe()
                 .and_then(|()| runtime.block_on(retry::run(args)))
+        }
+        Some(Command::Cancel(args)) => {
+            init_logs(false);
+            // One clear line, at once, when no broker answers (issue 19).
+            args.source
+                .probe()
+                .and_then(|()| runtime.block_on(cancel::run(args)))
+                .map(i32::from)
         }
         Some(Command::Audit(args)) => {
             init_logs(false);

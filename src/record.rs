@@ -86,6 +86,9 @@ pub fn fit_json(s: &str, max: usize, keep_end: bool) -> String {
     }
 }
 
+/// The prefix of a cancel's key: `cancel:P:O` ([`Record::key`]).
+pub const CANCEL_KEY: &str = "cancel:";
+
 /// Most instances one claim may name in `passed_over` (a claim names those
 /// ahead of its writer in one order's line, docs/protocol.md R30; the
 /// writer names at most this many).
@@ -116,8 +119,12 @@ impl std::str::FromStr for OrderId {
         let (p, o) = s
             .split_once(':')
             .ok_or_else(|| format!("order '{s}' is not PARTITION:OFFSET"))?;
-        let partition = p.parse().map_err(|_| format!("bad partition in '{s}'"))?;
-        let offset = o.parse().map_err(|_| format!("bad offset in '{s}'"))?;
+        let partition = p
+            .parse()
+            .map_err(|_| format!("bad partition in '{s}' (give PARTITION:OFFSET, e.g. 0:17)"))?;
+        let offset = o
+            .parse()
+            .map_err(|_| format!("bad offset in '{s}' (give PARTITION:OFFSET, e.g. 0:17)"))?;
         if partition < 0 || offset < 0 {
             return Err(format!("order '{s}' has a negative partition or offset"));
         }
@@ -148,10 +155,14 @@ pub enum Event {
     /// A summary of the log before a position, so that boot need not replay
     /// all of it (src/checkpoint.rs).
     Checkpoint,
+    /// An operator's `pool_worker cancel P:O`: the order is not to run (or
+    /// to run no longer). Written by no instance: its `instance` is 0 and
+    /// its key `cancel:P:O` (see [`Record::key`]); docs/protocol.md R51.
+    Cancelled,
 }
 
 impl Event {
-    pub const ALL: [Event; 8] = [
+    pub const ALL: [Event; 9] = [
         Event::Booted,
         Event::Claimed,
         Event::Committed,
@@ -160,6 +171,7 @@ impl Event {
         Event::Revoked,
         Event::Completed,
         Event::Checkpoint,
+        Event::Cancelled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -172,6 +184,7 @@ impl Event {
             Event::Revoked => "revoked",
             Event::Completed => "completed",
             Event::Checkpoint => "checkpoint",
+            Event::Cancelled => "cancelled",
         }
     }
 
@@ -214,6 +227,9 @@ pub enum Status {
     /// read it: the broker had deleted it (retention, DeleteRecords). The
     /// reason names its offset and the partition's log start.
     Deleted,
+    /// An operator cancelled the order (`pool_worker cancel`): it never ran,
+    /// or its job was killed; the reason says which, and the operator's why.
+    Cancelled,
 }
 
 impl Status {
@@ -227,6 +243,7 @@ impl Status {
             Status::Duplicate => "duplicate",
             Status::GaveUp => "gave_up",
             Status::Deleted => "deleted",
+            Status::Cancelled => "cancelled",
         }
     }
 }
@@ -432,9 +449,25 @@ impl Record {
         self.by.unwrap_or(self.instance)
     }
 
-    /// The record's key: `<instance>:<event>`.
+    /// The record's key: `<instance>:<event>`; a cancel's is
+    /// `cancel:<partition>:<offset>`, one key per order, so that compaction
+    /// never erases a cancel for another order's (docs/protocol.md
+    /// R51).
     pub fn key(&self) -> String {
-        format!("{}:{}", self.instance, self.event)
+        match (self.event, self.order()) {
+            (Event::Cancelled, Some(o)) => format!("{CANCEL_KEY}{o}"),
+            _ => format!("{}:{}", self.instance, self.event),
+        }
+    }
+
+    /// An operator's cancel of `order` (`pool_worker cancel`), written by
+    /// the tool's own `incarnation` (random, one per run) with its reason,
+    /// cut to [`MAX_REASON_BYTES`].
+    pub fn cancel(order: OrderId, incarnation: &str, ts: u64, reason: &str) -> Record {
+        let mut r = Record::new(0, Event::Cancelled, incarnation, ts).with_order(order);
+        r.seq = 1;
+        r.reason = Some(fit_json(reason, MAX_REASON_BYTES, false));
+        r
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -529,18 +562,31 @@ impl Record {
     pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Record, Foreign> {
         let key = key.ok_or(Foreign::NoKey)?;
         let key = std::str::from_utf8(key).map_err(|_| Foreign::BadKey(lossy(key)))?;
-        let (inst, ev) = key
-            .split_once(':')
-            .ok_or_else(|| Foreign::BadKey(key.into()))?;
-        let inst: u32 = inst.parse().map_err(|_| Foreign::BadKey(key.into()))?;
-        let ev = Event::parse(ev).ok_or_else(|| Foreign::BadKey(key.into()))?;
+        // `cancel:P:O` (an operator's cancel), else `<instance>:<event>`.
+        let (inst, ev, order) = match key.strip_prefix(CANCEL_KEY) {
+            Some(o) => {
+                let o: OrderId = o.parse().map_err(|_| Foreign::BadKey(key.into()))?;
+                (0, Event::Cancelled, Some(o))
+            }
+            None => {
+                let (inst, ev) = key
+                    .split_once(':')
+                    .ok_or_else(|| Foreign::BadKey(key.into()))?;
+                let inst: u32 = inst.parse().map_err(|_| Foreign::BadKey(key.into()))?;
+                let ev = Event::parse(ev)
+                    .filter(|e| *e != Event::Cancelled)
+                    .ok_or_else(|| Foreign::BadKey(key.into()))?;
+                (inst, ev, None)
+            }
+        };
         let value = value.ok_or(Foreign::NoValue)?;
         if value.len() > MAX_RECORD_BYTES {
             return Err(Foreign::BadValue(format!("{} bytes", value.len())));
         }
         let rec: Record =
             serde_json::from_slice(value).map_err(|e| Foreign::BadValue(e.to_string()))?;
-        if rec.instance != inst || rec.event != ev {
+        if rec.instance != inst || rec.event != ev || order.is_some_and(|o| rec.order() != Some(o))
+        {
             return Err(Foreign::Mismatch(key.into()));
         }
         rec.validate()?;
@@ -549,7 +595,27 @@ impl Record {
 
     fn validate(&self) -> Result<(), Foreign> {
         let in_range = |n: u32| (1..=MAX_INSTANCE).contains(&n);
-        if !in_range(self.instance) || self.by.is_some_and(|b| !in_range(b)) {
+        if self.event == Event::Cancelled {
+            // No instance's: instance 0, nobody's `by`, and nothing but the
+            // order and a bounded reason.
+            let reason_ok = self
+                .reason
+                .as_deref()
+                .is_none_or(|r| json_len(r) <= MAX_REASON_BYTES);
+            if self.instance != 0
+                || self.by.is_some()
+                || !reason_ok
+                || !self.next.is_empty()
+                || self.outcome.is_some()
+                || self.snapshot.is_some()
+                || !self.takeover_of.is_empty()
+                || !self.passed_over.is_empty()
+            {
+                return Err(Foreign::BadValue(
+                    "a cancel carries an order and a reason only".into(),
+                ));
+            }
+        } else if !in_range(self.instance) || self.by.is_some_and(|b| !in_range(b)) {
             return Err(Foreign::Range(format!("instance {}", self.instance)));
         }
         if self.takeover_of.iter().any(|c| !in_range(c.instance))
@@ -727,6 +793,38 @@ mod tests {
     }
 
     #[test]
+    fn a_cancel_has_a_key_of_its_order_and_nothing_of_an_instance() {
+        let o = OrderId::new(2, 40);
+        let c = Record::cancel(o, "op", 7, &"é".repeat(5000));
+        assert_eq!(c.key(), "cancel:2:40");
+        assert!(json_len(c.reason.as_deref().unwrap()) <= MAX_REASON_BYTES);
+        let v = c.encode();
+        assert_eq!(
+            Record::decode(Some(b"cancel:2:40"), Some(&v)),
+            Ok(c.clone())
+        );
+        for key in [
+            &b"cancel:2:41"[..],
+            b"0:cancelled",
+            b"1:cancelled",
+            b"cancel:x",
+        ] {
+            assert!(Record::decode(Some(key), Some(&v)).is_err(), "{key:?}");
+        }
+        // An instance's record cannot pose as a cancel, nor a cancel carry
+        // an instance's fields.
+        let mut bad = c.clone();
+        bad.instance = 3;
+        assert!(Record::decode(Some(b"cancel:2:40"), Some(&bad.encode())).is_err());
+        let mut bad = c.clone();
+        bad.next.insert(2, 99);
+        assert!(Record::decode(Some(b"cancel:2:40"), Some(&bad.encode())).is_err());
+        let mut bad = c;
+        bad.reason = Some("x".repeat(MAX_REASON_BYTES + 1));
+        assert!(Record::decode(Some(b"cancel:2:40"), Some(&bad.encode())).is_err());
+    }
+
+    #[test]
     fn foreign_records_are_refused() {
         let v = claim().encode();
         assert_eq!(Record::decode(None, Some(&v)), Err(Foreign::NoKey));
@@ -833,6 +931,7 @@ mod tests {
             frontier: BTreeMap::from([(0, 1000)]),
             contests: Vec::new(),
             ids: Vec::new(),
+            cancels: Vec::new(),
         };
         cp.snapshot = Some(Box::new(snap));
         assert!(

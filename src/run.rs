@@ -112,6 +112,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
     let mut cancel: Option<watch::Sender<bool>> = None;
     let mut job_task: Option<tokio::task::JoinHandle<()>> = None;
     let mut prepared: Option<(orders::OrderSpec, JobContext)> = None;
+    // The order being fetched was cancelled (Action::Kill): its job is not
+    // started when the fetch ends.
+    let mut killed = false;
     let mut idle = false;
     let mut replay = Replay::new();
     let appender = Appender::start(kafka);
@@ -169,6 +172,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
                     retry,
                 } => {
                     idle = false;
+                    killed = false;
                     tracing::info!(instance = me, %order, attempt, retry, "running");
                     // Fetched on a task of its own: the loop goes on renewing
                     // the lease (ticks) and reading the log meanwhile.
@@ -184,6 +188,15 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
                         let spec = trace(spec, header);
                         let _ = tx.send((order, attempt, spec)).await;
                     }));
+                }
+                Action::Kill { order } => {
+                    tracing::info!(instance = me, %order, "cancelled by an operator: stopping its job");
+                    if let Some(c) = &cancel {
+                        // The job's end comes on job_rx, as usual.
+                        let _ = c.send(true);
+                    } else if prep_task.is_some() {
+                        killed = true;
+                    }
                 }
                 Action::Start { .. } => {
                     if let Some((spec, ctx)) = prepared.take() {
@@ -229,6 +242,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
             ev = kafka.next_claim() => claim_input(ev, me, idle, &mut todo),
             Some((order, attempt, spec)) = prep_rx.recv() => {
                 prep_task = None;
+                if std::mem::take(&mut killed) {
+                    Input::JobDone(Outcome::not_run(Status::Cancelled, "cancelled before its job started"))
+                } else {
                 let ctx = job_context(&job_base, order, attempt);
                 if let Ok(spec) = &spec {
                     let retry_of = spec.retry_of.map(|o| o.to_string());
@@ -260,6 +276,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
                         continue;
                     }
                     Err(outcome) => Input::JobDone(outcome.fit(cfg.output_limit)),
+                }
                 }
             }
             Some(outcome) = job_rx.recv() => {

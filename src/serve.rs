@@ -119,7 +119,7 @@ impl Metrics {
             latency: Histogram::new(LATENCY_BUCKETS.iter().copied()),
             registry: Registry::default(),
         };
-        registry.register("orders_completed", "Orders completed, by status (ok, failed, timed_out, error, refused, duplicate, gave_up, deleted)", m.completed.clone());
+        registry.register("orders_completed", "Orders completed, by status (ok, failed, timed_out, error, refused, duplicate, gave_up, deleted, cancelled)", m.completed.clone());
         registry.register(
             "orders_waiting",
             "Orders in the orders topic beyond the claimed frontier",
@@ -844,6 +844,8 @@ fn status_class(s: &str) -> &'static str {
         "running" => "run",
         "negotiating" => "neg",
         "idle" => "idle",
+        // An operator's decision, not a failure of the order.
+        "cancelled" => "idle",
         _ => "bad",
     }
 }

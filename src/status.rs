@@ -343,6 +343,9 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
         // Orders the broker deleted before they ran (retention,
         // DeleteRecords): completed `deleted`, at once.
         "deleted": by_status.get(Status::Deleted.as_str()).copied().unwrap_or(0),
+        // Orders an operator cancelled (`pool_worker cancel`): never run,
+        // or their job killed.
+        "cancelled": by_status.get(Status::Cancelled.as_str()).copied().unwrap_or(0),
         "by_status": by_status,
         "waiting": waiting,
         "oldest_waiting_age_ms": oldest_ts.map(|t| (now_ms as i64 - t).max(0)),
@@ -495,6 +498,12 @@ pub fn render(s: &serde_json::Value) -> String {
         out.push_str(&format!(
             "{} orders deleted by the broker (retention or DeleteRecords) before they ran: completed `deleted`\n",
             n("deleted")
+        ));
+    }
+    if n("cancelled") > 0 {
+        out.push_str(&format!(
+            "{} orders cancelled by an operator (pool_worker cancel): completed `cancelled`\n",
+            n("cancelled")
         ));
     }
     if let Some(by) = s["by_status"].as_object() {

@@ -205,7 +205,7 @@ fn consumer(src: &Source) -> anyhow::Result<BaseConsumer<crate::status::Silent>>
         .context("cannot create a Kafka consumer")
 }
 
-fn claims_end(src: &Source) -> anyhow::Result<i64> {
+pub(crate) fn claims_end(src: &Source) -> anyhow::Result<i64> {
     let c = consumer(src)?;
     let (_, high) = c
         .fetch_watermarks(&src.coordination_topic, 0, Duration::from_secs(30))
@@ -217,7 +217,7 @@ fn claims_end(src: &Source) -> anyhow::Result<i64> {
 /// accepts (a void one, say of a revoked holder, does not count). The
 /// replay starts at the beginning, as a worker's does; completions are
 /// looked for from `from` on.
-fn wait_completed(
+pub(crate) fn wait_completed(
     src: &Source,
     from: i64,
     order: OrderId,

@@ -77,6 +77,10 @@ pub enum Action {
     },
     /// The order's id is its own (not a duplicate): run it now.
     Start { order: OrderId },
+    /// The order being run (after [`Action::Run`]) was cancelled: kill its
+    /// job (its process group), or do not start it if it has not started,
+    /// and report the end with [`Input::JobDone`] as usual.
+    Kill { order: OrderId },
     /// Send [`Input::Tick`] when the clock reaches this time (ms).
     WakeAt(u64),
     /// End the process with this status: [`Exit::Ok`] (its orders done),
@@ -198,6 +202,9 @@ pub enum Flaw {
     /// Never claim an order this instance is not first in line for: an
     /// order whose preferred instance is dead waits for it for ever.
     DeferForever,
+    /// Run a committed order although a cancel of it was read first (and
+    /// do not kill a job whose order is cancelled while it runs).
+    IgnoreCancel,
 }
 
 /// One incarnation of instance `me`.
@@ -654,6 +661,9 @@ impl Worker {
                 if let Err(void) = result {
                     return self.own_record_void(void);
                 }
+                if let Some(cancelled) = self.cancelled(order) {
+                    return self.complete(order, attempt, cancelled);
+                }
                 match self.view.id_owner(&id) {
                     Some(first) if first != order => {
                         let reason = format!("duplicate: order {first} has the same id '{id}'");
@@ -673,12 +683,25 @@ impl Worker {
                 if let Err(void) = result {
                     return self.own_record_void(void);
                 }
+                if let Some(cancelled) = self.cancelled(order) {
+                    return self.complete(order, attempt, cancelled);
+                }
                 self.phase = Phase::Run { order, attempt };
                 vec![Action::Run {
                     order,
                     attempt,
                     retry: true,
                 }]
+            }
+            // The order we run is cancelled: kill the job; its end is
+            // completed `cancelled` (on_job_done).
+            Phase::Run { order, .. }
+                if applied
+                    && rec.event == Event::Cancelled
+                    && rec.order() == Some(order)
+                    && self.settings.flaw != Some(Flaw::IgnoreCancel) =>
+            {
+                vec![Action::Kill { order }]
             }
             Phase::Complete { seq, .. } if self.is_ours(&rec, seq) => {
                 self.completed += 1;
@@ -755,6 +778,10 @@ impl Worker {
         // record its outcome validly instead of running the job again.
         if let Some(done) = self.ran_elsewhere(hold.order) {
             return self.complete(hold.order, hold.attempt, done);
+        }
+        // Cancelled since (or before) the lost run: not run again.
+        if let Some(cancelled) = self.cancelled(hold.order) {
+            return self.complete(hold.order, hold.attempt, cancelled);
         }
         let attempt = hold.attempt + 1;
         if attempt > self.settings.max_attempts {
@@ -912,6 +939,9 @@ impl Worker {
         match self.view.hold(self.me) {
             Some(h) if h.order == order && h.committed.is_some() => {
                 let attempt = h.attempt;
+                if let Some(cancelled) = self.cancelled(order) {
+                    return self.complete(order, attempt, cancelled);
+                }
                 if attempt > self.settings.max_attempts {
                     let reason = format!(
                         "gave up after {} attempts: each run was lost with its instance",
@@ -933,6 +963,21 @@ impl Worker {
         }
     }
 
+    /// The cancel of `order` in the log read so far, as the outcome of an
+    /// order that is not run (docs/protocol.md R51, R52):
+    /// we hold it committed, and the cancel came before the commit we act
+    /// on, so every reader agrees that it never runs.
+    fn cancelled(&self, order: OrderId) -> Option<Outcome> {
+        if self.settings.flaw == Some(Flaw::IgnoreCancel) {
+            return None;
+        }
+        let (at, reason) = self.view.cancel(order)?;
+        Some(Outcome::not_run(
+            Status::Cancelled,
+            format!("cancelled before it ran (claims #{at}): {reason}"),
+        ))
+    }
+
     /// The outcome of a run of `order` that ended in a process whose records
     /// are void (revoked or fenced), for the resume of a committed hold.
     fn ran_elsewhere(&self, order: OrderId) -> Option<Outcome> {
@@ -949,11 +994,25 @@ impl Worker {
         Some(o)
     }
 
-    fn on_job_done(&mut self, outcome: Outcome) -> Vec<Action> {
-        match self.phase {
-            Phase::Run { order, attempt } => self.complete(order, attempt, outcome),
-            _ => Vec::new(),
+    fn on_job_done(&mut self, mut outcome: Outcome) -> Vec<Action> {
+        let Phase::Run { order, attempt } = self.phase else {
+            return Vec::new();
+        };
+        // A cancel read while the job ran (one read before our commit
+        // stopped it from starting): the log put the cancel before our
+        // completion, so the order ends `cancelled`, whatever the killed
+        // job's own end, with what it wrote and how long it ran.
+        if let Some((at, reason)) = self
+            .view
+            .cancel(order)
+            .filter(|_| self.settings.flaw != Some(Flaw::IgnoreCancel))
+        {
+            outcome.status = Status::Cancelled;
+            outcome.reason = Some(format!(
+                "cancelled while it ran, its job killed (claims #{at}): {reason}"
+            ));
         }
+        self.complete(order, attempt, outcome)
     }
 
     fn complete(&mut self, order: OrderId, attempt: u32, outcome: Outcome) -> Vec<Action> {
@@ -1023,6 +1082,114 @@ mod tests {
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
         log.append(&a);
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(Exit::Ok)]);
+    }
+
+    fn completed_in(a: &[Action]) -> Option<&Outcome> {
+        a.iter().find_map(|a| match a {
+            Action::Append(r) if r.event == Event::Completed => r.outcome.as_ref(),
+            _ => None,
+        })
+    }
+
+    /// A worker that has booted, claimed order 0:0 and appended its commit
+    /// (not yet read back), with `cancel_first` appended before the commit.
+    fn committing(log: &mut Log, flaw: Option<Flaw>, cancel_first: bool) -> (Worker, usize) {
+        let settings = Settings {
+            flaw,
+            ..Settings::default()
+        };
+        let (mut w, a) = Worker::start(1, "i1".into(), settings, 0);
+        log.append(&a);
+        let mut cur = 0;
+        log.feed(&mut w, &mut cur);
+        let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
+        log.append(&a);
+        let a = log.feed(&mut w, &mut cur);
+        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed));
+        if cancel_first {
+            log.0
+                .push(Record::cancel(OrderId::new(0, 0), "op", 0, "not wanted"));
+        }
+        log.append(&a);
+        (w, cur)
+    }
+
+    #[test]
+    fn a_commit_after_a_cancel_completes_cancelled_without_running() {
+        let mut log = Log(Vec::new());
+        let (mut w, mut cur) = committing(&mut log, None, true);
+        let a = log.feed(&mut w, &mut cur);
+        assert!(!a.iter().any(|a| matches!(a, Action::Run { .. })), "{a:?}");
+        let out = completed_in(&a).expect("completed at once");
+        assert_eq!(out.status, Status::Cancelled);
+        let reason = out.reason.as_deref().unwrap();
+        assert!(
+            reason.contains("before it ran") && reason.contains("not wanted"),
+            "{reason}"
+        );
+        log.append(&a);
+        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(Exit::Ok)]);
+        // The flaw runs it anyway.
+        let mut log = Log(Vec::new());
+        let (mut w, mut cur) = committing(&mut log, Some(Flaw::IgnoreCancel), true);
+        let a = log.feed(&mut w, &mut cur);
+        assert!(matches!(&a[..], [Action::Run { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn a_cancel_read_while_running_kills_the_job_and_completes_cancelled() {
+        let mut log = Log(Vec::new());
+        let (mut w, mut cur) = committing(&mut log, None, false);
+        let order = OrderId::new(0, 0);
+        let a = log.feed(&mut w, &mut cur);
+        assert!(matches!(&a[..], [Action::Run { .. }]), "{a:?}");
+        log.0.push(Record::cancel(order, "op", 0, "stop it"));
+        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Kill { order }]);
+        // The killed job's end, with its exit code and output kept.
+        let killed = Outcome {
+            exit_code: Some(-9),
+            stdout_tail: "half way".into(),
+            duration_ms: 40,
+            ..Outcome::not_run(Status::Error, "cancelled: the worker stopped the job")
+        };
+        let a = w.handle(Input::JobDone(killed), 0);
+        let out = completed_in(&a).expect("completed");
+        assert_eq!(
+            (
+                out.status,
+                out.exit_code,
+                out.stdout_tail.as_str(),
+                out.duration_ms
+            ),
+            (Status::Cancelled, Some(-9), "half way", 40)
+        );
+        assert!(
+            out.reason.as_deref().unwrap().contains("while it ran")
+                && out.reason.as_deref().unwrap().contains("stop it"),
+            "{out:?}"
+        );
+        // A second cancel changes nothing: the first one counts.
+        log.0.push(Record::cancel(order, "op2", 0, "again"));
+        log.append(&a);
+        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(Exit::Ok)]);
+    }
+
+    #[test]
+    fn a_lost_run_cancelled_meanwhile_is_not_run_again() {
+        let mut log = Log(Vec::new());
+        let (mut w, mut cur) = committing(&mut log, None, false);
+        let a = log.feed(&mut w, &mut cur);
+        assert!(matches!(&a[..], [Action::Run { .. }]), "{a:?}");
+        // The process dies running it; the cancel lands; the next process
+        // resumes the committed hold.
+        log.0
+            .push(Record::cancel(OrderId::new(0, 0), "op", 0, "never mind"));
+        let (mut w, a) = Worker::start(1, "i2".into(), Settings::default(), 0);
+        log.append(&a);
+        let mut cur = 0;
+        let a = log.feed(&mut w, &mut cur);
+        assert!(!a.iter().any(|a| matches!(a, Action::Run { .. })), "{a:?}");
+        assert_eq!(completed_in(&a).map(|o| o.status), Some(Status::Cancelled));
     }
 
     #[test]

@@ -377,6 +377,7 @@ fn tools_without_a_broker_say_so_in_one_line() {
         &["history", "0:0"],
         &["submit", "--", "true"],
         &["audit"],
+        &["cancel", "0:0"],
     ] {
         let r = tool(&env, args, None, Duration::from_secs(20));
         assert_eq!(r.code, Some(1), "{args:?}: {r:?}");
@@ -2454,4 +2455,192 @@ fn retry_links_orders_and_trace_context_reaches_the_job() {
     assert_eq!(r.code, Some(1), "{r:?}");
     assert!(r.stderr.contains("no order 0:999"), "{}", r.stderr);
     drop(sup);
+}
+
+// ------------------------------------------------------------- cancel
+
+/// `pool_worker cancel P:O` (issue 19): an order still waiting is completed
+/// `cancelled` and never runs (its job would leave a file); a running one
+/// has its job killed long before it would end, and is completed
+/// `cancelled`; a completed one is left as it is, with nothing written;
+/// status and history show the cancels and their reasons; bad input gets
+/// one clear line and an exit status.
+#[test]
+fn cancel_stops_waiting_and_running_orders_and_leaves_completed_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ran_a, started_b) = (dir.path().join("ran-a"), dir.path().join("started-b"));
+    let broker = broker();
+    let (bootstrap, topic) = (broker.bootstrap(), broker.opts.orders_topic.clone());
+    let env = broker.env();
+    // Bad input.
+    let r = tool(&env, &["cancel", "zero:one"], None, TOOL);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stderr.contains("PARTITION:OFFSET"), "{}", r.stderr);
+    let r = tool(&env, &["cancel", "0:0"], None, TOOL);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stderr.contains("no order 0:0"), "{}", r.stderr);
+    let r = tool(&env, &["cancel", "7:0"], None, TOOL);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stderr.contains("no order 7:0"), "{}", r.stderr);
+
+    // A waiting order, cancelled before any instance is up.
+    let orders = produce_orders(
+        bootstrap,
+        &topic,
+        &[
+            sh_order(&format!("touch {}", shq(&ran_a)), None),
+            sh_order(&format!("touch {}; exec sleep 300", shq(&started_b)), None),
+        ],
+        Some(0),
+    );
+    let (a, b) = (orders[0], orders[1]);
+    let r = tool(
+        &env,
+        &[
+            "cancel",
+            &pos(a),
+            "--reason",
+            "sent by mistake",
+            "--no-wait",
+        ],
+        None,
+        TOOL,
+    );
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.contains("cancel recorded"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!("history {}", pos(a))),
+        "{}",
+        r.stdout
+    );
+    // Again: already cancelled, nothing written twice.
+    let r = tool(&env, &["cancel", &pos(a), "--no-wait"], None, TOOL);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.contains("already cancelled"), "{}", r.stdout);
+
+    let sup = pool(&broker, "1", &[]);
+    let o = outcomes(&broker, &[a]);
+    assert_eq!(o[0].status, Status::Cancelled, "{:?}", o[0]);
+    let reason = o[0].reason.as_deref().unwrap_or("");
+    assert!(
+        reason.contains("before it ran") && reason.contains("sent by mistake"),
+        "{reason}"
+    );
+    // The running one: cancelled once its job has started (the file it
+    // leaves is the event awaited), killed, completed `cancelled`.
+    assert!(
+        poll_until(T, Duration::from_millis(20), || started_b.exists()),
+        "order {} never started:\n{}",
+        pos(b),
+        sup.stderr.last(30)
+    );
+    let r = tool(
+        &env,
+        &["cancel", &pos(b), "--reason", "too slow"],
+        None,
+        TOOL,
+    );
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(
+        r.stderr.contains(&format!("order {}: cancelled", pos(b))),
+        "{}",
+        r.stderr
+    );
+    let o = outcomes(&broker, &[b]);
+    assert_eq!(o[0].status, Status::Cancelled, "{:?}", o[0]);
+    let reason = o[0].reason.as_deref().unwrap_or("");
+    assert!(
+        reason.contains("while it ran") && reason.contains("too slow"),
+        "{reason}"
+    );
+    assert!(
+        o[0].duration_ms < 300_000,
+        "killed, not run to its end: {:?}",
+        o[0]
+    );
+    assert!(!ran_a.exists(), "the order cancelled while waiting ran");
+
+    // A completed order is left as it is.
+    let c = produce_orders(bootstrap, &topic, &["true"], Some(0))[0];
+    assert_eq!(outcomes(&broker, &[c])[0].status, Status::Ok);
+    let r = tool(&env, &["cancel", &pos(c)], None, TOOL);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(
+        r.stdout.contains("already completed (ok") && r.stdout.contains("left as it is"),
+        "{}",
+        r.stdout
+    );
+    let cancels: Vec<String> = decoded_claims(bootstrap, &broker.opts.coordination_topic)
+        .into_iter()
+        .filter(|(_, r)| r.event == Event::Cancelled)
+        .map(|(_, r)| r.key())
+        .collect();
+    assert_eq!(
+        cancels,
+        vec![format!("cancel:{}", pos(a)), format!("cancel:{}", pos(b))],
+        "one cancel each, none for the completed order"
+    );
+
+    // status counts them; history shows the cancel and its reason.
+    let r = tool(&env, &["status", "--json"], None, TOOL);
+    let s: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    assert_eq!(s["cancelled"], 2, "{s}");
+    assert_eq!(s["by_status"]["cancelled"], 2, "{s}");
+    let r = tool(&env, &["history", &pos(a)], None, TOOL);
+    assert!(
+        r.stdout.contains(&format!("cancel:{}", pos(a)))
+            && r.stdout.contains("sent by mistake")
+            && r.stdout.contains("cancelled"),
+        "{}",
+        r.stdout
+    );
+    drop(sup);
+}
+
+/// `/readyz` answers 503 until `serve` has read the claims topic to its
+/// end (and counted the orders against it): started while the broker
+/// refuses every connection, it cannot have read anything, whatever the
+/// timing; once the broker is back it becomes ready by itself. `/healthz`
+/// answers all along.
+#[test]
+fn readyz_is_503_until_serve_has_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker();
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &["true"],
+        Some(0),
+    );
+    let sup = pool(&broker, "1", &[]);
+    outcomes(&broker, &orders);
+    drop(sup);
+    broker.down();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let served = Served::start(&broker.env(), dir.path());
+    assert_eq!(served.get(&rt, "/healthz").0, 200, "{}", served.logs());
+    let (code, body) = served.get(&rt, "/readyz");
+    assert_eq!(code, 503, "{body}\n{}", served.logs());
+    assert!(body.contains("not connected"), "{body}");
+    broker.up();
+    let ready = poll_until(TOOL, Duration::from_millis(100), || {
+        served.get(&rt, "/readyz").0 == 200
+    });
+    assert!(
+        ready,
+        "/readyz never 200 after the broker came back: {:?}\n{}",
+        served.get(&rt, "/readyz"),
+        served.logs()
+    );
+    // Ready means caught up: the completion is counted.
+    let m = served.metrics(&rt);
+    assert_eq!(
+        metric(&m, "pool_worker_orders_completed_total", "status=ok"),
+        1.0,
+        "{m:#?}"
+    );
 }

@@ -165,6 +165,8 @@ fn config() -> Config {
         claim_defer_ms: env("POOL_SIM_DEFER_MS", CLAIM_DEFER_MS),
         restart_idle: true,
         clocked: true,
+        max_cancels: 0,
+        shared_cancel_key: false,
     }
 }
 
@@ -389,6 +391,18 @@ fn pick(
             }
             return Some(Step::Crash(i));
         }
+    }
+    // An operator cancels an order (`pool_worker cancel`): one waiting,
+    // one running, or one completed long ago.
+    if w.cancels < cfg.max_cancels && steps < CRASH_WINDOW && rng.one_in(1_000) {
+        // Half of them aimed at an order whose job runs now.
+        let running: Vec<_> = w.insts.iter().filter_map(|i| i.running).collect();
+        if !running.is_empty() && rng.one_in(2) {
+            let k = rng.below(running.len() as u64) as usize;
+            return Some(Step::Cancel(running[k]));
+        }
+        let o = rng.below(cfg.orders as u64) as i64;
+        return Some(Step::Cancel(pool_worker::record::OrderId::new(0, o)));
     }
     if rng.one_in(400) && !w.erasable(cfg).is_empty() {
         return Some(Step::Compact);
@@ -635,6 +649,102 @@ fn defer_forever_is_caught_by_the_simulation() {
         }
     }
     panic!("300 seeds with DeferForever and instances gone while idle, and no violation: the check does not bite");
+}
+
+/// `pool_worker cancel` (docs/protocol.md R51, R52): up to
+/// 20 cancels per seed (half of them of an order whose job runs then, the
+/// others of random orders), at random moments, without and
+/// with leases (pauses, outages, takeovers). Every property holds (no job
+/// starts for an order cancelled before its first commit, or in a process
+/// that read its cancel), every order is completed (strict liveness), and
+/// `pool_worker audit` of each whole log, as written before compaction,
+/// finds nothing; cancels take effect both before runs and during them.
+#[test]
+fn simulation_with_cancels() {
+    let seeds = env("POOL_SIM_CANCEL_SEEDS", 40);
+    let t = Instant::now();
+    let (mut before, mut during, mut inert) = (0u64, 0u64, 0u64);
+    for (name, base) in [("no leases", config()), ("leases", config_leases())] {
+        let cfg = Config {
+            max_cancels: 20,
+            ..base
+        };
+        for seed in 0..seeds {
+            let (out, w) = run_world(seed, &cfg);
+            if let Some(f) = out.failure {
+                panic!("{name}, seed {seed}, with cancels:\n{f}");
+            }
+            let log: Vec<(u64, Option<&pool_worker::record::Record>)> = w
+                .log
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| !e.foreign)
+                .map(|(p, e)| (p as u64, Some(&*e.rec)))
+                .collect();
+            let report = pool_worker::audit::audit(log, u32::MAX);
+            assert!(
+                report.holds(),
+                "{name}, seed {seed}: audit of the log with cancels: {:?}",
+                report.violations
+            );
+            let mut cancelled = std::collections::BTreeSet::new();
+            for e in &w.log {
+                let r = &e.rec;
+                if let (pool_worker::record::Event::Completed, Some(o)) = (r.event, &r.outcome) {
+                    if o.status == pool_worker::record::Status::Cancelled {
+                        cancelled.insert(r.order());
+                        let why = o.reason.as_deref().unwrap_or("");
+                        if why.contains("before it ran") {
+                            before += 1;
+                        } else if why.contains("while it ran") {
+                            during += 1;
+                        }
+                    }
+                }
+            }
+            inert += w
+                .log
+                .iter()
+                .filter(|e| {
+                    e.rec.event == pool_worker::record::Event::Cancelled
+                        && !cancelled.contains(&e.rec.order())
+                })
+                .count() as u64;
+        }
+    }
+    let line = format!(
+        "simulation with cancels: {seeds} seeds without leases and {seeds} with, ≤20 cancels each: {before} orders completed `cancelled` before they ran, {during} while they ran, {inert} cancels of orders already completed (left as they were), in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    report(&line, &[]);
+    assert!(before > 0 && during > 0, "{line}");
+}
+
+/// Why a cancel's key is its order's (`cancel:P:O`): with one key for
+/// every cancel (`Config::shared_cancel_key`), compaction erases the cancel
+/// of an order still waiting once another order is cancelled, and a
+/// process that replays the compacted log (or boots from a checkpoint
+/// whose writer did) runs the order. (This is how the simulation first
+/// caught it: the world compacted cancels by `(instance, event)`.)
+#[test]
+fn a_cancel_key_shared_by_all_orders_is_caught() {
+    let cfg = Config {
+        max_cancels: 20,
+        shared_cancel_key: true,
+        // Every process replays the log from its start: what compaction
+        // erased, no checkpoint remembers.
+        checkpoint_every: None,
+        ..config()
+    };
+    let caught = (0..200).find_map(|seed| run_world(seed, &cfg).0.failure.map(|f| (seed, f)));
+    let Some((seed, failure)) = caught else {
+        panic!("200 seeds and a cancel key shared by every order was not caught");
+    };
+    println!(
+        "shared cancel key caught (seed {seed}): {}",
+        failure.lines().next().unwrap_or("")
+    );
+    assert!(failure.contains(RUN_CANCELLED), "{failure}");
 }
 
 /// `pool_worker audit` (src/audit.rs) on the logs the broken rules write:

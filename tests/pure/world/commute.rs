@@ -60,7 +60,11 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
     if who(a).iter().any(|i| who(b).contains(i)) {
         return true;
     }
-    if a.event == Event::Checkpoint || b.event == Event::Checkpoint {
+    // A checkpoint carries the whole view; whether a cancel is noted
+    // depends on the order's contest and on the frontier (src/boot.rs,
+    // `apply_cancel`): neither commutes with anything.
+    let barrier = |r: &Record| matches!(r.event, Event::Checkpoint | Event::Cancelled);
+    if barrier(a) || barrier(b) {
         return true;
     }
     if a.order_id.is_some() && a.order_id == b.order_id {
@@ -432,6 +436,8 @@ impl World {
             starts_marked,
             starts_unmarked,
             forged,
+            cancels,
+            shared_cancel_key,
             trust,
         } = self;
 
@@ -445,7 +451,7 @@ impl World {
         let mut h = Mix::default();
         // Forged records are never reordered here: tests/pure/model.rs checks
         // them without this reduction.
-        (forged, trust).hash(&mut h);
+        (forged, cancels, shared_cancel_key, trust).hash(&mut h);
         for &p in order {
             // The key is the record's hash, unless it names a position.
             match log[p].rec.seen {
@@ -515,6 +521,7 @@ impl World {
                 runs,
                 deaths_running,
                 completions,
+                first_commit,
                 finished_void,
                 claimed,
                 first_pos: _,
@@ -527,6 +534,7 @@ impl World {
                 runs,
                 deaths_running,
                 completions,
+                first_commit.map(|p| f(p as u64)),
                 finished_void,
                 claimed,
                 open,

@@ -170,6 +170,14 @@ pub struct Config {
     /// process that asked to be woken (`Action::WakeAt`) gets a Tick once
     /// the clock reaches that time.
     pub clocked: bool,
+    /// An operator cancels order 0 (`pool_worker cancel`, a signed
+    /// `cancelled` record landing at once) up to this many times, at any
+    /// moment ([`Step::Cancel`]). 0: nobody cancels.
+    pub max_cancels: u32,
+    /// Broken on purpose: compaction takes every cancel for one key (as a
+    /// key `0:cancelled` shared by all cancels would be), so a cancel of
+    /// one order erases the cancel of another that has not taken effect.
+    pub shared_cancel_key: bool,
 }
 
 impl Config {
@@ -308,6 +316,8 @@ pub struct OrderGhost {
     pub deaths_running: u32,
     /// `completed` records the referee accepted.
     pub completions: u32,
+    /// Position of the first `committed` of it the referee accepted.
+    pub first_commit: Option<usize>,
     /// A void `completed` (its writer was revoked or fenced, or compaction
     /// erased what made it valid) came before any valid one: the job ran to
     /// its end, and the protocol does not run it again (src/boot.rs,
@@ -385,6 +395,9 @@ pub enum Step {
     /// Model check: the process's deferral runs out now
     /// (`Worker::end_deferrals`, then Tick), whatever the clock says.
     Expire(u32),
+    /// An operator cancels this order (`pool_worker cancel`): a `cancelled`
+    /// record, signed as the pool's, lands at once.
+    Cancel(OrderId),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -441,6 +454,10 @@ pub struct World {
     pub starts_unmarked: u32,
     /// Forged records appended so far ([`Step::Forge`]).
     pub forged: u32,
+    /// Cancels appended so far ([`Step::Cancel`]).
+    pub cancels: u32,
+    /// Copied from the config: `Config::shared_cancel_key`.
+    shared_cancel_key: bool,
     /// Copied from the config: how readers judge records
     /// (`Config::max_forgeries` above 0, `claims_key`, `trust_all`, the
     /// orders' end).
@@ -463,7 +480,13 @@ pub const SETTLED: &str = "a dead process's append lands before its successor's 
 pub const TWO_HOLDS: &str = "no two instances hold a valid committed hold on the same order";
 pub const LEASE_RESPECTED: &str =
     "a hold is revoked only if nothing of it was written within the lease before the revocation";
-pub const SAFETY: [&str; 8] = [
+/// `pool_worker cancel` (docs/protocol.md R51, R52): the
+/// log's order decides, so a cancel that precedes an order's first valid
+/// commit means no job of it ever starts, and no process starts a job of
+/// an order whose cancel it has read.
+pub const RUN_CANCELLED: &str =
+    "no job starts for an order cancelled before its first commit, or by a process that read its cancel";
+pub const SAFETY: [&str; 9] = [
     RUN_BY_TWO,
     RUN_TWICE,
     COMPLETED_TWICE,
@@ -472,6 +495,7 @@ pub const SAFETY: [&str; 8] = [
     RUN_AFTER_REVOKED,
     TWO_HOLDS,
     LEASE_RESPECTED,
+    RUN_CANCELLED,
 ];
 
 fn ok_outcome() -> Outcome {
@@ -519,6 +543,8 @@ impl World {
             starts_marked: 0,
             starts_unmarked: 0,
             forged: 0,
+            cancels: 0,
+            shared_cancel_key: cfg.shared_cancel_key,
             trust: (cfg.max_forgeries > 0)
                 .then(|| (cfg.claims_key.clone(), cfg.trust_all, cfg.orders as i64)),
         }
@@ -721,6 +747,9 @@ impl World {
         if self.forged < cfg.max_forgeries {
             out.extend(Self::forgeries(cfg).iter().map(|&k| Step::Forge(k)));
         }
+        if self.cancels < cfg.max_cancels {
+            out.push(Step::Cancel(OrderId::new(0, 0)));
+        }
     }
 
     /// Whether instance `i`'s live process defers to other idle instances
@@ -855,6 +884,12 @@ impl World {
                 let (r, sig) = self.forgery(k);
                 self.forged += 1;
                 self.land(r, sig);
+            }
+            Step::Cancel(order) => {
+                self.cancels += 1;
+                let r =
+                    Record::cancel(order, &format!("op.{}", self.cancels), self.now, "operator");
+                self.land(r, Sig::Pool);
             }
             Step::Compact => {
                 for p in self.erasable(cfg) {
@@ -1023,6 +1058,7 @@ impl World {
                 Action::Run { order, attempt, .. } => {
                     self.inst_mut(i).running = Some(order);
                     self.inst_mut(i).ran = Some(order);
+                    self.judge_cancel(i, order);
                     if let Some(w) = &self.inst(i).worker {
                         let own = w.view.instance(i).and_then(|s| s.revoked.as_deref());
                         if own == Some(w.incarnation.as_str()) {
@@ -1047,6 +1083,9 @@ impl World {
                 // Only after Input::OrderId, which the model does not send
                 // (orders here carry no id).
                 Action::Start { .. } => {}
+                // The job ends at a JobDone step, which may come at any
+                // moment: killed or not, every timing is explored.
+                Action::Kill { .. } => {}
                 // Only with `Settings::settle_ms` above 0; the world keeps
                 // the settle rule itself (`Config::settle`).
                 Action::WakeAt(at) => {
@@ -1074,6 +1113,30 @@ impl World {
                     self.kill(i);
                     self.inst_mut(i).marker = clean.then_some(inc);
                 }
+            }
+        }
+    }
+
+    /// [`RUN_CANCELLED`], as instance `i` starts a job of `order`.
+    fn judge_cancel(&mut self, i: u32, order: OrderId) {
+        let read = self
+            .inst(i)
+            .worker
+            .as_ref()
+            .and_then(|w| w.view.cancel(order).map(|(p, _)| p));
+        if let Some(p) = read {
+            let what =
+                format!("instance {i} starts order {order}'s job after reading its cancel (#{p})");
+            return self.violate(RUN_CANCELLED, what);
+        }
+        let first = self
+            .orders
+            .get(order.offset as usize)
+            .and_then(|og| og.first_commit);
+        if let (Some((c, _)), Some(f)) = (self.referee.cancel(order), first) {
+            if (c as usize) < f {
+                let what = format!("instance {i} starts order {order}'s job, cancelled at #{c} before its first commit at #{f}");
+                self.violate(RUN_CANCELLED, what);
             }
         }
     }
@@ -1274,8 +1337,11 @@ impl World {
                     self.violate(SKIPPED, format!("#{pos}: order {o} is claimed but {} orders below {max} were never claimed", max + 1 - self.claimed_count));
                 }
             }
-            Event::Committed if !og.committed_by.contains(&r.instance) => {
-                og.committed_by.push(r.instance);
+            Event::Committed => {
+                og.first_commit.get_or_insert(pos);
+                if !og.committed_by.contains(&r.instance) {
+                    og.committed_by.push(r.instance);
+                }
             }
             Event::Completed => {
                 og.completions += 1;
@@ -1393,8 +1459,18 @@ impl World {
     /// For each position, whether its record is present and a newer present
     /// record has the same key (what compaction may erase, horizon aside).
     pub fn superseded(&self) -> Vec<bool> {
-        // key() is `<instance>:<event>`; (instance, event) is the same key.
-        let mut newest: HashMap<(u32, Event), usize> = HashMap::new();
+        // key() is `<instance>:<event>`, or `cancel:P:O` for a cancel:
+        // (instance, event, the cancel's order) is the same key. With
+        // `Config::shared_cancel_key` (broken on purpose) every cancel has
+        // one key, as `0:cancelled` would.
+        let shared = self.shared_cancel_key;
+        let key = |e: &Entry| {
+            let order = (e.rec.event == Event::Cancelled && !shared)
+                .then(|| e.rec.order())
+                .flatten();
+            (e.rec.instance, e.rec.event, order)
+        };
+        let mut newest: HashMap<(u32, Event, Option<OrderId>), usize> = HashMap::new();
         // A forged record takes part in no compaction here: the model
         // checks that *reading* foreign records changes nothing. (In Kafka,
         // a writer of the topic can erase any record by compaction, with a
@@ -1402,10 +1478,9 @@ impl World {
         // claims topic"; only ACLs stop that.)
         for (p, e) in self.log.iter().enumerate() {
             if !e.erased && e.sig == Sig::Pool {
-                newest.insert((e.rec.instance, e.rec.event), p);
+                newest.insert(key(e), p);
             }
         }
-        let key = |e: &Entry| (e.rec.instance, e.rec.event);
         self.log
             .iter()
             .enumerate()

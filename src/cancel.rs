@@ -1,0 +1,266 @@
+//! `pool_worker cancel P:O [--reason TEXT]`: an operator cancels an order
+//! (issue 19, last part).
+//!
+//! ```text
+//! pool_worker cancel 0:17 --reason "sent by mistake"   # waits for the outcome (60 s)
+//! pool_worker cancel 0:17 --no-wait                     # records the cancel, prints how to follow it
+//! ```
+//!
+//! The cancel is one record of the claims topic (`cancelled`, key
+//! `cancel:P:O`, signed with the pool's `CLAIMS_KEY` when one is set, like
+//! every record of the pool), and the pool's own rules act on it
+//! (docs/protocol.md R51, R52): an order whose first commit
+//! comes after the cancel in the log is completed `cancelled` without
+//! running; a job running when its holder reads the cancel is killed and
+//! completed `cancelled`. Nothing here decides for the pool; the tool only
+//! refuses what would mean nothing:
+//!
+//! * an order that does not exist (past the end of its partition, or a
+//!   partition the orders topic does not have): an error, exit 1, nothing
+//!   written (the workers would take such a record for an impossible one);
+//! * an order already completed: it is left as it is (the tool prints its
+//!   status), exit 0, nothing written;
+//! * an order already cancelled: nothing written again; the tool waits for
+//!   its outcome as for its own.
+//!
+//! Then it waits (bounded, `--wait-timeout-secs`) for the order's
+//! completion and prints it. An order still waiting for its turn behind
+//! many others can take longer than that to be completed `cancelled`: the
+//! tool then says the cancel is recorded and how to follow it (`history`).
+
+use crate::exit::Exit;
+use crate::record::{Event, OrderId, Record};
+use crate::status::{Silent, Source};
+use anyhow::Context;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use std::time::Duration;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct CancelArgs {
+    /// The order to cancel, as PARTITION:OFFSET.
+    pub order: OrderId,
+    /// Why (kept in the order's `completed` record; at most 2 KiB as written).
+    #[arg(long, default_value = "cancelled by an operator")]
+    pub reason: String,
+    /// Do not wait for the order to be completed `cancelled`.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait for the outcome.
+    #[arg(long, default_value_t = 60)]
+    pub wait_timeout_secs: u64,
+    #[command(flatten)]
+    pub source: Source,
+}
+
+/// How long reading the topics' offsets may take.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the claims topic says of an order, for the tool.
+#[derive(Debug, PartialEq)]
+pub enum Found {
+    /// Completed (valid completion): its status and position.
+    Completed(crate::record::Status, u64),
+    /// A cancel of it was recorded at this position (not completed yet).
+    Cancelled(u64),
+    /// Neither: to be cancelled.
+    Open,
+}
+
+/// Replays the claims records as the workers do and says where `order`
+/// stands.
+pub fn find(records: &[(u64, Result<Record, crate::record::Foreign>)], order: OrderId) -> Found {
+    let mut view = crate::boot::View::new();
+    let mut completed = None;
+    for (pos, r) in records {
+        match r {
+            Ok(rec) => {
+                let valid = view.apply(*pos, rec).is_ok();
+                if valid && rec.event == Event::Completed && rec.order() == Some(order) {
+                    let status = rec
+                        .outcome
+                        .as_ref()
+                        .map_or(crate::record::Status::Error, |o| o.status);
+                    completed.get_or_insert((status, *pos));
+                }
+            }
+            Err(_) => view.skip(*pos),
+        }
+    }
+    match (completed, view.cancel(order)) {
+        (Some((s, p)), _) => Found::Completed(s, p),
+        (None, Some((p, _))) => Found::Cancelled(p),
+        (None, None) => Found::Open,
+    }
+}
+
+pub async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
+    let order = args.order;
+    let src = args.source.clone();
+    // A bad CLAIMS_KEY is refused before anything is read or sent.
+    let gate = src.gate()?;
+    let s = src.clone();
+    if let Some(why) = tokio::task::spawn_blocking(move || missing(&s, order)).await?? {
+        eprintln!("pool_worker cancel: {why}; nothing written");
+        return Ok(Exit::Failure);
+    }
+    // Completions are looked for from the claims topic's end as it is now,
+    // before the replay: none can be missed between the two.
+    let s = src.clone();
+    let from = tokio::task::spawn_blocking(move || crate::submit::claims_end(&s)).await??;
+    let s = src.clone();
+    let records = tokio::task::spawn_blocking(move || crate::status::read_claims(&s)).await??;
+    let at = match find(&records, order) {
+        Found::Completed(status, pos) => {
+            println!("order {order} is already completed ({status}, claims #{pos}): left as it is");
+            return Ok(Exit::Ok);
+        }
+        Found::Cancelled(pos) => {
+            println!("order {order} was already cancelled (claims #{pos}); nothing written");
+            pos
+        }
+        Found::Open => {
+            let rec = Record::cancel(
+                order,
+                &crate::run::new_incarnation(),
+                crate::run::now_ms(),
+                &args.reason,
+            );
+            let value = rec.encode();
+            let sig = gate.sign(&value);
+            let producer: FutureProducer<Silent> = src
+                .client_config()?
+                .set("acks", "all")
+                .set("message.timeout.ms", "30000")
+                .create_with_context(Silent)
+                .context("cannot create a Kafka producer")?;
+            let key = rec.key();
+            let mut fr = FutureRecord::<str, [u8]>::to(&src.coordination_topic)
+                .partition(0)
+                .key(&key)
+                .payload(&value);
+            if let Some(sig) = &sig {
+                fr = fr.headers(rdkafka::message::OwnedHeaders::new().insert(
+                    rdkafka::message::Header {
+                        key: crate::sign::HEADER,
+                        value: Some(sig.as_bytes()),
+                    },
+                ));
+            }
+            let d = producer
+                .send(fr, Duration::from_secs(30))
+                .await
+                .map_err(|(e, _)| {
+                    anyhow::anyhow!(
+                        "cannot write the cancel to '{}': {e}",
+                        src.coordination_topic
+                    )
+                })?;
+            println!("order {order}: cancel recorded (claims #{})", d.offset);
+            d.offset.max(0) as u64
+        }
+    };
+    let follow = format!("follow it with `pool_worker history {order}`");
+    if args.no_wait {
+        println!("{follow}");
+        return Ok(Exit::Ok);
+    }
+    let s = src.clone();
+    let timeout = Duration::from_secs(args.wait_timeout_secs);
+    let done = tokio::task::spawn_blocking(move || {
+        crate::submit::wait_completed(&s, from, order, timeout)
+    })
+    .await??;
+    let Some((rec, outcome)) = done else {
+        println!(
+            "order {order} is not completed yet (claims #{at} cancels it: it is completed `cancelled` when an instance reaches it); {follow}"
+        );
+        return Ok(Exit::Ok);
+    };
+    crate::submit::print_completion(
+        &mut std::io::stdout(),
+        &mut std::io::stderr(),
+        src.json,
+        order,
+        &rec,
+        &outcome,
+    );
+    if outcome.status != crate::record::Status::Cancelled {
+        eprintln!(
+            "order {order} ended {} before the cancel took effect: left as it is",
+            outcome.status
+        );
+    }
+    Ok(Exit::Ok)
+}
+
+/// Why `order` cannot be cancelled: it is not in the orders topic (past
+/// its partition's end, or in a partition the topic does not have).
+fn missing(src: &Source, order: OrderId) -> anyhow::Result<Option<String>> {
+    let c: BaseConsumer<Silent> = src
+        .client_config()?
+        .create_with_context(Silent)
+        .context("cannot create a Kafka client")?;
+    let md = c
+        .fetch_metadata(Some(&src.orders_topic), TIMEOUT)
+        .with_context(|| format!("cannot read topic '{}'", src.orders_topic))?;
+    let parts = md
+        .topics()
+        .first()
+        .map_or(0, |t| t.partitions().len() as i32);
+    if order.partition >= parts {
+        return Ok(Some(format!(
+            "there is no order {order}: '{}' has {parts} partition(s)",
+            src.orders_topic
+        )));
+    }
+    let (_, high) = c
+        .fetch_watermarks(&src.orders_topic, order.partition, TIMEOUT)
+        .with_context(|| {
+            format!(
+                "cannot read partition {} of '{}'",
+                order.partition, src.orders_topic
+            )
+        })?;
+    Ok((order.offset >= high).then(|| {
+        format!(
+            "there is no order {order} in '{}' (partition {} ends at {high})",
+            src.orders_topic, order.partition
+        )
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Outcome, Status};
+
+    fn rec(ev: Event, o: i64) -> Record {
+        let mut r = Record::new(1, ev, "a", 0).with_order(OrderId::new(0, o));
+        r.attempt = 1;
+        if ev == Event::Completed {
+            r.outcome = Some(Outcome::not_run(Status::Failed, "x"));
+        }
+        r
+    }
+
+    #[test]
+    fn an_order_is_found_completed_cancelled_or_open() {
+        let (o0, o1, o2) = (OrderId::new(0, 0), OrderId::new(0, 1), OrderId::new(0, 2));
+        let log: Vec<(u64, Result<Record, crate::record::Foreign>)> = [
+            rec(Event::Booted, 0),
+            rec(Event::Claimed, 0),
+            rec(Event::Committed, 0),
+            rec(Event::Completed, 0),
+            Record::cancel(o1, "op", 0, "why"),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(p, r)| (p as u64, Ok(r)))
+        .chain([(5, Err(crate::record::Foreign::NoValue))])
+        .collect();
+        assert_eq!(find(&log, o0), Found::Completed(Status::Failed, 3));
+        assert_eq!(find(&log, o1), Found::Cancelled(4));
+        assert_eq!(find(&log, o2), Found::Open);
+    }
+}
