@@ -583,6 +583,7 @@ fn hash_record(r: &Record, f: &dyn Fn(u64) -> u64, h: &mut Mix) {
         seen,
         next,
         passed_over,
+        exits,
         order_id,
         reason: _,
         outcome,
@@ -607,6 +608,7 @@ fn hash_record(r: &Record, f: &dyn Fn(u64) -> u64, h: &mut Mix) {
         seen.map(f),
         next,
         passed_over,
+        exits,
         order_id,
         snapshot,
     )
