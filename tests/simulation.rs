@@ -36,8 +36,11 @@
 //! Idle instances take turns (docs/protocol.md, "Choosing an order"):
 //! every simulation moves the clock (0–2 ms per step of ten instances) and
 //! wakes a deferring process when its `CLAIM_DEFER_MS` (100 ms here) runs
-//! out. Each run reports the claims records (leases apart) and the rivals
-//! (instances that claimed it) per order; `simulation_hundred_instances`
+//! out. Each run reports the claims records (leases apart), the rivals
+//! (instances that claimed it), the claims made after a deferral and the
+//! simulated time per order (one partition: a process exiting after its
+//! order hardly ever heads the line here, unlike the bench's bursts over N
+//! partitions, so this figure did not move with `exits`); `simulation_hundred_instances`
 //! runs 100 instances with leases, pauses and outages.
 //! `POOL_SIM_DEFER_MS=0` runs the herd instead, for comparison.
 //!
