@@ -53,7 +53,9 @@
 //! settings, a quarter of it with the defaults, whose every step waits out
 //! the mock broker's 500 ms fetch), BENCH_IDLE_SECS (the quiet interval of
 //! the CPU figure, default 10),
-//! BENCH_OUT (default bench/RESULTS.md; `-` for none), BENCH_PERF (a
+//! BENCH_OUT (default bench/RESULTS.md; `-` for none), BENCH_TRACE (a
+//! file: append each pool burst's claims records and process starts to it,
+//! one line each, by time from the first send), BENCH_PERF (a
 //! directory: run each history boot under `perf record --call-graph dwarf` into it),
 //! BENCH_CHECKPOINTS (0: a history pre-fill without checkpoints, so that
 //! boot replays all of it; default 1, checkpoints as the pool leaves them),
@@ -711,6 +713,9 @@ impl Bench {
 
         // The claims log of the burst.
         let recs = reader.snapshot();
+        if let Ok(path) = std::env::var("BENCH_TRACE") {
+            trace_burst(&path, &res.what, n, t0, burst_end, &recs, &started);
+        }
         let burst_orders: HashSet<(i32, i64)> = sent.keys().copied().collect();
         let mut per_order: HashMap<(i32, i64), usize> = HashMap::new();
         for (_, _, r) in &recs {
@@ -1156,6 +1161,62 @@ impl Bench {
 /// checkpoint every `DEFAULT_CHECKPOINT_EVERY` positions (written by
 /// instance 999, its snapshot the View of the history before it), as the
 /// pool's booting processes leave them.
+/// BENCH_TRACE: appends to `path` one line per process start and per
+/// claims record of a burst, by time from the first send (ms; a record at
+/// its writer's `ts`, a start at the supervisor's report), so that a burst
+/// can be read: who claims when, who defers to whom (`passed_over`), who
+/// exits (`exits`), how long a restart takes.
+fn trace_burst(
+    path: &str,
+    what: &str,
+    n: usize,
+    t0: f64,
+    end: f64,
+    recs: &[(f64, i64, Record)],
+    started: &[Started],
+) {
+    let mut lines: Vec<(f64, String)> = started
+        .iter()
+        .filter(|s| s.at >= t0 && s.at <= end)
+        .map(|s| (s.at - t0, format!("start    {}", s.instance)))
+        .collect();
+    for (_, pos, r) in recs {
+        let t = r.ts as f64 - t0;
+        if t < -1000.0 || r.ts as f64 > end {
+            continue;
+        }
+        let mut l = format!(
+            "#{pos:<5} {} {:<9} {}",
+            r.writer(),
+            format!("{:?}", r.event).to_lowercase(),
+            &r.incarnation[..r.incarnation.len().min(6)]
+        );
+        if let Some(o) = r.order() {
+            l.push_str(&format!(" {o}"));
+        }
+        if !r.passed_over.is_empty() {
+            l.push_str(&format!(" passed_over={:?}", r.passed_over));
+        }
+        if r.exits {
+            l.push_str(" exits");
+        }
+        lines.push((t, l));
+    }
+    lines.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
+    let mut out = format!(
+        "=== {what}, N={n}, CLAIM_DEFER_MS={}\n",
+        env_or("CLAIM_DEFER_MS", "(default)")
+    );
+    for (t, l) in lines {
+        out.push_str(&format!("{t:>9.1} {l}\n"));
+    }
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(out.as_bytes()));
+}
+
 fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>)> {
     use pool_worker::checkpoint::DEFAULT_CHECKPOINT_EVERY;
     let mut out = Vec::with_capacity(4 * k);

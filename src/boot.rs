@@ -146,6 +146,11 @@ pub struct Instance {
     /// queue ([`View::idle_queue`]).
     #[serde(default, skip_serializing_if = "is_false")]
     pub passed_over: bool,
+    /// The current incarnation's `completed` said that its process exits
+    /// after it (`exits`): out of the idle queue until the instance's next
+    /// `booted` ([`View::idle_queue`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub exiting: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -497,11 +502,20 @@ impl View {
     /// Keeps the idle queue (docs/protocol.md R26, R30) after a
     /// valid record: its writer is back in the queue if it was passed over;
     /// an instance that came to hold nothing joins it as of the record's
-    /// `ts`; the instances a claim passed over leave it. Liveness only: no
-    /// rule of the negotiation reads any of it.
+    /// `ts`, unless its process exits after this record (a `completed` that
+    /// says `exits`: it joins at its next `booted`); the instances a claim
+    /// passed over leave it. Liveness only: no rule of the negotiation reads
+    /// any of it.
     fn note_idle(&mut self, rec: &Record) {
         if let Some(w) = self.instances.get_mut(&rec.writer()) {
             w.passed_over = false;
+        }
+        if let Some(inst) = self.instances.get_mut(&rec.instance) {
+            match rec.event {
+                Event::Booted => inst.exiting = false,
+                Event::Completed if rec.exits => inst.exiting = true,
+                _ => {}
+            }
         }
         let closes = matches!(
             rec.event,
@@ -524,9 +538,10 @@ impl View {
     }
 
     /// The idle queue: every instance whose current incarnation holds
-    /// nothing, is not revoked and was not passed over since it last wrote,
-    /// longest idle first (by `idle_ts`, then by number). Every reader of
-    /// the same records computes the same queue.
+    /// nothing, is not revoked, has not said that it exits and was not
+    /// passed over since it last wrote, longest idle first (by `idle_ts`,
+    /// then by number). Every reader of the same records computes the same
+    /// queue.
     pub fn idle_queue(&self) -> Vec<u32> {
         let mut q: Vec<(u64, u32)> = self
             .instances
@@ -534,6 +549,7 @@ impl View {
             .filter(|(_, s)| {
                 s.hold.is_none()
                     && !s.passed_over
+                    && !s.exiting
                     && s.booted
                         .as_ref()
                         .is_some_and(|(_, inc)| s.revoked.as_deref() != Some(inc.as_str()))
@@ -802,6 +818,7 @@ impl View {
                 last_ts,
                 idle_ts,
                 passed_over,
+                exiting,
             } = s;
             i.hash(h);
             booted.as_ref().map(|(p, inc)| (f(*p), inc)).hash(h);
@@ -844,6 +861,7 @@ impl View {
             last_ts.hash(h);
             idle_ts.hash(h);
             passed_over.hash(h);
+            exiting.hash(h);
         }
         frontier.hash(h);
         contests.len().hash(h);
@@ -1239,6 +1257,68 @@ mod tests {
         let v = view(&log);
         assert!(v.instance(1).unwrap().revoked.is_some());
         assert!(!v.idle_queue().contains(&1));
+    }
+
+    /// A completion that says its process exits: until the instance's next
+    /// `booted`, it is not in the queue. Under the old rule it joined the
+    /// queue at its completion, and in a burst (every process exiting after
+    /// its order, ORDERS_PER_PROCESS=1) a restarting process was often the
+    /// head, and the order first in its line waited for its boot.
+    #[test]
+    fn an_instance_whose_process_exits_joins_the_queue_at_its_next_boot() {
+        let done = |i, inc: &str, o, ts, exits| {
+            let mut r = at(rec(i, Event::Completed, inc, o), ts);
+            r.exits = exits;
+            r
+        };
+        let mut log = vec![
+            at(rec(1, Event::Booted, "a", 0), 10),
+            at(rec(2, Event::Booted, "b", 0), 20),
+            at(rec(3, Event::Booted, "c", 0), 30),
+            at(rec(1, Event::Claimed, "a", 0), 40),
+            at(rec(1, Event::Committed, "a", 0), 41),
+            done(1, "a", 0, 50, true),
+            // 2 and 3 restart after orders of their own (not shown: they
+            // came to hold nothing after 1 did).
+            at(rec(2, Event::Booted, "b2", 0), 60),
+            at(rec(3, Event::Booted, "c2", 0), 70),
+        ];
+        let v = view(&log);
+        assert_eq!(
+            v.idle_queue(),
+            vec![2, 3],
+            "1's process is exiting: not the head (the old rule: [1, 2, 3])"
+        );
+        assert!(v.instance(1).unwrap().exiting);
+        let ends = BTreeMap::from([(0, 5)]);
+        let first = |v: &View| {
+            (1..=3)
+                .find(|&i| turns(v, &ends, i)[0].ahead.is_empty())
+                .unwrap()
+        };
+        assert_eq!(
+            first(&v),
+            2,
+            "the waiting order is 2's, not the exiting 1's"
+        );
+        // 1's next process boots: back in the queue, at its end.
+        log.push(at(rec(1, Event::Booted, "a2", 0), 80));
+        assert_eq!(view(&log).idle_queue(), vec![2, 3, 1]);
+        // A completion that does not say so (an older writer's, or below
+        // ORDERS_PER_PROCESS) joins the queue at once, as before.
+        for r in [
+            at(rec(2, Event::Claimed, "b2", 1), 90),
+            at(rec(2, Event::Committed, "b2", 1), 91),
+            done(2, "b2", 1, 100, false),
+        ] {
+            log.push(r);
+        }
+        assert_eq!(view(&log).idle_queue(), vec![3, 1, 2]);
+        // A void completion (here a fenced incarnation's) says nothing.
+        log.push(done(3, "c", 2, 110, true));
+        let v = view(&log);
+        assert!(!v.instance(3).unwrap().exiting);
+        assert_eq!(v.idle_queue(), vec![3, 1, 2]);
     }
 
     #[test]

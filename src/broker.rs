@@ -149,7 +149,9 @@ impl Broker {
                     let _ = ready_tx.send(Err("cannot start the mock cluster".into()));
                     return;
                 };
-                let _ = ready_tx.send(Ok(cluster.bootstrap_servers()));
+                let bootstrap = cluster.bootstrap_servers();
+                widen_backlogs(&bootstrap);
+                let _ = ready_tx.send(Ok(bootstrap));
                 // Replication never exceeds the broker count (and 3 is plenty).
                 let replication = broker_count.min(3);
                 while let Ok((op, reply)) = ctl_rx.recv() {
@@ -158,7 +160,10 @@ impl Broker {
                             cluster.create_topic(&name, partitions, replication)
                         }
                         Control::Down => cluster.broker_down(-1),
-                        Control::Up => cluster.broker_up(-1),
+                        // Up listens again, with librdkafka's backlog.
+                        Control::Up => cluster.broker_up(-1).inspect(|_| {
+                            widen_backlogs(&cluster.bootstrap_servers());
+                        }),
                         Control::Rtt(d) => cluster.broker_round_trip_time(-1, d),
                         Control::Advertise { broker, host, port } => {
                             advertise(&client, broker, &host, port)
@@ -298,6 +303,67 @@ fn advertise(
         rd::rd_kafka_mock_broker_set_host_port(cluster, broker, host.as_ptr(), i32::from(port));
     }
     Ok(())
+}
+
+/// The listen backlog the mock brokers get ([`widen_backlogs`]).
+const LISTEN_BACKLOG: libc::c_int = 1024;
+
+/// librdkafka's mock brokers listen with a backlog of 5 (rdkafka_mock.c).
+/// When more connections arrive at once — worker processes restarting in a
+/// burst open four clients each — the kernel drops the SYNs past it, and
+/// each such client connects only after TCP's initial retransmission
+/// timeout, 1 s: a worker stalled for a second at boot or before its first
+/// claim (bench/RESULTS.md, issue 16; the kernel's ListenOverflows counter
+/// rose in every burst). Linux lets a listening socket's backlog be raised
+/// by calling `listen` on it again, so this finds the brokers' listening
+/// sockets among this process's descriptors, by their ports, and gives
+/// them [`LISTEN_BACKLOG`]. Returns how many it widened; best effort,
+/// nothing changes where it fails.
+pub(crate) fn widen_backlogs(bootstrap: &str) -> usize {
+    let ports: Vec<u16> = bootstrap
+        .split(',')
+        .filter_map(|hp| hp.rsplit_once(':'))
+        .filter_map(|(_, p)| p.parse().ok())
+        .collect();
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .filter(|&fd| listening_on(fd, &ports))
+        // SAFETY: `listen` on a descriptor number; on a listening socket it
+        // only sets the backlog.
+        .filter(|&fd| unsafe { libc::listen(fd, LISTEN_BACKLOG) } == 0)
+        .count()
+}
+
+/// Whether descriptor `fd` is a listening IPv4 socket on one of `ports`.
+fn listening_on(fd: libc::c_int, ports: &[u16]) -> bool {
+    let mut accepting: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the buffers are ours and their lengths are given; on a
+    // descriptor that is not a socket (or no longer open) the calls fail.
+    unsafe {
+        if libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut accepting as *mut libc::c_int).cast(),
+            &mut len,
+        ) != 0
+            || accepting == 0
+        {
+            return false;
+        }
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        let mut alen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        if libc::getsockname(fd, (&mut addr as *mut libc::sockaddr_in).cast(), &mut alen) != 0
+            || libc::c_int::from(addr.sin_family) != libc::AF_INET
+        {
+            return false;
+        }
+        ports.contains(&u16::from_be(addr.sin_port))
+    }
 }
 
 /// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not `.`/`..`.
@@ -567,6 +633,19 @@ mod tests {
         for bad in ["", ".", "..", "a b", "a/b", "é", &"x".repeat(250)] {
             assert!(check_topic_name(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn every_broker_listens_with_the_wider_backlog() {
+        let broker = Broker::start(3, &[]).unwrap();
+        // Each broker's listening socket is found (by its port) and takes
+        // the new backlog: again now, and again after down and up, which
+        // listens anew.
+        assert_eq!(widen_backlogs(&broker.bootstrap()), 3);
+        broker.all_down().unwrap();
+        broker.all_up().unwrap();
+        assert_eq!(widen_backlogs(&broker.bootstrap()), 3);
+        assert_eq!(widen_backlogs("127.0.0.1:1"), 0, "no broker there");
     }
 
     #[test]

@@ -375,6 +375,12 @@ pub struct Record {
     /// record (docs/protocol.md R30).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passed_over: Vec<u32>,
+    /// On `completed`: its writer's process exits after it (it has
+    /// completed its `ORDERS_PER_PROCESS`). Readers leave the instance out
+    /// of the idle queue until its next `booted` (docs/protocol.md
+    /// R27). Absent: false (older writers never say it).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub exits: bool,
     /// The order's `id` (duplicate detection), on claims and completions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order_id: Option<String>,
@@ -396,6 +402,10 @@ pub struct Record {
 pub struct Cite {
     pub instance: u32,
     pub incarnation: String,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -426,6 +436,7 @@ impl Record {
             seen: None,
             next: BTreeMap::new(),
             passed_over: Vec::new(),
+            exits: false,
             order_id: None,
             reason: None,
             outcome: None,
@@ -644,6 +655,11 @@ impl Record {
         if self.event == Event::Checkpoint && self.snapshot.is_none() {
             return Err(Foreign::BadValue("checkpoint without snapshot".into()));
         }
+        if self.exits && self.event != Event::Completed {
+            return Err(Foreign::BadValue(
+                "exits on a record other than completed".into(),
+            ));
+        }
         if self.event == Event::Completed && self.outcome.is_none() {
             return Err(Foreign::BadValue("completed without outcome".into()));
         }
@@ -730,6 +746,7 @@ mod tests {
             .with_order(OrderId::new(i32::MAX, i64::MAX));
         r.order_id = Some("\u{1}".repeat(256));
         r.next = (0..100).map(|p| (p, i64::MAX)).collect();
+        r.exits = true;
         r.outcome = Some(
             Outcome {
                 status: Status::Error,
@@ -866,6 +883,29 @@ mod tests {
         ));
         let done = br#"{"instance":3,"event":"completed","partition":0,"offset":1,"incarnation":"a","ts":1}"#;
         assert!(Record::decode(Some(b"3:completed"), Some(done)).is_err());
+    }
+
+    #[test]
+    fn exits_is_written_only_when_true_and_only_on_completions() {
+        // An older writer's completion, without the field: false.
+        let old = br#"{"instance":3,"event":"completed","partition":0,"offset":1,"incarnation":"a","ts":1,"outcome":{"status":"ok","duration_ms":0}}"#;
+        let r = Record::decode(Some(b"3:completed"), Some(old)).unwrap();
+        assert!(!r.exits);
+        assert!(!String::from_utf8(r.encode()).unwrap().contains("exits"));
+        let mut e = r.clone();
+        e.exits = true;
+        let text = String::from_utf8(e.encode()).unwrap();
+        assert!(text.contains(r#""exits":true"#), "{text}");
+        assert_eq!(
+            Record::decode(Some(b"3:completed"), Some(text.as_bytes())),
+            Ok(e)
+        );
+        let mut c = claim();
+        c.exits = true;
+        assert!(matches!(
+            Record::decode(Some(b"3:claimed"), Some(&c.encode())),
+            Err(Foreign::BadValue(_))
+        ));
     }
 
     #[test]

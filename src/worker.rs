@@ -704,10 +704,12 @@ impl Worker {
                 vec![Action::Kill { order }]
             }
             Phase::Complete { seq, .. } if self.is_ours(&rec, seq) => {
+                // Exit as our completion said (`exits`, [`Worker::last_order`]).
+                let last = self.last_order();
                 self.completed += 1;
                 // Below ORDERS_PER_PROCESS: our completion closed our hold
                 // (it applied), so choose the next order as after a yield.
-                if applied && self.completed < self.settings.orders_per_process.max(1) {
+                if applied && !last {
                     self.phase = Phase::Choose;
                     return vec![Action::FindOrder];
                 }
@@ -1015,9 +1017,19 @@ impl Worker {
         self.complete(order, attempt, outcome)
     }
 
+    /// Whether the completion we write now is this process's last: it
+    /// reaches `ORDERS_PER_PROCESS`, and the process exits once it reads it
+    /// back. The completion says so (`exits`), and readers leave our
+    /// instance out of the idle queue until its next `booted`
+    /// (docs/protocol.md R27).
+    fn last_order(&self) -> bool {
+        self.completed + 1 >= self.settings.orders_per_process.max(1)
+    }
+
     fn complete(&mut self, order: OrderId, attempt: u32, outcome: Outcome) -> Vec<Action> {
         let mut r = self.record(Event::Completed, Some(order));
         r.attempt = attempt;
+        r.exits = self.last_order();
         r.order_id = self.view.hold(self.me).and_then(|h| h.order_id.clone());
         // Every record fits by construction (record::RECORD_LIMIT).
         r.outcome = Some(outcome.fit(crate::record::MAX_TAIL_BYTES));
@@ -1080,8 +1092,14 @@ mod tests {
             }]
         );
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
+        assert!(
+            matches!(&a[..], [Action::Append(r)] if r.event == Event::Completed && r.exits),
+            "the completion says that the process exits after it: {a:?}"
+        );
         log.append(&a);
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(Exit::Ok)]);
+        assert!(w.view.instance(1).unwrap().exiting);
+        assert!(w.view.idle_queue().is_empty());
     }
 
     fn completed_in(a: &[Action]) -> Option<&Outcome> {
@@ -1227,6 +1245,12 @@ mod tests {
                 }]
             );
             let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
+            // The completion says whether the process exits after it.
+            assert!(
+                matches!(&a[..], [Action::Append(r)]
+                if r.event == Event::Completed && r.exits == (offset == 1)),
+                "{a:?}"
+            );
             log.append(&a);
             let a = log.feed(&mut w, &mut cur);
             if offset == 0 {

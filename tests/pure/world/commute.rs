@@ -591,6 +591,7 @@ fn hash_record(r: &Record, f: &dyn Fn(u64) -> u64, h: &mut Mix) {
         seen,
         next,
         passed_over,
+        exits,
         order_id,
         reason: _,
         outcome,
@@ -615,6 +616,7 @@ fn hash_record(r: &Record, f: &dyn Fn(u64) -> u64, h: &mut Mix) {
         seen.map(f),
         next,
         passed_over,
+        exits,
         order_id,
         snapshot,
     )
