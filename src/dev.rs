@@ -564,6 +564,8 @@ pub fn tools_lines(args: &DevArgs, addr: &str, prog: &str) -> String {
          \x20 {env} {prog} submit --wait -- echo hello\n\
          \x20 {env} {prog} status\n\
          \x20 {env} {prog} history 0:0\n\
+         \x20 {env} {prog} cancel 0:1 --reason \"not needed\"\n\
+         \x20 {env} {prog} audit\n\
          \x20 {env} {prog} serve --listen 127.0.0.1:8080\n"
     )
 }
@@ -868,6 +870,8 @@ mod tests {
             "submit --wait -- echo hello",
             "status",
             "history 0:0",
+            "cancel 0:1 --reason \"not needed\"",
+            "audit",
             "serve --listen 127.0.0.1:8080",
         ] {
             let line = format!("KAFKA_BROKERS=127.0.0.1:4567 pool_worker {tool}\n");
