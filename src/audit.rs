@@ -285,7 +285,7 @@ pub struct AuditArgs {
 /// status 0 when every invariant holds, 1 otherwise.
 pub async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
-    let log = tokio::task::spawn_blocking(move || crate::status::read_claims(&src)).await??;
+    let log = tokio::task::spawn_blocking(move || crate::claims::read_all(&src)).await??;
     let report = audit(
         log.iter().map(|(pos, r)| (*pos, r.as_ref().ok())),
         args.max_attempts,

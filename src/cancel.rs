@@ -109,7 +109,7 @@ pub async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
     let s = src.clone();
     let from = tokio::task::spawn_blocking(move || crate::submit::claims_end(&s)).await??;
     let s = src.clone();
-    let records = tokio::task::spawn_blocking(move || crate::status::read_claims(&s)).await??;
+    let records = tokio::task::spawn_blocking(move || crate::claims::read_all(&s)).await??;
     let at = match find(&records, order) {
         Found::Completed(status, pos) => {
             println!("order {order} is already completed ({status}, claims #{pos}): left as it is");

@@ -37,18 +37,20 @@
 //! stdout shows only the story: supervisor events and claims records. With
 //! `--json` every stdout line is a JSON object instead (see [`run`]).
 //!
-//! The claims reader is a consumer without a group: it assigns partition 0
-//! of the claims topic from the beginning and never commits, the same way a
-//! worker replays the log at boot.
+//! The claims trail is read with the pool's one claims reader
+//! ([`crate::claims`]): from the beginning (every record is printed), each
+//! record judged by the same gate as the workers' (`CLAIMS_KEY`, possible
+//! claims), so a record they skip shows as foreign.
 
 use crate::broker::{check_topic_name, Broker};
+use crate::claims::{ClaimsReader, Polled, Start};
 use crate::exit::Exit;
+use crate::record::Foreign;
 use crate::record::{Event, OrderId, Record};
 use crate::supervise::{ChildOutput, SupEvent, Supervisor, SupervisorConfig};
 use anyhow::Context as _;
-use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::time::Duration;
@@ -149,10 +151,12 @@ impl DevArgs {
     }
 }
 
-/// One record of the claims topic as read.
+/// One record of the claims topic as read: decoded and judged by the
+/// pool's gate, and its bytes (shown for a foreign record).
 #[derive(Clone, Debug)]
 pub struct RawClaim {
     pub offset: i64,
+    pub record: Result<Record, Foreign>,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
 }
@@ -188,11 +192,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
     out.banner(&args, &addr);
 
     let (claims_tx, mut claims) = mpsc::unbounded_channel();
-    let tail = tokio::spawn(tail_claims(
-        addr.clone(),
-        args.coordination_topic.clone(),
-        claims_tx,
-    ));
+    let source = crate::status::Source {
+        brokers: addr.clone(),
+        orders_topic: args.orders_topic.clone(),
+        coordination_topic: args.coordination_topic.clone(),
+        json: args.json,
+        claims_key_file: std::env::var("CLAIMS_KEY_FILE").ok(),
+    };
+    let tail = tokio::task::spawn_blocking(move || tail_claims(&source, &claims_tx));
 
     let mut cfg = SupervisorConfig::new((1..=args.instances).collect())?;
     // The workers' clean-exit markers (src/settle.rs) live as long as this
@@ -236,11 +243,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
             Some(event) = sup_events.recv() => out.sup_event(&event),
             Some(claim) = claims.recv() => {
                 out.claim(&claim);
-                if let Ok(rec) = Record::decode(claim.key.as_deref(), claim.value.as_deref()) {
+                if let Ok(rec) = &claim.record {
                     if rec.event == Event::Completed {
                         if let Some(order) = rec.order() {
                             if pending.remove(&order).is_some() {
-                                results.insert(order, rec);
+                                results.insert(order, rec.clone());
                             }
                         }
                     }
@@ -299,8 +306,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
         out.sup_event(&event);
     }
     // The tail's consumer must be gone before the broker is, or librdkafka
-    // reports the broker's disappearance as an error.
-    tail.abort();
+    // reports the broker's disappearance as an error: the tail ends when
+    // its receiver is gone.
+    drop(claims);
     let _ = tail.await;
     drop(broker);
     if let Some(dir) = &state_dir {
@@ -374,44 +382,32 @@ async fn produce_demo(addr: &str, topic: &str) -> anyhow::Result<Vec<OrderId>> {
 }
 
 /// Reads the claims topic from the beginning and forwards every record until
-/// the receiver is gone (or the task is aborted). Errors are librdkafka's
-/// transient ones (it reconnects by itself) and are not fatal.
-async fn tail_claims(addr: String, topic: String, tx: mpsc::UnboundedSender<RawClaim>) {
-    let consumer: StreamConsumer = match ClientConfig::new()
-        .set("bootstrap.servers", &addr)
-        .set("group.id", "pool_worker-dev-tail")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "false")
-        .create()
-    {
-        Ok(c) => c,
+/// the receiver is gone. Errors are librdkafka's transient ones (it
+/// reconnects by itself) and are not fatal.
+fn tail_claims(src: &crate::status::Source, tx: &mpsc::UnboundedSender<RawClaim>) {
+    let reader = match ClaimsReader::open(src, Start::Beginning) {
+        Ok((r, _, _)) => r,
         Err(e) => {
-            eprintln!("pool_worker dev: cannot read the claims topic: {e}");
+            eprintln!("pool_worker dev: cannot read the claims topic: {e:#}");
             return;
         }
     };
-    let mut tpl = TopicPartitionList::new();
-    let assigned = tpl
-        .add_partition_offset(&topic, 0, Offset::Beginning)
-        .and_then(|()| consumer.assign(&tpl));
-    if let Err(e) = assigned {
-        eprintln!("pool_worker dev: cannot read the claims topic: {e}");
-        return;
-    }
-    loop {
-        match consumer.recv().await {
-            Ok(m) => {
+    let live = || !tx.is_closed();
+    while !tx.is_closed() {
+        match reader.poll_raw(Duration::from_millis(100), &live) {
+            Polled::Record(offset, raw) => {
                 let claim = RawClaim {
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(<[u8]>::to_vec),
+                    offset: offset as i64,
+                    record: raw.record,
+                    key: raw.key,
+                    value: raw.value,
                 };
                 if tx.send(claim).is_err() {
                     return;
                 }
             }
-            Err(e) => eprintln!("pool_worker dev: claims reader: {e}"),
+            Polled::End | Polled::Nothing => {}
+            Polled::Error(e) => eprintln!("pool_worker dev: claims reader: {e}"),
         }
     }
 }
@@ -419,8 +415,13 @@ async fn tail_claims(addr: String, topic: String, tx: mpsc::UnboundedSender<RawC
 /// One claims record as a readable line (without the offset), e.g.
 /// `3:claimed     order 0:17 attempt 1`.
 pub fn describe_claim(key: Option<&[u8]>, value: Option<&[u8]>) -> String {
-    match Record::decode(key, value) {
-        Ok(rec) => format!("{:<13} {}", rec.key(), describe_record(&rec)),
+    describe(&Record::decode(key, value), key, value)
+}
+
+/// [`describe_claim`] of a record already decoded (and judged).
+fn describe(record: &Result<Record, Foreign>, key: Option<&[u8]>, value: Option<&[u8]>) -> String {
+    match record {
+        Ok(rec) => format!("{:<13} {}", rec.key(), describe_record(rec)),
         Err(why) => format!(
             "{:<13} (not a pool_worker record: {why}) {}",
             key.map_or("(no key)".into(), |k| clip(&String::from_utf8_lossy(k), 40)),
@@ -645,13 +646,13 @@ impl Out {
             self.line(&format!(
                 "claims #{:<4} {}",
                 c.offset,
-                describe_claim(c.key.as_deref(), c.value.as_deref())
+                describe(&c.record, c.key.as_deref(), c.value.as_deref())
             ));
             return;
         }
         let lossy =
             |b: &Option<Vec<u8>>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
-        let v = match Record::decode(c.key.as_deref(), c.value.as_deref()) {
+        let v = match &c.record {
             Ok(rec) => serde_json::json!({
                 "event": "record", "offset": c.offset, "key": rec.key(), "record": rec,
             }),
@@ -758,7 +759,7 @@ impl Out {
             text.push_str(&format!(
                 "  #{:<4} {}\n",
                 c.offset,
-                describe_claim(c.key.as_deref(), c.value.as_deref())
+                describe(&c.record, c.key.as_deref(), c.value.as_deref())
             ));
         }
         self.line(&text);

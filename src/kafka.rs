@@ -24,7 +24,8 @@
 //! topic (the frontier), which is the one record of truth.
 
 use crate::backoff;
-use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
+use crate::checkpoint::Snapshot;
+use crate::claims::{ClaimsReader, Polled};
 use crate::config::Config;
 use crate::record::{Foreign, OrderId, Record};
 use anyhow::Context;
@@ -218,8 +219,8 @@ pub struct Kafka {
     /// millisecond (a timeout under 1 ms is rounded down to 0 ms): 0.6 % of
     /// a core per idle worker, most of its idle CPU (bench/RESULTS.md).
     producer: Arc<BaseProducer<Quiet>>,
-    /// The claims consumer, read by a thread of its own (see [`ClaimsReader`]).
-    claims: Arc<BaseConsumer<Quiet>>,
+    /// The claims reader, polled by a thread of its own ([`read_claims`]).
+    claims: Arc<ClaimsReader<Quiet>>,
     claims_rx: tokio::sync::Mutex<ClaimsQueue>,
     claims_tx: std::sync::Mutex<Option<mpsc::Sender<Vec<ClaimEvent>>>>,
     orders: Arc<StreamConsumer<Quiet>>,
@@ -328,9 +329,7 @@ impl Payloads {
     }
 }
 
-/// How far back from the end of the claims topic boot looks for a
-/// checkpoint: a few checkpoint intervals.
-pub const CHECKPOINT_WINDOW: i64 = 4 * DEFAULT_CHECKPOINT_EVERY as i64;
+pub use crate::claims::CHECKPOINT_WINDOW;
 
 /// The client configuration every pool_worker client shares.
 pub fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientConfig {
@@ -418,8 +417,9 @@ pub enum OpenError {
 /// knows the partitions' leaders *before* it is assigned one. Assigned
 /// blind, librdkafka waits for a 500 ms retry timer before it starts
 /// fetching, and that wait would be on every boot (see bench/RESULTS.md).
-async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
-    consumer: Arc<C>,
+async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync + 'static>(
+    consumer: Arc<T>,
+    client: fn(&T) -> &C,
     topic: String,
     patience: Duration,
 ) -> Result<i32, OpenError> {
@@ -428,11 +428,13 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
     loop {
         let (c, t) = (consumer.clone(), topic.clone());
         let r = blocking(move || {
-            c.fetch_metadata(Some(&t), REQUEST_TIMEOUT).map(|m| {
-                m.topics()
-                    .first()
-                    .map(|tp| (tp.error(), tp.partitions().len() as i32))
-            })
+            client(&c)
+                .fetch_metadata(Some(&t), REQUEST_TIMEOUT)
+                .map(|m| {
+                    m.topics()
+                        .first()
+                        .map(|tp| (tp.error(), tp.partitions().len() as i32))
+                })
         })
         .await
         .map_err(OpenError::Task)?;
@@ -455,60 +457,32 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static>(
     }
 }
 
-/// The claims consumer's settings: [`consumer_config`] with partition EOF
-/// (how the reader knows it caught up) and the fetch sizes of a replay.
-///
-/// A boot replays the whole topic through a small local queue that resumes
-/// fetching at once when it drains: librdkafka's `fetch.queue.backoff.ms`
-/// is 1 s by default, and a replay longer than `queued.min.messages`
-/// (100,000) records waited for it, up to a second per pause
-/// (bench/RESULTS.md). A small queue (1 MB fetches, 2 MB or 5,000 records
-/// queued) also bounds a replay's memory, and was not slower than 4 MB
-/// fetches into an 8 MB queue (which a replay fills faster than the
-/// worker folds it).
+/// The claims consumer's settings: the readers' own ([`crate::claims::config`]),
+/// named after the instance.
 fn claims_config(cfg: &Config) -> ClientConfig {
-    let mut c = consumer_config(cfg, true, FETCH_WAIT_MS);
-    c.set("max.partition.fetch.bytes", "1048576")
-        .set("fetch.max.bytes", "1048576")
-        .set("queued.max.messages.kbytes", "2048")
-        .set("queued.min.messages", "5000")
-        .set("fetch.queue.backoff.ms", "1");
-    for (k, v) in &cfg.kafka_props {
-        c.set(k, v);
-    }
-    c
+    crate::claims::config(
+        &cfg.brokers,
+        &cfg.kafka_props,
+        &format!("pool_worker-{}", cfg.instance),
+    )
 }
 
-/// The claims reader thread: polls the consumer, decodes records (so that
-/// decoding runs beside the worker's fold of the previous batch), and hands
-/// them over in batches. Ends when the worker's end is gone.
-fn read_claims(
-    consumer: &BaseConsumer<Quiet>,
-    tx: &mpsc::Sender<Vec<ClaimEvent>>,
-    instance: u32,
-    from: u64,
-    gate: &Gate,
-) {
+/// The claims reader thread: polls the reader, which decodes records (so
+/// that decoding runs beside the worker's fold of the previous batch), and
+/// hands them over in batches. Ends when the worker's end is gone.
+fn read_claims(reader: &ClaimsReader<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>, instance: u32) {
     let live = || !tx.is_closed();
-    let event = |m: rdkafka::message::BorrowedMessage<'_>| {
-        let pos = m.offset().max(0) as u64;
-        match gate.decode(consumer, &m, &live) {
-            Ok(r) => ClaimEvent::Record(pos, r),
-            Err(why) => ClaimEvent::Foreign(pos, why),
-        }
-    };
     let mut batch = Vec::with_capacity(CLAIMS_BATCH);
     while !tx.is_closed() {
         // Block for the first event, then take whatever is already queued.
         let mut wait = Duration::from_millis(100);
         while batch.len() < CLAIMS_BATCH {
-            match consumer.poll(wait) {
-                None => break,
-                // Below `from`: left over from the checkpoint search.
-                Some(Ok(m)) if (m.offset().max(0) as u64) < from => {}
-                Some(Ok(m)) => batch.push(event(m)),
-                Some(Err(KafkaError::PartitionEOF(_))) => batch.push(ClaimEvent::CaughtUp),
-                Some(Err(e)) => {
+            match reader.poll(wait, &live) {
+                Polled::Nothing => break,
+                Polled::Record(pos, Ok(r)) => batch.push(ClaimEvent::Record(pos, r)),
+                Polled::Record(pos, Err(why)) => batch.push(ClaimEvent::Foreign(pos, why)),
+                Polled::End => batch.push(ClaimEvent::CaughtUp),
+                Polled::Error(e) => {
                     tracing::warn!(instance, error = %e, "reading the claims topic");
                     std::thread::sleep(Duration::from_millis(100));
                     break;
@@ -558,9 +532,13 @@ impl Kafka {
             .name("delivery-reports".into())
             .spawn(move || reports.poll(rdkafka::util::Timeout::Never))
             .context("cannot start the producer's delivery report thread")?;
-        let claims: BaseConsumer<Quiet> = claims_config(cfg)
-            .create_with_context(Quiet)
-            .context("cannot create a Kafka consumer")?;
+        let gate = Gate::new(cfg.claims_key.clone(), &cfg.orders_topic);
+        let claims = ClaimsReader::new(
+            &claims_config(cfg),
+            Quiet,
+            &cfg.coordination_topic,
+            gate.clone(),
+        )?;
         let (tx, rx) = mpsc::channel(CLAIMS_BATCHES);
         let orders: StreamConsumer<Quiet> = consumer_config(cfg, false, FETCH_WAIT_MS)
             .create_with_context(Quiet)
@@ -582,7 +560,7 @@ impl Kafka {
             orders_topic: cfg.orders_topic.clone(),
             results_topic: cfg.results_topic.clone(),
             instance: cfg.instance,
-            gate: Gate::new(cfg.claims_key.clone(), &cfg.orders_topic),
+            gate,
             order_partitions: Arc::new(std::sync::Mutex::new(None)),
             payloads: std::sync::Mutex::new(Payloads::default()),
         })
@@ -608,8 +586,18 @@ impl Kafka {
         let (meta, topic) = (self.meta.clone(), self.orders_topic.clone());
         std::thread::spawn(move || drop(meta.fetch_metadata(Some(&topic), REQUEST_TIMEOUT)));
         let (n, _) = tokio::try_join!(
-            partitions(self.claims.clone(), self.claims_topic.clone(), patience),
-            partitions(self.orders.clone(), self.orders_topic.clone(), patience),
+            partitions(
+                self.claims.clone(),
+                ClaimsReader::consumer,
+                self.claims_topic.clone(),
+                patience
+            ),
+            partitions(
+                self.orders.clone(),
+                |o| o,
+                self.orders_topic.clone(),
+                patience
+            ),
         )?;
         if n != 1 {
             return Err(OpenError::ClaimsPartitions {
@@ -623,21 +611,13 @@ impl Kafka {
     /// Starts reading the claims topic at `pos` (0: from its beginning), on
     /// the claims reader thread. Once only.
     pub fn read_claims_from(&self, pos: u64) -> anyhow::Result<()> {
-        // An offset rather than "beginning", which costs an offset query;
-        // should the log no longer start there, auto.offset.reset=earliest
-        // starts at its first record.
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.claims_topic, 0, Offset::Offset(pos as i64))?;
-        self.claims
-            .assign(&tpl)
-            .context("cannot assign the claims topic")?;
+        self.claims.start_at(pos)?;
         if let Some(tx) = self.claims_tx.lock().ok().and_then(|mut t| t.take()) {
-            let consumer = self.claims.clone();
+            let reader = self.claims.clone();
             let instance = self.instance;
-            let gate = self.gate.clone();
             std::thread::Builder::new()
                 .name("claims-reader".into())
-                .spawn(move || read_claims(&consumer, &tx, instance, pos, &gate))
+                .spawn(move || read_claims(&reader, &tx, instance))
                 .context("cannot start the claims reader thread")?;
         }
         Ok(())
@@ -645,60 +625,15 @@ impl Kafka {
 
     /// The newest checkpoint near the end of the claims topic
     /// (src/checkpoint.rs): the last [`CHECKPOINT_WINDOW`] positions are
-    /// read, and only records keyed `<n>:checkpoint` are decoded. `None` when
-    /// the log is shorter than the window (replaying it all costs no more)
-    /// or holds no checkpoint there; boot then replays from the beginning.
+    /// read ([`ClaimsReader::find_checkpoint`]). `None` when the log is
+    /// shorter than the window (replaying it all costs no more) or holds no
+    /// checkpoint there; boot then replays from the beginning.
     pub async fn find_checkpoint(&self) -> Option<Snapshot> {
-        let (claims, topic, instance) = (
-            self.claims.clone(),
-            self.claims_topic.clone(),
-            self.instance,
-        );
-        let gate = self.gate.clone();
-        blocking(move || -> Option<Snapshot> {
-            let (low, high) = claims.fetch_watermarks(&topic, 0, REQUEST_TIMEOUT).ok()?;
-            if high - low <= CHECKPOINT_WINDOW {
-                return None;
-            }
-            let mut tpl = TopicPartitionList::new();
-            tpl.add_partition_offset(&topic, 0, Offset::Offset(high - CHECKPOINT_WINDOW))
-                .ok()?;
-            claims.assign(&tpl).ok()?;
-            let mut best: Option<Snapshot> = None;
-            let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
-            loop {
-                // Too slow: replay from the beginning instead.
-                let left = deadline.checked_duration_since(std::time::Instant::now())?;
-                match claims.poll(left.min(Duration::from_millis(100))) {
-                    None => {}
-                    Some(Ok(m)) => {
-                        if m.key().is_some_and(|k| k.ends_with(b":checkpoint")) {
-                            // Signed, and possible: a checkpoint is a whole view.
-                            let live = || std::time::Instant::now() < deadline;
-                            if let Ok(rec) = gate.decode(&claims, &m, &live) {
-                                if let Some(snap) = rec
-                                    .snapshot
-                                    .filter(|s| best.as_ref().is_none_or(|b| s.at > b.at))
-                                {
-                                    best = Some(*snap);
-                                }
-                            }
-                        }
-                        if m.offset() + 1 >= high {
-                            return best;
-                        }
-                    }
-                    Some(Err(KafkaError::PartitionEOF(_))) => return best,
-                    Some(Err(e)) => {
-                        tracing::warn!(instance, error = %e, "looking for a checkpoint");
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }
-            }
-        })
-        .await
-        .ok()
-        .flatten()
+        let claims = self.claims.clone();
+        blocking(move || claims.find_checkpoint(CHECKPOINT_WINDOW, u64::MAX))
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Appends a record to the claims topic; retries until the broker

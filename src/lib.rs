@@ -13,7 +13,8 @@
 //!   tokio::process), [`kafka`] (the rdkafka adapter), [`run`] (drives the
 //!   worker machine with Kafka and jobs), [`settle`] (booting only after a
 //!   dead predecessor's appends settled), [`config`] (the environment),
-//!   [`broker`] (the embedded mock broker), [`supervise`] (the dev-mode
+//!   [`claims`] (the one reader of the claims topic, for the worker and
+//!   the tools), [`broker`] (the embedded mock broker), [`supervise`] (the dev-mode
 //!   supervisor), [`dev`] (all of it in one command); the tools: [`status`]
 //!   (`status`, `history`), [`submit`], [`audit`], [`serve`] (the web page
 //!   and `/metrics`); [`exit`] (every exit status, named), [`backoff`] (the
@@ -26,6 +27,7 @@ pub mod broker;
 pub mod cancel;
 pub mod checkpoint;
 pub mod claim;
+pub mod claims;
 pub mod config;
 pub mod dev;
 pub mod exit;

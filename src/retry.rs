@@ -78,14 +78,8 @@ pub async fn run(args: RetryArgs) -> anyhow::Result<i32> {
 /// Why `order` must not be sent again now, from the claims topic: it waits
 /// (at or past the frontier) or an instance holds it.
 fn where_is(src: &Source, order: OrderId) -> anyhow::Result<Option<String>> {
-    let records = crate::status::read_claims(src)?;
-    let mut view = crate::boot::View::new();
-    for (pos, r) in &records {
-        match r {
-            Ok(rec) => drop(view.apply(*pos, rec)),
-            Err(_) => view.skip(*pos),
-        }
-    }
+    // Only the current view is needed: from the newest checkpoint.
+    let view = crate::claims::current_view(src)?;
     if order.offset >= view.next_offset(order.partition) {
         return Ok(Some("has not been claimed yet (it waits)".into()));
     }

@@ -2,8 +2,9 @@
 //! open, `/metrics` for Prometheus, `/healthz` and `/readyz`.
 //!
 //! One process, read-only towards the pool. A thread tails the claims topic
-//! with the reader `status` and `history` use ([`ClaimsTail`]: the same
-//! gate, so foreign records are skipped as the workers skip them) and folds
+//! with the pool's one claims reader ([`ClaimsReader`], from the beginning:
+//! the page counts history; the same gate, so foreign records are skipped
+//! as the workers skip them) and folds
 //! every record into the core's [`View`], exactly as `status` does, plus
 //! what the page needs beside it ([`Board`]): completions per minute,
 //! latencies, the newest completions, the failed orders, each recent
@@ -22,8 +23,9 @@
 
 use crate::backoff::Backoff;
 use crate::boot::View;
+use crate::claims::{ClaimsReader, Polled, Start};
 use crate::record::{Event, Foreign, OrderId, Record, Status};
-use crate::status::{escape_controls, ClaimsTail, Polled, Source};
+use crate::status::{escape_controls, Source};
 use anyhow::Context;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -484,8 +486,8 @@ pub struct InstanceRow {
 fn tail(src: Source, board: Arc<Mutex<Board>>) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let (reader, orders) = loop {
-        let opened = ClaimsTail::open(&src)
-            .and_then(|t| Ok((t.end()?, t)))
+        let opened = ClaimsReader::open(&src, Start::Beginning)
+            .and_then(|(t, _, _)| Ok((t.end(Duration::from_secs(30))?, t)))
             .and_then(|(end, t)| Ok((end, t, crate::status::consumer(&src)?)));
         match opened {
             Ok((end, t, c)) => {
@@ -510,6 +512,7 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
                 Polled::Record(pos, r) => b.apply(pos, r),
                 Polled::End => b.caught_up = true,
                 Polled::Nothing => {}
+                Polled::Error(e) => crate::claims::say_error(&e),
             }
             b.caught_up
         };
@@ -757,7 +760,7 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response 
         let story = match kept {
             Some(s) => s,
             // Not kept (an older order): read the claims topic as `history` does.
-            None => crate::status::read_claims(&src)?
+            None => crate::claims::read_all(&src)?
                 .into_iter()
                 .filter_map(|(p, r)| r.ok().map(|r| (p, r)))
                 .filter(|(_, r)| r.order() == Some(order))

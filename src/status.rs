@@ -1,8 +1,8 @@
 //! `pool_worker status` and `pool_worker history`: the pool as the claims
 //! topic tells it.
 //!
-//! Both read the claims topic from its beginning to its end with a consumer
-//! that has no group and commits nothing, and fold it into the same
+//! Both read the claims topic from its beginning to its end with the pool's
+//! one claims reader ([`crate::claims`]), and fold it into the same
 //! [`View`] a worker builds at boot, so what they show is what the workers
 //! themselves conclude. `status` adds the orders topic's offsets, to count
 //! what is waiting. Neither writes anything.
@@ -10,11 +10,13 @@
 //! Counts of completions come from the records the replay saw: on a claims
 //! topic that Kafka has compacted, completions older than
 //! `min.compaction.lag.ms` may be gone, and the counts say "at least".
+//! They are history, which a checkpoint does not carry: `status` reads from
+//! the beginning, not from the newest checkpoint.
 
 use crate::boot::View;
 use crate::exit::Exit;
 use crate::kafka::client_config;
-use crate::record::{Event, Foreign, OrderId, Record, Status};
+use crate::record::{Event, OrderId, Record, Status};
 use anyhow::{bail, Context};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -139,102 +141,10 @@ pub fn consumer(src: &Source) -> anyhow::Result<BaseConsumer<Silent>> {
         .context("cannot create a Kafka consumer")
 }
 
-/// The one reader of the claims topic that the tools share (`status`,
-/// `history`, `serve`): from the topic's beginning, every record decoded
-/// through the pool's [`crate::kafka::Gate`] (foreign ones as errors).
-/// [`read_claims`] reads it to the end the topic had when it started;
-/// `serve` keeps reading.
-pub struct ClaimsTail {
-    gate: crate::kafka::Gate,
-    consumer: BaseConsumer<Silent>,
-    topic: String,
-}
-
-/// What one [`ClaimsTail::poll`] got.
-#[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
-pub enum Polled {
-    /// The record at this position, or why it is foreign.
-    Record(u64, Result<Record, Foreign>),
-    /// The reader is at the topic's end.
-    End,
-    /// Nothing within the wait.
-    Nothing,
-}
-
-impl ClaimsTail {
-    pub fn open(src: &Source) -> anyhow::Result<ClaimsTail> {
-        let gate = src.gate()?;
-        let consumer = consumer(src)?;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&src.coordination_topic, 0, Offset::Beginning)?;
-        consumer.assign(&tpl)?;
-        Ok(ClaimsTail {
-            gate,
-            consumer,
-            topic: src.coordination_topic.clone(),
-        })
-    }
-
-    /// The claims topic's end offset now.
-    pub fn end(&self) -> anyhow::Result<u64> {
-        let (_, high) = self
-            .consumer
-            .fetch_watermarks(&self.topic, 0, TIMEOUT)
-            .with_context(|| format!("cannot read topic '{}'", self.topic))?;
-        Ok(high.max(0) as u64)
-    }
-
-    /// The next record, waiting at most `wait`; `live` bounds the gate's
-    /// retries (see [`crate::kafka::Gate::decode`]).
-    pub fn poll(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled {
-        match self.consumer.poll(wait) {
-            Some(Ok(m)) => {
-                let pos = m.offset().max(0) as u64;
-                Polled::Record(pos, self.gate.decode(&self.consumer, &m, live))
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) => Polled::End,
-            Some(Err(e)) => {
-                eprintln!("pool_worker: reading the claims topic: {e}");
-                Polled::Nothing
-            }
-            None => Polled::Nothing,
-        }
-    }
-}
-
-/// Every record of the claims topic, with its position (foreign ones as
-/// errors), read up to the end the topic had when we started.
-pub fn read_claims(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, Foreign>)>> {
-    let tail = ClaimsTail::open(src)?;
-    let high = tail.end()?;
-    let mut out = Vec::new();
-    let deadline = Instant::now() + TIMEOUT;
-    let live = || Instant::now() < deadline;
-    let mut at_end = high == 0;
-    while !at_end {
-        if Instant::now() > deadline {
-            bail!(
-                "reading '{}' took more than {:?}",
-                src.coordination_topic,
-                TIMEOUT
-            );
-        }
-        match tail.poll(Duration::from_millis(500), &live) {
-            Polled::Record(pos, r) => {
-                out.push((pos, r));
-                at_end = pos + 1 >= high;
-            }
-            Polled::End => at_end = true,
-            Polled::Nothing => {}
-        }
-    }
-    Ok(out)
-}
-
 /// The pool's state as one JSON value (the `--json` form; the text form is
 /// made from it).
 pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> {
-    let records = read_claims(src)?;
+    let records = crate::claims::read_all(src)?;
     let mut view = View::new();
     let mut by_status: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut last_completion: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
@@ -578,7 +488,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
 
 pub async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
-    let records = tokio::task::spawn_blocking(move || read_claims(&src)).await??;
+    let records = tokio::task::spawn_blocking(move || crate::claims::read_all(&src)).await??;
     let ours: Vec<(u64, Record)> = records
         .into_iter()
         .filter_map(|(p, r)| r.ok().map(|r| (p, r)))

@@ -10,18 +10,19 @@
 //! The order is checked with the workers' own parser before it is sent, so a
 //! malformed order is refused here with the reason instead of being completed
 //! as an error later. It prints the order's `PARTITION:OFFSET` (its identity
-//! in the pool). `--wait` then reads the claims topic until the order's
-//! `completed` record appears, prints the outcome, and exits with the job's
+//! in the pool). `--wait` then reads the claims topic (from its newest
+//! checkpoint, [`crate::claims`]) until the order's `completed` record
+//! appears, prints the outcome, and exits with the job's
 //! exit code (1 when the order did not run to an exit code, for example a
 //! time-out or a refusal).
 
+use crate::claims::{ClaimsReader, Polled, Start};
 use crate::exit::Exit;
 use crate::record::{Event, OrderId, Outcome, Record};
 use crate::status::Source;
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -197,16 +198,11 @@ pub fn print_completion(
     );
 }
 
-fn consumer(src: &Source) -> anyhow::Result<BaseConsumer<crate::status::Silent>> {
-    src.client_config()?
-        .set("group.id", "pool_worker-submit")
-        .set("enable.auto.commit", "false")
-        .create_with_context(crate::status::Silent)
-        .context("cannot create a Kafka consumer")
-}
-
 pub(crate) fn claims_end(src: &Source) -> anyhow::Result<i64> {
-    let c = consumer(src)?;
+    let c: BaseConsumer<crate::status::Silent> = src
+        .client_config()?
+        .create_with_context(crate::status::Silent)
+        .context("cannot create a Kafka client")?;
     let (_, high) = c
         .fetch_watermarks(&src.coordination_topic, 0, Duration::from_secs(30))
         .with_context(|| format!("cannot read topic '{}'", src.coordination_topic))?;
@@ -215,34 +211,32 @@ pub(crate) fn claims_end(src: &Source) -> anyhow::Result<i64> {
 
 /// Reads the claims topic until a completion of `order` that the replay
 /// accepts (a void one, say of a revoked holder, does not count). The
-/// replay starts at the beginning, as a worker's does; completions are
-/// looked for from `from` on.
+/// replay starts at the newest checkpoint of the log before `from` (else
+/// at the beginning), as a worker's boot does; completions are looked for
+/// from `from` on.
 pub(crate) fn wait_completed(
     src: &Source,
     from: i64,
     order: OrderId,
     timeout: Duration,
 ) -> anyhow::Result<Option<(Record, Outcome)>> {
-    let gate = src.gate()?;
-    let c = consumer(src)?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&src.coordination_topic, 0, Offset::Beginning)?;
-    c.assign(&tpl)?;
-    let mut view = crate::boot::View::new();
+    let start = Start::NewestCheckpoint {
+        at_most: from.max(0) as u64,
+    };
+    let (reader, mut view, _) = ClaimsReader::open(src, start)?;
     let deadline = Instant::now() + timeout;
+    let live = || Instant::now() < deadline;
     while Instant::now() < deadline {
-        let Some(Ok(m)) = c.poll(Duration::from_millis(500)) else {
+        let Polled::Record(pos, r) = reader.poll(Duration::from_millis(500), &live) else {
             continue;
         };
-        let pos = m.offset().max(0) as u64;
-        let live = || Instant::now() < deadline;
-        let Ok(rec) = gate.decode(&c, &m, &live) else {
+        let Ok(rec) = r else {
             view.skip(pos);
             continue;
         };
         let valid = view.apply(pos, &rec).is_ok();
         if valid
-            && m.offset() >= from
+            && pos as i64 >= from
             && rec.event == Event::Completed
             && rec.order() == Some(order)
         {

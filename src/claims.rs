@@ -1,0 +1,467 @@
+//! The one reader of the claims topic (issue 20, "one claims reader"): the
+//! worker's boot replay and live tail (src/kafka.rs), and every tool —
+//! `status`, `history`, `audit`, `serve`, `submit --wait`, `retry`,
+//! `cancel` and `dev`'s live trail — read the claims topic through
+//! [`ClaimsReader`]:
+//!
+//! * one consumer configuration ([`config`]): no group membership, no
+//!   commit, partition EOF (how a reader knows it caught up) and the fetch
+//!   sizes of a replay, the user's `KAFKA_*` properties last;
+//! * partition 0 assigned at a position ([`ClaimsReader::start_at`]), every
+//!   record decoded and judged by the pool's [`Gate`] (signature, possible
+//!   claims): foreign ones come out as `Err`;
+//! * the newest checkpoint near the end of the log
+//!   ([`ClaimsReader::find_checkpoint`], src/checkpoint.rs), for the readers
+//!   that need only the pool's current [`View`]: the worker's boot,
+//!   `submit --wait` (and `retry --wait`, `cancel`'s wait) and `retry`'s
+//!   check of the original. `status`, `serve`, `history`, `audit` and
+//!   `cancel`'s check count or show history (completions by status, each
+//!   record), which a snapshot does not carry, and `dev` prints every
+//!   record: they read from the beginning.
+
+use crate::boot::View;
+use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
+use crate::kafka::{client_config, Gate, FETCH_WAIT_MS};
+use crate::record::{Foreign, Record};
+use crate::status::{Silent, Source};
+use anyhow::{bail, Context};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How far back from the end of the claims topic a reader looks for a
+/// checkpoint: a few checkpoint intervals.
+pub const CHECKPOINT_WINDOW: i64 = 4 * DEFAULT_CHECKPOINT_EVERY as i64;
+
+/// How long one watermark request, or the whole checkpoint search, may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The claims consumer's settings (every reader's): `brokers` and the
+/// shared client settings ([`client_config`]), a consumer that joins no
+/// group (`group` only names it) and never commits, with partition EOF and
+/// the fetch sizes of a replay, and then `props` (the user's `KAFKA_*`),
+/// which override all of it.
+///
+/// A boot replays the whole topic through a small local queue that resumes
+/// fetching at once when it drains: librdkafka's `fetch.queue.backoff.ms`
+/// is 1 s by default, and a replay longer than `queued.min.messages`
+/// (100,000) records waited for it, up to a second per pause
+/// (bench/RESULTS.md). A small queue (1 MB fetches, 2 MB or 5,000 records
+/// queued) also bounds a replay's memory, and was not slower than 4 MB
+/// fetches into an 8 MB queue (which a replay fills faster than the
+/// worker folds it). `fetch.wait.max.ms`: see [`FETCH_WAIT_MS`].
+pub fn config(brokers: &str, props: &BTreeMap<String, String>, group: &str) -> ClientConfig {
+    let mut c = client_config(brokers, &BTreeMap::new());
+    c.set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("fetch.wait.max.ms", FETCH_WAIT_MS.to_string())
+        .set("fetch.error.backoff.ms", "50")
+        .set("auto.offset.reset", "earliest")
+        .set("max.partition.fetch.bytes", "1048576")
+        .set("fetch.max.bytes", "1048576")
+        .set("queued.max.messages.kbytes", "2048")
+        .set("queued.min.messages", "5000")
+        .set("fetch.queue.backoff.ms", "1");
+    for (k, v) in props {
+        c.set(k, v);
+    }
+    c
+}
+
+/// A reader of the claims topic's one partition: see the module doc.
+pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
+    consumer: BaseConsumer<X>,
+    gate: Gate,
+    topic: String,
+    /// Messages below this position are dropped: left over from the
+    /// checkpoint search when the reader was started after it.
+    from: AtomicU64,
+}
+
+/// What one [`ClaimsReader::poll`] got.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
+pub enum Polled<T = Result<Record, Foreign>> {
+    /// The record at this position, or why it is foreign.
+    Record(u64, T),
+    /// The reader is at the topic's end.
+    End,
+    /// Nothing within the wait.
+    Nothing,
+    /// The consumer reported an error (librdkafka retries by itself).
+    Error(KafkaError),
+}
+
+/// Where a tool's reader starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// At the log's first record (a tool that counts or shows history).
+    Beginning,
+    /// At the newest checkpoint near the end whose view is of the log
+    /// before a position `<= at_most` (a tool that needs only the current
+    /// view, and records from `at_most` on), else at the beginning.
+    NewestCheckpoint { at_most: u64 },
+}
+
+impl<X: ConsumerContext + 'static> ClaimsReader<X> {
+    /// Creates the consumer from `config` (see [`config`]); nothing is
+    /// assigned yet ([`ClaimsReader::start_at`]).
+    pub fn new(
+        config: &ClientConfig,
+        context: X,
+        topic: &str,
+        gate: Gate,
+    ) -> anyhow::Result<ClaimsReader<X>> {
+        let consumer = config
+            .create_with_context(context)
+            .context("cannot create a Kafka consumer")?;
+        Ok(ClaimsReader {
+            consumer,
+            gate,
+            topic: topic.to_string(),
+            from: AtomicU64::new(0),
+        })
+    }
+
+    /// The consumer, for metadata requests.
+    pub fn consumer(&self) -> &BaseConsumer<X> {
+        &self.consumer
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Reads on from position `pos` (0: from the beginning). An offset
+    /// rather than "beginning", which costs an offset query; should the log
+    /// no longer start there, `auto.offset.reset=earliest` starts at its
+    /// first record.
+    pub fn start_at(&self, pos: u64) -> anyhow::Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, 0, Offset::Offset(pos as i64))?;
+        self.from.store(pos, Ordering::Relaxed);
+        self.consumer
+            .assign(&tpl)
+            .context("cannot assign the claims topic")?;
+        Ok(())
+    }
+
+    /// The claims topic's end offset now.
+    pub fn end(&self, timeout: Duration) -> anyhow::Result<u64> {
+        let (_, high) = self
+            .consumer
+            .fetch_watermarks(&self.topic, 0, timeout)
+            .with_context(|| format!("cannot read topic '{}'", self.topic))?;
+        Ok(high.max(0) as u64)
+    }
+
+    /// The next record, waiting at most `wait`; `live` bounds the gate's
+    /// retries (see [`Gate::decode`]).
+    pub fn poll(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled {
+        self.poll_map(wait, |m| self.gate.decode(&self.consumer, m, live))
+    }
+
+    /// [`ClaimsReader::poll`], with the message's key and value as read
+    /// (`dev` shows a foreign record's bytes).
+    pub fn poll_raw(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled<Raw> {
+        self.poll_map(wait, |m| Raw {
+            record: self.gate.decode(&self.consumer, m, live),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+        })
+    }
+
+    fn poll_map<T>(
+        &self,
+        mut wait: Duration,
+        f: impl FnOnce(&BorrowedMessage<'_>) -> T,
+    ) -> Polled<T> {
+        let from = self.from.load(Ordering::Relaxed);
+        loop {
+            return match self.consumer.poll(wait) {
+                None => Polled::Nothing,
+                Some(Ok(m)) if (m.offset().max(0) as u64) < from => {
+                    // Take whatever else is already queued.
+                    wait = Duration::ZERO;
+                    continue;
+                }
+                Some(Ok(m)) => Polled::Record(m.offset().max(0) as u64, f(&m)),
+                Some(Err(KafkaError::PartitionEOF(_))) => Polled::End,
+                Some(Err(e)) => Polled::Error(e),
+            };
+        }
+    }
+
+    /// The newest checkpoint (src/checkpoint.rs) among the last `window`
+    /// positions of the log whose view is of the log before a position
+    /// `<= at_most`: only records keyed `<n>:checkpoint` are decoded, and
+    /// only those the [`Gate`] accepts count. `None` when the log is not
+    /// longer than the window (replaying it all costs no more), holds no
+    /// such checkpoint there, or the search takes longer than a few seconds.
+    /// Leaves the reader assigned where it searched: start it with
+    /// [`ClaimsReader::start_at`] afterwards.
+    pub fn find_checkpoint(&self, window: i64, at_most: u64) -> Option<Snapshot> {
+        let (low, high) = self
+            .consumer
+            .fetch_watermarks(&self.topic, 0, REQUEST_TIMEOUT)
+            .ok()?;
+        if high - low <= window {
+            return None;
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, 0, Offset::Offset(high - window))
+            .ok()?;
+        self.consumer.assign(&tpl).ok()?;
+        let mut best: Option<Snapshot> = None;
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            // Too slow: replay from the beginning instead.
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.consumer.poll(left.min(Duration::from_millis(100))) {
+                None => {}
+                Some(Ok(m)) => {
+                    if m.key().is_some_and(|k| k.ends_with(b":checkpoint")) {
+                        // Signed, and possible: a checkpoint is a whole view.
+                        let live = || Instant::now() < deadline;
+                        if let Ok(rec) = self.gate.decode(&self.consumer, &m, &live) {
+                            if let Some(snap) = rec.snapshot.filter(|s| {
+                                s.at <= at_most && best.as_ref().is_none_or(|b| s.at > b.at)
+                            }) {
+                                best = Some(*snap);
+                            }
+                        }
+                    }
+                    if m.offset() + 1 >= high {
+                        return best;
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => return best,
+                Some(Err(e)) => {
+                    tracing::warn!(topic = %self.topic, error = %e, "looking for a checkpoint");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+}
+
+/// A record as [`ClaimsReader::poll_raw`] read it.
+#[derive(Clone, Debug)]
+pub struct Raw {
+    pub record: Result<Record, Foreign>,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// How long a tool may take to read the claims topic to its end.
+const TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl ClaimsReader<Silent> {
+    /// A tool's reader: `src`'s brokers, the `KAFKA_*` settings and the
+    /// pool's claims key, started at `start`. Returns the view of the log
+    /// before where it starts (empty, or loaded from the checkpoint) and
+    /// that position.
+    pub fn open(src: &Source, start: Start) -> anyhow::Result<(ClaimsReader, View, u64)> {
+        let gate = src.gate()?;
+        let settings = crate::config::KafkaSettings::from_env()?;
+        let reader = ClaimsReader::new(
+            &config(&src.brokers, &settings.props, "pool_worker-status"),
+            Silent,
+            &src.coordination_topic,
+            gate,
+        )?;
+        let mut view = View::new();
+        let mut at = 0;
+        if let Start::NewestCheckpoint { at_most } = start {
+            if let Some(snap) = reader.find_checkpoint(CHECKPOINT_WINDOW, at_most) {
+                view = View::from_snapshot(&snap);
+                at = snap.at;
+            }
+        }
+        reader.start_at(at)?;
+        Ok((reader, view, at))
+    }
+
+    /// Reads on to the end the topic has now (bounded in time), handing
+    /// every record to `each`.
+    pub fn read_to_end(
+        &self,
+        mut each: impl FnMut(u64, Result<Record, Foreign>),
+    ) -> anyhow::Result<()> {
+        let high = self.end(TOOL_TIMEOUT)?;
+        let deadline = Instant::now() + TOOL_TIMEOUT;
+        let live = || Instant::now() < deadline;
+        let mut at_end = self.from.load(Ordering::Relaxed) >= high;
+        while !at_end {
+            if Instant::now() > deadline {
+                bail!("reading '{}' took more than {:?}", self.topic, TOOL_TIMEOUT);
+            }
+            match self.poll(Duration::from_millis(500), &live) {
+                Polled::Record(pos, r) => {
+                    at_end = pos + 1 >= high;
+                    each(pos, r);
+                }
+                Polled::End => at_end = true,
+                Polled::Nothing => {}
+                Polled::Error(e) => say_error(&e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A tool's line for an error of its claims consumer (librdkafka retries
+/// by itself; the tool goes on).
+pub fn say_error(e: &KafkaError) {
+    eprintln!("pool_worker: reading the claims topic: {e}");
+}
+
+/// Every record of the claims topic, with its position (foreign ones as
+/// errors), from its beginning up to the end it had when we started
+/// (`history`, `audit`, `status`, `cancel`).
+pub fn read_all(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, Foreign>)>> {
+    let (reader, _, _) = ClaimsReader::open(src, Start::Beginning)?;
+    let mut out = Vec::new();
+    reader.read_to_end(|pos, r| out.push((pos, r)))?;
+    Ok(out)
+}
+
+/// The pool's view as of the claims topic's end now, read from its newest
+/// checkpoint (`retry`).
+pub fn current_view(src: &Source) -> anyhow::Result<View> {
+    let (reader, mut view, _) =
+        ClaimsReader::open(src, Start::NewestCheckpoint { at_most: u64::MAX })?;
+    reader.read_to_end(|pos, r| match r {
+        Ok(rec) => drop(view.apply(pos, &rec)),
+        Err(_) => view.skip(pos),
+    })?;
+    Ok(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::Broker;
+    use crate::record::{Event, OrderId, Outcome, Status};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
+        let mut r = Record::new(i, ev, inc, 0);
+        r.seq = seq;
+        if ev.needs_order() {
+            r = r.with_order(OrderId::new(0, o));
+            r.attempt = 1;
+            r.next.insert(0, o + 1);
+        }
+        if ev == Event::Completed {
+            r.outcome = Some(Outcome::not_run(Status::Ok, "x"));
+        }
+        r
+    }
+
+    /// A tool that needs only the current view starts at the newest
+    /// checkpoint, and concludes what a replay from position 0 concludes:
+    /// the same view (`retry`'s check), the same completion (`submit
+    /// --wait`); one that must not read a checkpoint past where it looks
+    /// for records starts earlier.
+    #[test]
+    fn a_tool_starts_at_the_newest_checkpoint_and_sees_what_a_full_replay_sees() {
+        let (orders, claims) = ("c_orders".to_string(), "c_claims".to_string());
+        let broker = Broker::start(1, &[(orders.clone(), 1), (claims.clone(), 1)]).unwrap();
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", broker.bootstrap())
+            .create()
+            .unwrap();
+        for _ in 0..3 {
+            producer
+                .send(BaseRecord::<str, str>::to(&orders).payload("echo x"))
+                .unwrap();
+        }
+        // Order 0:0 completed, 0:1 committed, then a long stretch of boots
+        // (longer than the checkpoint window), a checkpoint of all that, and
+        // the completion of 0:1 and a claim of 0:2 after it.
+        let mut log = vec![
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(2, Event::Booted, "b", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(1, Event::Committed, "a", 3, 0),
+            rec(1, Event::Completed, "a", 4, 0),
+            rec(2, Event::Claimed, "b", 2, 1),
+            rec(2, Event::Committed, "b", 3, 1),
+        ];
+        for n in 0..CHECKPOINT_WINDOW + 100 {
+            log.push(rec(3, Event::Booted, &format!("p{n}"), 1, 0));
+        }
+        let mut before = View::new();
+        for (p, r) in log.iter().enumerate() {
+            let _ = before.apply(p as u64, r);
+        }
+        let mut cp = Record::new(3, Event::Checkpoint, "p0", 0);
+        cp.seq = 2;
+        cp.snapshot = Some(Box::new(before.snapshot()));
+        let at = log.len() as u64;
+        log.push(cp);
+        log.push(rec(2, Event::Completed, "b", 4, 1));
+        log.push(rec(1, Event::Claimed, "a", 5, 2));
+        for r in &log {
+            let (key, value) = (r.key(), r.encode());
+            producer
+                .send(
+                    BaseRecord::to(&claims)
+                        .partition(0)
+                        .key(&key)
+                        .payload(&value),
+                )
+                .unwrap_or_else(|(e, _)| panic!("{e}"));
+            if producer.in_flight_count() > 1000 {
+                producer.flush(Duration::from_secs(30)).unwrap();
+            }
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+        let src = Source {
+            brokers: broker.bootstrap(),
+            orders_topic: orders,
+            coordination_topic: claims,
+            json: false,
+            claims_key_file: None,
+        };
+
+        let all = read_all(&src).unwrap();
+        assert_eq!(all.len(), log.len(), "from the beginning: every record");
+        assert!(all.iter().all(|(_, r)| r.is_ok()), "none foreign");
+        let mut full = View::new();
+        for (p, r) in &all {
+            let _ = full.apply(*p, r.as_ref().unwrap());
+        }
+
+        let (_, _, from) =
+            ClaimsReader::open(&src, Start::NewestCheckpoint { at_most: u64::MAX }).unwrap();
+        assert_eq!(from, at, "started at the checkpoint");
+        let current = current_view(&src).unwrap();
+        assert_eq!(current.summary(), full.summary());
+        assert!(current
+            .hold(1)
+            .is_some_and(|h| h.order == OrderId::new(0, 2)));
+
+        let (_, _, from) =
+            ClaimsReader::open(&src, Start::NewestCheckpoint { at_most: at - 1 }).unwrap();
+        assert_eq!(from, 0, "no checkpoint of a view past at_most");
+
+        let done = crate::submit::wait_completed(
+            &src,
+            at as i64,
+            OrderId::new(0, 1),
+            Duration::from_secs(30),
+        )
+        .unwrap()
+        .expect("the completion after the checkpoint");
+        assert_eq!(done.0.instance, 2);
+        assert_eq!(done.1.status, Status::Ok);
+    }
+}
