@@ -252,7 +252,7 @@ pub struct Worker {
     /// While deferring: when the next deferral runs out.
     defer_until: Option<u64>,
     /// Every deferral is over, whatever the clock says (the model check's
-    /// nondeterministic expiry, [`Worker::end_deferrals`]).
+    /// nondeterministic expiry, `Worker::end_deferrals`).
     defer_over: bool,
 }
 
