@@ -16,7 +16,7 @@ use crate::checkpoint::{Snapshot, ID_MEMORY, ID_MEMORY_BYTES};
 use crate::record::{Cite, Event, OrderId, Outcome, Record};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 
 /// How many positions a settled contest is remembered after it settled. A
 /// claim of an order behind the frontier whose contest is no longer known is
@@ -172,7 +172,8 @@ pub enum Void {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct View {
     /// Keep duplicate records (a deliberate flaw for the checks; see
-    /// `worker::Flaw::KeepDuplicates`).
+    /// `worker::Flaw::KeepDuplicates`). Only with the `testing` feature.
+    #[cfg(any(test, feature = "testing"))]
     pub keep_duplicates: bool,
     /// Position of the next record to read.
     end: u64,
@@ -203,10 +204,12 @@ pub struct View {
 
 /// An instance's incarnation and its hold (the order, and whether it is
 /// committed), as [`Summary`] compares them.
+#[cfg(any(test, feature = "testing"))]
 pub type SummaryHold = (Option<String>, Option<(OrderId, bool)>);
 
-/// What boot (and the tests) compare across compaction: each instance's
-/// incarnation and hold, and the frontier.
+/// What the tests compare across compaction: each instance's incarnation
+/// and hold, and the frontier.
+#[cfg(any(test, feature = "testing"))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Summary {
     pub holds: BTreeMap<u32, SummaryHold>,
@@ -216,6 +219,18 @@ pub struct Summary {
 impl View {
     pub fn new() -> Self {
         View::default()
+    }
+
+    /// Whether duplicates are applied (the `KeepDuplicates` flaw).
+    #[cfg(any(test, feature = "testing"))]
+    fn keeps_duplicates(&self) -> bool {
+        self.keep_duplicates
+    }
+
+    /// Whether duplicates are applied: never without the `testing` feature.
+    #[cfg(not(any(test, feature = "testing")))]
+    fn keeps_duplicates(&self) -> bool {
+        false
     }
 
     /// Position of the next record to read.
@@ -262,6 +277,7 @@ impl View {
                 return Err(Void::Fenced);
             }
         }
+        let keep_duplicates = self.keeps_duplicates();
         let inst = self.instances.entry(rec.instance).or_default();
         // R10: only the newest incarnation speaks.
         if rec.event == Event::Booted {
@@ -280,7 +296,7 @@ impl View {
         // R7: duplicates.
         if rec.by.is_none() && rec.seq > 0 {
             if let Some((inc, seq)) = &inst.last_seq {
-                if *inc == rec.incarnation && rec.seq <= *seq && !self.keep_duplicates {
+                if *inc == rec.incarnation && rec.seq <= *seq && !keep_duplicates {
                     return Err(Void::Duplicate);
                 }
             }
@@ -597,6 +613,9 @@ impl View {
         }
     }
 
+    /// What the view knows of instance `i` (for the tests: the shells go
+    /// through [`View::instances`], [`View::hold`] …).
+    #[cfg(any(test, feature = "testing"))]
     pub fn instance(&self, i: u32) -> Option<&Instance> {
         self.instances.get(&i)
     }
@@ -737,7 +756,8 @@ impl View {
     /// the check counts them once. `g` drops the texts
     /// (reasons) that quote positions; no rule reads them. The queue of
     /// settled contests is dropped: it matters only [`CONTEST_MEMORY`]
-    /// positions after a contest settled.
+    /// positions after a contest settled. Only with the `testing` feature.
+    #[cfg(any(test, feature = "testing"))]
     pub fn relabel(&mut self, f: &dyn Fn(u64) -> u64, g: &dyn Fn(&mut Outcome)) {
         for s in self.instances.values_mut() {
             if let Some((p, _)) = &mut s.booted {
@@ -778,8 +798,10 @@ impl View {
     /// [`View::relabel`]`(f, g)` would, without making the copy (the model
     /// check fingerprints every state this way; cloning and dropping the
     /// views' maps took about a tenth of its time). tests/pure/model.rs compares
-    /// the two on the states of small explorations.
-    pub fn hash_relabeled<H: Hasher>(
+    /// the two on the states of small explorations. Only with the `testing`
+    /// feature.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn hash_relabeled<H: std::hash::Hasher>(
         &self,
         f: &dyn Fn(u64) -> u64,
         g: &dyn Fn(&mut Outcome),
@@ -900,7 +922,8 @@ impl View {
         }
     }
 
-    /// The facts that must not depend on compaction.
+    /// The facts that must not depend on compaction (for the tests).
+    #[cfg(any(test, feature = "testing"))]
     pub fn summary(&self) -> Summary {
         Summary {
             holds: self

@@ -78,6 +78,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
         }
     }
     let me = cfg.instance;
+    // `..Settings::default()` fills what only the tests' build has (the
+    // `testing` feature's `flaw`, always `None` here).
+    #[cfg_attr(not(any(test, feature = "testing")), allow(clippy::needless_update))]
     let settings = Settings {
         max_attempts: cfg.max_attempts,
         lease_ms: Some(cfg.lease_ms),

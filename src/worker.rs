@@ -29,7 +29,7 @@ use crate::claim::{decide, Decision};
 use crate::exit::Exit;
 use crate::record::{Event, OrderId, Outcome, Record, Status};
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 
 /// Attempts of one order before it is completed as `gave_up`.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
@@ -141,8 +141,9 @@ pub enum Phase {
 pub struct Settings {
     pub max_attempts: u32,
     /// A rule deliberately broken, so that the model check and the
-    /// simulation can show that they catch it (tests/pure/model.rs). Always
-    /// `None` in the binary.
+    /// simulation can show that they catch it (tests/pure/model.rs). Only
+    /// with the `testing` feature (Cargo.toml): absent from the binary.
+    #[cfg(any(test, feature = "testing"))]
     pub flaw: Option<Flaw>,
     /// The lease: a hold whose instance wrote nothing about it for this long
     /// (ms, by the reader's clock against the writer's `ts`) may be revoked
@@ -174,6 +175,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            #[cfg(any(test, feature = "testing"))]
             flaw: None,
             lease_ms: None,
             checkpoint_every: None,
@@ -184,7 +186,9 @@ impl Default for Settings {
     }
 }
 
-/// Broken rules for the checks to catch (see [`Settings::flaw`]).
+/// Broken rules for the checks to catch (see [`Settings::flaw`]). Only
+/// with the `testing` feature.
+#[cfg(any(test, feature = "testing"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Flaw {
     /// Seed 002 read literally: on boot, start work whenever a claim is
@@ -205,6 +209,21 @@ pub enum Flaw {
     /// Run a committed order although a cancel of it was read first (and
     /// do not kill a job whose order is cancelled while it runs).
     IgnoreCancel,
+}
+
+/// Whether the broken rule `Flaw::$flaw` is on in `$settings`: never
+/// without the `testing` feature, where there are no flaws.
+#[cfg(any(test, feature = "testing"))]
+macro_rules! flawed {
+    ($settings:expr, $flaw:ident) => {
+        $settings.flaw == Some(Flaw::$flaw)
+    };
+}
+#[cfg(not(any(test, feature = "testing")))]
+macro_rules! flawed {
+    ($settings:expr, $flaw:ident) => {
+        false
+    };
 }
 
 /// One incarnation of instance `me`.
@@ -233,13 +252,15 @@ pub struct Worker {
     /// While deferring: when the next deferral runs out.
     defer_until: Option<u64>,
     /// Every deferral is over, whatever the clock says (the model check's
-    /// nondeterministic expiry, [`Worker::end_deferrals`]).
+    /// nondeterministic expiry, `Worker::end_deferrals`).
     defer_over: bool,
 }
 
 impl Worker {
     /// A new incarnation that knows nothing of how its predecessor ended;
-    /// see [`Worker::start_after`].
+    /// see [`Worker::start_after`]. Only the tests start one this way (the
+    /// shell always says how the predecessor ended).
+    #[cfg(any(test, feature = "testing"))]
     pub fn start(
         me: u32,
         incarnation: String,
@@ -261,8 +282,13 @@ impl Worker {
         now: u64,
         clean: Option<String>,
     ) -> (Worker, Vec<Action>) {
-        let mut view = View::new();
-        view.keep_duplicates = settings.flaw == Some(Flaw::KeepDuplicates);
+        let view = View::new();
+        #[cfg(any(test, feature = "testing"))]
+        let view = {
+            let mut view = view;
+            view.keep_duplicates = flawed!(settings, KeepDuplicates);
+            view
+        };
         let settle_ms = settings.settle_ms;
         let mut w = Worker {
             me,
@@ -336,15 +362,20 @@ impl Worker {
         if !fresh || self.view.end() > 0 {
             return false;
         }
+        #[cfg(any(test, feature = "testing"))]
         let keep = self.view.keep_duplicates;
         self.view = View::from_snapshot(snapshot);
-        self.view.keep_duplicates = keep;
+        #[cfg(any(test, feature = "testing"))]
+        {
+            self.view.keep_duplicates = keep;
+        }
         true
     }
 
     /// Renames the log positions this machine stores, and passes the
     /// outcomes it stores through `g` (see [`View::relabel`]; for the model
-    /// check only).
+    /// check only: with the `testing` feature).
+    #[cfg(any(test, feature = "testing"))]
     pub fn relabel(&mut self, f: &dyn Fn(u64) -> u64, g: &dyn Fn(&mut Outcome)) {
         self.view.relabel(f, g);
         self.revoking = self.revoking.iter().map(|&(i, p)| (i, f(p))).collect();
@@ -352,8 +383,10 @@ impl Worker {
 
     /// Feeds `h` exactly what hashing a copy of this machine after
     /// [`Worker::relabel`]`(f, g)` would, without making the copy (see
-    /// [`View::hash_relabeled`]; for the model check only).
-    pub fn hash_relabeled<H: Hasher>(
+    /// [`View::hash_relabeled`]; for the model check only: with the
+    /// `testing` feature).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn hash_relabeled<H: std::hash::Hasher>(
         &self,
         f: &dyn Fn(u64) -> u64,
         g: &dyn Fn(&mut Outcome),
@@ -400,7 +433,8 @@ impl Worker {
     /// Ends every deferral now, whatever the clock says: the next Tick asks
     /// for the orders again, and every order waiting may be claimed. For
     /// the model check, where the expiry of a deferral is a step that may
-    /// come at any moment (tests/pure/world).
+    /// come at any moment (tests/pure/world; with the `testing` feature).
+    #[cfg(any(test, feature = "testing"))]
     pub fn end_deferrals(&mut self) {
         self.defer_over = true;
     }
@@ -699,7 +733,7 @@ impl Worker {
                 if applied
                     && rec.event == Event::Cancelled
                     && rec.order() == Some(order)
-                    && self.settings.flaw != Some(Flaw::IgnoreCancel) =>
+                    && !flawed!(self.settings, IgnoreCancel) =>
             {
                 vec![Action::Kill { order }]
             }
@@ -767,7 +801,7 @@ impl Worker {
             // claim: claim it now, in the revoked hold's place.
             return self.claim_takeover(&hold);
         }
-        if hold.committed.is_none() && self.settings.flaw != Some(Flaw::ResumeBlindly) {
+        if hold.committed.is_none() && !flawed!(self.settings, ResumeBlindly) {
             // Claimed but undecided when the last incarnation died: negotiate
             // again, never start work blindly (hole 1 of seed 002).
             self.phase = Phase::Negotiate { order: hold.order };
@@ -820,9 +854,7 @@ impl Worker {
         let Some((mut order, passed_over)) = self.choose(ends) else {
             return self.defer_until.map(Action::WakeAt).into_iter().collect();
         };
-        if self.settings.flaw == Some(Flaw::SkipAnOrder)
-            && order.offset + 1 < ends[&order.partition]
-        {
+        if flawed!(self.settings, SkipAnOrder) && order.offset + 1 < ends[&order.partition] {
             order.offset += 1;
         }
         let mut claim = self.record(Event::Claimed, Some(order));
@@ -834,7 +866,7 @@ impl Worker {
             seq: claim.seq,
         };
         self.renewed = self.now;
-        if self.settings.flaw == Some(Flaw::DecideWithoutReading) {
+        if flawed!(self.settings, DecideWithoutReading) {
             // The broken rule: decide on the log as read *before* the claim.
             let mut view = self.view.clone();
             let _ = view.apply(u64::MAX - 1, &claim);
@@ -868,7 +900,7 @@ impl Worker {
         for t in &turns {
             self.waiting_since.entry(t.order).or_insert(now);
         }
-        let never = self.settings.flaw == Some(Flaw::DeferForever);
+        let never = flawed!(self.settings, DeferForever);
         let since =
             |t: &crate::boot::Turn| self.waiting_since.get(&t.order).copied().unwrap_or(now);
         let until = |t: &crate::boot::Turn| {
@@ -906,9 +938,7 @@ impl Worker {
 
     fn negotiate(&mut self, order: OrderId) -> Vec<Action> {
         let mut decision = decide(&self.view, self.me, order);
-        if self.settings.flaw == Some(Flaw::IgnoreHigherRivals)
-            && matches!(decision, Decision::Wait { .. })
-        {
+        if flawed!(self.settings, IgnoreHigherRivals) && matches!(decision, Decision::Wait { .. }) {
             decision = Decision::Commit;
         }
         let (event, reason) = match decision {
@@ -970,7 +1000,7 @@ impl Worker {
     /// we hold it committed, and the cancel came before the commit we act
     /// on, so every reader agrees that it never runs.
     fn cancelled(&self, order: OrderId) -> Option<Outcome> {
-        if self.settings.flaw == Some(Flaw::IgnoreCancel) {
+        if flawed!(self.settings, IgnoreCancel) {
             return None;
         }
         let (at, reason) = self.view.cancel(order)?;
@@ -1007,7 +1037,7 @@ impl Worker {
         if let Some((at, reason)) = self
             .view
             .cancel(order)
-            .filter(|_| self.settings.flaw != Some(Flaw::IgnoreCancel))
+            .filter(|_| !flawed!(self.settings, IgnoreCancel))
         {
             outcome.status = Status::Cancelled;
             outcome.reason = Some(format!(
