@@ -591,18 +591,17 @@ mod tests {
     use proptest::prelude::*;
     use std::path::Path;
 
+    /// The pid a job wrote to `path`.
+    fn read_pid(path: &Path) -> u32 {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
     fn cmd(argv: &[&str]) -> OrderSpec {
-        OrderSpec {
-            kind: OrderKind::Command {
-                argv: argv.iter().map(|s| s.to_string()).collect(),
-            },
-            env: BTreeMap::new(),
-            timeout: None,
-            id: None,
-            shell: false,
-            traceparent: None,
-            retry_of: None,
-        }
+        OrderSpec::command(argv.iter().map(|s| s.to_string()).collect())
     }
 
     fn sh(script: &str) -> OrderSpec {
@@ -749,12 +748,7 @@ mod tests {
         assert_eq!(o.status, Status::TimedOut);
         assert_eq!(o.reason.as_deref(), Some("time limit of 0.7 s passed"));
         assert!((700..10_000).contains(&o.duration_ms), "{}", o.duration_ms);
-        let pid: u32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        assert_dies(pid).await;
+        assert_dies(read_pid(&pidfile)).await;
     }
 
     #[tokio::test]
@@ -780,12 +774,7 @@ mod tests {
             (Status::Ok, "main done\n")
         );
         assert!(o.duration_ms < 10_000);
-        let pid: u32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        assert_dies(pid).await;
+        assert_dies(read_pid(&pidfile)).await;
     }
 
     #[test]

@@ -168,15 +168,7 @@ fn parse_command_line(text: &str) -> Result<OrderSpec, OrderError> {
         return Err(OrderError::Empty);
     }
     check_argv(&argv)?;
-    Ok(OrderSpec {
-        kind: OrderKind::Command { argv },
-        env: BTreeMap::new(),
-        timeout: None,
-        id: None,
-        shell: false,
-        traceparent: None,
-        retry_of: None,
-    })
+    Ok(OrderSpec::command(argv))
 }
 
 /// The JSON form, exactly as written; [`parse_json`] checks the rules that
@@ -360,6 +352,20 @@ fn check_timeout(secs: f64) -> Result<Duration, OrderError> {
 }
 
 impl OrderSpec {
+    /// A plain command line (`argv`), with nothing else set: what a
+    /// plain-text order is.
+    pub fn command(argv: Vec<String>) -> OrderSpec {
+        OrderSpec {
+            kind: OrderKind::Command { argv },
+            env: BTreeMap::new(),
+            timeout: None,
+            id: None,
+            shell: false,
+            traceparent: None,
+            retry_of: None,
+        }
+    }
+
     /// A short one-line description for logs, at most about 120 characters.
     pub fn describe(&self) -> String {
         let what = match &self.kind {
