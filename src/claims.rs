@@ -77,6 +77,9 @@ pub fn config(brokers: &str, props: &BTreeMap<String, String>, group: &str) -> C
 /// A reader of the claims topic's one partition: see the module doc.
 pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
     consumer: BaseConsumer<X>,
+    /// The consumer's configuration, for the checkpoint search's own
+    /// consumer ([`ClaimsReader::find_checkpoint`]).
+    config: ClientConfig,
     gate: Gate,
     topic: String,
     /// Messages below this position are dropped: left over from the
@@ -123,6 +126,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             .context("cannot create a Kafka consumer")?;
         Ok(ClaimsReader {
             consumer,
+            config: config.clone(),
             gate,
             topic: topic.to_string(),
             from: AtomicU64::new(0),
@@ -204,8 +208,12 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// only those the [`Gate`] accepts count. `None` when the log is not
     /// longer than the window (replaying it all costs no more), holds no
     /// such checkpoint there, or the search takes longer than a few seconds.
-    /// Leaves the reader assigned where it searched: start it with
-    /// [`ClaimsReader::start_at`] afterwards.
+    ///
+    /// The search reads with a consumer of its own, dropped after it, so
+    /// that the reader's consumer is assigned once ([`ClaimsReader::start_at`]):
+    /// librdkafka (2.x) can abort on `rktp->rktp_started` when one consumer
+    /// is assigned again while its previous assignment is still stopping
+    /// (confluentinc/librdkafka#5573).
     pub fn find_checkpoint(&self, window: i64, at_most: u64) -> Option<Snapshot> {
         let (low, high) = self
             .consumer
@@ -214,22 +222,23 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         if high - low <= window {
             return None;
         }
+        let search: BaseConsumer<Silent> = self.config.create_with_context(Silent).ok()?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, 0, Offset::Offset(high - window))
             .ok()?;
-        self.consumer.assign(&tpl).ok()?;
+        search.assign(&tpl).ok()?;
         let mut best: Option<Snapshot> = None;
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         loop {
             // Too slow: replay from the beginning instead.
             let left = deadline.checked_duration_since(Instant::now())?;
-            match self.consumer.poll(left.min(Duration::from_millis(100))) {
+            match search.poll(left.min(Duration::from_millis(100))) {
                 None => {}
                 Some(Ok(m)) => {
                     if m.key().is_some_and(|k| k.ends_with(b":checkpoint")) {
                         // Signed, and possible: a checkpoint is a whole view.
                         let live = || Instant::now() < deadline;
-                        if let Ok(rec) = self.gate.decode(&self.consumer, &m, &live) {
+                        if let Ok(rec) = self.gate.decode(&search, &m, &live) {
                             if let Some(snap) = rec.snapshot.filter(|s| {
                                 s.at <= at_most && best.as_ref().is_none_or(|b| s.at > b.at)
                             }) {
