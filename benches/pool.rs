@@ -346,7 +346,7 @@ impl Reader {
         let seen = self.seen.lock().unwrap();
         seen.recs
             .iter()
-            .filter(|(_, _, r)| r.event == Event::Completed && r.by.is_none())
+            .filter(|(_, _, r)| r.event() == Event::Completed && r.by().is_none())
             .filter_map(|(_, _, r)| r.order().map(|o| ((o.partition, o.offset), r.ts as f64)))
             .collect()
     }
@@ -639,7 +639,7 @@ impl Bench {
             let s = r.seen.lock().unwrap();
             s.recs
                 .iter()
-                .filter(|(_, _, r)| r.event == Event::Booted)
+                .filter(|(_, _, r)| r.event() == Event::Booted)
                 .map(|(_, _, r)| r.instance)
                 .collect::<HashSet<_>>()
                 .len()
@@ -722,7 +722,7 @@ impl Bench {
             if let Some(o) = r.order() {
                 if burst_orders.contains(&(o.partition, o.offset)) {
                     *per_order.entry((o.partition, o.offset)).or_default() += 1;
-                    if r.event == Event::Yielded {
+                    if r.event() == Event::Yielded {
                         res.yields += 1;
                     }
                 }
@@ -739,10 +739,10 @@ impl Bench {
         let mut boots: HashMap<u32, Vec<(f64, String)>> = HashMap::new();
         let mut claimed_ts: HashMap<String, f64> = HashMap::new();
         for (_, _, r) in &recs {
-            if r.by.is_some() {
+            if r.by().is_some() {
                 continue;
             }
-            match r.event {
+            match r.event() {
                 Event::Booted => boots
                     .entry(r.instance)
                     .or_default()
@@ -1091,7 +1091,7 @@ impl Bench {
             // records are this run's.
             let mine = |ev: Event| {
                 recs.iter()
-                    .find(|(_, _, r)| r.event == ev && r.by.is_none() && r.instance == 1)
+                    .find(|(_, _, r)| r.event() == ev && r.by().is_none() && r.instance == 1)
                     .map(|(_, _, r)| r.ts as f64 - start_ms)
             };
             // The worker's own account of its replay (run.rs logs it once).
@@ -1188,16 +1188,16 @@ fn trace_burst(
         let mut l = format!(
             "#{pos:<5} {} {:<9} {}",
             r.writer(),
-            format!("{:?}", r.event).to_lowercase(),
+            format!("{:?}", r.event()).to_lowercase(),
             &r.incarnation[..r.incarnation.len().min(6)]
         );
         if let Some(o) = r.order() {
             l.push_str(&format!(" {o}"));
         }
-        if !r.passed_over.is_empty() {
-            l.push_str(&format!(" passed_over={:?}", r.passed_over));
+        if !r.passed_over().is_empty() {
+            l.push_str(&format!(" passed_over={:?}", r.passed_over()));
         }
-        if r.exits {
+        if r.exits() {
             l.push_str(" exits");
         }
         lines.push((t, l));
@@ -1225,9 +1225,9 @@ fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>
     for i in 0..k {
         if checkpoints && out.len() as u64 >= view.checkpoint() + DEFAULT_CHECKPOINT_EVERY {
             cp_seq += 1;
-            let mut r = Record::new(999, Event::Checkpoint, "bench-checkpoints", ts + i as u64);
+            let mut r = Record::of(999, Event::Checkpoint, "bench-checkpoints", ts + i as u64);
             r.seq = cp_seq;
-            r.snapshot = Some(Box::new(view.snapshot()));
+            r.set_snapshot(Some(Box::new(view.snapshot())));
             let _ = view.apply(out.len() as u64, &r);
             out.push((r.key(), r.encode()));
         }
@@ -1239,22 +1239,22 @@ fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>
         );
         let order = OrderId::new(0, i as i64);
         let ts = ts + i as u64;
-        let mut b = Record::new(inst, Event::Booted, &inc, ts);
+        let mut b = Record::of(inst, Event::Booted, &inc, ts);
         b.seq = 1;
         b.next.insert(0, i as i64);
-        let mut c = Record::new(inst, Event::Claimed, &inc, ts).with_order(order);
+        let mut c = Record::of(inst, Event::Claimed, &inc, ts).with_order(order);
         c.seq = 2;
-        c.attempt = 1;
+        c.set_attempt(1);
         c.next.insert(0, i as i64 + 1);
-        let mut cm = Record::new(inst, Event::Committed, &inc, ts).with_order(order);
+        let mut cm = Record::of(inst, Event::Committed, &inc, ts).with_order(order);
         cm.seq = 3;
-        cm.attempt = 1;
+        cm.set_attempt(1);
         cm.next = c.next.clone();
-        let mut d = Record::new(inst, Event::Completed, &inc, ts).with_order(order);
+        let mut d = Record::of(inst, Event::Completed, &inc, ts).with_order(order);
         d.seq = 4;
-        d.attempt = 1;
+        d.set_attempt(1);
         d.next = c.next.clone();
-        d.outcome = Some(Outcome {
+        d.set_outcome(Some(Outcome {
             status: Status::Ok,
             exit_code: Some(0),
             duration_ms: 1,
@@ -1263,7 +1263,7 @@ fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>
             stderr_tail: String::new(),
             traceparent: None,
             retry_of: None,
-        });
+        }));
         for r in [b, c, cm, d] {
             if checkpoints {
                 let _ = view.apply(out.len() as u64, &r);
@@ -1439,7 +1439,7 @@ impl Bench {
                 .unwrap()
                 .recs
                 .iter()
-                .filter(|(_, _, r)| r.event == Event::Booted)
+                .filter(|(_, _, r)| r.event() == Event::Booted)
                 .count()
         };
         let label = format!("idle N={n} {tag}");
@@ -1512,7 +1512,7 @@ impl Bench {
                 res.records.push(about.len() as f64);
                 let claimants: HashSet<u32> = about
                     .iter()
-                    .filter(|r| r.event == Event::Claimed)
+                    .filter(|r| r.event() == Event::Claimed)
                     .map(|r| r.instance)
                     .collect();
                 res.rivals.push(claimants.len() as f64);

@@ -154,7 +154,7 @@ impl Auditor {
         };
         let trail = self.orders.entry(order).or_default();
         let i = rec.instance;
-        match rec.event {
+        match rec.event() {
             Event::Claimed => {
                 self.claimed
                     .entry(order.partition)
@@ -173,12 +173,13 @@ impl Auditor {
                         _ => trail.runner = Some(i),
                     }
                 }
-                if rec.attempt > self.max_attempts {
+                if rec.attempt() > self.max_attempts {
                     broke(
                         Rule::TooManyAttempts,
                         format!(
                             "instance {i} committed attempt {} of at most {}",
-                            rec.attempt, self.max_attempts
+                            rec.attempt(),
+                            self.max_attempts
                         ),
                     );
                 }
@@ -202,7 +203,7 @@ impl Auditor {
                         ),
                     );
                 }
-                if let Some(o) = &rec.outcome {
+                if let Some(o) = &rec.outcome() {
                     *self.by_status.entry(o.status.as_str()).or_default() += 1;
                     let cancel = self.view.cancel(order).map(|(c, _)| c);
                     if let (Some(c), Some(f)) = (cancel, trail.first_commit) {
@@ -358,18 +359,18 @@ mod tests {
     use super::*;
 
     fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
-        let mut r = Record::new(i, ev, inc, 0);
+        let mut r = Record::of(i, ev, inc, 0);
         r.seq = seq;
         if ev != Event::Booted {
             r = r.with_order(OrderId::new(0, o));
-            r.attempt = 1;
+            r.set_attempt(1);
             r.next.insert(0, o + 1);
         }
         if ev == Event::Completed {
-            r.outcome = Some(crate::record::Outcome::not_run(
+            r.set_outcome(Some(crate::record::Outcome::not_run(
                 crate::record::Status::Ok,
                 "",
-            ));
+            )));
         }
         r
     }
@@ -437,10 +438,10 @@ mod tests {
         let r = check(&log);
         assert_eq!(rules(&r), vec![Rule::RanAfterCancel], "{:?}", r.violations);
         // Completed `cancelled`: it never ran.
-        done.outcome = Some(crate::record::Outcome::not_run(
+        done.set_outcome(Some(crate::record::Outcome::not_run(
             crate::record::Status::Cancelled,
             "cancelled before it ran",
-        ));
+        )));
         let mut log = log.to_vec();
         log[4] = done;
         assert!(check(&log).holds());
@@ -459,7 +460,7 @@ mod tests {
     #[test]
     fn a_completion_without_commit_and_too_many_attempts_are_caught() {
         let mut retry = rec(1, Event::Committed, "a2", 2, 0);
-        retry.attempt = 4;
+        retry.set_attempt(4);
         let log = [
             rec(1, Event::Booted, "a", 1, 0),
             rec(1, Event::Claimed, "a", 2, 0),
@@ -473,9 +474,7 @@ mod tests {
         log[5] = {
             let mut r = log[5].clone();
             r.seq = 3;
-            r.partition = Some(0);
-            r.offset = Some(1);
-            r
+            r.with_order(OrderId::new(0, 1))
         };
         let r = check(&log);
         assert_eq!(

@@ -13,7 +13,7 @@
 //! clock (timestamps come inside the records).
 
 use crate::checkpoint::{Snapshot, ID_MEMORY, ID_MEMORY_BYTES};
-use crate::record::{Cite, Event, OrderId, Outcome, Record};
+use crate::record::{Body, Cite, Event, OrderId, Outcome, Record};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::Hash;
@@ -248,7 +248,7 @@ impl View {
     /// records) into the view.
     pub fn apply(&mut self, pos: u64, rec: &Record) -> Result<(), Void> {
         self.end = self.end.max(pos + 1);
-        if rec.event == Event::Cancelled {
+        if rec.event() == Event::Cancelled {
             // No instance's record: no fence, seq or hold of any instance.
             self.apply_cancel(pos, rec);
             self.forget_old_contests(pos);
@@ -268,7 +268,7 @@ impl View {
     fn apply_inner(&mut self, pos: u64, rec: &Record) -> Result<(), Void> {
         // Written on another's behalf (a revocation): the writer must not be
         // fenced itself.
-        if let Some(w) = rec.by.and_then(|w| self.instances.get(&w)) {
+        if let Some(w) = rec.by().and_then(|w| self.instances.get(&w)) {
             let current = w
                 .booted
                 .as_ref()
@@ -280,10 +280,10 @@ impl View {
         let keep_duplicates = self.keeps_duplicates();
         let inst = self.instances.entry(rec.instance).or_default();
         // R10: only the newest incarnation speaks.
-        if rec.event == Event::Booted {
+        if rec.event() == Event::Booted {
             inst.booted = Some((pos, rec.incarnation.clone()));
             inst.revoked = None;
-        } else if rec.by.is_none() {
+        } else if rec.by().is_none() {
             if let Some((_, cur)) = &inst.booted {
                 if *cur != rec.incarnation {
                     return Err(Void::Fenced);
@@ -294,7 +294,7 @@ impl View {
             }
         }
         // R7: duplicates.
-        if rec.by.is_none() && rec.seq > 0 {
+        if rec.by().is_none() && rec.seq > 0 {
             if let Some((inc, seq)) = &inst.last_seq {
                 if *inc == rec.incarnation && rec.seq <= *seq && !keep_duplicates {
                     return Err(Void::Duplicate);
@@ -311,19 +311,25 @@ impl View {
         for (&p, &o) in &rec.next {
             raise(&mut self.frontier, p, o);
         }
-        if let (Event::Checkpoint, Some(snap)) = (rec.event, &rec.snapshot) {
-            self.checkpoint = self.checkpoint.max(snap.at);
+        if let Body::Checkpoint { snapshot } = &rec.body {
+            self.checkpoint = self.checkpoint.max(snapshot.at);
         }
         let Some(order) = rec.order() else {
             return Ok(());
         };
         let i = rec.instance;
-        match rec.event {
-            Event::Claimed => {
+        match &rec.body {
+            Body::Claimed {
+                attempt,
+                takeover_of,
+                rank,
+                order_id,
+                ..
+            } => {
                 // A takeover claim (it names the hold it took over) follows
                 // a valid revocation of an open hold: it is late only if it
                 // continues a pending hold that inherited lateness (below).
-                let takeover = !rec.takeover_of.is_empty();
+                let takeover = !takeover_of.is_empty();
                 let continues = takeover
                     && self
                         .instances
@@ -334,7 +340,7 @@ impl View {
                     late: behind && !takeover,
                     ..Contest::default()
                 });
-                let rank = rec.rank.unwrap_or(i);
+                let rank = rank.unwrap_or(i);
                 contest.claim(i, pos, rank);
                 if continues {
                     // As the pending hold was.
@@ -348,26 +354,31 @@ impl View {
                 inst.hold = Some(Hold {
                     order,
                     claim_pos: pos,
-                    attempt: rec.attempt.max(1),
+                    attempt: (*attempt).max(1),
                     committed: None,
-                    order_id: rec.order_id.clone(),
+                    order_id: order_id.clone(),
                     last_ts: rec.ts,
                     last_pos: pos,
                     incarnation: rec.incarnation.clone(),
                     rank,
                     pending: false,
-                    took_over: rec.takeover_of.first().cloned(),
+                    took_over: takeover_of.first().cloned(),
                 });
                 Ok(())
             }
-            Event::Revoked => {
+            Body::Revoked {
+                by,
+                fences,
+                seen,
+                rank,
+                attempt,
+                ..
+            } => {
                 // Valid only if the hold wrote nothing since the revoker
                 // looked, so that every reader agrees (R37).
                 let inst = self.instances.entry(i).or_default();
                 let Some(hold) = inst.hold.as_ref().filter(|h| {
-                    h.order == order
-                        && Some(h.last_pos) == rec.seen
-                        && Some(&h.incarnation) == rec.fences.as_ref()
+                    h.order == order && h.last_pos == *seen && h.incarnation == *fences
                 }) else {
                     return Err(Void::Stray);
                 };
@@ -389,13 +400,13 @@ impl View {
                 // hold was never late to its holder.
                 let late = !was_committed && contest.late_for(i);
                 contest.stances.insert(i, (claim_pos, Stance::Yielded));
-                let rank = rec.rank.unwrap_or(contest.rank(i).0);
+                let rank = rank.unwrap_or(contest.rank(i).0);
                 // A revoker that holds nothing (an idle instance taking the
                 // order over) holds it from here, in the revoked hold's
                 // place, until its takeover claim lands: the two appends are
                 // not atomic, and a revoker that dies between them must not
                 // leave the order held by nobody (R39).
-                let Some(by) = rec.by else { return Ok(()) };
+                let by = *by;
                 let heir = self.instances.entry(by).or_default();
                 if heir.hold.is_some() {
                     return Ok(());
@@ -403,7 +414,7 @@ impl View {
                 heir.hold = Some(Hold {
                     order,
                     claim_pos: pos,
-                    attempt: rec.attempt.max(1),
+                    attempt: (*attempt).max(1),
                     committed: None,
                     order_id,
                     last_ts: rec.ts,
@@ -421,36 +432,39 @@ impl View {
                 }
                 Ok(())
             }
-            Event::Committed | Event::Yielded | Event::Completed | Event::Lease => {
+            Body::Committed { .. }
+            | Body::Yielded { .. }
+            | Body::Completed { .. }
+            | Body::Lease { .. } => {
                 let inst = self.instances.entry(i).or_default();
                 let Some(hold) = inst.hold.as_mut().filter(|h| h.order == order) else {
                     return Err(Void::Stray);
                 };
                 hold.last_ts = hold.last_ts.max(rec.ts);
-                if matches!(rec.event, Event::Lease | Event::Committed) {
+                if matches!(rec.body, Body::Lease { .. } | Body::Committed { .. }) {
                     hold.last_pos = pos;
                     hold.incarnation = rec.incarnation.clone();
                 }
                 // An id announced by the holder of a committed order (the
                 // first one wins; a duplicate's own completion names its id
                 // too, but it is never first).
-                if let (Some(id), Some(_)) = (&rec.order_id, hold.committed) {
-                    hold.order_id = Some(id.clone());
-                    self.ids.entry(id.clone()).or_insert((order, pos));
+                if let (Some(id), Some(_)) = (rec.order_id(), hold.committed) {
+                    hold.order_id = Some(id.to_string());
+                    self.ids.entry(id.to_string()).or_insert((order, pos));
                 }
                 let claim_pos = hold.claim_pos;
-                let stance = match (rec.event, hold.committed) {
+                let stance = match (rec.event(), hold.committed) {
                     (Event::Lease, _) => return Ok(()),
                     // The first decision after a claim is the decision
                     // (R11); a later `committed` is a
                     // new attempt of the same run, a later `yielded` nothing.
                     (Event::Committed, Some(_)) => {
-                        hold.attempt = hold.attempt.max(rec.attempt);
+                        hold.attempt = hold.attempt.max(rec.attempt());
                         return Ok(());
                     }
                     (Event::Committed, None) => {
                         hold.committed = Some(pos);
-                        hold.attempt = hold.attempt.max(rec.attempt);
+                        hold.attempt = hold.attempt.max(rec.attempt());
                         Stance::Committed
                     }
                     (Event::Yielded, None) => {
@@ -466,7 +480,7 @@ impl View {
                     _ => {
                         let attempt = hold.attempt;
                         inst.hold = None;
-                        let outcome = rec.outcome.clone().unwrap_or_else(|| {
+                        let outcome = rec.outcome().cloned().unwrap_or_else(|| {
                             Outcome::not_run(crate::record::Status::Error, "missing outcome")
                         });
                         inst.last_completed = Some((order, pos, attempt, outcome));
@@ -485,7 +499,7 @@ impl View {
                 Ok(())
             }
             // Handled in `apply`, never here.
-            Event::Booted | Event::Checkpoint | Event::Cancelled => Ok(()),
+            Body::Booted | Body::Checkpoint { .. } | Body::Cancelled { .. } => Ok(()),
         }
     }
 
@@ -504,7 +518,7 @@ impl View {
             None => order.offset < self.next_offset(order.partition),
         };
         if !done {
-            let reason = rec.reason.clone().unwrap_or_default();
+            let reason = rec.reason().unwrap_or_default().to_string();
             self.cancels.entry(order).or_insert((pos, reason));
         }
     }
@@ -527,14 +541,16 @@ impl View {
             w.passed_over = false;
         }
         if let Some(inst) = self.instances.get_mut(&rec.instance) {
-            match rec.event {
+            match rec.event() {
                 Event::Booted => inst.exiting = false,
-                Event::Completed if rec.exits => inst.exiting = true,
+                Event::Completed if matches!(rec.body, Body::Completed { exits: true, .. }) => {
+                    inst.exiting = true
+                }
                 _ => {}
             }
         }
         let closes = matches!(
-            rec.event,
+            rec.event(),
             Event::Booted | Event::Yielded | Event::Completed | Event::Revoked
         );
         if let Some(inst) = self
@@ -544,8 +560,8 @@ impl View {
         {
             inst.idle_ts = rec.ts;
         }
-        if rec.event == Event::Claimed {
-            for i in &rec.passed_over {
+        if let Body::Claimed { passed_over, .. } = &rec.body {
+            for i in passed_over {
                 if let Some(s) = self.instances.get_mut(i).filter(|_| *i != rec.writer()) {
                     s.passed_over = true;
                 }
@@ -585,10 +601,10 @@ impl View {
     /// one must still keep the order from being committed again
     /// (docs/protocol.md R15).
     fn note_completion(&mut self, pos: u64, rec: &Record) {
-        let (Event::Completed, Some(order), Some(outcome)) = (rec.event, rec.order(), &rec.outcome)
-        else {
+        let Body::Completed { order, outcome, .. } = &rec.body else {
             return;
         };
+        let order = *order;
         let c = self.contests.entry(order).or_default();
         if c.finished.is_none() {
             c.finished = Some((pos, outcome.clone()));
@@ -1002,12 +1018,12 @@ mod tests {
     use crate::record::Status;
 
     pub(crate) fn rec(i: u32, ev: Event, inc: &str, o: i64) -> Record {
-        let mut r = Record::new(i, ev, inc, 0);
+        let mut r = Record::of(i, ev, inc, 0);
         if ev.needs_order() {
             r = r.with_order(OrderId::new(0, o));
-            r.attempt = 1;
+            r.set_attempt(1);
             if ev == Event::Completed {
-                r.outcome = Some(Outcome::not_run(Status::Ok, "x"));
+                r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
             }
         }
         r
@@ -1164,15 +1180,15 @@ mod tests {
                     let ev = Event::ALL[ev];
                     let mut r = rec(i, ev, inc, o);
                     r.seq = seq;
-                    r.by = by;
-                    r.seen = seen;
-                    r.attempt = attempt;
-                    r.fences = Some(if seq % 2 == 0 { "a".into() } else { "b".into() });
+                    r.set_by(by);
+                    r.set_seen(seen);
+                    r.set_attempt(attempt);
+                    r.set_fences(Some(if seq % 2 == 0 { "a".into() } else { "b".into() }));
                     if let Some(n) = next {
                         r.next.insert(0, n);
                     }
                     if ev == Event::Lease && seq == 3 {
-                        r.order_id = Some("id".into());
+                        r.set_order_id(Some("id".into()));
                     }
                     r
                 })
@@ -1200,10 +1216,10 @@ mod tests {
                         // revocation of another's hold of the same order.
                         let c = &log[h.claim_pos as usize];
                         if h.pending {
-                            prop_assert_eq!(c.event, Event::Revoked);
-                            prop_assert_eq!(c.by, Some(i));
+                            prop_assert_eq!(c.event(), Event::Revoked);
+                            prop_assert_eq!(c.by(), Some(i));
                         } else {
-                            prop_assert_eq!(c.event, Event::Claimed);
+                            prop_assert_eq!(c.event(), Event::Claimed);
                             prop_assert_eq!(c.instance, i);
                         }
                         prop_assert_eq!(c.order(), Some(h.order));
@@ -1268,14 +1284,16 @@ mod tests {
         // 1 claims 0:1 after deferring to 3: 3 is out of the queue until it
         // writes again.
         let mut c = at(rec(1, Event::Claimed, "a", 1), 60);
-        c.passed_over = vec![3];
+        c.set_passed_over(vec![3]);
         log.push(c);
         assert_eq!(view(&log).idle_queue(), vec![2]);
         log.push(at(rec(3, Event::Booted, "c2", 0), 70));
         assert_eq!(view(&log).idle_queue(), vec![2, 3]);
         // A revoked incarnation is not idle (it stops); its next one is.
         let mut r = at(rec(1, Event::Revoked, "c2", 1), 80);
-        (r.by, r.fences, r.seen) = (Some(3), Some("a".into()), Some(6));
+        r.set_by(Some(3));
+        r.set_fences(Some("a".into()));
+        r.set_seen(Some(6));
         log.push(r);
         let v = view(&log);
         assert!(v.instance(1).unwrap().revoked.is_some());
@@ -1291,7 +1309,7 @@ mod tests {
     fn an_instance_whose_process_exits_joins_the_queue_at_its_next_boot() {
         let done = |i, inc: &str, o, ts, exits| {
             let mut r = at(rec(i, Event::Completed, inc, o), ts);
-            r.exits = exits;
+            r.set_exits(exits);
             r
         };
         let mut log = vec![

@@ -76,9 +76,9 @@ pub fn find(records: &[(u64, Result<Record, crate::record::Foreign>)], order: Or
         match r {
             Ok(rec) => {
                 let valid = view.apply(*pos, rec).is_ok();
-                if valid && rec.event == Event::Completed && rec.order() == Some(order) {
+                if valid && rec.event() == Event::Completed && rec.order() == Some(order) {
                     let status = rec
-                        .outcome
+                        .outcome()
                         .as_ref()
                         .map_or(crate::record::Status::Error, |o| o.status);
                     completed.get_or_insert((status, *pos));
@@ -236,10 +236,10 @@ mod tests {
     use crate::record::{Outcome, Status};
 
     fn rec(ev: Event, o: i64) -> Record {
-        let mut r = Record::new(1, ev, "a", 0).with_order(OrderId::new(0, o));
-        r.attempt = 1;
+        let mut r = Record::of(1, ev, "a", 0).with_order(OrderId::new(0, o));
+        r.set_attempt(1);
         if ev == Event::Completed {
-            r.outcome = Some(Outcome::not_run(Status::Failed, "x"));
+            r.set_outcome(Some(Outcome::not_run(Status::Failed, "x")));
         }
         r
     }

@@ -52,15 +52,15 @@ mod tests {
     use crate::record::{Event, Outcome, Record, Status};
 
     fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
-        let mut r = Record::new(i, ev, inc, 0);
+        let mut r = Record::of(i, ev, inc, 0);
         r.seq = seq;
         if ev.needs_order() {
             r = r.with_order(OrderId::new(0, o));
-            r.attempt = 1;
+            r.set_attempt(1);
             r.next.insert(0, o + 1);
         }
         if ev == Event::Completed {
-            r.outcome = Some(Outcome::not_run(Status::Ok, "x"));
+            r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
         }
         r
     }
@@ -69,7 +69,7 @@ mod tests {
     /// and an announced id.
     fn log() -> Vec<Record> {
         let mut announce = rec(3, Event::Lease, "c", 4, 2);
-        announce.order_id = Some("report-7".into());
+        announce.set_order_id(Some("report-7".into()));
         vec![
             rec(1, Event::Booted, "a", 1, 0),
             rec(2, Event::Booted, "b", 1, 0),
@@ -101,14 +101,14 @@ mod tests {
         for cut in 0..=log.len() {
             let before = replay(View::new(), &log[..cut], 0);
             // Through the record's JSON, as the shell would read it.
-            let mut r = Record::new(2, Event::Checkpoint, "b", 0);
+            let mut r = Record::of(2, Event::Checkpoint, "b", 0);
             r.seq = 9;
-            r.snapshot = Some(Box::new(before.snapshot()));
+            r.set_snapshot(Some(Box::new(before.snapshot())));
             let back =
                 Record::decode(Some(r.key().as_bytes()), Some(&r.encode())).expect("decodes");
-            let snap = back.snapshot.expect("snapshot");
+            let snap = back.snapshot().expect("snapshot");
             assert_eq!(snap.at, cut as u64);
-            let resumed = replay(View::from_snapshot(&snap), &log, cut);
+            let resumed = replay(View::from_snapshot(snap), &log, cut);
             assert_eq!(resumed.summary(), full.summary(), "cut at {cut}");
             assert_eq!(
                 resumed.id_owner("report-7"),
@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn a_checkpoint_without_a_snapshot_is_foreign() {
-        let r = Record::new(2, Event::Checkpoint, "b", 0);
-        assert!(Record::decode(Some(r.key().as_bytes()), Some(&r.encode())).is_err());
+        let r = br#"{"instance":2,"event":"checkpoint","incarnation":"b","ts":0}"#;
+        assert!(Record::decode(Some(b"2:checkpoint"), Some(r)).is_err());
     }
 }

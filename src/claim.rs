@@ -73,10 +73,10 @@ mod tests {
     use crate::record::{Event, Outcome, Record, Status};
 
     fn rec(i: u32, ev: Event, o: i64) -> Record {
-        let mut r = Record::new(i, ev, "x", 0).with_order(OrderId::new(0, o));
-        r.attempt = 1;
+        let mut r = Record::of(i, ev, "x", 0).with_order(OrderId::new(0, o));
+        r.set_attempt(1);
         if ev == Event::Completed {
-            r.outcome = Some(Outcome::not_run(Status::Ok, "x"));
+            r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
         }
         r
     }

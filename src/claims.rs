@@ -239,10 +239,10 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                         // Signed, and possible: a checkpoint is a whole view.
                         let live = || Instant::now() < deadline;
                         if let Ok(rec) = self.gate.decode(&search, &m, &live) {
-                            if let Some(snap) = rec.snapshot.filter(|s| {
+                            if let Some(snap) = rec.snapshot().filter(|s| {
                                 s.at <= at_most && best.as_ref().is_none_or(|b| s.at > b.at)
                             }) {
-                                best = Some(*snap);
+                                best = Some(snap.clone());
                             }
                         }
                     }
@@ -361,15 +361,15 @@ mod tests {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
     fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
-        let mut r = Record::new(i, ev, inc, 0);
+        let mut r = Record::of(i, ev, inc, 0);
         r.seq = seq;
         if ev.needs_order() {
             r = r.with_order(OrderId::new(0, o));
-            r.attempt = 1;
+            r.set_attempt(1);
             r.next.insert(0, o + 1);
         }
         if ev == Event::Completed {
-            r.outcome = Some(Outcome::not_run(Status::Ok, "x"));
+            r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
         }
         r
     }
@@ -411,9 +411,9 @@ mod tests {
         for (p, r) in log.iter().enumerate() {
             let _ = before.apply(p as u64, r);
         }
-        let mut cp = Record::new(3, Event::Checkpoint, "p0", 0);
+        let mut cp = Record::of(3, Event::Checkpoint, "p0", 0);
         cp.seq = 2;
-        cp.snapshot = Some(Box::new(before.snapshot()));
+        cp.set_snapshot(Some(Box::new(before.snapshot())));
         let at = log.len() as u64;
         log.push(cp);
         log.push(rec(2, Event::Completed, "b", 4, 1));

@@ -244,7 +244,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
             Some(claim) = claims.recv() => {
                 out.claim(&claim);
                 if let Ok(rec) = &claim.record {
-                    if rec.event == Event::Completed {
+                    if rec.event() == Event::Completed {
                         if let Some(order) = rec.order() {
                             if pending.remove(&order).is_some() {
                                 results.insert(order, rec.clone());
@@ -436,23 +436,23 @@ fn describe(record: &Result<Record, Foreign>, key: Option<&[u8]>, value: Option<
 /// What a record says, after its key.
 pub fn describe_record(rec: &Record) -> String {
     let order = rec.order().map_or_else(|| "?".into(), |o| o.to_string());
-    let mut s = match rec.event {
+    let mut s = match rec.event() {
         Event::Booted => format!("incarnation {}", rec.incarnation),
         Event::Claimed | Event::Committed => {
-            let mut s = format!("order {order} attempt {}", rec.attempt);
-            if !rec.takeover_of.is_empty() {
+            let mut s = format!("order {order} attempt {}", rec.attempt());
+            if !rec.takeover_of().is_empty() {
                 let from: Vec<String> = rec
-                    .takeover_of
+                    .takeover_of()
                     .iter()
                     .map(|c| c.instance.to_string())
                     .collect();
                 s.push_str(&format!(", taking over from instance {}", from.join(", ")));
             }
-            if let Some(r) = rec.rank {
+            if let Some(r) = rec.rank() {
                 s.push_str(&format!(", rank {r}"));
             }
-            if !rec.passed_over.is_empty() {
-                let who: Vec<String> = rec.passed_over.iter().map(|i| i.to_string()).collect();
+            if !rec.passed_over().is_empty() {
+                let who: Vec<String> = rec.passed_over().iter().map(|i| i.to_string()).collect();
                 s.push_str(&format!(", passing over instance {}", who.join(", ")));
             }
             s
@@ -461,11 +461,14 @@ pub fn describe_record(rec: &Record) -> String {
         Event::Cancelled => format!("order {order}, cancelled by an operator"),
         Event::Revoked => format!(
             "order {order}, fencing incarnation {}{}",
-            rec.fences.as_deref().unwrap_or("?"),
-            rec.rank
+            match &rec.body {
+                crate::record::Body::Revoked { fences, .. } => fences.as_str(),
+                _ => "?",
+            },
+            rec.rank()
                 .map_or(String::new(), |r| format!(", the taker at rank {r}"))
         ),
-        Event::Completed => match &rec.outcome {
+        Event::Completed => match rec.outcome() {
             Some(o) => {
                 let mut s = format!("order {order} {}", o.status);
                 if let Some(c) = o.exit_code {
@@ -487,7 +490,7 @@ pub fn describe_record(rec: &Record) -> String {
         },
         Event::Checkpoint => {
             let next: Vec<String> = rec.next.iter().map(|(p, o)| format!("{p}:{o}")).collect();
-            match &rec.snapshot {
+            match rec.snapshot() {
                 Some(snap) => format!(
                     "the log before #{}: {} instances, {} open contests, {} ids; frontier {}",
                     snap.at,
@@ -500,16 +503,15 @@ pub fn describe_record(rec: &Record) -> String {
             }
         }
     };
-    if let Some(id) = &rec.order_id {
+    if let Some(id) = &rec.order_id() {
         s.push_str(&format!(" (id {})", clip(id, 40)));
     }
-    if let Some(by) = rec.by {
+    if let Some(by) = rec.by() {
         s.push_str(&format!(" by instance {by}"));
     }
     let reason = rec
-        .reason
-        .as_deref()
-        .or(rec.outcome.as_ref().and_then(|o| o.reason.as_deref()));
+        .reason()
+        .or(rec.outcome().and_then(|o| o.reason.as_deref()));
     if let Some(r) = reason {
         s.push_str(&format!(": {}", clip(r, 80)));
     }
@@ -690,7 +692,7 @@ impl Out {
                         String::new(),
                     ];
                 };
-                let o = rec.outcome.as_ref();
+                let o = rec.outcome();
                 let output = o
                     .and_then(|o| {
                         first_line(&o.stdout_tail)
@@ -717,7 +719,7 @@ impl Out {
                     &serde_json::json!({
                         "event": "result", "order": row[0], "payload": orders[order],
                         "instance": rec.map(|r| r.instance),
-                        "outcome": rec.and_then(|r| r.outcome.as_ref()),
+                        "outcome": rec.and_then(|r| r.outcome()),
                     })
                     .to_string(),
                 );
@@ -778,7 +780,7 @@ impl Out {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Cite, Outcome, Status};
+    use crate::record::{Body, Cite, Outcome, Status};
 
     #[test]
     fn demo_orders_are_what_they_say() {
@@ -795,31 +797,31 @@ mod tests {
 
     #[test]
     fn readable_lines() {
-        let mut claim = Record::new(3, Event::Claimed, "a1", 0).with_order(OrderId::new(0, 17));
-        claim.attempt = 1;
+        let mut claim = Record::of(3, Event::Claimed, "a1", 0).with_order(OrderId::new(0, 17));
+        claim.set_attempt(1);
         let key = claim.key();
         assert_eq!(
             describe_claim(Some(key.as_bytes()), Some(&claim.encode())),
             "3:claimed     order 0:17 attempt 1"
         );
-        claim.takeover_of.push(Cite {
+        claim.set_takeover_of(vec![Cite {
             instance: 2,
             incarnation: "b".into(),
-        });
+        }]);
         assert!(describe_record(&claim).ends_with("taking over from instance 2"));
-        claim.rank = Some(0);
+        claim.set_rank(Some(0));
         assert!(describe_record(&claim).ends_with("taking over from instance 2, rank 0"));
 
-        let mut cp = Record::new(3, Event::Checkpoint, "a1", 0);
-        cp.snapshot = Some(Box::new(crate::boot::View::new().snapshot()));
+        let mut cp = Record::of(3, Event::Checkpoint, "a1", 0);
+        cp.set_snapshot(Some(Box::new(crate::boot::View::new().snapshot())));
         cp.next.insert(0, 18);
         assert_eq!(
             describe_record(&cp),
             "the log before #0: 0 instances, 0 open contests, 0 ids; frontier 0:18"
         );
 
-        let mut done = Record::new(3, Event::Completed, "a1", 0).with_order(OrderId::new(0, 17));
-        done.outcome = Some(Outcome {
+        let mut done = Record::of(3, Event::Completed, "a1", 0).with_order(OrderId::new(0, 17));
+        done.set_outcome(Some(Outcome {
             status: Status::Ok,
             exit_code: Some(0),
             duration_ms: 12,
@@ -828,12 +830,12 @@ mod tests {
             stderr_tail: String::new(),
             traceparent: None,
             retry_of: None,
-        });
+        }));
         assert_eq!(
             describe_record(&done),
             "order 0:17 ok exit 0 in 12 ms | hello"
         );
-        if let Some(o) = done.outcome.as_mut() {
+        if let Body::Completed { outcome: o, .. } = &mut done.body {
             o.retry_of = Some("0:3".into());
             o.traceparent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
         }
@@ -841,7 +843,7 @@ mod tests {
             describe_record(&done),
             "order 0:17 ok exit 0 in 12 ms, retry of 0:3, traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 | hello"
         );
-        done.outcome = Some(Outcome::not_run(Status::Error, "bad JSON order"));
+        done.set_outcome(Some(Outcome::not_run(Status::Error, "bad JSON order")));
         assert_eq!(
             describe_record(&done),
             "order 0:17 error in 0 ms: bad JSON order"

@@ -662,7 +662,7 @@ impl Kafka {
                 Err(e) if too_large(&e) && rec.to_mut().shrink() => {
                     tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this record as too large (check the claims topic's max.message.bytes); shortened");
                 }
-                Err(e) if too_large(&e) && rec.event == crate::record::Event::Checkpoint => {
+                Err(e) if too_large(&e) && rec.event() == crate::record::Event::Checkpoint => {
                     tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this checkpoint as too large; not written (boot reads further back)");
                     return None;
                 }
@@ -734,7 +734,7 @@ impl Kafka {
     /// A result the broker refuses as too large is shortened, like a record.
     pub async fn publish_result(&self, rec: &Record) {
         let (Some(topic), Some(order), Some(outcome)) =
-            (&self.results_topic, rec.order(), &rec.outcome)
+            (&self.results_topic, rec.order(), rec.outcome())
         else {
             return;
         };
@@ -747,7 +747,7 @@ impl Kafka {
                 "partition": order.partition,
                 "offset": order.offset,
                 "instance": rec.instance,
-                "attempt": rec.attempt,
+                "attempt": rec.attempt(),
                 "status": outcome.status,
                 "exit_code": outcome.exit_code,
                 "duration_ms": outcome.duration_ms,

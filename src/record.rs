@@ -143,8 +143,7 @@ pub enum Event {
     Claimed,
     /// "I won this order and run it."
     Committed,
-    /// "I do not run this order" (or, with `by`, a rival's expired claim is
-    /// closed on its behalf).
+    /// "I do not run this order."
     Yielded,
     /// "I still hold this order" (renewed while negotiating or running).
     Lease,
@@ -318,82 +317,85 @@ impl Outcome {
     }
 }
 
-/// One coordination record (the value; the key is derived from it).
+/// A record as it is on the wire: every field of every event, flat, in
+/// the order written (docs/protocol.md §2). Only [`Record`]'s serde goes
+/// through it: decoding checks it ([`Flat::validate`]) and then that it
+/// carries no field of another event ([`Record::try_from`]).
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Record {
+struct Flat {
     /// The instance whose story this is (the key's instance).
-    pub instance: u32,
-    pub event: Event,
+    instance: u32,
+    event: Event,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub partition: Option<i32>,
+    partition: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub offset: Option<i64>,
+    offset: Option<i64>,
     /// The writer, when it is not `instance` (a forced `yielded`, a `revoked`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub by: Option<u32>,
+    by: Option<u32>,
     /// The writer's incarnation (one per process start; see `booted`).
-    pub incarnation: String,
+    incarnation: String,
     /// Writer's wall clock, milliseconds since the UNIX epoch.
-    pub ts: u64,
+    ts: u64,
     /// The writer incarnation's sequence number for this record (1, 2, ...).
     /// A producer retry can append a record twice; readers drop a record whose
     /// seq is not above the last one seen from that incarnation
     /// (docs/protocol.md R7).
     #[serde(default, skip_serializing_if = "is_zero64")]
-    pub seq: u64,
+    seq: u64,
     /// Which run of the order this is (1 for the first; claims and commits).
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub attempt: u32,
+    attempt: u32,
     /// On a takeover claim: the hold it took over (its writer's revocation
     /// of that hold came first). See docs/protocol.md R39.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub takeover_of: Vec<Cite>,
+    takeover_of: Vec<Cite>,
     /// On claims and revocations: the claim's place in the negotiation (the
     /// lower wins). Absent: the writer's instance number. A takeover carries
     /// the rank of the hold it took over, so that it stands where that hold
     /// stood (docs/protocol.md R33).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rank: Option<u32>,
+    rank: Option<u32>,
     /// On `revoked`: the incarnation of `instance` that loses its hold and
     /// whose later records are void (a fence, like `booted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fences: Option<String>,
+    fences: Option<String>,
     /// On `revoked`: the position of the newest record of the hold that the
     /// revoker saw. The revocation counts only if the hold has written
     /// nothing since (docs/protocol.md R37).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seen: Option<u64>,
+    seen: Option<u64>,
     /// The writer's knowledge of the claim frontier: per orders partition,
     /// the lowest offset nobody has claimed yet. Carried by every record so
     /// that compaction never loses it (docs/protocol.md R8).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub next: BTreeMap<i32, i64>,
+    next: BTreeMap<i32, i64>,
     /// On a claim made after its writer deferred to other idle instances
     /// for the claim deferral time (`CLAIM_DEFER_MS`): those instances.
     /// Readers leave them out of the idle queue until they next write a
     /// record (docs/protocol.md R30).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub passed_over: Vec<u32>,
+    passed_over: Vec<u32>,
     /// On `completed`: its writer's process exits after it (it has
     /// completed its `ORDERS_PER_PROCESS`). Readers leave the instance out
     /// of the idle queue until its next `booted` (docs/protocol.md
     /// R27). Absent: false (older writers never say it).
     #[serde(default, skip_serializing_if = "is_false")]
-    pub exits: bool,
+    exits: bool,
     /// The order's `id` (duplicate detection), on claims and completions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub order_id: Option<String>,
+    order_id: Option<String>,
     /// Human reason (yields, revocations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    reason: Option<String>,
     /// On `completed`: how the order ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<Outcome>,
+    outcome: Option<Outcome>,
     /// On `checkpoint`: the writer's view of the log before a position
     /// (src/checkpoint.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<Box<crate::checkpoint::Snapshot>>,
+    snapshot: Option<Box<crate::checkpoint::Snapshot>>,
 }
 
 /// A hold named in a takeover: instance and the incarnation that held it.
@@ -416,194 +418,14 @@ fn is_zero64(n: &u64) -> bool {
     *n == 0
 }
 
-impl Record {
-    /// A record with the given instance, event and writer incarnation; the
-    /// other fields empty.
-    pub fn new(instance: u32, event: Event, incarnation: &str, ts: u64) -> Self {
-        Record {
-            instance,
-            event,
-            partition: None,
-            offset: None,
-            by: None,
-            incarnation: incarnation.to_string(),
-            ts,
-            seq: 0,
-            attempt: 0,
-            takeover_of: Vec::new(),
-            rank: None,
-            fences: None,
-            seen: None,
-            next: BTreeMap::new(),
-            passed_over: Vec::new(),
-            exits: false,
-            order_id: None,
-            reason: None,
-            outcome: None,
-            snapshot: None,
-        }
-    }
-
-    pub fn with_order(mut self, order: OrderId) -> Self {
-        self.partition = Some(order.partition);
-        self.offset = Some(order.offset);
-        self
-    }
-
-    /// The order this record concerns, if any.
-    pub fn order(&self) -> Option<OrderId> {
+impl Flat {
+    fn order(&self) -> Option<OrderId> {
         Some(OrderId::new(self.partition?, self.offset?))
     }
 
-    /// The instance that wrote the record.
-    pub fn writer(&self) -> u32 {
-        self.by.unwrap_or(self.instance)
-    }
-
-    /// The record's key: `<instance>:<event>`; a cancel's is
-    /// `cancel:<partition>:<offset>`, one key per order, so that compaction
-    /// never erases a cancel for another order's (docs/protocol.md
-    /// R51).
-    pub fn key(&self) -> String {
-        match (self.event, self.order()) {
-            (Event::Cancelled, Some(o)) => format!("{CANCEL_KEY}{o}"),
-            _ => format!("{}:{}", self.instance, self.event),
-        }
-    }
-
-    /// An operator's cancel of `order` (`pool_worker cancel`), written by
-    /// the tool's own `incarnation` (random, one per run) with its reason,
-    /// cut to [`MAX_REASON_BYTES`].
-    pub fn cancel(order: OrderId, incarnation: &str, ts: u64, reason: &str) -> Record {
-        let mut r = Record::new(0, Event::Cancelled, incarnation, ts).with_order(order);
-        r.seq = 1;
-        r.reason = Some(fit_json(reason, MAX_REASON_BYTES, false));
-        r
-    }
-
-    pub fn encode(&self) -> Vec<u8> {
-        // Serialising plain data to a Vec cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
-    /// Makes the record smaller, for a broker that refused it as too large
-    /// (its `max.message.bytes` is below [`RECORD_LIMIT`]): halves the output
-    /// tails and the reasons, or drops a checkpoint's order ids. `false`
-    /// when nothing is left to cut.
-    pub fn shrink(&mut self) -> bool {
-        let before = self.encode().len();
-        if let Some(o) = self.outcome.take() {
-            let half = json_len(&o.stdout_tail).max(json_len(&o.stderr_tail)) / 2;
-            let mut o = o.fit(half);
-            o.reason = o.reason.map(|r| fit_json(&r, json_len(&r) / 2, false));
-            self.outcome = Some(o);
-        }
-        self.reason = self
-            .reason
-            .take()
-            .map(|r| fit_json(&r, json_len(&r) / 2, false));
-        if let Some(snap) = self.snapshot.as_mut() {
-            // Newest first: keep the newer half.
-            snap.ids.truncate(snap.ids.len() / 2);
-        }
-        self.encode().len() < before
-    }
-
-    /// [`Record::decode`], given what the record's signature is worth
-    /// (src/sign.rs): with the pool's key set, an unsigned or badly signed
-    /// record is foreign whatever it says.
-    pub fn decode_with(
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        verdict: crate::sign::Verdict,
-    ) -> Result<Record, Foreign> {
-        use crate::sign::Verdict;
-        match verdict {
-            Verdict::Unchecked | Verdict::Valid => Record::decode(key, value),
-            Verdict::Unsigned => Err(Foreign::Unsigned),
-            Verdict::Bad => Err(Foreign::BadSignature),
-        }
-    }
-
-    /// Why the record cannot be true, given the orders topic's end offsets
-    /// (`ends`, per partition, fetched after the record was read): it is
-    /// about an order past the end of its partition or in a partition the
-    /// topic does not have, or its frontier (`next`, or a checkpoint's) is
-    /// beyond an end. Every record the pool writes passes: its writer saw
-    /// the orders it names, and an end offset never falls. Such a record is
-    /// foreign ([`Foreign::Impossible`]): it would otherwise make every
-    /// reader skip orders that are yet to come.
-    pub fn impossible(&self, ends: &BTreeMap<i32, i64>) -> Option<String> {
-        let end = |p: i32| ends.get(&p).copied();
-        if let Some(o) = self.order() {
-            match end(o.partition) {
-                None => {
-                    return Some(format!(
-                        "order {o}: the orders topic has no partition {}",
-                        o.partition
-                    ))
-                }
-                Some(e) if o.offset >= e => {
-                    return Some(format!("order {o} is past the end of its partition ({e})"))
-                }
-                _ => {}
-            }
-        }
-        let frontier = self.snapshot.iter().flat_map(|s| s.frontier.iter());
-        for (&p, &o) in self.next.iter().chain(frontier) {
-            match end(p) {
-                None => {
-                    return Some(format!(
-                        "frontier {p}:{o}: the orders topic has no partition {p}"
-                    ))
-                }
-                Some(e) if o > e => {
-                    return Some(format!(
-                        "frontier {p}:{o} is past the end of its partition ({e})"
-                    ))
-                }
-                _ => {}
-            }
-        }
-        None
-    }
-
-    /// Parses a record from its key and value, refusing anything pool_worker
-    /// would not have written.
-    pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Record, Foreign> {
-        let key = key.ok_or(Foreign::NoKey)?;
-        let key = std::str::from_utf8(key).map_err(|_| Foreign::BadKey(lossy(key)))?;
-        // `cancel:P:O` (an operator's cancel), else `<instance>:<event>`.
-        let (inst, ev, order) = match key.strip_prefix(CANCEL_KEY) {
-            Some(o) => {
-                let o: OrderId = o.parse().map_err(|_| Foreign::BadKey(key.into()))?;
-                (0, Event::Cancelled, Some(o))
-            }
-            None => {
-                let (inst, ev) = key
-                    .split_once(':')
-                    .ok_or_else(|| Foreign::BadKey(key.into()))?;
-                let inst: u32 = inst.parse().map_err(|_| Foreign::BadKey(key.into()))?;
-                let ev = Event::parse(ev)
-                    .filter(|e| *e != Event::Cancelled)
-                    .ok_or_else(|| Foreign::BadKey(key.into()))?;
-                (inst, ev, None)
-            }
-        };
-        let value = value.ok_or(Foreign::NoValue)?;
-        if value.len() > MAX_RECORD_BYTES {
-            return Err(Foreign::BadValue(format!("{} bytes", value.len())));
-        }
-        let rec: Record =
-            serde_json::from_slice(value).map_err(|e| Foreign::BadValue(e.to_string()))?;
-        if rec.instance != inst || rec.event != ev || order.is_some_and(|o| rec.order() != Some(o))
-        {
-            return Err(Foreign::Mismatch(key.into()));
-        }
-        rec.validate()?;
-        Ok(rec)
-    }
-
+    /// The checks of a record as a whole (the old flat `Record`'s, with
+    /// their messages): ranges, the order of events that need one, and
+    /// the fields each event must have.
     fn validate(&self) -> Result<(), Foreign> {
         let in_range = |n: u32| (1..=MAX_INSTANCE).contains(&n);
         if self.event == Event::Cancelled {
@@ -669,6 +491,835 @@ impl Record {
             return Err(Foreign::BadValue("revoked without fences/by/seen".into()));
         }
         Ok(())
+    }
+}
+
+/// One coordination record (the value; the key is derived from it): the
+/// envelope every record has and its event's own fields ([`Body`]). On the
+/// wire it is one flat JSON object (docs/protocol.md §2), written and read
+/// through [`Flat`]: a field that belongs to another event makes a record
+/// foreign.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(try_from = "Flat", into = "Flat")]
+pub struct Record {
+    /// The instance whose story this is (the key's instance; 0 for a
+    /// cancel).
+    pub instance: u32,
+    /// The writer's incarnation (one per process start; see `booted`).
+    pub incarnation: String,
+    /// Writer's wall clock, milliseconds since the UNIX epoch.
+    pub ts: u64,
+    /// The writer incarnation's sequence number for this record (1, 2, ...;
+    /// 0: not numbered). A producer retry can append a record twice;
+    /// readers drop a record whose seq is not above the last one seen from
+    /// that incarnation (docs/protocol.md R7).
+    pub seq: u64,
+    /// The writer's knowledge of the claim frontier: per orders partition,
+    /// the lowest offset nobody has claimed yet. Carried by every record so
+    /// that compaction never loses it (docs/protocol.md R8).
+    pub next: BTreeMap<i32, i64>,
+    /// The event and its fields.
+    pub body: Body,
+}
+
+/// What a record says: one variant per event, with that event's fields.
+/// `attempt` is which run of the order this is (1 for the first; 0: not
+/// said, as older writers did on some events).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Body {
+    /// An incarnation of an instance starts; fences older incarnations.
+    Booted,
+    /// "I want this order."
+    Claimed {
+        order: OrderId,
+        attempt: u32,
+        /// On a takeover claim: the hold it took over (its writer's
+        /// revocation of that hold came first). See docs/protocol.md R39.
+        takeover_of: Vec<Cite>,
+        /// The claim's place in the negotiation (the lower wins). Absent:
+        /// the writer's instance number. A takeover carries the rank of the
+        /// hold it took over (docs/protocol.md R33).
+        rank: Option<u32>,
+        /// After a deferral (`CLAIM_DEFER_MS`): the idle instances its
+        /// writer deferred to. Readers leave them out of the idle queue
+        /// until they next write a record (docs/protocol.md R30).
+        passed_over: Vec<u32>,
+        /// The order's `id`, on a takeover of a hold that announced it.
+        order_id: Option<String>,
+    },
+    /// "I won this order and run it", or a new attempt of that run.
+    Committed { order: OrderId, attempt: u32 },
+    /// "I do not run this order."
+    Yielded {
+        order: OrderId,
+        attempt: u32,
+        reason: Option<String>,
+    },
+    /// "I still hold this order"; with `order_id`, the order's id
+    /// announced (docs/protocol.md R46).
+    Lease {
+        order: OrderId,
+        attempt: u32,
+        order_id: Option<String>,
+    },
+    /// A hold whose lease expired is closed by another instance, `by`; the
+    /// record's `instance` is the holder's.
+    Revoked {
+        order: OrderId,
+        /// The writer.
+        by: u32,
+        /// The holder's incarnation that loses its hold and whose later
+        /// records are void (a fence, like `booted`).
+        fences: String,
+        /// The position of the newest record of the hold that the revoker
+        /// saw: the revocation counts only if the hold has written nothing
+        /// since (docs/protocol.md R37).
+        seen: u64,
+        /// The taker's place in the negotiation.
+        rank: Option<u32>,
+        /// The taker's attempt.
+        attempt: u32,
+        reason: Option<String>,
+    },
+    /// "This order is done", with its outcome.
+    Completed {
+        order: OrderId,
+        attempt: u32,
+        /// Its writer's process exits after it (it has completed its
+        /// `ORDERS_PER_PROCESS`): readers leave the instance out of the
+        /// idle queue until its next `booted` (docs/protocol.md R27).
+        exits: bool,
+        /// The order's `id` (duplicate detection).
+        order_id: Option<String>,
+        outcome: Outcome,
+    },
+    /// The writer's view of the log before a position (src/checkpoint.rs).
+    Checkpoint {
+        snapshot: Box<crate::checkpoint::Snapshot>,
+    },
+    /// An operator's `pool_worker cancel P:O` (docs/protocol.md R51).
+    Cancelled {
+        order: OrderId,
+        reason: Option<String>,
+    },
+}
+
+impl Body {
+    /// The event (the body without its fields).
+    pub fn event(&self) -> Event {
+        match self {
+            Body::Booted => Event::Booted,
+            Body::Claimed { .. } => Event::Claimed,
+            Body::Committed { .. } => Event::Committed,
+            Body::Yielded { .. } => Event::Yielded,
+            Body::Lease { .. } => Event::Lease,
+            Body::Revoked { .. } => Event::Revoked,
+            Body::Completed { .. } => Event::Completed,
+            Body::Checkpoint { .. } => Event::Checkpoint,
+            Body::Cancelled { .. } => Event::Cancelled,
+        }
+    }
+
+    /// A claim of `order` (attempt 1, no takeover, nobody passed over).
+    pub fn claim(order: OrderId) -> Body {
+        Body::Claimed {
+            order,
+            attempt: 1,
+            takeover_of: Vec::new(),
+            rank: None,
+            passed_over: Vec::new(),
+            order_id: None,
+        }
+    }
+
+    /// A completion of `order` with `outcome` (attempt 1).
+    pub fn completed(order: OrderId, outcome: Outcome) -> Body {
+        Body::Completed {
+            order,
+            attempt: 1,
+            exits: false,
+            order_id: None,
+            outcome,
+        }
+    }
+}
+
+impl From<Record> for Flat {
+    fn from(r: Record) -> Flat {
+        let mut f = Flat {
+            instance: r.instance,
+            event: r.body.event(),
+            partition: None,
+            offset: None,
+            by: None,
+            incarnation: r.incarnation,
+            ts: r.ts,
+            seq: r.seq,
+            attempt: 0,
+            takeover_of: Vec::new(),
+            rank: None,
+            fences: None,
+            seen: None,
+            next: r.next,
+            passed_over: Vec::new(),
+            exits: false,
+            order_id: None,
+            reason: None,
+            outcome: None,
+            snapshot: None,
+        };
+        let order = match r.body {
+            Body::Booted => None,
+            Body::Claimed {
+                order,
+                attempt,
+                takeover_of,
+                rank,
+                passed_over,
+                order_id,
+            } => {
+                (f.attempt, f.takeover_of, f.rank) = (attempt, takeover_of, rank);
+                (f.passed_over, f.order_id) = (passed_over, order_id);
+                Some(order)
+            }
+            Body::Committed { order, attempt } => {
+                f.attempt = attempt;
+                Some(order)
+            }
+            Body::Yielded {
+                order,
+                attempt,
+                reason,
+            } => {
+                (f.attempt, f.reason) = (attempt, reason);
+                Some(order)
+            }
+            Body::Lease {
+                order,
+                attempt,
+                order_id,
+            } => {
+                (f.attempt, f.order_id) = (attempt, order_id);
+                Some(order)
+            }
+            Body::Revoked {
+                order,
+                by,
+                fences,
+                seen,
+                rank,
+                attempt,
+                reason,
+            } => {
+                (f.by, f.fences, f.seen) = (Some(by), Some(fences), Some(seen));
+                (f.rank, f.attempt, f.reason) = (rank, attempt, reason);
+                Some(order)
+            }
+            Body::Completed {
+                order,
+                attempt,
+                exits,
+                order_id,
+                outcome,
+            } => {
+                (f.attempt, f.exits, f.order_id) = (attempt, exits, order_id);
+                f.outcome = Some(outcome);
+                Some(order)
+            }
+            Body::Checkpoint { snapshot } => {
+                f.snapshot = Some(snapshot);
+                None
+            }
+            Body::Cancelled { order, reason } => {
+                f.reason = reason;
+                Some(order)
+            }
+        };
+        if let Some(o) = order {
+            (f.partition, f.offset) = (Some(o.partition), Some(o.offset));
+        }
+        f
+    }
+}
+
+impl TryFrom<Flat> for Record {
+    type Error = Foreign;
+
+    /// A flat record that passes [`Flat::validate`] and carries no field
+    /// of another event.
+    fn try_from(f: Flat) -> Result<Record, Foreign> {
+        f.validate()?;
+        let ev = f.event;
+        // The fields it carries (as written: a default is not written).
+        let carried = [
+            ("partition", f.partition.is_some()),
+            ("offset", f.offset.is_some()),
+            ("by", f.by.is_some()),
+            ("attempt", f.attempt != 0),
+            ("takeover_of", !f.takeover_of.is_empty()),
+            ("rank", f.rank.is_some()),
+            ("fences", f.fences.is_some()),
+            ("seen", f.seen.is_some()),
+            ("passed_over", !f.passed_over.is_empty()),
+            ("exits", f.exits),
+            ("order_id", f.order_id.is_some()),
+            ("reason", f.reason.is_some()),
+            ("outcome", f.outcome.is_some()),
+            ("snapshot", f.snapshot.is_some()),
+        ];
+        let order = ["partition", "offset"].as_slice();
+        let own: &[&str] = match ev {
+            Event::Booted => &[],
+            Event::Claimed => &["attempt", "takeover_of", "rank", "passed_over", "order_id"],
+            Event::Committed => &["attempt"],
+            Event::Yielded => &["attempt", "reason"],
+            Event::Lease => &["attempt", "order_id"],
+            Event::Revoked => &["by", "fences", "seen", "rank", "attempt", "reason"],
+            Event::Completed => &["attempt", "exits", "order_id", "outcome"],
+            Event::Checkpoint => &["snapshot"],
+            Event::Cancelled => &["reason"],
+        };
+        let needs_order = ev.needs_order();
+        if let Some((field, _)) = carried
+            .iter()
+            .find(|(name, on)| *on && !own.contains(name) && !(needs_order && order.contains(name)))
+        {
+            return Err(Foreign::BadValue(format!("{field} on a {ev} record")));
+        }
+        // Present where needed: validate() checked.
+        let missing = || Foreign::BadValue(format!("{ev} record without its fields"));
+        let o = f.order();
+        let order = || o.ok_or_else(missing);
+        let body = match ev {
+            Event::Booted => Body::Booted,
+            Event::Claimed => Body::Claimed {
+                order: order()?,
+                attempt: f.attempt,
+                takeover_of: f.takeover_of,
+                rank: f.rank,
+                passed_over: f.passed_over,
+                order_id: f.order_id,
+            },
+            Event::Committed => Body::Committed {
+                order: order()?,
+                attempt: f.attempt,
+            },
+            Event::Yielded => Body::Yielded {
+                order: order()?,
+                attempt: f.attempt,
+                reason: f.reason,
+            },
+            Event::Lease => Body::Lease {
+                order: order()?,
+                attempt: f.attempt,
+                order_id: f.order_id,
+            },
+            Event::Revoked => Body::Revoked {
+                order: order()?,
+                by: f.by.ok_or_else(missing)?,
+                fences: f.fences.ok_or_else(missing)?,
+                seen: f.seen.ok_or_else(missing)?,
+                rank: f.rank,
+                attempt: f.attempt,
+                reason: f.reason,
+            },
+            Event::Completed => Body::Completed {
+                order: order()?,
+                attempt: f.attempt,
+                exits: f.exits,
+                order_id: f.order_id,
+                outcome: f.outcome.ok_or_else(missing)?,
+            },
+            Event::Checkpoint => Body::Checkpoint {
+                snapshot: f.snapshot.ok_or_else(missing)?,
+            },
+            Event::Cancelled => Body::Cancelled {
+                order: order()?,
+                reason: f.reason,
+            },
+        };
+        Ok(Record {
+            instance: f.instance,
+            incarnation: f.incarnation,
+            ts: f.ts,
+            seq: f.seq,
+            next: f.next,
+            body,
+        })
+    }
+}
+
+impl Record {
+    /// A record of `instance` by its writer's `incarnation` at `ts`, not
+    /// numbered, with no frontier.
+    pub fn new(instance: u32, body: Body, incarnation: &str, ts: u64) -> Self {
+        Record {
+            instance,
+            incarnation: incarnation.to_string(),
+            ts,
+            seq: 0,
+            next: BTreeMap::new(),
+            body,
+        }
+    }
+
+    /// The event.
+    pub fn event(&self) -> Event {
+        self.body.event()
+    }
+
+    /// The order this record concerns, if any.
+    pub fn order(&self) -> Option<OrderId> {
+        match &self.body {
+            Body::Booted | Body::Checkpoint { .. } => None,
+            Body::Claimed { order, .. }
+            | Body::Committed { order, .. }
+            | Body::Yielded { order, .. }
+            | Body::Lease { order, .. }
+            | Body::Revoked { order, .. }
+            | Body::Completed { order, .. }
+            | Body::Cancelled { order, .. } => Some(*order),
+        }
+    }
+
+    /// The attempt the record names (0: none).
+    pub fn attempt(&self) -> u32 {
+        match &self.body {
+            Body::Claimed { attempt, .. }
+            | Body::Committed { attempt, .. }
+            | Body::Yielded { attempt, .. }
+            | Body::Lease { attempt, .. }
+            | Body::Revoked { attempt, .. }
+            | Body::Completed { attempt, .. } => *attempt,
+            _ => 0,
+        }
+    }
+
+    /// The order's id, on a claim, lease or completion that names it.
+    pub fn order_id(&self) -> Option<&str> {
+        match &self.body {
+            Body::Claimed { order_id, .. }
+            | Body::Lease { order_id, .. }
+            | Body::Completed { order_id, .. } => order_id.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The human reason of a yield, revocation or cancel.
+    pub fn reason(&self) -> Option<&str> {
+        match &self.body {
+            Body::Yielded { reason, .. }
+            | Body::Revoked { reason, .. }
+            | Body::Cancelled { reason, .. } => reason.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// A completion's outcome.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match &self.body {
+            Body::Completed { outcome, .. } => Some(outcome),
+            _ => None,
+        }
+    }
+
+    /// The holds a takeover claim took over.
+    pub fn takeover_of(&self) -> &[Cite] {
+        match &self.body {
+            Body::Claimed { takeover_of, .. } => takeover_of,
+            _ => &[],
+        }
+    }
+
+    /// The rank of a claim or revocation that names one.
+    pub fn rank(&self) -> Option<u32> {
+        match &self.body {
+            Body::Claimed { rank, .. } | Body::Revoked { rank, .. } => *rank,
+            _ => None,
+        }
+    }
+
+    /// The instances a claim passed over.
+    pub fn passed_over(&self) -> &[u32] {
+        match &self.body {
+            Body::Claimed { passed_over, .. } => passed_over,
+            _ => &[],
+        }
+    }
+
+    /// Whether a completion says its writer's process exits after it.
+    pub fn exits(&self) -> bool {
+        matches!(self.body, Body::Completed { exits: true, .. })
+    }
+
+    /// A checkpoint's snapshot.
+    pub fn snapshot(&self) -> Option<&crate::checkpoint::Snapshot> {
+        match &self.body {
+            Body::Checkpoint { snapshot } => Some(snapshot),
+            _ => None,
+        }
+    }
+
+    /// The writer of a revocation (on another's behalf); `None` for every
+    /// record its instance wrote.
+    pub fn by(&self) -> Option<u32> {
+        match &self.body {
+            Body::Revoked { by, .. } => Some(*by),
+            _ => None,
+        }
+    }
+
+    /// The incarnation a revocation fences.
+    pub fn fences(&self) -> Option<&str> {
+        match &self.body {
+            Body::Revoked { fences, .. } => Some(fences),
+            _ => None,
+        }
+    }
+
+    /// The position a revocation saw its hold at.
+    pub fn seen(&self) -> Option<u64> {
+        match &self.body {
+            Body::Revoked { seen, .. } => Some(*seen),
+            _ => None,
+        }
+    }
+
+    /// The instance that wrote the record.
+    pub fn writer(&self) -> u32 {
+        self.by().unwrap_or(self.instance)
+    }
+
+    /// The record's key: `<instance>:<event>`; a cancel's is
+    /// `cancel:<partition>:<offset>`, one key per order, so that compaction
+    /// never erases a cancel for another order's (docs/protocol.md
+    /// R51).
+    pub fn key(&self) -> String {
+        match &self.body {
+            Body::Cancelled { order, .. } => format!("{CANCEL_KEY}{order}"),
+            _ => format!("{}:{}", self.instance, self.event()),
+        }
+    }
+
+    /// An operator's cancel of `order` (`pool_worker cancel`), written by
+    /// the tool's own `incarnation` (random, one per run) with its reason,
+    /// cut to [`MAX_REASON_BYTES`].
+    pub fn cancel(order: OrderId, incarnation: &str, ts: u64, reason: &str) -> Record {
+        let reason = Some(fit_json(reason, MAX_REASON_BYTES, false));
+        let mut r = Record::new(0, Body::Cancelled { order, reason }, incarnation, ts);
+        r.seq = 1;
+        r
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        // Serialising plain data to a Vec cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Makes the record smaller, for a broker that refused it as too large
+    /// (its `max.message.bytes` is below [`RECORD_LIMIT`]): halves the output
+    /// tails and the reasons, or drops a checkpoint's order ids. `false`
+    /// when nothing is left to cut.
+    pub fn shrink(&mut self) -> bool {
+        let before = self.encode().len();
+        let halve = |r: &mut Option<String>| {
+            *r = r.take().map(|r| fit_json(&r, json_len(&r) / 2, false));
+        };
+        match &mut self.body {
+            Body::Completed { outcome, .. } => {
+                let half = json_len(&outcome.stdout_tail).max(json_len(&outcome.stderr_tail)) / 2;
+                let mut o = std::mem::replace(outcome, Outcome::not_run(Status::Ok, "")).fit(half);
+                halve(&mut o.reason);
+                *outcome = o;
+            }
+            Body::Yielded { reason, .. }
+            | Body::Revoked { reason, .. }
+            | Body::Cancelled { reason, .. } => halve(reason),
+            // Newest first: keep the newer half.
+            Body::Checkpoint { snapshot } => snapshot.ids.truncate(snapshot.ids.len() / 2),
+            _ => {}
+        }
+        self.encode().len() < before
+    }
+
+    /// [`Record::decode`], given what the record's signature is worth
+    /// (src/sign.rs): with the pool's key set, an unsigned or badly signed
+    /// record is foreign whatever it says.
+    pub fn decode_with(
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        verdict: crate::sign::Verdict,
+    ) -> Result<Record, Foreign> {
+        use crate::sign::Verdict;
+        match verdict {
+            Verdict::Unchecked | Verdict::Valid => Record::decode(key, value),
+            Verdict::Unsigned => Err(Foreign::Unsigned),
+            Verdict::Bad => Err(Foreign::BadSignature),
+        }
+    }
+
+    /// Why the record cannot be true, given the orders topic's end offsets
+    /// (`ends`, per partition, fetched after the record was read): it is
+    /// about an order past the end of its partition or in a partition the
+    /// topic does not have, or its frontier (`next`, or a checkpoint's) is
+    /// beyond an end. Every record the pool writes passes: its writer saw
+    /// the orders it names, and an end offset never falls. Such a record is
+    /// foreign ([`Foreign::Impossible`]): it would otherwise make every
+    /// reader skip orders that are yet to come.
+    pub fn impossible(&self, ends: &BTreeMap<i32, i64>) -> Option<String> {
+        let end = |p: i32| ends.get(&p).copied();
+        if let Some(o) = self.order() {
+            match end(o.partition) {
+                None => {
+                    return Some(format!(
+                        "order {o}: the orders topic has no partition {}",
+                        o.partition
+                    ))
+                }
+                Some(e) if o.offset >= e => {
+                    return Some(format!("order {o} is past the end of its partition ({e})"))
+                }
+                _ => {}
+            }
+        }
+        let frontier = match &self.body {
+            Body::Checkpoint { snapshot } => Some(&snapshot.frontier),
+            _ => None,
+        };
+        let frontier = frontier.into_iter().flatten();
+        for (&p, &o) in self.next.iter().chain(frontier) {
+            match end(p) {
+                None => {
+                    return Some(format!(
+                        "frontier {p}:{o}: the orders topic has no partition {p}"
+                    ))
+                }
+                Some(e) if o > e => {
+                    return Some(format!(
+                        "frontier {p}:{o} is past the end of its partition ({e})"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Parses a record from its key and value, refusing anything pool_worker
+    /// would not have written.
+    pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Record, Foreign> {
+        let key = key.ok_or(Foreign::NoKey)?;
+        let key = std::str::from_utf8(key).map_err(|_| Foreign::BadKey(lossy(key)))?;
+        // `cancel:P:O` (an operator's cancel), else `<instance>:<event>`.
+        let (inst, ev, order) = match key.strip_prefix(CANCEL_KEY) {
+            Some(o) => {
+                let o: OrderId = o.parse().map_err(|_| Foreign::BadKey(key.into()))?;
+                (0, Event::Cancelled, Some(o))
+            }
+            None => {
+                let (inst, ev) = key
+                    .split_once(':')
+                    .ok_or_else(|| Foreign::BadKey(key.into()))?;
+                let inst: u32 = inst.parse().map_err(|_| Foreign::BadKey(key.into()))?;
+                let ev = Event::parse(ev)
+                    .filter(|e| *e != Event::Cancelled)
+                    .ok_or_else(|| Foreign::BadKey(key.into()))?;
+                (inst, ev, None)
+            }
+        };
+        let value = value.ok_or(Foreign::NoValue)?;
+        if value.len() > MAX_RECORD_BYTES {
+            return Err(Foreign::BadValue(format!("{} bytes", value.len())));
+        }
+        let rec: Flat =
+            serde_json::from_slice(value).map_err(|e| Foreign::BadValue(e.to_string()))?;
+        if rec.instance != inst || rec.event != ev || order.is_some_and(|o| rec.order() != Some(o))
+        {
+            return Err(Foreign::Mismatch(key.into()));
+        }
+        Record::try_from(rec)
+    }
+}
+
+/// For tests (and the model check, with the `testing` feature): records
+/// built the way the flat record was, an event first and its fields set
+/// one by one. A field set on an event that has no such field is left
+/// out, as the typed record cannot carry it (a test of such a record
+/// writes its JSON).
+#[cfg(any(test, feature = "testing"))]
+impl Record {
+    /// A record of `event` with empty fields: order 0:0 ([`Record::with_order`]
+    /// sets it), attempt 0, a revocation by nobody (instance 0) of
+    /// incarnation "" seen at 0, a completion whose outcome is missing (an
+    /// error, as a reader took a completion without one), an empty
+    /// checkpoint.
+    pub fn of(instance: u32, event: Event, incarnation: &str, ts: u64) -> Record {
+        let order = OrderId::new(0, 0);
+        let body = match event {
+            Event::Booted => Body::Booted,
+            Event::Claimed => Body::Claimed {
+                order,
+                attempt: 0,
+                takeover_of: Vec::new(),
+                rank: None,
+                passed_over: Vec::new(),
+                order_id: None,
+            },
+            Event::Committed => Body::Committed { order, attempt: 0 },
+            Event::Yielded => Body::Yielded {
+                order,
+                attempt: 0,
+                reason: None,
+            },
+            Event::Lease => Body::Lease {
+                order,
+                attempt: 0,
+                order_id: None,
+            },
+            Event::Revoked => Body::Revoked {
+                order,
+                by: 0,
+                fences: String::new(),
+                seen: 0,
+                rank: None,
+                attempt: 0,
+                reason: None,
+            },
+            Event::Completed => Body::Completed {
+                order,
+                attempt: 0,
+                exits: false,
+                order_id: None,
+                outcome: Outcome::not_run(Status::Error, "missing outcome"),
+            },
+            Event::Checkpoint => Body::Checkpoint {
+                snapshot: Box::new(crate::checkpoint::Snapshot {
+                    at: 0,
+                    instances: BTreeMap::new(),
+                    frontier: BTreeMap::new(),
+                    contests: Vec::new(),
+                    ids: Vec::new(),
+                    cancels: Vec::new(),
+                }),
+            },
+            Event::Cancelled => Body::Cancelled {
+                order,
+                reason: None,
+            },
+        };
+        Record::new(instance, body, incarnation, ts)
+    }
+
+    /// The record about `order` (none for an event without one).
+    pub fn with_order(mut self, to: OrderId) -> Self {
+        match &mut self.body {
+            Body::Booted | Body::Checkpoint { .. } => {}
+            Body::Claimed { order, .. }
+            | Body::Committed { order, .. }
+            | Body::Yielded { order, .. }
+            | Body::Lease { order, .. }
+            | Body::Revoked { order, .. }
+            | Body::Completed { order, .. }
+            | Body::Cancelled { order, .. } => *order = to,
+        }
+        self
+    }
+
+    /// A field set on an event without it: nothing (the typed record
+    /// cannot carry it; a test of such a record writes its JSON).
+    fn no_field(&self, _field: &str) {}
+
+    pub fn set_attempt(&mut self, to: u32) {
+        match &mut self.body {
+            Body::Claimed { attempt, .. }
+            | Body::Committed { attempt, .. }
+            | Body::Yielded { attempt, .. }
+            | Body::Lease { attempt, .. }
+            | Body::Revoked { attempt, .. }
+            | Body::Completed { attempt, .. } => *attempt = to,
+            _ => self.no_field("attempt"),
+        }
+    }
+
+    pub fn set_rank(&mut self, to: Option<u32>) {
+        match &mut self.body {
+            Body::Claimed { rank, .. } | Body::Revoked { rank, .. } => *rank = to,
+            _ => self.no_field("rank"),
+        }
+    }
+
+    pub fn set_reason(&mut self, to: Option<String>) {
+        match &mut self.body {
+            Body::Yielded { reason, .. }
+            | Body::Revoked { reason, .. }
+            | Body::Cancelled { reason, .. } => *reason = to,
+            _ => self.no_field("reason"),
+        }
+    }
+
+    pub fn set_order_id(&mut self, to: Option<String>) {
+        match &mut self.body {
+            Body::Claimed { order_id, .. }
+            | Body::Lease { order_id, .. }
+            | Body::Completed { order_id, .. } => *order_id = to,
+            _ => self.no_field("order_id"),
+        }
+    }
+
+    pub fn set_takeover_of(&mut self, to: Vec<Cite>) {
+        match &mut self.body {
+            Body::Claimed { takeover_of, .. } => *takeover_of = to,
+            _ => self.no_field("takeover_of"),
+        }
+    }
+
+    pub fn set_passed_over(&mut self, to: Vec<u32>) {
+        match &mut self.body {
+            Body::Claimed { passed_over, .. } => *passed_over = to,
+            _ => self.no_field("passed_over"),
+        }
+    }
+
+    pub fn set_outcome(&mut self, to: Option<Outcome>) {
+        match (&mut self.body, to) {
+            (Body::Completed { outcome, .. }, Some(to)) => *outcome = to,
+            _ => self.no_field("outcome"),
+        }
+    }
+
+    pub fn set_exits(&mut self, to: bool) {
+        match &mut self.body {
+            Body::Completed { exits, .. } => *exits = to,
+            _ => self.no_field("exits"),
+        }
+    }
+
+    pub fn set_snapshot(&mut self, to: Option<Box<crate::checkpoint::Snapshot>>) {
+        match (&mut self.body, to) {
+            (Body::Checkpoint { snapshot }, Some(to)) => *snapshot = to,
+            _ => self.no_field("snapshot"),
+        }
+    }
+
+    pub fn set_by(&mut self, to: Option<u32>) {
+        match (&mut self.body, to) {
+            (Body::Revoked { by, .. }, Some(to)) => *by = to,
+            _ => self.no_field("by"),
+        }
+    }
+
+    pub fn set_fences(&mut self, to: Option<String>) {
+        match (&mut self.body, to) {
+            (Body::Revoked { fences, .. }, Some(to)) => *fences = to,
+            _ => self.no_field("fences"),
+        }
+    }
+
+    pub fn set_seen(&mut self, to: Option<u64>) {
+        match (&mut self.body, to) {
+            (Body::Revoked { seen, .. }, Some(to)) => *seen = to,
+            _ => self.no_field("seen"),
+        }
     }
 }
 
@@ -742,12 +1393,12 @@ mod tests {
     #[test]
     fn the_largest_completion_fits_a_record() {
         let worst = "\u{1}".repeat(2 * MAX_TAIL_BYTES);
-        let mut r = Record::new(MAX_INSTANCE, Event::Completed, &"i".repeat(64), u64::MAX)
+        let mut r = Record::of(MAX_INSTANCE, Event::Completed, &"i".repeat(64), u64::MAX)
             .with_order(OrderId::new(i32::MAX, i64::MAX));
-        r.order_id = Some("\u{1}".repeat(256));
+        r.set_order_id(Some("\u{1}".repeat(256)));
         r.next = (0..100).map(|p| (p, i64::MAX)).collect();
-        r.exits = true;
-        r.outcome = Some(
+        r.set_exits(true);
+        r.set_outcome(Some(
             Outcome {
                 status: Status::Error,
                 exit_code: Some(i32::MIN),
@@ -759,7 +1410,7 @@ mod tests {
                 retry_of: Some(OrderId::new(i32::MAX, i64::MAX).to_string()),
             }
             .fit(usize::MAX),
-        );
+        ));
         let n = r.encode().len();
         assert!(n <= RECORD_LIMIT, "{n} bytes");
         assert!(Record::decode(Some(r.key().as_bytes()), Some(&r.encode())).is_ok());
@@ -767,11 +1418,11 @@ mod tests {
 
     #[test]
     fn shrinking_halves_what_can_be_cut() {
-        let mut r = Record::new(1, Event::Completed, "a", 1).with_order(OrderId::new(0, 0));
-        r.outcome = Some(Outcome {
+        let mut r = Record::of(1, Event::Completed, "a", 1).with_order(OrderId::new(0, 0));
+        r.set_outcome(Some(Outcome {
             stdout_tail: "x".repeat(10_000),
             ..Outcome::not_run(Status::Ok, "why".repeat(100))
-        });
+        }));
         let before = r.encode().len();
         assert!(r.shrink());
         assert!(
@@ -785,13 +1436,13 @@ mod tests {
             "down to the fixed fields: {}",
             r.encode().len()
         );
-        let mut c = Record::new(1, Event::Claimed, "a", 1).with_order(OrderId::new(0, 0));
+        let mut c = Record::of(1, Event::Claimed, "a", 1).with_order(OrderId::new(0, 0));
         assert!(!c.shrink(), "a claim has nothing to cut");
     }
 
     fn claim() -> Record {
-        let mut r = Record::new(3, Event::Claimed, "a1", 1000).with_order(OrderId::new(0, 17));
-        r.attempt = 1;
+        let mut r = Record::of(3, Event::Claimed, "a1", 1000).with_order(OrderId::new(0, 17));
+        r.set_attempt(1);
         r.next.insert(0, 18);
         r
     }
@@ -814,7 +1465,7 @@ mod tests {
         let o = OrderId::new(2, 40);
         let c = Record::cancel(o, "op", 7, &"é".repeat(5000));
         assert_eq!(c.key(), "cancel:2:40");
-        assert!(json_len(c.reason.as_deref().unwrap()) <= MAX_REASON_BYTES);
+        assert!(json_len(c.reason().unwrap()) <= MAX_REASON_BYTES);
         let v = c.encode();
         assert_eq!(
             Record::decode(Some(b"cancel:2:40"), Some(&v)),
@@ -837,7 +1488,7 @@ mod tests {
         bad.next.insert(2, 99);
         assert!(Record::decode(Some(b"cancel:2:40"), Some(&bad.encode())).is_err());
         let mut bad = c;
-        bad.reason = Some("x".repeat(MAX_REASON_BYTES + 1));
+        bad.set_reason(Some("x".repeat(MAX_REASON_BYTES + 1)));
         assert!(Record::decode(Some(b"cancel:2:40"), Some(&bad.encode())).is_err());
     }
 
@@ -890,22 +1541,73 @@ mod tests {
         // An older writer's completion, without the field: false.
         let old = br#"{"instance":3,"event":"completed","partition":0,"offset":1,"incarnation":"a","ts":1,"outcome":{"status":"ok","duration_ms":0}}"#;
         let r = Record::decode(Some(b"3:completed"), Some(old)).unwrap();
-        assert!(!r.exits);
+        assert!(!r.exits());
         assert!(!String::from_utf8(r.encode()).unwrap().contains("exits"));
         let mut e = r.clone();
-        e.exits = true;
+        e.set_exits(true);
         let text = String::from_utf8(e.encode()).unwrap();
         assert!(text.contains(r#""exits":true"#), "{text}");
         assert_eq!(
             Record::decode(Some(b"3:completed"), Some(text.as_bytes())),
             Ok(e)
         );
-        let mut c = claim();
-        c.exits = true;
+        let c = String::from_utf8(claim().encode()).unwrap();
+        let c = c.replacen('{', r#"{"exits":true,"#, 1);
         assert!(matches!(
-            Record::decode(Some(b"3:claimed"), Some(&c.encode())),
+            Record::decode(Some(b"3:claimed"), Some(c.as_bytes())),
             Err(Foreign::BadValue(_))
         ));
+    }
+
+    /// A field of another event makes a record foreign: the typed record
+    /// could not carry it, and a reader must not read it (a `by` on a
+    /// commit would have skipped its fence check).
+    #[test]
+    fn a_field_of_another_event_is_foreign() {
+        let text = include_str!("../testdata/records.txt");
+        let extra = [
+            ("by", "4"),
+            ("fences", r#""a1""#),
+            ("seen", "1"),
+            ("rank", "0"),
+            ("attempt", "1"),
+            ("order_id", r#""x""#),
+            ("reason", r#""x""#),
+            ("passed_over", "[1]"),
+            ("takeover_of", r#"[{"instance":1,"incarnation":"a"}]"#),
+            ("outcome", r#"{"status":"ok","duration_ms":0}"#),
+            ("partition", "0"),
+        ];
+        let mut refused = 0;
+        for line in text.lines() {
+            let (key, value) = line.split_once('\t').unwrap();
+            let r = Record::decode(Some(key.as_bytes()), Some(value.as_bytes())).unwrap();
+            for (field, v) in extra {
+                if value.contains(&format!("\"{field}\":")) {
+                    continue;
+                }
+                let bad = value.replacen('{', &format!("{{\"{field}\":{v},"), 1);
+                let own = match (r.event(), field) {
+                    (
+                        Event::Claimed,
+                        "order_id" | "rank" | "attempt" | "takeover_of" | "passed_over",
+                    ) => true,
+                    (Event::Lease | Event::Completed, "order_id") => true,
+                    (Event::Yielded | Event::Cancelled, "reason") => true,
+                    (Event::Cancelled, "attempt") => false,
+                    (_, "attempt") => r.order().is_some(),
+                    _ => false,
+                };
+                let got = Record::decode(Some(key.as_bytes()), Some(bad.as_bytes()));
+                if own {
+                    assert!(got.is_ok(), "{key} with {field}: {got:?}");
+                } else {
+                    assert!(got.is_err(), "{key} with {field}");
+                    refused += 1;
+                }
+            }
+        }
+        assert!(refused > 50, "{refused}");
     }
 
     #[test]
@@ -940,11 +1642,9 @@ mod tests {
             None,
             "order 0:17, frontier 0:18: the end is 18"
         );
-        let mut r = claim();
-        r.offset = Some(18);
+        let r = claim().with_order(OrderId::new(0, 18));
         assert!(r.impossible(&ends).unwrap().contains("past the end"));
-        let mut r = claim();
-        r.partition = Some(2);
+        let r = claim().with_order(OrderId::new(2, 17));
         assert!(r.impossible(&ends).unwrap().contains("no partition 2"));
         let mut r = claim();
         r.next.insert(0, 19);
@@ -955,7 +1655,7 @@ mod tests {
             r.impossible(&ends).is_some(),
             "a frontier in a partition that does not exist"
         );
-        let mut b = Record::new(3, Event::Booted, "a", 1);
+        let mut b = Record::of(3, Event::Booted, "a", 1);
         b.next.insert(1, 5);
         assert_eq!(
             b.impossible(&ends),
@@ -964,7 +1664,7 @@ mod tests {
         );
         b.next.insert(1, i64::MAX);
         assert!(b.impossible(&ends).is_some());
-        let mut cp = Record::new(3, Event::Checkpoint, "a", 1);
+        let mut cp = Record::of(3, Event::Checkpoint, "a", 1);
         let snap = crate::checkpoint::Snapshot {
             at: 0,
             instances: BTreeMap::new(),
@@ -973,7 +1673,7 @@ mod tests {
             ids: Vec::new(),
             cancels: Vec::new(),
         };
-        cp.snapshot = Some(Box::new(snap));
+        cp.set_snapshot(Some(Box::new(snap)));
         assert!(
             cp.impossible(&ends).unwrap().contains("frontier 0:1000"),
             "a checkpoint's frontier"
@@ -999,7 +1699,7 @@ mod tests {
             #[test]
             fn decode_never_panics_on_mutated_records(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6)) {
                 let mut r = claim();
-                r.outcome = Some(Outcome::not_run(Status::Error, "x"));
+                r.set_outcome(Some(Outcome::not_run(Status::Error, "x")));
                 let mut v = r.encode();
                 for (at, b) in edits {
                     let n = v.len();
@@ -1010,6 +1710,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Records as the pool writes them (testdata/records.txt: one per
+    /// line, key TAB value; written by the flat `Record` before records were
+    /// typed) read back and write out byte for byte the same: the wire
+    /// format is the spec's (docs/protocol.md §2), and old logs replay.
+    #[test]
+    fn the_wire_format_is_unchanged() {
+        let text = include_str!("../testdata/records.txt");
+        let mut events = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            let (key, value) = line.split_once('\t').unwrap();
+            let r = Record::decode(Some(key.as_bytes()), Some(value.as_bytes()))
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
+            assert_eq!(r.key(), key);
+            assert_eq!(String::from_utf8(r.encode()).unwrap(), value, "{key}");
+            events.insert(r.event());
+        }
+        assert_eq!(events.len(), Event::ALL.len(), "every event: {events:?}");
     }
 
     #[test]

@@ -442,7 +442,7 @@ impl Appender {
         tokio::spawn(async move {
             let mut n = 0;
             while let Some(rec) = rx.recv().await {
-                if rec.event == Event::Completed {
+                if rec.event() == Event::Completed {
                     kafka.publish_result(&rec).await;
                 }
                 if let Some(pos) = kafka.append(&rec).await {
@@ -700,17 +700,17 @@ async fn prepare(
 /// One log line per protocol step.
 fn log_step(rec: &crate::record::Record, pos: u64) {
     let order = rec.order().map(|o| o.to_string()).unwrap_or_default();
-    match rec.event {
+    match rec.event() {
         Event::Completed => {
             let (status, code) = rec
-                .outcome
+                .outcome()
                 .as_ref()
                 .map(|o| (o.status.as_str(), o.exit_code))
                 .unwrap_or(("?", None));
-            let o = rec.outcome.as_ref();
+            let o = rec.outcome();
             let traceparent = o.and_then(|o| o.traceparent.as_deref());
             let retry_of = o.and_then(|o| o.retry_of.as_deref());
-            tracing::info!(instance = rec.instance, order, event = "completed", pos, status, exit_code = ?code, attempt = rec.attempt, traceparent, retry_of);
+            tracing::info!(instance = rec.instance, order, event = "completed", pos, status, exit_code = ?code, attempt = rec.attempt(), traceparent, retry_of);
         }
         Event::Yielded => {
             tracing::info!(
@@ -718,18 +718,18 @@ fn log_step(rec: &crate::record::Record, pos: u64) {
                 order,
                 event = "yielded",
                 pos,
-                reason = rec.reason.as_deref().unwrap_or("")
+                reason = rec.reason().unwrap_or("")
             );
         }
         Event::Lease => tracing::debug!(instance = rec.instance, order, event = "lease", pos),
         Event::Revoked => {
             tracing::info!(
                 instance = rec.instance,
-                by = rec.by,
+                by = rec.by(),
                 order,
                 event = "revoked",
                 pos,
-                reason = rec.reason.as_deref().unwrap_or("")
+                reason = rec.reason().unwrap_or("")
             );
         }
         ev => tracing::info!(
@@ -737,7 +737,7 @@ fn log_step(rec: &crate::record::Record, pos: u64) {
             order,
             event = ev.as_str(),
             pos,
-            attempt = rec.attempt
+            attempt = rec.attempt()
         ),
     }
 }

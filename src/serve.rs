@@ -267,21 +267,21 @@ impl Board {
         self.metrics
             .records
             .get_or_create(&EventLabel {
-                event: rec.event.as_str().into(),
+                event: rec.event().as_str().into(),
             })
             .inc();
         let applied = self.view.apply(pos, &rec).is_ok();
         let order = rec.order();
         if applied {
-            match (rec.event, order) {
+            match (rec.event(), order) {
                 (Event::Claimed, Some(o)) => {
                     self.first_claim.entry(o).or_insert(rec.ts);
                     self.claim_since.insert(rec.instance, rec.ts);
-                    if !rec.takeover_of.is_empty() {
+                    if !rec.takeover_of().is_empty() {
                         self.metrics.takeovers.inc();
                     }
                 }
-                (Event::Committed, Some(_)) if rec.attempt > 1 => {
+                (Event::Committed, Some(_)) if rec.attempt() > 1 => {
                     self.metrics.retries.inc();
                 }
                 (Event::Completed, Some(o)) => self.completed(o, &rec),
@@ -308,7 +308,7 @@ impl Board {
     }
 
     fn completed(&mut self, order: OrderId, rec: &Record) {
-        let status = rec.outcome.as_ref().map_or(Status::Error, |o| o.status);
+        let status = rec.outcome().map_or(Status::Error, |o| o.status);
         *self.by_status.entry(status.as_str()).or_default() += 1;
         self.metrics
             .completed
@@ -318,7 +318,7 @@ impl Board {
             .inc();
         let latency_ms = match self.first_claim.remove(&order) {
             Some(t) => rec.ts.saturating_sub(t),
-            None => rec.outcome.as_ref().map_or(0, |o| o.duration_ms),
+            None => rec.outcome().map_or(0, |o| o.duration_ms),
         };
         let secs = latency_ms as f64 / 1000.0;
         self.metrics.latency.observe(secs);
@@ -342,7 +342,7 @@ impl Board {
         {
             self.per_minute.pop_first();
         }
-        let outcome = rec.outcome.as_ref();
+        let outcome = rec.outcome();
         let done = Done {
             order,
             instance: rec.instance,
@@ -1107,8 +1107,8 @@ pub fn render_order(
     let done = story
         .iter()
         .rev()
-        .find(|(_, r)| r.event == Event::Completed)
-        .and_then(|(_, r)| r.outcome.as_ref().map(|o| (r, o)));
+        .find(|(_, r)| r.event() == Event::Completed)
+        .and_then(|(_, r)| r.outcome().map(|o| (r, o)));
     match done {
         Some((r, o)) => {
             let _ = write!(
@@ -1169,20 +1169,20 @@ mod tests {
     fn board_with_a_failure() -> (Board, OrderId) {
         let o = OrderId::new(0, 7);
         let mut b = Board::new();
-        b.apply(0, Ok(Record::new(1, Event::Booted, "inc", 1_000)));
-        let mut claim = Record::new(1, Event::Claimed, "inc", 2_000).with_order(o);
+        b.apply(0, Ok(Record::of(1, Event::Booted, "inc", 1_000)));
+        let mut claim = Record::of(1, Event::Claimed, "inc", 2_000).with_order(o);
         claim.seq = 1;
-        claim.attempt = 1;
+        claim.set_attempt(1);
         claim.next = BTreeMap::from([(0, 8)]);
         b.apply(1, Ok(claim));
-        let mut commit = Record::new(1, Event::Committed, "inc", 2_100).with_order(o);
+        let mut commit = Record::of(1, Event::Committed, "inc", 2_100).with_order(o);
         commit.seq = 2;
-        commit.attempt = 1;
+        commit.set_attempt(1);
         b.apply(2, Ok(commit));
-        let mut done = Record::new(1, Event::Completed, "inc", 5_000).with_order(o);
+        let mut done = Record::of(1, Event::Completed, "inc", 5_000).with_order(o);
         done.seq = 3;
-        done.attempt = 1;
-        done.outcome = Some(Outcome {
+        done.set_attempt(1);
+        done.set_outcome(Some(Outcome {
             status: Status::Failed,
             exit_code: Some(3),
             duration_ms: 2_800,
@@ -1191,7 +1191,7 @@ mod tests {
             stderr_tail: EVIL.into(),
             traceparent: None,
             retry_of: None,
-        });
+        }));
         b.apply(3, Ok(done));
         b.apply(4, Err(Foreign::BadSignature));
         (b, o)

@@ -155,27 +155,26 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
     for (pos, r) in &records {
         match r {
             Ok(rec) => {
-                if view.apply(*pos, rec).is_ok() && rec.event == Event::Completed {
-                    let status = rec.outcome.as_ref().map_or(Status::Error, |o| o.status);
+                if view.apply(*pos, rec).is_ok() && rec.event() == Event::Completed {
+                    let status = rec.outcome().map_or(Status::Error, |o| o.status);
                     *by_status.entry(status.as_str()).or_default() += 1;
-                    if let (Some(of), Some(me)) = (
-                        rec.outcome.as_ref().and_then(|o| o.retry_of.clone()),
-                        rec.order(),
-                    ) {
+                    if let (Some(of), Some(me)) =
+                        (rec.outcome().and_then(|o| o.retry_of.clone()), rec.order())
+                    {
                         retried
                             .entry(of)
                             .or_default()
                             .push(json!({"order": me.to_string(), "status": status.as_str()}));
                     }
                     if status != Status::Ok {
-                        let o = rec.outcome.as_ref();
+                        let o = rec.outcome();
                         not_ok.push(json!({
                             "order": rec.order().map(|o| o.to_string()),
                             "status": status.as_str(),
                             "exit_code": o.and_then(|o| o.exit_code),
                             "reason": o.and_then(|o| o.reason.clone()),
                             "instance": rec.instance,
-                            "attempt": rec.attempt,
+                            "attempt": rec.attempt(),
                             "ts": rec.ts,
                             "pos": pos,
                         }));
@@ -504,8 +503,8 @@ pub async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
     let retries: Vec<(u64, Record)> = ours
         .into_iter()
         .filter(|(_, r)| {
-            r.event == Event::Completed
-                && r.outcome.as_ref().and_then(|o| o.retry_of.as_deref()) == Some(name.as_str())
+            r.event() == Event::Completed
+                && r.outcome().and_then(|o| o.retry_of.as_deref()) == Some(name.as_str())
         })
         .collect();
     print_history(
@@ -629,9 +628,8 @@ mod tests {
             traceparent: None,
             retry_of: None,
         };
-        let mut r =
-            Record::new(2, Event::Completed, "inc\x1b[1A", 1).with_order(OrderId::new(0, 4));
-        r.outcome = Some(outcome.clone());
+        let mut r = Record::of(2, Event::Completed, "inc\x1b[1A", 1).with_order(OrderId::new(0, 4));
+        r.set_outcome(Some(outcome.clone()));
         (r, outcome)
     }
 
@@ -677,8 +675,8 @@ mod tests {
     #[test]
     fn history_and_status_print_no_control_characters() {
         let (rec, _) = completed(NASTY, NASTY);
-        let mut booted = Record::new(2, Event::Booted, NASTY, 1);
-        booted.reason = Some(NASTY.into());
+        let mut booted = Record::of(2, Event::Booted, NASTY, 1);
+        booted.set_reason(Some(NASTY.into()));
         let mine = [(3, booted), (7, rec)];
         for json in [false, true] {
             let mut out = Vec::new();

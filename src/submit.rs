@@ -185,7 +185,7 @@ pub fn print_completion(
         "order {order}: {} on instance {} (attempt {}){}{}",
         outcome.status,
         rec.instance,
-        rec.attempt,
+        rec.attempt(),
         outcome
             .exit_code
             .map(|c| format!(", exit {c}"))
@@ -237,10 +237,10 @@ pub(crate) fn wait_completed(
         let valid = view.apply(pos, &rec).is_ok();
         if valid
             && pos as i64 >= from
-            && rec.event == Event::Completed
+            && rec.event() == Event::Completed
             && rec.order() == Some(order)
         {
-            if let Some(o) = rec.outcome.clone() {
+            if let Some(o) = rec.outcome().cloned() {
                 return Ok(Some((rec, o)));
             }
         }

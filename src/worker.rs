@@ -27,7 +27,7 @@
 use crate::boot::{turns, View};
 use crate::claim::{decide, Decision};
 use crate::exit::Exit;
-use crate::record::{Event, OrderId, Outcome, Record, Status};
+use crate::record::{Body, Event, OrderId, Outcome, Record, Status};
 use std::collections::BTreeMap;
 use std::hash::Hash;
 
@@ -325,7 +325,7 @@ impl Worker {
     /// Append our `booted` (docs/protocol.md R16).
     fn boot(&mut self) -> Vec<Action> {
         self.phase = Phase::Boot { seen: false };
-        let booted = self.record(Event::Booted, None);
+        let booted = self.record(Body::Booted);
         vec![Action::Append(booted)]
     }
 
@@ -448,18 +448,15 @@ impl Worker {
     }
 
     /// A new record of ours, numbered.
-    fn record(&mut self, event: Event, order: Option<OrderId>) -> Record {
+    fn record(&mut self, body: Body) -> Record {
         self.seq += 1;
-        let mut r = Record::new(self.me, event, &self.incarnation, self.now);
+        let mut r = Record::new(self.me, body, &self.incarnation, self.now);
         r.seq = self.seq;
         // Every record carries our frontier (record.rs, `next`): compaction
         // keeps only the newest record per key, and that one may be void (a
         // dead incarnation's claim landing late), so the frontier must not
         // live in claims alone (tests/pure/model.rs found the double run).
         r.next = self.view.frontier().clone();
-        if let Some(o) = order {
-            r = r.with_order(o);
-        }
         r
     }
 
@@ -495,9 +492,11 @@ impl Worker {
         let Phase::Run { order, attempt } = self.phase else {
             return Vec::new();
         };
-        let mut r = self.record(Event::Lease, Some(order));
-        r.attempt = attempt;
-        r.order_id = Some(id.clone());
+        let r = self.record(Body::Lease {
+            order,
+            attempt,
+            order_id: Some(id.clone()),
+        });
         self.renewed = self.now;
         self.phase = Phase::Announce {
             order,
@@ -548,10 +547,14 @@ impl Worker {
         if let Some(order) = self.held() {
             if self.now.saturating_sub(self.renewed) >= lease / 3 {
                 self.renewed = self.now;
-                let mut r = self.record(Event::Lease, Some(order));
-                r.attempt = self.view.hold(self.me).map_or(1, |h| h.attempt);
-                r.order_id = self.view.hold(self.me).and_then(|h| h.order_id.clone());
-                out.push(Action::Append(r));
+                let hold = self.view.hold(self.me);
+                let attempt = hold.map_or(1, |h| h.attempt);
+                let order_id = hold.and_then(|h| h.order_id.clone());
+                out.push(Action::Append(self.record(Body::Lease {
+                    order,
+                    attempt,
+                    order_id,
+                })));
             }
         }
         match self.phase {
@@ -567,22 +570,25 @@ impl Worker {
     /// revoker holds the order in the hold's place once it reads it back.
     fn revoke(&mut self, j: u32, h: &crate::boot::Hold) -> Record {
         self.revoking.insert((j, h.last_pos));
-        let mut r = self.record(Event::Revoked, Some(h.order));
+        let body = Body::Revoked {
+            order: h.order,
+            by: self.me,
+            fences: h.incarnation.clone(),
+            seen: h.last_pos,
+            // The taker stands where the hold stood: at its rank if it was
+            // undecided; before every claim (rank 0) if it had committed, as
+            // a committed hold did (rivals that saw the commit yield; the
+            // taker must not yield to them in turn).
+            rank: Some(if h.committed.is_some() { 0 } else { h.rank }),
+            // A committed hold may have run: the takeover's run is a retry.
+            attempt: h.attempt + u32::from(h.committed.is_some()),
+            reason: Some(format!(
+                "lease expired: nothing from instance {j} about this order for over {} ms",
+                self.settings.lease_ms.unwrap_or(0)
+            )),
+        };
+        let mut r = self.record(body);
         r.instance = j;
-        r.by = Some(self.me);
-        r.fences = Some(h.incarnation.clone());
-        r.seen = Some(h.last_pos);
-        // The taker stands where the hold stood: at its rank if it was
-        // undecided; before every claim (rank 0) if it had committed, as a
-        // committed hold did (rivals that saw the commit yield; the taker
-        // must not yield to them in turn).
-        r.rank = Some(if h.committed.is_some() { 0 } else { h.rank });
-        // A committed hold may have run: the takeover's run is a retry.
-        r.attempt = h.attempt + u32::from(h.committed.is_some());
-        r.reason = Some(format!(
-            "lease expired: nothing from instance {j} about this order for over {} ms",
-            self.settings.lease_ms.unwrap_or(0)
-        ));
         r
     }
 
@@ -632,11 +638,14 @@ impl Worker {
     /// The takeover claim of a pending hold (after our revocation, or at
     /// boot when the last process died between the two).
     fn claim_takeover(&mut self, h: &crate::boot::Hold) -> Vec<Action> {
-        let mut claim = self.record(Event::Claimed, Some(h.order));
-        claim.attempt = h.attempt;
-        claim.rank = Some(h.rank);
-        claim.takeover_of = h.took_over.iter().cloned().collect();
-        claim.order_id = h.order_id.clone();
+        let claim = self.record(Body::Claimed {
+            order: h.order,
+            attempt: h.attempt,
+            rank: Some(h.rank),
+            takeover_of: h.took_over.iter().cloned().collect(),
+            passed_over: Vec::new(),
+            order_id: h.order_id.clone(),
+        });
         self.phase = Phase::Claim {
             order: h.order,
             seq: claim.seq,
@@ -647,7 +656,7 @@ impl Worker {
 
     fn on_record(&mut self, pos: u64, rec: Record) -> Vec<Action> {
         // A newer incarnation of our number fences us (R10).
-        if rec.event == Event::Booted
+        if rec.event() == Event::Booted
             && rec.instance == self.me
             && rec.incarnation != self.incarnation
         {
@@ -664,11 +673,9 @@ impl Worker {
         }
         let result = self.view.apply(pos, &rec);
         let applied = result.is_ok();
-        if applied
-            && rec.event == Event::Revoked
-            && rec.instance == self.me
-            && rec.fences.as_deref() == Some(self.incarnation.as_str())
-        {
+        let revokes_us =
+            matches!(&rec.body, Body::Revoked { fences, .. } if *fences == self.incarnation);
+        if applied && revokes_us && rec.instance == self.me {
             return self.finish(Exit::Revoked);
         }
         match self.phase.clone() {
@@ -731,7 +738,7 @@ impl Worker {
             // completed `cancelled` (on_job_done).
             Phase::Run { order, .. }
                 if applied
-                    && rec.event == Event::Cancelled
+                    && rec.event() == Event::Cancelled
                     && rec.order() == Some(order)
                     && !flawed!(self.settings, IgnoreCancel) =>
             {
@@ -782,9 +789,8 @@ impl Worker {
         let mut out = Vec::new();
         if let Some(every) = self.settings.checkpoint_every {
             if self.view.end() >= self.view.checkpoint() + every {
-                let mut r = self.record(Event::Checkpoint, None);
-                r.snapshot = Some(Box::new(self.view.snapshot()));
-                out.push(Action::Append(r));
+                let snapshot = Box::new(self.view.snapshot());
+                out.push(Action::Append(self.record(Body::Checkpoint { snapshot })));
             }
         }
         out.extend(self.resume_hold());
@@ -831,8 +837,10 @@ impl Worker {
                 Outcome::not_run(Status::GaveUp, reason),
             );
         }
-        let mut commit = self.record(Event::Committed, Some(hold.order));
-        commit.attempt = attempt;
+        let commit = self.record(Body::Committed {
+            order: hold.order,
+            attempt,
+        });
         // Run only once the new attempt is in the log (R6, R22): a fenced
         // incarnation's retry must not run.
         self.phase = Phase::Retry {
@@ -857,9 +865,14 @@ impl Worker {
         if flawed!(self.settings, SkipAnOrder) && order.offset + 1 < ends[&order.partition] {
             order.offset += 1;
         }
-        let mut claim = self.record(Event::Claimed, Some(order));
-        claim.attempt = 1;
-        claim.passed_over = passed_over;
+        let mut claim = self.record(Body::Claimed {
+            order,
+            attempt: 1,
+            takeover_of: Vec::new(),
+            rank: None,
+            passed_over,
+            order_id: None,
+        });
         claim.next.insert(order.partition, order.offset + 1);
         self.phase = Phase::Claim {
             order,
@@ -872,8 +885,7 @@ impl Worker {
             let _ = view.apply(u64::MAX - 1, &claim);
             let mut out = vec![Action::Append(claim)];
             if decide(&view, self.me, order) == Decision::Commit {
-                let mut c = self.record(Event::Committed, Some(order));
-                c.attempt = 1;
+                let c = self.record(Body::Committed { order, attempt: 1 });
                 self.phase = Phase::Decide { order, seq: c.seq };
                 out.push(Action::Append(c));
             }
@@ -941,7 +953,7 @@ impl Worker {
         if flawed!(self.settings, IgnoreHigherRivals) && matches!(decision, Decision::Wait { .. }) {
             decision = Decision::Commit;
         }
-        let (event, reason) = match decision {
+        let reason = match decision {
             Decision::Wait { on } => {
                 // A rival we wait on whose lease expired is revoked, so that
                 // a dead rival does not block the order forever.
@@ -955,12 +967,18 @@ impl Worker {
                 }
                 return out;
             }
-            Decision::Commit => (Event::Committed, None),
-            Decision::Yield(why) => (Event::Yielded, Some(why)),
+            Decision::Commit => None,
+            Decision::Yield(why) => Some(why),
         };
-        let mut r = self.record(event, Some(order));
-        r.attempt = self.view.hold(self.me).map_or(1, |h| h.attempt);
-        r.reason = reason;
+        let attempt = self.view.hold(self.me).map_or(1, |h| h.attempt);
+        let r = self.record(match reason {
+            None => Body::Committed { order, attempt },
+            reason => Body::Yielded {
+                order,
+                attempt,
+                reason,
+            },
+        });
         self.phase = Phase::Decide { order, seq: r.seq };
         vec![Action::Append(r)]
     }
@@ -1057,12 +1075,15 @@ impl Worker {
     }
 
     fn complete(&mut self, order: OrderId, attempt: u32, outcome: Outcome) -> Vec<Action> {
-        let mut r = self.record(Event::Completed, Some(order));
-        r.attempt = attempt;
-        r.exits = self.last_order();
-        r.order_id = self.view.hold(self.me).and_then(|h| h.order_id.clone());
-        // Every record fits by construction (record::RECORD_LIMIT).
-        r.outcome = Some(outcome.fit(crate::record::MAX_TAIL_BYTES));
+        let body = Body::Completed {
+            order,
+            attempt,
+            exits: self.last_order(),
+            order_id: self.view.hold(self.me).and_then(|h| h.order_id.clone()),
+            // Every record fits by construction (record::RECORD_LIMIT).
+            outcome: outcome.fit(crate::record::MAX_TAIL_BYTES),
+        };
+        let r = self.record(body);
         self.phase = Phase::Complete { order, seq: r.seq };
         vec![Action::Append(r)]
     }
@@ -1110,7 +1131,7 @@ mod tests {
         let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
-        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed));
+        assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed));
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
         assert_eq!(
@@ -1123,7 +1144,7 @@ mod tests {
         );
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
         assert!(
-            matches!(&a[..], [Action::Append(r)] if r.event == Event::Completed && r.exits),
+            matches!(&a[..], [Action::Append(r)] if r.event() == Event::Completed && r.exits()),
             "the completion says that the process exits after it: {a:?}"
         );
         log.append(&a);
@@ -1134,7 +1155,7 @@ mod tests {
 
     fn completed_in(a: &[Action]) -> Option<&Outcome> {
         a.iter().find_map(|a| match a {
-            Action::Append(r) if r.event == Event::Completed => r.outcome.as_ref(),
+            Action::Append(r) if r.event() == Event::Completed => r.outcome(),
             _ => None,
         })
     }
@@ -1153,7 +1174,7 @@ mod tests {
         let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
-        assert!(matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed));
+        assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed));
         if cancel_first {
             log.0
                 .push(Record::cancel(OrderId::new(0, 0), "op", 0, "not wanted"));
@@ -1256,13 +1277,13 @@ mod tests {
             let a = w.handle(Input::Orders(BTreeMap::from([(0, 3)])), 0);
             assert!(
                 matches!(&a[..], [Action::Append(r)]
-                if r.event == Event::Claimed && r.order() == Some(order) && r.attempt == 1),
+                if r.event() == Event::Claimed && r.order() == Some(order) && r.attempt() == 1),
                 "{a:?}"
             );
             log.append(&a);
             let a = log.feed(&mut w, &mut cur);
             assert!(
-                matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 1),
+                matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt() == 1),
                 "{a:?}"
             );
             log.append(&a);
@@ -1278,7 +1299,7 @@ mod tests {
             // The completion says whether the process exits after it.
             assert!(
                 matches!(&a[..], [Action::Append(r)]
-                if r.event == Event::Completed && r.exits == (offset == 1)),
+                if r.event() == Event::Completed && r.exits() == (offset == 1)),
                 "{a:?}"
             );
             log.append(&a);
@@ -1303,7 +1324,10 @@ mod tests {
         }
         // One incarnation, one booted, records numbered 1..=7 in order, each
         // order claimed, committed and completed once.
-        assert_eq!(log.0.iter().filter(|r| r.event == Event::Booted).count(), 1);
+        assert_eq!(
+            log.0.iter().filter(|r| r.event() == Event::Booted).count(),
+            1
+        );
         assert_eq!(
             log.0.iter().map(|r| r.seq).collect::<Vec<_>>(),
             (1..=7).collect::<Vec<_>>()
@@ -1312,7 +1336,7 @@ mod tests {
             let n = |ev| {
                 log.0
                     .iter()
-                    .filter(|r| r.event == ev && r.order() == Some(OrderId::new(0, o)))
+                    .filter(|r| r.event() == ev && r.order() == Some(OrderId::new(0, o)))
                     .count()
             };
             assert_eq!(
@@ -1342,7 +1366,7 @@ mod tests {
             let a = log.feed(&mut w, &mut cur);
             let attempt = n as u32 + 2;
             assert!(
-                matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == attempt),
+                matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt() == attempt),
                 "{a:?}"
             );
             log.append(&a);
@@ -1361,7 +1385,7 @@ mod tests {
         let mut cur = 0;
         let a = log.feed(&mut w, &mut cur);
         assert!(matches!(&a[..], [Action::Append(r)]
-            if r.event == Event::Completed && r.outcome.as_ref().unwrap().status == Status::GaveUp));
+            if r.event() == Event::Completed && r.outcome().unwrap().status == Status::GaveUp));
     }
 
     fn leased(me: u32, inc: &str, now: u64) -> (Worker, Vec<Action>) {
@@ -1411,21 +1435,21 @@ mod tests {
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
         assert!(
             matches!(&a[..], [Action::Append(r)]
-            if r.event == Event::Revoked && r.instance == 1 && r.rank == Some(0) && r.attempt == 2),
+            if r.event() == Event::Revoked && r.instance == 1 && r.rank() == Some(0) && r.attempt() == 2),
             "{a:?}"
         );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
         assert!(
             matches!(&a[..], [Action::Append(c)]
-            if c.event == Event::Claimed && c.order() == Some(OrderId::new(0, 0)) && c.attempt == 2
-               && c.rank == Some(0) && c.takeover_of.len() == 1),
+            if c.event() == Event::Claimed && c.order() == Some(OrderId::new(0, 0)) && c.attempt() == 2
+               && c.rank() == Some(0) && c.takeover_of().len() == 1),
             "{a:?}"
         );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
         assert!(
-            matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed),
+            matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed),
             "{a:?}"
         );
         log.append(&a);
@@ -1456,7 +1480,7 @@ mod tests {
         let mut c1 = 0;
         let retry = log.feed(&mut w1, &mut c1);
         assert!(
-            matches!(&retry[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 2)
+            matches!(&retry[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt() == 2)
         );
         let (mut w2, _) = booted(&mut log, 2, "two", 5000);
         let takeover = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
@@ -1478,7 +1502,7 @@ mod tests {
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
         // Instance 1 renews its lease before the revocation lands.
         let renew = w1.handle(Input::Tick, 5000);
-        assert!(matches!(&renew[..], [Action::Append(r)] if r.event == Event::Lease));
+        assert!(matches!(&renew[..], [Action::Append(r)] if r.event() == Event::Lease));
         log.append(&renew);
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
@@ -1515,13 +1539,13 @@ mod tests {
         let a = log.feed(&mut w2, &mut c2);
         assert!(
             matches!(&a[..], [Action::Append(c)]
-            if c.event == Event::Claimed && c.attempt == 2 && c.rank == Some(0)),
+            if c.event() == Event::Claimed && c.attempt() == 2 && c.rank() == Some(0)),
             "{a:?}"
         );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
         assert!(
-            matches!(&a[..], [Action::Append(r)] if r.event == Event::Committed && r.attempt == 2),
+            matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt() == 2),
             "{a:?}"
         );
     }
@@ -1542,7 +1566,7 @@ mod tests {
             [Action::Run { .. }]
         ));
         let a = w.handle(Input::OrderId(id.into()), 0);
-        assert!(matches!(&a[..], [Action::Append(r)] if r.order_id.as_deref() == Some(id)));
+        assert!(matches!(&a[..], [Action::Append(r)] if r.order_id() == Some(id)));
         log.append(&a);
         log.feed(&mut w, &mut cur)
     }
@@ -1559,8 +1583,8 @@ mod tests {
         );
         let a = run_with_id(&mut log, 2, "two", "backup-1", 2);
         assert!(
-            matches!(&a[..], [Action::Append(r)] if r.event == Event::Completed
-            && r.outcome.as_ref().is_some_and(|o| o.status == Status::Duplicate
+            matches!(&a[..], [Action::Append(r)] if r.event() == Event::Completed
+            && r.outcome().is_some_and(|o| o.status == Status::Duplicate
                 && o.reason.as_deref().is_some_and(|x| x.contains("0:0")))),
             "{a:?}"
         );
@@ -1608,7 +1632,7 @@ mod tests {
 
     fn claim_in(a: &[Action]) -> Option<&Record> {
         match a {
-            [Action::Append(r)] if r.event == Event::Claimed => Some(r),
+            [Action::Append(r)] if r.event() == Event::Claimed => Some(r),
             _ => None,
         }
     }
@@ -1632,8 +1656,9 @@ mod tests {
         assert_eq!(ws[1].0.deferring(), Some(1000));
         let a = ws[0].0.handle(Input::Orders(ends.clone()), 0);
         assert!(
-            claim_in(&a)
-                .is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over.is_empty()),
+            claim_in(&a).is_some_and(
+                |c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over().is_empty()
+            ),
             "{a:?}"
         );
         log.append(&a);
@@ -1642,8 +1667,9 @@ mod tests {
         assert!(log.feed(w2, c2).is_empty());
         let a = w2.handle(Input::Orders(ends.clone()), 5);
         assert!(
-            claim_in(&a)
-                .is_some_and(|c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over.is_empty()),
+            claim_in(&a).is_some_and(
+                |c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over().is_empty()
+            ),
             "{a:?}"
         );
         log.append(&a);
@@ -1653,7 +1679,7 @@ mod tests {
         assert!(w3.handle(Input::Orders(ends), 6).is_empty());
         assert_eq!(w3.deferring(), None);
         assert_eq!(
-            log.0.iter().filter(|r| r.event == Event::Claimed).count(),
+            log.0.iter().filter(|r| r.event() == Event::Claimed).count(),
             2,
             "one claim per order"
         );
@@ -1675,15 +1701,16 @@ mod tests {
         assert_eq!(w2.handle(Input::Tick, 1000), vec![Action::FindOrder]);
         let a = w2.handle(Input::Orders(ends.clone()), 1000);
         assert!(
-            claim_in(&a)
-                .is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over == vec![1]),
+            claim_in(&a).is_some_and(
+                |c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over() == vec![1]
+            ),
             "{a:?}"
         );
         log.append(&a);
         assert!(log
             .feed(w2, c2)
             .iter()
-            .any(|a| matches!(a, Action::Append(r) if r.event == Event::Committed)));
+            .any(|a| matches!(a, Action::Append(r) if r.event() == Event::Committed)));
         // Instance 3 had seen 0:0 at 0 (two ahead: until 2000); once 2's
         // claim is read, 1 is passed over and 2 holds: 0:1 is its at once.
         let (w3, c3) = &mut ws[2];
@@ -1695,8 +1722,9 @@ mod tests {
         assert_eq!(w3.view.idle_queue(), vec![3]);
         let a = w3.handle(Input::Orders(ends), 1001);
         assert!(
-            claim_in(&a)
-                .is_some_and(|c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over.is_empty()),
+            claim_in(&a).is_some_and(
+                |c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over().is_empty()
+            ),
             "{a:?}"
         );
     }
@@ -1717,8 +1745,9 @@ mod tests {
         // 1:0 arrives, and 2 is first in its line; but 0:0 has waited its turn.
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1)])), 1500);
         assert!(
-            claim_in(&a)
-                .is_some_and(|c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over == vec![1]),
+            claim_in(&a).is_some_and(
+                |c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over() == vec![1]
+            ),
             "{a:?}"
         );
         // Before the deadline, its own turn comes first.
@@ -1729,8 +1758,9 @@ mod tests {
         );
         let a = w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1), (2, 1)])), 10);
         assert!(
-            claim_in(&a)
-                .is_some_and(|c| c.order() == Some(OrderId::new(2, 0)) && c.passed_over.is_empty()),
+            claim_in(&a).is_some_and(
+                |c| c.order() == Some(OrderId::new(2, 0)) && c.passed_over().is_empty()
+            ),
             "{a:?}"
         );
     }
@@ -1754,7 +1784,7 @@ mod tests {
     }
 
     fn booted_in(a: &[Action]) -> bool {
-        matches!(a, [Action::Append(r)] if r.event == Event::Booted && r.seq == 1)
+        matches!(a, [Action::Append(r)] if r.event() == Event::Booted && r.seq == 1)
     }
 
     /// docs/protocol.md R16, R18: without a clean predecessor, nothing is

@@ -352,7 +352,7 @@ fn run_chaos(c: Chaos) {
         .filter(|o| {
             trail(o).is_some_and(|t| {
                 t.completions.iter().any(|(_, r)| {
-                    r.outcome
+                    r.outcome()
                         .as_ref()
                         .is_some_and(|x| x.status == Status::GaveUp)
                 })
@@ -393,12 +393,12 @@ fn run_chaos(c: Chaos) {
         let Some((_, done)) = t.completions.first() else {
             continue;
         };
-        let status = done.outcome.as_ref().map(|x| x.status);
+        let status = done.outcome().map(|x| x.status);
         // The completing run is the last one and wrote its line.
-        if status == Some(Status::Ok) && attempts.iter().max() != Some(&done.attempt) {
+        if status == Some(Status::Ok) && attempts.iter().max() != Some(&done.attempt()) {
             problems.push(format!(
                 "{id}: completed ok as attempt {} but the ledger's runs are {attempts:?}\n{}",
-                done.attempt,
+                done.attempt(),
                 audit.show(o)
             ));
         }
@@ -493,8 +493,8 @@ fn run_chaos(c: Chaos) {
     // Where the kills landed: the killed incarnation's last valid record.
     let mut last_of: BTreeMap<&str, Event> = BTreeMap::new();
     for (_, r) in &recs {
-        if r.by.is_none() {
-            last_of.insert(r.incarnation.as_str(), r.event);
+        if r.by().is_none() {
+            last_of.insert(r.incarnation.as_str(), r.event());
         }
     }
     let mut landed: BTreeMap<&str, usize> = BTreeMap::new();
@@ -676,7 +676,7 @@ fn a_lost_instance_order_is_taken_over() {
     let id = OrderId::new(order.0, order.1);
     let mut w1 = WorkerProc::start("worker1", &env(1));
     wait_record_within(&broker, &claims, "commit by instance 1", T, |r| {
-        r.instance == 1 && r.event == Event::Committed && r.order() == Some(id)
+        r.instance == 1 && r.event() == Event::Committed && r.order() == Some(id)
     });
     let job_pid = |attempt: u32| {
         ledger(&ledger_path).iter().find_map(|l| {
@@ -709,14 +709,14 @@ fn a_lost_instance_order_is_taken_over() {
         LEASE + Duration::from_secs(10),
         |r| {
             r.instance == 2
-                && r.event == Event::Claimed
+                && r.event() == Event::Claimed
                 && r.order() == Some(id)
-                && r.takeover_of.iter().any(|c| c.instance == 1)
+                && r.takeover_of().iter().any(|c| c.instance == 1)
         },
     );
     let takeover = recs
         .iter()
-        .find(|(_, r)| r.instance == 2 && r.event == Event::Claimed && r.order() == Some(id))
+        .find(|(_, r)| r.instance == 2 && r.event() == Event::Claimed && r.order() == Some(id))
         .map(|(p, r)| (*p, r.clone()))
         .unwrap();
     eprintln!(
@@ -725,7 +725,7 @@ fn a_lost_instance_order_is_taken_over() {
         killed.elapsed().as_secs_f64()
     );
     assert_eq!(
-        takeover.1.attempt,
+        takeover.1.attempt(),
         2,
         "a takeover of a committed hold is a retry:\n{}",
         show_all(&recs)
@@ -749,9 +749,9 @@ fn a_lost_instance_order_is_taken_over() {
     let t = &audit.orders[&id];
     assert_eq!(t.completions.len(), 1, "{}", audit.show(order));
     let (_, c) = &t.completions[0];
-    assert_eq!((c.instance, c.attempt), (2, 2), "{}", audit.show(order));
+    assert_eq!((c.instance, c.attempt()), (2, 2), "{}", audit.show(order));
     assert_eq!(
-        c.outcome.as_ref().map(|o| o.status),
+        c.outcome().map(|o| o.status),
         Some(Status::Ok),
         "{}",
         audit.show(order)
@@ -759,7 +759,7 @@ fn a_lost_instance_order_is_taken_over() {
     assert_eq!(done[0].instance, 2);
     assert!(
         recs.iter()
-            .any(|(_, r)| r.key() == "1:revoked" && r.by == Some(2) && r.order() == Some(id)),
+            .any(|(_, r)| r.key() == "1:revoked" && r.by() == Some(2) && r.order() == Some(id)),
         "no 1:revoked by 2 in the claims trail:\n{}",
         show_all(&recs)
     );
@@ -810,9 +810,9 @@ fn a_poison_order_is_given_up() {
         .unwrap_or_else(|e| panic!("{e}"));
     let p = &audit.orders[&OrderId::new(orders[0].0, orders[0].1)];
     let (_, done) = &p.completions[0];
-    let outcome = done.outcome.as_ref().unwrap();
+    let outcome = done.outcome().unwrap();
     assert_eq!(outcome.status, Status::GaveUp, "{}", audit.show(orders[0]));
-    assert_eq!(done.attempt, MAX_ATTEMPTS, "{}", audit.show(orders[0]));
+    assert_eq!(done.attempt(), MAX_ATTEMPTS, "{}", audit.show(orders[0]));
     eprintln!(
         "poison: {} ({})",
         outcome.status,
@@ -820,7 +820,7 @@ fn a_poison_order_is_given_up() {
     );
     let n = &audit.orders[&OrderId::new(orders[1].0, orders[1].1)];
     assert_eq!(
-        n.completions[0].1.outcome.as_ref().map(|o| o.status),
+        n.completions[0].1.outcome().map(|o| o.status),
         Some(Status::Ok),
         "{}",
         audit.show(orders[1])
@@ -893,7 +893,7 @@ fn a_job_past_its_time_limit_is_killed() {
         .check_exactly_once(&orders)
         .unwrap_or_else(|e| panic!("{e}"));
     let done = &audit.orders[&OrderId::new(orders[0].0, orders[0].1)].completions[0].1;
-    let outcome = done.outcome.as_ref().unwrap();
+    let outcome = done.outcome().unwrap();
     assert_eq!(outcome.status, Status::TimedOut, "{outcome:?}");
     assert!(
         outcome.duration_ms >= 1000 && outcome.duration_ms < 10_000,

@@ -45,11 +45,7 @@ fn assert_completed_ok_by_committer(audit: &Audit) {
             "{id}: {}",
             audit.show((id.partition, id.offset))
         );
-        assert_eq!(
-            done.outcome.as_ref().map(|o| o.status),
-            Some(Status::Ok),
-            "{id}"
-        );
+        assert_eq!(done.outcome().map(|o| o.status), Some(Status::Ok), "{id}");
     }
 }
 
@@ -174,7 +170,7 @@ fn orders_per_process_5_completes_each_order_once_with_fewer_processes() {
     let recs = decoded_claims(broker.bootstrap(), &claims);
     let mut per_incarnation: BTreeMap<String, usize> = BTreeMap::new();
     for (_, r) in &recs {
-        if r.event == Event::Completed && r.by.is_none() {
+        if r.event() == Event::Completed && r.by().is_none() {
             *per_incarnation.entry(r.incarnation.clone()).or_default() += 1;
         }
     }
@@ -292,7 +288,7 @@ fn idle_instances_take_turns() {
         let recs = decoded_claims(broker.bootstrap(), &claims);
         let who: std::collections::BTreeSet<u32> = recs
             .iter()
-            .filter(|(_, r)| r.event == Event::Booted)
+            .filter(|(_, r)| r.event() == Event::Booted)
             .map(|(_, r)| r.instance)
             .collect();
         who.len() == 4
@@ -379,7 +375,7 @@ fn killed_while_running_resumes_as_retry() {
     )[0];
     let id = OrderId::new(order.0, order.1);
     wait_record(&broker, &claims, "commit of attempt 1", |r| {
-        r.event == Event::Committed && r.order() == Some(id) && r.attempt == 1
+        r.event() == Event::Committed && r.order() == Some(id) && r.attempt() == 1
     });
     assert!(
         poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1)
@@ -403,7 +399,7 @@ fn killed_while_running_resumes_as_retry() {
         Some((killed, Some(libc::SIGKILL)))
     );
     let recs = wait_record(&broker, &claims, "commit of attempt 2", |r| {
-        r.event == Event::Committed && r.order() == Some(id) && r.attempt == 2
+        r.event() == Event::Committed && r.order() == Some(id) && r.attempt() == 2
     });
     assert!(
         poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 2)
@@ -423,7 +419,7 @@ fn killed_while_running_resumes_as_retry() {
     // The new incarnation did not claim again: it resumed its committed hold.
     let inc2 = recs
         .iter()
-        .find(|(_, r)| r.attempt == 2 && r.event == Event::Committed)
+        .find(|(_, r)| r.attempt() == 2 && r.event() == Event::Committed)
         .unwrap()
         .1
         .incarnation
@@ -431,7 +427,7 @@ fn killed_while_running_resumes_as_retry() {
     assert!(
         !recs
             .iter()
-            .any(|(_, r)| r.incarnation == inc2 && r.event == Event::Claimed),
+            .any(|(_, r)| r.incarnation == inc2 && r.event() == Event::Claimed),
         "the retry claimed the order again:\n{}",
         show_all(&recs)
     );
@@ -443,12 +439,12 @@ fn killed_while_running_resumes_as_retry() {
     let t = &audit.orders[&id];
     let done = &t.completions[0].1;
     assert_eq!(
-        (done.attempt, done.incarnation.as_str()),
+        (done.attempt(), done.incarnation.as_str()),
         (2, inc2.as_str()),
         "{}",
         audit.show(order)
     );
-    assert_eq!(done.outcome.as_ref().unwrap().status, Status::Ok);
+    assert_eq!(done.outcome().unwrap().status, Status::Ok);
     let commits: Vec<u32> = t
         .decisions
         .iter()
@@ -522,16 +518,16 @@ fn now_ms() -> u64 {
 /// Hand-written claims records of an older incarnation of instance 1 that
 /// claimed order 0:0 and died before deciding.
 fn old_claim(instance: u32, inc: &str, seq: u64, order: OrderId) -> Record {
-    let mut c = Record::new(instance, Event::Claimed, inc, now_ms());
+    let mut c = Record::of(instance, Event::Claimed, inc, now_ms());
     c = c.with_order(order);
     c.seq = seq;
-    c.attempt = 1;
+    c.set_attempt(1);
     c.next.insert(order.partition, order.offset + 1);
     c
 }
 
 fn booted(instance: u32, inc: &str) -> Record {
-    let mut b = Record::new(instance, Event::Booted, inc, now_ms());
+    let mut b = Record::of(instance, Event::Booted, inc, now_ms());
     b.seq = 1;
     b
 }
@@ -589,7 +585,7 @@ fn killed_between_claim_and_decision_resumes_negotiation() {
     let inc = recs
         .iter()
         .rev()
-        .find(|(_, r)| r.event == Event::Booted && r.instance == 1)
+        .find(|(_, r)| r.event() == Event::Booted && r.instance == 1)
         .unwrap()
         .1
         .incarnation
@@ -597,7 +593,7 @@ fn killed_between_claim_and_decision_resumes_negotiation() {
     let mine: Vec<(Event, Option<OrderId>)> = recs
         .iter()
         .filter(|(_, r)| r.incarnation == inc)
-        .map(|(_, r)| (r.event, r.order()))
+        .map(|(_, r)| (r.event(), r.order()))
         .collect();
     assert_eq!(
         mine,
@@ -634,20 +630,20 @@ fn killed_between_claim_and_decision_yields_to_a_committed_rival() {
     produce_record(broker.bootstrap(), &claims, &booted(2, "dead-2"));
     produce_record(broker.bootstrap(), &claims, &old_claim(2, "dead-2", 2, id));
     produce_record(broker.bootstrap(), &claims, &old_claim(1, "dead-1", 2, id));
-    let mut commit = Record::new(2, Event::Committed, "dead-2", now_ms()).with_order(id);
+    let mut commit = Record::of(2, Event::Committed, "dead-2", now_ms()).with_order(id);
     commit.seq = 3;
-    commit.attempt = 1;
+    commit.set_attempt(1);
     produce_record(broker.bootstrap(), &claims, &commit);
 
     // Instance 1 must yield, then take the next order (not 0:0 again).
     let mut w1 = WorkerProc::start("worker1", &worker_env(&broker, 1));
     let recs = wait_record(&broker, &claims, "yield of instance 1", |r| {
-        r.instance == 1 && r.event == Event::Yielded && r.order() == Some(id)
+        r.instance == 1 && r.event() == Event::Yielded && r.order() == Some(id)
     });
     assert!(
         !recs
             .iter()
-            .any(|(_, r)| r.instance == 1 && r.event == Event::Committed),
+            .any(|(_, r)| r.instance == 1 && r.event() == Event::Committed),
         "instance 1 committed an order instance 2 had committed:\n{}",
         show_all(&recs)
     );
@@ -668,7 +664,7 @@ fn killed_between_claim_and_decision_yields_to_a_committed_rival() {
         .unwrap_or_else(|e| panic!("{e}"));
     let t = &audit.orders[&id];
     assert_eq!(t.completions[0].1.instance, 2, "{}", audit.show(first));
-    assert_eq!(t.completions[0].1.attempt, 2, "{}", audit.show(first));
+    assert_eq!(t.completions[0].1.attempt(), 2, "{}", audit.show(first));
     let commits: Vec<(u32, u32)> = t
         .decisions
         .iter()
@@ -795,9 +791,9 @@ fn a_resumed_run_completes_with_its_attempt() {
         let id = OrderId::new(p, o);
         produce_record(broker.bootstrap(), &claims, &booted(i, &inc));
         produce_record(broker.bootstrap(), &claims, &old_claim(i, &inc, 2, id));
-        let mut commit = Record::new(i, Event::Committed, &inc, now_ms()).with_order(id);
+        let mut commit = Record::of(i, Event::Committed, &inc, now_ms()).with_order(id);
         commit.seq = 3;
-        commit.attempt = 1;
+        commit.set_attempt(1);
         produce_record(broker.bootstrap(), &claims, &commit);
     }
     let mut workers: Vec<WorkerProc> = (1..=4)
@@ -816,7 +812,7 @@ fn a_resumed_run_completes_with_its_attempt() {
     assert_eq!(lines, expected, "each order ran once, as attempt 2");
     for &o in &orders {
         let done = &audit.orders[&OrderId::new(o.0, o.1)].completions[0].1;
-        assert_eq!(done.attempt, 2, "{}", audit.show(o));
+        assert_eq!(done.attempt(), 2, "{}", audit.show(o));
     }
 }
 
@@ -854,8 +850,8 @@ fn boot_starts_from_the_newest_checkpoint() {
     let recs = decoded_claims(broker.bootstrap(), &claims);
     let at = recs
         .iter()
-        .filter(|(_, r)| r.event == Event::Checkpoint && r.instance == 1)
-        .filter_map(|(_, r)| r.snapshot.as_ref().map(|s| s.at))
+        .filter(|(_, r)| r.event() == Event::Checkpoint && r.instance == 1)
+        .filter_map(|(_, r)| r.snapshot().as_ref().map(|s| s.at))
         .max()
         .unwrap_or_else(|| panic!("instance 1 left no checkpoint:\n{}", w.stderr.last(20)));
     assert!(at > 4_500, "the checkpoint covers the history (at {at})");
@@ -934,11 +930,11 @@ fn booted_of(broker: &BrokerProc, instance: u32, w: &WorkerProc) -> Record {
     let claims = broker.opts.coordination_topic.clone();
     let inc = incarnation_of(w);
     let recs = wait_record(broker, &claims, "the process's booted", |r| {
-        r.event == Event::Booted && r.instance == instance && r.incarnation == inc
+        r.event() == Event::Booted && r.instance == instance && r.incarnation == inc
     });
     recs.into_iter()
         .rev()
-        .find(|(_, r)| r.event == Event::Booted && r.incarnation == inc)
+        .find(|(_, r)| r.event() == Event::Booted && r.incarnation == inc)
         .unwrap()
         .1
 }

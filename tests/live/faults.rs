@@ -125,14 +125,14 @@ fn bad_orders_are_completed_with_a_reason() {
         .unwrap_or_else(|e| panic!("{e}"));
     for ((what, _, status), o) in bad.iter().zip(&orders) {
         let done = &audit.orders[&OrderId::new(o.0, o.1)].completions[0].1;
-        let outcome = done.outcome.as_ref().unwrap();
+        let outcome = done.outcome().unwrap();
         assert_eq!(outcome.status, *status, "{what}: {outcome:?}");
         let reason = outcome.reason.as_deref().unwrap_or("");
         assert!(!reason.trim().is_empty(), "{what}: no reason: {outcome:?}");
         eprintln!("{what}: {} ({reason})", outcome.status);
     }
     let done = &audit.orders[&OrderId::new(good.0, good.1)].completions[0].1;
-    assert_eq!(done.outcome.as_ref().unwrap().status, Status::Ok);
+    assert_eq!(done.outcome().unwrap().status, Status::Ok);
     let ran = ledger_counts(&ledger);
     assert_eq!(
         ran.get(&format!("{}:{}", good.0, good.1)),
@@ -158,8 +158,8 @@ fn foreign_records_in_the_claims_topic_are_skipped() {
         broker.opts.coordination_topic.clone(),
     );
     let valid = {
-        let mut r = Record::new(3, Event::Claimed, "x", 1).with_order(OrderId::new(0, 0));
-        r.attempt = 1;
+        let mut r = Record::of(3, Event::Claimed, "x", 1).with_order(OrderId::new(0, 0));
+        r.set_attempt(1);
         r.encode()
     };
     let garbage: Vec<KeyValue> = vec![
@@ -271,7 +271,7 @@ fn zombie_is_fenced() {
     let id = OrderId::new(order.0, order.1);
     let mut old = WorkerProc::start("old5", &env);
     wait_record(&broker, &claims, "commit by instance 5", |r| {
-        r.event == Event::Committed && r.order() == Some(id)
+        r.event() == Event::Committed && r.order() == Some(id)
     });
     assert!(
         poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1)
@@ -300,7 +300,7 @@ fn zombie_is_fenced() {
         "the fenced process left its job (pid {old_job}) running"
     );
     let recs = wait_record(&broker, &claims, "the retry's commit", |r| {
-        r.event == Event::Committed && r.order() == Some(id) && r.attempt == 2
+        r.event() == Event::Committed && r.order() == Some(id) && r.attempt() == 2
     });
     assert!(
         poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 2)
@@ -315,7 +315,7 @@ fn zombie_is_fenced() {
 
     let new_inc = recs
         .iter()
-        .rfind(|(_, r)| r.event == Event::Booted && r.instance == 5)
+        .rfind(|(_, r)| r.event() == Event::Booted && r.instance == 5)
         .unwrap()
         .1
         .incarnation
@@ -474,7 +474,7 @@ fn no_order_can_wedge_the_pool() {
         ("170 kB of control bytes", orders[1], Status::Error),
     ] {
         let rec = completion(&o);
-        let outcome = rec.outcome.as_ref().unwrap();
+        let outcome = rec.outcome().unwrap();
         assert_eq!(outcome.status, status, "{what}: {outcome:?}");
         let reason = outcome.reason.as_deref().unwrap_or("");
         assert!(
@@ -489,7 +489,7 @@ fn no_order_can_wedge_the_pool() {
         );
     }
     let rec = completion(&orders[2]);
-    let outcome = rec.outcome.as_ref().unwrap();
+    let outcome = rec.outcome().unwrap();
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
     let n = json_len(&outcome.stdout_tail);
     assert!(
@@ -502,7 +502,7 @@ fn no_order_can_wedge_the_pool() {
     );
     assert!(rec.encode().len() <= RECORD_LIMIT);
     assert_eq!(
-        completion(&orders[3]).outcome.unwrap().status,
+        completion(&orders[3]).outcome().unwrap().status,
         Status::Ok,
         "the pool went on"
     );
@@ -538,13 +538,13 @@ fn no_order_can_wedge_the_pool() {
     let rec = audit.orders[&OrderId::new(small[0].0, small[0].1)].completions[0]
         .1
         .clone();
-    assert_eq!(rec.outcome.as_ref().unwrap().status, Status::Ok);
+    assert_eq!(rec.outcome().unwrap().status, Status::Ok);
     assert!(
         rec.encode().len() < 300_000,
         "shortened to {} bytes",
         rec.encode().len()
     );
-    assert!(json_len(&rec.outcome.unwrap().stdout_tail) < 262_144);
+    assert!(json_len(&rec.outcome().unwrap().stdout_tail) < 262_144);
     drop(sup);
 }
 
@@ -586,12 +586,12 @@ fn a_slow_fetch_keeps_the_lease() {
         .unwrap_or_else(|e| panic!("{e}"));
     let recs = decoded_claims(broker.bootstrap(), &claims);
     assert!(
-        !recs.iter().any(|(_, r)| r.event == Event::Revoked),
+        !recs.iter().any(|(_, r)| r.event() == Event::Revoked),
         "revoked while fetching:\n{}",
         show_all(&recs)
     );
     let done = &audit.orders[&OrderId::new(orders[0].0, orders[0].1)].completions[0].1;
-    let outcome = done.outcome.as_ref().unwrap();
+    let outcome = done.outcome().unwrap();
     assert_eq!(outcome.status, Status::Error, "{outcome:?}");
     assert!(
         outcome.reason.as_deref().unwrap_or("").contains(&url),
@@ -666,8 +666,8 @@ fn orders_the_broker_deleted_are_completed_deleted() {
     let outcome = |o: &(i32, i64)| {
         audit.orders[&OrderId::new(o.0, o.1)].completions[0]
             .1
-            .outcome
-            .clone()
+            .outcome()
+            .cloned()
             .unwrap()
     };
     for o in orders.iter().filter(|o| o.1 < log_start) {

@@ -79,7 +79,7 @@ fn orders_and_claims_round_trip() {
     assert!(read_topic(broker.bootstrap(), &orders, 0).is_empty());
 
     // A hand-made record, a foreign one, and a completion.
-    let booted = Record::new(1, Event::Booted, "x", 0);
+    let booted = Record::of(1, Event::Booted, "x", 0);
     assert_eq!(produce_record(broker.bootstrap(), &claims, &booted), 0);
     try_produce(
         broker.bootstrap(),
@@ -88,8 +88,8 @@ fn orders_and_claims_round_trip() {
         Some(0),
     )
     .unwrap();
-    let mut done = Record::new(2, Event::Completed, "y", 0).with_order(OrderId::new(1, 1));
-    done.outcome = Some(Outcome::not_run(Status::Error, "test"));
+    let mut done = Record::of(2, Event::Completed, "y", 0).with_order(OrderId::new(1, 1));
+    done.set_outcome(Some(Outcome::not_run(Status::Error, "test")));
     produce_record(broker.bootstrap(), &claims, &done);
 
     let raw = read_claims(broker.bootstrap(), &claims);

@@ -109,8 +109,8 @@ fn outcomes(broker: &BrokerProc, orders: &[(i32, i64)]) -> Vec<Outcome> {
     .unwrap_or_else(|e| panic!("{e}"))
     .into_iter()
     .map(|r| {
-        r.outcome
-            .clone()
+        r.outcome()
+            .cloned()
             .unwrap_or_else(|| panic!("a completion without outcome: {r:?}"))
     })
     .collect()
@@ -610,10 +610,10 @@ fn duplicate_ids_run_once() {
     let ids: Vec<Option<String>> = recs
         .iter()
         .filter(|(_, r)| {
-            r.event == Event::Completed
+            r.event() == Event::Completed
                 && r.order().map(|o| (o.partition, o.offset)) == Some(later[1])
         })
-        .map(|(_, r)| r.order_id.clone())
+        .map(|(_, r)| r.order_id().map(str::to_string))
         .collect();
     eprintln!("completion ids of {}: {ids:?}", pos(later[1]));
     drop(sup);
@@ -1151,7 +1151,7 @@ fn job_env_deny_and_output_limit() {
     let recs = decoded_claims(broker.bootstrap(), &broker.opts.coordination_topic);
     let big = recs
         .iter()
-        .filter(|(_, r)| r.event == Event::Completed)
+        .filter(|(_, r)| r.event() == Event::Completed)
         .map(|(_, r)| r.encode().len())
         .max()
         .unwrap_or(0);
@@ -2572,7 +2572,7 @@ fn cancel_stops_waiting_and_running_orders_and_leaves_completed_ones() {
     );
     let cancels: Vec<String> = decoded_claims(bootstrap, &broker.opts.coordination_topic)
         .into_iter()
-        .filter(|(_, r)| r.event == Event::Cancelled)
+        .filter(|(_, r)| r.event() == Event::Cancelled)
         .map(|(_, r)| r.key())
         .collect();
     assert_eq!(

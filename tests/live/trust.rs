@@ -92,17 +92,17 @@ fn ok() -> Outcome {
 /// its lease expired) and its completion of `done` (a void completion still
 /// keeps its order from ever running: src/boot.rs, `note_completion`).
 fn hostile(order: OrderId, done: OrderId) -> [Record; 3] {
-    let mut b = Record::new(9, Event::Booted, "evil-1", now_ms());
+    let mut b = Record::of(9, Event::Booted, "evil-1", now_ms());
     b.seq = 1;
-    let mut c = Record::new(9, Event::Claimed, "evil-1", now_ms()).with_order(order);
+    let mut c = Record::of(9, Event::Claimed, "evil-1", now_ms()).with_order(order);
     c.seq = 2;
-    c.attempt = 1;
-    c.rank = Some(0);
+    c.set_attempt(1);
+    c.set_rank(Some(0));
     c.next.insert(order.partition, order.offset + 1);
-    let mut d = Record::new(9, Event::Completed, "evil-1", now_ms()).with_order(done);
+    let mut d = Record::of(9, Event::Completed, "evil-1", now_ms()).with_order(done);
     d.seq = 3;
-    d.attempt = 1;
-    d.outcome = Some(ok());
+    d.set_attempt(1);
+    d.set_outcome(Some(ok()));
     [b, c, d]
 }
 
@@ -227,7 +227,7 @@ fn impossible_claims_are_foreign() {
         broker.opts.orders_topic.clone(),
         broker.opts.coordination_topic.clone(),
     );
-    let mut b = Record::new(9, Event::Booted, "evil-1", now_ms());
+    let mut b = Record::of(9, Event::Booted, "evil-1", now_ms());
     b.seq = 1;
     b.next.insert(0, 1_000_000);
     let [_, c, _] = hostile(OrderId::new(0, 5_000), OrderId::new(0, 0));

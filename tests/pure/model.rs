@@ -551,11 +551,14 @@ impl Pool {
             .as_ref()
             .is_some_and(|p| p.phase == (Phase::Boot { seen: false }))
             && inst.pending.len() == 1
-            && inst.pending[0].event == Event::Booted
+            && inst.pending[0].event() == Event::Booted
             && w.dups >= self.cfg.max_dups
             && self.cfg.settle
             && self.cfg.lease_ms.is_none()
-            && !w.orphans.iter().any(|r| r.instance == i || r.by == Some(i))
+            && !w
+                .orphans
+                .iter()
+                .any(|r| r.instance == i || r.by() == Some(i))
     }
 
     /// The world's steps a run of the model's actions takes (the reads of
@@ -1809,33 +1812,33 @@ mod commuting {
                 |((i, ev, o, inc, seq), (by, seen, next), (attempt, flags, rank, status))| {
                     let ev = Event::ALL[ev];
                     let inc = ["a", "b", "c"][inc];
-                    let mut r = Record::new(i, ev, inc, 0);
+                    let mut r = Record::of(i, ev, inc, 0);
                     if ev.needs_order() {
                         r = r.with_order(OrderId::new(0, o));
                     }
                     r.seq = seq;
-                    r.attempt = attempt;
+                    r.set_attempt(attempt);
                     if let Some(n) = next {
                         r.next.insert(0, n);
                     }
                     if ev == Event::Completed {
-                        r.outcome = Some(Outcome::not_run(status, "x"));
+                        r.set_outcome(Some(Outcome::not_run(status, "x")));
                     }
                     // Revocations and takeovers, now and then.
                     if ev == Event::Revoked || flags & 1 == 1 {
-                        r.by = by;
-                        r.seen = seen;
-                        r.fences = Some(["a", "b", "c"][flags as usize % 3].into());
+                        r.set_by(by);
+                        r.set_seen(seen);
+                        r.set_fences(Some(["a", "b", "c"][flags as usize % 3].into()));
                     }
                     if ev == Event::Claimed && flags & 2 == 2 {
-                        r.takeover_of = vec![Cite {
+                        r.set_takeover_of(vec![Cite {
                             instance: by.unwrap_or(1),
                             incarnation: "a".into(),
-                        }];
-                        r.rank = rank;
+                        }]);
+                        r.set_rank(rank);
                     }
                     if flags & 4 == 4 && ev != Event::Booted {
-                        r.order_id = Some("id".into());
+                        r.set_order_id(Some("id".into()));
                     }
                     r
                 },
@@ -1880,14 +1883,16 @@ mod commuting {
             let mut swapped = log.to_vec();
             swapped.swap(k, k + 1);
             for r in &mut swapped {
-                r.seen = r.seen.map(swap);
+                if let Some(seen) = r.seen() {
+                    r.set_seen(Some(swap(seen)));
+                }
             }
             let (mut v, mut vs) = fold(log);
             v.relabel(&swap, &|_| {});
             vs.swap(k, k + 1);
             let (mut w, ws) = fold(&swapped);
             w.relabel(&|p| p, &|_| {});
-            let short: Vec<String> = log.iter().map(|r| format!("{}:{:?} inc {} seq {} by {:?} fences {:?} seen {:?} o {:?} next {:?} tk {}", r.instance, r.event, r.incarnation, r.seq, r.by, r.fences, r.seen, r.offset, r.next, r.takeover_of.len())).collect();
+            let short: Vec<String> = log.iter().map(|r| format!("{}:{:?} inc {} seq {} by {:?} fences {:?} seen {:?} o {:?} next {:?} tk {}", r.instance, r.event(), r.incarnation, r.seq, r.by(), r.fences(), r.seen(), r.order(), r.next, r.takeover_of().len())).collect();
             prop_assert_eq!(
                 vs,
                 ws,
@@ -1927,16 +1932,16 @@ mod commuting {
                 let s = &mut seq[i as usize];
                 if *s == 0 {
                     *s = 1;
-                    log.push(Record::new(i, Event::Booted, "a", 0));
+                    log.push(Record::of(i, Event::Booted, "a", 0));
                 }
                 *s += 1;
-                let mut r = Record::new(i, ev, "a", 0).with_order(OrderId::new(0, o));
+                let mut r = Record::of(i, ev, "a", 0).with_order(OrderId::new(0, o));
                 r.seq = *s;
-                r.attempt = 1;
+                r.set_attempt(1);
                 r.next
                     .insert(0, next.max(if ev == Event::Claimed { o + 1 } else { 0 }));
                 if ev == Event::Completed {
-                    r.outcome = Some(Outcome::not_run(Status::Ok, "x"));
+                    r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
                 }
                 log.push(r);
             }
@@ -1962,7 +1967,7 @@ mod commuting {
                 let k = i as usize;
                 if seq[k] == 0 {
                     seq[k] = 1;
-                    log.push(Record::new(i, Event::Booted, "a", 0));
+                    log.push(Record::of(i, Event::Booted, "a", 0));
                 }
                 let (ev, order) = match hold[k] {
                     None => (Event::Claimed, o),
@@ -1991,12 +1996,12 @@ mod commuting {
                 seq[k] += 1;
                 next[k] =
                     (next[k] + bump / 2).max(if ev == Event::Claimed { order + 1 } else { 0 });
-                let mut r = Record::new(i, ev, "a", 0).with_order(OrderId::new(0, order));
+                let mut r = Record::of(i, ev, "a", 0).with_order(OrderId::new(0, order));
                 r.seq = seq[k];
-                r.attempt = 1;
+                r.set_attempt(1);
                 r.next.insert(0, next[k]);
                 if ev == Event::Completed {
-                    r.outcome = Some(Outcome::not_run(Status::Ok, "x"));
+                    r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
                 }
                 log.push(r);
             }

@@ -254,23 +254,25 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
         order_records: w
             .log
             .iter()
-            .filter(|e| e.rec.order().is_some() && e.rec.event != pool_worker::record::Event::Lease)
+            .filter(|e| {
+                e.rec.order().is_some() && e.rec.event() != pool_worker::record::Event::Lease
+            })
             .count() as u64,
         leases: w
             .log
             .iter()
-            .filter(|e| e.rec.event == pool_worker::record::Event::Lease)
+            .filter(|e| e.rec.event() == pool_worker::record::Event::Lease)
             .count() as u64,
         claims: w
             .log
             .iter()
-            .filter(|e| e.rec.event == pool_worker::record::Event::Claimed)
+            .filter(|e| e.rec.event() == pool_worker::record::Event::Claimed)
             .count() as u64,
         rivals: {
             let mut pairs: Vec<_> = w
                 .log
                 .iter()
-                .filter(|e| e.rec.event == pool_worker::record::Event::Claimed)
+                .filter(|e| e.rec.event() == pool_worker::record::Event::Claimed)
                 .map(|e| (e.rec.order(), e.rec.instance))
                 .collect();
             pairs.sort();
@@ -281,7 +283,8 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
             .log
             .iter()
             .filter(|e| {
-                e.rec.event == pool_worker::record::Event::Claimed && !e.rec.passed_over.is_empty()
+                e.rec.event() == pool_worker::record::Event::Claimed
+                    && !e.rec.passed_over().is_empty()
             })
             .count() as u64,
         failure,
@@ -707,7 +710,8 @@ fn simulation_with_cancels() {
             let mut cancelled = std::collections::BTreeSet::new();
             for e in &w.log {
                 let r = &e.rec;
-                if let (pool_worker::record::Event::Completed, Some(o)) = (r.event, &r.outcome) {
+                if let (pool_worker::record::Event::Completed, Some(o)) = (r.event(), &r.outcome())
+                {
                     if o.status == pool_worker::record::Status::Cancelled {
                         cancelled.insert(r.order());
                         let why = o.reason.as_deref().unwrap_or("");
@@ -723,7 +727,7 @@ fn simulation_with_cancels() {
                 .log
                 .iter()
                 .filter(|e| {
-                    e.rec.event == pool_worker::record::Event::Cancelled
+                    e.rec.event() == pool_worker::record::Event::Cancelled
                         && !cancelled.contains(&e.rec.order())
                 })
                 .count() as u64;

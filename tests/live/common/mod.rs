@@ -873,7 +873,7 @@ pub fn wait_completed(
     loop {
         for (_, k, v) in &reader.records[seen..] {
             if let Ok(rec) = Record::decode(k.as_deref(), v.as_deref()) {
-                if let (Event::Completed, Some(o)) = (rec.event, rec.order()) {
+                if let (Event::Completed, Some(o)) = (rec.event(), rec.order()) {
                     done.entry((o.partition, o.offset)).or_insert(rec);
                 }
             }
@@ -1094,10 +1094,10 @@ impl Audit {
         let mut live: BTreeMap<u32, (OrderId, i64, String)> = BTreeMap::new();
         let mut fenced: BTreeMap<u32, String> = BTreeMap::new();
         for (pos, rec) in records {
-            if rec.event == Event::Booted {
+            if rec.event() == Event::Booted {
                 current.insert(rec.instance, rec.incarnation.clone());
                 fenced.remove(&rec.instance);
-            } else if rec.by.is_none()
+            } else if rec.by().is_none()
                 && (current
                     .get(&rec.instance)
                     .is_some_and(|c| *c != rec.incarnation)
@@ -1106,7 +1106,7 @@ impl Audit {
                 audit.void += 1;
                 continue;
             }
-            if let Some(w) = rec.by {
+            if let Some(w) = rec.by() {
                 // Written on another's behalf: the writer must not be fenced.
                 if current.get(&w).is_some_and(|c| *c != rec.incarnation)
                     || fenced.get(&w) == Some(&rec.incarnation)
@@ -1115,21 +1115,21 @@ impl Audit {
                     continue;
                 }
             }
-            if rec.event == Event::Revoked {
+            if rec.event() == Event::Revoked {
                 // Valid only if the hold wrote nothing since the revoker saw
                 // it (the replay's rule, src/boot.rs).
                 let Some(order) = rec.order() else { continue };
                 let valid = live.get(&rec.instance).is_some_and(|(o, last, inc)| {
                     *o == order
-                        && rec.seen == u64::try_from(*last).ok()
-                        && rec.fences.as_deref() == Some(inc.as_str())
+                        && rec.seen() == u64::try_from(*last).ok()
+                        && rec.fences() == Some(inc.as_str())
                 });
                 let t = audit.orders.entry(order).or_default();
                 t.lines.push(format!(
                     "  #{pos} {}:revoked by {} attempt {}{}",
                     rec.instance,
                     rec.writer(),
-                    rec.attempt,
+                    rec.attempt(),
                     if valid {
                         ""
                     } else {
@@ -1147,7 +1147,8 @@ impl Audit {
                 }
                 continue;
             }
-            if rec.by.is_none() && rec.seq > 0 && !seen.insert((rec.incarnation.clone(), rec.seq)) {
+            if rec.by().is_none() && rec.seq > 0 && !seen.insert((rec.incarnation.clone(), rec.seq))
+            {
                 audit.void += 1;
                 continue;
             }
@@ -1156,29 +1157,26 @@ impl Audit {
             t.lines.push(format!(
                 "  #{pos} {}:{}{} attempt {}{}",
                 rec.instance,
-                rec.event,
-                rec.by.map(|b| format!(" by {b}")).unwrap_or_default(),
-                rec.attempt,
-                rec.reason
-                    .as_deref()
-                    .map(|r| format!(" ({r})"))
-                    .unwrap_or_default()
+                rec.event(),
+                rec.by().map(|b| format!(" by {b}")).unwrap_or_default(),
+                rec.attempt(),
+                rec.reason().map(|r| format!(" ({r})")).unwrap_or_default()
             ));
-            if rec.by.is_some() {
+            if rec.by().is_some() {
                 continue;
             }
             let i = rec.instance;
-            match rec.event {
+            match rec.event() {
                 Event::Claimed => {
-                    t.claims.push((*pos, i, rec.attempt));
+                    t.claims.push((*pos, i, rec.attempt()));
                     holds.insert(i, (order, None));
                     live.insert(i, (order, *pos, rec.incarnation.clone()));
                 }
                 Event::Committed | Event::Yielded => {
-                    t.decisions.push((*pos, i, rec.event, rec.attempt));
-                    if rec.event == Event::Committed {
+                    t.decisions.push((*pos, i, rec.event(), rec.attempt()));
+                    if rec.event() == Event::Committed {
                         t.commits
-                            .push((*pos, i, rec.incarnation.clone(), rec.attempt));
+                            .push((*pos, i, rec.incarnation.clone(), rec.attempt()));
                         if let Some((o, last, inc)) = live.get_mut(&i) {
                             if *o == order {
                                 *last = *pos;
@@ -1188,8 +1186,8 @@ impl Audit {
                     }
                     if let Some((o, first @ None)) = holds.get_mut(&i) {
                         if *o == order {
-                            *first = Some(rec.event);
-                            if rec.event == Event::Committed {
+                            *first = Some(rec.event());
+                            if rec.event() == Event::Committed {
                                 t.effective_commits.push((*pos, i));
                             } else {
                                 live.remove(&i);
@@ -1398,10 +1396,10 @@ pub fn show_all(recs: &[(i64, Record)]) -> String {
             format!(
                 "  #{p} {}{} {} {:?} attempt {} seq {}",
                 r.key(),
-                r.by.map(|b| format!(" by {b}")).unwrap_or_default(),
+                r.by().map(|b| format!(" by {b}")).unwrap_or_default(),
                 r.incarnation,
                 r.order(),
-                r.attempt,
+                r.attempt(),
                 r.seq
             )
         })

@@ -53,8 +53,8 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
     let who = |r: &Record| {
         [r.instance]
             .into_iter()
-            .chain(r.by)
-            .chain(r.passed_over.iter().copied())
+            .chain(r.by())
+            .chain(r.passed_over().iter().copied())
             .collect::<Vec<u32>>()
     };
     if who(a).iter().any(|i| who(b).contains(i)) {
@@ -63,11 +63,11 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
     // A checkpoint carries the whole view; whether a cancel is noted
     // depends on the order's contest and on the frontier (src/boot.rs,
     // `apply_cancel`): neither commutes with anything.
-    let barrier = |r: &Record| matches!(r.event, Event::Checkpoint | Event::Cancelled);
+    let barrier = |r: &Record| matches!(r.event(), Event::Checkpoint | Event::Cancelled);
     if barrier(a) || barrier(b) {
         return true;
     }
-    if a.order_id.is_some() && a.order_id == b.order_id {
+    if a.order_id().is_some() && a.order_id() == b.order_id() {
         return true;
     }
     if a.order().is_some()
@@ -86,10 +86,10 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
 /// settle the order for everyone), revocations and takeovers do.
 fn plain(r: &Record) -> bool {
     matches!(
-        r.event,
+        r.event(),
         Event::Claimed | Event::Committed | Event::Yielded | Event::Lease
-    ) && r.takeover_of.is_empty()
-        && r.by.is_none()
+    ) && r.takeover_of().is_empty()
+        && r.by().is_none()
 }
 
 /// A decision of one holder (`a`) and another instance's completion of the
@@ -101,11 +101,11 @@ fn plain(r: &Record) -> bool {
 /// the contest as late, before it as not late (the commuting proptests in
 /// tests/pure/model.rs found it); nor are two completions.
 fn stance(a: &Record, b: &Record) -> bool {
-    matches!(a.event, Event::Yielded | Event::Committed)
+    matches!(a.event(), Event::Yielded | Event::Committed)
         && plain(a)
-        && b.event == Event::Completed
-        && b.takeover_of.is_empty()
-        && b.by.is_none()
+        && b.event() == Event::Completed
+        && b.takeover_of().is_empty()
+        && b.by().is_none()
 }
 
 /// Whether `x` raises the frontier of claim `c`'s partition past `c`'s
@@ -115,19 +115,19 @@ fn stance(a: &Record, b: &Record) -> bool {
 /// lateness is judged only when a contest opens), a void one raises
 /// nothing.
 fn passes(c: &Record, x: &Record, unerased: bool) -> bool {
-    let Some(o) = c.order().filter(|_| c.event == Event::Claimed) else {
+    let Some(o) = c.order().filter(|_| c.event() == Event::Claimed) else {
         return false;
     };
-    if x.event == Event::Claimed && x.order() == Some(o) && plain(x) && plain(c) {
+    if x.event() == Event::Claimed && x.order() == Some(o) && plain(x) && plain(c) {
         return false;
     }
-    let decision = matches!(x.event, Event::Committed | Event::Yielded);
+    let decision = matches!(x.event(), Event::Committed | Event::Yielded);
     if unerased && decision && x.order() == Some(o) && plain(x) && plain(c) {
         return false;
     }
     let own = x
         .order()
-        .filter(|xo| x.event == Event::Claimed && xo.partition == o.partition)
+        .filter(|xo| x.event() == Event::Claimed && xo.partition == o.partition)
         .map(|xo| xo.offset + 1);
     let next = x.next.get(&o.partition).copied();
     own.into_iter().chain(next).any(|f| f > o.offset)
@@ -454,7 +454,7 @@ impl World {
         (forged, cancels, shared_cancel_key, trust).hash(&mut h);
         for &p in order {
             // The key is the record's hash, unless it names a position.
-            match log[p].rec.seen {
+            match log[p].rec.seen() {
                 None => h.write_u64(key[p]),
                 Some(_) => {
                     hash_record(&log[p].rec, &f, &mut h);
@@ -577,50 +577,78 @@ fn hash_record(r: &Record, f: &dyn Fn(u64) -> u64, h: &mut Mix) {
     // Destructured, so that a field added to Record must be placed here.
     let Record {
         instance,
-        event,
-        partition,
-        offset,
-        by,
         incarnation,
         ts,
         seq,
-        attempt,
-        takeover_of,
-        rank,
-        fences,
-        seen,
         next,
-        passed_over,
-        exits,
-        order_id,
-        reason: _,
-        outcome,
-        snapshot,
+        body,
     } = r;
-    (
-        instance,
-        event,
-        partition,
-        offset,
-        by,
-        incarnation,
-        ts,
-        seq,
-        attempt,
-    )
-        .hash(h);
-    (
-        takeover_of,
-        rank,
-        fences,
-        seen.map(f),
-        next,
-        passed_over,
-        exits,
-        order_id,
-        snapshot,
-    )
-        .hash(h);
+    (instance, incarnation, ts, seq, next).hash(h);
+    std::mem::discriminant(body).hash(h);
+    let outcome = match body {
+        Body::Booted => None,
+        Body::Claimed {
+            order,
+            attempt,
+            takeover_of,
+            rank,
+            passed_over,
+            order_id,
+        } => {
+            (order, attempt, takeover_of, rank, passed_over, order_id).hash(h);
+            None
+        }
+        Body::Committed { order, attempt } => {
+            (order, attempt).hash(h);
+            None
+        }
+        Body::Yielded {
+            order,
+            attempt,
+            reason: _,
+        } => {
+            (order, attempt).hash(h);
+            None
+        }
+        Body::Lease {
+            order,
+            attempt,
+            order_id,
+        } => {
+            (order, attempt, order_id).hash(h);
+            None
+        }
+        Body::Revoked {
+            order,
+            by,
+            fences,
+            seen,
+            rank,
+            attempt,
+            reason: _,
+        } => {
+            (order, by, fences, f(*seen), rank, attempt).hash(h);
+            None
+        }
+        Body::Completed {
+            order,
+            attempt,
+            exits,
+            order_id,
+            outcome,
+        } => {
+            (order, attempt, exits, order_id).hash(h);
+            Some(outcome)
+        }
+        Body::Checkpoint { snapshot } => {
+            snapshot.hash(h);
+            None
+        }
+        Body::Cancelled { order, reason: _ } => {
+            order.hash(h);
+            None
+        }
+    };
     if let Some(Outcome {
         status,
         exit_code,

@@ -34,7 +34,7 @@
 
 use pool_worker::boot::View;
 use pool_worker::dev::describe_record;
-use pool_worker::record::{Event, OrderId, Outcome, Record, Status};
+use pool_worker::record::{Body, Event, OrderId, Outcome, Record, Status};
 use pool_worker::worker::{Action, Flaw, Input, Phase, Settings, Worker};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -568,28 +568,28 @@ impl World {
         let n = self.orders.len() as i64;
         match k {
             0 => {
-                let mut r = Record::new(1, Event::Completed, &inc(1), self.now)
+                let mut r = Record::of(1, Event::Completed, &inc(1), self.now)
                     .with_order(OrderId::new(0, 0));
                 r.seq = seq;
-                r.attempt = 1;
-                r.outcome = Some(ok_outcome());
+                r.set_attempt(1);
+                r.set_outcome(Some(ok_outcome()));
                 r.next.insert(0, 1);
                 (r, Sig::Unsigned)
             }
             1 => {
-                let mut r = Record::new(2, Event::Claimed, &inc(2), self.now)
-                    .with_order(OrderId::new(0, 0));
+                let mut r =
+                    Record::of(2, Event::Claimed, &inc(2), self.now).with_order(OrderId::new(0, 0));
                 r.seq = seq;
-                r.attempt = 1;
-                r.rank = Some(0);
+                r.set_attempt(1);
+                r.set_rank(Some(0));
                 r.next.insert(0, 1);
                 (r, Sig::OtherKey)
             }
             _ => {
-                let mut r = Record::new(2, Event::Claimed, &inc(2), self.now)
-                    .with_order(OrderId::new(0, n));
+                let mut r =
+                    Record::of(2, Event::Claimed, &inc(2), self.now).with_order(OrderId::new(0, n));
                 r.seq = seq;
-                r.attempt = 1;
+                r.set_attempt(1);
                 r.next.insert(0, n + 1);
                 (r, Sig::Unsigned)
             }
@@ -768,7 +768,7 @@ impl World {
             Step::Start(i) => {
                 if cfg.settle || !cfg.late_appends {
                     self.orphans
-                        .retain(|r| !(r.instance == i && r.by.is_none()) && r.by != Some(i));
+                        .retain(|r| !(r.instance == i && r.by().is_none()) && r.by() != Some(i));
                 }
                 let now = self.now;
                 let inst = self.inst_mut(i);
@@ -788,8 +788,8 @@ impl World {
                 let snap = self
                     .log
                     .iter()
-                    .filter(|e| !e.erased && e.rec.event == Event::Checkpoint)
-                    .filter_map(|e| e.rec.snapshot.as_deref())
+                    .filter(|e| !e.erased && e.rec.event() == Event::Checkpoint)
+                    .filter_map(|e| e.rec.snapshot())
                     .max_by_key(|s| s.at)
                     .filter(|_| cfg.checkpoint_every.is_some())
                     .cloned();
@@ -1012,7 +1012,7 @@ impl World {
     /// [`SETTLED`]: `r`, an orphan, lands after a `booted` of a later
     /// process of its writer's instance number.
     fn check_settled(&mut self, r: &Record) {
-        let writer = r.by.unwrap_or(r.instance);
+        let writer = r.by().unwrap_or(r.instance);
         let Some(pos) = self.newest_booted[writer as usize - 1] else {
             return;
         };
@@ -1034,7 +1034,7 @@ impl World {
         let now = self.now;
         let insts = &self.insts;
         self.orphans.retain(|r| {
-            let inst = &insts[r.by.unwrap_or(r.instance) as usize - 1];
+            let inst = &insts[r.by().unwrap_or(r.instance) as usize - 1];
             let alive = inst
                 .worker
                 .as_ref()
@@ -1219,7 +1219,7 @@ impl World {
             return;
         }
         // The hold a revocation is about, as the referee sees it before.
-        let revoked = (r.event == Event::Revoked)
+        let revoked = (r.event() == Event::Revoked)
             .then(|| {
                 self.referee
                     .hold(r.instance)
@@ -1229,10 +1229,10 @@ impl World {
             .flatten();
         if self.forge_seen {
             if let Some(h) = &revoked {
-                r.seen = Some(h.last_pos);
+                r.set_seen(Some(h.last_pos));
             }
         }
-        if r.event == Event::Booted {
+        if r.event() == Event::Booted {
             self.newest_booted[r.instance as usize - 1] = Some(pos);
         }
         if let Some(o) = r.order() {
@@ -1242,12 +1242,12 @@ impl World {
         }
         let verdict = self.referee.apply(pos as u64, &r);
         if verdict == Err(pool_worker::boot::Void::Stray)
-            && matches!(r.event, Event::Committed | Event::Yielded)
+            && matches!(r.event(), Event::Committed | Event::Yielded)
         {
             self.strays += 1;
         }
         let accepted = verdict.is_ok();
-        if let (false, Event::Completed, Some(o)) = (accepted, r.event, r.order()) {
+        if let (false, Event::Completed, Some(o)) = (accepted, r.event(), r.order()) {
             if let Some(og) = self.orders.get_mut(o.offset as usize) {
                 if og.completions == 0 && !og.finished_void {
                     og.finished_void = true;
@@ -1259,7 +1259,7 @@ impl World {
             if let Some(o) = r.order() {
                 self.judge(pos, &r, o);
             }
-            if let (Some(h), Event::Revoked) = (&revoked, r.event) {
+            if let (Some(h), Event::Revoked) = (&revoked, r.event()) {
                 self.judge_revocation(pos, &r, h);
             }
             if self.leases {
@@ -1283,7 +1283,7 @@ impl World {
         if r.ts.saturating_sub(h.last_ts) <= lease {
             let what = format!(
                 "#{pos}: instance {}'s hold of order {} is revoked by instance {} at {} ms, but it wrote about it at {} ms (lease {lease} ms)",
-                r.instance, h.order, r.by.unwrap_or(0), r.ts, h.last_ts
+                r.instance, h.order, r.by().unwrap_or(0), r.ts, h.last_ts
             );
             self.violate(LEASE_RESPECTED, what);
         }
@@ -1325,7 +1325,7 @@ impl World {
             );
         }
         let og = &mut self.orders[o.offset as usize];
-        match r.event {
+        match r.event() {
             Event::Claimed => {
                 if !og.claimed {
                     og.claimed = true;
@@ -1439,7 +1439,7 @@ impl World {
         let pending = self.insts.iter().flat_map(|i| i.pending.iter());
         pending
             .chain(self.orphans.iter())
-            .filter(|r| r.event == Event::Claimed)
+            .filter(|r| r.event() == Event::Claimed)
             .filter_map(|r| r.order())
     }
 
@@ -1465,10 +1465,10 @@ impl World {
         // one key, as `0:cancelled` would.
         let shared = self.shared_cancel_key;
         let key = |e: &Entry| {
-            let order = (e.rec.event == Event::Cancelled && !shared)
+            let order = (e.rec.event() == Event::Cancelled && !shared)
                 .then(|| e.rec.order())
                 .flatten();
-            (e.rec.instance, e.rec.event, order)
+            (e.rec.instance, e.rec.event(), order)
         };
         let mut newest: HashMap<(u32, Event, Option<OrderId>), usize> = HashMap::new();
         // A forged record takes part in no compaction here: the model
@@ -1540,7 +1540,7 @@ impl World {
                 && !self
                     .orphans
                     .iter()
-                    .any(|r| r.instance == *i || r.by == Some(*i))
+                    .any(|r| r.instance == *i || r.by() == Some(*i))
         };
         let others_up = ids
             .clone()
@@ -1575,11 +1575,11 @@ impl World {
                 Err(why) => format!(" VOID({why:?})"),
             }
         };
-        let lease = if r.event == Event::Revoked {
+        let lease = if r.event() == Event::Revoked {
             format!(
                 " by {} seen #{}",
-                r.by.unwrap_or(0),
-                r.seen.map_or(-1, |s| s as i64)
+                r.by().unwrap_or(0),
+                r.seen().map_or(-1, |s| s as i64)
             )
         } else {
             String::new()
