@@ -117,8 +117,7 @@ fn main() -> ExitCode {
                 Err(e) => {
                     // Logging is not set up yet (its format is part of the
                     // configuration), so honour LOG_FORMAT=json by hand.
-                    let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v.trim() == "json");
-                    if json {
+                    if pool_worker::config::log_json_from_env() {
                         let line = serde_json::json!({
                             "timestamp": humantime_now(),
                             "level": "ERROR",
