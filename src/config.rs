@@ -127,6 +127,50 @@ pub fn read_env<T: serde::de::DeserializeOwned>() -> Result<T, ConfigError> {
     read(env_vars())
 }
 
+/// A tool's flag over its variable over its default: unless the flag
+/// `id` was given on the command line, the variable's value (already read
+/// by [`read`]), if set, replaces the flag's default in `field`.
+pub fn flag_or_env<T>(m: &clap::ArgMatches, id: &str, field: &mut T, var: Option<T>) {
+    let given = m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    if let (false, Some(v)) = (given, var) {
+        *field = v;
+    }
+}
+
+/// The topic variables of `dev` and `broker`, which create the topics.
+#[derive(Deserialize, Debug, Default)]
+#[serde(default)]
+pub struct TopicsEnv {
+    #[serde(deserialize_with = "parse::text")]
+    pub orders_topic: Option<String>,
+    #[serde(deserialize_with = "parse::text")]
+    pub coordination_topic: Option<String>,
+    #[serde(deserialize_with = "parse::text")]
+    pub results_topic: Option<String>,
+}
+
+impl TopicsEnv {
+    /// Fills the flags `orders_topic`, `coordination_topic` and
+    /// `results_topic` that were not given from the environment.
+    pub fn apply(
+        m: &clap::ArgMatches,
+        orders: &mut String,
+        coordination: &mut String,
+        results: &mut Option<String>,
+    ) -> Result<(), ConfigError> {
+        let env: TopicsEnv = read_env()?;
+        flag_or_env(m, "orders_topic", orders, env.orders_topic);
+        flag_or_env(
+            m,
+            "coordination_topic",
+            coordination,
+            env.coordination_topic,
+        );
+        flag_or_env(m, "results_topic", results, env.results_topic.map(Some));
+        Ok(())
+    }
+}
+
 /// Whether `LOG_FORMAT` asks for JSON, for the one line `main` writes when
 /// the configuration is refused (before logging is set up): a malformed
 /// `LOG_FORMAT` is text.
@@ -344,7 +388,7 @@ impl KafkaSettings {
 }
 
 /// The process environment, as (name, value) pairs (non-UTF-8 ones left out).
-fn env_vars() -> Vec<(String, String)> {
+pub(crate) fn env_vars() -> Vec<(String, String)> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect()
