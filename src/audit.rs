@@ -277,9 +277,25 @@ pub fn audit<'a>(
 pub struct AuditArgs {
     #[command(flatten)]
     pub source: crate::status::Source,
-    /// The pool's MAX_ATTEMPTS.
-    #[arg(long, env = "MAX_ATTEMPTS", default_value_t = crate::worker::DEFAULT_MAX_ATTEMPTS)]
+    /// The pool's MAX_ATTEMPTS [env: MAX_ATTEMPTS]
+    #[arg(long, default_value_t = crate::worker::DEFAULT_MAX_ATTEMPTS)]
     pub max_attempts: u32,
+}
+
+impl AuditArgs {
+    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
+    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        struct Env {
+            #[serde(deserialize_with = "crate::config::parse::whole")]
+            max_attempts: Option<u32>,
+        }
+        self.source.apply_env(m)?;
+        let env: Env = crate::config::read_env()?;
+        crate::config::flag_or_env(m, "max_attempts", &mut self.max_attempts, env.max_attempts);
+        Ok(())
+    }
 }
 
 /// Reads the claims topic from its beginning and prints the report; exit

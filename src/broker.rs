@@ -385,17 +385,18 @@ pub fn check_topic_name(name: &str) -> Result<(), String> {
 /// `pool_worker broker`: run the embedded broker as a process.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BrokerArgs {
-    /// The orders topic to create.
-    #[arg(long, env = "ORDERS_TOPIC", default_value = "work_orders")]
+    /// The orders topic to create [env: ORDERS_TOPIC]
+    #[arg(long, default_value = "work_orders")]
     pub orders_topic: String,
     /// Partitions of the orders topic.
     #[arg(long, default_value_t = 1)]
     pub orders_partitions: i32,
-    /// The coordination (claims) topic to create; always one partition.
-    #[arg(long, env = "COORDINATION_TOPIC", default_value = "work_claims")]
+    /// The coordination (claims) topic to create; always one partition
+    /// [env: COORDINATION_TOPIC]
+    #[arg(long, default_value = "work_claims")]
     pub coordination_topic: String,
-    /// Also create this results topic (one partition).
-    #[arg(long, env = "RESULTS_TOPIC")]
+    /// Also create this results topic (one partition) [env: RESULTS_TOPIC]
+    #[arg(long)]
     pub results_topic: Option<String>,
     /// Number of mock brokers.
     #[arg(long, default_value_t = 1)]
@@ -412,6 +413,16 @@ pub struct BrokerArgs {
 }
 
 impl BrokerArgs {
+    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
+    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+        crate::config::TopicsEnv::apply(
+            m,
+            &mut self.orders_topic,
+            &mut self.coordination_topic,
+            &mut self.results_topic,
+        )
+    }
+
     /// The topics to create: (name, partitions).
     pub fn topics(&self) -> Vec<(String, i32)> {
         let mut topics = vec![

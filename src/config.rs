@@ -1,11 +1,16 @@
 //! The worker's configuration, from the environment.
 //!
 //! pool_worker runs under a supervisor (systemd, compose), where the
-//! environment is the natural interface, so worker mode takes no flags. The
-//! variables are read with `envy` into strings and then checked one by one,
-//! so that a missing or malformed value stops the process with one line that
-//! names the variable and says what is wrong (exit status 2, which the
-//! supervisor takes as "do not restart").
+//! environment is the natural interface, so worker mode takes no flags.
+//! Every program's settings from the environment, the worker's and the
+//! tools', take one path (issue 20): [`read`] deserialises them with envy
+//! into typed structs (numbers, lists, `LOG_FORMAT`), each field through a
+//! parser of [`parse`], so that a missing or malformed value stops the
+//! process with one line that names the variable and says what is wrong
+//! (exit status 2, which the supervisor takes as "do not restart"); the
+//! tools' flags override their variables. The one exception is
+//! `KAFKA_<PROPERTY>`, an open set of names passed through to librdkafka
+//! ([`KafkaSettings`]).
 //!
 //! | variable | meaning | default |
 //! | --- | --- | --- |
@@ -38,29 +43,249 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// The environment as strings; checked by [`Config::from_env`].
+/// The worker's variables, typed: [`read`] deserialises them with envy, each
+/// field through one of the parsers in [`parse`], so that a malformed value
+/// stops the process with one line naming its variable (see [`read`]).
+/// Checks that need several fields (ranges that depend on `LEASE_MS`, topics
+/// that must differ, the claims key) are [`Config::from_vars`]'s.
 #[derive(Deserialize, Debug, Default)]
-struct RawEnv {
+#[serde(default)]
+struct WorkerEnv {
     orders_topic: Option<String>,
     coordination_topic: Option<String>,
-    instance_number: Option<String>,
-    max_attempts: Option<String>,
-    orders_per_process: Option<String>,
-    lease_ms: Option<String>,
-    job_timeout_secs: Option<String>,
-    output_limit_bytes: Option<String>,
-    allowed_commands: Option<String>,
-    allowed_urls: Option<String>,
-    job_env_deny: Option<String>,
-    log_format: Option<String>,
+    #[serde(deserialize_with = "parse::instance")]
+    instance_number: Option<u32>,
+    #[serde(deserialize_with = "parse::whole")]
+    max_attempts: Option<u32>,
+    #[serde(deserialize_with = "parse::whole")]
+    orders_per_process: Option<u32>,
+    #[serde(deserialize_with = "parse::whole")]
+    lease_ms: Option<u64>,
+    #[serde(deserialize_with = "parse::whole")]
+    job_timeout_secs: Option<u64>,
+    #[serde(deserialize_with = "parse::whole")]
+    output_limit_bytes: Option<usize>,
+    #[serde(deserialize_with = "parse::list")]
+    allowed_commands: Option<Vec<String>>,
+    #[serde(deserialize_with = "parse::list")]
+    allowed_urls: Option<Vec<String>>,
+    #[serde(deserialize_with = "parse::list")]
+    job_env_deny: Option<Vec<String>>,
+    #[serde(deserialize_with = "parse::log_format")]
+    log_format: Option<LogFormat>,
+    #[serde(deserialize_with = "parse::text")]
     results_topic: Option<String>,
-    settle_ms: Option<String>,
-    claim_defer_ms: Option<String>,
+    #[serde(deserialize_with = "parse::whole")]
+    settle_ms: Option<u64>,
+    #[serde(deserialize_with = "parse::whole")]
+    claim_defer_ms: Option<u64>,
+    #[serde(deserialize_with = "parse::text")]
     state_dir: Option<String>,
     state_directory: Option<String>,
     xdg_runtime_dir: Option<String>,
     claims_key: Option<String>,
+    #[serde(deserialize_with = "parse::text")]
     claims_key_file: Option<String>,
+    #[serde(deserialize_with = "parse::list")]
+    order_env_allow: Option<Vec<String>>,
+    #[serde(deserialize_with = "parse::list")]
+    allowed_images: Option<Vec<String>>,
+    #[serde(deserialize_with = "parse::text")]
+    job_user: Option<String>,
+    #[serde(deserialize_with = "parse::positive")]
+    job_limit_memory_mb: Option<u64>,
+    #[serde(deserialize_with = "parse::positive")]
+    job_limit_processes: Option<u64>,
+    #[serde(deserialize_with = "parse::positive")]
+    job_limit_open_files: Option<u64>,
+}
+
+/// `LOG_FORMAT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Deserialises `T` from (name, value) pairs with envy: every program's
+/// settings, the worker's ([`Config`]) and the tools' (`status::SourceEnv`
+/// and the like), come through here. A value a field's parser refuses is a
+/// [`ConfigError`] that begins with the variable's name (from the field's
+/// path, upper-cased) followed by the parser's words, e.g.
+/// `LEASE_MS='soon' is not a whole number`. The parsers never repeat a
+/// value that may be secret (they parse numbers, lists and names only).
+pub fn read<T: serde::de::DeserializeOwned>(
+    vars: impl IntoIterator<Item = (String, String)>,
+) -> Result<T, ConfigError> {
+    let Tracked(value) = envy::from_iter::<_, Tracked<T>>(vars)
+        .map_err(|e| ConfigError(format!("cannot read the environment: {e}")))?;
+    value
+}
+
+/// [`read`] from the process environment (non-UTF-8 variables left out).
+pub fn read_env<T: serde::de::DeserializeOwned>() -> Result<T, ConfigError> {
+    read(env_vars())
+}
+
+/// A tool's flag over its variable over its default: unless the flag
+/// `id` was given on the command line, the variable's value (already read
+/// by [`read`]), if set, replaces the flag's default in `field`.
+pub fn flag_or_env<T>(m: &clap::ArgMatches, id: &str, field: &mut T, var: Option<T>) {
+    let given = m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    if let (false, Some(v)) = (given, var) {
+        *field = v;
+    }
+}
+
+/// The topic variables of `dev` and `broker`, which create the topics.
+#[derive(Deserialize, Debug, Default)]
+#[serde(default)]
+pub struct TopicsEnv {
+    #[serde(deserialize_with = "parse::text")]
+    pub orders_topic: Option<String>,
+    #[serde(deserialize_with = "parse::text")]
+    pub coordination_topic: Option<String>,
+    #[serde(deserialize_with = "parse::text")]
+    pub results_topic: Option<String>,
+}
+
+impl TopicsEnv {
+    /// Fills the flags `orders_topic`, `coordination_topic` and
+    /// `results_topic` that were not given from the environment.
+    pub fn apply(
+        m: &clap::ArgMatches,
+        orders: &mut String,
+        coordination: &mut String,
+        results: &mut Option<String>,
+    ) -> Result<(), ConfigError> {
+        let env: TopicsEnv = read_env()?;
+        flag_or_env(m, "orders_topic", orders, env.orders_topic);
+        flag_or_env(
+            m,
+            "coordination_topic",
+            coordination,
+            env.coordination_topic,
+        );
+        flag_or_env(m, "results_topic", results, env.results_topic.map(Some));
+        Ok(())
+    }
+}
+
+/// Whether `LOG_FORMAT` asks for JSON, for the one line `main` writes when
+/// the configuration is refused (before logging is set up): a malformed
+/// `LOG_FORMAT` is text.
+pub fn log_json_from_env() -> bool {
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct Log {
+        #[serde(deserialize_with = "parse::log_format")]
+        log_format: Option<LogFormat>,
+    }
+    read_env::<Log>().is_ok_and(|l| l.log_format == Some(LogFormat::Json))
+}
+
+/// A deserialised value, or the error with the variable it came from.
+struct Tracked<T>(Result<T, ConfigError>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Tracked<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Tracked(serde_path_to_error::deserialize(d).map_err(
+            |e: serde_path_to_error::Error<D::Error>| {
+                let path = e.path().to_string();
+                let inner = e.inner().to_string();
+                match e.path().iter().next() {
+                    Some(serde_path_to_error::Segment::Map { key }) => {
+                        ConfigError(format!("{}{inner}", key.to_ascii_uppercase()))
+                    }
+                    _ => ConfigError(format!("cannot read the environment ({path}): {inner}")),
+                }
+            },
+        )))
+    }
+}
+
+/// The field parsers of the settings structs (`#[serde(deserialize_with)]`).
+/// Each error is written to follow the variable's name (see [`read`]).
+pub mod parse {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer};
+
+    fn string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        String::deserialize(d)
+    }
+
+    /// A whole number, spaces around it allowed.
+    pub fn whole<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: std::str::FromStr,
+    {
+        let s = string(d)?;
+        s.trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| D::Error::custom(format!("='{s}' is not a whole number")))
+    }
+
+    /// A positive whole number; empty: unset.
+    pub fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        let s = string(d)?;
+        let v = s.trim();
+        if v.is_empty() {
+            return Ok(None);
+        }
+        match v.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(Some(n)),
+            _ => Err(D::Error::custom(format!(
+                "='{v}' is not a positive whole number"
+            ))),
+        }
+    }
+
+    /// `INSTANCE_NUMBER`: 1 to [`crate::record::MAX_INSTANCE`].
+    pub fn instance<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        let s = string(d)?;
+        let v = s.trim();
+        if v.is_empty() {
+            return Err(D::Error::custom(" is empty"));
+        }
+        v.parse()
+            .ok()
+            .filter(|n| (1..=crate::record::MAX_INSTANCE).contains(n))
+            .map(Some)
+            .ok_or_else(|| {
+                D::Error::custom(format!(
+                    "='{v}' is not a positive whole number up to {}",
+                    crate::record::MAX_INSTANCE
+                ))
+            })
+    }
+
+    /// A comma-separated list, each item trimmed, empty items dropped (set
+    /// but empty: an empty list).
+    pub fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+        Ok(Some(super::split_list(&string(d)?)))
+    }
+
+    /// Text, trimmed; empty: unset.
+    pub fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        let s = string(d)?;
+        let s = s.trim();
+        Ok((!s.is_empty()).then(|| s.to_string()))
+    }
+
+    /// `LOG_FORMAT`: `text` (or empty) or `json`.
+    pub fn log_format<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<super::LogFormat>, D::Error> {
+        match string(d)?.trim() {
+            "" | "text" => Ok(Some(super::LogFormat::Text)),
+            "json" => Ok(Some(super::LogFormat::Json)),
+            other => Err(D::Error::custom(format!(
+                "='{other}' is not 'text' or 'json'"
+            ))),
+        }
+    }
 }
 
 /// `CLAIM_DEFER_MS` unless set (and unless `LEASE_MS`/3 is less).
@@ -163,7 +388,7 @@ impl KafkaSettings {
 }
 
 /// The process environment, as (name, value) pairs (non-UTF-8 ones left out).
-fn env_vars() -> Vec<(String, String)> {
+pub(crate) fn env_vars() -> Vec<(String, String)> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect()
@@ -205,9 +430,9 @@ fn check_property(var: &str, name: &str, value: &str) -> Result<(), ConfigError>
 }
 
 /// `JOB_ENV_DENY` adds to [`ALWAYS_DENIED`]; it never replaces it.
-fn env_deny(v: Option<String>) -> Vec<String> {
+fn env_deny(v: Option<Vec<String>>) -> Vec<String> {
     let mut deny: Vec<String> = ALWAYS_DENIED.iter().map(|s| s.to_string()).collect();
-    for name in list(v).unwrap_or_default() {
+    for name in v.unwrap_or_default() {
         if !deny.contains(&name) {
             deny.push(name);
         }
@@ -259,47 +484,27 @@ pub struct JobSettings {
 }
 
 impl JobSettings {
-    fn from_vars(vars: &[(String, String)]) -> Result<JobSettings, ConfigError> {
-        let get = |name: &str| {
-            vars.iter()
-                .rev()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        };
-        let limit = |name: &str, scale: u64| -> Result<Option<u64>, ConfigError> {
-            match get(name)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-            {
-                None => Ok(None),
-                Some(v) => {
-                    let n = v
-                        .parse::<u64>()
-                        .ok()
-                        .filter(|&n| n >= 1)
-                        .and_then(|n| n.checked_mul(scale))
-                        .ok_or_else(|| {
-                            ConfigError(format!("{name}='{v}' is not a positive whole number"))
-                        })?;
-                    Ok(Some(n))
-                }
-            }
-        };
-        let user = match get("JOB_USER")
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-        {
+    fn from_env(env: &mut WorkerEnv) -> Result<JobSettings, ConfigError> {
+        let memory_bytes = match env.job_limit_memory_mb {
             None => None,
-            Some(u) => Some(crate::isolate::JobUser::lookup(&u)?),
+            Some(mb) => Some(mb.checked_mul(1 << 20).ok_or_else(|| {
+                ConfigError(format!(
+                    "JOB_LIMIT_MEMORY_MB='{mb}' is not a positive whole number"
+                ))
+            })?),
+        };
+        let user = match env.job_user.as_deref() {
+            None => None,
+            Some(u) => Some(crate::isolate::JobUser::lookup(u)?),
         };
         Ok(JobSettings {
-            env_allow: crate::policy::parse_env_allow(list(get("ORDER_ENV_ALLOW")))?,
-            allowed_images: list(get("ALLOWED_IMAGES")),
+            env_allow: crate::policy::parse_env_allow(env.order_env_allow.take())?,
+            allowed_images: env.allowed_images.take(),
             user,
             limits: crate::isolate::Limits {
-                memory_bytes: limit("JOB_LIMIT_MEMORY_MB", 1 << 20)?,
-                processes: limit("JOB_LIMIT_PROCESSES", 1)?,
-                open_files: limit("JOB_LIMIT_OPEN_FILES", 1)?,
+                memory_bytes,
+                processes: env.job_limit_processes,
+                open_files: env.job_limit_open_files,
             },
         })
     }
@@ -320,16 +525,14 @@ fn required(name: &str, v: Option<String>) -> Result<String, ConfigError> {
     }
 }
 
-fn number<T>(name: &str, v: Option<String>, default: T, range: (T, T)) -> Result<T, ConfigError>
+/// A number already parsed by [`parse::whole`], or its default; checked
+/// against its range.
+fn number<T>(name: &str, v: Option<T>, default: T, range: (T, T)) -> Result<T, ConfigError>
 where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+    T: PartialOrd + std::fmt::Display + Copy,
 {
-    let Some(s) = v else { return Ok(default) };
-    let n: T = s
-        .trim()
-        .parse()
-        .map_err(|_| ConfigError(format!("{name}='{s}' is not a whole number")))?;
-    if n < range.0 || n > range.1 {
+    let n = v.unwrap_or(default);
+    if v.is_some() && (n < range.0 || n > range.1) {
         return Err(ConfigError(format!(
             "{name}={n} is out of range ({} to {})",
             range.0, range.1
@@ -338,13 +541,12 @@ where
     Ok(n)
 }
 
-fn list(v: Option<String>) -> Option<Vec<String>> {
-    v.map(|s| {
-        s.split(',')
-            .map(|x| x.trim().to_string())
-            .filter(|x| !x.is_empty())
-            .collect()
-    })
+/// A comma-separated list: items trimmed, empty ones dropped.
+fn split_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(|x| x.trim().to_string())
+        .filter(|x| !x.is_empty())
+        .collect()
 }
 
 /// `STATE_DIR` when neither it nor systemd's `STATE_DIRECTORY` is set:
@@ -371,21 +573,12 @@ impl Config {
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
         let vars: Vec<(String, String)> = vars.into_iter().collect();
-        let raw: RawEnv = envy::from_iter(vars.iter().cloned())
-            .map_err(|e| ConfigError(format!("cannot read the environment: {e}")))?;
-        let instance_s = required("INSTANCE_NUMBER", raw.instance_number)?;
-        let instance: u32 = instance_s
-            .parse()
-            .ok()
-            .filter(|n| (1..=crate::record::MAX_INSTANCE).contains(n))
-            .ok_or_else(|| {
-                ConfigError(format!(
-                    "INSTANCE_NUMBER='{instance_s}' is not a positive whole number up to {}",
-                    crate::record::MAX_INSTANCE
-                ))
-            })?;
-        let orders_topic = required("ORDERS_TOPIC", raw.orders_topic)?;
-        let coordination_topic = required("COORDINATION_TOPIC", raw.coordination_topic)?;
+        let mut raw: WorkerEnv = read(vars.iter().cloned())?;
+        let instance = raw
+            .instance_number
+            .ok_or_else(|| ConfigError("INSTANCE_NUMBER is not set".into()))?;
+        let orders_topic = required("ORDERS_TOPIC", raw.orders_topic.take())?;
+        let coordination_topic = required("COORDINATION_TOPIC", raw.coordination_topic.take())?;
         for (name, t) in [
             ("ORDERS_TOPIC", &orders_topic),
             ("COORDINATION_TOPIC", &coordination_topic),
@@ -397,10 +590,7 @@ impl Config {
                 "ORDERS_TOPIC and COORDINATION_TOPIC name the same topic".into(),
             ));
         }
-        let results_topic = raw
-            .results_topic
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty());
+        let results_topic = raw.results_topic.take();
         if let Some(t) = &results_topic {
             crate::broker::check_topic_name(t)
                 .map_err(|e| ConfigError(format!("RESULTS_TOPIC: {e}")))?;
@@ -414,22 +604,15 @@ impl Config {
             brokers,
             props: kafka_props,
         } = KafkaSettings::from_vars(&vars)?;
-        let log_json = match raw.log_format.as_deref().map(str::trim) {
-            None | Some("") | Some("text") => false,
-            Some("json") => true,
-            Some(other) => {
-                return Err(ConfigError(format!(
-                    "LOG_FORMAT='{other}' is not 'text' or 'json'"
-                )))
-            }
-        };
+        let log_json = raw.log_format == Some(LogFormat::Json);
         // systemd's StateDirectory= may list several, separated by ':'.
         // Else the user's runtime directory (0700, the user's own), else a
         // directory of this user's own in the temporary directory: markers
         // must be the worker user's alone (src/settle.rs, `prepare_dir`).
         let state_dir = [
-            raw.state_dir,
+            raw.state_dir.take(),
             raw.state_directory
+                .take()
                 .and_then(|s| s.split(':').next().map(str::to_string)),
         ]
         .into_iter()
@@ -438,10 +621,7 @@ impl Config {
         .find(|s| !s.is_empty())
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| default_state_dir(raw.xdg_runtime_dir.as_deref()));
-        let key_file = raw
-            .claims_key_file
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty());
+        let key_file = raw.claims_key_file.take();
         let claims_key = crate::sign::ClaimsKey::from_sources(
             raw.claims_key.as_deref(),
             key_file.as_deref().map(|p| (p, std::fs::read(p))),
@@ -491,9 +671,9 @@ impl Config {
                 4096usize,
                 (0, MAX_OUTPUT_LIMIT),
             )?,
-            allowed_commands: list(raw.allowed_commands),
-            allowed_urls: crate::policy::parse_url_rules(list(raw.allowed_urls))?,
-            env_deny: env_deny(raw.job_env_deny),
+            allowed_commands: raw.allowed_commands.take(),
+            allowed_urls: crate::policy::parse_url_rules(raw.allowed_urls.take())?,
+            env_deny: env_deny(raw.job_env_deny.take()),
             log_json,
             results_topic,
             settle_ms: number(
@@ -505,7 +685,7 @@ impl Config {
             state_dir,
             claims_key,
             kafka_props,
-            jobs: JobSettings::from_vars(&vars)?,
+            jobs: JobSettings::from_env(&mut raw)?,
         })
     }
 }
@@ -571,6 +751,118 @@ mod tests {
         let mut v = OK.to_vec();
         v.push(("ORDERS_PER_PROCESS", "100"));
         assert_eq!(vars(&v).unwrap().orders_per_process, 100);
+    }
+
+    /// Issue 20: envy deserialises typed fields; a value a field's parser
+    /// refuses is one line that begins with the variable, exit 2 (a
+    /// `ConfigError`), whatever the other variables are.
+    #[test]
+    fn typed_fields_name_their_variable() {
+        for (var, bad, says) in [
+            (
+                "LEASE_MS",
+                " soon ",
+                "LEASE_MS=' soon ' is not a whole number",
+            ),
+            ("LEASE_MS", "", "LEASE_MS='' is not a whole number"),
+            ("SETTLE_MS", "-5", "SETTLE_MS='-5' is not a whole number"),
+            ("OUTPUT_LIMIT_BYTES", "4k", "OUTPUT_LIMIT_BYTES='4k' is not"),
+            ("JOB_TIMEOUT_SECS", "1.5", "JOB_TIMEOUT_SECS='1.5' is not"),
+            ("INSTANCE_NUMBER", " ", "INSTANCE_NUMBER is empty"),
+            (
+                "INSTANCE_NUMBER",
+                "2000000",
+                "INSTANCE_NUMBER='2000000' is not a positive whole number up to 1000000",
+            ),
+            (
+                "LOG_FORMAT",
+                "yaml",
+                "LOG_FORMAT='yaml' is not 'text' or 'json'",
+            ),
+            (
+                "JOB_LIMIT_OPEN_FILES",
+                "-1",
+                "JOB_LIMIT_OPEN_FILES='-1' is not a positive whole number",
+            ),
+            (
+                "JOB_LIMIT_MEMORY_MB",
+                "99999999999999999",
+                "JOB_LIMIT_MEMORY_MB='99999999999999999' is not a positive",
+            ),
+        ] {
+            // The bad variable first and last: the error is about it either way.
+            let others: Vec<_> = OK.iter().copied().filter(|(k, _)| *k != var).collect();
+            for at in [0, others.len()] {
+                let mut v = others.clone();
+                v.insert(at, (var, bad));
+                let e = vars(&v).unwrap_err().0;
+                assert!(e.starts_with(says), "{var}={bad:?}: {e}");
+            }
+        }
+        // Spaces around a number are allowed; an empty limit is no limit.
+        let mut v = OK.to_vec();
+        v.extend([
+            ("LEASE_MS", " 900 "),
+            ("JOB_LIMIT_PROCESSES", " "),
+            ("LOG_FORMAT", " json"),
+        ]);
+        let c = vars(&v).unwrap();
+        assert_eq!(
+            (c.lease_ms, c.jobs.limits.processes, c.log_json),
+            (900, None, true)
+        );
+        // Ranges are checked on the typed value.
+        let mut v = OK.to_vec();
+        v.push(("LEASE_MS", "299"));
+        assert_eq!(
+            vars(&v).unwrap_err().0,
+            "LEASE_MS=299 is out of range (300 to 86400000)"
+        );
+    }
+
+    #[test]
+    fn a_lists_items_are_trimmed_and_empty_ones_dropped() {
+        let mut v = OK.to_vec();
+        v.push(("ALLOWED_COMMANDS", " sh, ,/usr/bin/ ,"));
+        assert_eq!(
+            vars(&v).unwrap().allowed_commands,
+            Some(vec!["sh".to_string(), "/usr/bin/".to_string()])
+        );
+        let mut v = OK.to_vec();
+        v.push(("ALLOWED_COMMANDS", ""));
+        assert_eq!(
+            vars(&v).unwrap().allowed_commands,
+            Some(vec![]),
+            "set: nothing allowed"
+        );
+        assert_eq!(
+            vars(OK).unwrap().allowed_commands,
+            None,
+            "unset: all allowed"
+        );
+    }
+
+    #[test]
+    fn the_tools_read_their_variables_through_the_same_path() {
+        #[derive(Deserialize, Default, Debug)]
+        #[serde(default)]
+        struct Tool {
+            #[serde(deserialize_with = "parse::whole")]
+            max_attempts: Option<u32>,
+            #[serde(deserialize_with = "parse::text")]
+            kafka_brokers: Option<String>,
+        }
+        let t: Tool = read([
+            ("KAFKA_BROKERS".to_string(), " h:1 ".to_string()),
+            ("LEASE_MS".to_string(), "not read by this tool".to_string()),
+        ])
+        .unwrap();
+        assert_eq!(
+            (t.max_attempts, t.kafka_brokers.as_deref()),
+            (None, Some("h:1"))
+        );
+        let e = read::<Tool>([("MAX_ATTEMPTS".to_string(), "many".to_string())]).unwrap_err();
+        assert_eq!(e.0, "MAX_ATTEMPTS='many' is not a whole number");
     }
 
     #[test]

@@ -107,12 +107,15 @@ pub struct DevArgs {
     /// Partitions of the orders topic.
     #[arg(long, default_value_t = 1)]
     pub orders_partitions: i32,
-    #[arg(long, env = "ORDERS_TOPIC", default_value = "work_orders")]
+    /// The orders topic to create [env: ORDERS_TOPIC]
+    #[arg(long, default_value = "work_orders")]
     pub orders_topic: String,
-    #[arg(long, env = "COORDINATION_TOPIC", default_value = "work_claims")]
+    /// The claims topic to create [env: COORDINATION_TOPIC]
+    #[arg(long, default_value = "work_claims")]
     pub coordination_topic: String,
-    /// Also create this results topic (and pass it to the workers).
-    #[arg(long, env = "RESULTS_TOPIC")]
+    /// Also create this results topic (and pass it to the workers)
+    /// [env: RESULTS_TOPIC]
+    #[arg(long)]
     pub results_topic: Option<String>,
     /// Where the workers' own stdout and stderr go.
     #[arg(long, value_enum, default_value_t = ChildOutput::Prefix)]
@@ -123,6 +126,16 @@ pub struct DevArgs {
 }
 
 impl DevArgs {
+    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
+    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+        crate::config::TopicsEnv::apply(
+            m,
+            &mut self.orders_topic,
+            &mut self.coordination_topic,
+            &mut self.results_topic,
+        )
+    }
+
     fn results_topic(&self) -> Option<&str> {
         self.results_topic.as_deref().filter(|t| !t.is_empty())
     }
@@ -197,7 +210,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
         orders_topic: args.orders_topic.clone(),
         coordination_topic: args.coordination_topic.clone(),
         json: args.json,
-        claims_key_file: std::env::var("CLAIMS_KEY_FILE").ok(),
+        claims_key_file: crate::config::read_env::<crate::status::SourceEnv>()?.claims_key_file,
     };
     let tail = tokio::task::spawn_blocking(move || tail_claims(&source, &claims_tx));
 

@@ -3,7 +3,7 @@
 //! Worker mode is configured by the environment only (see `config`), since
 //! it runs under a supervisor; the subcommands are for people and scripts.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use pool_worker::{
     audit, broker, cancel, config::Config, dev, exit::Exit, retry, run, serve, status, submit,
     supervise,
@@ -89,8 +89,36 @@ fn humantime_now() -> String {
     )
 }
 
+/// Flag over variable over default: fills the subcommand's flags that were
+/// not given (`m`, its matches) from the environment, read by
+/// `config::read` as the worker's settings are.
+fn apply_env(
+    command: &mut Command,
+    m: &clap::ArgMatches,
+) -> Result<(), pool_worker::config::ConfigError> {
+    match command {
+        Command::Dev(a) => a.apply_env(m),
+        Command::Broker(a) => a.apply_env(m),
+        Command::Supervise(_) => Ok(()),
+        Command::Status(a) => a.source.apply_env(m),
+        Command::History(a) => a.source.apply_env(m),
+        Command::Submit(a) => a.source.apply_env(m),
+        Command::Retry(a) => a.source.apply_env(m),
+        Command::Cancel(a) => a.source.apply_env(m),
+        Command::Audit(a) => a.apply_env(m),
+        Command::Serve(a) => a.apply_env(m),
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Some(command), Some((_, m))) = (cli.command.as_mut(), matches.subcommand()) {
+        if let Err(e) = apply_env(command, m) {
+            eprintln!("pool_worker: {e}");
+            return Exit::Config.into();
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -117,8 +145,7 @@ fn main() -> ExitCode {
                 Err(e) => {
                     // Logging is not set up yet (its format is part of the
                     // configuration), so honour LOG_FORMAT=json by hand.
-                    let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v.trim() == "json");
-                    if json {
+                    if pool_worker::config::log_json_from_env() {
                         let line = serde_json::json!({
                             "timestamp": humantime_now(),
                             "level": "ERROR",

@@ -50,11 +50,27 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Address to listen on (port 0: any free port). The bound address is
-    /// the first line printed on stdout.
-    #[arg(long, env = "SERVE_LISTEN", default_value = "127.0.0.1:9095")]
+    /// the first line printed on stdout [env: SERVE_LISTEN]
+    #[arg(long, default_value = "127.0.0.1:9095")]
     pub listen: String,
     #[command(flatten)]
     pub source: Source,
+}
+
+impl ServeArgs {
+    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
+    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        struct Env {
+            #[serde(deserialize_with = "crate::config::parse::text")]
+            serve_listen: Option<String>,
+        }
+        self.source.apply_env(m)?;
+        let env: Env = crate::config::read_env()?;
+        crate::config::flag_or_env(m, "listen", &mut self.listen, env.serve_listen);
+        Ok(())
+    }
 }
 
 /// Upper bounds (seconds) of the latency histogram's buckets.

@@ -26,29 +26,82 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// Where to read from: the same variables as the worker's.
+/// Where to read from: the same variables as the worker's. Each flag falls
+/// back to its variable (read by [`crate::config::read`], see
+/// [`Source::apply_env`]), then to its default.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Source {
-    #[arg(long, env = "KAFKA_BROKERS", default_value = "localhost:9092")]
+    /// Bootstrap servers [env: KAFKA_BROKERS]
+    #[arg(long, default_value = "localhost:9092")]
     pub brokers: String,
-    #[arg(long, env = "ORDERS_TOPIC", default_value = "work_orders")]
+    /// The orders topic [env: ORDERS_TOPIC]
+    #[arg(long, default_value = "work_orders")]
     pub orders_topic: String,
-    #[arg(long, env = "COORDINATION_TOPIC", default_value = "work_claims")]
+    /// The claims topic [env: COORDINATION_TOPIC]
+    #[arg(long, default_value = "work_claims")]
     pub coordination_topic: String,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
     /// A file holding the pool's claims key (or set CLAIMS_KEY): records
-    /// not signed with it are foreign, as the workers take them.
-    #[arg(long, env = "CLAIMS_KEY_FILE", value_name = "FILE")]
+    /// not signed with it are foreign, as the workers take them
+    /// [env: CLAIMS_KEY_FILE]
+    #[arg(long, value_name = "FILE")]
     pub claims_key_file: Option<String>,
 }
 
+/// The variables [`Source`]'s flags fall back to, and `CLAIMS_KEY`.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+pub struct SourceEnv {
+    #[serde(deserialize_with = "crate::config::parse::text")]
+    pub kafka_brokers: Option<String>,
+    #[serde(deserialize_with = "crate::config::parse::text")]
+    pub orders_topic: Option<String>,
+    #[serde(deserialize_with = "crate::config::parse::text")]
+    pub coordination_topic: Option<String>,
+    #[serde(deserialize_with = "crate::config::parse::text")]
+    pub claims_key_file: Option<String>,
+    /// A secret: never in a Debug or an error.
+    pub claims_key: Option<String>,
+}
+
 impl Source {
+    /// Flag over variable over default: fills the flags not given on the
+    /// command line `m` from the environment.
+    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+        self.apply_vars(m, crate::config::env_vars())
+    }
+
+    /// [`Source::apply_env`] with these variables.
+    pub fn apply_vars(
+        &mut self,
+        m: &clap::ArgMatches,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<(), crate::config::ConfigError> {
+        use crate::config::flag_or_env;
+        let env: SourceEnv = crate::config::read(vars)?;
+        flag_or_env(m, "brokers", &mut self.brokers, env.kafka_brokers);
+        flag_or_env(m, "orders_topic", &mut self.orders_topic, env.orders_topic);
+        flag_or_env(
+            m,
+            "coordination_topic",
+            &mut self.coordination_topic,
+            env.coordination_topic,
+        );
+        flag_or_env(
+            m,
+            "claims_key_file",
+            &mut self.claims_key_file,
+            env.claims_key_file.map(Some),
+        );
+        Ok(())
+    }
+
     /// What decides which claims records are the pool's, as a worker with
     /// the same `CLAIMS_KEY` / `CLAIMS_KEY_FILE` decides it.
     pub fn gate(&self) -> anyhow::Result<crate::kafka::Gate> {
-        let value = std::env::var("CLAIMS_KEY").ok();
+        let value = crate::config::read_env::<SourceEnv>()?.claims_key;
         let file = self
             .claims_key_file
             .as_deref()
@@ -581,6 +634,71 @@ mod tests {
                 "{c:?} in {s:?}"
             );
         }
+    }
+
+    /// Issue 20: a flag over its variable over its default, the variable
+    /// read through `config::read` (an empty one is unset).
+    #[test]
+    fn a_flag_overrides_its_variable_which_overrides_the_default() {
+        use clap::{CommandFactory, FromArgMatches};
+        #[derive(clap::Parser, Debug)]
+        struct Tool {
+            #[command(flatten)]
+            source: Source,
+        }
+        let resolve = |args: &[&str], vars: &[(&str, &str)]| {
+            let m = Tool::command().get_matches_from(args);
+            let mut t = Tool::from_arg_matches(&m).unwrap();
+            let vars = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            t.source.apply_vars(&m, vars).map(|()| t.source)
+        };
+        let s = resolve(&["t"], &[]).unwrap();
+        assert_eq!(
+            (
+                s.brokers.as_str(),
+                s.orders_topic.as_str(),
+                s.claims_key_file
+            ),
+            ("localhost:9092", "work_orders", None)
+        );
+        let env = [
+            ("KAFKA_BROKERS", "h:1"),
+            ("ORDERS_TOPIC", "o"),
+            ("COORDINATION_TOPIC", " "),
+            ("CLAIMS_KEY_FILE", "/k"),
+        ];
+        let s = resolve(&["t"], &env).unwrap();
+        assert_eq!(
+            (
+                s.brokers.as_str(),
+                s.orders_topic.as_str(),
+                s.coordination_topic.as_str()
+            ),
+            ("h:1", "o", "work_claims")
+        );
+        assert_eq!(s.claims_key_file.as_deref(), Some("/k"));
+        let s = resolve(
+            &[
+                "t",
+                "--brokers",
+                "h:2",
+                "--claims-key-file",
+                "/f",
+                "--orders-topic",
+                "work_orders",
+            ],
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                s.brokers.as_str(),
+                s.orders_topic.as_str(),
+                s.claims_key_file.as_deref()
+            ),
+            ("h:2", "work_orders", Some("/f")),
+            "a flag wins, even one equal to the default"
+        );
     }
 
     #[test]
