@@ -45,13 +45,15 @@ pub struct Snapshot {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::boot::View;
     use crate::claim::decide;
     use crate::record::{Event, Outcome, Record, Status};
 
-    fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
+    /// Instance `i`'s record `seq` of event `ev` about order 0:`o`, as its
+    /// writer appends it (with its frontier); also for src/claims.rs's test.
+    pub(crate) fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
         let mut r = Record::of(i, ev, inc, 0);
         r.seq = seq;
         if ev.needs_order() {

@@ -357,22 +357,9 @@ pub fn current_view(src: &Source) -> anyhow::Result<View> {
 mod tests {
     use super::*;
     use crate::broker::Broker;
-    use crate::record::{Event, OrderId, Outcome, Status};
+    use crate::checkpoint::tests::rec;
+    use crate::record::{Event, OrderId, Status};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-
-    fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
-        let mut r = Record::of(i, ev, inc, 0);
-        r.seq = seq;
-        if ev.needs_order() {
-            r = r.with_order(OrderId::new(0, o));
-            r.set_attempt(1);
-            r.next.insert(0, o + 1);
-        }
-        if ev == Event::Completed {
-            r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
-        }
-        r
-    }
 
     /// A tool that needs only the current view starts at the newest
     /// checkpoint, and concludes what a replay from position 0 concludes:
