@@ -82,8 +82,8 @@ pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
     config: ClientConfig,
     gate: Gate,
     topic: String,
-    /// Messages below this position are dropped: left over from the
-    /// checkpoint search when the reader was started after it.
+    /// Where the reader was started ([`ClaimsReader::start_at`]); its
+    /// consumer is assigned there once, so nothing below it is read.
     from: AtomicU64,
 }
 
@@ -181,24 +181,12 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         })
     }
 
-    fn poll_map<T>(
-        &self,
-        mut wait: Duration,
-        f: impl FnOnce(&BorrowedMessage<'_>) -> T,
-    ) -> Polled<T> {
-        let from = self.from.load(Ordering::Relaxed);
-        loop {
-            return match self.consumer.poll(wait) {
-                None => Polled::Nothing,
-                Some(Ok(m)) if (m.offset().max(0) as u64) < from => {
-                    // Take whatever else is already queued.
-                    wait = Duration::ZERO;
-                    continue;
-                }
-                Some(Ok(m)) => Polled::Record(m.offset().max(0) as u64, f(&m)),
-                Some(Err(KafkaError::PartitionEOF(_))) => Polled::End,
-                Some(Err(e)) => Polled::Error(e),
-            };
+    fn poll_map<T>(&self, wait: Duration, f: impl FnOnce(&BorrowedMessage<'_>) -> T) -> Polled<T> {
+        match self.consumer.poll(wait) {
+            None => Polled::Nothing,
+            Some(Ok(m)) => Polled::Record(m.offset().max(0) as u64, f(&m)),
+            Some(Err(KafkaError::PartitionEOF(_))) => Polled::End,
+            Some(Err(e)) => Polled::Error(e),
         }
     }
 
