@@ -24,8 +24,10 @@ use crate::record::{Event, OrderId, Outcome, Status};
 use crate::worker::{Action, Input, Phase, Settings, Worker};
 use anyhow::Context;
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 /// How long boot waits for unreachable brokers before giving up (the
 /// supervisor then starts the process again).
@@ -50,38 +52,51 @@ pub fn new_incarnation() -> String {
 
 /// Runs one worker process to its end; returns the exit status.
 pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let signals = Signals::new()?;
     // Before anything else: no job may read this process's memory or
     // environment, and no process a job leaves behind escapes it.
     if let Err(e) = crate::isolate::harden_worker() {
         tracing::warn!("{e}");
     }
     let job_base = job_base(&cfg)?;
+    let Some(kafka) = connect(&cfg).await? else {
+        return Ok(Exit::Config);
+    };
+    Shell::boot(cfg, kafka, job_base, signals)
+        .await?
+        .run()
+        .await
+}
+
+/// Connects to the brokers and checks the topics; `None` (logged) when the
+/// operator must fix them.
+async fn connect(cfg: &Config) -> anyhow::Result<Option<&'static Kafka>> {
     // Never dropped (leaked, so that the appender task can hold it):
     // destroying librdkafka's clients takes hundreds of milliseconds
     // (closing connections, joining threads), and the process exits right
-    // after this function returns, with every append and result already
+    // after `run` returns, with every append and result already
     // acknowledged. The OS reclaims the rest.
-    let kafka: &'static Kafka = Box::leak(Box::new(Kafka::connect(&cfg)?));
+    let kafka: &'static Kafka = Box::leak(Box::new(Kafka::connect(cfg)?));
     match kafka.open(BROKER_PATIENCE).await {
-        Ok(()) => {}
+        Ok(()) => Ok(Some(kafka)),
         // Brokers down for the whole patience: an error like any other
         // (exit 1), restarted by the supervisor.
-        Err(e @ (OpenError::Unreachable { .. } | OpenError::Task(_))) => return Err(e.into()),
+        Err(e @ (OpenError::Unreachable { .. } | OpenError::Task(_))) => Err(e.into()),
         // A missing topic or a claims topic with several partitions is the
         // operator's to fix: exit 2 so that the supervisor does not loop.
         Err(e @ (OpenError::NoTopic { .. } | OpenError::ClaimsPartitions { .. })) => {
             tracing::error!("pool_worker: {e}");
-            return Ok(Exit::Config);
+            Ok(None)
         }
     }
-    let me = cfg.instance;
+}
+
+/// The machine's settings, from the configuration.
+fn settings(cfg: &Config) -> Settings {
     // `..Settings::default()` fills what only the tests' build has (the
     // `testing` feature's `flaw`, always `None` here).
     #[cfg_attr(not(any(test, feature = "testing")), allow(clippy::needless_update))]
-    let settings = Settings {
+    Settings {
         max_attempts: cfg.max_attempts,
         lease_ms: Some(cfg.lease_ms),
         checkpoint_every: Some(crate::checkpoint::DEFAULT_CHECKPOINT_EVERY),
@@ -89,265 +104,519 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
         settle_ms: cfg.settle_ms,
         claim_defer_ms: cfg.claim_defer_ms,
         ..Settings::default()
-    };
-    let mut ticks = tokio::time::interval(Duration::from_millis((cfg.lease_ms / 3).max(100)));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Settling (src/settle.rs): the marker is taken before anything is
-    // appended, so a process that dies from here on leaves none.
-    // With SETTLE_MS=0 there is no wait to spare, so no marker either.
-    let marker = (cfg.settle_ms > 0).then(|| crate::settle::marker_path(&cfg));
-    let clean = marker.as_deref().and_then(crate::settle::take);
-    warn_open_commands(&cfg, clean.is_some());
-    let (mut w, first) =
-        Worker::start_after(me, new_incarnation(), settings, now_ms(), clean.clone());
-    // Replay from the newest checkpoint near the end, else from the start.
-    let from = match kafka.find_checkpoint().await {
-        Some(snap) if w.load(&snap) => snap.at,
-        _ => 0,
-    };
-    kafka.read_claims_from(from)?;
-    tracing::info!(instance = me, incarnation = %w.incarnation, pid = std::process::id(), from, "booting: replaying the claims topic");
-    let mut todo: VecDeque<Action> = first.into();
-    let (job_tx, mut job_rx) = mpsc::channel::<Outcome>(1);
-    type Prepared = (OrderId, u32, Result<orders::OrderSpec, Outcome>);
-    let (prep_tx, mut prep_rx) = mpsc::channel::<Prepared>(1);
-    let mut prep_task: Option<tokio::task::JoinHandle<()>> = None;
-    let mut cancel: Option<watch::Sender<bool>> = None;
-    let mut job_task: Option<tokio::task::JoinHandle<()>> = None;
-    let mut prepared: Option<(orders::OrderSpec, JobContext)> = None;
-    // The order being fetched was cancelled (Action::Kill): its job is not
-    // started when the fetch ends.
-    let mut killed = false;
-    let mut idle = false;
-    let mut replay = Replay::new();
-    let appender = Appender::start(kafka);
-    let mut wake: Option<u64> = None;
-    loop {
-        while let Some(action) = todo.pop_front() {
+    }
+}
+
+/// SIGTERM and SIGINT, handled from the start.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        })
+    }
+}
+
+/// What the select loop turns an event into.
+#[allow(clippy::large_enum_variant)] // made once per event and matched at once: boxing would allocate for each record
+enum Next {
+    /// Feed this to the machine.
+    Input(Input),
+    /// Nothing for the machine: carry out what is queued and wait again.
+    Again,
+    /// A signal stopped the process with this status.
+    Stop(Exit),
+}
+
+/// The worker loop's state: the machine, the I/O it drives, and what is
+/// under way.
+struct Shell {
+    cfg: Config,
+    kafka: &'static Kafka,
+    w: Worker,
+    job_base: JobContext,
+    signals: Signals,
+    /// The lease's renewals (every lease/3).
+    ticks: tokio::time::Interval,
+    /// Where the clean-exit marker lives (`None` with SETTLE_MS=0), and the
+    /// incarnation named by the one taken at boot.
+    marker: Option<PathBuf>,
+    clean: Option<String>,
+    /// The machine's actions not carried out yet.
+    todo: VecDeque<Action>,
+    job: Job,
+    /// Waiting for a new order (no order waiting, or deferring to others).
+    idle: bool,
+    replay: Replay,
+    appender: Appender,
+    /// When the machine asked to be woken ([`Action::WakeAt`]).
+    wake: Option<u64>,
+}
+
+impl Shell {
+    /// Takes the clean-exit marker, starts the machine and the claims
+    /// reader (from the newest checkpoint near the end, else the start).
+    async fn boot(
+        cfg: Config,
+        kafka: &'static Kafka,
+        job_base: JobContext,
+        signals: Signals,
+    ) -> anyhow::Result<Shell> {
+        let me = cfg.instance;
+        let mut ticks = tokio::time::interval(Duration::from_millis((cfg.lease_ms / 3).max(100)));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Settling (src/settle.rs): the marker is taken before anything is
+        // appended, so a process that dies from here on leaves none.
+        // With SETTLE_MS=0 there is no wait to spare, so no marker either.
+        let marker = (cfg.settle_ms > 0).then(|| crate::settle::marker_path(&cfg));
+        let clean = marker.as_deref().and_then(crate::settle::take);
+        warn_open_commands(&cfg, clean.is_some());
+        let (mut w, first) = Worker::start_after(
+            me,
+            new_incarnation(),
+            settings(&cfg),
+            now_ms(),
+            clean.clone(),
+        );
+        let from = match kafka.find_checkpoint().await {
+            Some(snap) if w.load(&snap) => snap.at,
+            _ => 0,
+        };
+        kafka.read_claims_from(from)?;
+        tracing::info!(instance = me, incarnation = %w.incarnation, pid = std::process::id(), from, "booting: replaying the claims topic");
+        Ok(Shell {
+            cfg,
+            kafka,
+            w,
+            job_base,
+            signals,
+            ticks,
+            marker,
+            clean,
+            todo: first.into(),
+            job: Job::new(),
+            idle: false,
+            replay: Replay::new(),
+            appender: Appender::start(kafka),
+            wake: None,
+        })
+    }
+
+    /// Carries out the machine's actions, then waits for the next event and
+    /// feeds it to the machine, until an action or a signal says exit.
+    async fn run(mut self) -> anyhow::Result<Exit> {
+        loop {
+            if let Some(code) = self.act().await? {
+                return Ok(code);
+            }
+            match self.next().await {
+                Next::Input(input) => self.fold(input),
+                Next::Again => {}
+                Next::Stop(code) => return Ok(code),
+            }
+        }
+    }
+
+    /// Carries out the machine's actions in order; the exit status once one
+    /// says exit.
+    async fn act(&mut self) -> anyhow::Result<Option<Exit>> {
+        while let Some(action) = self.todo.pop_front() {
             match action {
-                Action::Append(rec) => appender.append(rec),
-                Action::WakeAt(at) => {
-                    if let Phase::Settle { .. } = w.phase {
-                        // One line that says why a start waits, and how long
-                        // (docs/protocol.md R18).
-                        let ms = at.saturating_sub(now_ms());
-                        let why = match &clean {
-                            None => format!(
-                                "no clean exit of instance {me}'s previous process is recorded in {} (its first start on this host, or it crashed)",
-                                cfg.state_dir.display()
-                            ),
-                            Some(inc) => format!(
-                                "the clean exit recorded on this host ({inc}) is not instance {me}'s newest process in the claims topic (the number ran elsewhere since)"
-                            ),
-                        };
-                        tracing::info!(
-                            instance = me,
-                            ms,
-                            "settling: waiting {ms} ms (SETTLE_MS) before joining the pool: {why}, so records that process may have left in flight must land or expire first; a clean exit spares the next start this wait"
-                        );
-                    }
-                    wake = Some(at);
-                }
-                Action::FindOrder => {
-                    let ends = kafka.order_ends().await;
-                    tracing::debug!(instance = me, ?ends, "orders' end offsets");
-                    let frontier = w.view.frontier_for(&ends);
-                    todo.extend(w.handle(Input::Orders(ends), now_ms()));
-                    if w.phase != Phase::Choose {
-                        // Claimed: no more wake-ups for orders arriving.
-                        idle = false;
-                    } else if !idle {
-                        idle = true;
-                        kafka.watch_orders(&frontier)?;
-                        match w.deferring() {
-                            Some(until) => tracing::info!(
-                                instance = me,
-                                ms = until.saturating_sub(now_ms()),
-                                "an order is waiting, but other idle instances are first in its line; deferring to them (CLAIM_DEFER_MS)"
-                            ),
-                            None => tracing::info!(instance = me, "no order waiting; idle"),
-                        }
-                    }
-                }
+                Action::Append(rec) => self.appender.append(rec),
+                Action::WakeAt(at) => self.wake_at(at),
+                Action::FindOrder => self.find_order().await?,
                 Action::Run {
                     order,
                     attempt,
                     retry,
-                } => {
-                    idle = false;
-                    killed = false;
-                    tracing::info!(instance = me, %order, attempt, retry, "running");
-                    // Fetched on a task of its own: the loop goes on renewing
-                    // the lease (ticks) and reading the log meanwhile.
-                    let (allowed_urls, tx) = (cfg.allowed_urls.clone(), prep_tx.clone());
-                    let timeout = fetch_timeout(cfg.lease_ms);
-                    prep_task = Some(tokio::spawn(async move {
-                        let msg = kafka
-                            .fetch_order(order)
-                            .await
-                            .map_err(|e| unreadable(order, e));
-                        let header = msg.as_ref().ok().and_then(|m| header_traceparent(order, m));
-                        let spec = prepare(msg.map(|m| m.payload), &allowed_urls, timeout).await;
-                        let spec = trace(spec, header);
-                        let _ = tx.send((order, attempt, spec)).await;
-                    }));
-                }
+                } => self.fetch(order, attempt, retry),
                 Action::Kill { order } => {
-                    tracing::info!(instance = me, %order, "cancelled by an operator: stopping its job");
-                    if let Some(c) = &cancel {
-                        // The job's end comes on job_rx, as usual.
-                        let _ = c.send(true);
-                    } else if prep_task.is_some() {
-                        killed = true;
-                    }
+                    tracing::info!(instance = self.cfg.instance, %order, "cancelled by an operator: stopping its job");
+                    self.job.kill();
                 }
-                Action::Start { .. } => {
-                    if let Some((spec, ctx)) = prepared.take() {
-                        let (tx, task) = start_job(spec, ctx, job_tx.clone());
-                        (cancel, job_task) = (Some(tx), Some(task));
-                    }
-                }
-                Action::Exit(code) => {
-                    if let Some(t) = prep_task.take() {
-                        t.abort();
-                    }
-                    stop_job(&mut cancel, &mut job_task).await;
-                    // Every append acknowledged before exiting, unless a
-                    // signal says stop (brokers unreachable for good).
-                    tokio::select! {
-                        _ = appender.flush(None) => {}
-                        _ = term.recv() => return Ok(Exit::Terminated),
-                        _ = int.recv() => return Ok(Exit::Interrupted),
-                    }
-                    // Every append acknowledged: the next process of our
-                    // number need not wait (a fenced one is not ours to vouch
-                    // for: another process holds the number).
-                    if code != Exit::Fenced {
-                        leave_marker(&marker, &appender, &w, &clean);
-                    }
-                    if code == Exit::Revoked {
-                        tracing::error!(
-                            instance = me,
-                            "revoked: this instance's lease expired and another instance took its order over; stopping"
-                        );
-                    }
-                    if code == Exit::Fenced {
-                        tracing::error!(
-                            instance = me,
-                            "fenced: a newer process with INSTANCE_NUMBER={me} started; this one stops"
-                        );
-                    }
-                    return Ok(code);
-                }
+                Action::Start { .. } => self.job.start_prepared(),
+                Action::Exit(code) => return Ok(Some(self.exit(code).await)),
             }
         }
-        let mut input = tokio::select! {
-            ev = kafka.next_claim() => claim_input(ev, me, idle, &mut todo),
-            Some((order, attempt, spec)) = prep_rx.recv() => {
-                prep_task = None;
-                if std::mem::take(&mut killed) {
-                    Input::JobDone(Outcome::not_run(Status::Cancelled, "cancelled before its job started"))
-                } else {
-                let ctx = job_context(&job_base, order, attempt);
-                if let Ok(spec) = &spec {
-                    let retry_of = spec.retry_of.map(|o| o.to_string());
-                    if spec.traceparent.is_some() || retry_of.is_some() {
-                        // The order's place in a trace, and the order it runs
-                        // again, on a line of its own (issue 19).
-                        tracing::info!(
-                            instance = me,
-                            %order,
-                            attempt,
-                            traceparent = spec.traceparent.as_deref(),
-                            retry_of = retry_of.as_deref(),
-                            "order: {}",
-                            spec.describe()
-                        );
-                    }
-                }
-                match spec {
-                    // An order with an id runs only once the log says it
-                    // is the first with that id (Action::Start).
-                    Ok(spec) if spec.id.is_some() => {
-                        let id = spec.id.clone().unwrap_or_default();
-                        prepared = Some((spec, ctx));
-                        Input::OrderId(id)
-                    }
-                    Ok(spec) => {
-                        let (tx, task) = start_job(spec, ctx, job_tx.clone());
-                        (cancel, job_task) = (Some(tx), Some(task));
-                        continue;
-                    }
-                    Err(outcome) => Input::JobDone(outcome.fit(cfg.output_limit)),
-                }
-                }
-            }
-            Some(outcome) = job_rx.recv() => {
-                job_task = None;
-                cancel = None;
-                Input::JobDone(outcome)
-            }
-            _ = kafka.order_arrived(), if idle => {
-                todo.push_back(Action::FindOrder);
-                continue;
-            }
-            _ = tokio::time::sleep(IDLE_RECHECK), if idle => {
-                todo.push_back(Action::FindOrder);
-                continue;
-            }
-            _ = ticks.tick() => Input::Tick,
-            _ = tokio::time::sleep(Duration::from_millis(wake.unwrap_or(0).saturating_sub(now_ms()))), if wake.is_some() => {
-                wake = None;
-                Input::Tick
-            }
-            _ = term.recv() => {
-                prep_task.take().inspect(|t| t.abort());
-                stop_job(&mut cancel, &mut job_task).await;
-                if appender.flush(Some(SIGNAL_FLUSH)).await {
-                    leave_marker(&marker, &appender, &w, &clean);
-                }
-                return Ok(Exit::Terminated);
-            }
-            _ = int.recv() => {
-                prep_task.take().inspect(|t| t.abort());
-                stop_job(&mut cancel, &mut job_task).await;
-                if appender.flush(Some(SIGNAL_FLUSH)).await {
-                    leave_marker(&marker, &appender, &w, &clean);
-                }
-                return Ok(Exit::Interrupted);
-            }
+        Ok(None)
+    }
+
+    fn wake_at(&mut self, at: u64) {
+        if let Phase::Settle { .. } = self.w.phase {
+            self.log_settling(at);
+        }
+        self.wake = Some(at);
+    }
+
+    /// One line that says why a start waits, and how long
+    /// (docs/protocol.md R18).
+    fn log_settling(&self, at: u64) {
+        let me = self.cfg.instance;
+        let ms = at.saturating_sub(now_ms());
+        let why = match &self.clean {
+            None => format!(
+                "no clean exit of instance {me}'s previous process is recorded in {} (its first start on this host, or it crashed)",
+                self.cfg.state_dir.display()
+            ),
+            Some(inc) => format!(
+                "the clean exit recorded on this host ({inc}) is not instance {me}'s newest process in the claims topic (the number ran elsewhere since)"
+            ),
         };
-        // Fold the input, then every claims event already received, until
-        // the machine asks for something (a replay goes batch by batch, not
-        // once around the select! per record).
+        tracing::info!(
+            instance = me,
+            ms,
+            "settling: waiting {ms} ms (SETTLE_MS) before joining the pool: {why}, so records that process may have left in flight must land or expire first; a clean exit spares the next start this wait"
+        );
+    }
+
+    /// Tells the machine the orders' end offsets; if it claims nothing,
+    /// waits for orders arriving (idle).
+    async fn find_order(&mut self) -> anyhow::Result<()> {
+        let me = self.cfg.instance;
+        let ends = self.kafka.order_ends().await;
+        tracing::debug!(instance = me, ?ends, "orders' end offsets");
+        let frontier = self.w.view.frontier_for(&ends);
+        self.todo
+            .extend(self.w.handle(Input::Orders(ends), now_ms()));
+        if self.w.phase != Phase::Choose {
+            // Claimed: no more wake-ups for orders arriving.
+            self.idle = false;
+        } else if !self.idle {
+            self.idle = true;
+            self.kafka.watch_orders(&frontier)?;
+            match self.w.deferring() {
+                Some(until) => tracing::info!(
+                    instance = me,
+                    ms = until.saturating_sub(now_ms()),
+                    "an order is waiting, but other idle instances are first in its line; deferring to them (CLAIM_DEFER_MS)"
+                ),
+                None => tracing::info!(instance = me, "no order waiting; idle"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Fetches the order claimed ([`Action::Run`]).
+    fn fetch(&mut self, order: OrderId, attempt: u32, retry: bool) {
+        self.idle = false;
+        tracing::info!(instance = self.cfg.instance, %order, attempt, retry, "running");
+        let timeout = fetch_timeout(self.cfg.lease_ms);
+        let allowed_urls = self.cfg.allowed_urls.clone();
+        self.job
+            .fetch(self.kafka, order, attempt, allowed_urls, timeout);
+    }
+
+    /// [`Action::Exit`]: stops the job, waits for every append, leaves the
+    /// clean-exit marker.
+    async fn exit(&mut self, code: Exit) -> Exit {
+        self.job.stop().await;
+        // Every append acknowledged before exiting, unless a signal says
+        // stop (brokers unreachable for good).
+        tokio::select! {
+            _ = self.appender.flush(None) => {}
+            _ = self.signals.term.recv() => return Exit::Terminated,
+            _ = self.signals.int.recv() => return Exit::Interrupted,
+        }
+        // Every append acknowledged: the next process of our number need
+        // not wait (a fenced one is not ours to vouch for: another process
+        // holds the number).
+        if code != Exit::Fenced {
+            self.leave_marker();
+        }
+        let me = self.cfg.instance;
+        if code == Exit::Revoked {
+            tracing::error!(
+                instance = me,
+                "revoked: this instance's lease expired and another instance took its order over; stopping"
+            );
+        }
+        if code == Exit::Fenced {
+            tracing::error!(
+                instance = me,
+                "fenced: a newer process with INSTANCE_NUMBER={me} started; this one stops"
+            );
+        }
+        code
+    }
+
+    /// SIGTERM or SIGINT: stops the job, waits a little for the appends in
+    /// flight, and exits with `code`.
+    async fn on_signal(&mut self, code: Exit) -> Exit {
+        self.job.stop().await;
+        if self.appender.flush(Some(SIGNAL_FLUSH)).await {
+            self.leave_marker();
+        }
+        code
+    }
+
+    /// Waits for the next event: a claims record (or "caught up"), a fetch's
+    /// or a job's end, a new order while idle, a tick, a signal.
+    async fn next(&mut self) -> Next {
+        let kafka = self.kafka;
+        let wake_in = Duration::from_millis(self.wake.unwrap_or(0).saturating_sub(now_ms()));
+        tokio::select! {
+            ev = kafka.next_claim() => Next::Input(self.claim_input(ev)),
+            Some((order, attempt, spec)) = self.job.prep_rx.recv() => self.prepared(order, attempt, spec),
+            Some(outcome) = self.job.out_rx.recv() => {
+                self.job.ended();
+                Next::Input(Input::JobDone(outcome))
+            }
+            _ = kafka.order_arrived(), if self.idle => self.find_again(),
+            _ = tokio::time::sleep(IDLE_RECHECK), if self.idle => self.find_again(),
+            _ = self.ticks.tick() => Next::Input(Input::Tick),
+            _ = tokio::time::sleep(wake_in), if self.wake.is_some() => {
+                self.wake = None;
+                Next::Input(Input::Tick)
+            }
+            _ = self.signals.term.recv() => Next::Stop(self.on_signal(Exit::Terminated).await),
+            _ = self.signals.int.recv() => Next::Stop(self.on_signal(Exit::Interrupted).await),
+        }
+    }
+
+    fn find_again(&mut self) -> Next {
+        self.todo.push_back(Action::FindOrder);
+        Next::Again
+    }
+
+    /// A fetched order: its job starts now, or once the log says its `id`
+    /// is the first (Action::Start); a bad one is its own outcome.
+    fn prepared(
+        &mut self,
+        order: OrderId,
+        attempt: u32,
+        spec: Result<orders::OrderSpec, Outcome>,
+    ) -> Next {
+        self.job.prep_task = None;
+        if std::mem::take(&mut self.job.killed) {
+            return Next::Input(Input::JobDone(Outcome::not_run(
+                Status::Cancelled,
+                "cancelled before its job started",
+            )));
+        }
+        let ctx = job_context(&self.job_base, order, attempt);
+        if let Ok(spec) = &spec {
+            log_order(self.cfg.instance, order, attempt, spec);
+        }
+        match spec {
+            // An order with an id runs only once the log says it
+            // is the first with that id (Action::Start).
+            Ok(spec) if spec.id.is_some() => {
+                let id = spec.id.clone().unwrap_or_default();
+                self.job.prepared = Some((spec, ctx));
+                Next::Input(Input::OrderId(id))
+            }
+            Ok(spec) => {
+                self.job.start(spec, ctx);
+                Next::Again
+            }
+            Err(outcome) => Next::Input(Input::JobDone(outcome.fit(self.cfg.output_limit))),
+        }
+    }
+
+    /// Feeds the input to the machine, then every claims event already
+    /// received, until the machine asks for something (a replay goes batch
+    /// by batch, not once around the select! per record).
+    fn fold(&mut self, mut input: Input) {
+        let booting = |p: &Phase| matches!(p, Phase::Settle { .. } | Phase::Boot { .. });
         loop {
             if let Input::CaughtUp = input {
                 tracing::debug!(
-                    instance = me,
-                    end = w.view.end(),
+                    instance = self.cfg.instance,
+                    end = self.w.view.end(),
                     "caught up with the claims topic"
                 );
             }
-            match &input {
-                Input::Record(pos, _) | Input::Foreign(pos) => replay.read(*pos),
-                _ => {}
+            if let Input::Record(pos, _) | Input::Foreign(pos) = &input {
+                self.replay.read(*pos);
             }
-            let booting = |p: &Phase| matches!(p, Phase::Settle { .. } | Phase::Boot { .. });
-            let was_booting = booting(&w.phase);
-            todo.extend(w.handle(input, now_ms()));
-            if was_booting && !booting(&w.phase) {
-                replay.report(&w);
+            let was_booting = booting(&self.w.phase);
+            self.todo.extend(self.w.handle(input, now_ms()));
+            if was_booting && !booting(&self.w.phase) {
+                self.replay.report(&self.w);
             }
-            if w.phase != Phase::Choose {
-                idle = false;
+            if self.w.phase != Phase::Choose {
+                self.idle = false;
             }
-            if !todo.is_empty() || w.done().is_some() {
+            if !self.todo.is_empty() || self.w.done().is_some() {
                 break;
             }
-            match kafka.try_next_claim() {
-                Some(ev) => input = claim_input(ev, me, idle, &mut todo),
+            match self.kafka.try_next_claim() {
+                Some(ev) => input = self.claim_input(ev),
                 None => break,
             }
+        }
+    }
+
+    /// The machine's input for an event of the claims reader. Caught up
+    /// while idle: look at the orders again too (a record may have moved
+    /// the frontier).
+    fn claim_input(&mut self, ev: ClaimEvent) -> Input {
+        match ev {
+            ClaimEvent::Record(pos, rec) => Input::Record(pos, rec),
+            ClaimEvent::Foreign(pos, why) => {
+                tracing::warn!(
+                    instance = self.cfg.instance,
+                    pos,
+                    "skipping a record of the claims topic: {why}"
+                );
+                Input::Foreign(pos)
+            }
+            ClaimEvent::CaughtUp => {
+                if self.idle {
+                    self.todo.push_back(Action::FindOrder);
+                }
+                Input::CaughtUp
+            }
+        }
+    }
+
+    /// Leaves the clean-exit marker once every append is acknowledged:
+    /// naming this incarnation, or, if it appended nothing (stopped while
+    /// settling), handing on the marker it took, since the log is as its
+    /// predecessor left it.
+    fn leave_marker(&self) {
+        let Some(path) = &self.marker else { return };
+        match (self.appender.sent.get(), &self.clean) {
+            (0, Some(prev)) => crate::settle::leave(path, prev),
+            (0, None) => {}
+            _ => crate::settle::leave(path, &self.w.incarnation),
+        }
+    }
+}
+
+/// The order's place in a trace, and the order it runs again, on a line of
+/// its own (issue 19).
+fn log_order(me: u32, order: OrderId, attempt: u32, spec: &orders::OrderSpec) {
+    let retry_of = spec.retry_of.map(|o| o.to_string());
+    if spec.traceparent.is_some() || retry_of.is_some() {
+        tracing::info!(
+            instance = me,
+            %order,
+            attempt,
+            traceparent = spec.traceparent.as_deref(),
+            retry_of = retry_of.as_deref(),
+            "order: {}",
+            spec.describe()
+        );
+    }
+}
+
+/// A fetched order: its number, attempt and spec (or the outcome that ends it).
+type Prepared = (OrderId, u32, Result<orders::OrderSpec, Outcome>);
+
+/// An order's way from its payload to its outcome: fetched and parsed on a
+/// task of its own (the loop goes on renewing the lease and reading the log
+/// meanwhile), then run as a job on another; each reports on a channel.
+struct Job {
+    prep_tx: mpsc::Sender<Prepared>,
+    prep_rx: mpsc::Receiver<Prepared>,
+    prep_task: Option<JoinHandle<()>>,
+    /// An order with an `id`, parsed, waiting for [`Action::Start`].
+    prepared: Option<(orders::OrderSpec, JobContext)>,
+    /// The order being fetched was cancelled (Action::Kill): its job is not
+    /// started when the fetch ends.
+    killed: bool,
+    out_tx: mpsc::Sender<Outcome>,
+    out_rx: mpsc::Receiver<Outcome>,
+    /// Kills the running job.
+    cancel: Option<watch::Sender<bool>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Job {
+    fn new() -> Job {
+        let (prep_tx, prep_rx) = mpsc::channel(1);
+        let (out_tx, out_rx) = mpsc::channel(1);
+        Job {
+            prep_tx,
+            prep_rx,
+            prep_task: None,
+            prepared: None,
+            killed: false,
+            out_tx,
+            out_rx,
+            cancel: None,
+            task: None,
+        }
+    }
+
+    /// Fetches and parses the order on a task; the result arrives on `prep_rx`.
+    fn fetch(
+        &mut self,
+        kafka: &'static Kafka,
+        order: OrderId,
+        attempt: u32,
+        allowed_urls: Option<Vec<crate::policy::UrlRule>>,
+        timeout: Duration,
+    ) {
+        self.killed = false;
+        let tx = self.prep_tx.clone();
+        self.prep_task = Some(tokio::spawn(async move {
+            let msg = kafka
+                .fetch_order(order)
+                .await
+                .map_err(|e| unreadable(order, e));
+            let header = msg.as_ref().ok().and_then(|m| header_traceparent(order, m));
+            let spec = prepare(msg.map(|m| m.payload), &allowed_urls, timeout).await;
+            let spec = trace(spec, header);
+            let _ = tx.send((order, attempt, spec)).await;
+        }));
+    }
+
+    /// [`Action::Kill`]: kills the running job (its end comes on `out_rx`,
+    /// as usual), or makes the fetch under way end it.
+    fn kill(&mut self) {
+        if let Some(c) = &self.cancel {
+            let _ = c.send(true);
+        } else if self.prep_task.is_some() {
+            self.killed = true;
+        }
+    }
+
+    /// [`Action::Start`]: runs the order waiting for it.
+    fn start_prepared(&mut self) {
+        if let Some((spec, ctx)) = self.prepared.take() {
+            self.start(spec, ctx);
+        }
+    }
+
+    /// Runs a prepared order in a task; its outcome arrives on `out_rx`.
+    fn start(&mut self, spec: orders::OrderSpec, ctx: JobContext) {
+        let (tx, rx) = watch::channel(false);
+        let out = self.out_tx.clone();
+        self.cancel = Some(tx);
+        self.task = Some(tokio::spawn(async move {
+            // Every record fits by construction: the tails are cut to
+            // OUTPUT_LIMIT_BYTES as written in the record (JSON escaping included).
+            let mut outcome = job::run(&spec, &ctx, rx).await.fit(ctx.output_limit);
+            outcome.traceparent = spec.traceparent.clone();
+            outcome.retry_of = spec.retry_of.map(|o| o.to_string());
+            let _ = out.send(outcome).await;
+        }));
+    }
+
+    /// The job's outcome arrived.
+    fn ended(&mut self) {
+        self.task = None;
+        self.cancel = None;
+    }
+
+    /// Stops the fetch and the job under way (waiting up to 15 s for the job).
+    async fn stop(&mut self) {
+        if let Some(t) = self.prep_task.take() {
+            t.abort();
+        }
+        if let Some(c) = self.cancel.take() {
+            let _ = c.send(true);
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
         }
     }
 }
@@ -374,46 +643,6 @@ fn warn_open_commands(cfg: &Config, clean_predecessor: bool) {
             instance = cfg.instance,
             "ALLOWED_COMMANDS is not set: orders may run any program"
         );
-    }
-}
-
-/// Leaves the clean-exit marker once every append is acknowledged: naming
-/// this incarnation, or, if it appended nothing (stopped while settling),
-/// handing on the marker it took, since the log is as its predecessor left
-/// it.
-fn leave_marker(
-    path: &Option<std::path::PathBuf>,
-    appender: &Appender,
-    w: &Worker,
-    taken: &Option<String>,
-) {
-    let Some(path) = path else { return };
-    match (appender.sent.get(), taken) {
-        (0, Some(prev)) => crate::settle::leave(path, prev),
-        (0, None) => {}
-        _ => crate::settle::leave(path, &w.incarnation),
-    }
-}
-
-/// The machine's input for an event of the claims reader. Caught up while
-/// idle: look at the orders again too (a record may have moved the frontier).
-fn claim_input(ev: ClaimEvent, me: u32, idle: bool, todo: &mut VecDeque<Action>) -> Input {
-    match ev {
-        ClaimEvent::Record(pos, rec) => Input::Record(pos, rec),
-        ClaimEvent::Foreign(pos, why) => {
-            tracing::warn!(
-                instance = me,
-                pos,
-                "skipping a record of the claims topic: {why}"
-            );
-            Input::Foreign(pos)
-        }
-        ClaimEvent::CaughtUp => {
-            if idle {
-                todo.push_back(Action::FindOrder);
-            }
-            Input::CaughtUp
-        }
     }
 }
 
@@ -514,18 +743,6 @@ impl Replay {
     }
 }
 
-async fn stop_job(
-    cancel: &mut Option<watch::Sender<bool>>,
-    task: &mut Option<tokio::task::JoinHandle<()>>,
-) {
-    if let Some(c) = cancel.take() {
-        let _ = c.send(true);
-    }
-    if let Some(t) = task.take() {
-        let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
-    }
-}
-
 /// The part of every job's context that comes from the configuration,
 /// resolved once: `ALLOWED_COMMANDS` names become absolute paths through
 /// this process's `PATH` (docs/deploy.md, "Security"). Logs what the lists
@@ -588,24 +805,6 @@ fn job_context(base: &JobContext, order: OrderId, attempt: u32) -> JobContext {
 /// worker fetches before it can renew (a third of it, at most 30 s).
 fn fetch_timeout(lease_ms: u64) -> Duration {
     Duration::from_millis((lease_ms / 3).clamp(100, 30_000))
-}
-
-/// Runs a prepared order in a task; its outcome arrives on `out`.
-fn start_job(
-    spec: orders::OrderSpec,
-    ctx: JobContext,
-    out: mpsc::Sender<Outcome>,
-) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = watch::channel(false);
-    let task = tokio::spawn(async move {
-        // Every record fits by construction: the tails are cut to
-        // OUTPUT_LIMIT_BYTES as written in the record (JSON escaping included).
-        let mut outcome = job::run(&spec, &ctx, rx).await.fit(ctx.output_limit);
-        outcome.traceparent = spec.traceparent.clone();
-        outcome.retry_of = spec.retry_of.map(|o| o.to_string());
-        let _ = out.send(outcome).await;
-    });
-    (tx, task)
 }
 
 /// The outcome of an order whose payload could not be read: `deleted` at
