@@ -63,16 +63,18 @@ use crate::isolate::{JobUser, Limits};
 use crate::orders::{OrderKind, OrderSpec};
 use crate::policy::Commands;
 use crate::record::{OrderId, Outcome, Status};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -226,9 +228,64 @@ pub async fn run(spec: &OrderSpec, ctx: &JobContext, mut cancel: watch::Receiver
     if *cancel.borrow() {
         return Outcome::not_run(Status::Error, "cancelled: before the job started");
     }
-    let mut cmd = Command::new(&path);
-    cmd.arg0(&program)
-        .args(&args)
+    let mut cmd = command(spec, ctx, &path, &program, &args);
+    let started = Instant::now();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let mut o = Outcome::not_run(Status::Error, format!("cannot run '{program}': {e}"));
+            o.duration_ms = millis(started.elapsed());
+            return o;
+        }
+    };
+    // (killpg(0) or killpg(1) would hit the worker or everything: never.)
+    let group = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .filter(|&pid| pid > 1)
+        .map(|pid| Group(Pid::from_raw(pid)));
+    let limit = spec.timeout.unwrap_or(ctx.default_timeout);
+    // An absurd limit is "never", not an overflow.
+    let deadline = started
+        .checked_add(limit)
+        .unwrap_or_else(|| started + Duration::from_secs(30 * 365 * 86400));
+    let (end, out, err) = wait(&mut child, group.as_ref(), deadline, &mut cancel, spec, ctx).await;
+    // Kills whatever the job left behind. The main process is reaped by
+    // now, but Linux does not reuse a pid while a group of that id has members.
+    drop(group);
+    if ctx.end_descendants {
+        end_descendants(ctx.order).await;
+    }
+    let mut outcome = match end {
+        End::Exited(Ok(status)) => exited(status),
+        End::Exited(Err(e)) => Outcome::not_run(
+            Status::Error,
+            format!("waiting for '{program}' failed: {e}"),
+        ),
+        End::TimedOut => Outcome::not_run(
+            Status::TimedOut,
+            format!("time limit of {} s passed", limit.as_secs_f64()),
+        ),
+        End::Cancelled => Outcome::not_run(Status::Error, "cancelled: the worker stopped the job"),
+    };
+    outcome.duration_ms = millis(started.elapsed());
+    outcome.stdout_tail = out.into_string();
+    outcome.stderr_tail = err.into_string();
+    outcome
+}
+
+/// The job's command: its own process group, the job's environment, no
+/// stdin, piped output, the job user and limits.
+fn command(
+    spec: &OrderSpec,
+    ctx: &JobContext,
+    path: &Path,
+    program: &str,
+    args: &[String],
+) -> Command {
+    let mut cmd = Command::new(path);
+    cmd.arg0(program)
+        .args(args)
         .env_clear()
         .envs(job_env(std::env::vars_os(), spec, ctx))
         .stdin(Stdio::null())
@@ -254,28 +311,19 @@ pub async fn run(spec: &OrderSpec, ctx: &JobContext, mut cancel: watch::Receiver
     };
     crate::isolate::prepare_child(&mut cmd, ctx.user.as_deref(), limits);
     crate::supervise::die_with_parent(&mut cmd);
+    cmd
+}
 
-    let started = Instant::now();
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            let mut o = Outcome::not_run(Status::Error, format!("cannot run '{program}': {e}"));
-            o.duration_ms = millis(started.elapsed());
-            return o;
-        }
-    };
-    // (killpg(0) or killpg(1) would hit the worker or everything: never.)
-    let group = child
-        .id()
-        .filter(|&pid| pid > 1)
-        .map(|pid| Group(pid as libc::pid_t));
-
-    let limit = spec.timeout.unwrap_or(ctx.default_timeout);
-    // An absurd limit is "never", not an overflow.
-    let deadline = started
-        .checked_add(limit)
-        .unwrap_or_else(|| started + Duration::from_secs(30 * 365 * 86400));
-
+/// Reads the job's output until it exits, times out or is cancelled; kills
+/// its group unless it exited. How it ended, and the tails of stdout and stderr.
+async fn wait(
+    child: &mut Child,
+    group: Option<&Group>,
+    deadline: Instant,
+    cancel: &mut watch::Receiver<bool>,
+    spec: &OrderSpec,
+    ctx: &JobContext,
+) -> (End, Tail, Tail) {
     let mut out = Tail::new(ctx.output_limit);
     let mut err = Tail::new(ctx.output_limit);
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
@@ -290,13 +338,13 @@ pub async fn run(spec: &OrderSpec, ctx: &JobContext, mut cancel: watch::Receiver
                 status = child.wait() => break End::Exited(status),
                 () = &mut reading, if !read_done => read_done = true,
                 () = tokio::time::sleep_until(deadline) => break End::TimedOut,
-                () = cancelled(&mut cancel) => break End::Cancelled,
+                () = cancelled(cancel) => break End::Cancelled,
             }
         };
         if !matches!(end, End::Exited(_)) {
             // Kill before reaping: while the main process is an unreaped
             // zombie its pid, hence the group id, cannot be reused.
-            if let Some(g) = &group {
+            if let Some(g) = group {
                 g.kill();
             }
             let _ = tokio::time::timeout(KILL_WAIT, child.wait()).await;
@@ -310,34 +358,17 @@ pub async fn run(spec: &OrderSpec, ctx: &JobContext, mut cancel: watch::Receiver
         }
         end
     };
-    // Kills whatever the job left behind. The main process is reaped by
-    // now, but Linux does not reuse a pid while a group of that id has members.
-    drop(group);
-    if ctx.end_descendants {
-        // Those that left the group (setsid) or were orphaned: a subreaper's.
-        let ended =
-            tokio::task::spawn_blocking(|| crate::isolate::end_descendants(END_DESCENDANTS)).await;
-        if let Ok(n @ 1..) = ended {
-            tracing::info!(order = %ctx.order, processes = n, "ended processes the job left behind");
-        }
-    }
+    (end, out, err)
+}
 
-    let mut outcome = match end {
-        End::Exited(Ok(status)) => exited(status),
-        End::Exited(Err(e)) => Outcome::not_run(
-            Status::Error,
-            format!("waiting for '{program}' failed: {e}"),
-        ),
-        End::TimedOut => Outcome::not_run(
-            Status::TimedOut,
-            format!("time limit of {} s passed", limit.as_secs_f64()),
-        ),
-        End::Cancelled => Outcome::not_run(Status::Error, "cancelled: the worker stopped the job"),
-    };
-    outcome.duration_ms = millis(started.elapsed());
-    outcome.stdout_tail = out.into_string();
-    outcome.stderr_tail = err.into_string();
-    outcome
+/// Ends the processes that left the job's group (setsid) or were orphaned:
+/// a subreaper's.
+async fn end_descendants(order: OrderId) {
+    let ended =
+        tokio::task::spawn_blocking(|| crate::isolate::end_descendants(END_DESCENDANTS)).await;
+    if let Ok(n @ 1..) = ended {
+        tracing::info!(order = %order, processes = n, "ended processes the job left behind");
+    }
 }
 
 enum End {
@@ -378,15 +409,12 @@ async fn cancelled(cancel: &mut watch::Receiver<bool>) {
 }
 
 /// A job's process group, killed when this is dropped.
-struct Group(libc::pid_t);
+struct Group(Pid);
 
 impl Group {
     fn kill(&self) {
-        // SAFETY: killpg has no memory effects; a group that is already
-        // gone is ESRCH, which is fine.
-        unsafe {
-            libc::killpg(self.0, libc::SIGKILL);
-        }
+        // A group that is already gone is ESRCH, which is fine.
+        let _ = killpg(self.0, Signal::SIGKILL);
     }
 }
 
