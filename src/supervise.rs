@@ -83,6 +83,8 @@
 use crate::backoff::Backoff;
 use crate::exit::Exit;
 use anyhow::{anyhow, bail, Context as _};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::{self, Write as _};
@@ -381,12 +383,12 @@ impl SupEvent {
 }
 
 fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGKILL => " (SIGKILL)",
-        libc::SIGTERM => " (SIGTERM)",
-        libc::SIGINT => " (SIGINT)",
-        libc::SIGSEGV => " (SIGSEGV)",
-        libc::SIGABRT => " (SIGABRT)",
+    match Signal::try_from(sig) {
+        Ok(Signal::SIGKILL) => " (SIGKILL)",
+        Ok(Signal::SIGTERM) => " (SIGTERM)",
+        Ok(Signal::SIGINT) => " (SIGINT)",
+        Ok(Signal::SIGSEGV) => " (SIGSEGV)",
+        Ok(Signal::SIGABRT) => " (SIGABRT)",
         _ => "",
     }
 }
@@ -597,44 +599,11 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                 });
                 restarts.next(false, Duration::ZERO)
             }
-            Ok(mut child) => {
-                let started = Instant::now();
-                let pid = child.id().unwrap_or(0);
-                sh.emit(SupEvent::Started { instance, pid, run });
-                if sh.cfg.output == ChildOutput::Prefix {
-                    relay_output(instance, &mut child);
-                }
-                let status = tokio::select! {
-                    status = child.wait() => status,
-                    () = stopped(&mut stop) => terminate(&mut child, sh.cfg.stop_grace).await,
-                };
-                let (code, signal) = match &status {
-                    Ok(s) => (s.code(), s.signal()),
-                    Err(_) => (None, None),
-                };
-                sh.emit(SupEvent::Exited {
-                    instance,
-                    pid,
-                    code,
-                    signal,
-                    after: started.elapsed(),
-                    restarts: run - 1,
-                });
-                if *stop.borrow() {
-                    return Fate::Stopped;
-                }
-                // A configuration error or a fenced worker is not restarted.
-                let retire = match code.and_then(Exit::from_code) {
-                    Some(Exit::Config) => Some(Retirement::ConfigError),
-                    Some(Exit::Fenced) => Some(Retirement::Fenced),
-                    _ => None,
-                };
-                if let Some(reason) = retire {
-                    sh.emit(SupEvent::Retired { instance, reason });
-                    return Fate::Retired(reason);
-                }
-                restarts.next(code == Some(Exit::Ok.code()), started.elapsed())
-            }
+            Ok(child) => match run_child(instance, run, &sh, &mut stop, child, &mut restarts).await
+            {
+                Ok(delay) => delay,
+                Err(fate) => return fate,
+            },
         };
         if delay.is_zero() {
             continue;
@@ -646,13 +615,60 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
     }
 }
 
+/// One run of an instance's child, from its start to its exit: the delay
+/// before the next start, or the instance's fate.
+async fn run_child(
+    instance: u32,
+    run: u64,
+    sh: &Shared,
+    stop: &mut watch::Receiver<bool>,
+    mut child: Child,
+    restarts: &mut Restarts,
+) -> Result<Duration, Fate> {
+    let started = Instant::now();
+    let pid = child.id().unwrap_or(0);
+    sh.emit(SupEvent::Started { instance, pid, run });
+    if sh.cfg.output == ChildOutput::Prefix {
+        relay_output(instance, &mut child);
+    }
+    let status = tokio::select! {
+        status = child.wait() => status,
+        () = stopped(stop) => terminate(&mut child, sh.cfg.stop_grace).await,
+    };
+    let (code, signal) = match &status {
+        Ok(s) => (s.code(), s.signal()),
+        Err(_) => (None, None),
+    };
+    sh.emit(SupEvent::Exited {
+        instance,
+        pid,
+        code,
+        signal,
+        after: started.elapsed(),
+        restarts: run - 1,
+    });
+    if *stop.borrow() {
+        return Err(Fate::Stopped);
+    }
+    // A configuration error or a fenced worker is not restarted.
+    let retire = match code.and_then(Exit::from_code) {
+        Some(Exit::Config) => Some(Retirement::ConfigError),
+        Some(Exit::Fenced) => Some(Retirement::Fenced),
+        _ => None,
+    };
+    if let Some(reason) = retire {
+        sh.emit(SupEvent::Retired { instance, reason });
+        return Err(Fate::Retired(reason));
+    }
+    Ok(restarts.next(code == Some(Exit::Ok.code()), started.elapsed()))
+}
+
 /// SIGTERM, then SIGKILL after `grace`; returns the child's exit status.
 async fn terminate(child: &mut Child, grace: Duration) -> io::Result<ExitStatus> {
     // `id()` is None once the child has been reaped, so the pid cannot have
     // been reused by another process.
-    if let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
-        // SAFETY: kill(2) has no memory-safety preconditions.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
     match tokio::time::timeout(grace, child.wait()).await {
         Ok(status) => status,
@@ -699,33 +715,23 @@ async fn relay(prefix: String, from: impl AsyncRead + Unpin) {
     }
 }
 
-/// Makes the kernel SIGKILL the child when the thread that forked it ends
-/// (Linux; elsewhere a no-op).
 /// Makes the child get SIGKILL when the *thread* that forks it ends (Linux's
 /// `PR_SET_PDEATHSIG`): for a long-lived thread, when the process dies, even
 /// by SIGKILL. Used for supervised instances and for jobs.
 pub(crate) fn die_with_parent(cmd: &mut Command) {
     #[cfg(target_os = "linux")]
     {
-        let parent = std::process::id() as libc::pid_t;
+        let parent = nix::unistd::getpid();
         // SAFETY: the closure runs between fork and exec and calls only
-        // async-signal-safe functions (prctl, getppid, _exit).
+        // async-signal-safe functions (prctl, getppid). Its error is a bare
+        // errno (no allocation): the child then exits 1 without exec.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                {
-                    return Err(io::Error::last_os_error());
-                }
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
                 // The parent may have died before prctl: then nobody would
                 // send the signal.
-                if libc::getppid() != parent {
-                    libc::_exit(Exit::Failure.code());
+                if nix::unistd::getppid() != parent {
+                    return Err(nix::errno::Errno::ESRCH.into());
                 }
                 Ok(())
             });
@@ -954,6 +960,10 @@ mod tests {
         cfg
     }
 
+    fn count(events: &[SupEvent], which: impl Fn(&SupEvent) -> bool) -> usize {
+        events.iter().filter(|e| which(e)).count()
+    }
+
     async fn collect(cfg: SupervisorConfig) -> (Ending, Vec<SupEvent>) {
         let (_stop_tx, stop) = watch::channel(false);
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -974,14 +984,10 @@ mod tests {
         cfg.max_runs = Some(5);
         let (ending, events) = collect(cfg).await;
         assert_eq!(ending, Ending::MaxRuns);
-        let starts = events
-            .iter()
-            .filter(|e| matches!(e, SupEvent::Started { .. }))
-            .count();
-        let exits = events
-            .iter()
-            .filter(|e| matches!(e, SupEvent::Exited { code: Some(0), .. }))
-            .count();
+        let starts = count(&events, |e| matches!(e, SupEvent::Started { .. }));
+        let exits = count(&events, |e| {
+            matches!(e, SupEvent::Exited { code: Some(0), .. })
+        });
         assert_eq!((starts, exits), (5, 5), "{events:?}");
     }
 
@@ -1027,10 +1033,10 @@ mod tests {
         let (ending, events) = collect(cfg).await;
         assert_eq!(ending, Ending::MaxRuns);
         assert_eq!(
-            events
-                .iter()
-                .filter(|e| matches!(e, SupEvent::Exited { code: Some(0), .. }))
-                .count(),
+            count(&events, |e| matches!(
+                e,
+                SupEvent::Exited { code: Some(0), .. }
+            )),
             3
         );
     }
@@ -1039,13 +1045,7 @@ mod tests {
     async fn config_error_and_fence_retire() {
         let (ending, events) = collect(sh(vec![1, 2], "exit 2")).await;
         assert_eq!(ending, Ending::ConfigError);
-        assert_eq!(
-            events
-                .iter()
-                .filter(|e| matches!(e, SupEvent::Started { .. }))
-                .count(),
-            2
-        );
+        assert_eq!(count(&events, |e| matches!(e, SupEvent::Started { .. })), 2);
         let script = r#"[ "$INSTANCE_NUMBER" = 1 ] && exit 2; exit 3"#;
         let (ending, events) = collect(sh(vec![1, 2], script)).await;
         assert_eq!(ending, Ending::ConfigError);
@@ -1100,9 +1100,9 @@ mod tests {
             matches!(
                 exited,
                 Some(SupEvent::Exited {
-                    signal: Some(libc::SIGKILL),
+                    signal: Some(s),
                     ..
-                })
+                }) if s == Signal::SIGKILL as i32
             ),
             "{exited:?}"
         );
@@ -1116,10 +1116,7 @@ mod tests {
         let (ending, events) = collect(cfg).await;
         assert_eq!(ending, Ending::MaxRuns);
         assert_eq!(
-            events
-                .iter()
-                .filter(|e| matches!(e, SupEvent::SpawnFailed { .. }))
-                .count(),
+            count(&events, |e| matches!(e, SupEvent::SpawnFailed { .. })),
             2
         );
     }
