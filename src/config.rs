@@ -98,6 +98,9 @@ struct WorkerEnv {
     job_limit_processes: Option<u64>,
     #[serde(deserialize_with = "parse::positive")]
     job_limit_open_files: Option<u64>,
+    /// Set by `supervise` ([`crate::supervise::WARNED_OPEN_COMMANDS`]), not
+    /// by operators.
+    pool_worker_warned_open_commands: Option<String>,
 }
 
 /// `LOG_FORMAT`.
@@ -471,6 +474,10 @@ pub struct Config {
     pub kafka_props: BTreeMap<String, String>,
     /// What jobs may do and as whom (issue 18; see [`JobSettings`]).
     pub jobs: JobSettings,
+    /// The supervisor that started this worker said already that
+    /// `ALLOWED_COMMANDS` is not set
+    /// ([`crate::supervise::WARNED_OPEN_COMMANDS`]).
+    pub open_commands_warned: bool,
 }
 
 /// The job-isolation settings: `ORDER_ENV_ALLOW`, `ALLOWED_IMAGES`,
@@ -557,8 +564,7 @@ pub fn default_state_dir(xdg_runtime_dir: Option<&str>) -> std::path::PathBuf {
         .filter(|d| d.starts_with('/'))
     {
         Some(d) => std::path::Path::new(d).join("pool_worker"),
-        // SAFETY: geteuid cannot fail and touches no memory.
-        None => std::env::temp_dir().join(format!("pool_worker-{}", unsafe { libc::geteuid() })),
+        None => std::env::temp_dir().join(format!("pool_worker-{}", nix::unistd::geteuid())),
     }
 }
 
@@ -577,50 +583,11 @@ impl Config {
         let instance = raw
             .instance_number
             .ok_or_else(|| ConfigError("INSTANCE_NUMBER is not set".into()))?;
-        let orders_topic = required("ORDERS_TOPIC", raw.orders_topic.take())?;
-        let coordination_topic = required("COORDINATION_TOPIC", raw.coordination_topic.take())?;
-        for (name, t) in [
-            ("ORDERS_TOPIC", &orders_topic),
-            ("COORDINATION_TOPIC", &coordination_topic),
-        ] {
-            crate::broker::check_topic_name(t).map_err(|e| ConfigError(format!("{name}: {e}")))?;
-        }
-        if orders_topic == coordination_topic {
-            return Err(ConfigError(
-                "ORDERS_TOPIC and COORDINATION_TOPIC name the same topic".into(),
-            ));
-        }
-        let results_topic = raw.results_topic.take();
-        if let Some(t) = &results_topic {
-            crate::broker::check_topic_name(t)
-                .map_err(|e| ConfigError(format!("RESULTS_TOPIC: {e}")))?;
-            if *t == orders_topic || *t == coordination_topic {
-                return Err(ConfigError(
-                    "RESULTS_TOPIC must differ from ORDERS_TOPIC and COORDINATION_TOPIC".into(),
-                ));
-            }
-        }
+        let topics = Topics::from_env(&mut raw)?;
         let KafkaSettings {
             brokers,
             props: kafka_props,
         } = KafkaSettings::from_vars(&vars)?;
-        let log_json = raw.log_format == Some(LogFormat::Json);
-        // systemd's StateDirectory= may list several, separated by ':'.
-        // Else the user's runtime directory (0700, the user's own), else a
-        // directory of this user's own in the temporary directory: markers
-        // must be the worker user's alone (src/settle.rs, `prepare_dir`).
-        let state_dir = [
-            raw.state_dir.take(),
-            raw.state_directory
-                .take()
-                .and_then(|s| s.split(':').next().map(str::to_string)),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|s| s.trim().to_string())
-        .find(|s| !s.is_empty())
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| default_state_dir(raw.xdg_runtime_dir.as_deref()));
         let key_file = raw.claims_key_file.take();
         let claims_key = crate::sign::ClaimsKey::from_sources(
             raw.claims_key.as_deref(),
@@ -628,25 +595,14 @@ impl Config {
         )
         .map_err(ConfigError)?;
         let lease_ms = number("LEASE_MS", raw.lease_ms, 30_000u64, (300, 24 * 3600 * 1000))?;
-        let claim_defer_ms = number(
-            "CLAIM_DEFER_MS",
-            raw.claim_defer_ms,
-            DEFAULT_CLAIM_DEFER_MS.min(lease_ms / 3),
-            (0, lease_ms / 3),
-        )
-        .map_err(|e| {
-            ConfigError(format!(
-                "{} (at most LEASE_MS/3, LEASE_MS being {lease_ms})",
-                e.0
-            ))
-        })?;
         Ok(Config {
             brokers,
-            orders_topic,
-            coordination_topic,
+            orders_topic: topics.orders,
+            coordination_topic: topics.coordination,
+            results_topic: topics.results,
             instance,
             lease_ms,
-            claim_defer_ms,
+            claim_defer_ms: claim_defer_ms(raw.claim_defer_ms, lease_ms)?,
             max_attempts: number(
                 "MAX_ATTEMPTS",
                 raw.max_attempts,
@@ -674,20 +630,97 @@ impl Config {
             allowed_commands: raw.allowed_commands.take(),
             allowed_urls: crate::policy::parse_url_rules(raw.allowed_urls.take())?,
             env_deny: env_deny(raw.job_env_deny.take()),
-            log_json,
-            results_topic,
+            log_json: raw.log_format == Some(LogFormat::Json),
             settle_ms: number(
                 "SETTLE_MS",
                 raw.settle_ms,
                 crate::settle::DEFAULT_SETTLE_MS,
                 (0, 600_000),
             )?,
-            state_dir,
+            state_dir: state_dir(&mut raw),
             claims_key,
             kafka_props,
             jobs: JobSettings::from_env(&mut raw)?,
+            open_commands_warned: raw.pool_worker_warned_open_commands.is_some(),
         })
     }
+}
+
+/// `ORDERS_TOPIC`, `COORDINATION_TOPIC` and `RESULTS_TOPIC`: valid names,
+/// three different topics.
+struct Topics {
+    orders: String,
+    coordination: String,
+    results: Option<String>,
+}
+
+impl Topics {
+    fn from_env(raw: &mut WorkerEnv) -> Result<Topics, ConfigError> {
+        let orders = required("ORDERS_TOPIC", raw.orders_topic.take())?;
+        let coordination = required("COORDINATION_TOPIC", raw.coordination_topic.take())?;
+        for (name, t) in [
+            ("ORDERS_TOPIC", &orders),
+            ("COORDINATION_TOPIC", &coordination),
+        ] {
+            crate::broker::check_topic_name(t).map_err(|e| ConfigError(format!("{name}: {e}")))?;
+        }
+        if orders == coordination {
+            return Err(ConfigError(
+                "ORDERS_TOPIC and COORDINATION_TOPIC name the same topic".into(),
+            ));
+        }
+        let results = raw.results_topic.take();
+        if let Some(t) = &results {
+            crate::broker::check_topic_name(t)
+                .map_err(|e| ConfigError(format!("RESULTS_TOPIC: {e}")))?;
+            if *t == orders || *t == coordination {
+                return Err(ConfigError(
+                    "RESULTS_TOPIC must differ from ORDERS_TOPIC and COORDINATION_TOPIC".into(),
+                ));
+            }
+        }
+        Ok(Topics {
+            orders,
+            coordination,
+            results,
+        })
+    }
+}
+
+/// `CLAIM_DEFER_MS`: at most a third of the lease.
+fn claim_defer_ms(v: Option<u64>, lease_ms: u64) -> Result<u64, ConfigError> {
+    number(
+        "CLAIM_DEFER_MS",
+        v,
+        DEFAULT_CLAIM_DEFER_MS.min(lease_ms / 3),
+        (0, lease_ms / 3),
+    )
+    .map_err(|e| {
+        ConfigError(format!(
+            "{} (at most LEASE_MS/3, LEASE_MS being {lease_ms})",
+            e.0
+        ))
+    })
+}
+
+/// `STATE_DIR`, else the first of systemd's `STATE_DIRECTORY` (which may
+/// list several, separated by ':'), else the user's runtime directory
+/// (0700, the user's own), else a directory of this user's own in the
+/// temporary directory: markers must be the worker user's alone
+/// (src/settle.rs, `prepare_dir`).
+fn state_dir(raw: &mut WorkerEnv) -> std::path::PathBuf {
+    [
+        raw.state_dir.take(),
+        raw.state_directory
+            .take()
+            .and_then(|s| s.split(':').next().map(str::to_string)),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|s| s.trim().to_string())
+    .find(|s| !s.is_empty())
+    .map(std::path::PathBuf::from)
+    .unwrap_or_else(|| default_state_dir(raw.xdg_runtime_dir.as_deref()))
 }
 
 #[cfg(test)]
@@ -705,6 +738,13 @@ mod tests {
     ];
 
     #[test]
+    fn the_supervisors_warning_reaches_the_worker() {
+        let mut v = OK.to_vec();
+        v.push((crate::supervise::WARNED_OPEN_COMMANDS, "1"));
+        assert!(vars(&v).unwrap().open_commands_warned);
+    }
+
+    #[test]
     fn defaults_and_required() {
         let c = vars(OK).unwrap();
         assert_eq!(c.brokers, "localhost:9092");
@@ -718,8 +758,8 @@ mod tests {
         assert_eq!(c.orders_per_process, 1, "seed 002: exit after each order");
         assert_eq!(c.settle_ms, 15_000);
         assert_eq!(c.claim_defer_ms, 1_000);
-        // SAFETY: geteuid cannot fail.
-        let uid = unsafe { libc::geteuid() };
+        assert!(!c.open_commands_warned);
+        let uid = nix::unistd::geteuid();
         assert_eq!(
             c.state_dir,
             std::env::temp_dir().join(format!("pool_worker-{uid}")),

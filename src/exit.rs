@@ -78,6 +78,32 @@ impl From<Exit> for std::process::ExitCode {
     }
 }
 
+/// SIGTERM and SIGINT, handled from the moment this is made (before, either
+/// kills the process, as by default).
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn new() -> anyhow::Result<Signals> {
+        use anyhow::Context as _;
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        })
+    }
+
+    /// The next SIGTERM or SIGINT, as the status of a process it stops.
+    pub async fn recv(&mut self) -> Exit {
+        tokio::select! {
+            _ = self.term.recv() => Exit::Terminated,
+            _ = self.int.recv() => Exit::Interrupted,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,8 +112,9 @@ mod tests {
     fn the_numbers_stay_what_supervisors_and_docs_expect() {
         let codes: Vec<i32> = Exit::ALL.iter().map(|e| e.code()).collect();
         assert_eq!(codes, [0, 1, 2, 3, 4, 124, 130, 143]);
-        assert_eq!(Exit::Interrupted.code(), 128 + libc::SIGINT);
-        assert_eq!(Exit::Terminated.code(), 128 + libc::SIGTERM);
+        use nix::sys::signal::Signal;
+        assert_eq!(Exit::Interrupted.code(), 128 + Signal::SIGINT as i32);
+        assert_eq!(Exit::Terminated.code(), 128 + Signal::SIGTERM as i32);
         for e in Exit::ALL {
             assert_eq!(Exit::from_code(e.code()), Some(e));
         }

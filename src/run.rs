@@ -16,13 +16,12 @@
 //! committed, and the next incarnation runs it again as a retry.
 
 use crate::config::Config;
-use crate::exit::Exit;
+use crate::exit::{Exit, Signals};
 use crate::job::{self, JobContext};
 use crate::kafka::{ClaimEvent, Kafka, OpenError};
 use crate::orders;
 use crate::record::{Event, OrderId, Outcome, Status};
 use crate::worker::{Action, Input, Phase, Settings, Worker};
-use anyhow::Context;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -104,22 +103,6 @@ fn settings(cfg: &Config) -> Settings {
         settle_ms: cfg.settle_ms,
         claim_defer_ms: cfg.claim_defer_ms,
         ..Settings::default()
-    }
-}
-
-/// SIGTERM and SIGINT, handled from the start.
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> anyhow::Result<Signals> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals {
-            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
-            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
-        })
     }
 }
 
@@ -320,8 +303,7 @@ impl Shell {
         // stop (brokers unreachable for good).
         tokio::select! {
             _ = self.appender.flush(None) => {}
-            _ = self.signals.term.recv() => return Exit::Terminated,
-            _ = self.signals.int.recv() => return Exit::Interrupted,
+            code = self.signals.recv() => return code,
         }
         // Every append acknowledged: the next process of our number need
         // not wait (a fenced one is not ours to vouch for: another process
@@ -374,8 +356,7 @@ impl Shell {
                 self.wake = None;
                 Next::Input(Input::Tick)
             }
-            _ = self.signals.term.recv() => Next::Stop(self.on_signal(Exit::Terminated).await),
-            _ = self.signals.int.recv() => Next::Stop(self.on_signal(Exit::Interrupted).await),
+            code = self.signals.recv() => Next::Stop(self.on_signal(code).await),
         }
     }
 
@@ -632,8 +613,7 @@ fn warn_open_commands(cfg: &Config, clean_predecessor: bool) {
     if cfg.allowed_commands.is_some() {
         return;
     }
-    let supervisor_said = std::env::var_os(crate::supervise::WARNED_OPEN_COMMANDS).is_some();
-    if clean_predecessor || supervisor_said {
+    if clean_predecessor || cfg.open_commands_warned {
         tracing::debug!(
             instance = cfg.instance,
             "ALLOWED_COMMANDS is not set: orders may run any program"
