@@ -111,6 +111,55 @@ enum Control {
 
 type Reply = Result<(), String>;
 
+/// The mock-broker thread: starts the cluster, reports its bootstrap list
+/// on `ready`, then carries out the control commands until their channel
+/// closes.
+fn own_cluster(
+    broker_count: i32,
+    ready_tx: &mpsc::SyncSender<Result<String, String>>,
+    ctl_rx: &mpsc::Receiver<(Control, mpsc::SyncSender<Reply>)>,
+) {
+    // The cluster belongs to a client configured to start one (rather than
+    // `MockCluster::new`), so that its raw handle can be had for what the
+    // wrapper does not offer (the advertised address).
+    let client: rdkafka::producer::BaseProducer = match rdkafka::ClientConfig::new()
+        .set("test.mock.num.brokers", broker_count.to_string())
+        .create()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = ready_tx.send(Err(format!("cannot start the mock cluster: {e}")));
+            return;
+        }
+    };
+    let Some(cluster) = client.client().mock_cluster() else {
+        let _ = ready_tx.send(Err("cannot start the mock cluster".into()));
+        return;
+    };
+    let bootstrap = cluster.bootstrap_servers();
+    widen_backlogs(&bootstrap);
+    let _ = ready_tx.send(Ok(bootstrap));
+    // Replication never exceeds the broker count (and 3 is plenty).
+    let replication = broker_count.min(3);
+    while let Ok((op, reply)) = ctl_rx.recv() {
+        let result = match op {
+            Control::CreateTopic { name, partitions } => {
+                cluster.create_topic(&name, partitions, replication)
+            }
+            Control::Down => cluster.broker_down(-1),
+            // Up listens again, with librdkafka's backlog.
+            Control::Up => cluster.broker_up(-1).inspect(|_| {
+                widen_backlogs(&cluster.bootstrap_servers());
+            }),
+            Control::Rtt(d) => cluster.broker_round_trip_time(-1, d),
+            Control::Advertise { broker, host, port } => advertise(&client, broker, &host, port),
+        };
+        let _ = reply.send(result.map_err(|e| e.to_string()));
+    }
+    // The channel is closed: `cluster` is dropped here, which stops the
+    // brokers.
+}
+
 /// An embedded Kafka cluster of one or more mock brokers on 127.0.0.1.
 pub struct Broker {
     bootstrap: String,
@@ -130,50 +179,7 @@ impl Broker {
         let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<String, String>>(1);
         let thread = std::thread::Builder::new()
             .name("mock-broker".into())
-            .spawn(move || {
-                // The cluster belongs to a client configured to start one
-                // (rather than `MockCluster::new`), so that its raw handle
-                // can be had for what the wrapper does not offer (the
-                // advertised address).
-                let client: rdkafka::producer::BaseProducer = match rdkafka::ClientConfig::new()
-                    .set("test.mock.num.brokers", broker_count.to_string())
-                    .create()
-                {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(format!("cannot start the mock cluster: {e}")));
-                        return;
-                    }
-                };
-                let Some(cluster) = client.client().mock_cluster() else {
-                    let _ = ready_tx.send(Err("cannot start the mock cluster".into()));
-                    return;
-                };
-                let bootstrap = cluster.bootstrap_servers();
-                widen_backlogs(&bootstrap);
-                let _ = ready_tx.send(Ok(bootstrap));
-                // Replication never exceeds the broker count (and 3 is plenty).
-                let replication = broker_count.min(3);
-                while let Ok((op, reply)) = ctl_rx.recv() {
-                    let result = match op {
-                        Control::CreateTopic { name, partitions } => {
-                            cluster.create_topic(&name, partitions, replication)
-                        }
-                        Control::Down => cluster.broker_down(-1),
-                        // Up listens again, with librdkafka's backlog.
-                        Control::Up => cluster.broker_up(-1).inspect(|_| {
-                            widen_backlogs(&cluster.bootstrap_servers());
-                        }),
-                        Control::Rtt(d) => cluster.broker_round_trip_time(-1, d),
-                        Control::Advertise { broker, host, port } => {
-                            advertise(&client, broker, &host, port)
-                        }
-                    };
-                    let _ = reply.send(result.map_err(|e| e.to_string()));
-                }
-                // The channel is closed: `cluster` is dropped here, which
-                // stops the brokers.
-            })
+            .spawn(move || own_cluster(broker_count, &ready_tx, &ctl_rx))
             .context("cannot start the mock broker thread")?;
         let bootstrap = match ready_rx.recv() {
             Ok(Ok(b)) => b,

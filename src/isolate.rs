@@ -182,7 +182,7 @@ pub fn prepare_child(cmd: &mut tokio::process::Command, user: Option<&JobUser>, 
                 ) != 0
                 {
                     let e = io::Error::last_os_error();
-                    if e.raw_os_error() != Some(libc::EINVAL) {
+                    if e.raw_os_error() != Some(nix::errno::Errno::EINVAL as i32) {
                         return Err(e);
                     }
                 }
@@ -251,8 +251,10 @@ pub fn end_descendants(limit: Duration) -> usize {
             .filter(|pid| !is_zombie(*pid))
             .collect();
         for &pid in &live {
-            // SAFETY: kill has no memory effects; pid > 1 by construction.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
             killed.insert(pid);
         }
         // Reap our own children among them (orphans reparented to us); a

@@ -1129,9 +1129,7 @@ mod tests {
     async fn cancel_kills_the_job() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let (tx, rx) = watch::channel(false);
         let spec = sh(&format!("sleep 30 & echo $! > {}; wait", fifo.display()));
         let job = tokio::spawn(async move { run(&spec, &ctx(), rx).await });

@@ -11,6 +11,7 @@
 //! number, so pools that share a host do not mix their markers.
 
 use crate::config::{Config, ConfigError};
+use nix::fcntl::OFlag;
 use std::path::{Path, PathBuf};
 
 /// The default `SETTLE_MS`: librdkafka's `message.timeout.ms` (10 s, set in
@@ -81,8 +82,7 @@ pub fn prepare_dir(dir: &Path) -> Result<(), ConfigError> {
     if !md.is_dir() {
         return Err(ConfigError(format!("STATE_DIR: {name} is not a directory")));
     }
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let me = unsafe { libc::geteuid() };
+    let me = nix::unistd::geteuid().as_raw();
     if md.uid() != me {
         return Err(ConfigError(format!(
             "STATE_DIR: {name} belongs to uid {}, not to this worker's user (uid {me}); give the worker a directory of its own",
@@ -109,13 +109,12 @@ pub fn take(path: &Path) -> Option<String> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
         .open(path);
     let text = match file {
         Ok(mut f) => {
             let md = f.metadata().ok()?;
-            // SAFETY: geteuid cannot fail and touches no memory.
-            let mine = md.uid() == unsafe { libc::geteuid() };
+            let mine = md.uid() == nix::unistd::geteuid().as_raw();
             let mut text = String::new();
             let ok = md.file_type().is_file()
                 && mine
@@ -159,7 +158,7 @@ pub fn leave(path: &Path, incarnation: &str) {
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
+                .custom_flags(OFlag::O_NOFOLLOW.bits())
                 .open(&tmp)
         };
         let mut f = match create() {
@@ -257,9 +256,7 @@ mod tests {
     fn a_fifo_at_the_marker_does_not_hang_the_worker() {
         let dir = tempfile::tempdir().unwrap();
         let path = marker_path(&cfg(dir.path(), "127.0.0.1:9092", "3"));
-        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-        // SAFETY: a valid C string.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let p = path.clone();
         std::thread::spawn(move || tx.send(take(&p)));
@@ -365,14 +362,12 @@ mod tests {
     /// other way round) is refused.
     #[test]
     fn someone_elses_state_directory_is_refused() {
-        // SAFETY: geteuid cannot fail.
-        let other = if unsafe { libc::geteuid() } == 0 {
+        let other = if nix::unistd::geteuid().is_root() {
             let dir = tempfile::tempdir().unwrap();
             let d = dir.path().join("other");
             std::fs::create_dir(&d).unwrap();
-            let c = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
-            // SAFETY: a valid C string; as root, chown to nobody.
-            assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+            // As root, chown to nobody.
+            std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
             let e = prepare_dir(&d).unwrap_err().0;
             assert!(e.contains("belongs to uid 65534"), "{e}");
             return;
