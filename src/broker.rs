@@ -500,7 +500,9 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Config);
     }
     // Handlers first, so that a signal right after the bootstrap line is seen.
-    let mut signals = crate::exit::Signals::new()?;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let broker = Broker::start(args.brokers, &args.topics())?;
     for (i, (host, port)) in args
         .advertised()
@@ -535,7 +537,8 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<Exit> {
                 Some(line) => line,
                 None => break, // end of input
             },
-            _ = signals.recv() => break,
+            _ = term.recv() => break,
+            _ = int.recv() => break,
         };
         let line = line.trim();
         if line.is_empty() {

@@ -874,7 +874,9 @@ pub struct SuperviseArgs {
 
 /// Runs `pool_worker supervise`; returns the exit status.
 pub async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
-    let mut signals = crate::exit::Signals::new()?;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
 
     let mut cfg = SupervisorConfig::new(args.instances.0)?;
     if let Some(program) = args.program {
@@ -892,7 +894,8 @@ pub async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
     let ending = loop {
         tokio::select! {
             Some(event) = events.recv() => print_event(&event, json),
-            _ = signals.recv() => sup.stop(),
+            _ = term.recv() => sup.stop(),
+            _ = int.recv() => sup.stop(),
             ending = sup.wait() => break ending,
         }
     };
