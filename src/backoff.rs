@@ -6,15 +6,17 @@ use std::time::Duration;
 
 /// Appends to the claims topic and results: 50 ms doubling to 2 s (an
 /// instance's own records, which the protocol waits on).
-pub const APPEND: Backoff = Backoff::fixed(Duration::from_millis(50), Duration::from_secs(2));
+pub(crate) const APPEND: Backoff =
+    Backoff::fixed(Duration::from_millis(50), Duration::from_secs(2));
 
 /// Metadata and watermark requests (the orders topic's partitions and
 /// ends): 100 ms doubling to 5 s.
-pub const REQUEST: Backoff = Backoff::fixed(Duration::from_millis(100), Duration::from_secs(5));
+pub(crate) const REQUEST: Backoff =
+    Backoff::fixed(Duration::from_millis(100), Duration::from_secs(5));
 
 /// A delay that starts at `first` and doubles at each retry, up to `max`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     first: Duration,
     max: Duration,
     next: Duration,
@@ -23,7 +25,7 @@ pub struct Backoff {
 impl Backoff {
     /// `first`, then twice that at each retry, never more than `max` (nor
     /// less than `first`).
-    pub fn new(first: Duration, max: Duration) -> Backoff {
+    pub(crate) fn new(first: Duration, max: Duration) -> Backoff {
         Backoff {
             first,
             max: max.max(first),
@@ -41,12 +43,12 @@ impl Backoff {
     }
 
     /// The delay the next retry waits (for a log line before it).
-    pub fn peek(&self) -> Duration {
+    pub(crate) fn peek(&self) -> Duration {
         self.next
     }
 
     /// The delay to wait before this retry; the one after is doubled.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let now = self.next;
         self.next = self.next.saturating_mul(2).min(self.max);
         now
@@ -54,17 +56,17 @@ impl Backoff {
 
     /// Back to `first` (a success, or a long healthy run, ended the row of
     /// failures).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.next = self.first;
     }
 
     /// Sleeps for [`Backoff::next_delay`] (in a task).
-    pub async fn wait(&mut self) {
+    pub(crate) async fn wait(&mut self) {
         tokio::time::sleep(self.next_delay()).await;
     }
 
     /// Sleeps for [`Backoff::next_delay`] (on a thread of its own).
-    pub fn wait_blocking(&mut self) {
+    pub(crate) fn wait_blocking(&mut self) {
         std::thread::sleep(self.next_delay());
     }
 }

@@ -71,10 +71,10 @@ use std::time::Duration;
 
 /// Largest number of brokers the subcommand starts (each is a listener and a
 /// few threads; more is never useful for a mock).
-pub const MAX_BROKERS: i32 = 16;
+pub(crate) const MAX_BROKERS: i32 = 16;
 
 /// Largest partition count accepted for a topic.
-pub const MAX_PARTITIONS: i32 = 1024;
+pub(crate) const MAX_PARTITIONS: i32 = 1024;
 
 /// The workers' environment against the embedded broker, and against it
 /// only (see the module docs): consumers' empty fetches held 2 ms instead of
@@ -161,7 +161,7 @@ fn own_cluster(
 }
 
 /// An embedded Kafka cluster of one or more mock brokers on 127.0.0.1.
-pub struct Broker {
+pub(crate) struct Broker {
     bootstrap: String,
     broker_count: i32,
     /// `None` once dropped; closing the channel ends the owner thread.
@@ -171,7 +171,7 @@ pub struct Broker {
 
 impl Broker {
     /// Starts `broker_count` brokers and creates `topics` (name, partitions).
-    pub fn start(broker_count: i32, topics: &[(String, i32)]) -> anyhow::Result<Broker> {
+    pub(crate) fn start(broker_count: i32, topics: &[(String, i32)]) -> anyhow::Result<Broker> {
         if !(1..=MAX_BROKERS).contains(&broker_count) {
             bail!("broker count must be between 1 and {MAX_BROKERS}, not {broker_count}");
         }
@@ -205,17 +205,13 @@ impl Broker {
     }
 
     /// The `bootstrap.servers` list, e.g. `127.0.0.1:40123`.
-    pub fn bootstrap(&self) -> String {
+    pub(crate) fn bootstrap(&self) -> String {
         self.bootstrap.clone()
-    }
-
-    pub fn broker_count(&self) -> i32 {
-        self.broker_count
     }
 
     /// Creates a topic (an error if it exists or the name is not a legal
     /// Kafka topic name).
-    pub fn create_topic(&self, name: &str, partitions: i32) -> anyhow::Result<()> {
+    pub(crate) fn create_topic(&self, name: &str, partitions: i32) -> anyhow::Result<()> {
         check_topic_name(name).map_err(|e| anyhow!(e))?;
         if !(1..=MAX_PARTITIONS).contains(&partitions) {
             bail!(
@@ -230,17 +226,17 @@ impl Broker {
     }
 
     /// All brokers close their connections and refuse new ones.
-    pub fn all_down(&self) -> anyhow::Result<()> {
+    pub(crate) fn all_down(&self) -> anyhow::Result<()> {
         self.call(Control::Down)
     }
 
     /// All brokers accept connections again (on the same ports).
-    pub fn all_up(&self) -> anyhow::Result<()> {
+    pub(crate) fn all_up(&self) -> anyhow::Result<()> {
         self.call(Control::Up)
     }
 
     /// Every broker delays each response by `rtt` (zero to stop).
-    pub fn round_trip_time(&self, rtt: Duration) -> anyhow::Result<()> {
+    pub(crate) fn round_trip_time(&self, rtt: Duration) -> anyhow::Result<()> {
         self.call(Control::Rtt(rtt))
     }
 
@@ -248,7 +244,7 @@ impl Broker {
     /// `host:port` instead of where it listens: for a TLS terminator in
     /// front of it (tests/tls.rs), whose address clients must use for every
     /// connection, not only the first.
-    pub fn advertise(&self, broker: i32, host: &str, port: u16) -> anyhow::Result<()> {
+    pub(crate) fn advertise(&self, broker: i32, host: &str, port: u16) -> anyhow::Result<()> {
         if !(1..=self.broker_count).contains(&broker) {
             bail!("there is no broker {broker}");
         }
@@ -373,7 +369,7 @@ fn listening_on(fd: libc::c_int, ports: &[u16]) -> bool {
 }
 
 /// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not `.`/`..`.
-pub fn check_topic_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_topic_name(name: &str) -> Result<(), String> {
     let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     if name.is_empty()
         || name.len() > 249

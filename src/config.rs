@@ -105,7 +105,7 @@ struct WorkerEnv {
 
 /// `LOG_FORMAT`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
@@ -126,14 +126,14 @@ pub fn read<T: serde::de::DeserializeOwned>(
 }
 
 /// [`read`] from the process environment (non-UTF-8 variables left out).
-pub fn read_env<T: serde::de::DeserializeOwned>() -> Result<T, ConfigError> {
+pub(crate) fn read_env<T: serde::de::DeserializeOwned>() -> Result<T, ConfigError> {
     read(env_vars())
 }
 
 /// A tool's flag over its variable over its default: unless the flag
 /// `id` was given on the command line, the variable's value (already read
 /// by [`read`]), if set, replaces the flag's default in `field`.
-pub fn flag_or_env<T>(m: &clap::ArgMatches, id: &str, field: &mut T, var: Option<T>) {
+pub(crate) fn flag_or_env<T>(m: &clap::ArgMatches, id: &str, field: &mut T, var: Option<T>) {
     let given = m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
     if let (false, Some(v)) = (given, var) {
         *field = v;
@@ -143,19 +143,19 @@ pub fn flag_or_env<T>(m: &clap::ArgMatches, id: &str, field: &mut T, var: Option
 /// The topic variables of `dev` and `broker`, which create the topics.
 #[derive(Deserialize, Debug, Default)]
 #[serde(default)]
-pub struct TopicsEnv {
+pub(crate) struct TopicsEnv {
     #[serde(deserialize_with = "parse::text")]
-    pub orders_topic: Option<String>,
+    pub(crate) orders_topic: Option<String>,
     #[serde(deserialize_with = "parse::text")]
-    pub coordination_topic: Option<String>,
+    pub(crate) coordination_topic: Option<String>,
     #[serde(deserialize_with = "parse::text")]
-    pub results_topic: Option<String>,
+    pub(crate) results_topic: Option<String>,
 }
 
 impl TopicsEnv {
     /// Fills the flags `orders_topic`, `coordination_topic` and
     /// `results_topic` that were not given from the environment.
-    pub fn apply(
+    pub(crate) fn apply(
         m: &clap::ArgMatches,
         orders: &mut String,
         coordination: &mut String,
@@ -231,7 +231,7 @@ pub mod parse {
     }
 
     /// A positive whole number; empty: unset.
-    pub fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    pub(crate) fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         let s = string(d)?;
         let v = s.trim();
         if v.is_empty() {
@@ -278,7 +278,7 @@ pub mod parse {
     }
 
     /// `LOG_FORMAT`: `text` (or empty) or `json`.
-    pub fn log_format<'de, D: Deserializer<'de>>(
+    pub(crate) fn log_format<'de, D: Deserializer<'de>>(
         d: D,
     ) -> Result<Option<super::LogFormat>, D::Error> {
         match string(d)?.trim() {
@@ -292,7 +292,7 @@ pub mod parse {
 }
 
 /// `CLAIM_DEFER_MS` unless set (and unless `LEASE_MS`/3 is less).
-pub const DEFAULT_CLAIM_DEFER_MS: u64 = 1_000;
+pub(crate) const DEFAULT_CLAIM_DEFER_MS: u64 = 1_000;
 
 /// Variables that begin with `KAFKA_` but are not librdkafka properties:
 /// pool_worker's own, and those of Kafka's own scripts (`kafka-run-class.sh`
@@ -312,7 +312,7 @@ const NOT_PROPERTIES: &[&str] = &[
 /// Names removed from every job's environment whatever `JOB_ENV_DENY` says
 /// (the variable adds to them): the Kafka settings, credentials included,
 /// and the claims topic's signing key.
-pub const ALWAYS_DENIED: &[&str] = &["KAFKA_*", "CLAIMS_KEY*"];
+pub(crate) const ALWAYS_DENIED: &[&str] = &["KAFKA_*", "CLAIMS_KEY*"];
 
 /// The largest secret file a `KAFKA_<PROPERTY>_FILE` may name.
 const MAX_SECRET_FILE: u64 = 64 * 1024;
@@ -322,16 +322,16 @@ const MAX_SECRET_FILE: u64 = 64 * 1024;
 /// `completed` record (two tails, a bounded reason, small fields) stays well
 /// within the claims topic's `max.message.bytes` (Kafka's default, 1 MB,
 /// which scripts/create-topics.sh keeps): see `record::RECORD_LIMIT`.
-pub const MAX_OUTPUT_LIMIT: usize = 256 * 1024;
+pub(crate) const MAX_OUTPUT_LIMIT: usize = 256 * 1024;
 
 /// How every command reaches Kafka: the bootstrap servers and the librdkafka
 /// properties given as `KAFKA_<PROPERTY>` (or read from the file named by
 /// `KAFKA_<PROPERTY>_FILE`). The worker, `status`, `history` and `submit`
 /// all read them through [`KafkaSettings::from_env`].
 #[derive(Clone, Default)]
-pub struct KafkaSettings {
-    pub brokers: String,
-    pub props: BTreeMap<String, String>,
+pub(crate) struct KafkaSettings {
+    pub(crate) brokers: String,
+    pub(crate) props: BTreeMap<String, String>,
 }
 
 /// Never prints a property's value: some are secrets.
@@ -346,7 +346,7 @@ impl std::fmt::Debug for KafkaSettings {
 
 impl KafkaSettings {
     /// Reads the process environment.
-    pub fn from_env() -> Result<KafkaSettings, ConfigError> {
+    pub(crate) fn from_env() -> Result<KafkaSettings, ConfigError> {
         KafkaSettings::from_vars(&env_vars())
     }
 
@@ -355,7 +355,7 @@ impl KafkaSettings {
     /// configuration error (exit 2, one line naming the variable) rather than
     /// a failure to start the clients later; the error never repeats the
     /// value, which may be a secret.
-    pub fn from_vars(vars: &[(String, String)]) -> Result<KafkaSettings, ConfigError> {
+    pub(crate) fn from_vars(vars: &[(String, String)]) -> Result<KafkaSettings, ConfigError> {
         let brokers = vars
             .iter()
             .find(|(k, _)| k == "KAFKA_BROKERS")
@@ -453,11 +453,11 @@ pub struct Config {
     /// `ORDERS_PER_PROCESS`: orders completed before the process exits.
     pub orders_per_process: u32,
     pub lease_ms: u64,
-    pub job_timeout: Duration,
-    pub output_limit: usize,
-    pub allowed_commands: Option<Vec<String>>,
-    pub allowed_urls: Option<Vec<crate::policy::UrlRule>>,
-    pub env_deny: Vec<String>,
+    pub(crate) job_timeout: Duration,
+    pub(crate) output_limit: usize,
+    pub(crate) allowed_commands: Option<Vec<String>>,
+    pub(crate) allowed_urls: Option<Vec<crate::policy::UrlRule>>,
+    pub(crate) env_deny: Vec<String>,
     pub log_json: bool,
     pub results_topic: Option<String>,
     /// `SETTLE_MS`: the wait before booting after an unclean exit.
@@ -471,23 +471,23 @@ pub struct Config {
     /// and takes unsigned or badly signed ones for foreign (src/sign.rs).
     pub claims_key: Option<crate::sign::ClaimsKey>,
     /// Extra librdkafka properties (from `KAFKA_<PROPERTY>`).
-    pub kafka_props: BTreeMap<String, String>,
+    pub(crate) kafka_props: BTreeMap<String, String>,
     /// What jobs may do and as whom (issue 18; see [`JobSettings`]).
-    pub jobs: JobSettings,
+    pub(crate) jobs: JobSettings,
     /// The supervisor that started this worker said already that
     /// `ALLOWED_COMMANDS` is not set
     /// ([`crate::supervise::WARNED_OPEN_COMMANDS`]).
-    pub open_commands_warned: bool,
+    pub(crate) open_commands_warned: bool,
 }
 
 /// The job-isolation settings: `ORDER_ENV_ALLOW`, `ALLOWED_IMAGES`,
 /// `JOB_USER`, `JOB_LIMIT_*` (docs/deploy.md, "Security").
 #[derive(Clone, Debug, Default)]
-pub struct JobSettings {
-    pub env_allow: Option<Vec<String>>,
-    pub allowed_images: Option<Vec<String>>,
-    pub user: Option<crate::isolate::JobUser>,
-    pub limits: crate::isolate::Limits,
+pub(crate) struct JobSettings {
+    pub(crate) env_allow: Option<Vec<String>>,
+    pub(crate) allowed_images: Option<Vec<String>>,
+    pub(crate) user: Option<crate::isolate::JobUser>,
+    pub(crate) limits: crate::isolate::Limits,
 }
 
 impl JobSettings {
@@ -558,7 +558,7 @@ fn split_list(s: &str) -> Vec<String> {
 
 /// `STATE_DIR` when neither it nor systemd's `STATE_DIRECTORY` is set:
 /// `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>`.
-pub fn default_state_dir(xdg_runtime_dir: Option<&str>) -> std::path::PathBuf {
+pub(crate) fn default_state_dir(xdg_runtime_dir: Option<&str>) -> std::path::PathBuf {
     match xdg_runtime_dir
         .map(str::trim)
         .filter(|d| d.starts_with('/'))

@@ -61,7 +61,7 @@ impl Exit {
 
     /// The status with this number, if it is one of ours (a child's exit
     /// status, as `supervise` sees it).
-    pub fn from_code(code: i32) -> Option<Exit> {
+    pub(crate) fn from_code(code: i32) -> Option<Exit> {
         Exit::ALL.into_iter().find(|e| e.code() == code)
     }
 }
@@ -80,13 +80,13 @@ impl From<Exit> for std::process::ExitCode {
 
 /// SIGTERM and SIGINT, handled from the moment this is made (before, either
 /// kills the process, as by default).
-pub struct Signals {
+pub(crate) struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    pub fn new() -> anyhow::Result<Signals> {
+    pub(crate) fn new() -> anyhow::Result<Signals> {
         use anyhow::Context as _;
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
@@ -96,7 +96,7 @@ impl Signals {
     }
 
     /// The next SIGTERM or SIGINT, as the status of a process it stops.
-    pub async fn recv(&mut self) -> Exit {
+    pub(crate) async fn recv(&mut self) -> Exit {
         tokio::select! {
             _ = self.term.recv() => Exit::Terminated,
             _ = self.int.recv() => Exit::Interrupted,

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// Why a URL order was not fetched.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum FetchError {
+pub(crate) enum FetchError {
     /// The allow list forbids the URL (the order is `refused`).
     #[error("{0}")]
     Refused(Refusal),
@@ -27,15 +27,15 @@ pub enum FetchError {
 impl FetchError {
     /// The reason of the order's completion (the tests read it; the shell
     /// formats the error itself).
-    #[cfg(any(test, feature = "testing"))]
-    pub fn reason(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn reason(&self) -> String {
         self.to_string()
     }
 }
 
 /// Fetches `url`: a `GET` that must answer `200` within `timeout` with at
 /// most `max_bytes` of body.
-pub async fn fetch_order(
+pub(crate) async fn fetch_order(
     url: &str,
     max_bytes: usize,
     timeout: Duration,

@@ -30,7 +30,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 /// Makes this process non-dumpable and a child subreaper.
-pub fn harden_worker() -> Result<(), String> {
+pub(crate) fn harden_worker() -> Result<(), String> {
     nix::sys::prctl::set_dumpable(false)
         .map_err(|e| format!("cannot make the worker non-dumpable: {e}"))?;
     nix::sys::prctl::set_child_subreaper(true)
@@ -40,19 +40,19 @@ pub fn harden_worker() -> Result<(), String> {
 
 /// The user jobs run as (`JOB_USER`: a name, or a numeric uid).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JobUser {
-    pub name: String,
-    pub uid: u32,
-    pub gid: u32,
+pub(crate) struct JobUser {
+    pub(crate) name: String,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
     /// Supplementary groups (the user's groups from the group database).
-    pub groups: Vec<u32>,
+    pub(crate) groups: Vec<u32>,
     /// The user's home directory, for the job's `HOME`.
-    pub home: Option<String>,
+    pub(crate) home: Option<String>,
 }
 
 impl JobUser {
     /// Looks the user up, and checks that this process may become it.
-    pub fn lookup(spec: &str) -> Result<JobUser, ConfigError> {
+    pub(crate) fn lookup(spec: &str) -> Result<JobUser, ConfigError> {
         let spec = spec.trim();
         let found = match spec.parse::<u32>() {
             Ok(uid) => nix::unistd::User::from_uid(Uid::from_raw(uid)),
@@ -120,13 +120,13 @@ fn has_setid_caps() -> bool {
 
 /// Per-job resource limits (`None`: the worker's own limit).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// `RLIMIT_AS`, bytes of address space (`JOB_LIMIT_MEMORY_MB`).
-    pub memory_bytes: Option<u64>,
+    pub(crate) memory_bytes: Option<u64>,
     /// `RLIMIT_NPROC`, processes of the job's user (`JOB_LIMIT_PROCESSES`).
-    pub processes: Option<u64>,
+    pub(crate) processes: Option<u64>,
     /// `RLIMIT_NOFILE`, open files per process (`JOB_LIMIT_OPEN_FILES`).
-    pub open_files: Option<u64>,
+    pub(crate) open_files: Option<u64>,
 }
 
 /// Sets up the child of `cmd`, between `fork` and `exec`: limits first
@@ -135,7 +135,11 @@ pub struct Limits {
 /// the uid is dropped, the rest could not be changed). Must be called before
 /// any other `pre_exec` that should run as the job user: the kernel clears
 /// the parent-death signal when credentials change.
-pub fn prepare_child(cmd: &mut tokio::process::Command, user: Option<&JobUser>, limits: Limits) {
+pub(crate) fn prepare_child(
+    cmd: &mut tokio::process::Command,
+    user: Option<&JobUser>,
+    limits: Limits,
+) {
     if user.is_none() && limits == Limits::default() {
         return;
     }
@@ -240,7 +244,7 @@ fn descendants(root: i32, parents: &BTreeMap<i32, i32>) -> BTreeSet<i32> {
 /// killed may have forked; its orphans come to this subreaper) or `limit`
 /// has passed. Returns how many processes were sent a signal. Only for a
 /// process whose children are all jobs' (worker mode).
-pub fn end_descendants(limit: Duration) -> usize {
+pub(crate) fn end_descendants(limit: Duration) -> usize {
     let me = std::process::id() as i32;
     let until = Instant::now() + limit;
     let mut killed = BTreeSet::new();
@@ -286,7 +290,7 @@ fn is_zombie(pid: i32) -> bool {
 
 /// A fresh random 64-bit number from the kernel (`getrandom`), for the
 /// incarnation id; falls back to the standard library's random hasher keys.
-pub fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     let mut buf = [0u8; 8];
     // SAFETY: writes at most 8 bytes into an 8-byte buffer.
     let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };

@@ -79,13 +79,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Default bytes kept of each of stdout and stderr.
-pub const DEFAULT_OUTPUT_LIMIT: usize = 64 * 1024;
+pub(crate) const DEFAULT_OUTPUT_LIMIT: usize = 64 * 1024;
 
 /// Default time limit of an order that names none.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How long output is still read after the job's main process exits.
-pub const EXIT_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// How long reaping a killed process, or `docker kill`, may take.
 const KILL_WAIT: Duration = Duration::from_secs(10);
@@ -95,43 +95,43 @@ const END_DESCENDANTS: Duration = Duration::from_secs(5);
 
 /// Everything about one run of one order that is not in the order itself.
 #[derive(Clone, Debug)]
-pub struct JobContext {
-    pub order: OrderId,
+pub(crate) struct JobContext {
+    pub(crate) order: OrderId,
     /// This worker's instance number (`INSTANCE_NUMBER`).
-    pub instance: u32,
+    pub(crate) instance: u32,
     /// Which run of the order this is, 1 for the first (`ORDER_ATTEMPT`).
-    pub attempt: u32,
+    pub(crate) attempt: u32,
     /// The limit for orders that do not set `timeout_secs`.
-    pub default_timeout: Duration,
+    pub(crate) default_timeout: Duration,
     /// Bytes kept of the end of each of stdout and stderr.
-    pub output_limit: usize,
+    pub(crate) output_limit: usize,
     /// Environment variable names removed from the job's environment: exact
     /// names, or prefixes written with a trailing `*` (`KAFKA_*`).
-    pub env_deny: Vec<String>,
+    pub(crate) env_deny: Vec<String>,
     /// `ORDER_ENV_ALLOW`: what an order's `env` may set (on top of the
     /// fixed floor, `policy::ENV_FLOOR`); `None` allows every other name.
-    pub env_allow: Option<Vec<String>>,
+    pub(crate) env_allow: Option<Vec<String>>,
     /// `ALLOWED_COMMANDS`, resolved; `None` allows every program.
-    pub commands: Option<Arc<Commands>>,
+    pub(crate) commands: Option<Arc<Commands>>,
     /// `ALLOWED_IMAGES`; `None` refuses every image order.
-    pub allowed_images: Option<Vec<String>>,
+    pub(crate) allowed_images: Option<Vec<String>>,
     /// The docker CLI used for `image` orders (a name is looked up in the
     /// worker's `PATH`).
-    pub docker_program: String,
+    pub(crate) docker_program: String,
     /// `JOB_USER`: run jobs as this user.
-    pub user: Option<Arc<JobUser>>,
+    pub(crate) user: Option<Arc<JobUser>>,
     /// Per-job resource limits.
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// End every descendant of this process when the job ends (worker
     /// mode, where every child is a job's; never in a process that runs
     /// several jobs at once).
-    pub end_descendants: bool,
+    pub(crate) end_descendants: bool,
 }
 
 impl JobContext {
     /// A context with the default limits, no deny list and no allow list
     /// (image orders refused).
-    pub fn new(order: OrderId, instance: u32, attempt: u32) -> Self {
+    pub(crate) fn new(order: OrderId, instance: u32, attempt: u32) -> Self {
         JobContext {
             order,
             instance,
@@ -220,7 +220,11 @@ fn choose(spec: &OrderSpec, ctx: &JobContext) -> Result<(PathBuf, String, Vec<St
 /// Runs one order to its end and says how it ended. When `cancel` becomes
 /// `true` the job's process group is killed and the outcome is an `error`
 /// starting with `cancelled:`. A dropped sender never cancels.
-pub async fn run(spec: &OrderSpec, ctx: &JobContext, mut cancel: watch::Receiver<bool>) -> Outcome {
+pub(crate) async fn run(
+    spec: &OrderSpec,
+    ctx: &JobContext,
+    mut cancel: watch::Receiver<bool>,
+) -> Outcome {
     let (path, program, args) = match choose(spec, ctx) {
         Ok(chosen) => chosen,
         Err(outcome) => return outcome,
@@ -463,7 +467,7 @@ fn job_env(
 }
 
 /// The variable that carries an order's W3C trace context to its job.
-pub const TRACEPARENT: &str = "TRACEPARENT";
+pub(crate) const TRACEPARENT: &str = "TRACEPARENT";
 
 /// The variables that tell a job which order and run it is.
 fn own_vars(ctx: &JobContext) -> [(&'static str, String); 5] {
@@ -561,14 +565,14 @@ async fn drain<R: AsyncRead + Unpin>(pipe: Option<R>, tail: &mut Tail) {
 /// The last `limit` bytes of a stream (memory stays at about `limit`
 /// whatever the stream's length).
 #[derive(Debug)]
-pub struct Tail {
+pub(crate) struct Tail {
     buf: VecDeque<u8>,
     limit: usize,
     cut: bool,
 }
 
 impl Tail {
-    pub fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         Tail {
             buf: VecDeque::new(),
             limit,
@@ -576,7 +580,7 @@ impl Tail {
         }
     }
 
-    pub fn push(&mut self, data: &[u8]) {
+    pub(crate) fn push(&mut self, data: &[u8]) {
         if data.len() >= self.limit {
             self.cut |= !self.buf.is_empty() || data.len() > self.limit;
             self.buf.clear();
@@ -593,7 +597,7 @@ impl Tail {
 
     /// The tail as text: invalid UTF-8 replaced, a character split by the
     /// cut dropped, and never more than `limit` bytes even after replacement.
-    pub fn into_string(mut self) -> String {
+    pub(crate) fn into_string(mut self) -> String {
         let bytes = self.buf.make_contiguous();
         let mut start = 0;
         if self.cut {

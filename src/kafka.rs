@@ -64,7 +64,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// What the claims reader yields.
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
-pub enum ClaimEvent {
+pub(crate) enum ClaimEvent {
     Record(u64, Record),
     Foreign(u64, Foreign),
     CaughtUp,
@@ -96,7 +96,7 @@ impl Gate {
     }
 
     /// Raises the known end offsets (an end offset never falls).
-    pub fn saw_ends(&self, ends: &BTreeMap<i32, i64>) {
+    pub(crate) fn saw_ends(&self, ends: &BTreeMap<i32, i64>) {
         if let Ok(mut k) = self.known.lock() {
             for (&p, &e) in ends {
                 let v = k.entry(p).or_insert(e);
@@ -159,7 +159,7 @@ impl Gate {
 }
 
 /// The end offset of every partition of `topic`, asked now.
-pub fn order_ends_now<X: ConsumerContext>(
+pub(crate) fn order_ends_now<X: ConsumerContext>(
     client: &BaseConsumer<X>,
     topic: &str,
 ) -> Result<BTreeMap<i32, i64>, KafkaError> {
@@ -184,7 +184,7 @@ pub fn order_ends_now<X: ConsumerContext>(
 /// "End of partition" also comes through the error callback, which is how
 /// the claims reader knows it caught up; it is not an error, so it is not
 /// logged as one.
-pub struct Quiet;
+pub(crate) struct Quiet;
 
 impl ClientContext for Quiet {
     fn error(&self, error: KafkaError, reason: &str) {
@@ -212,7 +212,7 @@ impl ProducerContext for Quiet {
     }
 }
 
-pub struct Kafka {
+pub(crate) struct Kafka {
     /// Its delivery reports are served by a thread of its own
     /// ([`Kafka::connect`]), not by rdkafka's `FutureProducer`, whose
     /// polling thread wakes every 100 ms and then spins for up to a
@@ -240,7 +240,7 @@ pub struct Kafka {
 
 /// Why an order's payload could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unreadable {
+pub(crate) enum Unreadable {
     /// The broker deleted it (retention, DeleteRecords): its partition's
     /// log now starts at `log_start`, past the order.
     Deleted {
@@ -264,10 +264,10 @@ const PAYLOADS_MAX_BYTES: usize = 4 << 20;
 /// An order's message as the worker needs it: its payload, and the value
 /// of its `traceparent` header (W3C trace context), if it has one.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OrderMessage {
-    pub payload: Option<Vec<u8>>,
+pub(crate) struct OrderMessage {
+    pub(crate) payload: Option<Vec<u8>>,
     /// Not checked here (the worker checks it); lossy UTF-8, at most 256 bytes kept.
-    pub traceparent: Option<String>,
+    pub(crate) traceparent: Option<String>,
 }
 
 impl OrderMessage {
@@ -329,10 +329,10 @@ impl Payloads {
     }
 }
 
-pub use crate::claims::CHECKPOINT_WINDOW;
+use crate::claims::CHECKPOINT_WINDOW;
 
 /// The client configuration every pool_worker client shares.
-pub fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientConfig {
+pub(crate) fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", brokers);
     // Reconnect quickly after a broker outage.
@@ -392,7 +392,7 @@ fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
 /// on a topic the operator must fix, and [`crate::exit::Exit::Failure`]
 /// (restarted) when the brokers could not be reached.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     /// No broker answered for the whole patience.
     #[error("cannot reach the Kafka brokers to read topic '{topic}': {cause}")]
     Unreachable { topic: String, cause: KafkaError },
@@ -517,7 +517,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 impl Kafka {
-    pub fn connect(cfg: &Config) -> anyhow::Result<Kafka> {
+    pub(crate) fn connect(cfg: &Config) -> anyhow::Result<Kafka> {
         let producer: BaseProducer<Quiet> = client_config(&cfg.brokers, &cfg.kafka_props)
             .set("acks", "all")
             .set("linger.ms", "0")
@@ -574,7 +574,7 @@ impl Kafka {
     /// learn the topic they will need (otherwise the first append, `booted`,
     /// waited ~15 ms for the producer's connection and metadata, on every
     /// boot).
-    pub async fn open(&self, patience: Duration) -> Result<(), OpenError> {
+    pub(crate) async fn open(&self, patience: Duration) -> Result<(), OpenError> {
         let (producer, topic) = (self.producer.clone(), self.claims_topic.clone());
         std::thread::spawn(move || {
             drop(
@@ -610,7 +610,7 @@ impl Kafka {
 
     /// Starts reading the claims topic at `pos` (0: from its beginning), on
     /// the claims reader thread. Once only.
-    pub fn read_claims_from(&self, pos: u64) -> anyhow::Result<()> {
+    pub(crate) fn read_claims_from(&self, pos: u64) -> anyhow::Result<()> {
         self.claims.start_at(pos)?;
         if let Some(tx) = self.claims_tx.lock().ok().and_then(|mut t| t.take()) {
             let reader = self.claims.clone();
@@ -628,7 +628,7 @@ impl Kafka {
     /// read ([`ClaimsReader::find_checkpoint`]). `None` when the log is
     /// shorter than the window (replaying it all costs no more) or holds no
     /// checkpoint there; boot then replays from the beginning.
-    pub async fn find_checkpoint(&self) -> Option<Snapshot> {
+    pub(crate) async fn find_checkpoint(&self) -> Option<Snapshot> {
         let claims = self.claims.clone();
         blocking(move || claims.find_checkpoint(CHECKPOINT_WINDOW, u64::MAX))
             .await
@@ -647,7 +647,7 @@ impl Kafka {
     /// `max.message.bytes` is below [`crate::record::RECORD_LIMIT`]) is
     /// shortened ([`Record::shrink`]) and sent again: never the same bytes
     /// forever.
-    pub async fn append(&self, rec: &Record) -> Option<u64> {
+    pub(crate) async fn append(&self, rec: &Record) -> Option<u64> {
         let key = rec.key();
         let mut rec = std::borrow::Cow::Borrowed(rec);
         let mut backoff = backoff::APPEND;
@@ -732,7 +732,7 @@ impl Kafka {
     /// is appended, so a crash in between publishes the result again rather
     /// than never: subscribers see each result at least once, keyed by order.
     /// A result the broker refuses as too large is shortened, like a record.
-    pub async fn publish_result(&self, rec: &Record) {
+    pub(crate) async fn publish_result(&self, rec: &Record) {
         let (Some(topic), Some(order), Some(outcome)) =
             (&self.results_topic, rec.order(), rec.outcome())
         else {
@@ -792,7 +792,7 @@ impl Kafka {
 
     /// The next event of the claims topic. Cancel-safe: an event received
     /// is kept until it is returned.
-    pub async fn next_claim(&self) -> ClaimEvent {
+    pub(crate) async fn next_claim(&self) -> ClaimEvent {
         let mut q = self.claims_rx.lock().await;
         loop {
             if let Some(ev) = q.buf.pop_front() {
@@ -809,7 +809,7 @@ impl Kafka {
     /// The next event of the claims topic if one is already here, without
     /// waiting: the worker loop folds a whole batch without going back to
     /// its `select!` for each record.
-    pub fn try_next_claim(&self) -> Option<ClaimEvent> {
+    pub(crate) fn try_next_claim(&self) -> Option<ClaimEvent> {
         let mut q = self.claims_rx.try_lock().ok()?;
         if let Some(ev) = q.buf.pop_front() {
             return Some(ev);
@@ -820,7 +820,7 @@ impl Kafka {
     }
 
     /// The end offset (high watermark) of every orders partition.
-    pub async fn order_ends(&self) -> BTreeMap<i32, i64> {
+    pub(crate) async fn order_ends(&self) -> BTreeMap<i32, i64> {
         let mut backoff = backoff::REQUEST;
         loop {
             let meta = self.meta.clone();
@@ -890,7 +890,7 @@ impl Kafka {
 
     /// Reads the orders partitions from the given offsets, so that
     /// [`Kafka::order_arrived`] wakes when a new order comes.
-    pub fn watch_orders(&self, from: &BTreeMap<i32, i64>) -> anyhow::Result<()> {
+    pub(crate) fn watch_orders(&self, from: &BTreeMap<i32, i64>) -> anyhow::Result<()> {
         let mut tpl = TopicPartitionList::new();
         for (&p, &o) in from {
             tpl.add_partition_offset(&self.orders_topic, p, Offset::Offset(o))?;
@@ -902,7 +902,7 @@ impl Kafka {
     }
 
     /// Waits until a message arrives on a watched orders partition.
-    pub async fn order_arrived(&self) {
+    pub(crate) async fn order_arrived(&self) {
         loop {
             match self.orders.recv().await {
                 Ok(m) => {
@@ -925,7 +925,7 @@ impl Kafka {
     /// payload). [`Unreadable::Deleted`] at once when the order is below its
     /// partition's log start (the broker deleted it: retention,
     /// DeleteRecords).
-    pub async fn fetch_order(&self, order: OrderId) -> Result<OrderMessage, Unreadable> {
+    pub(crate) async fn fetch_order(&self, order: OrderId) -> Result<OrderMessage, Unreadable> {
         if let Some(p) = self.payloads.lock().ok().and_then(|mut c| c.take(order)) {
             return Ok(p);
         }

@@ -45,7 +45,7 @@ pub fn now_ms() -> u64 {
 /// A fresh incarnation id: 64 random bits from the kernel. It names no pid
 /// (a job learns nothing from the claims topic about which process to
 /// look at); the worker logs its pid beside it when it boots.
-pub fn new_incarnation() -> String {
+pub(crate) fn new_incarnation() -> String {
     format!("{:016x}", crate::isolate::random_u64())
 }
 

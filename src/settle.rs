@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// The default `SETTLE_MS`: librdkafka's `message.timeout.ms` (10 s, set in
 /// src/kafka.rs) plus 5 s for the broker's own queueing.
-pub const DEFAULT_SETTLE_MS: u64 = 15_000;
+pub(crate) const DEFAULT_SETTLE_MS: u64 = 15_000;
 
 /// Where this instance's clean-exit marker lives.
 pub fn marker_path(cfg: &Config) -> PathBuf {
@@ -53,7 +53,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Markers are a few dozen bytes; anything longer is not one.
-pub const MAX_MARKER_BYTES: u64 = 256;
+pub(crate) const MAX_MARKER_BYTES: u64 = 256;
 
 /// Checks, and creates if missing, the directory of the clean-exit markers
 /// (`STATE_DIR`). A marker lets the next process boot without waiting out
@@ -104,7 +104,7 @@ pub fn prepare_dir(dir: &Path) -> Result<(), ConfigError> {
 /// without following a symbolic link and without blocking (a FIFO planted
 /// there must not hang the worker), and whatever else is there is removed
 /// and ignored.
-pub fn take(path: &Path) -> Option<String> {
+pub(crate) fn take(path: &Path) -> Option<String> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = std::fs::OpenOptions::new()

@@ -102,7 +102,7 @@ use tokio::time::Instant;
 
 /// Most instances one supervisor runs (a typo like `1-100000` should not
 /// fork a hundred thousand processes).
-pub const MAX_SUPERVISED: usize = 1024;
+pub(crate) const MAX_SUPERVISED: usize = 1024;
 
 /// Longest line of a child's output copied as one line; longer ones are split.
 const MAX_LINE: u64 = 16 * 1024;
@@ -120,32 +120,32 @@ pub enum ChildOutput {
 
 /// What to supervise and how.
 #[derive(Clone, Debug)]
-pub struct SupervisorConfig {
+pub(crate) struct SupervisorConfig {
     /// Instance numbers, one child each.
-    pub instances: Vec<u32>,
+    pub(crate) instances: Vec<u32>,
     /// The program to run (normally this executable).
-    pub program: PathBuf,
+    pub(crate) program: PathBuf,
     /// Its arguments (normally none: worker mode).
-    pub args: Vec<OsString>,
+    pub(crate) args: Vec<OsString>,
     /// Set in each child's environment on top of the supervisor's own (then
     /// `INSTANCE_NUMBER`, which nothing overrides).
-    pub env: Vec<(OsString, OsString)>,
+    pub(crate) env: Vec<(OsString, OsString)>,
     /// The delay after a failure (see [`Backoff`]).
-    pub restart_delay: Duration,
+    pub(crate) restart_delay: Duration,
     /// The longest delay after failures in a row (see [`Backoff`]).
-    pub max_restart_delay: Duration,
+    pub(crate) max_restart_delay: Duration,
     /// Stop starting children after this many starts in total.
-    pub max_runs: Option<u64>,
+    pub(crate) max_runs: Option<u64>,
     /// How long a child has between SIGTERM and SIGKILL when stopping.
-    pub stop_grace: Duration,
-    pub output: ChildOutput,
+    pub(crate) stop_grace: Duration,
+    pub(crate) output: ChildOutput,
 }
 
 impl SupervisorConfig {
     /// This executable in worker mode for `instances`, with the defaults
     /// (clean exits restarted at once, failures after 100 ms doubling up to
     /// 30 s, 5 s stop grace, prefixed output).
-    pub fn new(instances: Vec<u32>) -> anyhow::Result<Self> {
+    pub(crate) fn new(instances: Vec<u32>) -> anyhow::Result<Self> {
         let program = std::env::current_exe().context("cannot find this executable")?;
         Ok(SupervisorConfig {
             instances,
@@ -164,7 +164,7 @@ impl SupervisorConfig {
 /// Set by the supervisor in its workers' environment once it has logged
 /// that `ALLOWED_COMMANDS` is not set: the workers (each lives for one
 /// order) then do not log it again (issue 19).
-pub const WARNED_OPEN_COMMANDS: &str = "POOL_WORKER_WARNED_OPEN_COMMANDS";
+pub(crate) const WARNED_OPEN_COMMANDS: &str = "POOL_WORKER_WARNED_OPEN_COMMANDS";
 
 /// Whether the workers `cfg` starts run without `ALLOWED_COMMANDS` (in
 /// `cfg.env`, else in this process's environment); if so, says it once, for
@@ -192,22 +192,22 @@ fn warn_open_commands(cfg: &mut SupervisorConfig) {
 }
 
 /// The delay after a first failure.
-pub const DEFAULT_RESTART_DELAY: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_RESTART_DELAY: Duration = Duration::from_millis(100);
 /// The longest delay after failures in a row.
-pub const DEFAULT_MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
 
 /// When an instance is started again: at once after a clean exit; after
 /// `first` after a failure, doubled for each failure in a row, at most
 /// `max` (a [`Backoff`]). A clean exit, or a failure after a run longer
 /// than `max`, ends the row.
 #[derive(Clone, Debug)]
-pub struct Restarts {
+pub(crate) struct Restarts {
     backoff: Backoff,
     max: Duration,
 }
 
 impl Restarts {
-    pub fn new(first: Duration, max: Duration) -> Restarts {
+    pub(crate) fn new(first: Duration, max: Duration) -> Restarts {
         Restarts {
             backoff: Backoff::new(first, max),
             max: max.max(first),
@@ -216,7 +216,7 @@ impl Restarts {
 
     /// The delay before the next start, after a process that ran for `ran`
     /// and exited cleanly or not.
-    pub fn next(&mut self, clean: bool, ran: Duration) -> Duration {
+    pub(crate) fn next(&mut self, clean: bool, ran: Duration) -> Duration {
         if clean {
             self.backoff.reset();
             return Duration::ZERO;
@@ -230,7 +230,7 @@ impl Restarts {
 
 /// Why an instance is no longer started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Retirement {
+pub(crate) enum Retirement {
     /// It exited with status 2.
     ConfigError,
     /// It exited with status 3.
@@ -240,7 +240,7 @@ pub enum Retirement {
 }
 
 impl Retirement {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Retirement::ConfigError => "config_error",
             Retirement::Fenced => "fenced",
@@ -251,7 +251,7 @@ impl Retirement {
 
 /// Something that happened to a child.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SupEvent {
+pub(crate) enum SupEvent {
     /// `run` counts this instance's starts, from 1.
     Started { instance: u32, pid: u32, run: u64 },
     /// Exactly one of `code` and `signal` is set (neither if waiting failed).
@@ -270,17 +270,8 @@ pub enum SupEvent {
 }
 
 impl SupEvent {
-    pub fn instance(&self) -> u32 {
-        match self {
-            SupEvent::Started { instance, .. }
-            | SupEvent::Exited { instance, .. }
-            | SupEvent::SpawnFailed { instance, .. }
-            | SupEvent::Retired { instance, .. } => *instance,
-        }
-    }
-
     /// The event as one line of JSON, `event` first (see the module docs).
-    pub fn json_line(&self) -> String {
+    pub(crate) fn json_line(&self) -> String {
         #[derive(serde::Serialize)]
         #[serde(tag = "event", rename_all = "snake_case")]
         enum Line<'a> {
@@ -340,7 +331,7 @@ impl SupEvent {
     }
 
     /// The event as one line for people.
-    pub fn human(&self) -> String {
+    pub(crate) fn human(&self) -> String {
         match self {
             SupEvent::Started { instance, pid, .. } => {
                 format!("instance {instance} started pid {pid}")
@@ -395,7 +386,7 @@ fn signal_name(sig: i32) -> &'static str {
 
 /// How supervision ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// Asked to stop.
     Stopped,
     /// `max_runs` starts were made and all children have exited.
@@ -408,7 +399,7 @@ pub enum Ending {
 
 impl Ending {
     /// The supervisor's exit status.
-    pub fn exit_code(self) -> Exit {
+    pub(crate) fn exit_code(self) -> Exit {
         match self {
             Ending::Stopped | Ending::MaxRuns => Exit::Ok,
             Ending::ConfigError => Exit::Config,
@@ -427,7 +418,7 @@ enum Fate {
 /// Runs the children of `cfg` until `stop` becomes true (or its sender is
 /// dropped) or no instance is left, sending every [`SupEvent`] to `events`
 /// (a closed receiver is fine). Returns once every child has exited.
-pub async fn supervise(
+pub(crate) async fn supervise(
     cfg: SupervisorConfig,
     stop: watch::Receiver<bool>,
     events: mpsc::UnboundedSender<SupEvent>,
@@ -468,7 +459,7 @@ pub async fn supervise(
 }
 
 /// A running [`supervise`] task.
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<anyhow::Result<Ending>>>,
     ended: Option<Ending>,
@@ -477,7 +468,9 @@ pub struct Supervisor {
 impl Supervisor {
     /// Starts supervising on the current tokio runtime; the events arrive on
     /// the returned receiver.
-    pub fn spawn(mut cfg: SupervisorConfig) -> (Supervisor, mpsc::UnboundedReceiver<SupEvent>) {
+    pub(crate) fn spawn(
+        mut cfg: SupervisorConfig,
+    ) -> (Supervisor, mpsc::UnboundedReceiver<SupEvent>) {
         warn_open_commands(&mut cfg);
         let (stop, stop_rx) = watch::channel(false);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -493,13 +486,13 @@ impl Supervisor {
     }
 
     /// Asks for a stop (children get SIGTERM, then SIGKILL); see [`wait`](Self::wait).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop.send_replace(true);
     }
 
     /// Waits until supervision ends. Cancel-safe, and may be called again
     /// after it returned.
-    pub async fn wait(&mut self) -> anyhow::Result<Ending> {
+    pub(crate) async fn wait(&mut self) -> anyhow::Result<Ending> {
         if let Some(e) = self.ended {
             return Ok(e);
         }
@@ -780,7 +773,7 @@ impl Spawner {
 /// Parses `--instances`: `N` means 1..=N; otherwise a comma-separated list
 /// of numbers and inclusive ranges, like `1-4,7` (so instance 7 alone is
 /// `7-7`).
-pub fn parse_instances(spec: &str) -> Result<Vec<u32>, String> {
+pub(crate) fn parse_instances(spec: &str) -> Result<Vec<u32>, String> {
     let spec = spec.trim();
     let number = |s: &str| -> Result<u32, String> {
         let n: u32 = s
@@ -860,7 +853,7 @@ pub struct SuperviseArgs {
     pub json: bool,
     /// Where the children's stdout and stderr go.
     #[arg(long, value_enum, default_value_t = ChildOutput::Prefix)]
-    pub child_output: ChildOutput,
+    pub(crate) child_output: ChildOutput,
     /// When stopping: time between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 5000)]
     pub stop_grace_ms: u64,
@@ -869,7 +862,7 @@ pub struct SuperviseArgs {
     #[arg(long)]
     pub program: Option<PathBuf>,
     #[arg(last = true)]
-    pub program_args: Vec<OsString>,
+    pub(crate) program_args: Vec<OsString>,
 }
 
 /// Runs `pool_worker supervise`; returns the exit status.
