@@ -853,7 +853,7 @@ pub struct SuperviseArgs {
     pub json: bool,
     /// Where the children's stdout and stderr go.
     #[arg(long, value_enum, default_value_t = ChildOutput::Prefix)]
-    pub(crate) child_output: ChildOutput,
+    pub child_output: ChildOutput,
     /// When stopping: time between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 5000)]
     pub stop_grace_ms: u64,
@@ -862,7 +862,7 @@ pub struct SuperviseArgs {
     #[arg(long)]
     pub program: Option<PathBuf>,
     #[arg(last = true)]
-    pub(crate) program_args: Vec<OsString>,
+    pub program_args: Vec<OsString>,
 }
 
 /// Runs `pool_worker supervise`; returns the exit status.
