@@ -40,16 +40,23 @@ pub fn marker_path(cfg: &Config) -> PathBuf {
     if name.len() > 200 {
         // A long broker list or topic name: file names stop at 255 bytes.
         let pool = format!("{}\n{}", cfg.brokers, cfg.coordination_topic);
-        name = format!("{:016x}-{}.clean", fnv1a(pool.as_bytes()), cfg.instance);
+        name = format!(
+            "{:016x}-{}.clean",
+            stable_hash(pool.as_bytes()),
+            cfg.instance
+        );
     }
     cfg.state_dir.join(name)
 }
 
-/// A hash that is the same in every process (unlike std's `RandomState`).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
+/// A hash that is the same in every process (unlike std's `RandomState`):
+/// the first 64 bits of SHA-256 (`sha2`, which signs the claims records).
+fn stable_hash(bytes: &[u8]) -> u64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(bytes);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
 }
 
 /// Markers are a few dozen bytes; anything longer is not one.
@@ -235,6 +242,9 @@ mod tests {
         let b = marker_path(&cfg(dir.path(), &many[1..].join(","), "3"));
         assert_ne!(a, b);
         assert!(a.file_name().unwrap().len() < 120, "{a:?}");
+        // The same name in every process and every version: SHA-256("abc")
+        // begins ba7816bf8f01cfea.
+        assert_eq!(stable_hash(b"abc"), 0xba78_16bf_8f01_cfea);
         leave(&a, "inc");
         assert_eq!(take(&a), Some("inc".to_string()));
     }
