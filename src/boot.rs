@@ -17,7 +17,9 @@
 //! `cancel` (R51), `snapshot` (R20, R23, R24) and, for the tests only,
 //! `relabel`.
 
-use crate::record::{Body, Cite, Event, OrderId, Outcome, Record};
+use crate::record::{
+    Attempt, Body, Cite, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -32,7 +34,7 @@ mod snapshot;
 
 pub use queue::{turns, Turn};
 #[cfg(any(test, feature = "testing"))]
-pub use relabel::{Summary, SummaryHold};
+pub use relabel::{Relabel, Summary, SummaryHold};
 
 /// How many positions a settled contest is remembered after it settled. A
 /// claim of an order behind the frontier whose contest is no longer known is
@@ -55,36 +57,36 @@ pub enum Stance {
 #[serde(deny_unknown_fields)]
 pub struct Contest {
     /// Instance → (position of its claim, its stance).
-    pub stances: BTreeMap<u32, (u64, Stance)>,
+    pub stances: BTreeMap<InstanceNo, (Position, Stance)>,
     /// The order was behind the frontier when its first claim we know of
     /// arrived, and nothing was known of it: the claim came late.
     pub late: bool,
     /// Position at which the order was completed.
-    pub completed_at: Option<u64>,
+    pub completed_at: Option<Position>,
     /// A void `completed` of the order (its writer was fenced or revoked,
     /// but it ran the job to its end): position and outcome. See
     /// [`View::apply`] and docs/protocol.md R15.
-    pub finished: Option<(u64, Outcome)>,
+    pub finished: Option<(Position, Outcome)>,
     /// Claimants whose rank is not their instance number: takeovers, which
     /// stand where the hold they took over stood.
-    pub ranks: BTreeMap<u32, u32>,
+    pub ranks: BTreeMap<InstanceNo, u32>,
     /// Takeover claimants whose claims are not late even though the contest
     /// is: heirs of a committed hold, or of a claim that was not late.
-    pub heirs: BTreeSet<u32>,
+    pub heirs: BTreeSet<InstanceNo>,
 }
 
 impl Contest {
     /// Instance `i`'s place in the negotiation: (rank, number), lower wins.
     /// A total order on claimants, fixed by their records, which is all the
     /// safety argument of `claim::decide` needs.
-    pub fn rank(&self, i: u32) -> (u32, u32) {
-        (self.ranks.get(&i).copied().unwrap_or(i), i)
+    pub fn rank(&self, i: InstanceNo) -> (u32, InstanceNo) {
+        (self.ranks.get(&i).copied().unwrap_or(i.get()), i)
     }
 
     /// Instance `i` claims (undecided) at `pos`, with `rank`.
-    fn claim(&mut self, i: u32, pos: u64, rank: u32) {
+    fn claim(&mut self, i: InstanceNo, pos: Position, rank: u32) {
         self.stances.insert(i, (pos, Stance::Undecided));
-        if rank == i {
+        if rank == i.get() {
             self.ranks.remove(&i);
         } else {
             self.ranks.insert(i, rank);
@@ -92,7 +94,7 @@ impl Contest {
     }
 
     /// Whether instance `i`'s claim must yield as late.
-    pub fn late_for(&self, i: u32) -> bool {
+    pub fn late_for(&self, i: InstanceNo) -> bool {
         self.late && !self.heirs.contains(&i)
     }
 
@@ -112,21 +114,21 @@ impl Contest {
 #[serde(deny_unknown_fields)]
 pub struct Hold {
     pub order: OrderId,
-    pub claim_pos: u64,
+    pub claim_pos: Position,
     /// The newest attempt number (claims start at 1; a resumed run writes a
     /// new `committed` with the next number).
-    pub attempt: u32,
+    pub attempt: Attempt,
     /// Position of the first `committed` after the claim; `None` while undecided.
-    pub committed: Option<u64>,
+    pub committed: Option<Position>,
     /// The order's `id`, when the claim named one.
     pub order_id: Option<String>,
     /// Newest writer timestamp of the claim, its decisions and its leases.
     pub last_ts: u64,
     /// Position of the hold's newest record (claim, commit or lease): a
     /// revocation must name it (docs/protocol.md R37).
-    pub last_pos: u64,
+    pub last_pos: Position,
     /// Incarnation that wrote the hold's newest record.
-    pub incarnation: String,
+    pub incarnation: Incarnation,
     /// The hold's rank in the negotiation (see [`Contest::rank`]).
     pub rank: u32,
     /// Opened by the instance's revocation of another's hold; its takeover
@@ -140,15 +142,15 @@ pub struct Hold {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Instance {
-    /// The current incarnation: that of the newest `booted`, with its position.
-    pub booted: Option<(u64, String)>,
-    /// Last (incarnation, seq) accepted from this instance number.
-    last_seq: Option<(String, u64)>,
+    /// The current incarnation: that of the newest `booted`.
+    pub booted: Option<Booted>,
+    /// The last `seq` accepted from this instance number (R7).
+    last_seq: Option<LastSeq>,
     pub hold: Option<Hold>,
     /// An incarnation whose hold was revoked: its later records are void.
-    pub revoked: Option<String>,
-    /// The newest completion: order, position, attempt, outcome.
-    pub last_completed: Option<(OrderId, u64, u32, Outcome)>,
+    pub revoked: Option<Incarnation>,
+    /// The newest completion.
+    pub last_completed: Option<Completion>,
     /// Newest timestamp written by this instance.
     pub last_ts: u64,
     /// The writer's clock (`ts`) of the record with which this instance
@@ -173,6 +175,101 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// An instance's newest `booted`: where, and the incarnation it made
+/// current. Written as `[at, incarnation]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "(Position, Incarnation)", into = "(Position, Incarnation)")]
+pub struct Booted {
+    pub at: Position,
+    pub incarnation: Incarnation,
+}
+
+impl From<(Position, Incarnation)> for Booted {
+    fn from((at, incarnation): (Position, Incarnation)) -> Self {
+        Booted { at, incarnation }
+    }
+}
+
+impl From<Booted> for (Position, Incarnation) {
+    fn from(b: Booted) -> Self {
+        (b.at, b.incarnation)
+    }
+}
+
+/// The last `seq` accepted from an instance number, and the incarnation
+/// that wrote it (R7). Written as `[incarnation, seq]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "(Incarnation, u64)", into = "(Incarnation, u64)")]
+struct LastSeq {
+    incarnation: Incarnation,
+    seq: u64,
+}
+
+impl From<(Incarnation, u64)> for LastSeq {
+    fn from((incarnation, seq): (Incarnation, u64)) -> Self {
+        LastSeq { incarnation, seq }
+    }
+}
+
+impl From<LastSeq> for (Incarnation, u64) {
+    fn from(l: LastSeq) -> Self {
+        (l.incarnation, l.seq)
+    }
+}
+
+/// An instance's newest completion. Written as `[order, at, attempt,
+/// outcome]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(
+    from = "(OrderId, Position, Attempt, Outcome)",
+    into = "(OrderId, Position, Attempt, Outcome)"
+)]
+pub struct Completion {
+    pub order: OrderId,
+    pub at: Position,
+    pub attempt: Attempt,
+    pub outcome: Outcome,
+}
+
+impl From<(OrderId, Position, Attempt, Outcome)> for Completion {
+    fn from((order, at, attempt, outcome): (OrderId, Position, Attempt, Outcome)) -> Self {
+        Completion {
+            order,
+            at,
+            attempt,
+            outcome,
+        }
+    }
+}
+
+impl From<Completion> for (OrderId, Position, Attempt, Outcome) {
+    fn from(c: Completion) -> Self {
+        (c.order, c.at, c.attempt, c.outcome)
+    }
+}
+
+/// A contest that settled: where, and the order (R12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Settled {
+    at: Position,
+    order: OrderId,
+}
+
+/// The order that first announced an id, and where (R46).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct IdOwner {
+    order: OrderId,
+    at: Position,
+}
+
+/// An operator's cancel of an order: where, and the operator's reason
+/// (R51).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Cancel {
+    at: Position,
+    reason: String,
+}
+
 /// Why a record was not applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Void {
@@ -192,7 +289,7 @@ pub struct View {
     #[cfg(any(test, feature = "testing"))]
     pub keep_duplicates: bool,
     /// Position of the next record to read.
-    end: u64,
+    end: Position,
     /// Foreign records skipped so far.
     pub foreign: u64,
     /// Records that were void (fenced, duplicate, stray).
@@ -200,22 +297,22 @@ pub struct View {
     /// Completions applied so far (only those this replay saw: compaction
     /// may have erased older ones).
     pub completions: u64,
-    instances: BTreeMap<u32, Instance>,
+    instances: BTreeMap<InstanceNo, Instance>,
     frontier: BTreeMap<i32, i64>,
     contests: BTreeMap<OrderId, Contest>,
-    /// Settled contests, oldest first: (settled at, order).
-    settled: VecDeque<(u64, OrderId)>,
+    /// Settled contests, oldest first.
+    settled: VecDeque<Settled>,
     /// Order ids (a JSON order's `id`): the order that first announced each,
     /// and where (docs/protocol.md R46).
-    ids: BTreeMap<String, (OrderId, u64)>,
+    ids: BTreeMap<String, IdOwner>,
     /// The newest checkpoint read covers the log before this position.
-    checkpoint: u64,
+    checkpoint: Position,
     /// Operators' cancels (`pool_worker cancel`) of orders not completed
-    /// when they landed: order → (position, reason) of the first one. A
+    /// when they landed: order → the first one. A
     /// commit of the order that follows it never runs the job
     /// (docs/protocol.md R51, R52). Forgotten with the
     /// order's settled contest.
-    cancels: BTreeMap<OrderId, (u64, String)>,
+    cancels: BTreeMap<OrderId, Cancel>,
 }
 
 impl View {
@@ -224,20 +321,20 @@ impl View {
     }
 
     /// Position of the next record to read.
-    pub fn end(&self) -> u64 {
+    pub fn end(&self) -> Position {
         self.end
     }
 
     /// Notes that the record at `pos` was foreign and skipped.
-    pub fn skip(&mut self, pos: u64) {
-        self.end = self.end.max(pos + 1);
+    pub fn skip(&mut self, pos: Position) {
+        self.end = self.end.max(pos.next());
         self.foreign += 1;
     }
 
     /// Folds the record at `pos` (positions increase; gaps are compacted
     /// records) into the view.
-    pub fn apply(&mut self, pos: u64, rec: &Record) -> Result<(), Void> {
-        self.end = self.end.max(pos + 1);
+    pub fn apply(&mut self, pos: Position, rec: &Record) -> Result<(), Void> {
+        self.end = self.end.max(pos.next());
         if rec.event() == Event::Cancelled {
             // No instance's record: no fence, seq or hold of any instance.
             self.apply_cancel(pos, rec);
@@ -257,7 +354,7 @@ impl View {
 
     /// A record of an instance (anything but a cancel): admitted (R7, R10),
     /// its frontier raised (R13), then applied by its kind.
-    fn apply_inner(&mut self, pos: u64, rec: &Record) -> Result<(), Void> {
+    fn apply_inner(&mut self, pos: Position, rec: &Record) -> Result<(), Void> {
         self.admit(pos, rec)?;
         // Whether a claim's order was already behind the frontier before this
         // record (its own `next` counts the claim itself).
@@ -291,32 +388,28 @@ impl View {
     /// What the view knows of instance `i` (for the tests: the shells go
     /// through [`View::instances`], [`View::hold`] …).
     #[cfg(any(test, feature = "testing"))]
-    pub fn instance(&self, i: u32) -> Option<&Instance> {
+    pub fn instance(&self, i: InstanceNo) -> Option<&Instance> {
         self.instances.get(&i)
     }
 
     /// Every instance number the log mentions.
-    pub fn instances(&self) -> impl Iterator<Item = (u32, &Instance)> {
+    pub fn instances(&self) -> impl Iterator<Item = (InstanceNo, &Instance)> {
         self.instances.iter().map(|(i, s)| (*i, s))
     }
 
     /// What instance `i` holds.
-    pub fn hold(&self, i: u32) -> Option<&Hold> {
+    pub fn hold(&self, i: InstanceNo) -> Option<&Hold> {
         self.instances.get(&i)?.hold.as_ref()
     }
 
     /// The current incarnation of instance `i`.
-    pub fn incarnation(&self, i: u32) -> Option<&str> {
-        self.instances
-            .get(&i)?
-            .booted
-            .as_ref()
-            .map(|(_, inc)| inc.as_str())
+    pub fn incarnation(&self, i: InstanceNo) -> Option<&Incarnation> {
+        Some(&self.instances.get(&i)?.booted.as_ref()?.incarnation)
     }
 
     /// The order that first announced `id`.
     pub fn id_owner(&self, id: &str) -> Option<OrderId> {
-        self.ids.get(id).map(|(o, _)| *o)
+        self.ids.get(id).map(|owner| owner.order)
     }
 
     pub fn contest(&self, order: OrderId) -> Option<&Contest> {
@@ -339,7 +432,7 @@ impl View {
     }
 
     /// The newest checkpoint read covers the log before this position.
-    pub fn checkpoint(&self) -> u64 {
+    pub fn checkpoint(&self) -> Position {
         self.checkpoint
     }
 }
@@ -353,6 +446,18 @@ fn raise(f: &mut BTreeMap<i32, i64>, p: i32, o: i64) {
 mod tests {
     use super::*;
     use crate::record::Status;
+
+    fn n(i: u32) -> InstanceNo {
+        InstanceNo::new(i)
+    }
+
+    fn ns(i: &[u32]) -> Vec<InstanceNo> {
+        i.iter().copied().map(InstanceNo::new).collect()
+    }
+
+    fn p(at: u64) -> Position {
+        Position::new(at)
+    }
 
     pub(crate) fn rec(i: u32, ev: Event, inc: &str, o: i64) -> Record {
         let mut r = Record::of(i, ev, inc, 0);
@@ -368,8 +473,8 @@ mod tests {
 
     fn view(log: &[Record]) -> View {
         let mut v = View::new();
-        for (p, r) in log.iter().enumerate() {
-            let _ = v.apply(p as u64, r);
+        for (i, r) in log.iter().enumerate() {
+            let _ = v.apply(p(i as u64), r);
         }
         v
     }
@@ -381,18 +486,26 @@ mod tests {
             rec(1, Event::Claimed, "a", 0),
         ];
         let v = view(&log);
-        assert_eq!(v.hold(1).unwrap().committed, None);
+        assert_eq!(v.hold(n(1)).unwrap().committed, None);
         assert_eq!(v.next_offset(0), 1);
         log.push(rec(1, Event::Committed, "a", 0));
-        assert_eq!(view(&log).hold(1).unwrap().committed, Some(2));
+        assert_eq!(view(&log).hold(n(1)).unwrap().committed, Some(p(2)));
         log.push(rec(1, Event::Completed, "a", 0));
         let v = view(&log);
-        assert!(v.hold(1).is_none());
+        assert!(v.hold(n(1)).is_none());
         assert_eq!(
-            v.instance(1).unwrap().last_completed.as_ref().unwrap().0,
+            v.instance(n(1))
+                .unwrap()
+                .last_completed
+                .as_ref()
+                .unwrap()
+                .order,
             OrderId::new(0, 0)
         );
-        assert_eq!(v.contest(OrderId::new(0, 0)).unwrap().completed_at, Some(3));
+        assert_eq!(
+            v.contest(OrderId::new(0, 0)).unwrap().completed_at,
+            Some(p(3))
+        );
     }
 
     #[test]
@@ -415,13 +528,16 @@ mod tests {
         assert_eq!(v.cancel(o0), None, "completed: left as it is");
         assert_eq!(
             v.cancel(o5),
-            Some((5, "not yet claimed")),
+            Some((p(5), "not yet claimed")),
             "beyond the frontier, the first"
         );
-        assert_eq!(v.cancel(o1), Some((8, "held")));
+        assert_eq!(v.cancel(o1), Some((p(8), "held")));
         assert_eq!(v.void, 0);
-        assert!(v.instance(0).is_none(), "a cancel is no instance's record");
-        assert_eq!(v.hold(1).unwrap().order, o1, "the hold is untouched");
+        assert!(
+            v.instance(n(0)).is_none(),
+            "a cancel is no instance's record"
+        );
+        assert_eq!(v.hold(n(1)).unwrap().order, o1, "the hold is untouched");
         // Behind the frontier with nothing known: settled and forgotten.
         let mut c = rec(1, Event::Claimed, "a", 9);
         c.next.insert(0, 10);
@@ -430,8 +546,8 @@ mod tests {
         // Checkpoints carry the cancels still to act on.
         let v = view(&log);
         let back = View::from_snapshot(&v.snapshot());
-        assert_eq!(back.cancel(o5), Some((5, "not yet claimed")));
-        assert_eq!(back.cancel(o1), Some((8, "held")));
+        assert_eq!(back.cancel(o5), Some((p(5), "not yet claimed")));
+        assert_eq!(back.cancel(o1), Some((p(8), "held")));
     }
 
     #[test]
@@ -443,7 +559,7 @@ mod tests {
         ];
         let v = view(&log);
         assert!(
-            v.hold(1).is_none(),
+            v.hold(n(1)).is_none(),
             "a claim by the fenced incarnation counts for nothing"
         );
         assert_eq!(v.next_offset(0), 0);
@@ -458,7 +574,7 @@ mod tests {
         y.seq = 3;
         let v = view(&[c.clone(), y, c]);
         assert!(
-            v.hold(1).is_none(),
+            v.hold(n(1)).is_none(),
             "the second copy of the claim does not reopen it"
         );
         assert_eq!(v.void, 1);
@@ -471,13 +587,13 @@ mod tests {
             rec(2, Event::Committed, "a", 0),
             rec(2, Event::Yielded, "a", 0),
         ];
-        assert_eq!(view(&log).hold(2).unwrap().committed, Some(1));
+        assert_eq!(view(&log).hold(n(2)).unwrap().committed, Some(p(1)));
         let log = vec![
             rec(2, Event::Claimed, "a", 0),
             rec(2, Event::Yielded, "a", 0),
             rec(2, Event::Committed, "a", 0),
         ];
-        assert!(view(&log).hold(2).is_none());
+        assert!(view(&log).hold(n(2)).is_none());
     }
 
     #[test]
@@ -541,8 +657,8 @@ mod tests {
             fn replay_never_panics(log in proptest::collection::vec(any_record(), 0..40)) {
                 let mut v = View::new();
                 let mut last = 0;
-                for (p, r) in log.iter().enumerate() {
-                    let _ = v.apply(p as u64, r);
+                for (i, r) in log.iter().enumerate() {
+                    let _ = v.apply(p(i as u64), r);
                     let f = v.next_offset(0);
                     prop_assert!(f >= last);
                     last = f;
@@ -551,7 +667,7 @@ mod tests {
                     if let Some(h) = &s.hold {
                         // A hold is an instance's own claim, or (pending) its
                         // revocation of another's hold of the same order.
-                        let c = &log[h.claim_pos as usize];
+                        let c = &log[h.claim_pos.get() as usize];
                         if h.pending {
                             prop_assert_eq!(c.event(), Event::Revoked);
                             prop_assert_eq!(c.by(), Some(i));
@@ -580,52 +696,52 @@ mod tests {
         ];
         assert_eq!(
             view(&log).idle_queue(),
-            vec![2, 3, 1],
+            ns(&[2, 3, 1]),
             "by the time each came to hold nothing"
         );
         // 2 claims 0:0: out of the queue, and at the end of every line.
         log.push(at(rec(2, Event::Claimed, "b", 0), 40));
         let v = view(&log);
-        assert_eq!(v.idle_queue(), vec![3, 1]);
+        assert_eq!(v.idle_queue(), ns(&[3, 1]));
         let ends = BTreeMap::from([(0, 5)]);
         let waiting = OrderId::new(0, 1);
         assert_eq!(
-            turns(&v, &ends, 3),
+            turns(&v, &ends, n(3)),
             vec![Turn {
                 order: waiting,
-                ahead: vec![]
+                ahead: ns(&[])
             }]
         );
         assert_eq!(
-            turns(&v, &ends, 1),
+            turns(&v, &ends, n(1)),
             vec![Turn {
                 order: waiting,
-                ahead: vec![3]
+                ahead: ns(&[3])
             }]
         );
         assert_eq!(
-            turns(&v, &ends, 2),
+            turns(&v, &ends, n(2)),
             vec![Turn {
                 order: waiting,
-                ahead: vec![3, 1]
+                ahead: ns(&[3, 1])
             }]
         );
         assert!(
-            turns(&v, &BTreeMap::from([(0, 1)]), 3).is_empty(),
+            turns(&v, &BTreeMap::from([(0, 1)]), n(3)).is_empty(),
             "nothing waiting"
         );
         // 2 completes: back in the queue, at its end.
         log.push(at(rec(2, Event::Committed, "b", 0), 41));
         log.push(at(rec(2, Event::Completed, "b", 0), 50));
-        assert_eq!(view(&log).idle_queue(), vec![3, 1, 2]);
+        assert_eq!(view(&log).idle_queue(), ns(&[3, 1, 2]));
         // 1 claims 0:1 after deferring to 3: 3 is out of the queue until it
         // writes again.
         let mut c = at(rec(1, Event::Claimed, "a", 1), 60);
         c.set_passed_over(vec![3]);
         log.push(c);
-        assert_eq!(view(&log).idle_queue(), vec![2]);
+        assert_eq!(view(&log).idle_queue(), ns(&[2]));
         log.push(at(rec(3, Event::Booted, "c2", 0), 70));
-        assert_eq!(view(&log).idle_queue(), vec![2, 3]);
+        assert_eq!(view(&log).idle_queue(), ns(&[2, 3]));
         // A revoked incarnation is not idle (it stops); its next one is.
         let mut r = at(rec(1, Event::Revoked, "c2", 1), 80);
         r.set_by(Some(3));
@@ -633,8 +749,8 @@ mod tests {
         r.set_seen(Some(6));
         log.push(r);
         let v = view(&log);
-        assert!(v.instance(1).unwrap().revoked.is_some());
-        assert!(!v.idle_queue().contains(&1));
+        assert!(v.instance(n(1)).unwrap().revoked.is_some());
+        assert!(!v.idle_queue().contains(&n(1)));
     }
 
     /// A completion that says its process exits: until the instance's next
@@ -664,14 +780,14 @@ mod tests {
         let v = view(&log);
         assert_eq!(
             v.idle_queue(),
-            vec![2, 3],
+            ns(&[2, 3]),
             "1's process is exiting: not the head (the old rule: [1, 2, 3])"
         );
-        assert!(v.instance(1).unwrap().exiting);
+        assert!(v.instance(n(1)).unwrap().exiting);
         let ends = BTreeMap::from([(0, 5)]);
         let first = |v: &View| {
             (1..=3)
-                .find(|&i| turns(v, &ends, i)[0].ahead.is_empty())
+                .find(|&i| turns(v, &ends, n(i))[0].ahead.is_empty())
                 .unwrap()
         };
         assert_eq!(
@@ -681,7 +797,7 @@ mod tests {
         );
         // 1's next process boots: back in the queue, at its end.
         log.push(at(rec(1, Event::Booted, "a2", 0), 80));
-        assert_eq!(view(&log).idle_queue(), vec![2, 3, 1]);
+        assert_eq!(view(&log).idle_queue(), ns(&[2, 3, 1]));
         // A completion that does not say so (an older writer's, or below
         // ORDERS_PER_PROCESS) joins the queue at once, as before.
         for r in [
@@ -691,12 +807,12 @@ mod tests {
         ] {
             log.push(r);
         }
-        assert_eq!(view(&log).idle_queue(), vec![3, 1, 2]);
+        assert_eq!(view(&log).idle_queue(), ns(&[3, 1, 2]));
         // A void completion (here a fenced incarnation's) says nothing.
         log.push(done(3, "c", 2, 110, true));
         let v = view(&log);
-        assert!(!v.instance(3).unwrap().exiting);
-        assert_eq!(v.idle_queue(), vec![3, 1, 2]);
+        assert!(!v.instance(n(3)).unwrap().exiting);
+        assert_eq!(v.idle_queue(), ns(&[3, 1, 2]));
     }
 
     #[test]
@@ -715,12 +831,15 @@ mod tests {
                 .map(|t| (t.order, t.ahead))
                 .collect::<Vec<_>>()
         };
-        assert_eq!(ahead(1), vec![(p0, vec![]), (p1, vec![2, 3])]);
-        assert_eq!(ahead(2), vec![(p0, vec![1]), (p1, vec![])]);
-        assert_eq!(ahead(3), vec![(p0, vec![1, 2]), (p1, vec![2])]);
+        assert_eq!(ahead(n(1)), vec![(p0, ns(&[])), (p1, ns(&[2, 3]))]);
+        assert_eq!(ahead(n(2)), vec![(p0, ns(&[1])), (p1, ns(&[]))]);
+        assert_eq!(ahead(n(3)), vec![(p0, ns(&[1, 2])), (p1, ns(&[2]))]);
         // More orders waiting than idle instances: lines wrap around.
         let ends = BTreeMap::from([(0, 1), (1, 1), (2, 1), (3, 1)]);
-        let firsts: Vec<usize> = turns(&v, &ends, 1).iter().map(|t| t.ahead.len()).collect();
+        let firsts: Vec<usize> = turns(&v, &ends, n(1))
+            .iter()
+            .map(|t| t.ahead.len())
+            .collect();
         assert_eq!(firsts, vec![0, 2, 1, 0]);
     }
 }

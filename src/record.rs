@@ -20,6 +20,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
+mod ids;
+pub use ids::{Attempt, Incarnation, InstanceNo, Position};
+
 /// Instance numbers are positive and at most this (a sanity bound, so that a
 /// stray record cannot make the replay allocate for instance 4 billion).
 pub const MAX_INSTANCE: u32 = 1_000_000;
@@ -325,7 +328,7 @@ impl Outcome {
 #[serde(deny_unknown_fields)]
 struct Flat {
     /// The instance whose story this is (the key's instance).
-    instance: u32,
+    instance: InstanceNo,
     event: Event,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     partition: Option<i32>,
@@ -333,9 +336,9 @@ struct Flat {
     offset: Option<i64>,
     /// The writer, when it is not `instance` (a forced `yielded`, a `revoked`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    by: Option<u32>,
+    by: Option<InstanceNo>,
     /// The writer's incarnation (one per process start; see `booted`).
-    incarnation: String,
+    incarnation: Incarnation,
     /// Writer's wall clock, milliseconds since the UNIX epoch.
     ts: u64,
     /// The writer incarnation's sequence number for this record (1, 2, ...).
@@ -346,7 +349,7 @@ struct Flat {
     seq: u64,
     /// Which run of the order this is (1 for the first; claims and commits).
     #[serde(default, skip_serializing_if = "is_zero")]
-    attempt: u32,
+    attempt: Attempt,
     /// On a takeover claim: the hold it took over (its writer's revocation
     /// of that hold came first). See docs/protocol.md R39.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -360,12 +363,12 @@ struct Flat {
     /// On `revoked`: the incarnation of `instance` that loses its hold and
     /// whose later records are void (a fence, like `booted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    fences: Option<String>,
+    fences: Option<Incarnation>,
     /// On `revoked`: the position of the newest record of the hold that the
     /// revoker saw. The revocation counts only if the hold has written
     /// nothing since (docs/protocol.md R37).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    seen: Option<u64>,
+    seen: Option<Position>,
     /// The writer's knowledge of the claim frontier: per orders partition,
     /// the lowest offset nobody has claimed yet. Carried by every record so
     /// that compaction never loses it (docs/protocol.md R8).
@@ -376,7 +379,7 @@ struct Flat {
     /// Readers leave them out of the idle queue until they next write a
     /// record (docs/protocol.md R30).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    passed_over: Vec<u32>,
+    passed_over: Vec<InstanceNo>,
     /// On `completed`: its writer's process exits after it (it has
     /// completed its `ORDERS_PER_PROCESS`). Readers leave the instance out
     /// of the idle queue until its next `booted` (docs/protocol.md
@@ -402,16 +405,16 @@ struct Flat {
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Cite {
-    pub instance: u32,
-    pub incarnation: String,
+    pub instance: InstanceNo,
+    pub incarnation: Incarnation,
 }
 
 fn is_false(b: &bool) -> bool {
     !*b
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+fn is_zero(n: &Attempt) -> bool {
+    n.get() == 0
 }
 
 fn is_zero64(n: &u64) -> bool {
@@ -427,7 +430,7 @@ impl Flat {
     /// their messages): ranges, the order of events that need one, and
     /// the fields each event must have.
     fn validate(&self) -> Result<(), Foreign> {
-        let in_range = |n: u32| (1..=MAX_INSTANCE).contains(&n);
+        let in_range = |n: InstanceNo| (1..=MAX_INSTANCE).contains(&n.get());
         if self.event == Event::Cancelled {
             // No instance's: instance 0, nobody's `by`, and nothing but the
             // order and a bounded reason.
@@ -435,7 +438,7 @@ impl Flat {
                 .reason
                 .as_deref()
                 .is_none_or(|r| json_len(r) <= MAX_REASON_BYTES);
-            if self.instance != 0
+            if self.instance.get() != 0
                 || self.by.is_some()
                 || !reason_ok
                 || !self.next.is_empty()
@@ -504,9 +507,9 @@ impl Flat {
 pub struct Record {
     /// The instance whose story this is (the key's instance; 0 for a
     /// cancel).
-    pub instance: u32,
+    pub instance: InstanceNo,
     /// The writer's incarnation (one per process start; see `booted`).
-    pub incarnation: String,
+    pub incarnation: Incarnation,
     /// Writer's wall clock, milliseconds since the UNIX epoch.
     pub ts: u64,
     /// The writer incarnation's sequence number for this record (1, 2, ...;
@@ -532,7 +535,7 @@ pub enum Body {
     /// "I want this order."
     Claimed {
         order: OrderId,
-        attempt: u32,
+        attempt: Attempt,
         /// On a takeover claim: the hold it took over (its writer's
         /// revocation of that hold came first). See docs/protocol.md R39.
         takeover_of: Vec<Cite>,
@@ -543,23 +546,23 @@ pub enum Body {
         /// After a deferral (`CLAIM_DEFER_MS`): the idle instances its
         /// writer deferred to. Readers leave them out of the idle queue
         /// until they next write a record (docs/protocol.md R30).
-        passed_over: Vec<u32>,
+        passed_over: Vec<InstanceNo>,
         /// The order's `id`, on a takeover of a hold that announced it.
         order_id: Option<String>,
     },
     /// "I won this order and run it", or a new attempt of that run.
-    Committed { order: OrderId, attempt: u32 },
+    Committed { order: OrderId, attempt: Attempt },
     /// "I do not run this order."
     Yielded {
         order: OrderId,
-        attempt: u32,
+        attempt: Attempt,
         reason: Option<String>,
     },
     /// "I still hold this order"; with `order_id`, the order's id
     /// announced (docs/protocol.md R46).
     Lease {
         order: OrderId,
-        attempt: u32,
+        attempt: Attempt,
         order_id: Option<String>,
     },
     /// A hold whose lease expired is closed by another instance, `by`; the
@@ -567,24 +570,24 @@ pub enum Body {
     Revoked {
         order: OrderId,
         /// The writer.
-        by: u32,
+        by: InstanceNo,
         /// The holder's incarnation that loses its hold and whose later
         /// records are void (a fence, like `booted`).
-        fences: String,
+        fences: Incarnation,
         /// The position of the newest record of the hold that the revoker
         /// saw: the revocation counts only if the hold has written nothing
         /// since (docs/protocol.md R37).
-        seen: u64,
+        seen: Position,
         /// The taker's place in the negotiation.
         rank: Option<u32>,
         /// The taker's attempt.
-        attempt: u32,
+        attempt: Attempt,
         reason: Option<String>,
     },
     /// "This order is done", with its outcome.
     Completed {
         order: OrderId,
-        attempt: u32,
+        attempt: Attempt,
         /// Its writer's process exits after it (it has completed its
         /// `ORDERS_PER_PROCESS`): readers leave the instance out of the
         /// idle queue until its next `booted` (docs/protocol.md R27).
@@ -624,7 +627,7 @@ impl Body {
     pub fn claim(order: OrderId) -> Body {
         Body::Claimed {
             order,
-            attempt: 1,
+            attempt: Attempt::FIRST,
             takeover_of: Vec::new(),
             rank: None,
             passed_over: Vec::new(),
@@ -636,7 +639,7 @@ impl Body {
     pub fn completed(order: OrderId, outcome: Outcome) -> Body {
         Body::Completed {
             order,
-            attempt: 1,
+            attempt: Attempt::FIRST,
             exits: false,
             order_id: None,
             outcome,
@@ -655,7 +658,7 @@ impl From<Record> for Flat {
             incarnation: r.incarnation,
             ts: r.ts,
             seq: r.seq,
-            attempt: 0,
+            attempt: Attempt::default(),
             takeover_of: Vec::new(),
             rank: None,
             fences: None,
@@ -755,7 +758,7 @@ impl TryFrom<Flat> for Record {
             ("partition", f.partition.is_some()),
             ("offset", f.offset.is_some()),
             ("by", f.by.is_some()),
-            ("attempt", f.attempt != 0),
+            ("attempt", f.attempt.get() != 0),
             ("takeover_of", !f.takeover_of.is_empty()),
             ("rank", f.rank.is_some()),
             ("fences", f.fences.is_some()),
@@ -852,10 +855,10 @@ impl TryFrom<Flat> for Record {
 impl Record {
     /// A record of `instance` by its writer's `incarnation` at `ts`, not
     /// numbered, with no frontier.
-    pub fn new(instance: u32, body: Body, incarnation: &str, ts: u64) -> Self {
+    pub fn new(instance: InstanceNo, body: Body, incarnation: &Incarnation, ts: u64) -> Self {
         Record {
             instance,
-            incarnation: incarnation.to_string(),
+            incarnation: incarnation.clone(),
             ts,
             seq: 0,
             next: BTreeMap::new(),
@@ -883,7 +886,7 @@ impl Record {
     }
 
     /// The attempt the record names (0: none).
-    pub fn attempt(&self) -> u32 {
+    pub fn attempt(&self) -> Attempt {
         match &self.body {
             Body::Claimed { attempt, .. }
             | Body::Committed { attempt, .. }
@@ -891,7 +894,7 @@ impl Record {
             | Body::Lease { attempt, .. }
             | Body::Revoked { attempt, .. }
             | Body::Completed { attempt, .. } => *attempt,
-            _ => 0,
+            _ => Attempt::default(),
         }
     }
 
@@ -940,7 +943,7 @@ impl Record {
     }
 
     /// The instances a claim passed over.
-    pub fn passed_over(&self) -> &[u32] {
+    pub fn passed_over(&self) -> &[InstanceNo] {
         match &self.body {
             Body::Claimed { passed_over, .. } => passed_over,
             _ => &[],
@@ -962,7 +965,7 @@ impl Record {
 
     /// The writer of a revocation (on another's behalf); `None` for every
     /// record its instance wrote.
-    pub fn by(&self) -> Option<u32> {
+    pub fn by(&self) -> Option<InstanceNo> {
         match &self.body {
             Body::Revoked { by, .. } => Some(*by),
             _ => None,
@@ -970,7 +973,7 @@ impl Record {
     }
 
     /// The incarnation a revocation fences.
-    pub fn fences(&self) -> Option<&str> {
+    pub fn fences(&self) -> Option<&Incarnation> {
         match &self.body {
             Body::Revoked { fences, .. } => Some(fences),
             _ => None,
@@ -978,7 +981,7 @@ impl Record {
     }
 
     /// The position a revocation saw its hold at.
-    pub fn seen(&self) -> Option<u64> {
+    pub fn seen(&self) -> Option<Position> {
         match &self.body {
             Body::Revoked { seen, .. } => Some(*seen),
             _ => None,
@@ -986,7 +989,7 @@ impl Record {
     }
 
     /// The instance that wrote the record.
-    pub fn writer(&self) -> u32 {
+    pub fn writer(&self) -> InstanceNo {
         self.by().unwrap_or(self.instance)
     }
 
@@ -1006,7 +1009,13 @@ impl Record {
     /// cut to [`MAX_REASON_BYTES`].
     pub fn cancel(order: OrderId, incarnation: &str, ts: u64, reason: &str) -> Record {
         let reason = Some(fit_json(reason, MAX_REASON_BYTES, false));
-        let mut r = Record::new(0, Body::Cancelled { order, reason }, incarnation, ts);
+        let incarnation = Incarnation::from(incarnation);
+        let mut r = Record::new(
+            InstanceNo::new(0),
+            Body::Cancelled { order, reason },
+            &incarnation,
+            ts,
+        );
         r.seq = 1;
         r
     }
@@ -1114,13 +1123,13 @@ impl Record {
         let (inst, ev, order) = match key.strip_prefix(CANCEL_KEY) {
             Some(o) => {
                 let o: OrderId = o.parse().map_err(|_| Foreign::BadKey(key.into()))?;
-                (0, Event::Cancelled, Some(o))
+                (InstanceNo::new(0), Event::Cancelled, Some(o))
             }
             None => {
                 let (inst, ev) = key
                     .split_once(':')
                     .ok_or_else(|| Foreign::BadKey(key.into()))?;
-                let inst: u32 = inst.parse().map_err(|_| Foreign::BadKey(key.into()))?;
+                let inst = InstanceNo::new(inst.parse().map_err(|_| Foreign::BadKey(key.into()))?);
                 let ev = Event::parse(ev)
                     .filter(|e| *e != Event::Cancelled)
                     .ok_or_else(|| Foreign::BadKey(key.into()))?;
@@ -1159,42 +1168,45 @@ impl Record {
             Event::Booted => Body::Booted,
             Event::Claimed => Body::Claimed {
                 order,
-                attempt: 0,
+                attempt: Attempt::default(),
                 takeover_of: Vec::new(),
                 rank: None,
                 passed_over: Vec::new(),
                 order_id: None,
             },
-            Event::Committed => Body::Committed { order, attempt: 0 },
+            Event::Committed => Body::Committed {
+                order,
+                attempt: Attempt::default(),
+            },
             Event::Yielded => Body::Yielded {
                 order,
-                attempt: 0,
+                attempt: Attempt::default(),
                 reason: None,
             },
             Event::Lease => Body::Lease {
                 order,
-                attempt: 0,
+                attempt: Attempt::default(),
                 order_id: None,
             },
             Event::Revoked => Body::Revoked {
                 order,
-                by: 0,
-                fences: String::new(),
-                seen: 0,
+                by: InstanceNo::new(0),
+                fences: Incarnation::default(),
+                seen: Position::new(0),
                 rank: None,
-                attempt: 0,
+                attempt: Attempt::default(),
                 reason: None,
             },
             Event::Completed => Body::Completed {
                 order,
-                attempt: 0,
+                attempt: Attempt::default(),
                 exits: false,
                 order_id: None,
                 outcome: Outcome::not_run(Status::Error, "missing outcome"),
             },
             Event::Checkpoint => Body::Checkpoint {
                 snapshot: Box::new(crate::checkpoint::Snapshot {
-                    at: 0,
+                    at: Position::new(0),
                     instances: BTreeMap::new(),
                     frontier: BTreeMap::new(),
                     contests: Vec::new(),
@@ -1207,7 +1219,7 @@ impl Record {
                 reason: None,
             },
         };
-        Record::new(instance, body, incarnation, ts)
+        Record::new(InstanceNo::new(instance), body, &incarnation.into(), ts)
     }
 
     /// The record about `order` (none for an event without one).
@@ -1230,6 +1242,7 @@ impl Record {
     fn no_field(&self, _field: &str) {}
 
     pub fn set_attempt(&mut self, to: u32) {
+        let to = Attempt::new(to);
         match &mut self.body {
             Body::Claimed { attempt, .. }
             | Body::Committed { attempt, .. }
@@ -1274,6 +1287,7 @@ impl Record {
     }
 
     pub fn set_passed_over(&mut self, to: Vec<u32>) {
+        let to = to.into_iter().map(InstanceNo::new).collect();
         match &mut self.body {
             Body::Claimed { passed_over, .. } => *passed_over = to,
             _ => self.no_field("passed_over"),
@@ -1303,21 +1317,21 @@ impl Record {
 
     pub fn set_by(&mut self, to: Option<u32>) {
         match (&mut self.body, to) {
-            (Body::Revoked { by, .. }, Some(to)) => *by = to,
+            (Body::Revoked { by, .. }, Some(to)) => *by = InstanceNo::new(to),
             _ => self.no_field("by"),
         }
     }
 
     pub fn set_fences(&mut self, to: Option<String>) {
         match (&mut self.body, to) {
-            (Body::Revoked { fences, .. }, Some(to)) => *fences = to,
+            (Body::Revoked { fences, .. }, Some(to)) => *fences = Incarnation::new(to),
             _ => self.no_field("fences"),
         }
     }
 
     pub fn set_seen(&mut self, to: Option<u64>) {
         match (&mut self.body, to) {
-            (Body::Revoked { seen, .. }, Some(to)) => *seen = to,
+            (Body::Revoked { seen, .. }, Some(to)) => *seen = Position::new(to),
             _ => self.no_field("seen"),
         }
     }
@@ -1482,7 +1496,7 @@ mod tests {
         // An instance's record cannot pose as a cancel, nor a cancel carry
         // an instance's fields.
         let mut bad = c.clone();
-        bad.instance = 3;
+        bad.instance = InstanceNo::new(3);
         assert!(Record::decode(Some(b"cancel:2:40"), Some(&bad.encode())).is_err());
         let mut bad = c.clone();
         bad.next.insert(2, 99);
@@ -1666,7 +1680,7 @@ mod tests {
         assert!(b.impossible(&ends).is_some());
         let mut cp = Record::of(3, Event::Checkpoint, "a", 1);
         let snap = crate::checkpoint::Snapshot {
-            at: 0,
+            at: Position::new(0),
             instances: BTreeMap::new(),
             frontier: BTreeMap::from([(0, 1000)]),
             contests: Vec::new(),
@@ -1706,7 +1720,7 @@ mod tests {
                     v[at % n] = b;
                 }
                 if let Ok(back) = Record::decode(Some(b"3:claimed"), Some(&v)) {
-                    prop_assert_eq!(back.instance, 3);
+                    prop_assert_eq!(back.instance.get(), 3);
                 }
             }
         }

@@ -20,7 +20,7 @@ use crate::exit::Exit;
 use crate::job::{self, JobContext};
 use crate::kafka::{ClaimEvent, Kafka, OpenError};
 use crate::orders;
-use crate::record::{Event, OrderId, Outcome, Status};
+use crate::record::{Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Status};
 use crate::worker::{Action, Input, Phase, Settings, Worker};
 use anyhow::Context;
 use std::collections::VecDeque;
@@ -98,11 +98,16 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
     let marker = (cfg.settle_ms > 0).then(|| crate::settle::marker_path(&cfg));
     let clean = marker.as_deref().and_then(crate::settle::take);
     warn_open_commands(&cfg, clean.is_some());
-    let (mut w, first) =
-        Worker::start_after(me, new_incarnation(), settings, now_ms(), clean.clone());
+    let (mut w, first) = Worker::start_after(
+        InstanceNo::new(me),
+        Incarnation::new(new_incarnation()),
+        settings,
+        now_ms(),
+        clean.clone().map(Incarnation::new),
+    );
     // Replay from the newest checkpoint near the end, else from the start.
     let from = match kafka.find_checkpoint().await {
-        Some(snap) if w.load(&snap) => snap.at,
+        Some(snap) if w.load(&snap) => snap.at.get(),
         _ => 0,
     };
     kafka.read_claims_from(from)?;
@@ -176,7 +181,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
                 } => {
                     idle = false;
                     killed = false;
-                    tracing::info!(instance = me, %order, attempt, retry, "running");
+                    tracing::info!(instance = me, %order, attempt = attempt.get(), retry, "running");
                     // Fetched on a task of its own: the loop goes on renewing
                     // the lease (ticks) and reading the log meanwhile.
                     let (allowed_urls, tx) = (cfg.allowed_urls.clone(), prep_tx.clone());
@@ -189,7 +194,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
                         let header = msg.as_ref().ok().and_then(|m| header_traceparent(order, m));
                         let spec = prepare(msg.map(|m| m.payload), &allowed_urls, timeout).await;
                         let spec = trace(spec, header);
-                        let _ = tx.send((order, attempt, spec)).await;
+                        let _ = tx.send((order, attempt.get(), spec)).await;
                     }));
                 }
                 Action::Kill { order } => {
@@ -324,12 +329,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
             if let Input::CaughtUp = input {
                 tracing::debug!(
                     instance = me,
-                    end = w.view.end(),
+                    end = w.view.end().get(),
                     "caught up with the claims topic"
                 );
             }
             match &input {
-                Input::Record(pos, _) | Input::Foreign(pos) => replay.read(*pos),
+                Input::Record(pos, _) | Input::Foreign(pos) => replay.read(pos.get()),
                 _ => {}
             }
             let booting = |p: &Phase| matches!(p, Phase::Settle { .. } | Phase::Boot { .. });
@@ -391,7 +396,7 @@ fn leave_marker(
     match (appender.sent.get(), taken) {
         (0, Some(prev)) => crate::settle::leave(path, prev),
         (0, None) => {}
-        _ => crate::settle::leave(path, &w.incarnation),
+        _ => crate::settle::leave(path, w.incarnation.as_str()),
     }
 }
 
@@ -399,14 +404,14 @@ fn leave_marker(
 /// idle: look at the orders again too (a record may have moved the frontier).
 fn claim_input(ev: ClaimEvent, me: u32, idle: bool, todo: &mut VecDeque<Action>) -> Input {
     match ev {
-        ClaimEvent::Record(pos, rec) => Input::Record(pos, rec),
+        ClaimEvent::Record(pos, rec) => Input::Record(Position::new(pos), rec),
         ClaimEvent::Foreign(pos, why) => {
             tracing::warn!(
                 instance = me,
                 pos,
                 "skipping a record of the claims topic: {why}"
             );
-            Input::Foreign(pos)
+            Input::Foreign(Position::new(pos))
         }
         ClaimEvent::CaughtUp => {
             if idle {
@@ -501,10 +506,10 @@ impl Replay {
 
     fn report(&self, w: &Worker) {
         tracing::info!(
-            instance = w.me,
+            instance = w.me.get(),
             records = self.records,
             first = self.first.unwrap_or(0),
-            end = w.view.end(),
+            end = w.view.end().get(),
             foreign = w.view.foreign,
             void = w.view.void,
             completions = w.view.completions,
@@ -710,22 +715,22 @@ fn log_step(rec: &crate::record::Record, pos: u64) {
             let o = rec.outcome();
             let traceparent = o.and_then(|o| o.traceparent.as_deref());
             let retry_of = o.and_then(|o| o.retry_of.as_deref());
-            tracing::info!(instance = rec.instance, order, event = "completed", pos, status, exit_code = ?code, attempt = rec.attempt(), traceparent, retry_of);
+            tracing::info!(instance = rec.instance.get(), order, event = "completed", pos, status, exit_code = ?code, attempt = rec.attempt().get(), traceparent, retry_of);
         }
         Event::Yielded => {
             tracing::info!(
-                instance = rec.instance,
+                instance = rec.instance.get(),
                 order,
                 event = "yielded",
                 pos,
                 reason = rec.reason().unwrap_or("")
             );
         }
-        Event::Lease => tracing::debug!(instance = rec.instance, order, event = "lease", pos),
+        Event::Lease => tracing::debug!(instance = rec.instance.get(), order, event = "lease", pos),
         Event::Revoked => {
             tracing::info!(
-                instance = rec.instance,
-                by = rec.by(),
+                instance = rec.instance.get(),
+                by = rec.by().map(InstanceNo::get),
                 order,
                 event = "revoked",
                 pos,
@@ -733,11 +738,11 @@ fn log_step(rec: &crate::record::Record, pos: u64) {
             );
         }
         ev => tracing::info!(
-            instance = rec.instance,
+            instance = rec.instance.get(),
             order,
             event = ev.as_str(),
             pos,
-            attempt = rec.attempt()
+            attempt = rec.attempt().get()
         ),
     }
 }

@@ -1,8 +1,11 @@
 //! Holds and contests: claims, decisions, completions (docs/protocol.md
 //! R11–R15), order ids (R46).
 
-use super::{raise, Contest, Hold, Instance, Stance, View, Void, CONTEST_MEMORY};
-use crate::record::{Body, Event, OrderId, Outcome, Record, Status};
+use super::{
+    raise, Completion, Contest, Hold, IdOwner, Instance, Settled, Stance, View, Void,
+    CONTEST_MEMORY,
+};
+use crate::record::{Attempt, Body, Event, OrderId, Outcome, Position, Record, Status};
 
 impl View {
     /// A valid claim of `order` at `pos`: the writer's hold (R11), its stance
@@ -11,7 +14,13 @@ impl View {
     /// unless the claim is a takeover: one that names the hold it took over
     /// follows a valid revocation of an open hold, and is late only if it
     /// continues a pending hold that inherited lateness (R39).
-    pub(super) fn apply_claim(&mut self, pos: u64, rec: &Record, order: OrderId, behind: bool) {
+    pub(super) fn apply_claim(
+        &mut self,
+        pos: Position,
+        rec: &Record,
+        order: OrderId,
+        behind: bool,
+    ) {
         let Body::Claimed {
             attempt,
             takeover_of,
@@ -34,7 +43,7 @@ impl View {
             late: behind && !takeover,
             ..Contest::default()
         });
-        let rank = rank.unwrap_or(i);
+        let rank = rank.unwrap_or(i.get());
         contest.claim(i, pos, rank);
         if continues {
             // As the pending hold was.
@@ -48,7 +57,7 @@ impl View {
         inst.hold = Some(Hold {
             order,
             claim_pos: pos,
-            attempt: (*attempt).max(1),
+            attempt: (*attempt).max(Attempt::FIRST),
             committed: None,
             order_id: order_id.clone(),
             last_ts: rec.ts,
@@ -66,7 +75,7 @@ impl View {
     /// first decision after the claim is the decision (R11).
     pub(super) fn apply_decision(
         &mut self,
-        pos: u64,
+        pos: Position,
         rec: &Record,
         order: OrderId,
     ) -> Result<(), Void> {
@@ -85,7 +94,9 @@ impl View {
         // never first).
         if let (Some(id), Some(_)) = (rec.order_id(), hold.committed) {
             hold.order_id = Some(id.to_string());
-            self.ids.entry(id.to_string()).or_insert((order, pos));
+            self.ids
+                .entry(id.to_string())
+                .or_insert(IdOwner { order, at: pos });
         }
         let claim_pos = hold.claim_pos;
         let Some(stance) = inst.decide(pos, rec)? else {
@@ -100,7 +111,7 @@ impl View {
             contest.completed_at = Some(pos);
         }
         if contest.settled() {
-            self.settled.push_back((pos, order));
+            self.settled.push_back(Settled { at: pos, order });
         }
         Ok(())
     }
@@ -112,7 +123,7 @@ impl View {
     /// valid completion) still ran the job. Compaction can erase the valid
     /// completion in favour of a void one with the same key, so the void
     /// one must still keep the order from being committed again (R15).
-    pub(super) fn note_completion(&mut self, pos: u64, rec: &Record) {
+    pub(super) fn note_completion(&mut self, pos: Position, rec: &Record) {
         let Body::Completed { order, outcome, .. } = &rec.body else {
             return;
         };
@@ -121,7 +132,7 @@ impl View {
         if c.finished.is_none() {
             c.finished = Some((pos, outcome.clone()));
             if c.settled() {
-                self.settled.push_back((pos, order));
+                self.settled.push_back(Settled { at: pos, order });
             }
         }
     }
@@ -129,9 +140,9 @@ impl View {
     /// Forgets contests that settled more than [`CONTEST_MEMORY`] positions
     /// ago, so that memory does not grow with history (R12), and the
     /// cancels of their orders (R51).
-    pub(super) fn forget_old_contests(&mut self, pos: u64) {
-        while let Some(&(at, order)) = self.settled.front() {
-            if at + CONTEST_MEMORY > pos {
+    pub(super) fn forget_old_contests(&mut self, pos: Position) {
+        while let Some(&Settled { at, order }) = self.settled.front() {
+            if at.get() + CONTEST_MEMORY > pos.get() {
                 break;
             }
             self.settled.pop_front();
@@ -148,7 +159,7 @@ impl Instance {
     /// instance's open hold (R11), closing the hold on a yield or a
     /// completion; `None` when it changes no stance (a lease, a later
     /// `committed` that only raises the attempt).
-    fn decide(&mut self, pos: u64, rec: &Record) -> Result<Option<Stance>, Void> {
+    fn decide(&mut self, pos: Position, rec: &Record) -> Result<Option<Stance>, Void> {
         let Some(hold) = self.hold.as_mut() else {
             return Err(Void::Stray);
         };
@@ -182,7 +193,12 @@ impl Instance {
                     .outcome()
                     .cloned()
                     .unwrap_or_else(|| Outcome::not_run(Status::Error, "missing outcome"));
-                self.last_completed = Some((order, pos, attempt, outcome));
+                self.last_completed = Some(Completion {
+                    order,
+                    at: pos,
+                    attempt,
+                    outcome,
+                });
                 Stance::Completed
             }
         };

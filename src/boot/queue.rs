@@ -2,7 +2,7 @@
 //! R26–R30).
 
 use super::View;
-use crate::record::{Body, Event, OrderId, Record};
+use crate::record::{Body, Event, InstanceNo, OrderId, Record};
 use std::collections::BTreeMap;
 
 impl View {
@@ -51,8 +51,8 @@ impl View {
     /// passed over since it last wrote, longest idle first (by `idle_ts`,
     /// then by number). Every reader of the same records computes the same
     /// queue.
-    pub fn idle_queue(&self) -> Vec<u32> {
-        let mut q: Vec<(u64, u32)> = self
+    pub fn idle_queue(&self) -> Vec<InstanceNo> {
+        let mut q: Vec<(u64, InstanceNo)> = self
             .instances
             .iter()
             .filter(|(_, s)| {
@@ -61,7 +61,7 @@ impl View {
                     && !s.exiting
                     && s.booted
                         .as_ref()
-                        .is_some_and(|(_, inc)| s.revoked.as_deref() != Some(inc.as_str()))
+                        .is_some_and(|b| s.revoked.as_ref() != Some(&b.incarnation))
             })
             .map(|(i, s)| (s.idle_ts, *i))
             .collect();
@@ -78,7 +78,7 @@ pub struct Turn {
     /// The instances ahead in the order's line: none, the instance is
     /// preferred and claims at once; otherwise it defers to them, for
     /// `CLAIM_DEFER_MS` times their number (docs/protocol.md R28, R29).
-    pub ahead: Vec<u32>,
+    pub ahead: Vec<InstanceNo>,
 }
 
 /// The orders waiting (the frontier of each partition with one, in
@@ -90,7 +90,7 @@ pub struct Turn {
 /// which is what keeps the herd away; disagreement costs time or a rival
 /// claim, never safety: any set of claimants is settled by
 /// [`crate::claim::decide`].
-pub fn turns(view: &View, ends: &BTreeMap<i32, i64>, me: u32) -> Vec<Turn> {
+pub fn turns(view: &View, ends: &BTreeMap<i32, i64>, me: InstanceNo) -> Vec<Turn> {
     let waiting: Vec<OrderId> = ends
         .iter()
         .map(|(&p, &end)| (OrderId::new(p, view.next_offset(p)), end))

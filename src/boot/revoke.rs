@@ -1,7 +1,7 @@
 //! Revocations and takeovers (docs/protocol.md R37–R39).
 
 use super::{Hold, Stance, View, Void};
-use crate::record::{Body, Cite, OrderId, Record};
+use crate::record::{Attempt, Body, Cite, OrderId, Position, Record};
 
 impl View {
     /// A revocation at `pos` of instance `rec.instance`'s hold of `order`.
@@ -11,7 +11,7 @@ impl View {
     /// holds nothing holds the order from here, pending (R39).
     pub(super) fn apply_revoke(
         &mut self,
-        pos: u64,
+        pos: Position,
         rec: &Record,
         order: OrderId,
     ) -> Result<(), Void> {
@@ -54,7 +54,7 @@ impl View {
         heir.hold = Some(Hold {
             order,
             claim_pos: pos,
-            attempt: (*attempt).max(1),
+            attempt: (*attempt).max(Attempt::FIRST),
             committed: None,
             order_id: hold.order_id,
             last_ts: rec.ts,

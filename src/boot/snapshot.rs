@@ -1,34 +1,20 @@
 //! The View to and from a checkpoint's snapshot (docs/protocol.md R20,
 //! R23, R24; src/checkpoint.rs).
 
-use super::{Contest, View};
+use super::{Cancel, Contest, IdOwner, View};
 use crate::checkpoint::{Snapshot, ID_MEMORY, ID_MEMORY_BYTES};
-use crate::record::OrderId;
+use crate::record::{OrderId, Position};
 
 impl View {
     /// This view as a checkpoint's snapshot (src/checkpoint.rs says what it
     /// leaves out and why that is safe).
     pub fn snapshot(&self) -> Snapshot {
-        let mut ids: Vec<(String, OrderId, u64)> = self
-            .ids
-            .iter()
-            .map(|(id, (o, pos))| (id.clone(), *o, *pos))
-            .collect();
-        ids.sort_by_key(|(_, _, pos)| std::cmp::Reverse(*pos));
-        ids.truncate(ID_MEMORY);
-        // Keep the record well under Kafka's default max.message.bytes (1 MB),
-        // counting the ids as written (JSON escaping included).
-        let mut bytes = 0;
-        ids.retain(|(id, _, _)| {
-            bytes += crate::record::json_len(id) + 40;
-            bytes <= ID_MEMORY_BYTES
-        });
         // Outcomes without their output tails: those are in the `completed`
         // records, and a snapshot of many instances would not fit a record.
         let mut instances = self.instances.clone();
         for inst in instances.values_mut() {
-            if let Some((_, _, _, outcome)) = inst.last_completed.as_mut() {
-                *outcome = outcome.without_output();
+            if let Some(c) = inst.last_completed.as_mut() {
+                c.outcome = c.outcome.without_output();
             }
         }
         let contests = self
@@ -49,16 +35,36 @@ impl View {
             .cancels
             .iter()
             .filter(|(o, _)| !self.contests.get(o).is_some_and(Contest::settled))
-            .map(|(o, (p, r))| (*o, *p, r.clone()))
+            .map(|(o, c)| (*o, c.at, c.reason.clone()))
             .collect();
         Snapshot {
             at: self.end,
             instances,
             frontier: self.frontier.clone(),
             contests,
-            ids,
+            ids: self.newest_ids(),
             cancels,
         }
+    }
+
+    /// The newest order ids announced, newest first: at most [`ID_MEMORY`],
+    /// in at most about [`ID_MEMORY_BYTES`] as written (JSON escaping
+    /// included), so that the record stays well under Kafka's default
+    /// `max.message.bytes` (1 MB).
+    fn newest_ids(&self) -> Vec<(String, OrderId, Position)> {
+        let mut ids: Vec<(String, OrderId, Position)> = self
+            .ids
+            .iter()
+            .map(|(id, owner)| (id.clone(), owner.order, owner.at))
+            .collect();
+        ids.sort_by_key(|(_, _, at)| std::cmp::Reverse(*at));
+        ids.truncate(ID_MEMORY);
+        let mut bytes = 0;
+        ids.retain(|(id, _, _)| {
+            bytes += crate::record::json_len(id) + 40;
+            bytes <= ID_MEMORY_BYTES
+        });
+        ids
     }
 
     /// The view a snapshot describes: read on from `snapshot.at`.
@@ -71,13 +77,22 @@ impl View {
             ids: snap
                 .ids
                 .iter()
-                .map(|(id, o, pos)| (id.clone(), (*o, *pos)))
+                .map(|(id, order, at)| {
+                    let owner = IdOwner {
+                        order: *order,
+                        at: *at,
+                    };
+                    (id.clone(), owner)
+                })
                 .collect(),
             checkpoint: snap.at,
             cancels: snap
                 .cancels
                 .iter()
-                .map(|(o, p, r)| (*o, (*p, r.clone())))
+                .map(|(o, at, reason)| {
+                    let reason = reason.clone();
+                    (*o, Cancel { at: *at, reason })
+                })
                 .collect(),
             ..View::default()
         }
