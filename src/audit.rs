@@ -373,23 +373,7 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
-        let mut r = Record::of(i, ev, inc, 0);
-        r.seq = seq;
-        if ev != Event::Booted {
-            r = r.with_order(OrderId::new(0, o));
-            r.set_attempt(1);
-            r.next.insert(0, o + 1);
-        }
-        if ev == Event::Completed {
-            r.set_outcome(Some(crate::record::Outcome::not_run(
-                crate::record::Status::Ok,
-                "",
-            )));
-        }
-        r
-    }
+    use crate::checkpoint::tests::rec;
 
     fn check(log: &[Record]) -> Report {
         audit(log.iter().enumerate().map(|(p, r)| (p as u64, Some(r))), 3)

@@ -175,6 +175,40 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// `From` both ways between a struct and the tuple of its fields, in
+/// order: the struct is written as that tuple (`#[serde(from, into)]`),
+/// as the checkpoints written before it had a name.
+macro_rules! tuple_form {
+    ($name:ident { $($field:ident: $t:ty),+ }) => {
+        impl From<($($t),+)> for $name {
+            fn from(($($field),+): ($($t),+)) -> Self {
+                $name { $($field),+ }
+            }
+        }
+
+        impl From<$name> for ($($t),+) {
+            fn from(v: $name) -> Self {
+                ($(v.$field),+)
+            }
+        }
+    };
+}
+
+tuple_form!(Booted {
+    at: Position,
+    incarnation: Incarnation
+});
+tuple_form!(LastSeq {
+    incarnation: Incarnation,
+    seq: u64
+});
+tuple_form!(Completion {
+    order: OrderId,
+    at: Position,
+    attempt: Attempt,
+    outcome: Outcome
+});
+
 /// An instance's newest `booted`: where, and the incarnation it made
 /// current. Written as `[at, incarnation]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -184,18 +218,6 @@ pub struct Booted {
     pub incarnation: Incarnation,
 }
 
-impl From<(Position, Incarnation)> for Booted {
-    fn from((at, incarnation): (Position, Incarnation)) -> Self {
-        Booted { at, incarnation }
-    }
-}
-
-impl From<Booted> for (Position, Incarnation) {
-    fn from(b: Booted) -> Self {
-        (b.at, b.incarnation)
-    }
-}
-
 /// The last `seq` accepted from an instance number, and the incarnation
 /// that wrote it (R7). Written as `[incarnation, seq]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -203,18 +225,6 @@ impl From<Booted> for (Position, Incarnation) {
 struct LastSeq {
     incarnation: Incarnation,
     seq: u64,
-}
-
-impl From<(Incarnation, u64)> for LastSeq {
-    fn from((incarnation, seq): (Incarnation, u64)) -> Self {
-        LastSeq { incarnation, seq }
-    }
-}
-
-impl From<LastSeq> for (Incarnation, u64) {
-    fn from(l: LastSeq) -> Self {
-        (l.incarnation, l.seq)
-    }
 }
 
 /// An instance's newest completion. Written as `[order, at, attempt,
@@ -229,23 +239,6 @@ pub struct Completion {
     pub at: Position,
     pub attempt: Attempt,
     pub outcome: Outcome,
-}
-
-impl From<(OrderId, Position, Attempt, Outcome)> for Completion {
-    fn from((order, at, attempt, outcome): (OrderId, Position, Attempt, Outcome)) -> Self {
-        Completion {
-            order,
-            at,
-            attempt,
-            outcome,
-        }
-    }
-}
-
-impl From<Completion> for (OrderId, Position, Attempt, Outcome) {
-    fn from(c: Completion) -> Self {
-        (c.order, c.at, c.attempt, c.outcome)
-    }
 }
 
 /// A contest that settled: where, and the order (R12).

@@ -1150,6 +1150,20 @@ impl Record {
     }
 }
 
+/// `pub fn $name(&mut self, to)`: sets the field `$field` of the record's
+/// body if its event is one of `$variant`s, else nothing ([`Record::of`]).
+#[cfg(any(test, feature = "testing"))]
+macro_rules! setter {
+    ($name:ident, $field:ident: $t:ty, $($variant:ident)|+) => {
+        pub fn $name(&mut self, to: $t) {
+            match &mut self.body {
+                $(Body::$variant { $field, .. })|+ => *$field = to,
+                _ => self.no_field(stringify!($field)),
+            }
+        }
+    };
+}
+
 /// For tests (and the model check, with the `testing` feature): records
 /// built the way the flat record was, an event first and its fields set
 /// one by one. A field set on an event that has no such field is left
@@ -1254,37 +1268,11 @@ impl Record {
         }
     }
 
-    pub fn set_rank(&mut self, to: Option<u32>) {
-        match &mut self.body {
-            Body::Claimed { rank, .. } | Body::Revoked { rank, .. } => *rank = to,
-            _ => self.no_field("rank"),
-        }
-    }
-
-    pub fn set_reason(&mut self, to: Option<String>) {
-        match &mut self.body {
-            Body::Yielded { reason, .. }
-            | Body::Revoked { reason, .. }
-            | Body::Cancelled { reason, .. } => *reason = to,
-            _ => self.no_field("reason"),
-        }
-    }
-
-    pub fn set_order_id(&mut self, to: Option<String>) {
-        match &mut self.body {
-            Body::Claimed { order_id, .. }
-            | Body::Lease { order_id, .. }
-            | Body::Completed { order_id, .. } => *order_id = to,
-            _ => self.no_field("order_id"),
-        }
-    }
-
-    pub fn set_takeover_of(&mut self, to: Vec<Cite>) {
-        match &mut self.body {
-            Body::Claimed { takeover_of, .. } => *takeover_of = to,
-            _ => self.no_field("takeover_of"),
-        }
-    }
+    setter!(set_rank, rank: Option<u32>, Claimed | Revoked);
+    setter!(set_reason, reason: Option<String>, Yielded | Revoked | Cancelled);
+    setter!(set_order_id, order_id: Option<String>, Claimed | Lease | Completed);
+    setter!(set_takeover_of, takeover_of: Vec<Cite>, Claimed);
+    setter!(set_exits, exits: bool, Completed);
 
     pub fn set_passed_over(&mut self, to: Vec<u32>) {
         let to = to.into_iter().map(InstanceNo::new).collect();
@@ -1298,13 +1286,6 @@ impl Record {
         match (&mut self.body, to) {
             (Body::Completed { outcome, .. }, Some(to)) => *outcome = to,
             _ => self.no_field("outcome"),
-        }
-    }
-
-    pub fn set_exits(&mut self, to: bool) {
-        match &mut self.body {
-            Body::Completed { exits, .. } => *exits = to,
-            _ => self.no_field("exits"),
         }
     }
 

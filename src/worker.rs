@@ -707,42 +707,23 @@ impl Worker {
                 attempt,
                 id,
                 seq,
-            } if self.is_ours(&rec, seq) => {
-                if let Err(void) = result {
-                    return self.own_record_void(void);
-                }
-                if let Some(cancelled) = self.cancelled(order) {
-                    return self.complete(order, attempt, cancelled);
-                }
-                match self.view.id_owner(&id) {
-                    Some(first) if first != order => {
-                        let reason = format!("duplicate: order {first} has the same id '{id}'");
-                        self.complete(order, attempt, Outcome::not_run(Status::Duplicate, reason))
-                    }
-                    _ => {
-                        self.phase = Phase::Run { order, attempt };
-                        vec![Action::Start { order }]
-                    }
-                }
-            }
+            } if self.is_ours(&rec, seq) => self
+                .before_start(result, order, attempt)
+                .unwrap_or_else(|| self.after_announce(order, attempt, &id)),
             Phase::Retry {
                 order,
                 attempt,
                 seq,
-            } if self.is_ours(&rec, seq) => {
-                if let Err(void) = result {
-                    return self.own_record_void(void);
-                }
-                if let Some(cancelled) = self.cancelled(order) {
-                    return self.complete(order, attempt, cancelled);
-                }
-                self.phase = Phase::Run { order, attempt };
-                vec![Action::Run {
-                    order,
-                    attempt,
-                    retry: true,
-                }]
-            }
+            } if self.is_ours(&rec, seq) => self
+                .before_start(result, order, attempt)
+                .unwrap_or_else(|| {
+                    self.phase = Phase::Run { order, attempt };
+                    vec![Action::Run {
+                        order,
+                        attempt,
+                        retry: true,
+                    }]
+                }),
             // The order we run is cancelled: kill the job; its end is
             // completed `cancelled` (on_job_done).
             Phase::Run { order, .. }
@@ -754,19 +735,56 @@ impl Worker {
                 vec![Action::Kill { order }]
             }
             Phase::Complete { seq, .. } if self.is_ours(&rec, seq) => {
-                // Exit as our completion said (`exits`, [`Worker::last_order`]).
-                let last = self.last_order();
-                self.completed += 1;
-                // Below ORDERS_PER_PROCESS: our completion closed our hold
-                // (it applied), so choose the next order as after a yield.
-                if applied && !last {
-                    self.phase = Phase::Choose;
-                    return vec![Action::FindOrder];
-                }
-                self.finish(Exit::Ok)
+                self.after_completion(applied)
             }
             _ => Vec::new(),
         }
+    }
+
+    /// Our record that lets a job start (a retry's commit, the lease
+    /// announcing the order's id) is read back: what to do instead of
+    /// starting it, if anything — it came back void, or the order is
+    /// cancelled (R52).
+    fn before_start(
+        &mut self,
+        result: Result<(), Void>,
+        order: OrderId,
+        attempt: Attempt,
+    ) -> Option<Vec<Action>> {
+        if let Err(void) = result {
+            return Some(self.own_record_void(void));
+        }
+        let cancelled = self.cancelled(order)?;
+        Some(self.complete(order, attempt, cancelled))
+    }
+
+    /// Our announcement of the order's `id` is read back: run the order if
+    /// it is the first to announce the id, else complete it `duplicate`
+    /// (R46).
+    fn after_announce(&mut self, order: OrderId, attempt: Attempt, id: &str) -> Vec<Action> {
+        match self.view.id_owner(id) {
+            Some(first) if first != order => {
+                let reason = format!("duplicate: order {first} has the same id '{id}'");
+                self.complete(order, attempt, Outcome::not_run(Status::Duplicate, reason))
+            }
+            _ => {
+                self.phase = Phase::Run { order, attempt };
+                vec![Action::Start { order }]
+            }
+        }
+    }
+
+    /// Our completion is read back (`applied`: valid). Exit as it said
+    /// (`exits`, [`Worker::last_order`]); below ORDERS_PER_PROCESS it
+    /// closed our hold, so choose the next order as after a yield (R35).
+    fn after_completion(&mut self, applied: bool) -> Vec<Action> {
+        let last = self.last_order();
+        self.completed += 1;
+        if applied && !last {
+            self.phase = Phase::Choose;
+            return vec![Action::FindOrder];
+        }
+        self.finish(Exit::Ok)
     }
 
     /// Our own record came back void. Fenced: a newer process has our
@@ -1150,14 +1168,7 @@ mod tests {
         assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed));
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
-        assert_eq!(
-            a,
-            vec![Action::Run {
-                order: OrderId::new(0, 0),
-                attempt: Attempt::new(1),
-                retry: false
-            }]
-        );
+        assert_eq!(a, run((0, 0), 1, false));
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
         assert!(
             matches!(&a[..], [Action::Append(r)] if r.event() == Event::Completed && r.exits()),
@@ -1167,6 +1178,21 @@ mod tests {
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(Exit::Ok)]);
         assert!(w.view.instance(1.into()).unwrap().exiting);
         assert!(w.view.idle_queue().is_empty());
+    }
+
+    /// The run of order `p:o`, attempt `attempt`.
+    fn run((p, o): (i32, i64), attempt: u32, retry: bool) -> Vec<Action> {
+        vec![Action::Run {
+            order: OrderId::new(p, o),
+            attempt: Attempt::new(attempt),
+            retry,
+        }]
+    }
+
+    /// Whether `a` is one commit, of attempt `attempt`.
+    fn commits(a: &[Action], attempt: u32) -> bool {
+        matches!(a, [Action::Append(r)]
+            if r.event() == Event::Committed && r.attempt().get() == attempt)
     }
 
     fn completed_in(a: &[Action]) -> Option<&Outcome> {
@@ -1183,10 +1209,7 @@ mod tests {
             flaw,
             ..Settings::default()
         };
-        let (mut w, a) = Worker::start(1.into(), "i1".into(), settings, 0);
-        log.append(&a);
-        let mut cur = 0;
-        log.feed(&mut w, &mut cur);
+        let (mut w, mut cur) = boot_in(log, 1, "i1", settings);
         let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
@@ -1298,19 +1321,9 @@ mod tests {
             );
             log.append(&a);
             let a = log.feed(&mut w, &mut cur);
-            assert!(
-                matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt().get() == 1),
-                "{a:?}"
-            );
+            assert!(commits(&a, 1), "{a:?}");
             log.append(&a);
-            assert_eq!(
-                log.feed(&mut w, &mut cur),
-                vec![Action::Run {
-                    order,
-                    attempt: Attempt::new(1),
-                    retry: false
-                }]
-            );
+            assert_eq!(log.feed(&mut w, &mut cur), run((0, offset), 1, false));
             let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
             // The completion says whether the process exits after it.
             assert!(
@@ -1365,10 +1378,7 @@ mod tests {
     #[test]
     fn a_committed_hold_is_run_again_as_a_retry_then_given_up() {
         let mut log = Log(Vec::new());
-        let (mut w, a) = Worker::start(1.into(), "i1".into(), Settings::default(), 0);
-        log.append(&a);
-        let mut cur = 0;
-        log.feed(&mut w, &mut cur);
+        let (mut w, mut cur) = boot_in(&mut log, 1, "i1", Settings::default());
         let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
@@ -1381,20 +1391,10 @@ mod tests {
             let mut cur = 0;
             let a = log.feed(&mut w, &mut cur);
             let attempt = n as u32 + 2;
-            assert!(
-                matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt().get() == attempt),
-                "{a:?}"
-            );
+            assert!(commits(&a, attempt), "{a:?}");
             log.append(&a);
             let a = log.feed(&mut w, &mut cur);
-            assert_eq!(
-                a,
-                vec![Action::Run {
-                    order: OrderId::new(0, 0),
-                    attempt: Attempt::new(attempt),
-                    retry: true
-                }]
-            );
+            assert_eq!(a, run((0, 0), attempt, true));
         }
         let (mut w, a) = Worker::start(1.into(), "i4".into(), Settings::default(), 0);
         log.append(&a);
@@ -1416,6 +1416,16 @@ mod tests {
     /// the log to its end; returns it with its read cursor.
     fn booted(log: &mut Log, me: u32, inc: &str, now: u64) -> (Worker, usize) {
         let (mut w, a) = leased(me, inc, now);
+        log.append(&a);
+        let mut cursor = 0;
+        log.feed(&mut w, &mut cursor);
+        (w, cursor)
+    }
+
+    /// Instance `me`'s incarnation `inc` with `settings`, booted on `log`
+    /// and caught up: the worker and its cursor.
+    fn boot_in(log: &mut Log, me: u32, inc: &str, settings: Settings) -> (Worker, usize) {
+        let (mut w, a) = Worker::start(me.into(), inc.into(), settings, 0);
         log.append(&a);
         let mut cursor = 0;
         log.feed(&mut w, &mut cursor);
@@ -1470,14 +1480,7 @@ mod tests {
         );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
-        assert_eq!(
-            a,
-            vec![Action::Run {
-                order: OrderId::new(0, 0),
-                attempt: Attempt::new(2),
-                retry: true
-            }]
-        );
+        assert_eq!(a, run((0, 0), 2, true));
         // The old holder, cut off until now, reads the revocation and stops.
         assert_eq!(
             log.feed(&mut w1, &mut c1),
@@ -1495,9 +1498,7 @@ mod tests {
         log.append(&a);
         let mut c1 = 0;
         let retry = log.feed(&mut w1, &mut c1);
-        assert!(
-            matches!(&retry[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt().get() == 2)
-        );
+        assert!(commits(&retry, 2));
         let (mut w2, _) = booted(&mut log, 2, "two", 5000);
         let takeover = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
         log.append(&takeover);
@@ -1563,19 +1564,13 @@ mod tests {
         );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
-        assert!(
-            matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt().get() == 2),
-            "{a:?}"
-        );
+        assert!(commits(&a, 2), "{a:?}");
     }
 
     /// Runs one worker of a fresh incarnation through claim and commit of
     /// the next order, then reports `id`; returns what it does next.
     fn run_with_id(log: &mut Log, me: u32, inc: &str, id: &str, ends: i64) -> Vec<Action> {
-        let (mut w, a) = Worker::start(me.into(), inc.into(), Settings::default(), 0);
-        log.append(&a);
-        let mut cur = 0;
-        log.feed(&mut w, &mut cur);
+        let (mut w, mut cur) = boot_in(log, me, inc, Settings::default());
         let a = w.handle(Input::Orders(BTreeMap::from([(0, ends)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
@@ -1590,16 +1585,18 @@ mod tests {
         log.feed(&mut w, &mut cur)
     }
 
+    /// The start of order `p:o`'s job.
+    fn start(p: i32, o: i64) -> Vec<Action> {
+        vec![Action::Start {
+            order: OrderId::new(p, o),
+        }]
+    }
+
     #[test]
     fn the_second_order_with_an_id_is_a_duplicate() {
         let mut log = Log(Vec::new());
         let a = run_with_id(&mut log, 1, "one", "backup-1", 2);
-        assert_eq!(
-            a,
-            vec![Action::Start {
-                order: OrderId::new(0, 0)
-            }]
-        );
+        assert_eq!(a, start(0, 0));
         let a = run_with_id(&mut log, 2, "two", "backup-1", 2);
         assert!(
             matches!(&a[..], [Action::Append(r)] if r.event() == Event::Completed
@@ -1609,20 +1606,9 @@ mod tests {
         );
         let mut log2 = Log(Vec::new());
         let a = run_with_id(&mut log2, 1, "one", "a", 2);
-        assert_eq!(
-            a,
-            vec![Action::Start {
-                order: OrderId::new(0, 0)
-            }]
-        );
+        assert_eq!(a, start(0, 0));
         let a = run_with_id(&mut log2, 2, "two", "b", 2);
-        assert_eq!(
-            a,
-            vec![Action::Start {
-                order: OrderId::new(0, 1)
-            }],
-            "another id runs"
-        );
+        assert_eq!(a, start(0, 1), "another id runs");
     }
 
     fn deferring(flaw: Option<Flaw>) -> Settings {
@@ -1654,11 +1640,12 @@ mod tests {
         ws
     }
 
-    fn claim_in(a: &[Action]) -> Option<&Record> {
-        match a {
-            [Action::Append(r)] if r.event() == Event::Claimed => Some(r),
-            _ => None,
-        }
+    /// Whether `a` is one claim of order `p:o` that passes over `passed`.
+    fn claims(a: &[Action], (p, o): (i32, i64), passed: &[u32]) -> bool {
+        let passed: Vec<InstanceNo> = passed.iter().copied().map(InstanceNo::new).collect();
+        matches!(a, [Action::Append(r)] if r.event() == Event::Claimed
+            && r.order() == Some(OrderId::new(p, o))
+            && r.passed_over() == passed)
     }
 
     /// docs/protocol.md R29: the first in line claims at once,
@@ -1679,23 +1666,13 @@ mod tests {
         );
         assert_eq!(ws[1].0.deferring(), Some(1000));
         let a = ws[0].0.handle(Input::Orders(ends.clone()), 0);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over().is_empty()
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (0, 0), &[]), "{a:?}");
         log.append(&a);
         // Instance 2 reads the claim: it is now first in line for 0:1.
         let (w2, c2) = &mut ws[1];
         assert!(log.feed(w2, c2).is_empty());
         let a = w2.handle(Input::Orders(ends.clone()), 5);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over().is_empty()
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (0, 1), &[]), "{a:?}");
         log.append(&a);
         // Instance 3 reads both: nothing waits any more.
         let (w3, c3) = &mut ws[2];
@@ -1724,12 +1701,7 @@ mod tests {
         assert!(w2.handle(Input::Tick, 999).is_empty());
         assert_eq!(w2.handle(Input::Tick, 1000), vec![Action::FindOrder]);
         let a = w2.handle(Input::Orders(ends.clone()), 1000);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over() == vec![1.into()]
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (0, 0), &[1]), "{a:?}");
         log.append(&a);
         assert!(log
             .feed(w2, c2)
@@ -1745,12 +1717,7 @@ mod tests {
         log.feed(w3, c3);
         assert_eq!(w3.view.idle_queue(), vec![3.into()]);
         let a = w3.handle(Input::Orders(ends), 1001);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over().is_empty()
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (0, 1), &[]), "{a:?}");
     }
 
     /// Of the orders an instance may claim, the one it has seen waiting
@@ -1768,12 +1735,7 @@ mod tests {
         );
         // 1:0 arrives, and 2 is first in its line; but 0:0 has waited its turn.
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1)])), 1500);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over() == vec![1.into()]
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (0, 0), &[1]), "{a:?}");
         // Before the deadline, its own turn comes first.
         let w3 = &mut ws[2].0;
         assert_eq!(
@@ -1781,12 +1743,7 @@ mod tests {
             vec![Action::WakeAt(2000)]
         );
         let a = w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1), (2, 1)])), 10);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(2, 0)) && c.passed_over().is_empty()
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (2, 0), &[]), "{a:?}");
     }
 
     #[test]
@@ -1912,10 +1869,7 @@ mod tests {
     #[test]
     fn an_older_incarnation_stops_when_a_newer_boots() {
         let mut log = Log(Vec::new());
-        let (mut old, a) = Worker::start(1.into(), "old".into(), Settings::default(), 0);
-        log.append(&a);
-        let mut cur = 0;
-        log.feed(&mut old, &mut cur);
+        let (mut old, mut cur) = boot_in(&mut log, 1, "old", Settings::default());
         let (_new, a) = Worker::start(1.into(), "new".into(), Settings::default(), 0);
         log.append(&a);
         assert_eq!(
