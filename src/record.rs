@@ -671,7 +671,16 @@ impl From<Record> for Flat {
             outcome: None,
             snapshot: None,
         };
-        let order = match r.body {
+        f.put_body(r.body);
+        f
+    }
+}
+
+impl Flat {
+    /// Writes the fields of `body` (its order, and its event's own).
+    fn put_body(&mut self, body: Body) {
+        let f = self;
+        let order = match body {
             Body::Booted => None,
             Body::Claimed {
                 order,
@@ -741,7 +750,6 @@ impl From<Record> for Flat {
         if let Some(o) = order {
             (f.partition, f.offset) = (Some(o.partition), Some(o.offset));
         }
-        f
     }
 }
 
@@ -750,8 +758,28 @@ impl TryFrom<Flat> for Record {
 
     /// A flat record that passes [`Flat::validate`] and carries no field
     /// of another event.
-    fn try_from(f: Flat) -> Result<Record, Foreign> {
+    fn try_from(mut f: Flat) -> Result<Record, Foreign> {
         f.validate()?;
+        f.own_fields_only()?;
+        let incarnation = std::mem::take(&mut f.incarnation);
+        let next = std::mem::take(&mut f.next);
+        let (instance, ts, seq) = (f.instance, f.ts, f.seq);
+        Ok(Record {
+            instance,
+            incarnation,
+            ts,
+            seq,
+            next,
+            body: f.into_body()?,
+        })
+    }
+}
+
+impl Flat {
+    /// Refuses a field (as written: a default is not written) that belongs
+    /// to another event (R3).
+    fn own_fields_only(&self) -> Result<(), Foreign> {
+        let f = self;
         let ev = f.event;
         // The fields it carries (as written: a default is not written).
         let carried = [
@@ -789,6 +817,14 @@ impl TryFrom<Flat> for Record {
         {
             return Err(Foreign::BadValue(format!("{field} on a {ev} record")));
         }
+        Ok(())
+    }
+
+    /// The typed body of a flat record that passed [`Flat::validate`] and
+    /// [`Flat::own_fields_only`].
+    fn into_body(self) -> Result<Body, Foreign> {
+        let f = self;
+        let ev = f.event;
         // Present where needed: validate() checked.
         let missing = || Foreign::BadValue(format!("{ev} record without its fields"));
         let o = f.order();
@@ -841,14 +877,7 @@ impl TryFrom<Flat> for Record {
                 reason: f.reason,
             },
         };
-        Ok(Record {
-            instance: f.instance,
-            incarnation: f.incarnation,
-            ts: f.ts,
-            seq: f.seq,
-            next: f.next,
-            body,
-        })
+        Ok(body)
     }
 }
 

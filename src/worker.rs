@@ -663,22 +663,27 @@ impl Worker {
         vec![Action::Append(claim)]
     }
 
+    /// A `booted` of our instance number by another incarnation, read at
+    /// `pos`: a newer incarnation fences us (R10) — once our own `booted`
+    /// is read; before, a newer one is not newer.
+    fn on_other_booted(&mut self, pos: Position, rec: &Record) -> Vec<Action> {
+        let seen = !matches!(
+            self.phase,
+            Phase::Settle { .. } | Phase::Boot { seen: false }
+        );
+        let _ = self.view.apply(pos, rec);
+        if seen {
+            return self.finish(Exit::Fenced);
+        }
+        Vec::new()
+    }
+
     fn on_record(&mut self, pos: Position, rec: Record) -> Vec<Action> {
-        // A newer incarnation of our number fences us (R10).
         if rec.event() == Event::Booted
             && rec.instance == self.me
             && rec.incarnation != self.incarnation
         {
-            // Before our own `booted` is read, a newer one is not newer.
-            let seen = !matches!(
-                self.phase,
-                Phase::Settle { .. } | Phase::Boot { seen: false }
-            );
-            let _ = self.view.apply(pos, &rec);
-            if seen {
-                return self.finish(Exit::Fenced);
-            }
-            return Vec::new();
+            return self.on_other_booted(pos, &rec);
         }
         let result = self.view.apply(pos, &rec);
         let applied = result.is_ok();
