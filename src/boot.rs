@@ -11,7 +11,7 @@
 //!
 //! This module is pure: records and positions in, answers out. No I/O, no
 //! clock (timestamps come inside the records).
-
+//!
 //! The View's rules live by family in submodules: `fence` (R7, R10),
 //! `hold` (R11–R15, R46), `revoke` (R37–R39), `queue` (R26–R30),
 //! `cancel` (R51), `snapshot` (R20, R23, R24) and, for the tests only,
@@ -176,8 +176,8 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// `From` both ways between a struct and the tuple of its fields, in
-/// order: the struct is written as that tuple (`#[serde(from, into)]`),
-/// as the checkpoints written before it had a name.
+/// order: the struct is written as that tuple (`#[serde(from, into)]`), the
+/// shape checkpoints have had since before it was named.
 macro_rules! tuple_form {
     ($name:ident { $($field:ident: $t:ty),+ }) => {
         impl From<($($t),+)> for $name {
@@ -193,21 +193,6 @@ macro_rules! tuple_form {
         }
     };
 }
-
-tuple_form!(Booted {
-    at: Position,
-    incarnation: Incarnation
-});
-tuple_form!(LastSeq {
-    incarnation: Incarnation,
-    seq: u64
-});
-tuple_form!(Completion {
-    order: OrderId,
-    at: Position,
-    attempt: Attempt,
-    outcome: Outcome
-});
 
 /// An instance's newest `booted`: where, and the incarnation it made
 /// current. Written as `[at, incarnation]`.
@@ -240,6 +225,21 @@ pub struct Completion {
     pub attempt: Attempt,
     pub outcome: Outcome,
 }
+
+tuple_form!(Booted {
+    at: Position,
+    incarnation: Incarnation
+});
+tuple_form!(LastSeq {
+    incarnation: Incarnation,
+    seq: u64
+});
+tuple_form!(Completion {
+    order: OrderId,
+    at: Position,
+    attempt: Attempt,
+    outcome: Outcome
+});
 
 /// A contest that settled: where, and the order (R12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A newtype over an unsigned number: `new`, `get`, `From` the number,
-/// `Display` as the number.
+/// A newtype over an unsigned number: `new`, `get`, `Display` as the
+/// number.
 macro_rules! number {
     ($(#[$doc:meta])* $name:ident($t:ty)) => {
         $(#[$doc])*
@@ -25,12 +25,6 @@ macro_rules! number {
 
             pub const fn get(self) -> $t {
                 self.0
-            }
-        }
-
-        impl From<$t> for $name {
-            fn from(n: $t) -> Self {
-                $name(n)
             }
         }
 
@@ -58,6 +52,13 @@ number! {
     /// Which run of an order a record is about: 1 for the first, one more
     /// for each retry; 0 where a record does not say (older writers).
     Attempt(u32)
+}
+
+/// For the tests, which name instances by their numbers.
+impl From<u32> for InstanceNo {
+    fn from(n: u32) -> Self {
+        InstanceNo(n)
+    }
 }
 
 impl Position {
