@@ -1769,6 +1769,13 @@ mod tests {
         }
     }
 
+    /// Instance 1's incarnation "new", started at 1,000 ms with a settle
+    /// of 15,000 ms, whose host saw `clean` exit cleanly.
+    fn successor_of(clean: Option<&str>) -> (Worker, Vec<Action>) {
+        let clean = clean.map(Incarnation::from);
+        Worker::start_after(1.into(), "new".into(), settling(15_000), 1_000, clean)
+    }
+
     fn booted_in(a: &[Action]) -> bool {
         matches!(a, [Action::Append(r)] if r.event() == Event::Booted && r.seq == 1)
     }
@@ -1780,7 +1787,7 @@ mod tests {
         let mut log = Log(Vec::new());
         let (w0, a) = Worker::start(1.into(), "old".into(), Settings::default(), 0);
         log.append(&a);
-        let (mut w, a) = Worker::start_after(1.into(), "new".into(), settling(15_000), 1_000, None);
+        let (mut w, a) = successor_of(None);
         assert_eq!(
             w.phase,
             Phase::Settle {
@@ -1814,13 +1821,7 @@ mod tests {
         let mut log = Log(Vec::new());
         let (_, a) = Worker::start(1.into(), "old".into(), Settings::default(), 0);
         log.append(&a);
-        let (mut w, a) = Worker::start_after(
-            1.into(),
-            "new".into(),
-            settling(15_000),
-            1_000,
-            Some("old".into()),
-        );
+        let (mut w, a) = successor_of(Some("old"));
         assert_eq!(a, vec![], "nothing appended before the log is read");
         let mut cur = 0;
         let a = log.feed(&mut w, &mut cur);
@@ -1837,13 +1838,7 @@ mod tests {
             let (_, a) = Worker::start(1.into(), inc.into(), Settings::default(), 0);
             log.append(&a);
         }
-        let (mut w, _) = Worker::start_after(
-            1.into(),
-            "new".into(),
-            settling(15_000),
-            1_000,
-            Some("old".into()),
-        );
+        let (mut w, _) = successor_of(Some("old"));
         let mut cur = 0;
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::WakeAt(16_000)]);
         assert_eq!(
