@@ -623,6 +623,20 @@ impl Body {
         }
     }
 
+    /// The order the body is about, if any.
+    pub fn order(&self) -> Option<OrderId> {
+        match self {
+            Body::Booted | Body::Checkpoint { .. } => None,
+            Body::Claimed { order, .. }
+            | Body::Committed { order, .. }
+            | Body::Yielded { order, .. }
+            | Body::Lease { order, .. }
+            | Body::Revoked { order, .. }
+            | Body::Completed { order, .. }
+            | Body::Cancelled { order, .. } => Some(*order),
+        }
+    }
+
     /// A claim of `order` (attempt 1, no takeover, nobody passed over).
     pub fn claim(order: OrderId) -> Body {
         Body::Claimed {
@@ -679,76 +693,64 @@ impl From<Record> for Flat {
 impl Flat {
     /// Writes the fields of `body` (its order, and its event's own).
     fn put_body(&mut self, body: Body) {
+        if let Some(o) = body.order() {
+            (self.partition, self.offset) = (Some(o.partition), Some(o.offset));
+        }
         let f = self;
-        let order = match body {
-            Body::Booted => None,
+        match body {
+            Body::Booted => {}
             Body::Claimed {
-                order,
                 attempt,
                 takeover_of,
                 rank,
                 passed_over,
                 order_id,
+                ..
             } => {
                 (f.attempt, f.takeover_of, f.rank) = (attempt, takeover_of, rank);
                 (f.passed_over, f.order_id) = (passed_over, order_id);
-                Some(order)
             }
-            Body::Committed { order, attempt } => {
+            Body::Committed { attempt, .. } => {
                 f.attempt = attempt;
-                Some(order)
             }
             Body::Yielded {
-                order,
-                attempt,
-                reason,
+                attempt, reason, ..
             } => {
                 (f.attempt, f.reason) = (attempt, reason);
-                Some(order)
             }
             Body::Lease {
-                order,
-                attempt,
-                order_id,
+                attempt, order_id, ..
             } => {
                 (f.attempt, f.order_id) = (attempt, order_id);
-                Some(order)
             }
             Body::Revoked {
-                order,
                 by,
                 fences,
                 seen,
                 rank,
                 attempt,
                 reason,
+                ..
             } => {
                 (f.by, f.fences, f.seen) = (Some(by), Some(fences), Some(seen));
                 (f.rank, f.attempt, f.reason) = (rank, attempt, reason);
-                Some(order)
             }
             Body::Completed {
-                order,
                 attempt,
                 exits,
                 order_id,
                 outcome,
+                ..
             } => {
                 (f.attempt, f.exits, f.order_id) = (attempt, exits, order_id);
                 f.outcome = Some(outcome);
-                Some(order)
             }
             Body::Checkpoint { snapshot } => {
                 f.snapshot = Some(snapshot);
-                None
             }
-            Body::Cancelled { order, reason } => {
+            Body::Cancelled { reason, .. } => {
                 f.reason = reason;
-                Some(order)
             }
-        };
-        if let Some(o) = order {
-            (f.partition, f.offset) = (Some(o.partition), Some(o.offset));
         }
     }
 }
@@ -902,16 +904,7 @@ impl Record {
 
     /// The order this record concerns, if any.
     pub fn order(&self) -> Option<OrderId> {
-        match &self.body {
-            Body::Booted | Body::Checkpoint { .. } => None,
-            Body::Claimed { order, .. }
-            | Body::Committed { order, .. }
-            | Body::Yielded { order, .. }
-            | Body::Lease { order, .. }
-            | Body::Revoked { order, .. }
-            | Body::Completed { order, .. }
-            | Body::Cancelled { order, .. } => Some(*order),
-        }
+        self.body.order()
     }
 
     /// The attempt the record names (0: none).
