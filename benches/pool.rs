@@ -62,7 +62,7 @@
 //! BENCH_PREFILL_COMPRESSION (compression of the history pre-fill, default
 //! `lz4`: the mock broker keeps only 5 MB per partition, see history_case).
 
-use pool_worker::record::{Event, OrderId, Outcome, Record, Status};
+use pool_worker::record::{Event, OrderId, Outcome, Position, Record, Status};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::DeliveryResult;
@@ -744,12 +744,12 @@ impl Bench {
             }
             match r.event() {
                 Event::Booted => boots
-                    .entry(r.instance)
+                    .entry(r.instance.get())
                     .or_default()
-                    .push((r.ts as f64, r.incarnation.clone())),
+                    .push((r.ts as f64, r.incarnation.to_string())),
                 Event::Claimed => {
                     claimed_ts
-                        .entry(r.incarnation.clone())
+                        .entry(r.incarnation.to_string())
                         .or_insert(r.ts as f64);
                 }
                 _ => {}
@@ -1091,7 +1091,7 @@ impl Bench {
             // records are this run's.
             let mine = |ev: Event| {
                 recs.iter()
-                    .find(|(_, _, r)| r.event() == ev && r.by().is_none() && r.instance == 1)
+                    .find(|(_, _, r)| r.event() == ev && r.by().is_none() && r.instance.get() == 1)
                     .map(|(_, _, r)| r.ts as f64 - start_ms)
             };
             // The worker's own account of its replay (run.rs logs it once).
@@ -1189,7 +1189,7 @@ fn trace_burst(
             "#{pos:<5} {} {:<9} {}",
             r.writer(),
             format!("{:?}", r.event()).to_lowercase(),
-            &r.incarnation[..r.incarnation.len().min(6)]
+            &r.incarnation.as_str()[..r.incarnation.as_str().len().min(6)]
         );
         if let Some(o) = r.order() {
             l.push_str(&format!(" {o}"));
@@ -1223,12 +1223,12 @@ fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>
     let mut view = pool_worker::boot::View::new();
     let mut cp_seq = 0;
     for i in 0..k {
-        if checkpoints && out.len() as u64 >= view.checkpoint() + DEFAULT_CHECKPOINT_EVERY {
+        if checkpoints && out.len() as u64 >= view.checkpoint().get() + DEFAULT_CHECKPOINT_EVERY {
             cp_seq += 1;
             let mut r = Record::of(999, Event::Checkpoint, "bench-checkpoints", ts + i as u64);
             r.seq = cp_seq;
             r.set_snapshot(Some(Box::new(view.snapshot())));
-            let _ = view.apply(out.len() as u64, &r);
+            let _ = view.apply(Position::new(out.len() as u64), &r);
             out.push((r.key(), r.encode()));
         }
         let inst = 1000 + (i % 100) as u32;
@@ -1266,7 +1266,7 @@ fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>
         }));
         for r in [b, c, cm, d] {
             if checkpoints {
-                let _ = view.apply(out.len() as u64, &r);
+                let _ = view.apply(Position::new(out.len() as u64), &r);
             }
             out.push((r.key(), r.encode()));
         }
@@ -1283,7 +1283,7 @@ fn replay_in_process(history: &[(String, Vec<u8>)]) -> f64 {
     for (pos, (k, v)) in history.iter().enumerate() {
         let rec =
             Record::decode(Some(k.as_bytes()), Some(v)).expect("the pre-fill writes valid records");
-        view.apply(pos as u64, &rec)
+        view.apply(Position::new(pos as u64), &rec)
             .expect("the pre-fill's records are all applied");
     }
     let ms = t.elapsed().as_secs_f64() * 1000.0;
@@ -1513,7 +1513,7 @@ impl Bench {
                 let claimants: HashSet<u32> = about
                     .iter()
                     .filter(|r| r.event() == Event::Claimed)
-                    .map(|r| r.instance)
+                    .map(|r| r.instance.get())
                     .collect();
                 res.rivals.push(claimants.len() as f64);
             }

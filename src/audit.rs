@@ -25,7 +25,7 @@
 
 use crate::boot::View;
 use crate::exit::Exit;
-use crate::record::{Event, OrderId, Record};
+use crate::record::{Event, OrderId, Position, Record};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -124,7 +124,7 @@ impl Auditor {
     }
 
     fn at(&mut self, pos: u64) {
-        if pos != self.view.end() {
+        if pos != self.view.end().get() {
             self.whole = false;
         }
         self.records += 1;
@@ -133,14 +133,14 @@ impl Auditor {
     /// A record that is not pool_worker's.
     pub fn foreign(&mut self, pos: u64) {
         self.at(pos);
-        self.view.skip(pos);
+        self.view.skip(Position::new(pos));
     }
 
     /// The record at `pos`.
     pub fn record(&mut self, pos: u64, rec: &Record) {
         self.at(pos);
         let writer_hold = self.view.hold(rec.instance).cloned();
-        if self.view.apply(pos, rec).is_err() {
+        if self.view.apply(Position::new(pos), rec).is_err() {
             return; // void: changes nothing
         }
         let Some(order) = rec.order() else { return };
@@ -153,7 +153,7 @@ impl Auditor {
             })
         };
         let trail = self.orders.entry(order).or_default();
-        let i = rec.instance;
+        let i = rec.instance.get();
         match rec.event() {
             Event::Claimed => {
                 self.claimed
@@ -162,8 +162,8 @@ impl Auditor {
                     .insert(order.offset);
             }
             Event::Committed => {
-                let hold = self.view.hold(i).filter(|h| h.order == order);
-                if hold.is_some_and(|h| h.committed == Some(pos)) {
+                let hold = self.view.hold(rec.instance).filter(|h| h.order == order);
+                if hold.is_some_and(|h| h.committed == Some(Position::new(pos))) {
                     trail.first_commit.get_or_insert(pos);
                     match trail.runner {
                         Some(r) if r != i => broke(
@@ -173,7 +173,7 @@ impl Auditor {
                         _ => trail.runner = Some(i),
                     }
                 }
-                if rec.attempt() > self.max_attempts {
+                if rec.attempt().get() > self.max_attempts {
                     broke(
                         Rule::TooManyAttempts,
                         format!(
@@ -205,7 +205,7 @@ impl Auditor {
                 }
                 if let Some(o) = &rec.outcome() {
                     *self.by_status.entry(o.status.as_str()).or_default() += 1;
-                    let cancel = self.view.cancel(order).map(|(c, _)| c);
+                    let cancel = self.view.cancel(order).map(|(c, _)| c.get());
                     if let (Some(c), Some(f)) = (cancel, trail.first_commit) {
                         if c < f && o.status != crate::record::Status::Cancelled {
                             broke(
@@ -373,23 +373,7 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
-        let mut r = Record::of(i, ev, inc, 0);
-        r.seq = seq;
-        if ev != Event::Booted {
-            r = r.with_order(OrderId::new(0, o));
-            r.set_attempt(1);
-            r.next.insert(0, o + 1);
-        }
-        if ev == Event::Completed {
-            r.set_outcome(Some(crate::record::Outcome::not_run(
-                crate::record::Status::Ok,
-                "",
-            )));
-        }
-        r
-    }
+    use crate::checkpoint::tests::rec;
 
     fn check(log: &[Record]) -> Report {
         audit(log.iter().enumerate().map(|(p, r)| (p as u64, Some(r))), 3)

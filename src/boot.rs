@@ -11,12 +11,30 @@
 //!
 //! This module is pure: records and positions in, answers out. No I/O, no
 //! clock (timestamps come inside the records).
+//!
+//! The View's rules live by family in submodules: `fence` (R7, R10),
+//! `hold` (R11–R15, R46), `revoke` (R37–R39), `queue` (R26–R30),
+//! `cancel` (R51), `snapshot` (R20, R23, R24) and, for the tests only,
+//! `relabel`.
 
-use crate::checkpoint::{Snapshot, ID_MEMORY, ID_MEMORY_BYTES};
-use crate::record::{Body, Cite, Event, OrderId, Outcome, Record};
+use crate::record::{
+    Attempt, Body, Cite, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::hash::Hash;
+
+mod cancel;
+mod fence;
+mod hold;
+mod queue;
+#[cfg(any(test, feature = "testing"))]
+mod relabel;
+mod revoke;
+mod snapshot;
+
+pub use queue::{turns, Turn};
+#[cfg(any(test, feature = "testing"))]
+pub use relabel::{Relabel, Summary, SummaryHold};
 
 /// How many positions a settled contest is remembered after it settled. A
 /// claim of an order behind the frontier whose contest is no longer known is
@@ -39,36 +57,36 @@ pub enum Stance {
 #[serde(deny_unknown_fields)]
 pub struct Contest {
     /// Instance → (position of its claim, its stance).
-    pub stances: BTreeMap<u32, (u64, Stance)>,
+    pub stances: BTreeMap<InstanceNo, (Position, Stance)>,
     /// The order was behind the frontier when its first claim we know of
     /// arrived, and nothing was known of it: the claim came late.
     pub late: bool,
     /// Position at which the order was completed.
-    pub completed_at: Option<u64>,
+    pub completed_at: Option<Position>,
     /// A void `completed` of the order (its writer was fenced or revoked,
     /// but it ran the job to its end): position and outcome. See
     /// [`View::apply`] and docs/protocol.md R15.
-    pub finished: Option<(u64, Outcome)>,
+    pub finished: Option<(Position, Outcome)>,
     /// Claimants whose rank is not their instance number: takeovers, which
     /// stand where the hold they took over stood.
-    pub ranks: BTreeMap<u32, u32>,
+    pub ranks: BTreeMap<InstanceNo, u32>,
     /// Takeover claimants whose claims are not late even though the contest
     /// is: heirs of a committed hold, or of a claim that was not late.
-    pub heirs: BTreeSet<u32>,
+    pub heirs: BTreeSet<InstanceNo>,
 }
 
 impl Contest {
     /// Instance `i`'s place in the negotiation: (rank, number), lower wins.
     /// A total order on claimants, fixed by their records, which is all the
     /// safety argument of `claim::decide` needs.
-    pub fn rank(&self, i: u32) -> (u32, u32) {
-        (self.ranks.get(&i).copied().unwrap_or(i), i)
+    pub fn rank(&self, i: InstanceNo) -> (u32, InstanceNo) {
+        (self.ranks.get(&i).copied().unwrap_or(i.get()), i)
     }
 
     /// Instance `i` claims (undecided) at `pos`, with `rank`.
-    fn claim(&mut self, i: u32, pos: u64, rank: u32) {
+    fn claim(&mut self, i: InstanceNo, pos: Position, rank: u32) {
         self.stances.insert(i, (pos, Stance::Undecided));
-        if rank == i {
+        if rank == i.get() {
             self.ranks.remove(&i);
         } else {
             self.ranks.insert(i, rank);
@@ -76,7 +94,7 @@ impl Contest {
     }
 
     /// Whether instance `i`'s claim must yield as late.
-    pub fn late_for(&self, i: u32) -> bool {
+    pub fn late_for(&self, i: InstanceNo) -> bool {
         self.late && !self.heirs.contains(&i)
     }
 
@@ -96,21 +114,21 @@ impl Contest {
 #[serde(deny_unknown_fields)]
 pub struct Hold {
     pub order: OrderId,
-    pub claim_pos: u64,
+    pub claim_pos: Position,
     /// The newest attempt number (claims start at 1; a resumed run writes a
     /// new `committed` with the next number).
-    pub attempt: u32,
+    pub attempt: Attempt,
     /// Position of the first `committed` after the claim; `None` while undecided.
-    pub committed: Option<u64>,
+    pub committed: Option<Position>,
     /// The order's `id`, when the claim named one.
     pub order_id: Option<String>,
     /// Newest writer timestamp of the claim, its decisions and its leases.
     pub last_ts: u64,
     /// Position of the hold's newest record (claim, commit or lease): a
     /// revocation must name it (docs/protocol.md R37).
-    pub last_pos: u64,
+    pub last_pos: Position,
     /// Incarnation that wrote the hold's newest record.
-    pub incarnation: String,
+    pub incarnation: Incarnation,
     /// The hold's rank in the negotiation (see [`Contest::rank`]).
     pub rank: u32,
     /// Opened by the instance's revocation of another's hold; its takeover
@@ -124,15 +142,15 @@ pub struct Hold {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Instance {
-    /// The current incarnation: that of the newest `booted`, with its position.
-    pub booted: Option<(u64, String)>,
-    /// Last (incarnation, seq) accepted from this instance number.
-    last_seq: Option<(String, u64)>,
+    /// The current incarnation: that of the newest `booted`.
+    pub booted: Option<Booted>,
+    /// The last `seq` accepted from this instance number (R7).
+    last_seq: Option<LastSeq>,
     pub hold: Option<Hold>,
     /// An incarnation whose hold was revoked: its later records are void.
-    pub revoked: Option<String>,
-    /// The newest completion: order, position, attempt, outcome.
-    pub last_completed: Option<(OrderId, u64, u32, Outcome)>,
+    pub revoked: Option<Incarnation>,
+    /// The newest completion.
+    pub last_completed: Option<Completion>,
     /// Newest timestamp written by this instance.
     pub last_ts: u64,
     /// The writer's clock (`ts`) of the record with which this instance
@@ -157,6 +175,94 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// `From` both ways between a struct and the tuple of its fields, in
+/// order: the struct is written as that tuple (`#[serde(from, into)]`), the
+/// shape checkpoints have had since before it was named.
+macro_rules! tuple_form {
+    ($name:ident { $($field:ident: $t:ty),+ }) => {
+        impl From<($($t),+)> for $name {
+            fn from(($($field),+): ($($t),+)) -> Self {
+                $name { $($field),+ }
+            }
+        }
+
+        impl From<$name> for ($($t),+) {
+            fn from(v: $name) -> Self {
+                ($(v.$field),+)
+            }
+        }
+    };
+}
+
+/// An instance's newest `booted`: where, and the incarnation it made
+/// current. Written as `[at, incarnation]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "(Position, Incarnation)", into = "(Position, Incarnation)")]
+pub struct Booted {
+    pub at: Position,
+    pub incarnation: Incarnation,
+}
+
+/// The last `seq` accepted from an instance number, and the incarnation
+/// that wrote it (R7). Written as `[incarnation, seq]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "(Incarnation, u64)", into = "(Incarnation, u64)")]
+struct LastSeq {
+    incarnation: Incarnation,
+    seq: u64,
+}
+
+/// An instance's newest completion. Written as `[order, at, attempt,
+/// outcome]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(
+    from = "(OrderId, Position, Attempt, Outcome)",
+    into = "(OrderId, Position, Attempt, Outcome)"
+)]
+pub struct Completion {
+    pub order: OrderId,
+    pub at: Position,
+    pub attempt: Attempt,
+    pub outcome: Outcome,
+}
+
+tuple_form!(Booted {
+    at: Position,
+    incarnation: Incarnation
+});
+tuple_form!(LastSeq {
+    incarnation: Incarnation,
+    seq: u64
+});
+tuple_form!(Completion {
+    order: OrderId,
+    at: Position,
+    attempt: Attempt,
+    outcome: Outcome
+});
+
+/// A contest that settled: where, and the order (R12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Settled {
+    at: Position,
+    order: OrderId,
+}
+
+/// The order that first announced an id, and where (R46).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct IdOwner {
+    order: OrderId,
+    at: Position,
+}
+
+/// An operator's cancel of an order: where, and the operator's reason
+/// (R51).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Cancel {
+    at: Position,
+    reason: String,
+}
+
 /// Why a record was not applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Void {
@@ -176,7 +282,7 @@ pub struct View {
     #[cfg(any(test, feature = "testing"))]
     pub keep_duplicates: bool,
     /// Position of the next record to read.
-    end: u64,
+    end: Position,
     /// Foreign records skipped so far.
     pub foreign: u64,
     /// Records that were void (fenced, duplicate, stray).
@@ -184,36 +290,22 @@ pub struct View {
     /// Completions applied so far (only those this replay saw: compaction
     /// may have erased older ones).
     pub completions: u64,
-    instances: BTreeMap<u32, Instance>,
+    instances: BTreeMap<InstanceNo, Instance>,
     frontier: BTreeMap<i32, i64>,
     contests: BTreeMap<OrderId, Contest>,
-    /// Settled contests, oldest first: (settled at, order).
-    settled: VecDeque<(u64, OrderId)>,
+    /// Settled contests, oldest first.
+    settled: VecDeque<Settled>,
     /// Order ids (a JSON order's `id`): the order that first announced each,
     /// and where (docs/protocol.md R46).
-    ids: BTreeMap<String, (OrderId, u64)>,
+    ids: BTreeMap<String, IdOwner>,
     /// The newest checkpoint read covers the log before this position.
-    checkpoint: u64,
+    checkpoint: Position,
     /// Operators' cancels (`pool_worker cancel`) of orders not completed
-    /// when they landed: order → (position, reason) of the first one. A
+    /// when they landed: order → the first one. A
     /// commit of the order that follows it never runs the job
     /// (docs/protocol.md R51, R52). Forgotten with the
     /// order's settled contest.
-    cancels: BTreeMap<OrderId, (u64, String)>,
-}
-
-/// An instance's incarnation and its hold (the order, and whether it is
-/// committed), as [`Summary`] compares them.
-#[cfg(any(test, feature = "testing"))]
-pub type SummaryHold = (Option<String>, Option<(OrderId, bool)>);
-
-/// What the tests compare across compaction: each instance's incarnation
-/// and hold, and the frontier.
-#[cfg(any(test, feature = "testing"))]
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Summary {
-    pub holds: BTreeMap<u32, SummaryHold>,
-    pub frontier: BTreeMap<i32, i64>,
+    cancels: BTreeMap<OrderId, Cancel>,
 }
 
 impl View {
@@ -221,33 +313,21 @@ impl View {
         View::default()
     }
 
-    /// Whether duplicates are applied (the `KeepDuplicates` flaw).
-    #[cfg(any(test, feature = "testing"))]
-    fn keeps_duplicates(&self) -> bool {
-        self.keep_duplicates
-    }
-
-    /// Whether duplicates are applied: never without the `testing` feature.
-    #[cfg(not(any(test, feature = "testing")))]
-    fn keeps_duplicates(&self) -> bool {
-        false
-    }
-
     /// Position of the next record to read.
-    pub fn end(&self) -> u64 {
+    pub fn end(&self) -> Position {
         self.end
     }
 
     /// Notes that the record at `pos` was foreign and skipped.
-    pub fn skip(&mut self, pos: u64) {
-        self.end = self.end.max(pos + 1);
+    pub fn skip(&mut self, pos: Position) {
+        self.end = self.end.max(pos.next());
         self.foreign += 1;
     }
 
     /// Folds the record at `pos` (positions increase; gaps are compacted
     /// records) into the view.
-    pub fn apply(&mut self, pos: u64, rec: &Record) -> Result<(), Void> {
-        self.end = self.end.max(pos + 1);
+    pub fn apply(&mut self, pos: Position, rec: &Record) -> Result<(), Void> {
+        self.end = self.end.max(pos.next());
         if rec.event() == Event::Cancelled {
             // No instance's record: no fence, seq or hold of any instance.
             self.apply_cancel(pos, rec);
@@ -265,44 +345,10 @@ impl View {
         r
     }
 
-    fn apply_inner(&mut self, pos: u64, rec: &Record) -> Result<(), Void> {
-        // Written on another's behalf (a revocation): the writer must not be
-        // fenced itself.
-        if let Some(w) = rec.by().and_then(|w| self.instances.get(&w)) {
-            let current = w
-                .booted
-                .as_ref()
-                .is_none_or(|(_, cur)| *cur == rec.incarnation);
-            if !current || w.revoked.as_deref() == Some(rec.incarnation.as_str()) {
-                return Err(Void::Fenced);
-            }
-        }
-        let keep_duplicates = self.keeps_duplicates();
-        let inst = self.instances.entry(rec.instance).or_default();
-        // R10: only the newest incarnation speaks.
-        if rec.event() == Event::Booted {
-            inst.booted = Some((pos, rec.incarnation.clone()));
-            inst.revoked = None;
-        } else if rec.by().is_none() {
-            if let Some((_, cur)) = &inst.booted {
-                if *cur != rec.incarnation {
-                    return Err(Void::Fenced);
-                }
-            }
-            if inst.revoked.as_deref() == Some(rec.incarnation.as_str()) {
-                return Err(Void::Fenced);
-            }
-        }
-        // R7: duplicates.
-        if rec.by().is_none() && rec.seq > 0 {
-            if let Some((inc, seq)) = &inst.last_seq {
-                if *inc == rec.incarnation && rec.seq <= *seq && !keep_duplicates {
-                    return Err(Void::Duplicate);
-                }
-            }
-            inst.last_seq = Some((rec.incarnation.clone(), rec.seq));
-        }
-        inst.last_ts = inst.last_ts.max(rec.ts);
+    /// A record of an instance (anything but a cancel): admitted (R7, R10),
+    /// its frontier raised (R13), then applied by its kind.
+    fn apply_inner(&mut self, pos: Position, rec: &Record) -> Result<(), Void> {
+        self.admit(pos, rec)?;
         // Whether a claim's order was already behind the frontier before this
         // record (its own `next` counts the claim itself).
         let behind = rec
@@ -317,347 +363,46 @@ impl View {
         let Some(order) = rec.order() else {
             return Ok(());
         };
-        let i = rec.instance;
         match &rec.body {
-            Body::Claimed {
-                attempt,
-                takeover_of,
-                rank,
-                order_id,
-                ..
-            } => {
-                // A takeover claim (it names the hold it took over) follows
-                // a valid revocation of an open hold: it is late only if it
-                // continues a pending hold that inherited lateness (below).
-                let takeover = !takeover_of.is_empty();
-                let continues = takeover
-                    && self
-                        .instances
-                        .get(&i)
-                        .and_then(|s| s.hold.as_ref())
-                        .is_some_and(|h| h.pending && h.order == order);
-                let contest = self.contests.entry(order).or_insert_with(|| Contest {
-                    late: behind && !takeover,
-                    ..Contest::default()
-                });
-                let rank = rank.unwrap_or(i);
-                contest.claim(i, pos, rank);
-                if continues {
-                    // As the pending hold was.
-                } else if takeover {
-                    contest.heirs.insert(i);
-                } else {
-                    contest.heirs.remove(&i);
-                }
-                raise(&mut self.frontier, order.partition, order.offset + 1);
-                let inst = self.instances.entry(i).or_default();
-                inst.hold = Some(Hold {
-                    order,
-                    claim_pos: pos,
-                    attempt: (*attempt).max(1),
-                    committed: None,
-                    order_id: order_id.clone(),
-                    last_ts: rec.ts,
-                    last_pos: pos,
-                    incarnation: rec.incarnation.clone(),
-                    rank,
-                    pending: false,
-                    took_over: takeover_of.first().cloned(),
-                });
+            Body::Claimed { .. } => {
+                self.apply_claim(pos, rec, order, behind);
                 Ok(())
             }
-            Body::Revoked {
-                by,
-                fences,
-                seen,
-                rank,
-                attempt,
-                ..
-            } => {
-                // Valid only if the hold wrote nothing since the revoker
-                // looked, so that every reader agrees (R37).
-                let inst = self.instances.entry(i).or_default();
-                let Some(hold) = inst.hold.as_ref().filter(|h| {
-                    h.order == order && h.last_pos == *seen && h.incarnation == *fences
-                }) else {
-                    return Err(Void::Stray);
-                };
-                let (claim_pos, order_id, was_committed) = (
-                    hold.claim_pos,
-                    hold.order_id.clone(),
-                    hold.committed.is_some(),
-                );
-                let from = Cite {
-                    instance: i,
-                    incarnation: hold.incarnation.clone(),
-                };
-                inst.revoked = Some(hold.incarnation.clone());
-                inst.hold = None;
-                // A revoked holder is out of the contest, like one that yielded.
-                let contest = self.contests.entry(order).or_default();
-                // A late claim stays late in its heir's hands (it may be a
-                // claim of an order completed and forgotten); a committed
-                // hold was never late to its holder.
-                let late = !was_committed && contest.late_for(i);
-                contest.stances.insert(i, (claim_pos, Stance::Yielded));
-                let rank = rank.unwrap_or(contest.rank(i).0);
-                // A revoker that holds nothing (an idle instance taking the
-                // order over) holds it from here, in the revoked hold's
-                // place, until its takeover claim lands: the two appends are
-                // not atomic, and a revoker that dies between them must not
-                // leave the order held by nobody (R39).
-                let by = *by;
-                let heir = self.instances.entry(by).or_default();
-                if heir.hold.is_some() {
-                    return Ok(());
-                }
-                heir.hold = Some(Hold {
-                    order,
-                    claim_pos: pos,
-                    attempt: (*attempt).max(1),
-                    committed: None,
-                    order_id,
-                    last_ts: rec.ts,
-                    last_pos: pos,
-                    incarnation: rec.incarnation.clone(),
-                    rank,
-                    pending: true,
-                    took_over: Some(from),
-                });
-                contest.claim(by, pos, rank);
-                if late {
-                    contest.heirs.remove(&by);
-                } else {
-                    contest.heirs.insert(by);
-                }
-                Ok(())
-            }
+            Body::Revoked { .. } => self.apply_revoke(pos, rec, order),
             Body::Committed { .. }
             | Body::Yielded { .. }
             | Body::Completed { .. }
-            | Body::Lease { .. } => {
-                let inst = self.instances.entry(i).or_default();
-                let Some(hold) = inst.hold.as_mut().filter(|h| h.order == order) else {
-                    return Err(Void::Stray);
-                };
-                hold.last_ts = hold.last_ts.max(rec.ts);
-                if matches!(rec.body, Body::Lease { .. } | Body::Committed { .. }) {
-                    hold.last_pos = pos;
-                    hold.incarnation = rec.incarnation.clone();
-                }
-                // An id announced by the holder of a committed order (the
-                // first one wins; a duplicate's own completion names its id
-                // too, but it is never first).
-                if let (Some(id), Some(_)) = (rec.order_id(), hold.committed) {
-                    hold.order_id = Some(id.to_string());
-                    self.ids.entry(id.to_string()).or_insert((order, pos));
-                }
-                let claim_pos = hold.claim_pos;
-                let stance = match (rec.event(), hold.committed) {
-                    (Event::Lease, _) => return Ok(()),
-                    // The first decision after a claim is the decision
-                    // (R11); a later `committed` is a
-                    // new attempt of the same run, a later `yielded` nothing.
-                    (Event::Committed, Some(_)) => {
-                        hold.attempt = hold.attempt.max(rec.attempt());
-                        return Ok(());
-                    }
-                    (Event::Committed, None) => {
-                        hold.committed = Some(pos);
-                        hold.attempt = hold.attempt.max(rec.attempt());
-                        Stance::Committed
-                    }
-                    (Event::Yielded, None) => {
-                        inst.hold = None;
-                        Stance::Yielded
-                    }
-                    (Event::Yielded, Some(_)) => return Err(Void::Stray),
-                    // A completion closes the hold of its order. A valid
-                    // completion is written only after its writer's commit,
-                    // but compaction may have erased that commit (a void
-                    // record of the same key superseded it), so it is not
-                    // required here (R11).
-                    _ => {
-                        let attempt = hold.attempt;
-                        inst.hold = None;
-                        let outcome = rec.outcome().cloned().unwrap_or_else(|| {
-                            Outcome::not_run(crate::record::Status::Error, "missing outcome")
-                        });
-                        inst.last_completed = Some((order, pos, attempt, outcome));
-                        self.completions += 1;
-                        Stance::Completed
-                    }
-                };
-                let contest = self.contests.entry(order).or_default();
-                contest.stances.insert(i, (claim_pos, stance));
-                if stance == Stance::Completed {
-                    contest.completed_at = Some(pos);
-                }
-                if contest.settled() {
-                    self.settled.push_back((pos, order));
-                }
-                Ok(())
-            }
+            | Body::Lease { .. } => self.apply_decision(pos, rec, order),
             // Handled in `apply`, never here.
             Body::Booted | Body::Checkpoint { .. } | Body::Cancelled { .. } => Ok(()),
-        }
-    }
-
-    /// An operator's cancel of an order. Noted unless the order is known to
-    /// have run to its end (its contest is completed or finished) or to
-    /// be settled and forgotten (behind the frontier with no contest: it
-    /// was completed long ago; a claim of it now is late and yields), and
-    /// unless an earlier cancel of it is noted (the first one counts).
-    /// Inert otherwise: it changes no hold, stance or frontier, so the
-    /// negotiation is untouched; only a holder reads it, before it runs
-    /// the job and while it runs (src/worker.rs).
-    fn apply_cancel(&mut self, pos: u64, rec: &Record) {
-        let Some(order) = rec.order() else { return };
-        let done = match self.contests.get(&order) {
-            Some(c) => c.completed_at.is_some() || c.finished.is_some(),
-            None => order.offset < self.next_offset(order.partition),
-        };
-        if !done {
-            let reason = rec.reason().unwrap_or_default().to_string();
-            self.cancels.entry(order).or_insert((pos, reason));
-        }
-    }
-
-    /// The cancel of `order` this view read, if the order was not completed
-    /// when it landed: its position and the operator's reason.
-    pub fn cancel(&self, order: OrderId) -> Option<(u64, &str)> {
-        self.cancels.get(&order).map(|(p, r)| (*p, r.as_str()))
-    }
-
-    /// Keeps the idle queue (docs/protocol.md R26, R30) after a
-    /// valid record: its writer is back in the queue if it was passed over;
-    /// an instance that came to hold nothing joins it as of the record's
-    /// `ts`, unless its process exits after this record (a `completed` that
-    /// says `exits`: it joins at its next `booted`); the instances a claim
-    /// passed over leave it. Liveness only: no rule of the negotiation reads
-    /// any of it.
-    fn note_idle(&mut self, rec: &Record) {
-        if let Some(w) = self.instances.get_mut(&rec.writer()) {
-            w.passed_over = false;
-        }
-        if let Some(inst) = self.instances.get_mut(&rec.instance) {
-            match rec.event() {
-                Event::Booted => inst.exiting = false,
-                Event::Completed if matches!(rec.body, Body::Completed { exits: true, .. }) => {
-                    inst.exiting = true
-                }
-                _ => {}
-            }
-        }
-        let closes = matches!(
-            rec.event(),
-            Event::Booted | Event::Yielded | Event::Completed | Event::Revoked
-        );
-        if let Some(inst) = self
-            .instances
-            .get_mut(&rec.instance)
-            .filter(|s| closes && s.hold.is_none())
-        {
-            inst.idle_ts = rec.ts;
-        }
-        if let Body::Claimed { passed_over, .. } = &rec.body {
-            for i in passed_over {
-                if let Some(s) = self.instances.get_mut(i).filter(|_| *i != rec.writer()) {
-                    s.passed_over = true;
-                }
-            }
-        }
-    }
-
-    /// The idle queue: every instance whose current incarnation holds
-    /// nothing, is not revoked, has not said that it exits and was not
-    /// passed over since it last wrote, longest idle first (by `idle_ts`,
-    /// then by number). Every reader of the same records computes the same
-    /// queue.
-    pub fn idle_queue(&self) -> Vec<u32> {
-        let mut q: Vec<(u64, u32)> = self
-            .instances
-            .iter()
-            .filter(|(_, s)| {
-                s.hold.is_none()
-                    && !s.passed_over
-                    && !s.exiting
-                    && s.booted
-                        .as_ref()
-                        .is_some_and(|(_, inc)| s.revoked.as_deref() != Some(inc.as_str()))
-            })
-            .map(|(i, s)| (s.idle_ts, *i))
-            .collect();
-        q.sort_unstable();
-        q.into_iter().map(|(_, i)| i).collect()
-    }
-
-    /// A `completed` record is evidence that its order ran to its end (or
-    /// was given up) even when it is void: a process appends `completed`
-    /// only after reading its own commit back valid, and a fenced or revoked
-    /// writer (a zombie, a holder cut off past its lease, a late copy of a
-    /// valid completion) still ran the job. Compaction can erase the valid
-    /// completion in favour of a void one with the same key, so the void
-    /// one must still keep the order from being committed again
-    /// (docs/protocol.md R15).
-    fn note_completion(&mut self, pos: u64, rec: &Record) {
-        let Body::Completed { order, outcome, .. } = &rec.body else {
-            return;
-        };
-        let order = *order;
-        let c = self.contests.entry(order).or_default();
-        if c.finished.is_none() {
-            c.finished = Some((pos, outcome.clone()));
-            if c.settled() {
-                self.settled.push_back((pos, order));
-            }
-        }
-    }
-
-    /// Forgets contests that settled more than [`CONTEST_MEMORY`] positions
-    /// ago, so that memory does not grow with history.
-    fn forget_old_contests(&mut self, pos: u64) {
-        while let Some(&(at, order)) = self.settled.front() {
-            if at + CONTEST_MEMORY > pos {
-                break;
-            }
-            self.settled.pop_front();
-            if self.contests.get(&order).is_some_and(Contest::settled) {
-                self.contests.remove(&order);
-                self.cancels.remove(&order);
-            }
         }
     }
 
     /// What the view knows of instance `i` (for the tests: the shells go
     /// through [`View::instances`], [`View::hold`] …).
     #[cfg(any(test, feature = "testing"))]
-    pub fn instance(&self, i: u32) -> Option<&Instance> {
+    pub fn instance(&self, i: InstanceNo) -> Option<&Instance> {
         self.instances.get(&i)
     }
 
     /// Every instance number the log mentions.
-    pub fn instances(&self) -> impl Iterator<Item = (u32, &Instance)> {
+    pub fn instances(&self) -> impl Iterator<Item = (InstanceNo, &Instance)> {
         self.instances.iter().map(|(i, s)| (*i, s))
     }
 
     /// What instance `i` holds.
-    pub fn hold(&self, i: u32) -> Option<&Hold> {
+    pub fn hold(&self, i: InstanceNo) -> Option<&Hold> {
         self.instances.get(&i)?.hold.as_ref()
     }
 
     /// The current incarnation of instance `i`.
-    pub fn incarnation(&self, i: u32) -> Option<&str> {
-        self.instances
-            .get(&i)?
-            .booted
-            .as_ref()
-            .map(|(_, inc)| inc.as_str())
+    pub fn incarnation(&self, i: InstanceNo) -> Option<&Incarnation> {
+        Some(&self.instances.get(&i)?.booted.as_ref()?.incarnation)
     }
 
     /// The order that first announced `id`.
     pub fn id_owner(&self, id: &str) -> Option<OrderId> {
-        self.ids.get(id).map(|(o, _)| *o)
+        self.ids.get(id).map(|owner| owner.order)
     }
 
     pub fn contest(&self, order: OrderId) -> Option<&Contest> {
@@ -680,280 +425,8 @@ impl View {
     }
 
     /// The newest checkpoint read covers the log before this position.
-    pub fn checkpoint(&self) -> u64 {
+    pub fn checkpoint(&self) -> Position {
         self.checkpoint
-    }
-
-    /// This view as a checkpoint's snapshot (src/checkpoint.rs says what it
-    /// leaves out and why that is safe).
-    pub fn snapshot(&self) -> Snapshot {
-        let mut ids: Vec<(String, OrderId, u64)> = self
-            .ids
-            .iter()
-            .map(|(id, (o, pos))| (id.clone(), *o, *pos))
-            .collect();
-        ids.sort_by_key(|(_, _, pos)| std::cmp::Reverse(*pos));
-        ids.truncate(ID_MEMORY);
-        // Keep the record well under Kafka's default max.message.bytes (1 MB),
-        // counting the ids as written (JSON escaping included).
-        let mut bytes = 0;
-        ids.retain(|(id, _, _)| {
-            bytes += crate::record::json_len(id) + 40;
-            bytes <= ID_MEMORY_BYTES
-        });
-        // Outcomes without their output tails: those are in the `completed`
-        // records, and a snapshot of many instances would not fit a record.
-        let mut instances = self.instances.clone();
-        for inst in instances.values_mut() {
-            if let Some((_, _, _, outcome)) = inst.last_completed.as_mut() {
-                *outcome = outcome.without_output();
-            }
-        }
-        let contests = self
-            .contests
-            .iter()
-            .filter(|(_, c)| !c.settled())
-            .map(|(o, c)| {
-                let mut c = c.clone();
-                if let Some((_, outcome)) = c.finished.as_mut() {
-                    *outcome = outcome.without_output();
-                }
-                (*o, c)
-            })
-            .collect();
-        // Cancels of orders still to run or running (a settled contest's
-        // cancel has nothing left to do).
-        let cancels = self
-            .cancels
-            .iter()
-            .filter(|(o, _)| !self.contests.get(o).is_some_and(Contest::settled))
-            .map(|(o, (p, r))| (*o, *p, r.clone()))
-            .collect();
-        Snapshot {
-            at: self.end,
-            instances,
-            frontier: self.frontier.clone(),
-            contests,
-            ids,
-            cancels,
-        }
-    }
-
-    /// The view a snapshot describes: read on from `snapshot.at`.
-    pub fn from_snapshot(snap: &Snapshot) -> View {
-        View {
-            end: snap.at,
-            instances: snap.instances.clone(),
-            frontier: snap.frontier.clone(),
-            contests: snap.contests.iter().cloned().collect(),
-            ids: snap
-                .ids
-                .iter()
-                .map(|(id, o, pos)| (id.clone(), (*o, *pos)))
-                .collect(),
-            checkpoint: snap.at,
-            cancels: snap
-                .cancels
-                .iter()
-                .map(|(o, p, r)| (*o, (*p, r.clone())))
-                .collect(),
-            ..View::default()
-        }
-    }
-
-    /// Renames every log position the view stores through `f`, and passes
-    /// every stored outcome through `g`. For the model check only
-    /// (tests/pure/model.rs, "Commuting appends"): the protocol treats positions
-    /// as names of records — it stores them, compares them for equality and
-    /// prints them, and orders one against another only to keep a
-    /// checkpoint's newest ids and to forget settled contests, neither of
-    /// which happens in those checks — so two logs that differ only in the
-    /// order of unrelated records give views equal up to this renaming, and
-    /// the check counts them once. `g` drops the texts
-    /// (reasons) that quote positions; no rule reads them. The queue of
-    /// settled contests is dropped: it matters only [`CONTEST_MEMORY`]
-    /// positions after a contest settled. Only with the `testing` feature.
-    #[cfg(any(test, feature = "testing"))]
-    pub fn relabel(&mut self, f: &dyn Fn(u64) -> u64, g: &dyn Fn(&mut Outcome)) {
-        for s in self.instances.values_mut() {
-            if let Some((p, _)) = &mut s.booted {
-                *p = f(*p);
-            }
-            if let Some(h) = &mut s.hold {
-                h.claim_pos = f(h.claim_pos);
-                h.last_pos = f(h.last_pos);
-                h.committed = h.committed.map(f);
-            }
-            if let Some((_, p, _, o)) = &mut s.last_completed {
-                *p = f(*p);
-                g(o);
-            }
-        }
-        for c in self.contests.values_mut() {
-            for (p, _) in c.stances.values_mut() {
-                *p = f(*p);
-            }
-            c.completed_at = c.completed_at.map(f);
-            if let Some((p, o)) = &mut c.finished {
-                *p = f(*p);
-                g(o);
-            }
-        }
-        // When contests settled matters only CONTEST_MEMORY positions
-        // later, far beyond any log the model builds.
-        self.settled.clear();
-        for (_, p) in self.ids.values_mut() {
-            *p = f(*p);
-        }
-        for (p, _) in self.cancels.values_mut() {
-            *p = f(*p);
-        }
-    }
-
-    /// Feeds `h` exactly what hashing a copy of the view after
-    /// [`View::relabel`]`(f, g)` would, without making the copy (the model
-    /// check fingerprints every state this way; cloning and dropping the
-    /// views' maps took about a tenth of its time). tests/pure/model.rs compares
-    /// the two on the states of small explorations. Only with the `testing`
-    /// feature.
-    #[cfg(any(test, feature = "testing"))]
-    pub fn hash_relabeled<H: std::hash::Hasher>(
-        &self,
-        f: &dyn Fn(u64) -> u64,
-        g: &dyn Fn(&mut Outcome),
-        h: &mut H,
-    ) {
-        // Destructured, so that a field added to View must be placed here
-        // (in declaration order: that is the order the derived Hash uses).
-        let View {
-            keep_duplicates,
-            end,
-            foreign,
-            void,
-            completions,
-            instances,
-            frontier,
-            contests,
-            settled: _,
-            ids,
-            checkpoint,
-            cancels,
-        } = self;
-        let outcome = |o: &Outcome| {
-            let mut o = o.clone();
-            g(&mut o);
-            o
-        };
-        (keep_duplicates, end, foreign, void, completions).hash(h);
-        instances.len().hash(h);
-        for (i, s) in instances {
-            let Instance {
-                booted,
-                last_seq,
-                hold,
-                revoked,
-                last_completed,
-                last_ts,
-                idle_ts,
-                passed_over,
-                exiting,
-            } = s;
-            i.hash(h);
-            booted.as_ref().map(|(p, inc)| (f(*p), inc)).hash(h);
-            last_seq.hash(h);
-            hold.as_ref()
-                .map(|hold| {
-                    let Hold {
-                        order,
-                        claim_pos,
-                        attempt,
-                        committed,
-                        order_id,
-                        last_ts,
-                        last_pos,
-                        incarnation,
-                        rank,
-                        pending,
-                        took_over,
-                    } = hold;
-                    (
-                        order,
-                        f(*claim_pos),
-                        attempt,
-                        committed.map(f),
-                        order_id,
-                        last_ts,
-                        f(*last_pos),
-                        incarnation,
-                        rank,
-                        pending,
-                        took_over,
-                    )
-                })
-                .hash(h);
-            revoked.hash(h);
-            last_completed
-                .as_ref()
-                .map(|(o, p, a, out)| (o, f(*p), a, outcome(out)))
-                .hash(h);
-            last_ts.hash(h);
-            idle_ts.hash(h);
-            passed_over.hash(h);
-            exiting.hash(h);
-        }
-        frontier.hash(h);
-        contests.len().hash(h);
-        for (o, c) in contests {
-            let Contest {
-                stances,
-                late,
-                completed_at,
-                finished,
-                ranks,
-                heirs,
-            } = c;
-            o.hash(h);
-            stances.len().hash(h);
-            for (i, (p, s)) in stances {
-                (i, (f(*p), s)).hash(h);
-            }
-            late.hash(h);
-            completed_at.map(f).hash(h);
-            finished
-                .as_ref()
-                .map(|(p, out)| (f(*p), outcome(out)))
-                .hash(h);
-            (ranks, heirs).hash(h);
-        }
-        // `relabel` clears the queue of settled contests.
-        VecDeque::<(u64, OrderId)>::new().hash(h);
-        ids.len().hash(h);
-        for (id, (o, p)) in ids {
-            (id, (o, f(*p))).hash(h);
-        }
-        checkpoint.hash(h);
-        cancels.len().hash(h);
-        for (o, (p, r)) in cancels {
-            (o, (f(*p), r)).hash(h);
-        }
-    }
-
-    /// The facts that must not depend on compaction (for the tests).
-    #[cfg(any(test, feature = "testing"))]
-    pub fn summary(&self) -> Summary {
-        Summary {
-            holds: self
-                .instances
-                .iter()
-                .map(|(i, s)| {
-                    let inc = s.booted.as_ref().map(|(_, inc)| inc.clone());
-                    let hold = s.hold.as_ref().map(|h| (h.order, h.committed.is_some()));
-                    (*i, (inc, hold))
-                })
-                .filter(|(_, (inc, hold))| inc.is_some() || hold.is_some())
-                .collect(),
-            frontier: self.frontier.clone(),
-        }
     }
 }
 
@@ -962,60 +435,22 @@ fn raise(f: &mut BTreeMap<i32, i64>, p: i32, o: i64) {
     *e = (*e).max(o);
 }
 
-/// An order waiting and an idle instance's place in its line
-/// ([`turns`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Turn {
-    pub order: OrderId,
-    /// The instances ahead in the order's line: none, the instance is
-    /// preferred and claims at once; otherwise it defers to them, for
-    /// `CLAIM_DEFER_MS` times their number (docs/protocol.md R28, R29).
-    pub ahead: Vec<u32>,
-}
-
-/// The orders waiting (the frontier of each partition with one, in
-/// partition order) and instance `me`'s place in each one's line. The line
-/// of the j-th order waiting is the idle queue ([`View::idle_queue`])
-/// starting from its j-th instance (wrapping around), so the j-th instance
-/// of the queue is first in line for the j-th order; an instance out of the
-/// queue stands at its end. Readers of the same records agree on the lines,
-/// which is what keeps the herd away; disagreement costs time or a rival
-/// claim, never safety: any set of claimants is settled by
-/// [`crate::claim::decide`].
-pub fn turns(view: &View, ends: &BTreeMap<i32, i64>, me: u32) -> Vec<Turn> {
-    let waiting: Vec<OrderId> = ends
-        .iter()
-        .map(|(&p, &end)| (OrderId::new(p, view.next_offset(p)), end))
-        .filter(|(o, end)| o.offset < *end)
-        .map(|(o, _)| o)
-        .collect();
-    if waiting.is_empty() {
-        return Vec::new();
-    }
-    let mut queue = view.idle_queue();
-    if !queue.contains(&me) {
-        queue.push(me);
-    }
-    let n = queue.len();
-    let k = queue.iter().position(|&i| i == me).unwrap_or(n - 1);
-    waiting
-        .into_iter()
-        .enumerate()
-        .map(|(j, order)| {
-            let start = j % n;
-            let place = (k + n - start) % n;
-            Turn {
-                order,
-                ahead: (0..place).map(|m| queue[(start + m) % n]).collect(),
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::record::Status;
+
+    fn n(i: u32) -> InstanceNo {
+        InstanceNo::new(i)
+    }
+
+    fn ns(i: &[u32]) -> Vec<InstanceNo> {
+        i.iter().copied().map(InstanceNo::new).collect()
+    }
+
+    fn p(at: u64) -> Position {
+        Position::new(at)
+    }
 
     pub(crate) fn rec(i: u32, ev: Event, inc: &str, o: i64) -> Record {
         let mut r = Record::of(i, ev, inc, 0);
@@ -1031,8 +466,8 @@ mod tests {
 
     fn view(log: &[Record]) -> View {
         let mut v = View::new();
-        for (p, r) in log.iter().enumerate() {
-            let _ = v.apply(p as u64, r);
+        for (i, r) in log.iter().enumerate() {
+            let _ = v.apply(p(i as u64), r);
         }
         v
     }
@@ -1044,18 +479,26 @@ mod tests {
             rec(1, Event::Claimed, "a", 0),
         ];
         let v = view(&log);
-        assert_eq!(v.hold(1).unwrap().committed, None);
+        assert_eq!(v.hold(n(1)).unwrap().committed, None);
         assert_eq!(v.next_offset(0), 1);
         log.push(rec(1, Event::Committed, "a", 0));
-        assert_eq!(view(&log).hold(1).unwrap().committed, Some(2));
+        assert_eq!(view(&log).hold(n(1)).unwrap().committed, Some(p(2)));
         log.push(rec(1, Event::Completed, "a", 0));
         let v = view(&log);
-        assert!(v.hold(1).is_none());
+        assert!(v.hold(n(1)).is_none());
         assert_eq!(
-            v.instance(1).unwrap().last_completed.as_ref().unwrap().0,
+            v.instance(n(1))
+                .unwrap()
+                .last_completed
+                .as_ref()
+                .unwrap()
+                .order,
             OrderId::new(0, 0)
         );
-        assert_eq!(v.contest(OrderId::new(0, 0)).unwrap().completed_at, Some(3));
+        assert_eq!(
+            v.contest(OrderId::new(0, 0)).unwrap().completed_at,
+            Some(p(3))
+        );
     }
 
     #[test]
@@ -1078,13 +521,16 @@ mod tests {
         assert_eq!(v.cancel(o0), None, "completed: left as it is");
         assert_eq!(
             v.cancel(o5),
-            Some((5, "not yet claimed")),
+            Some((p(5), "not yet claimed")),
             "beyond the frontier, the first"
         );
-        assert_eq!(v.cancel(o1), Some((8, "held")));
+        assert_eq!(v.cancel(o1), Some((p(8), "held")));
         assert_eq!(v.void, 0);
-        assert!(v.instance(0).is_none(), "a cancel is no instance's record");
-        assert_eq!(v.hold(1).unwrap().order, o1, "the hold is untouched");
+        assert!(
+            v.instance(n(0)).is_none(),
+            "a cancel is no instance's record"
+        );
+        assert_eq!(v.hold(n(1)).unwrap().order, o1, "the hold is untouched");
         // Behind the frontier with nothing known: settled and forgotten.
         let mut c = rec(1, Event::Claimed, "a", 9);
         c.next.insert(0, 10);
@@ -1093,8 +539,8 @@ mod tests {
         // Checkpoints carry the cancels still to act on.
         let v = view(&log);
         let back = View::from_snapshot(&v.snapshot());
-        assert_eq!(back.cancel(o5), Some((5, "not yet claimed")));
-        assert_eq!(back.cancel(o1), Some((8, "held")));
+        assert_eq!(back.cancel(o5), Some((p(5), "not yet claimed")));
+        assert_eq!(back.cancel(o1), Some((p(8), "held")));
     }
 
     #[test]
@@ -1106,7 +552,7 @@ mod tests {
         ];
         let v = view(&log);
         assert!(
-            v.hold(1).is_none(),
+            v.hold(n(1)).is_none(),
             "a claim by the fenced incarnation counts for nothing"
         );
         assert_eq!(v.next_offset(0), 0);
@@ -1121,7 +567,7 @@ mod tests {
         y.seq = 3;
         let v = view(&[c.clone(), y, c]);
         assert!(
-            v.hold(1).is_none(),
+            v.hold(n(1)).is_none(),
             "the second copy of the claim does not reopen it"
         );
         assert_eq!(v.void, 1);
@@ -1134,13 +580,13 @@ mod tests {
             rec(2, Event::Committed, "a", 0),
             rec(2, Event::Yielded, "a", 0),
         ];
-        assert_eq!(view(&log).hold(2).unwrap().committed, Some(1));
+        assert_eq!(view(&log).hold(n(2)).unwrap().committed, Some(p(1)));
         let log = vec![
             rec(2, Event::Claimed, "a", 0),
             rec(2, Event::Yielded, "a", 0),
             rec(2, Event::Committed, "a", 0),
         ];
-        assert!(view(&log).hold(2).is_none());
+        assert!(view(&log).hold(n(2)).is_none());
     }
 
     #[test]
@@ -1204,8 +650,8 @@ mod tests {
             fn replay_never_panics(log in proptest::collection::vec(any_record(), 0..40)) {
                 let mut v = View::new();
                 let mut last = 0;
-                for (p, r) in log.iter().enumerate() {
-                    let _ = v.apply(p as u64, r);
+                for (i, r) in log.iter().enumerate() {
+                    let _ = v.apply(p(i as u64), r);
                     let f = v.next_offset(0);
                     prop_assert!(f >= last);
                     last = f;
@@ -1214,7 +660,7 @@ mod tests {
                     if let Some(h) = &s.hold {
                         // A hold is an instance's own claim, or (pending) its
                         // revocation of another's hold of the same order.
-                        let c = &log[h.claim_pos as usize];
+                        let c = &log[h.claim_pos.get() as usize];
                         if h.pending {
                             prop_assert_eq!(c.event(), Event::Revoked);
                             prop_assert_eq!(c.by(), Some(i));
@@ -1243,52 +689,52 @@ mod tests {
         ];
         assert_eq!(
             view(&log).idle_queue(),
-            vec![2, 3, 1],
+            ns(&[2, 3, 1]),
             "by the time each came to hold nothing"
         );
         // 2 claims 0:0: out of the queue, and at the end of every line.
         log.push(at(rec(2, Event::Claimed, "b", 0), 40));
         let v = view(&log);
-        assert_eq!(v.idle_queue(), vec![3, 1]);
+        assert_eq!(v.idle_queue(), ns(&[3, 1]));
         let ends = BTreeMap::from([(0, 5)]);
         let waiting = OrderId::new(0, 1);
         assert_eq!(
-            turns(&v, &ends, 3),
+            turns(&v, &ends, n(3)),
             vec![Turn {
                 order: waiting,
-                ahead: vec![]
+                ahead: ns(&[])
             }]
         );
         assert_eq!(
-            turns(&v, &ends, 1),
+            turns(&v, &ends, n(1)),
             vec![Turn {
                 order: waiting,
-                ahead: vec![3]
+                ahead: ns(&[3])
             }]
         );
         assert_eq!(
-            turns(&v, &ends, 2),
+            turns(&v, &ends, n(2)),
             vec![Turn {
                 order: waiting,
-                ahead: vec![3, 1]
+                ahead: ns(&[3, 1])
             }]
         );
         assert!(
-            turns(&v, &BTreeMap::from([(0, 1)]), 3).is_empty(),
+            turns(&v, &BTreeMap::from([(0, 1)]), n(3)).is_empty(),
             "nothing waiting"
         );
         // 2 completes: back in the queue, at its end.
         log.push(at(rec(2, Event::Committed, "b", 0), 41));
         log.push(at(rec(2, Event::Completed, "b", 0), 50));
-        assert_eq!(view(&log).idle_queue(), vec![3, 1, 2]);
+        assert_eq!(view(&log).idle_queue(), ns(&[3, 1, 2]));
         // 1 claims 0:1 after deferring to 3: 3 is out of the queue until it
         // writes again.
         let mut c = at(rec(1, Event::Claimed, "a", 1), 60);
         c.set_passed_over(vec![3]);
         log.push(c);
-        assert_eq!(view(&log).idle_queue(), vec![2]);
+        assert_eq!(view(&log).idle_queue(), ns(&[2]));
         log.push(at(rec(3, Event::Booted, "c2", 0), 70));
-        assert_eq!(view(&log).idle_queue(), vec![2, 3]);
+        assert_eq!(view(&log).idle_queue(), ns(&[2, 3]));
         // A revoked incarnation is not idle (it stops); its next one is.
         let mut r = at(rec(1, Event::Revoked, "c2", 1), 80);
         r.set_by(Some(3));
@@ -1296,8 +742,8 @@ mod tests {
         r.set_seen(Some(6));
         log.push(r);
         let v = view(&log);
-        assert!(v.instance(1).unwrap().revoked.is_some());
-        assert!(!v.idle_queue().contains(&1));
+        assert!(v.instance(n(1)).unwrap().revoked.is_some());
+        assert!(!v.idle_queue().contains(&n(1)));
     }
 
     /// A completion that says its process exits: until the instance's next
@@ -1327,14 +773,14 @@ mod tests {
         let v = view(&log);
         assert_eq!(
             v.idle_queue(),
-            vec![2, 3],
+            ns(&[2, 3]),
             "1's process is exiting: not the head (the old rule: [1, 2, 3])"
         );
-        assert!(v.instance(1).unwrap().exiting);
+        assert!(v.instance(n(1)).unwrap().exiting);
         let ends = BTreeMap::from([(0, 5)]);
         let first = |v: &View| {
             (1..=3)
-                .find(|&i| turns(v, &ends, i)[0].ahead.is_empty())
+                .find(|&i| turns(v, &ends, n(i))[0].ahead.is_empty())
                 .unwrap()
         };
         assert_eq!(
@@ -1344,7 +790,7 @@ mod tests {
         );
         // 1's next process boots: back in the queue, at its end.
         log.push(at(rec(1, Event::Booted, "a2", 0), 80));
-        assert_eq!(view(&log).idle_queue(), vec![2, 3, 1]);
+        assert_eq!(view(&log).idle_queue(), ns(&[2, 3, 1]));
         // A completion that does not say so (an older writer's, or below
         // ORDERS_PER_PROCESS) joins the queue at once, as before.
         for r in [
@@ -1354,12 +800,12 @@ mod tests {
         ] {
             log.push(r);
         }
-        assert_eq!(view(&log).idle_queue(), vec![3, 1, 2]);
+        assert_eq!(view(&log).idle_queue(), ns(&[3, 1, 2]));
         // A void completion (here a fenced incarnation's) says nothing.
         log.push(done(3, "c", 2, 110, true));
         let v = view(&log);
-        assert!(!v.instance(3).unwrap().exiting);
-        assert_eq!(v.idle_queue(), vec![3, 1, 2]);
+        assert!(!v.instance(n(3)).unwrap().exiting);
+        assert_eq!(v.idle_queue(), ns(&[3, 1, 2]));
     }
 
     #[test]
@@ -1378,12 +824,15 @@ mod tests {
                 .map(|t| (t.order, t.ahead))
                 .collect::<Vec<_>>()
         };
-        assert_eq!(ahead(1), vec![(p0, vec![]), (p1, vec![2, 3])]);
-        assert_eq!(ahead(2), vec![(p0, vec![1]), (p1, vec![])]);
-        assert_eq!(ahead(3), vec![(p0, vec![1, 2]), (p1, vec![2])]);
+        assert_eq!(ahead(n(1)), vec![(p0, ns(&[])), (p1, ns(&[2, 3]))]);
+        assert_eq!(ahead(n(2)), vec![(p0, ns(&[1])), (p1, ns(&[]))]);
+        assert_eq!(ahead(n(3)), vec![(p0, ns(&[1, 2])), (p1, ns(&[2]))]);
         // More orders waiting than idle instances: lines wrap around.
         let ends = BTreeMap::from([(0, 1), (1, 1), (2, 1), (3, 1)]);
-        let firsts: Vec<usize> = turns(&v, &ends, 1).iter().map(|t| t.ahead.len()).collect();
+        let firsts: Vec<usize> = turns(&v, &ends, n(1))
+            .iter()
+            .map(|t| t.ahead.len())
+            .collect();
         assert_eq!(firsts, vec![0, 2, 1, 0]);
     }
 }

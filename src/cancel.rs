@@ -29,7 +29,7 @@
 //! tool then says the cancel is recorded and how to follow it (`history`).
 
 use crate::exit::Exit;
-use crate::record::{Event, OrderId, Record};
+use crate::record::{Event, OrderId, Position, Record};
 use crate::status::{Silent, Source};
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -75,7 +75,7 @@ pub fn find(records: &[(u64, Result<Record, crate::record::Foreign>)], order: Or
     for (pos, r) in records {
         match r {
             Ok(rec) => {
-                let valid = view.apply(*pos, rec).is_ok();
+                let valid = view.apply(Position::new(*pos), rec).is_ok();
                 if valid && rec.event() == Event::Completed && rec.order() == Some(order) {
                     let status = rec
                         .outcome()
@@ -84,12 +84,12 @@ pub fn find(records: &[(u64, Result<Record, crate::record::Foreign>)], order: Or
                     completed.get_or_insert((status, *pos));
                 }
             }
-            Err(_) => view.skip(*pos),
+            Err(_) => view.skip(Position::new(*pos)),
         }
     }
     match (completed, view.cancel(order)) {
         (Some((s, p)), _) => Found::Completed(s, p),
-        (None, Some((p, _))) => Found::Cancelled(p),
+        (None, Some((p, _))) => Found::Cancelled(p.get()),
         (None, None) => Found::Open,
     }
 }

@@ -8,7 +8,7 @@
 //! docs/protocol-proofs.md, "Checkpoints".
 
 use crate::boot::{Contest, Instance};
-use crate::record::OrderId;
+use crate::record::{InstanceNo, OrderId, Position};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -28,20 +28,20 @@ pub const DEFAULT_CHECKPOINT_EVERY: u64 = 1_000;
 #[serde(deny_unknown_fields)]
 pub struct Snapshot {
     /// The view after every record before this position: read on from here.
-    pub at: u64,
+    pub at: Position,
     /// Every instance number the log mentions.
-    pub instances: BTreeMap<u32, Instance>,
+    pub instances: BTreeMap<InstanceNo, Instance>,
     /// The claim frontier, per orders partition.
     pub frontier: BTreeMap<i32, i64>,
     /// Contests not settled yet.
     pub contests: Vec<(OrderId, Contest)>,
     /// The newest order ids announced: id, order, position.
-    pub ids: Vec<(String, OrderId, u64)>,
+    pub ids: Vec<(String, OrderId, Position)>,
     /// Operators' cancels of orders not completed yet: order, position,
     /// reason (docs/protocol.md R51, R52). Absent when none,
     /// so that older readers still read such a checkpoint.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cancels: Vec<(OrderId, u64, String)>,
+    pub cancels: Vec<(OrderId, Position, String)>,
 }
 
 #[cfg(test)]
@@ -91,7 +91,7 @@ pub(crate) mod tests {
     fn replay(from: View, log: &[Record], start: usize) -> View {
         let mut v = from;
         for (p, r) in log.iter().enumerate().skip(start) {
-            let _ = v.apply(p as u64, r);
+            let _ = v.apply(Position::new(p as u64), r);
         }
         v
     }
@@ -109,7 +109,7 @@ pub(crate) mod tests {
             let back =
                 Record::decode(Some(r.key().as_bytes()), Some(&r.encode())).expect("decodes");
             let snap = back.snapshot().expect("snapshot");
-            assert_eq!(snap.at, cut as u64);
+            assert_eq!(snap.at, Position::new(cut as u64));
             let resumed = replay(View::from_snapshot(snap), &log, cut);
             assert_eq!(resumed.summary(), full.summary(), "cut at {cut}");
             assert_eq!(
@@ -117,7 +117,7 @@ pub(crate) mod tests {
                 full.id_owner("report-7"),
                 "cut at {cut}"
             );
-            for i in 1..=3 {
+            for i in (1..=3).map(InstanceNo::new) {
                 if let Some(h) = full.hold(i) {
                     assert_eq!(
                         decide(&resumed, i, h.order),
@@ -144,7 +144,7 @@ pub(crate) mod tests {
         let mut resumed = View::from_snapshot(&snap);
         let _ = resumed.apply(snap.at, &late);
         assert!(matches!(
-            decide(&resumed, 4, OrderId::new(0, 0)),
+            decide(&resumed, InstanceNo::new(4), OrderId::new(0, 0)),
             crate::claim::Decision::Yield(_)
         ));
     }

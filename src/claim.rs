@@ -5,7 +5,7 @@
 //! twice".
 
 use crate::boot::{Stance, View};
-use crate::record::OrderId;
+use crate::record::{InstanceNo, OrderId};
 
 /// What an instance that claimed an order does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,14 +15,14 @@ pub enum Decision {
     Yield(String),
     /// Keep reading: a rival with a higher number has not decided yet.
     Wait {
-        on: Vec<u32>,
+        on: Vec<InstanceNo>,
     },
 }
 
 /// Decides for instance `me`, whose claim on `order` is in `view`.
 ///
 /// Call it only once the view has read past `me`'s claim.
-pub fn decide(view: &View, me: u32, order: OrderId) -> Decision {
+pub fn decide(view: &View, me: InstanceNo, order: OrderId) -> Decision {
     let Some(contest) = view.contest(order) else {
         // Our own claim is in the view, so this is unreachable for a correct
         // caller; yielding is the safe answer.
@@ -46,7 +46,7 @@ pub fn decide(view: &View, me: u32, order: OrderId) -> Decision {
     if let Some((i, _)) = rivals().find(|(_, (_, s))| *s == Stance::Committed) {
         return Decision::Yield(format!("instance {i} committed first"));
     }
-    let undecided: Vec<u32> = rivals()
+    let undecided: Vec<InstanceNo> = rivals()
         .filter(|(_, (_, s))| *s == Stance::Undecided)
         .map(|(i, _)| *i)
         .collect();
@@ -55,7 +55,7 @@ pub fn decide(view: &View, me: u32, order: OrderId) -> Decision {
     let mine = contest.rank(me);
     if let Some(lower) = undecided.iter().find(|i| contest.rank(**i) < mine) {
         let (rank, _) = contest.rank(*lower);
-        return Decision::Yield(if rank == *lower {
+        return Decision::Yield(if rank == lower.get() {
             format!("instance {lower} claimed too and has the lower number")
         } else {
             format!("instance {lower} claimed too and ranks lower (it took over a claim of rank {rank})")
@@ -70,7 +70,12 @@ pub fn decide(view: &View, me: u32, order: OrderId) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Event, Outcome, Record, Status};
+    use crate::record::{Event, Outcome, Position, Record, Status};
+
+    fn wait_on(i: &[u32]) -> Decision {
+        let on = i.iter().copied().map(InstanceNo::new).collect();
+        Decision::Wait { on }
+    }
 
     fn rec(i: u32, ev: Event, o: i64) -> Record {
         let mut r = Record::of(i, ev, "x", 0).with_order(OrderId::new(0, o));
@@ -84,9 +89,9 @@ mod tests {
     fn decide_on(log: &[(u32, Event)], me: u32) -> Decision {
         let mut v = View::new();
         for (p, (i, ev)) in log.iter().enumerate() {
-            let _ = v.apply(p as u64, &rec(*i, *ev, 0));
+            let _ = v.apply(Position::new(p as u64), &rec(*i, *ev, 0));
         }
-        decide(&v, me, OrderId::new(0, 0))
+        decide(&v, InstanceNo::new(me), OrderId::new(0, 0))
     }
 
     use Event::*;
@@ -110,10 +115,7 @@ mod tests {
 
     #[test]
     fn a_higher_undecided_rival_is_waited_for() {
-        assert_eq!(
-            decide_on(&[(2, Claimed), (1, Claimed)], 1),
-            Decision::Wait { on: vec![2] }
-        );
+        assert_eq!(decide_on(&[(2, Claimed), (1, Claimed)], 1), wait_on(&[2]));
     }
 
     #[test]
@@ -135,10 +137,10 @@ mod tests {
         let log = [(3, Claimed), (1, Claimed), (5, Claimed), (2, Claimed)];
         assert!(matches!(decide_on(&log, 2), Decision::Yield(_)));
         assert!(matches!(decide_on(&log, 5), Decision::Yield(_)));
-        assert_eq!(decide_on(&log, 1), Decision::Wait { on: vec![2, 3, 5] });
+        assert_eq!(decide_on(&log, 1), wait_on(&[2, 3, 5]));
         let mut log = log.to_vec();
         log.extend([(2, Yielded), (3, Yielded)]);
-        assert_eq!(decide_on(&log, 1), Decision::Wait { on: vec![5] });
+        assert_eq!(decide_on(&log, 1), wait_on(&[5]));
         log.push((5, Yielded));
         assert_eq!(decide_on(&log, 1), Decision::Commit);
     }

@@ -22,7 +22,7 @@
 use crate::boot::View;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
 use crate::kafka::{client_config, Gate, FETCH_WAIT_MS};
-use crate::record::{Foreign, Record};
+use crate::record::{Foreign, Position, Record};
 use crate::status::{Silent, Source};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -224,7 +224,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                         let live = || Instant::now() < deadline;
                         if let Ok(rec) = self.gate.decode(&search, &m, &live) {
                             if let Some(snap) = rec.snapshot().filter(|s| {
-                                s.at <= at_most && best.as_ref().is_none_or(|b| s.at > b.at)
+                                s.at.get() <= at_most && best.as_ref().is_none_or(|b| s.at > b.at)
                             }) {
                                 best = Some(snap.clone());
                             }
@@ -274,7 +274,7 @@ impl ClaimsReader<Silent> {
         if let Start::NewestCheckpoint { at_most } = start {
             if let Some(snap) = reader.find_checkpoint(CHECKPOINT_WINDOW, at_most) {
                 view = View::from_snapshot(&snap);
-                at = snap.at;
+                at = snap.at.get();
             }
         }
         reader.start_at(at)?;
@@ -331,8 +331,8 @@ pub(crate) fn current_view(src: &Source) -> anyhow::Result<View> {
     let (reader, mut view, _) =
         ClaimsReader::open(src, Start::NewestCheckpoint { at_most: u64::MAX })?;
     reader.read_to_end(|pos, r| match r {
-        Ok(rec) => drop(view.apply(pos, &rec)),
-        Err(_) => view.skip(pos),
+        Ok(rec) => drop(view.apply(Position::new(pos), &rec)),
+        Err(_) => view.skip(Position::new(pos)),
     })?;
     Ok(view)
 }
@@ -380,7 +380,7 @@ mod tests {
         }
         let mut before = View::new();
         for (p, r) in log.iter().enumerate() {
-            let _ = before.apply(p as u64, r);
+            let _ = before.apply(Position::new(p as u64), r);
         }
         let mut cp = Record::of(3, Event::Checkpoint, "p0", 0);
         cp.seq = 2;
@@ -417,7 +417,7 @@ mod tests {
         assert!(all.iter().all(|(_, r)| r.is_ok()), "none foreign");
         let mut full = View::new();
         for (p, r) in &all {
-            let _ = full.apply(*p, r.as_ref().unwrap());
+            let _ = full.apply(Position::new(*p), r.as_ref().unwrap());
         }
 
         let (_, _, from) =
@@ -426,7 +426,7 @@ mod tests {
         let current = current_view(&src).unwrap();
         assert_eq!(current.summary(), full.summary());
         assert!(current
-            .hold(1)
+            .hold(1.into())
             .is_some_and(|h| h.order == OrderId::new(0, 2)));
 
         let (_, _, from) =
@@ -441,7 +441,7 @@ mod tests {
         )
         .unwrap()
         .expect("the completion after the checkpoint");
-        assert_eq!(done.0.instance, 2);
+        assert_eq!(done.0.instance.get(), 2);
         assert_eq!(done.1.status, Status::Ok);
     }
 }

@@ -818,7 +818,7 @@ mod tests {
             "3:claimed     order 0:17 attempt 1"
         );
         claim.set_takeover_of(vec![Cite {
-            instance: 2,
+            instance: 2.into(),
             incarnation: "b".into(),
         }]);
         assert!(describe_record(&claim).ends_with("taking over from instance 2"));

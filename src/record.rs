@@ -20,6 +20,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
+mod ids;
+pub use ids::{Attempt, Incarnation, InstanceNo, Position};
+
 /// Instance numbers are positive and at most this (a sanity bound, so that a
 /// stray record cannot make the replay allocate for instance 4 billion).
 pub const MAX_INSTANCE: u32 = 1_000_000;
@@ -325,7 +328,7 @@ impl Outcome {
 #[serde(deny_unknown_fields)]
 struct Flat {
     /// The instance whose story this is (the key's instance).
-    instance: u32,
+    instance: InstanceNo,
     event: Event,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     partition: Option<i32>,
@@ -333,9 +336,9 @@ struct Flat {
     offset: Option<i64>,
     /// The writer, when it is not `instance` (a forced `yielded`, a `revoked`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    by: Option<u32>,
+    by: Option<InstanceNo>,
     /// The writer's incarnation (one per process start; see `booted`).
-    incarnation: String,
+    incarnation: Incarnation,
     /// Writer's wall clock, milliseconds since the UNIX epoch.
     ts: u64,
     /// The writer incarnation's sequence number for this record (1, 2, ...).
@@ -346,7 +349,7 @@ struct Flat {
     seq: u64,
     /// Which run of the order this is (1 for the first; claims and commits).
     #[serde(default, skip_serializing_if = "is_zero")]
-    attempt: u32,
+    attempt: Attempt,
     /// On a takeover claim: the hold it took over (its writer's revocation
     /// of that hold came first). See docs/protocol.md R39.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -360,12 +363,12 @@ struct Flat {
     /// On `revoked`: the incarnation of `instance` that loses its hold and
     /// whose later records are void (a fence, like `booted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    fences: Option<String>,
+    fences: Option<Incarnation>,
     /// On `revoked`: the position of the newest record of the hold that the
     /// revoker saw. The revocation counts only if the hold has written
     /// nothing since (docs/protocol.md R37).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    seen: Option<u64>,
+    seen: Option<Position>,
     /// The writer's knowledge of the claim frontier: per orders partition,
     /// the lowest offset nobody has claimed yet. Carried by every record so
     /// that compaction never loses it (docs/protocol.md R8).
@@ -376,7 +379,7 @@ struct Flat {
     /// Readers leave them out of the idle queue until they next write a
     /// record (docs/protocol.md R30).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    passed_over: Vec<u32>,
+    passed_over: Vec<InstanceNo>,
     /// On `completed`: its writer's process exits after it (it has
     /// completed its `ORDERS_PER_PROCESS`). Readers leave the instance out
     /// of the idle queue until its next `booted` (docs/protocol.md
@@ -402,16 +405,16 @@ struct Flat {
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Cite {
-    pub instance: u32,
-    pub incarnation: String,
+    pub instance: InstanceNo,
+    pub incarnation: Incarnation,
 }
 
 fn is_false(b: &bool) -> bool {
     !*b
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+fn is_zero(n: &Attempt) -> bool {
+    n.get() == 0
 }
 
 fn is_zero64(n: &u64) -> bool {
@@ -427,7 +430,7 @@ impl Flat {
     /// their messages): ranges, the order of events that need one, and
     /// the fields each event must have.
     fn validate(&self) -> Result<(), Foreign> {
-        let in_range = |n: u32| (1..=MAX_INSTANCE).contains(&n);
+        let in_range = |n: InstanceNo| (1..=MAX_INSTANCE).contains(&n.get());
         if self.event == Event::Cancelled {
             // No instance's: instance 0, nobody's `by`, and nothing but the
             // order and a bounded reason.
@@ -435,7 +438,7 @@ impl Flat {
                 .reason
                 .as_deref()
                 .is_none_or(|r| json_len(r) <= MAX_REASON_BYTES);
-            if self.instance != 0
+            if self.instance.get() != 0
                 || self.by.is_some()
                 || !reason_ok
                 || !self.next.is_empty()
@@ -504,9 +507,9 @@ impl Flat {
 pub struct Record {
     /// The instance whose story this is (the key's instance; 0 for a
     /// cancel).
-    pub instance: u32,
+    pub instance: InstanceNo,
     /// The writer's incarnation (one per process start; see `booted`).
-    pub incarnation: String,
+    pub incarnation: Incarnation,
     /// Writer's wall clock, milliseconds since the UNIX epoch.
     pub ts: u64,
     /// The writer incarnation's sequence number for this record (1, 2, ...;
@@ -532,7 +535,7 @@ pub enum Body {
     /// "I want this order."
     Claimed {
         order: OrderId,
-        attempt: u32,
+        attempt: Attempt,
         /// On a takeover claim: the hold it took over (its writer's
         /// revocation of that hold came first). See docs/protocol.md R39.
         takeover_of: Vec<Cite>,
@@ -543,23 +546,23 @@ pub enum Body {
         /// After a deferral (`CLAIM_DEFER_MS`): the idle instances its
         /// writer deferred to. Readers leave them out of the idle queue
         /// until they next write a record (docs/protocol.md R30).
-        passed_over: Vec<u32>,
+        passed_over: Vec<InstanceNo>,
         /// The order's `id`, on a takeover of a hold that announced it.
         order_id: Option<String>,
     },
     /// "I won this order and run it", or a new attempt of that run.
-    Committed { order: OrderId, attempt: u32 },
+    Committed { order: OrderId, attempt: Attempt },
     /// "I do not run this order."
     Yielded {
         order: OrderId,
-        attempt: u32,
+        attempt: Attempt,
         reason: Option<String>,
     },
     /// "I still hold this order"; with `order_id`, the order's id
     /// announced (docs/protocol.md R46).
     Lease {
         order: OrderId,
-        attempt: u32,
+        attempt: Attempt,
         order_id: Option<String>,
     },
     /// A hold whose lease expired is closed by another instance, `by`; the
@@ -567,24 +570,24 @@ pub enum Body {
     Revoked {
         order: OrderId,
         /// The writer.
-        by: u32,
+        by: InstanceNo,
         /// The holder's incarnation that loses its hold and whose later
         /// records are void (a fence, like `booted`).
-        fences: String,
+        fences: Incarnation,
         /// The position of the newest record of the hold that the revoker
         /// saw: the revocation counts only if the hold has written nothing
         /// since (docs/protocol.md R37).
-        seen: u64,
+        seen: Position,
         /// The taker's place in the negotiation.
         rank: Option<u32>,
         /// The taker's attempt.
-        attempt: u32,
+        attempt: Attempt,
         reason: Option<String>,
     },
     /// "This order is done", with its outcome.
     Completed {
         order: OrderId,
-        attempt: u32,
+        attempt: Attempt,
         /// Its writer's process exits after it (it has completed its
         /// `ORDERS_PER_PROCESS`): readers leave the instance out of the
         /// idle queue until its next `booted` (docs/protocol.md R27).
@@ -620,11 +623,25 @@ impl Body {
         }
     }
 
+    /// The order the body is about, if any.
+    pub fn order(&self) -> Option<OrderId> {
+        match self {
+            Body::Booted | Body::Checkpoint { .. } => None,
+            Body::Claimed { order, .. }
+            | Body::Committed { order, .. }
+            | Body::Yielded { order, .. }
+            | Body::Lease { order, .. }
+            | Body::Revoked { order, .. }
+            | Body::Completed { order, .. }
+            | Body::Cancelled { order, .. } => Some(*order),
+        }
+    }
+
     /// A claim of `order` (attempt 1, no takeover, nobody passed over).
     pub fn claim(order: OrderId) -> Body {
         Body::Claimed {
             order,
-            attempt: 1,
+            attempt: Attempt::FIRST,
             takeover_of: Vec::new(),
             rank: None,
             passed_over: Vec::new(),
@@ -636,7 +653,7 @@ impl Body {
     pub fn completed(order: OrderId, outcome: Outcome) -> Body {
         Body::Completed {
             order,
-            attempt: 1,
+            attempt: Attempt::FIRST,
             exits: false,
             order_id: None,
             outcome,
@@ -655,7 +672,7 @@ impl From<Record> for Flat {
             incarnation: r.incarnation,
             ts: r.ts,
             seq: r.seq,
-            attempt: 0,
+            attempt: Attempt::default(),
             takeover_of: Vec::new(),
             rank: None,
             fences: None,
@@ -668,77 +685,73 @@ impl From<Record> for Flat {
             outcome: None,
             snapshot: None,
         };
-        let order = match r.body {
-            Body::Booted => None,
+        f.put_body(r.body);
+        f
+    }
+}
+
+impl Flat {
+    /// Writes the fields of `body` (its order, and its event's own).
+    fn put_body(&mut self, body: Body) {
+        if let Some(o) = body.order() {
+            (self.partition, self.offset) = (Some(o.partition), Some(o.offset));
+        }
+        let f = self;
+        match body {
+            Body::Booted => {}
             Body::Claimed {
-                order,
                 attempt,
                 takeover_of,
                 rank,
                 passed_over,
                 order_id,
+                ..
             } => {
                 (f.attempt, f.takeover_of, f.rank) = (attempt, takeover_of, rank);
                 (f.passed_over, f.order_id) = (passed_over, order_id);
-                Some(order)
             }
-            Body::Committed { order, attempt } => {
+            Body::Committed { attempt, .. } => {
                 f.attempt = attempt;
-                Some(order)
             }
             Body::Yielded {
-                order,
-                attempt,
-                reason,
+                attempt, reason, ..
             } => {
                 (f.attempt, f.reason) = (attempt, reason);
-                Some(order)
             }
             Body::Lease {
-                order,
-                attempt,
-                order_id,
+                attempt, order_id, ..
             } => {
                 (f.attempt, f.order_id) = (attempt, order_id);
-                Some(order)
             }
             Body::Revoked {
-                order,
                 by,
                 fences,
                 seen,
                 rank,
                 attempt,
                 reason,
+                ..
             } => {
                 (f.by, f.fences, f.seen) = (Some(by), Some(fences), Some(seen));
                 (f.rank, f.attempt, f.reason) = (rank, attempt, reason);
-                Some(order)
             }
             Body::Completed {
-                order,
                 attempt,
                 exits,
                 order_id,
                 outcome,
+                ..
             } => {
                 (f.attempt, f.exits, f.order_id) = (attempt, exits, order_id);
                 f.outcome = Some(outcome);
-                Some(order)
             }
             Body::Checkpoint { snapshot } => {
                 f.snapshot = Some(snapshot);
-                None
             }
-            Body::Cancelled { order, reason } => {
+            Body::Cancelled { reason, .. } => {
                 f.reason = reason;
-                Some(order)
             }
-        };
-        if let Some(o) = order {
-            (f.partition, f.offset) = (Some(o.partition), Some(o.offset));
         }
-        f
     }
 }
 
@@ -747,15 +760,35 @@ impl TryFrom<Flat> for Record {
 
     /// A flat record that passes [`Flat::validate`] and carries no field
     /// of another event.
-    fn try_from(f: Flat) -> Result<Record, Foreign> {
+    fn try_from(mut f: Flat) -> Result<Record, Foreign> {
         f.validate()?;
+        f.own_fields_only()?;
+        let incarnation = std::mem::take(&mut f.incarnation);
+        let next = std::mem::take(&mut f.next);
+        let (instance, ts, seq) = (f.instance, f.ts, f.seq);
+        Ok(Record {
+            instance,
+            incarnation,
+            ts,
+            seq,
+            next,
+            body: f.into_body()?,
+        })
+    }
+}
+
+impl Flat {
+    /// Refuses a field (as written: a default is not written) that belongs
+    /// to another event (R3).
+    fn own_fields_only(&self) -> Result<(), Foreign> {
+        let f = self;
         let ev = f.event;
         // The fields it carries (as written: a default is not written).
         let carried = [
             ("partition", f.partition.is_some()),
             ("offset", f.offset.is_some()),
             ("by", f.by.is_some()),
-            ("attempt", f.attempt != 0),
+            ("attempt", f.attempt.get() != 0),
             ("takeover_of", !f.takeover_of.is_empty()),
             ("rank", f.rank.is_some()),
             ("fences", f.fences.is_some()),
@@ -786,6 +819,14 @@ impl TryFrom<Flat> for Record {
         {
             return Err(Foreign::BadValue(format!("{field} on a {ev} record")));
         }
+        Ok(())
+    }
+
+    /// The typed body of a flat record that passed [`Flat::validate`] and
+    /// [`Flat::own_fields_only`].
+    fn into_body(self) -> Result<Body, Foreign> {
+        let f = self;
+        let ev = f.event;
         // Present where needed: validate() checked.
         let missing = || Foreign::BadValue(format!("{ev} record without its fields"));
         let o = f.order();
@@ -838,24 +879,17 @@ impl TryFrom<Flat> for Record {
                 reason: f.reason,
             },
         };
-        Ok(Record {
-            instance: f.instance,
-            incarnation: f.incarnation,
-            ts: f.ts,
-            seq: f.seq,
-            next: f.next,
-            body,
-        })
+        Ok(body)
     }
 }
 
 impl Record {
     /// A record of `instance` by its writer's `incarnation` at `ts`, not
     /// numbered, with no frontier.
-    pub fn new(instance: u32, body: Body, incarnation: &str, ts: u64) -> Self {
+    pub fn new(instance: InstanceNo, body: Body, incarnation: &Incarnation, ts: u64) -> Self {
         Record {
             instance,
-            incarnation: incarnation.to_string(),
+            incarnation: incarnation.clone(),
             ts,
             seq: 0,
             next: BTreeMap::new(),
@@ -870,20 +904,11 @@ impl Record {
 
     /// The order this record concerns, if any.
     pub fn order(&self) -> Option<OrderId> {
-        match &self.body {
-            Body::Booted | Body::Checkpoint { .. } => None,
-            Body::Claimed { order, .. }
-            | Body::Committed { order, .. }
-            | Body::Yielded { order, .. }
-            | Body::Lease { order, .. }
-            | Body::Revoked { order, .. }
-            | Body::Completed { order, .. }
-            | Body::Cancelled { order, .. } => Some(*order),
-        }
+        self.body.order()
     }
 
     /// The attempt the record names (0: none).
-    pub fn attempt(&self) -> u32 {
+    pub fn attempt(&self) -> Attempt {
         match &self.body {
             Body::Claimed { attempt, .. }
             | Body::Committed { attempt, .. }
@@ -891,7 +916,7 @@ impl Record {
             | Body::Lease { attempt, .. }
             | Body::Revoked { attempt, .. }
             | Body::Completed { attempt, .. } => *attempt,
-            _ => 0,
+            _ => Attempt::default(),
         }
     }
 
@@ -940,7 +965,7 @@ impl Record {
     }
 
     /// The instances a claim passed over.
-    pub fn passed_over(&self) -> &[u32] {
+    pub fn passed_over(&self) -> &[InstanceNo] {
         match &self.body {
             Body::Claimed { passed_over, .. } => passed_over,
             _ => &[],
@@ -962,7 +987,7 @@ impl Record {
 
     /// The writer of a revocation (on another's behalf); `None` for every
     /// record its instance wrote.
-    pub fn by(&self) -> Option<u32> {
+    pub fn by(&self) -> Option<InstanceNo> {
         match &self.body {
             Body::Revoked { by, .. } => Some(*by),
             _ => None,
@@ -970,7 +995,7 @@ impl Record {
     }
 
     /// The incarnation a revocation fences.
-    pub fn fences(&self) -> Option<&str> {
+    pub fn fences(&self) -> Option<&Incarnation> {
         match &self.body {
             Body::Revoked { fences, .. } => Some(fences),
             _ => None,
@@ -978,7 +1003,7 @@ impl Record {
     }
 
     /// The position a revocation saw its hold at.
-    pub fn seen(&self) -> Option<u64> {
+    pub fn seen(&self) -> Option<Position> {
         match &self.body {
             Body::Revoked { seen, .. } => Some(*seen),
             _ => None,
@@ -986,7 +1011,7 @@ impl Record {
     }
 
     /// The instance that wrote the record.
-    pub fn writer(&self) -> u32 {
+    pub fn writer(&self) -> InstanceNo {
         self.by().unwrap_or(self.instance)
     }
 
@@ -1006,7 +1031,13 @@ impl Record {
     /// cut to [`MAX_REASON_BYTES`].
     pub fn cancel(order: OrderId, incarnation: &str, ts: u64, reason: &str) -> Record {
         let reason = Some(fit_json(reason, MAX_REASON_BYTES, false));
-        let mut r = Record::new(0, Body::Cancelled { order, reason }, incarnation, ts);
+        let incarnation = Incarnation::from(incarnation);
+        let mut r = Record::new(
+            InstanceNo::new(0),
+            Body::Cancelled { order, reason },
+            &incarnation,
+            ts,
+        );
         r.seq = 1;
         r
     }
@@ -1114,13 +1145,13 @@ impl Record {
         let (inst, ev, order) = match key.strip_prefix(CANCEL_KEY) {
             Some(o) => {
                 let o: OrderId = o.parse().map_err(|_| Foreign::BadKey(key.into()))?;
-                (0, Event::Cancelled, Some(o))
+                (InstanceNo::new(0), Event::Cancelled, Some(o))
             }
             None => {
                 let (inst, ev) = key
                     .split_once(':')
                     .ok_or_else(|| Foreign::BadKey(key.into()))?;
-                let inst: u32 = inst.parse().map_err(|_| Foreign::BadKey(key.into()))?;
+                let inst = InstanceNo::new(inst.parse().map_err(|_| Foreign::BadKey(key.into()))?);
                 let ev = Event::parse(ev)
                     .filter(|e| *e != Event::Cancelled)
                     .ok_or_else(|| Foreign::BadKey(key.into()))?;
@@ -1141,6 +1172,20 @@ impl Record {
     }
 }
 
+/// `pub fn $name(&mut self, to)`: sets the field `$field` of the record's
+/// body if its event is one of `$variant`s, else nothing ([`Record::of`]).
+#[cfg(any(test, feature = "testing"))]
+macro_rules! setter {
+    ($name:ident, $field:ident: $t:ty, $($variant:ident)|+) => {
+        pub fn $name(&mut self, to: $t) {
+            match &mut self.body {
+                $(Body::$variant { $field, .. })|+ => *$field = to,
+                _ => self.no_field(stringify!($field)),
+            }
+        }
+    };
+}
+
 /// For tests (and the model check, with the `testing` feature): records
 /// built the way the flat record was, an event first and its fields set
 /// one by one. A field set on an event that has no such field is left
@@ -1159,42 +1204,45 @@ impl Record {
             Event::Booted => Body::Booted,
             Event::Claimed => Body::Claimed {
                 order,
-                attempt: 0,
+                attempt: Attempt::default(),
                 takeover_of: Vec::new(),
                 rank: None,
                 passed_over: Vec::new(),
                 order_id: None,
             },
-            Event::Committed => Body::Committed { order, attempt: 0 },
+            Event::Committed => Body::Committed {
+                order,
+                attempt: Attempt::default(),
+            },
             Event::Yielded => Body::Yielded {
                 order,
-                attempt: 0,
+                attempt: Attempt::default(),
                 reason: None,
             },
             Event::Lease => Body::Lease {
                 order,
-                attempt: 0,
+                attempt: Attempt::default(),
                 order_id: None,
             },
             Event::Revoked => Body::Revoked {
                 order,
-                by: 0,
-                fences: String::new(),
-                seen: 0,
+                by: InstanceNo::new(0),
+                fences: Incarnation::default(),
+                seen: Position::new(0),
                 rank: None,
-                attempt: 0,
+                attempt: Attempt::default(),
                 reason: None,
             },
             Event::Completed => Body::Completed {
                 order,
-                attempt: 0,
+                attempt: Attempt::default(),
                 exits: false,
                 order_id: None,
                 outcome: Outcome::not_run(Status::Error, "missing outcome"),
             },
             Event::Checkpoint => Body::Checkpoint {
                 snapshot: Box::new(crate::checkpoint::Snapshot {
-                    at: 0,
+                    at: Position::new(0),
                     instances: BTreeMap::new(),
                     frontier: BTreeMap::new(),
                     contests: Vec::new(),
@@ -1207,7 +1255,7 @@ impl Record {
                 reason: None,
             },
         };
-        Record::new(instance, body, incarnation, ts)
+        Record::new(InstanceNo::new(instance), body, &incarnation.into(), ts)
     }
 
     /// The record about `order` (none for an event without one).
@@ -1230,6 +1278,7 @@ impl Record {
     fn no_field(&self, _field: &str) {}
 
     pub fn set_attempt(&mut self, to: u32) {
+        let to = Attempt::new(to);
         match &mut self.body {
             Body::Claimed { attempt, .. }
             | Body::Committed { attempt, .. }
@@ -1241,39 +1290,14 @@ impl Record {
         }
     }
 
-    pub fn set_rank(&mut self, to: Option<u32>) {
-        match &mut self.body {
-            Body::Claimed { rank, .. } | Body::Revoked { rank, .. } => *rank = to,
-            _ => self.no_field("rank"),
-        }
-    }
-
-    pub fn set_reason(&mut self, to: Option<String>) {
-        match &mut self.body {
-            Body::Yielded { reason, .. }
-            | Body::Revoked { reason, .. }
-            | Body::Cancelled { reason, .. } => *reason = to,
-            _ => self.no_field("reason"),
-        }
-    }
-
-    pub fn set_order_id(&mut self, to: Option<String>) {
-        match &mut self.body {
-            Body::Claimed { order_id, .. }
-            | Body::Lease { order_id, .. }
-            | Body::Completed { order_id, .. } => *order_id = to,
-            _ => self.no_field("order_id"),
-        }
-    }
-
-    pub fn set_takeover_of(&mut self, to: Vec<Cite>) {
-        match &mut self.body {
-            Body::Claimed { takeover_of, .. } => *takeover_of = to,
-            _ => self.no_field("takeover_of"),
-        }
-    }
+    setter!(set_rank, rank: Option<u32>, Claimed | Revoked);
+    setter!(set_reason, reason: Option<String>, Yielded | Revoked | Cancelled);
+    setter!(set_order_id, order_id: Option<String>, Claimed | Lease | Completed);
+    setter!(set_takeover_of, takeover_of: Vec<Cite>, Claimed);
+    setter!(set_exits, exits: bool, Completed);
 
     pub fn set_passed_over(&mut self, to: Vec<u32>) {
+        let to = to.into_iter().map(InstanceNo::new).collect();
         match &mut self.body {
             Body::Claimed { passed_over, .. } => *passed_over = to,
             _ => self.no_field("passed_over"),
@@ -1287,13 +1311,6 @@ impl Record {
         }
     }
 
-    pub fn set_exits(&mut self, to: bool) {
-        match &mut self.body {
-            Body::Completed { exits, .. } => *exits = to,
-            _ => self.no_field("exits"),
-        }
-    }
-
     pub fn set_snapshot(&mut self, to: Option<Box<crate::checkpoint::Snapshot>>) {
         match (&mut self.body, to) {
             (Body::Checkpoint { snapshot }, Some(to)) => *snapshot = to,
@@ -1303,21 +1320,21 @@ impl Record {
 
     pub fn set_by(&mut self, to: Option<u32>) {
         match (&mut self.body, to) {
-            (Body::Revoked { by, .. }, Some(to)) => *by = to,
+            (Body::Revoked { by, .. }, Some(to)) => *by = InstanceNo::new(to),
             _ => self.no_field("by"),
         }
     }
 
     pub fn set_fences(&mut self, to: Option<String>) {
         match (&mut self.body, to) {
-            (Body::Revoked { fences, .. }, Some(to)) => *fences = to,
+            (Body::Revoked { fences, .. }, Some(to)) => *fences = Incarnation::new(to),
             _ => self.no_field("fences"),
         }
     }
 
     pub fn set_seen(&mut self, to: Option<u64>) {
         match (&mut self.body, to) {
-            (Body::Revoked { seen, .. }, Some(to)) => *seen = to,
+            (Body::Revoked { seen, .. }, Some(to)) => *seen = Position::new(to),
             _ => self.no_field("seen"),
         }
     }
@@ -1482,7 +1499,7 @@ mod tests {
         // An instance's record cannot pose as a cancel, nor a cancel carry
         // an instance's fields.
         let mut bad = c.clone();
-        bad.instance = 3;
+        bad.instance = InstanceNo::new(3);
         assert!(Record::decode(Some(b"cancel:2:40"), Some(&bad.encode())).is_err());
         let mut bad = c.clone();
         bad.next.insert(2, 99);
@@ -1666,7 +1683,7 @@ mod tests {
         assert!(b.impossible(&ends).is_some());
         let mut cp = Record::of(3, Event::Checkpoint, "a", 1);
         let snap = crate::checkpoint::Snapshot {
-            at: 0,
+            at: Position::new(0),
             instances: BTreeMap::new(),
             frontier: BTreeMap::from([(0, 1000)]),
             contests: Vec::new(),
@@ -1706,7 +1723,7 @@ mod tests {
                     v[at % n] = b;
                 }
                 if let Ok(back) = Record::decode(Some(b"3:claimed"), Some(&v)) {
-                    prop_assert_eq!(back.instance, 3);
+                    prop_assert_eq!(back.instance.get(), 3);
                 }
             }
         }

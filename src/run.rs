@@ -20,7 +20,7 @@ use crate::exit::{Exit, Signals};
 use crate::job::{self, JobContext};
 use crate::kafka::{ClaimEvent, Kafka, OpenError};
 use crate::orders;
-use crate::record::{Event, OrderId, Outcome, Status};
+use crate::record::{Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Status};
 use crate::worker::{Action, Input, Phase, Settings, Worker};
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -161,14 +161,14 @@ impl Shell {
         let clean = marker.as_deref().and_then(crate::settle::take);
         warn_open_commands(&cfg, clean.is_some());
         let (mut w, first) = Worker::start_after(
-            me,
-            new_incarnation(),
+            InstanceNo::new(me),
+            Incarnation::new(new_incarnation()),
             settings(&cfg),
             now_ms(),
-            clean.clone(),
+            clean.clone().map(Incarnation::new),
         );
         let from = match kafka.find_checkpoint().await {
-            Some(snap) if w.load(&snap) => snap.at,
+            Some(snap) if w.load(&snap) => snap.at.get(),
             _ => 0,
         };
         kafka.read_claims_from(from)?;
@@ -218,7 +218,7 @@ impl Shell {
                     order,
                     attempt,
                     retry,
-                } => self.fetch(order, attempt, retry),
+                } => self.fetch(order, attempt.get(), retry),
                 Action::Kill { order } => {
                     tracing::info!(instance = self.cfg.instance, %order, "cancelled by an operator: stopping its job");
                     self.job.kill();
@@ -409,12 +409,12 @@ impl Shell {
             if let Input::CaughtUp = input {
                 tracing::debug!(
                     instance = self.cfg.instance,
-                    end = self.w.view.end(),
+                    end = self.w.view.end().get(),
                     "caught up with the claims topic"
                 );
             }
             if let Input::Record(pos, _) | Input::Foreign(pos) = &input {
-                self.replay.read(*pos);
+                self.replay.read(pos.get());
             }
             let was_booting = booting(&self.w.phase);
             self.todo.extend(self.w.handle(input, now_ms()));
@@ -439,14 +439,14 @@ impl Shell {
     /// the frontier).
     fn claim_input(&mut self, ev: ClaimEvent) -> Input {
         match ev {
-            ClaimEvent::Record(pos, rec) => Input::Record(pos, rec),
+            ClaimEvent::Record(pos, rec) => Input::Record(Position::new(pos), rec),
             ClaimEvent::Foreign(pos, why) => {
                 tracing::warn!(
                     instance = self.cfg.instance,
                     pos,
                     "skipping a record of the claims topic: {why}"
                 );
-                Input::Foreign(pos)
+                Input::Foreign(Position::new(pos))
             }
             ClaimEvent::CaughtUp => {
                 if self.idle {
@@ -466,7 +466,7 @@ impl Shell {
         match (self.appender.sent.get(), &self.clean) {
             (0, Some(prev)) => crate::settle::leave(path, prev),
             (0, None) => {}
-            _ => crate::settle::leave(path, &self.w.incarnation),
+            _ => crate::settle::leave(path, self.w.incarnation.as_str()),
         }
     }
 }
@@ -710,10 +710,10 @@ impl Replay {
 
     fn report(&self, w: &Worker) {
         tracing::info!(
-            instance = w.me,
+            instance = w.me.get(),
             records = self.records,
             first = self.first.unwrap_or(0),
-            end = w.view.end(),
+            end = w.view.end().get(),
             foreign = w.view.foreign,
             void = w.view.void,
             completions = w.view.completions,
@@ -889,22 +889,22 @@ fn log_step(rec: &crate::record::Record, pos: u64) {
             let o = rec.outcome();
             let traceparent = o.and_then(|o| o.traceparent.as_deref());
             let retry_of = o.and_then(|o| o.retry_of.as_deref());
-            tracing::info!(instance = rec.instance, order, event = "completed", pos, status, exit_code = ?code, attempt = rec.attempt(), traceparent, retry_of);
+            tracing::info!(instance = rec.instance.get(), order, event = "completed", pos, status, exit_code = ?code, attempt = rec.attempt().get(), traceparent, retry_of);
         }
         Event::Yielded => {
             tracing::info!(
-                instance = rec.instance,
+                instance = rec.instance.get(),
                 order,
                 event = "yielded",
                 pos,
                 reason = rec.reason().unwrap_or("")
             );
         }
-        Event::Lease => tracing::debug!(instance = rec.instance, order, event = "lease", pos),
+        Event::Lease => tracing::debug!(instance = rec.instance.get(), order, event = "lease", pos),
         Event::Revoked => {
             tracing::info!(
-                instance = rec.instance,
-                by = rec.by(),
+                instance = rec.instance.get(),
+                by = rec.by().map(InstanceNo::get),
                 order,
                 event = "revoked",
                 pos,
@@ -912,11 +912,11 @@ fn log_step(rec: &crate::record::Record, pos: u64) {
             );
         }
         ev => tracing::info!(
-            instance = rec.instance,
+            instance = rec.instance.get(),
             order,
             event = ev.as_str(),
             pos,
-            attempt = rec.attempt()
+            attempt = rec.attempt().get()
         ),
     }
 }

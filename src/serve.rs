@@ -24,7 +24,7 @@
 use crate::backoff::Backoff;
 use crate::boot::View;
 use crate::claims::{ClaimsReader, Polled, Start};
-use crate::record::{Event, Foreign, OrderId, Record, Status};
+use crate::record::{Event, Foreign, OrderId, Position, Record, Status};
 use crate::status::{escape_controls, Source};
 use anyhow::Context;
 use axum::extract::{Path, State};
@@ -270,7 +270,7 @@ impl Board {
         let rec = match r {
             Ok(rec) => rec,
             Err(_) => {
-                self.view.skip(pos);
+                self.view.skip(Position::new(pos));
                 self.metrics
                     .records
                     .get_or_create(&EventLabel {
@@ -286,18 +286,18 @@ impl Board {
                 event: rec.event().as_str().into(),
             })
             .inc();
-        let applied = self.view.apply(pos, &rec).is_ok();
+        let applied = self.view.apply(Position::new(pos), &rec).is_ok();
         let order = rec.order();
         if applied {
             match (rec.event(), order) {
                 (Event::Claimed, Some(o)) => {
                     self.first_claim.entry(o).or_insert(rec.ts);
-                    self.claim_since.insert(rec.instance, rec.ts);
+                    self.claim_since.insert(rec.instance.get(), rec.ts);
                     if !rec.takeover_of().is_empty() {
                         self.metrics.takeovers.inc();
                     }
                 }
-                (Event::Committed, Some(_)) if rec.attempt() > 1 => {
+                (Event::Committed, Some(_)) if rec.attempt().get() > 1 => {
                     self.metrics.retries.inc();
                 }
                 (Event::Completed, Some(o)) => self.completed(o, &rec),
@@ -361,7 +361,7 @@ impl Board {
         let outcome = rec.outcome();
         let done = Done {
             order,
-            instance: rec.instance,
+            instance: rec.instance.get(),
             status,
             ts: rec.ts,
             latency_ms,
@@ -399,21 +399,21 @@ impl Board {
                             "running"
                         },
                         Some(h.order),
-                        Some(self.claim_since.get(&i).copied().unwrap_or(h.last_ts)),
+                        Some(self.claim_since.get(&i.get()).copied().unwrap_or(h.last_ts)),
                         Some(h.last_ts),
                     ),
                 };
                 InstanceRow {
-                    instance: i,
+                    instance: i.get(),
                     state,
                     order,
                     since_ts: since,
                     lease_ts: last,
-                    attempt: s.hold.as_ref().map(|h| h.attempt),
+                    attempt: s.hold.as_ref().map(|h| h.attempt.get()),
                     last: s
                         .last_completed
                         .as_ref()
-                        .map(|(o, _, _, out)| (*o, out.status)),
+                        .map(|c| (c.order, c.outcome.status)),
                 }
             })
             .collect()

@@ -16,7 +16,7 @@
 use crate::boot::View;
 use crate::exit::Exit;
 use crate::kafka::client_config;
-use crate::record::{Event, OrderId, Record, Status};
+use crate::record::{Event, OrderId, Position, Record, Status};
 use anyhow::{bail, Context};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -208,7 +208,7 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
     for (pos, r) in &records {
         match r {
             Ok(rec) => {
-                if view.apply(*pos, rec).is_ok() && rec.event() == Event::Completed {
+                if view.apply(Position::new(*pos), rec).is_ok() && rec.event() == Event::Completed {
                     let status = rec.outcome().map_or(Status::Error, |o| o.status);
                     *by_status.entry(status.as_str()).or_default() += 1;
                     if let (Some(of), Some(me)) =
@@ -233,12 +233,12 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
                         }));
                     }
                     last_completion.insert(
-                        rec.instance,
+                        rec.instance.get(),
                         json!({"order": rec.order().map(|o| o.to_string()), "status": status.as_str(), "ts": rec.ts}),
                     );
                 }
             }
-            Err(_) => view.skip(*pos),
+            Err(_) => view.skip(Position::new(*pos)),
         }
     }
     // The orders topic: per partition, its offsets and the frontier.
@@ -279,8 +279,8 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
                 "order": order,
                 "since_ts": since,
                 "attempt": s.hold.as_ref().map(|h| h.attempt),
-                "incarnation": s.booted.as_ref().map(|(_, inc)| inc.clone()),
-                "last_completion": last_completion.get(&i),
+                "incarnation": s.booted.as_ref().map(|b| b.incarnation.clone()),
+                "last_completion": last_completion.get(&i.get()),
             })
         })
         .collect();

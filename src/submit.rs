@@ -18,7 +18,7 @@
 
 use crate::claims::{ClaimsReader, Polled, Start};
 use crate::exit::Exit;
-use crate::record::{Event, OrderId, Outcome, Record};
+use crate::record::{Event, OrderId, Outcome, Position, Record};
 use crate::status::Source;
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -231,10 +231,10 @@ pub(crate) fn wait_completed(
             continue;
         };
         let Ok(rec) = r else {
-            view.skip(pos);
+            view.skip(Position::new(pos));
             continue;
         };
-        let valid = view.apply(pos, &rec).is_ok();
+        let valid = view.apply(Position::new(pos), &rec).is_ok();
         if valid
             && pos as i64 >= from
             && rec.event() == Event::Completed

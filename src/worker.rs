@@ -24,10 +24,14 @@
 //! have been written, and only the log says which (docs/protocol.md R6).
 //! Its own records are recognised by incarnation and `seq`.
 
-use crate::boot::{turns, View};
+#[cfg(any(test, feature = "testing"))]
+use crate::boot::Relabel;
+use crate::boot::{turns, Hold, Turn, View, Void};
 use crate::claim::{decide, Decision};
 use crate::exit::Exit;
-use crate::record::{Body, Event, OrderId, Outcome, Record, Status};
+use crate::record::{
+    Attempt, Body, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record, Status,
+};
 use std::collections::BTreeMap;
 use std::hash::Hash;
 
@@ -39,9 +43,9 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 #[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
 pub enum Input {
     /// The record at this position of the claims topic.
-    Record(u64, Record),
+    Record(Position, Record),
     /// A record at this position that is not pool_worker's (skipped).
-    Foreign(u64),
+    Foreign(Position),
     /// The reader has read everything the log held when asked.
     CaughtUp,
     /// The orders topic's end offsets (per partition), asked for by
@@ -72,7 +76,7 @@ pub enum Action {
     /// run only on [`Action::Start`].
     Run {
         order: OrderId,
-        attempt: u32,
+        attempt: Attempt,
         retry: bool,
     },
     /// The order's id is its own (not a duplicate): run it now.
@@ -100,7 +104,10 @@ pub enum Phase {
     /// log meanwhile; `booted` is appended once the clock reaches `until`,
     /// or at once when caught up if the log's current incarnation of our
     /// number is `clean`, the one this host saw exit with nothing in flight.
-    Settle { clean: Option<String>, until: u64 },
+    Settle {
+        clean: Option<Incarnation>,
+        until: u64,
+    },
     /// Our `booted` is appended; waiting to read it and catch up.
     Boot { seen: bool },
     /// Waiting for the orders' end offsets.
@@ -118,15 +125,15 @@ pub enum Phase {
     /// to read it before running (boot's resume).
     Retry {
         order: OrderId,
-        attempt: u32,
+        attempt: Attempt,
         seq: u64,
     },
     /// The job runs (or is being fetched).
-    Run { order: OrderId, attempt: u32 },
+    Run { order: OrderId, attempt: Attempt },
     /// The order's `id` is announced; waiting to read it back.
     Announce {
         order: OrderId,
-        attempt: u32,
+        attempt: Attempt,
         id: String,
         seq: u64,
     },
@@ -229,8 +236,8 @@ macro_rules! flawed {
 /// One incarnation of instance `me`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Worker {
-    pub me: u32,
-    pub incarnation: String,
+    pub me: InstanceNo,
+    pub incarnation: Incarnation,
     pub view: View,
     pub phase: Phase,
     settings: Settings,
@@ -241,7 +248,7 @@ pub struct Worker {
     /// When we last wrote about our hold.
     renewed: u64,
     /// Revocations we appended: (instance, position of the hold's record).
-    revoking: std::collections::BTreeSet<(u32, u64)>,
+    revoking: std::collections::BTreeSet<(InstanceNo, Position)>,
     /// Orders this incarnation has completed (read back).
     completed: u32,
     /// While choosing: each order seen waiting, and when (our clock) we
@@ -262,8 +269,8 @@ impl Worker {
     /// shell always says how the predecessor ended).
     #[cfg(any(test, feature = "testing"))]
     pub fn start(
-        me: u32,
-        incarnation: String,
+        me: InstanceNo,
+        incarnation: Incarnation,
         settings: Settings,
         now: u64,
     ) -> (Worker, Vec<Action>) {
@@ -276,11 +283,11 @@ impl Worker {
     /// to append `booted`; otherwise the machine settles first
     /// ([`Phase::Settle`]).
     pub fn start_after(
-        me: u32,
-        incarnation: String,
+        me: InstanceNo,
+        incarnation: Incarnation,
         settings: Settings,
         now: u64,
-        clean: Option<String>,
+        clean: Option<Incarnation>,
     ) -> (Worker, Vec<Action>) {
         let view = View::new();
         #[cfg(any(test, feature = "testing"))]
@@ -337,7 +344,7 @@ impl Worker {
             return Vec::new();
         };
         let confirmed =
-            caught_up && clean.is_some() && clean.as_deref() == self.view.incarnation(self.me);
+            caught_up && clean.is_some() && clean.as_ref() == self.view.incarnation(self.me);
         if confirmed || self.now >= *until {
             return self.boot();
         }
@@ -359,7 +366,7 @@ impl Worker {
             self.phase,
             Phase::Settle { .. } | Phase::Boot { seen: false }
         );
-        if !fresh || self.view.end() > 0 {
+        if !fresh || self.view.end() > Position::new(0) {
             return false;
         }
         #[cfg(any(test, feature = "testing"))]
@@ -376,22 +383,18 @@ impl Worker {
     /// outcomes it stores through `g` (see [`View::relabel`]; for the model
     /// check only: with the `testing` feature).
     #[cfg(any(test, feature = "testing"))]
-    pub fn relabel(&mut self, f: &dyn Fn(u64) -> u64, g: &dyn Fn(&mut Outcome)) {
-        self.view.relabel(f, g);
+    pub fn relabel(&mut self, r: &Relabel) {
+        self.view.relabel(r);
+        let f = r.position;
         self.revoking = self.revoking.iter().map(|&(i, p)| (i, f(p))).collect();
     }
 
     /// Feeds `h` exactly what hashing a copy of this machine after
-    /// [`Worker::relabel`]`(f, g)` would, without making the copy (see
+    /// [`Worker::relabel`]`(r)` would, without making the copy (see
     /// [`View::hash_relabeled`]; for the model check only: with the
     /// `testing` feature).
     #[cfg(any(test, feature = "testing"))]
-    pub fn hash_relabeled<H: std::hash::Hasher>(
-        &self,
-        f: &dyn Fn(u64) -> u64,
-        g: &dyn Fn(&mut Outcome),
-        h: &mut H,
-    ) {
+    pub fn hash_relabeled<H: std::hash::Hasher>(&self, r: &Relabel, h: &mut H) {
         // Destructured, so that a field added to Worker must be placed here
         // (in declaration order: that is the order the derived Hash uses).
         let Worker {
@@ -410,11 +413,13 @@ impl Worker {
             defer_over,
         } = self;
         (me, incarnation).hash(h);
-        view.hash_relabeled(f, g, h);
+        view.hash_relabeled(r, h);
         (phase, settings, seq, now, renewed).hash(h);
         // The renamed set, in its own order (the set's hash is its length
         // and its elements in order).
-        let mut renamed: Vec<(u32, u64)> = revoking.iter().map(|&(i, p)| (i, f(p))).collect();
+        let f = r.position;
+        let mut renamed: Vec<(InstanceNo, Position)> =
+            revoking.iter().map(|&(i, p)| (i, f(p))).collect();
         renamed.sort_unstable();
         renamed.dedup();
         renamed.len().hash(h);
@@ -519,7 +524,7 @@ impl Worker {
         }
     }
 
-    fn expired(&self, h: &crate::boot::Hold) -> bool {
+    fn expired(&self, h: &Hold) -> bool {
         self.settings
             .lease_ms
             .is_some_and(|l| self.now.saturating_sub(h.last_ts) > l)
@@ -548,7 +553,7 @@ impl Worker {
             if self.now.saturating_sub(self.renewed) >= lease / 3 {
                 self.renewed = self.now;
                 let hold = self.view.hold(self.me);
-                let attempt = hold.map_or(1, |h| h.attempt);
+                let attempt = hold.map_or(Attempt::FIRST, |h| h.attempt);
                 let order_id = hold.and_then(|h| h.order_id.clone());
                 out.push(Action::Append(self.record(Body::Lease {
                     order,
@@ -568,7 +573,7 @@ impl Worker {
     /// A revocation of instance `j`'s hold, which we saw at its newest record.
     /// It carries the hold's rank and the attempt a taker runs: an idle
     /// revoker holds the order in the hold's place once it reads it back.
-    fn revoke(&mut self, j: u32, h: &crate::boot::Hold) -> Record {
+    fn revoke(&mut self, j: InstanceNo, h: &Hold) -> Record {
         self.revoking.insert((j, h.last_pos));
         let body = Body::Revoked {
             order: h.order,
@@ -581,7 +586,11 @@ impl Worker {
             // taker must not yield to them in turn).
             rank: Some(if h.committed.is_some() { 0 } else { h.rank }),
             // A committed hold may have run: the takeover's run is a retry.
-            attempt: h.attempt + u32::from(h.committed.is_some()),
+            attempt: if h.committed.is_some() {
+                h.attempt.next()
+            } else {
+                h.attempt
+            },
             reason: Some(format!(
                 "lease expired: nothing from instance {j} about this order for over {} ms",
                 self.settings.lease_ms.unwrap_or(0)
@@ -637,7 +646,7 @@ impl Worker {
 
     /// The takeover claim of a pending hold (after our revocation, or at
     /// boot when the last process died between the two).
-    fn claim_takeover(&mut self, h: &crate::boot::Hold) -> Vec<Action> {
+    fn claim_takeover(&mut self, h: &Hold) -> Vec<Action> {
         let claim = self.record(Body::Claimed {
             order: h.order,
             attempt: h.attempt,
@@ -654,22 +663,27 @@ impl Worker {
         vec![Action::Append(claim)]
     }
 
-    fn on_record(&mut self, pos: u64, rec: Record) -> Vec<Action> {
-        // A newer incarnation of our number fences us (R10).
+    /// A `booted` of our instance number by another incarnation, read at
+    /// `pos`: a newer incarnation fences us (R10) — once our own `booted`
+    /// is read; before, a newer one is not newer.
+    fn on_other_booted(&mut self, pos: Position, rec: &Record) -> Vec<Action> {
+        let seen = !matches!(
+            self.phase,
+            Phase::Settle { .. } | Phase::Boot { seen: false }
+        );
+        let _ = self.view.apply(pos, rec);
+        if seen {
+            return self.finish(Exit::Fenced);
+        }
+        Vec::new()
+    }
+
+    fn on_record(&mut self, pos: Position, rec: Record) -> Vec<Action> {
         if rec.event() == Event::Booted
             && rec.instance == self.me
             && rec.incarnation != self.incarnation
         {
-            // Before our own `booted` is read, a newer one is not newer.
-            let seen = !matches!(
-                self.phase,
-                Phase::Settle { .. } | Phase::Boot { seen: false }
-            );
-            let _ = self.view.apply(pos, &rec);
-            if seen {
-                return self.finish(Exit::Fenced);
-            }
-            return Vec::new();
+            return self.on_other_booted(pos, &rec);
         }
         let result = self.view.apply(pos, &rec);
         let applied = result.is_ok();
@@ -698,42 +712,23 @@ impl Worker {
                 attempt,
                 id,
                 seq,
-            } if self.is_ours(&rec, seq) => {
-                if let Err(void) = result {
-                    return self.own_record_void(void);
-                }
-                if let Some(cancelled) = self.cancelled(order) {
-                    return self.complete(order, attempt, cancelled);
-                }
-                match self.view.id_owner(&id) {
-                    Some(first) if first != order => {
-                        let reason = format!("duplicate: order {first} has the same id '{id}'");
-                        self.complete(order, attempt, Outcome::not_run(Status::Duplicate, reason))
-                    }
-                    _ => {
-                        self.phase = Phase::Run { order, attempt };
-                        vec![Action::Start { order }]
-                    }
-                }
-            }
+            } if self.is_ours(&rec, seq) => self
+                .before_start(result, order, attempt)
+                .unwrap_or_else(|| self.after_announce(order, attempt, &id)),
             Phase::Retry {
                 order,
                 attempt,
                 seq,
-            } if self.is_ours(&rec, seq) => {
-                if let Err(void) = result {
-                    return self.own_record_void(void);
-                }
-                if let Some(cancelled) = self.cancelled(order) {
-                    return self.complete(order, attempt, cancelled);
-                }
-                self.phase = Phase::Run { order, attempt };
-                vec![Action::Run {
-                    order,
-                    attempt,
-                    retry: true,
-                }]
-            }
+            } if self.is_ours(&rec, seq) => self
+                .before_start(result, order, attempt)
+                .unwrap_or_else(|| {
+                    self.phase = Phase::Run { order, attempt };
+                    vec![Action::Run {
+                        order,
+                        attempt,
+                        retry: true,
+                    }]
+                }),
             // The order we run is cancelled: kill the job; its end is
             // completed `cancelled` (on_job_done).
             Phase::Run { order, .. }
@@ -745,28 +740,65 @@ impl Worker {
                 vec![Action::Kill { order }]
             }
             Phase::Complete { seq, .. } if self.is_ours(&rec, seq) => {
-                // Exit as our completion said (`exits`, [`Worker::last_order`]).
-                let last = self.last_order();
-                self.completed += 1;
-                // Below ORDERS_PER_PROCESS: our completion closed our hold
-                // (it applied), so choose the next order as after a yield.
-                if applied && !last {
-                    self.phase = Phase::Choose;
-                    return vec![Action::FindOrder];
-                }
-                self.finish(Exit::Ok)
+                self.after_completion(applied)
             }
             _ => Vec::new(),
         }
+    }
+
+    /// Our record that lets a job start (a retry's commit, the lease
+    /// announcing the order's id) is read back: what to do instead of
+    /// starting it, if anything — it came back void, or the order is
+    /// cancelled (R52).
+    fn before_start(
+        &mut self,
+        result: Result<(), Void>,
+        order: OrderId,
+        attempt: Attempt,
+    ) -> Option<Vec<Action>> {
+        if let Err(void) = result {
+            return Some(self.own_record_void(void));
+        }
+        let cancelled = self.cancelled(order)?;
+        Some(self.complete(order, attempt, cancelled))
+    }
+
+    /// Our announcement of the order's `id` is read back: run the order if
+    /// it is the first to announce the id, else complete it `duplicate`
+    /// (R46).
+    fn after_announce(&mut self, order: OrderId, attempt: Attempt, id: &str) -> Vec<Action> {
+        match self.view.id_owner(id) {
+            Some(first) if first != order => {
+                let reason = format!("duplicate: order {first} has the same id '{id}'");
+                self.complete(order, attempt, Outcome::not_run(Status::Duplicate, reason))
+            }
+            _ => {
+                self.phase = Phase::Run { order, attempt };
+                vec![Action::Start { order }]
+            }
+        }
+    }
+
+    /// Our completion is read back (`applied`: valid). Exit as it said
+    /// (`exits`, [`Worker::last_order`]); below ORDERS_PER_PROCESS it
+    /// closed our hold, so choose the next order as after a yield (R35).
+    fn after_completion(&mut self, applied: bool) -> Vec<Action> {
+        let last = self.last_order();
+        self.completed += 1;
+        if applied && !last {
+            self.phase = Phase::Choose;
+            return vec![Action::FindOrder];
+        }
+        self.finish(Exit::Ok)
     }
 
     /// Our own record came back void. Fenced: a newer process has our
     /// number, stop for good. Stray: the hold it was about is gone — an
     /// earlier incarnation's hold was revoked and taken over before our
     /// retry landed — so this process holds nothing and takes new work.
-    fn own_record_void(&mut self, void: crate::boot::Void) -> Vec<Action> {
+    fn own_record_void(&mut self, void: Void) -> Vec<Action> {
         match void {
-            crate::boot::Void::Stray => {
+            Void::Stray => {
                 self.phase = Phase::Choose;
                 vec![Action::FindOrder]
             }
@@ -788,7 +820,7 @@ impl Worker {
     fn resume(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
         if let Some(every) = self.settings.checkpoint_every {
-            if self.view.end() >= self.view.checkpoint() + every {
+            if self.view.end().get() >= self.view.checkpoint().get() + every {
                 let snapshot = Box::new(self.view.snapshot());
                 out.push(Action::Append(self.record(Body::Checkpoint { snapshot })));
             }
@@ -825,8 +857,8 @@ impl Worker {
         if let Some(cancelled) = self.cancelled(hold.order) {
             return self.complete(hold.order, hold.attempt, cancelled);
         }
-        let attempt = hold.attempt + 1;
-        if attempt > self.settings.max_attempts {
+        let attempt = hold.attempt.next();
+        if attempt.get() > self.settings.max_attempts {
             let reason = format!(
                 "gave up after {} attempts: each run was lost with its instance",
                 hold.attempt
@@ -867,7 +899,7 @@ impl Worker {
         }
         let mut claim = self.record(Body::Claimed {
             order,
-            attempt: 1,
+            attempt: Attempt::FIRST,
             takeover_of: Vec::new(),
             rank: None,
             passed_over,
@@ -882,10 +914,13 @@ impl Worker {
         if flawed!(self.settings, DecideWithoutReading) {
             // The broken rule: decide on the log as read *before* the claim.
             let mut view = self.view.clone();
-            let _ = view.apply(u64::MAX - 1, &claim);
+            let _ = view.apply(Position::new(u64::MAX - 1), &claim);
             let mut out = vec![Action::Append(claim)];
             if decide(&view, self.me, order) == Decision::Commit {
-                let c = self.record(Body::Committed { order, attempt: 1 });
+                let c = self.record(Body::Committed {
+                    order,
+                    attempt: Attempt::FIRST,
+                });
                 self.phase = Phase::Decide { order, seq: c.seq };
                 out.push(Action::Append(c));
             }
@@ -902,7 +937,7 @@ impl Worker {
     /// it has seen it waiting for `claim_defer_ms` per instance ahead of it
     /// in the order's line (it then names them in `passed_over`); of the
     /// orders it may claim, the one it has seen waiting longest.
-    fn choose(&mut self, ends: &BTreeMap<i32, i64>) -> Option<(OrderId, Vec<u32>)> {
+    fn choose(&mut self, ends: &BTreeMap<i32, i64>) -> Option<(OrderId, Vec<InstanceNo>)> {
         let over = std::mem::take(&mut self.defer_over);
         self.defer_until = None;
         let turns = turns(&self.view, ends, self.me);
@@ -913,17 +948,15 @@ impl Worker {
             self.waiting_since.entry(t.order).or_insert(now);
         }
         let never = flawed!(self.settings, DeferForever);
-        let since =
-            |t: &crate::boot::Turn| self.waiting_since.get(&t.order).copied().unwrap_or(now);
-        let until = |t: &crate::boot::Turn| {
+        let since = |t: &Turn| self.waiting_since.get(&t.order).copied().unwrap_or(now);
+        let until = |t: &Turn| {
             since(t).saturating_add(
                 self.settings
                     .claim_defer_ms
                     .saturating_mul(t.ahead.len() as u64),
             )
         };
-        let due =
-            |t: &&crate::boot::Turn| t.ahead.is_empty() || (!never && (over || now >= until(t)));
+        let due = |t: &&Turn| t.ahead.is_empty() || (!never && (over || now >= until(t)));
         match turns
             .iter()
             .filter(due)
@@ -970,7 +1003,10 @@ impl Worker {
             Decision::Commit => None,
             Decision::Yield(why) => Some(why),
         };
-        let attempt = self.view.hold(self.me).map_or(1, |h| h.attempt);
+        let attempt = self
+            .view
+            .hold(self.me)
+            .map_or(Attempt::FIRST, |h| h.attempt);
         let r = self.record(match reason {
             None => Body::Committed { order, attempt },
             reason => Body::Yielded {
@@ -992,10 +1028,10 @@ impl Worker {
                 if let Some(cancelled) = self.cancelled(order) {
                     return self.complete(order, attempt, cancelled);
                 }
-                if attempt > self.settings.max_attempts {
+                if attempt.get() > self.settings.max_attempts {
                     let reason = format!(
                         "gave up after {} attempts: each run was lost with its instance",
-                        attempt - 1
+                        attempt.get() - 1
                     );
                     return self.complete(order, attempt, Outcome::not_run(Status::GaveUp, reason));
                 }
@@ -1003,7 +1039,7 @@ impl Worker {
                 vec![Action::Run {
                     order,
                     attempt,
-                    retry: attempt > 1,
+                    retry: attempt > Attempt::FIRST,
                 }]
             }
             _ => {
@@ -1074,7 +1110,7 @@ impl Worker {
         self.completed + 1 >= self.settings.orders_per_process.max(1)
     }
 
-    fn complete(&mut self, order: OrderId, attempt: u32, outcome: Outcome) -> Vec<Action> {
+    fn complete(&mut self, order: OrderId, attempt: Attempt, outcome: Outcome) -> Vec<Action> {
         let body = Body::Completed {
             order,
             attempt,
@@ -1105,7 +1141,10 @@ mod tests {
         fn feed(&mut self, w: &mut Worker, cursor: &mut usize) -> Vec<Action> {
             let mut out = Vec::new();
             while *cursor < self.0.len() {
-                out.extend(w.handle(Input::Record(*cursor as u64, self.0[*cursor].clone()), 0));
+                out.extend(w.handle(
+                    Input::Record(Position::new(*cursor as u64), self.0[*cursor].clone()),
+                    0,
+                ));
                 *cursor += 1;
             }
             out.extend(w.handle(Input::CaughtUp, 0));
@@ -1123,7 +1162,7 @@ mod tests {
     #[test]
     fn one_worker_runs_one_order_and_exits() {
         let mut log = Log(Vec::new());
-        let (mut w, a) = Worker::start(1, "i1".into(), Settings::default(), 0);
+        let (mut w, a) = Worker::start(1.into(), "i1".into(), Settings::default(), 0);
         log.append(&a);
         let mut cur = 0;
         let a = log.feed(&mut w, &mut cur);
@@ -1134,14 +1173,7 @@ mod tests {
         assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed));
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
-        assert_eq!(
-            a,
-            vec![Action::Run {
-                order: OrderId::new(0, 0),
-                attempt: 1,
-                retry: false
-            }]
-        );
+        assert_eq!(a, run((0, 0), 1, false));
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
         assert!(
             matches!(&a[..], [Action::Append(r)] if r.event() == Event::Completed && r.exits()),
@@ -1149,8 +1181,23 @@ mod tests {
         );
         log.append(&a);
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(Exit::Ok)]);
-        assert!(w.view.instance(1).unwrap().exiting);
+        assert!(w.view.instance(1.into()).unwrap().exiting);
         assert!(w.view.idle_queue().is_empty());
+    }
+
+    /// The run of order `p:o`, attempt `attempt`.
+    fn run((p, o): (i32, i64), attempt: u32, retry: bool) -> Vec<Action> {
+        vec![Action::Run {
+            order: OrderId::new(p, o),
+            attempt: Attempt::new(attempt),
+            retry,
+        }]
+    }
+
+    /// Whether `a` is one commit, of attempt `attempt`.
+    fn commits(a: &[Action], attempt: u32) -> bool {
+        matches!(a, [Action::Append(r)]
+            if r.event() == Event::Committed && r.attempt().get() == attempt)
     }
 
     fn completed_in(a: &[Action]) -> Option<&Outcome> {
@@ -1167,10 +1214,7 @@ mod tests {
             flaw,
             ..Settings::default()
         };
-        let (mut w, a) = Worker::start(1, "i1".into(), settings, 0);
-        log.append(&a);
-        let mut cur = 0;
-        log.feed(&mut w, &mut cur);
+        let (mut w, mut cur) = boot_in(log, 1, "i1", settings);
         let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
@@ -1253,7 +1297,7 @@ mod tests {
         // resumes the committed hold.
         log.0
             .push(Record::cancel(OrderId::new(0, 0), "op", 0, "never mind"));
-        let (mut w, a) = Worker::start(1, "i2".into(), Settings::default(), 0);
+        let (mut w, a) = Worker::start(1.into(), "i2".into(), Settings::default(), 0);
         log.append(&a);
         let mut cur = 0;
         let a = log.feed(&mut w, &mut cur);
@@ -1268,7 +1312,7 @@ mod tests {
             orders_per_process: 2,
             ..Settings::default()
         };
-        let (mut w, a) = Worker::start(1, "i1".into(), settings, 0);
+        let (mut w, a) = Worker::start(1.into(), "i1".into(), settings, 0);
         log.append(&a);
         let mut cur = 0;
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::FindOrder]);
@@ -1277,24 +1321,14 @@ mod tests {
             let a = w.handle(Input::Orders(BTreeMap::from([(0, 3)])), 0);
             assert!(
                 matches!(&a[..], [Action::Append(r)]
-                if r.event() == Event::Claimed && r.order() == Some(order) && r.attempt() == 1),
+                if r.event() == Event::Claimed && r.order() == Some(order) && r.attempt().get() == 1),
                 "{a:?}"
             );
             log.append(&a);
             let a = log.feed(&mut w, &mut cur);
-            assert!(
-                matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt() == 1),
-                "{a:?}"
-            );
+            assert!(commits(&a, 1), "{a:?}");
             log.append(&a);
-            assert_eq!(
-                log.feed(&mut w, &mut cur),
-                vec![Action::Run {
-                    order,
-                    attempt: 1,
-                    retry: false
-                }]
-            );
+            assert_eq!(log.feed(&mut w, &mut cur), run((0, offset), 1, false));
             let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
             // The completion says whether the process exits after it.
             assert!(
@@ -1309,7 +1343,7 @@ mod tests {
                 // closed, and the machine chooses again (as after a yield).
                 assert_eq!(a, vec![Action::FindOrder]);
                 assert_eq!(w.phase, Phase::Choose);
-                assert!(w.view.hold(1).is_none());
+                assert!(w.view.hold(1.into()).is_none());
                 assert!(
                     w.handle(Input::Tick, 0).is_empty(),
                     "nothing held, nothing to renew"
@@ -1349,10 +1383,7 @@ mod tests {
     #[test]
     fn a_committed_hold_is_run_again_as_a_retry_then_given_up() {
         let mut log = Log(Vec::new());
-        let (mut w, a) = Worker::start(1, "i1".into(), Settings::default(), 0);
-        log.append(&a);
-        let mut cur = 0;
-        log.feed(&mut w, &mut cur);
+        let (mut w, mut cur) = boot_in(&mut log, 1, "i1", Settings::default());
         let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
@@ -1360,27 +1391,17 @@ mod tests {
         log.feed(&mut w, &mut cur);
         // Killed while running: each new incarnation retries, until the limit.
         for (n, inc) in ["i2", "i3"].iter().enumerate() {
-            let (mut w, a) = Worker::start(1, inc.to_string(), Settings::default(), 0);
+            let (mut w, a) = Worker::start(1.into(), (*inc).into(), Settings::default(), 0);
             log.append(&a);
             let mut cur = 0;
             let a = log.feed(&mut w, &mut cur);
             let attempt = n as u32 + 2;
-            assert!(
-                matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt() == attempt),
-                "{a:?}"
-            );
+            assert!(commits(&a, attempt), "{a:?}");
             log.append(&a);
             let a = log.feed(&mut w, &mut cur);
-            assert_eq!(
-                a,
-                vec![Action::Run {
-                    order: OrderId::new(0, 0),
-                    attempt,
-                    retry: true
-                }]
-            );
+            assert_eq!(a, run((0, 0), attempt, true));
         }
-        let (mut w, a) = Worker::start(1, "i4".into(), Settings::default(), 0);
+        let (mut w, a) = Worker::start(1.into(), "i4".into(), Settings::default(), 0);
         log.append(&a);
         let mut cur = 0;
         let a = log.feed(&mut w, &mut cur);
@@ -1393,13 +1414,23 @@ mod tests {
             lease_ms: Some(1000),
             ..Settings::default()
         };
-        Worker::start(me, inc.into(), settings, now)
+        Worker::start(me.into(), inc.into(), settings, now)
     }
 
     /// A leased incarnation whose `booted` is appended and that has read
     /// the log to its end; returns it with its read cursor.
     fn booted(log: &mut Log, me: u32, inc: &str, now: u64) -> (Worker, usize) {
         let (mut w, a) = leased(me, inc, now);
+        log.append(&a);
+        let mut cursor = 0;
+        log.feed(&mut w, &mut cursor);
+        (w, cursor)
+    }
+
+    /// Instance `me`'s incarnation `inc` with `settings`, booted on `log`
+    /// and caught up: the worker and its cursor.
+    fn boot_in(log: &mut Log, me: u32, inc: &str, settings: Settings) -> (Worker, usize) {
+        let (mut w, a) = Worker::start(me.into(), inc.into(), settings, 0);
         log.append(&a);
         let mut cursor = 0;
         log.feed(&mut w, &mut cursor);
@@ -1435,14 +1466,14 @@ mod tests {
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
         assert!(
             matches!(&a[..], [Action::Append(r)]
-            if r.event() == Event::Revoked && r.instance == 1 && r.rank() == Some(0) && r.attempt() == 2),
+            if r.event() == Event::Revoked && r.instance.get() == 1 && r.rank() == Some(0) && r.attempt().get() == 2),
             "{a:?}"
         );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
         assert!(
             matches!(&a[..], [Action::Append(c)]
-            if c.event() == Event::Claimed && c.order() == Some(OrderId::new(0, 0)) && c.attempt() == 2
+            if c.event() == Event::Claimed && c.order() == Some(OrderId::new(0, 0)) && c.attempt().get() == 2
                && c.rank() == Some(0) && c.takeover_of().len() == 1),
             "{a:?}"
         );
@@ -1454,14 +1485,7 @@ mod tests {
         );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
-        assert_eq!(
-            a,
-            vec![Action::Run {
-                order: OrderId::new(0, 0),
-                attempt: 2,
-                retry: true
-            }]
-        );
+        assert_eq!(a, run((0, 0), 2, true));
         // The old holder, cut off until now, reads the revocation and stops.
         assert_eq!(
             log.feed(&mut w1, &mut c1),
@@ -1479,9 +1503,7 @@ mod tests {
         log.append(&a);
         let mut c1 = 0;
         let retry = log.feed(&mut w1, &mut c1);
-        assert!(
-            matches!(&retry[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt() == 2)
-        );
+        assert!(commits(&retry, 2));
         let (mut w2, _) = booted(&mut log, 2, "two", 5000);
         let takeover = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
         log.append(&takeover);
@@ -1511,12 +1533,15 @@ mod tests {
             vec![Action::FindOrder],
             "a void revocation: no takeover claim, other work"
         );
-        assert!(w2.view.hold(2).is_none());
+        assert!(w2.view.hold(2.into()).is_none());
         assert!(
             log.feed(&mut w1, &mut c1).is_empty(),
             "instance 1 keeps its order"
         );
-        assert!(w2.view.hold(1).is_some_and(|h| h.committed.is_some()));
+        assert!(w2
+            .view
+            .hold(1.into())
+            .is_some_and(|h| h.committed.is_some()));
     }
 
     #[test]
@@ -1531,7 +1556,7 @@ mod tests {
         let (w3, _) = booted(&mut log, 3, "three", 5000);
         assert!(w3
             .view
-            .hold(2)
+            .hold(2.into())
             .is_some_and(|h| h.pending && h.order == OrderId::new(0, 0) && h.rank == 0));
         let (mut w2, a) = leased(2, "two-again", 5100);
         log.append(&a);
@@ -1539,24 +1564,18 @@ mod tests {
         let a = log.feed(&mut w2, &mut c2);
         assert!(
             matches!(&a[..], [Action::Append(c)]
-            if c.event() == Event::Claimed && c.attempt() == 2 && c.rank() == Some(0)),
+            if c.event() == Event::Claimed && c.attempt().get() == 2 && c.rank() == Some(0)),
             "{a:?}"
         );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
-        assert!(
-            matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed && r.attempt() == 2),
-            "{a:?}"
-        );
+        assert!(commits(&a, 2), "{a:?}");
     }
 
     /// Runs one worker of a fresh incarnation through claim and commit of
     /// the next order, then reports `id`; returns what it does next.
     fn run_with_id(log: &mut Log, me: u32, inc: &str, id: &str, ends: i64) -> Vec<Action> {
-        let (mut w, a) = Worker::start(me, inc.into(), Settings::default(), 0);
-        log.append(&a);
-        let mut cur = 0;
-        log.feed(&mut w, &mut cur);
+        let (mut w, mut cur) = boot_in(log, me, inc, Settings::default());
         let a = w.handle(Input::Orders(BTreeMap::from([(0, ends)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
@@ -1571,16 +1590,18 @@ mod tests {
         log.feed(&mut w, &mut cur)
     }
 
+    /// The start of order `p:o`'s job.
+    fn start(p: i32, o: i64) -> Vec<Action> {
+        vec![Action::Start {
+            order: OrderId::new(p, o),
+        }]
+    }
+
     #[test]
     fn the_second_order_with_an_id_is_a_duplicate() {
         let mut log = Log(Vec::new());
         let a = run_with_id(&mut log, 1, "one", "backup-1", 2);
-        assert_eq!(
-            a,
-            vec![Action::Start {
-                order: OrderId::new(0, 0)
-            }]
-        );
+        assert_eq!(a, start(0, 0));
         let a = run_with_id(&mut log, 2, "two", "backup-1", 2);
         assert!(
             matches!(&a[..], [Action::Append(r)] if r.event() == Event::Completed
@@ -1590,20 +1611,9 @@ mod tests {
         );
         let mut log2 = Log(Vec::new());
         let a = run_with_id(&mut log2, 1, "one", "a", 2);
-        assert_eq!(
-            a,
-            vec![Action::Start {
-                order: OrderId::new(0, 0)
-            }]
-        );
+        assert_eq!(a, start(0, 0));
         let a = run_with_id(&mut log2, 2, "two", "b", 2);
-        assert_eq!(
-            a,
-            vec![Action::Start {
-                order: OrderId::new(0, 1)
-            }],
-            "another id runs"
-        );
+        assert_eq!(a, start(0, 1), "another id runs");
     }
 
     fn deferring(flaw: Option<Flaw>) -> Settings {
@@ -1619,7 +1629,12 @@ mod tests {
     fn three_idle(log: &mut Log, flaw: Option<Flaw>) -> Vec<(Worker, usize)> {
         let mut ws: Vec<(Worker, usize)> = (1..=3)
             .map(|i| {
-                let (w, a) = Worker::start(i, format!("i{i}"), deferring(flaw), 0);
+                let (w, a) = Worker::start(
+                    i.into(),
+                    Incarnation::new(format!("i{i}")),
+                    deferring(flaw),
+                    0,
+                );
                 log.append(&a);
                 (w, 0)
             })
@@ -1630,11 +1645,12 @@ mod tests {
         ws
     }
 
-    fn claim_in(a: &[Action]) -> Option<&Record> {
-        match a {
-            [Action::Append(r)] if r.event() == Event::Claimed => Some(r),
-            _ => None,
-        }
+    /// Whether `a` is one claim of order `p:o` that passes over `passed`.
+    fn claims(a: &[Action], (p, o): (i32, i64), passed: &[u32]) -> bool {
+        let passed: Vec<InstanceNo> = passed.iter().copied().map(InstanceNo::new).collect();
+        matches!(a, [Action::Append(r)] if r.event() == Event::Claimed
+            && r.order() == Some(OrderId::new(p, o))
+            && r.passed_over() == passed)
     }
 
     /// docs/protocol.md R29: the first in line claims at once,
@@ -1655,23 +1671,13 @@ mod tests {
         );
         assert_eq!(ws[1].0.deferring(), Some(1000));
         let a = ws[0].0.handle(Input::Orders(ends.clone()), 0);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over().is_empty()
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (0, 0), &[]), "{a:?}");
         log.append(&a);
         // Instance 2 reads the claim: it is now first in line for 0:1.
         let (w2, c2) = &mut ws[1];
         assert!(log.feed(w2, c2).is_empty());
         let a = w2.handle(Input::Orders(ends.clone()), 5);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over().is_empty()
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (0, 1), &[]), "{a:?}");
         log.append(&a);
         // Instance 3 reads both: nothing waits any more.
         let (w3, c3) = &mut ws[2];
@@ -1700,12 +1706,7 @@ mod tests {
         assert!(w2.handle(Input::Tick, 999).is_empty());
         assert_eq!(w2.handle(Input::Tick, 1000), vec![Action::FindOrder]);
         let a = w2.handle(Input::Orders(ends.clone()), 1000);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over() == vec![1]
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (0, 0), &[1]), "{a:?}");
         log.append(&a);
         assert!(log
             .feed(w2, c2)
@@ -1719,14 +1720,9 @@ mod tests {
             vec![Action::WakeAt(2000)]
         );
         log.feed(w3, c3);
-        assert_eq!(w3.view.idle_queue(), vec![3]);
+        assert_eq!(w3.view.idle_queue(), vec![3.into()]);
         let a = w3.handle(Input::Orders(ends), 1001);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(0, 1)) && c.passed_over().is_empty()
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (0, 1), &[]), "{a:?}");
     }
 
     /// Of the orders an instance may claim, the one it has seen waiting
@@ -1744,12 +1740,7 @@ mod tests {
         );
         // 1:0 arrives, and 2 is first in its line; but 0:0 has waited its turn.
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1)])), 1500);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(0, 0)) && c.passed_over() == vec![1]
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (0, 0), &[1]), "{a:?}");
         // Before the deadline, its own turn comes first.
         let w3 = &mut ws[2].0;
         assert_eq!(
@@ -1757,12 +1748,7 @@ mod tests {
             vec![Action::WakeAt(2000)]
         );
         let a = w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1), (2, 1)])), 10);
-        assert!(
-            claim_in(&a).is_some_and(
-                |c| c.order() == Some(OrderId::new(2, 0)) && c.passed_over().is_empty()
-            ),
-            "{a:?}"
-        );
+        assert!(claims(&a, (2, 0), &[]), "{a:?}");
     }
 
     #[test]
@@ -1783,6 +1769,13 @@ mod tests {
         }
     }
 
+    /// Instance 1's incarnation "new", started at 1,000 ms with a settle
+    /// of 15,000 ms, whose host saw `clean` exit cleanly.
+    fn successor_of(clean: Option<&str>) -> (Worker, Vec<Action>) {
+        let clean = clean.map(Incarnation::from);
+        Worker::start_after(1.into(), "new".into(), settling(15_000), 1_000, clean)
+    }
+
     fn booted_in(a: &[Action]) -> bool {
         matches!(a, [Action::Append(r)] if r.event() == Event::Booted && r.seq == 1)
     }
@@ -1792,9 +1785,9 @@ mod tests {
     #[test]
     fn an_unknown_predecessor_is_waited_out() {
         let mut log = Log(Vec::new());
-        let (w0, a) = Worker::start(1, "old".into(), Settings::default(), 0);
+        let (w0, a) = Worker::start(1.into(), "old".into(), Settings::default(), 0);
         log.append(&a);
-        let (mut w, a) = Worker::start_after(1, "new".into(), settling(15_000), 1_000, None);
+        let (mut w, a) = successor_of(None);
         assert_eq!(
             w.phase,
             Phase::Settle {
@@ -1810,8 +1803,8 @@ mod tests {
             "caught up: still settling"
         );
         assert_eq!(
-            w.view.incarnation(1),
-            Some(w0.incarnation.as_str()),
+            w.view.incarnation(1.into()),
+            Some(&w0.incarnation),
             "the old booted is read, not a fence"
         );
         assert_eq!(w.handle(Input::Tick, 15_999), vec![]);
@@ -1826,10 +1819,9 @@ mod tests {
     #[test]
     fn a_confirmed_clean_predecessor_is_not_waited_for() {
         let mut log = Log(Vec::new());
-        let (_, a) = Worker::start(1, "old".into(), Settings::default(), 0);
+        let (_, a) = Worker::start(1.into(), "old".into(), Settings::default(), 0);
         log.append(&a);
-        let (mut w, a) =
-            Worker::start_after(1, "new".into(), settling(15_000), 1_000, Some("old".into()));
+        let (mut w, a) = successor_of(Some("old"));
         assert_eq!(a, vec![], "nothing appended before the log is read");
         let mut cur = 0;
         let a = log.feed(&mut w, &mut cur);
@@ -1843,11 +1835,10 @@ mod tests {
     fn a_stale_clean_marker_falls_back_to_the_wait() {
         let mut log = Log(Vec::new());
         for inc in ["old", "elsewhere"] {
-            let (_, a) = Worker::start(1, inc.into(), Settings::default(), 0);
+            let (_, a) = Worker::start(1.into(), inc.into(), Settings::default(), 0);
             log.append(&a);
         }
-        let (mut w, _) =
-            Worker::start_after(1, "new".into(), settling(15_000), 1_000, Some("old".into()));
+        let (mut w, _) = successor_of(Some("old"));
         let mut cur = 0;
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::WakeAt(16_000)]);
         assert_eq!(
@@ -1868,21 +1859,18 @@ mod tests {
     /// The snapshot of a checkpoint may be loaded while settling.
     #[test]
     fn a_settling_machine_loads_a_checkpoint() {
-        let (mut w, _) = Worker::start_after(1, "new".into(), settling(1), 0, None);
-        let (donor, _) = Worker::start(2, "d".into(), Settings::default(), 0);
+        let (mut w, _) = Worker::start_after(1.into(), "new".into(), settling(1), 0, None);
+        let (donor, _) = Worker::start(2.into(), "d".into(), Settings::default(), 0);
         let mut snap = donor.view.snapshot();
-        snap.at = 7;
+        snap.at = Position::new(7);
         assert!(w.load(&snap));
     }
 
     #[test]
     fn an_older_incarnation_stops_when_a_newer_boots() {
         let mut log = Log(Vec::new());
-        let (mut old, a) = Worker::start(1, "old".into(), Settings::default(), 0);
-        log.append(&a);
-        let mut cur = 0;
-        log.feed(&mut old, &mut cur);
-        let (_new, a) = Worker::start(1, "new".into(), Settings::default(), 0);
+        let (mut old, mut cur) = boot_in(&mut log, 1, "old", Settings::default());
+        let (_new, a) = Worker::start(1.into(), "new".into(), Settings::default(), 0);
         log.append(&a);
         assert_eq!(
             log.feed(&mut old, &mut cur),

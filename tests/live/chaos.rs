@@ -395,7 +395,7 @@ fn run_chaos(c: Chaos) {
         };
         let status = done.outcome().map(|x| x.status);
         // The completing run is the last one and wrote its line.
-        if status == Some(Status::Ok) && attempts.iter().max() != Some(&done.attempt()) {
+        if status == Some(Status::Ok) && attempts.iter().max() != Some(&done.attempt().get()) {
             problems.push(format!(
                 "{id}: completed ok as attempt {} but the ledger's runs are {attempts:?}\n{}",
                 done.attempt(),
@@ -676,7 +676,7 @@ fn a_lost_instance_order_is_taken_over() {
     let id = OrderId::new(order.0, order.1);
     let mut w1 = WorkerProc::start("worker1", &env(1));
     wait_record_within(&broker, &claims, "commit by instance 1", T, |r| {
-        r.instance == 1 && r.event() == Event::Committed && r.order() == Some(id)
+        r.instance.get() == 1 && r.event() == Event::Committed && r.order() == Some(id)
     });
     let job_pid = |attempt: u32| {
         ledger(&ledger_path).iter().find_map(|l| {
@@ -708,15 +708,17 @@ fn a_lost_instance_order_is_taken_over() {
         "instance 2's takeover claim",
         LEASE + Duration::from_secs(10),
         |r| {
-            r.instance == 2
+            r.instance.get() == 2
                 && r.event() == Event::Claimed
                 && r.order() == Some(id)
-                && r.takeover_of().iter().any(|c| c.instance == 1)
+                && r.takeover_of().iter().any(|c| c.instance.get() == 1)
         },
     );
     let takeover = recs
         .iter()
-        .find(|(_, r)| r.instance == 2 && r.event() == Event::Claimed && r.order() == Some(id))
+        .find(|(_, r)| {
+            r.instance.get() == 2 && r.event() == Event::Claimed && r.order() == Some(id)
+        })
         .map(|(p, r)| (*p, r.clone()))
         .unwrap();
     eprintln!(
@@ -725,7 +727,7 @@ fn a_lost_instance_order_is_taken_over() {
         killed.elapsed().as_secs_f64()
     );
     assert_eq!(
-        takeover.1.attempt(),
+        takeover.1.attempt().get(),
         2,
         "a takeover of a committed hold is a retry:\n{}",
         show_all(&recs)
@@ -749,17 +751,23 @@ fn a_lost_instance_order_is_taken_over() {
     let t = &audit.orders[&id];
     assert_eq!(t.completions.len(), 1, "{}", audit.show(order));
     let (_, c) = &t.completions[0];
-    assert_eq!((c.instance, c.attempt()), (2, 2), "{}", audit.show(order));
+    assert_eq!(
+        (c.instance.get(), c.attempt().get()),
+        (2, 2),
+        "{}",
+        audit.show(order)
+    );
     assert_eq!(
         c.outcome().map(|o| o.status),
         Some(Status::Ok),
         "{}",
         audit.show(order)
     );
-    assert_eq!(done[0].instance, 2);
+    assert_eq!(done[0].instance.get(), 2);
     assert!(
-        recs.iter()
-            .any(|(_, r)| r.key() == "1:revoked" && r.by() == Some(2) && r.order() == Some(id)),
+        recs.iter().any(|(_, r)| r.key() == "1:revoked"
+            && r.by() == Some(2.into())
+            && r.order() == Some(id)),
         "no 1:revoked by 2 in the claims trail:\n{}",
         show_all(&recs)
     );
@@ -812,7 +820,12 @@ fn a_poison_order_is_given_up() {
     let (_, done) = &p.completions[0];
     let outcome = done.outcome().unwrap();
     assert_eq!(outcome.status, Status::GaveUp, "{}", audit.show(orders[0]));
-    assert_eq!(done.attempt(), MAX_ATTEMPTS, "{}", audit.show(orders[0]));
+    assert_eq!(
+        done.attempt().get(),
+        MAX_ATTEMPTS,
+        "{}",
+        audit.show(orders[0])
+    );
     eprintln!(
         "poison: {} ({})",
         outcome.status,

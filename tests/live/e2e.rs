@@ -41,7 +41,7 @@ fn assert_completed_ok_by_committer(audit: &Audit) {
         let (pos, done) = &t.completions[0];
         let (cpos, ci) = t.effective_commits[0];
         assert!(
-            cpos < *pos && ci == done.instance,
+            cpos < *pos && ci == done.instance.get(),
             "{id}: {}",
             audit.show((id.partition, id.offset))
         );
@@ -171,7 +171,9 @@ fn orders_per_process_5_completes_each_order_once_with_fewer_processes() {
     let mut per_incarnation: BTreeMap<String, usize> = BTreeMap::new();
     for (_, r) in &recs {
         if r.event() == Event::Completed && r.by().is_none() {
-            *per_incarnation.entry(r.incarnation.clone()).or_default() += 1;
+            *per_incarnation
+                .entry(r.incarnation.to_string())
+                .or_default() += 1;
         }
     }
     assert!(
@@ -289,7 +291,7 @@ fn idle_instances_take_turns() {
         let who: std::collections::BTreeSet<u32> = recs
             .iter()
             .filter(|(_, r)| r.event() == Event::Booted)
-            .map(|(_, r)| r.instance)
+            .map(|(_, r)| r.instance.get())
             .collect();
         who.len() == 4
     };
@@ -375,7 +377,7 @@ fn killed_while_running_resumes_as_retry() {
     )[0];
     let id = OrderId::new(order.0, order.1);
     wait_record(&broker, &claims, "commit of attempt 1", |r| {
-        r.event() == Event::Committed && r.order() == Some(id) && r.attempt() == 1
+        r.event() == Event::Committed && r.order() == Some(id) && r.attempt().get() == 1
     });
     assert!(
         poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1)
@@ -399,7 +401,7 @@ fn killed_while_running_resumes_as_retry() {
         Some((killed, Some(libc::SIGKILL)))
     );
     let recs = wait_record(&broker, &claims, "commit of attempt 2", |r| {
-        r.event() == Event::Committed && r.order() == Some(id) && r.attempt() == 2
+        r.event() == Event::Committed && r.order() == Some(id) && r.attempt().get() == 2
     });
     assert!(
         poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 2)
@@ -419,7 +421,7 @@ fn killed_while_running_resumes_as_retry() {
     // The new incarnation did not claim again: it resumed its committed hold.
     let inc2 = recs
         .iter()
-        .find(|(_, r)| r.attempt() == 2 && r.event() == Event::Committed)
+        .find(|(_, r)| r.attempt().get() == 2 && r.event() == Event::Committed)
         .unwrap()
         .1
         .incarnation
@@ -439,7 +441,7 @@ fn killed_while_running_resumes_as_retry() {
     let t = &audit.orders[&id];
     let done = &t.completions[0].1;
     assert_eq!(
-        (done.attempt(), done.incarnation.as_str()),
+        (done.attempt().get(), done.incarnation.as_str()),
         (2, inc2.as_str()),
         "{}",
         audit.show(order)
@@ -585,7 +587,7 @@ fn killed_between_claim_and_decision_resumes_negotiation() {
     let inc = recs
         .iter()
         .rev()
-        .find(|(_, r)| r.event() == Event::Booted && r.instance == 1)
+        .find(|(_, r)| r.event() == Event::Booted && r.instance.get() == 1)
         .unwrap()
         .1
         .incarnation
@@ -638,12 +640,12 @@ fn killed_between_claim_and_decision_yields_to_a_committed_rival() {
     // Instance 1 must yield, then take the next order (not 0:0 again).
     let mut w1 = WorkerProc::start("worker1", &worker_env(&broker, 1));
     let recs = wait_record(&broker, &claims, "yield of instance 1", |r| {
-        r.instance == 1 && r.event() == Event::Yielded && r.order() == Some(id)
+        r.instance.get() == 1 && r.event() == Event::Yielded && r.order() == Some(id)
     });
     assert!(
         !recs
             .iter()
-            .any(|(_, r)| r.instance == 1 && r.event() == Event::Committed),
+            .any(|(_, r)| r.instance.get() == 1 && r.event() == Event::Committed),
         "instance 1 committed an order instance 2 had committed:\n{}",
         show_all(&recs)
     );
@@ -663,8 +665,18 @@ fn killed_between_claim_and_decision_yields_to_a_committed_rival() {
         .check_exactly_once(&[first, second])
         .unwrap_or_else(|e| panic!("{e}"));
     let t = &audit.orders[&id];
-    assert_eq!(t.completions[0].1.instance, 2, "{}", audit.show(first));
-    assert_eq!(t.completions[0].1.attempt(), 2, "{}", audit.show(first));
+    assert_eq!(
+        t.completions[0].1.instance.get(),
+        2,
+        "{}",
+        audit.show(first)
+    );
+    assert_eq!(
+        t.completions[0].1.attempt().get(),
+        2,
+        "{}",
+        audit.show(first)
+    );
     let commits: Vec<(u32, u32)> = t
         .decisions
         .iter()
@@ -675,7 +687,8 @@ fn killed_between_claim_and_decision_yields_to_a_committed_rival() {
     assert_eq!(
         audit.orders[&OrderId::new(second.0, second.1)].completions[0]
             .1
-            .instance,
+            .instance
+            .get(),
         1
     );
     assert_ledger_once(&ledger, &[first, second], &audit);
@@ -812,7 +825,7 @@ fn a_resumed_run_completes_with_its_attempt() {
     assert_eq!(lines, expected, "each order ran once, as attempt 2");
     for &o in &orders {
         let done = &audit.orders[&OrderId::new(o.0, o.1)].completions[0].1;
-        assert_eq!(done.attempt(), 2, "{}", audit.show(o));
+        assert_eq!(done.attempt().get(), 2, "{}", audit.show(o));
     }
 }
 
@@ -850,8 +863,8 @@ fn boot_starts_from_the_newest_checkpoint() {
     let recs = decoded_claims(broker.bootstrap(), &claims);
     let at = recs
         .iter()
-        .filter(|(_, r)| r.event() == Event::Checkpoint && r.instance == 1)
-        .filter_map(|(_, r)| r.snapshot().as_ref().map(|s| s.at))
+        .filter(|(_, r)| r.event() == Event::Checkpoint && r.instance.get() == 1)
+        .filter_map(|(_, r)| r.snapshot().as_ref().map(|s| s.at.get()))
         .max()
         .unwrap_or_else(|| panic!("instance 1 left no checkpoint:\n{}", w.stderr.last(20)));
     assert!(at > 4_500, "the checkpoint covers the history (at {at})");
@@ -930,11 +943,11 @@ fn booted_of(broker: &BrokerProc, instance: u32, w: &WorkerProc) -> Record {
     let claims = broker.opts.coordination_topic.clone();
     let inc = incarnation_of(w);
     let recs = wait_record(broker, &claims, "the process's booted", |r| {
-        r.event() == Event::Booted && r.instance == instance && r.incarnation == inc
+        r.event() == Event::Booted && r.instance.get() == instance && r.incarnation.as_str() == inc
     });
     recs.into_iter()
         .rev()
-        .find(|(_, r)| r.event() == Event::Booted && r.incarnation == inc)
+        .find(|(_, r)| r.event() == Event::Booted && r.incarnation.as_str() == inc)
         .unwrap()
         .1
 }
@@ -977,7 +990,7 @@ fn a_process_settles_after_a_kill_but_not_after_a_clean_exit() {
     );
     assert_eq!(
         markers(),
-        vec![a_booted.incarnation.clone()],
+        vec![a_booted.incarnation.to_string()],
         "a clean exit leaves a marker naming it"
     );
 

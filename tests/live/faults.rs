@@ -215,7 +215,7 @@ fn foreign_records_in_the_claims_topic_are_skipped() {
     // from real incarnations (the garbage used incarnation "x").
     let recs = decoded_claims(broker.bootstrap(), &claims);
     assert!(
-        !recs.iter().any(|(_, r)| r.incarnation == "x"),
+        !recs.iter().any(|(_, r)| r.incarnation.as_str() == "x"),
         "a garbage record decoded as a pool_worker record"
     );
     let ran = ledger_counts(&ledger);
@@ -300,7 +300,7 @@ fn zombie_is_fenced() {
         "the fenced process left its job (pid {old_job}) running"
     );
     let recs = wait_record(&broker, &claims, "the retry's commit", |r| {
-        r.event() == Event::Committed && r.order() == Some(id) && r.attempt() == 2
+        r.event() == Event::Committed && r.order() == Some(id) && r.attempt().get() == 2
     });
     assert!(
         poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 2)
@@ -315,7 +315,7 @@ fn zombie_is_fenced() {
 
     let new_inc = recs
         .iter()
-        .rfind(|(_, r)| r.event() == Event::Booted && r.instance == 5)
+        .rfind(|(_, r)| r.event() == Event::Booted && r.instance.get() == 5)
         .unwrap()
         .1
         .incarnation

@@ -224,7 +224,7 @@ fn status_and_history_report_a_run() {
     let completers: std::collections::BTreeSet<u32> = audit
         .orders
         .values()
-        .flat_map(|t| t.completions.iter().map(|c| c.1.instance))
+        .flat_map(|t| t.completions.iter().map(|c| c.1.instance.get()))
         .collect();
     for c in completers {
         let e = instances

@@ -509,7 +509,7 @@ impl Pool {
                 let resume = w.insts[i as usize - 1].worker.as_ref().is_some_and(|p| {
                     self.force_resume
                         && p.phase == (Phase::Boot { seen: true })
-                        && p.view.hold(i).is_none()
+                        && p.view.hold(i.into()).is_none()
                 });
                 if resume {
                     w.step(&self.cfg, &Step::CaughtUp(i));
@@ -536,7 +536,8 @@ impl Pool {
         inst.asked
             && self.cfg.lease_ms.is_none()
             && inst.worker.as_ref().is_some_and(|p| {
-                p.phase == Phase::Choose && turns(&p.view, &self.cfg.order_ends(), i).is_empty()
+                p.phase == Phase::Choose
+                    && turns(&p.view, &self.cfg.order_ends(), i.into()).is_empty()
             })
     }
 
@@ -558,7 +559,7 @@ impl Pool {
             && !w
                 .orphans
                 .iter()
-                .any(|r| r.instance == i || r.by() == Some(i))
+                .any(|r| r.instance.get() == i || r.by() == Some(i.into()))
     }
 
     /// The world's steps a run of the model's actions takes (the reads of
@@ -1783,7 +1784,8 @@ mod commuting {
     //! read in either order, and the View comes out the same up to the
     //! renaming of their two positions (`View::relabel`).
     use crate::world::{depends, depends_unerased};
-    use pool_worker::boot::View;
+    use pool_worker::boot::{Relabel, View};
+    use pool_worker::record::Position;
     use pool_worker::record::{Cite, Event, OrderId, Outcome, Record, Status};
     use proptest::prelude::*;
 
@@ -1832,7 +1834,7 @@ mod commuting {
                     }
                     if ev == Event::Claimed && flags & 2 == 2 {
                         r.set_takeover_of(vec![Cite {
-                            instance: by.unwrap_or(1),
+                            instance: by.unwrap_or(1).into(),
                             incarnation: "a".into(),
                         }]);
                         r.set_rank(rank);
@@ -1852,7 +1854,7 @@ mod commuting {
         let verdicts = log
             .iter()
             .enumerate()
-            .map(|(p, r)| v.apply(p as u64, r).is_ok())
+            .map(|(p, r)| v.apply(Position::new(p as u64), r).is_ok())
             .collect();
         (v, verdicts)
     }
@@ -1871,27 +1873,33 @@ mod commuting {
         for k in (0..log.len() - 1).filter(|&k| !depends(&log[k], &log[k + 1])) {
             // The renaming applies to the positions records name too
             // (a revocation's `seen`).
-            let swap = |p: u64| {
-                if p == k as u64 {
-                    p + 1
-                } else if p == k as u64 + 1 {
-                    p - 1
+            let swap = |p: Position| {
+                Position::new(if p.get() == k as u64 {
+                    p.get() + 1
+                } else if p.get() == k as u64 + 1 {
+                    p.get() - 1
                 } else {
-                    p
-                }
+                    p.get()
+                })
             };
             let mut swapped = log.to_vec();
             swapped.swap(k, k + 1);
             for r in &mut swapped {
                 if let Some(seen) = r.seen() {
-                    r.set_seen(Some(swap(seen)));
+                    r.set_seen(Some(swap(seen).get()));
                 }
             }
             let (mut v, mut vs) = fold(log);
-            v.relabel(&swap, &|_| {});
+            v.relabel(&Relabel {
+                position: &swap,
+                outcome: &|_| {},
+            });
             vs.swap(k, k + 1);
             let (mut w, ws) = fold(&swapped);
-            w.relabel(&|p| p, &|_| {});
+            w.relabel(&Relabel {
+                position: &|p| p,
+                outcome: &|_| {},
+            });
             let short: Vec<String> = log.iter().map(|r| format!("{}:{:?} inc {} seq {} by {:?} fences {:?} seen {:?} o {:?} next {:?} tk {}", r.instance, r.event(), r.incarnation, r.seq, r.by(), r.fences(), r.seen(), r.order(), r.next, r.takeover_of().len())).collect();
             prop_assert_eq!(
                 vs,

@@ -1094,22 +1094,28 @@ impl Audit {
         let mut live: BTreeMap<u32, (OrderId, i64, String)> = BTreeMap::new();
         let mut fenced: BTreeMap<u32, String> = BTreeMap::new();
         for (pos, rec) in records {
+            // The harness keeps bare numbers and names.
+            let instance = rec.instance.get();
+            let incarnation = rec.incarnation.to_string();
+            let (attempt, by, writer) = (
+                rec.attempt().get(),
+                rec.by().map(|b| b.get()),
+                rec.writer().get(),
+            );
             if rec.event() == Event::Booted {
-                current.insert(rec.instance, rec.incarnation.clone());
-                fenced.remove(&rec.instance);
+                current.insert(instance, incarnation.clone());
+                fenced.remove(&instance);
             } else if rec.by().is_none()
-                && (current
-                    .get(&rec.instance)
-                    .is_some_and(|c| *c != rec.incarnation)
-                    || fenced.get(&rec.instance) == Some(&rec.incarnation))
+                && (current.get(&instance).is_some_and(|c| *c != incarnation)
+                    || fenced.get(&instance) == Some(&incarnation))
             {
                 audit.void += 1;
                 continue;
             }
-            if let Some(w) = rec.by() {
+            if let Some(w) = by {
                 // Written on another's behalf: the writer must not be fenced.
-                if current.get(&w).is_some_and(|c| *c != rec.incarnation)
-                    || fenced.get(&w) == Some(&rec.incarnation)
+                if current.get(&w).is_some_and(|c| *c != incarnation)
+                    || fenced.get(&w) == Some(&incarnation)
                 {
                     audit.void += 1;
                     continue;
@@ -1119,17 +1125,17 @@ impl Audit {
                 // Valid only if the hold wrote nothing since the revoker saw
                 // it (the replay's rule, src/boot.rs).
                 let Some(order) = rec.order() else { continue };
-                let valid = live.get(&rec.instance).is_some_and(|(o, last, inc)| {
+                let valid = live.get(&instance).is_some_and(|(o, last, inc)| {
                     *o == order
-                        && rec.seen() == u64::try_from(*last).ok()
-                        && rec.fences() == Some(inc.as_str())
+                        && rec.seen().map(|s| s.get()) == u64::try_from(*last).ok()
+                        && rec.fences().map(|f| f.as_str()) == Some(inc.as_str())
                 });
                 let t = audit.orders.entry(order).or_default();
                 t.lines.push(format!(
                     "  #{pos} {}:revoked by {} attempt {}{}",
-                    rec.instance,
-                    rec.writer(),
-                    rec.attempt(),
+                    instance,
+                    writer,
+                    attempt,
                     if valid {
                         ""
                     } else {
@@ -1137,18 +1143,16 @@ impl Audit {
                     }
                 ));
                 if valid {
-                    let (_, _, inc) = live.remove(&rec.instance).expect("checked above");
-                    t.revocations
-                        .push((*pos, rec.instance, inc.clone(), rec.writer()));
-                    fenced.insert(rec.instance, inc);
-                    holds.remove(&rec.instance);
+                    let (_, _, inc) = live.remove(&instance).expect("checked above");
+                    t.revocations.push((*pos, instance, inc.clone(), writer));
+                    fenced.insert(instance, inc);
+                    holds.remove(&instance);
                 } else {
                     audit.void += 1;
                 }
                 continue;
             }
-            if rec.by().is_none() && rec.seq > 0 && !seen.insert((rec.incarnation.clone(), rec.seq))
-            {
+            if rec.by().is_none() && rec.seq > 0 && !seen.insert((incarnation.clone(), rec.seq)) {
                 audit.void += 1;
                 continue;
             }
@@ -1156,31 +1160,30 @@ impl Audit {
             let t = audit.orders.entry(order).or_default();
             t.lines.push(format!(
                 "  #{pos} {}:{}{} attempt {}{}",
-                rec.instance,
+                instance,
                 rec.event(),
-                rec.by().map(|b| format!(" by {b}")).unwrap_or_default(),
-                rec.attempt(),
+                by.map(|b| format!(" by {b}")).unwrap_or_default(),
+                attempt,
                 rec.reason().map(|r| format!(" ({r})")).unwrap_or_default()
             ));
             if rec.by().is_some() {
                 continue;
             }
-            let i = rec.instance;
+            let i = instance;
             match rec.event() {
                 Event::Claimed => {
-                    t.claims.push((*pos, i, rec.attempt()));
+                    t.claims.push((*pos, i, attempt));
                     holds.insert(i, (order, None));
-                    live.insert(i, (order, *pos, rec.incarnation.clone()));
+                    live.insert(i, (order, *pos, incarnation.clone()));
                 }
                 Event::Committed | Event::Yielded => {
-                    t.decisions.push((*pos, i, rec.event(), rec.attempt()));
+                    t.decisions.push((*pos, i, rec.event(), attempt));
                     if rec.event() == Event::Committed {
-                        t.commits
-                            .push((*pos, i, rec.incarnation.clone(), rec.attempt()));
+                        t.commits.push((*pos, i, incarnation.clone(), attempt));
                         if let Some((o, last, inc)) = live.get_mut(&i) {
                             if *o == order {
                                 *last = *pos;
-                                *inc = rec.incarnation.clone();
+                                *inc = incarnation.clone();
                             }
                         }
                     }
@@ -1199,7 +1202,7 @@ impl Audit {
                     if let Some((o, last, inc)) = live.get_mut(&i) {
                         if *o == order {
                             *last = *pos;
-                            *inc = rec.incarnation.clone();
+                            *inc = incarnation.clone();
                         }
                     }
                 }
@@ -1272,7 +1275,7 @@ impl Audit {
                 ));
             }
             for (pos, c) in &t.completions {
-                if !committers.contains(&c.instance) {
+                if !committers.contains(&c.instance.get()) {
                     problems.push(format!(
                         "completed at #{pos} by {} which did not commit",
                         c.instance

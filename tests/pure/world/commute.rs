@@ -55,7 +55,7 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
             .into_iter()
             .chain(r.by())
             .chain(r.passed_over().iter().copied())
-            .collect::<Vec<u32>>()
+            .collect::<Vec<InstanceNo>>()
     };
     if who(a).iter().any(|i| who(b).contains(i)) {
         return true;
@@ -198,7 +198,7 @@ impl World {
         }
         for (_, inst) in self.referee.instances() {
             if let Some(hold) = inst.hold.as_ref().filter(|h| h.committed.is_none()) {
-                protected |= 1 << hold.claim_pos;
+                protected |= 1 << hold.claim_pos.get();
             }
         }
         let open = self.open_orders(cfg);
@@ -446,7 +446,10 @@ impl World {
         for (new, &old) in order.iter().enumerate() {
             to[old] = new as u64;
         }
-        let f = |p: u64| if (p as usize) < n { to[p as usize] } else { p };
+        let f = |p: Position| {
+            let i = p.get() as usize;
+            Position::new(if i < n { to[i] } else { p.get() })
+        };
         let g = |o: &mut Outcome| o.reason = None;
         let mut h = Mix::default();
         // Forged records are never reordered here: tests/pure/model.rs checks
@@ -482,12 +485,19 @@ impl World {
             match worker {
                 Some(w) if by_copy => {
                     let mut w = w.clone();
-                    w.relabel(&f, &g);
+                    w.relabel(&Relabel {
+                        position: &f,
+                        outcome: &g,
+                    });
                     (1u8, w).hash(&mut h);
                 }
                 Some(w) => {
                     1u8.hash(&mut h);
-                    w.hash_relabeled(&f, &g, &mut h);
+                    let r = Relabel {
+                        position: &f,
+                        outcome: &g,
+                    };
+                    w.hash_relabeled(&r, &mut h);
                 }
                 None => 0u8.hash(&mut h),
             }
@@ -534,7 +544,7 @@ impl World {
                 runs,
                 deaths_running,
                 completions,
-                first_commit.map(|p| f(p as u64)),
+                first_commit.map(|p| f(Position::new(p as u64))),
                 finished_void,
                 claimed,
                 open,
@@ -573,7 +583,7 @@ impl World {
 
 /// Hashes a record with its positions (`seen`) renamed by `f`, leaving out
 /// its reasons.
-fn hash_record(r: &Record, f: &dyn Fn(u64) -> u64, h: &mut Mix) {
+fn hash_record(r: &Record, f: &dyn Fn(Position) -> Position, h: &mut Mix) {
     // Destructured, so that a field added to Record must be placed here.
     let Record {
         instance,

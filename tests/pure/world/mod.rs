@@ -32,9 +32,11 @@
 
 #![allow(dead_code)]
 
-use pool_worker::boot::View;
+use pool_worker::boot::{Relabel, View};
 use pool_worker::dev::describe_record;
-use pool_worker::record::{Body, Event, OrderId, Outcome, Record, Status};
+use pool_worker::record::{
+    Body, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record, Status,
+};
 use pool_worker::worker::{Action, Flaw, Input, Phase, Settings, Worker};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -298,7 +300,7 @@ pub struct Inst {
     pub next_tick: u64,
     /// Simulation with settling: the incarnation whose clean exit left the
     /// marker, taken by the next start.
-    pub marker: Option<String>,
+    pub marker: Option<Incarnation>,
     /// When the last process died or exited.
     pub died_at: u64,
     /// Simulation ([`Config::clocked`]): the process asked for a Tick at
@@ -562,7 +564,7 @@ impl World {
             self.insts
                 .get(i as usize - 1)
                 .and_then(|s| s.worker.as_ref())
-                .map_or(format!("{i}.1"), |w| w.incarnation.clone())
+                .map_or(format!("{i}.1"), |w| w.incarnation.to_string())
         };
         let seq = 1_000 + self.forged as u64;
         let n = self.orders.len() as i64;
@@ -767,13 +769,14 @@ impl World {
         match *s {
             Step::Start(i) => {
                 if cfg.settle || !cfg.late_appends {
-                    self.orphans
-                        .retain(|r| !(r.instance == i && r.by().is_none()) && r.by() != Some(i));
+                    self.orphans.retain(|r| {
+                        !(r.instance.get() == i && r.by().is_none()) && r.by() != Some(i.into())
+                    });
                 }
                 let now = self.now;
                 let inst = self.inst_mut(i);
                 inst.starts += 1;
-                let inc = format!("{i}.{}", inst.starts);
+                let inc = Incarnation::new(format!("{i}.{}", inst.starts));
                 let clean = inst.marker.take();
                 if self.settling {
                     *if clean.is_some() {
@@ -782,7 +785,7 @@ impl World {
                         &mut self.starts_unmarked
                     } += 1;
                 }
-                let (mut w, acts) = Worker::start_after(i, inc, cfg.settings(), now, clean);
+                let (mut w, acts) = Worker::start_after(i.into(), inc, cfg.settings(), now, clean);
                 // Boot from the newest checkpoint the log still holds, as
                 // the shell does (src/kafka.rs).
                 let snap = self
@@ -794,7 +797,7 @@ impl World {
                     .filter(|_| cfg.checkpoint_every.is_some())
                     .cloned();
                 let cursor = match &snap {
-                    Some(s) if w.load(s) => s.at as usize,
+                    Some(s) if w.load(s) => s.at.get() as usize,
                     _ => 0,
                 };
                 let inst = self.inst_mut(i);
@@ -923,8 +926,10 @@ impl World {
     fn read(&mut self, cfg: &Config, i: u32) {
         while let Some(pos) = self.next_present(self.inst(i).cursor) {
             let input = match self.log[pos].foreign {
-                false => Input::Record(pos as u64, Record::clone(&self.log[pos].rec)),
-                true => Input::Foreign(pos as u64),
+                false => {
+                    Input::Record(Position::new(pos as u64), Record::clone(&self.log[pos].rec))
+                }
+                true => Input::Foreign(Position::new(pos as u64)),
             };
             self.inst_mut(i).cursor = pos + 1;
             if self.feed(i, input) || !cfg.batch_reads {
@@ -1012,12 +1017,12 @@ impl World {
     /// [`SETTLED`]: `r`, an orphan, lands after a `booted` of a later
     /// process of its writer's instance number.
     fn check_settled(&mut self, r: &Record) {
-        let writer = r.by().unwrap_or(r.instance);
+        let writer = r.writer().get();
         let Some(pos) = self.newest_booted[writer as usize - 1] else {
             return;
         };
         let newest = &self.log[pos].rec.incarnation;
-        if Self::start_no(newest) > Self::start_no(&r.incarnation) {
+        if Self::start_no(newest.as_str()) > Self::start_no(r.incarnation.as_str()) {
             let what = format!(
                 "{} of {} lands after {newest} booted at #{pos}",
                 r.key(),
@@ -1034,7 +1039,7 @@ impl World {
         let now = self.now;
         let insts = &self.insts;
         self.orphans.retain(|r| {
-            let inst = &insts[r.by().unwrap_or(r.instance) as usize - 1];
+            let inst = &insts[r.writer().get() as usize - 1];
             let alive = inst
                 .worker
                 .as_ref()
@@ -1060,14 +1065,14 @@ impl World {
                     self.inst_mut(i).ran = Some(order);
                     self.judge_cancel(i, order);
                     if let Some(w) = &self.inst(i).worker {
-                        let own = w.view.instance(i).and_then(|s| s.revoked.as_deref());
-                        if own == Some(w.incarnation.as_str()) {
+                        let own = w.view.instance(i.into()).and_then(|s| s.revoked.as_ref());
+                        if own == Some(&w.incarnation) {
                             let what = format!("instance {i} ({}) runs order {order} after reading its own revocation", w.incarnation);
                             self.violate(RUN_AFTER_REVOKED, what);
                         }
                     }
                     if self.leases {
-                        self.leased_run(i, order, attempt);
+                        self.leased_run(i, order, attempt.get());
                         continue;
                     }
                     let og = &mut self.orders[order.offset as usize];
@@ -1134,7 +1139,7 @@ impl World {
             .get(order.offset as usize)
             .and_then(|og| og.first_commit);
         if let (Some((c, _)), Some(f)) = (self.referee.cancel(order), first) {
-            if (c as usize) < f {
+            if (c.get() as usize) < f {
                 let what = format!("instance {i} starts order {order}'s job, cancelled at #{c} before its first commit at #{f}");
                 self.violate(RUN_CANCELLED, what);
             }
@@ -1155,11 +1160,14 @@ impl World {
             .unwrap_or_default();
         let holds = self
             .referee
-            .hold(i)
+            .hold(i.into())
             .is_some_and(|h| h.order == order && h.committed.is_some() && h.incarnation == inc);
         if !holds {
-            let revoked =
-                self.referee.instance(i).and_then(|s| s.revoked.as_deref()) == Some(inc.as_str());
+            let revoked = self
+                .referee
+                .instance(i.into())
+                .and_then(|s| s.revoked.as_ref())
+                == Some(&inc);
             self.orders[order.offset as usize].runs += 1;
             if revoked {
                 self.second_runs_takeover += 1;
@@ -1207,7 +1215,7 @@ impl World {
     fn land(&mut self, mut r: Record, sig: Sig) {
         let pos = self.log.len();
         if (sig != Sig::Pool || self.trust.is_some()) && self.admit_new(&r, sig).is_err() {
-            self.referee.skip(pos as u64);
+            self.referee.skip(Position::new(pos as u64));
             let cached = commute::landed(&self.log, &r);
             self.log.push(Entry {
                 rec: Arc::new(r),
@@ -1229,18 +1237,18 @@ impl World {
             .flatten();
         if self.forge_seen {
             if let Some(h) = &revoked {
-                r.set_seen(Some(h.last_pos));
+                r.set_seen(Some(h.last_pos.get()));
             }
         }
         if r.event() == Event::Booted {
-            self.newest_booted[r.instance as usize - 1] = Some(pos);
+            self.newest_booted[r.instance.get() as usize - 1] = Some(pos);
         }
         if let Some(o) = r.order() {
             if let Some(og) = self.orders.get_mut(o.offset as usize) {
                 og.first_pos.get_or_insert(pos);
             }
         }
-        let verdict = self.referee.apply(pos as u64, &r);
+        let verdict = self.referee.apply(Position::new(pos as u64), &r);
         if verdict == Err(pool_worker::boot::Void::Stray)
             && matches!(r.event(), Event::Committed | Event::Yielded)
         {
@@ -1283,12 +1291,12 @@ impl World {
         if r.ts.saturating_sub(h.last_ts) <= lease {
             let what = format!(
                 "#{pos}: instance {}'s hold of order {} is revoked by instance {} at {} ms, but it wrote about it at {} ms (lease {lease} ms)",
-                r.instance, h.order, r.by().unwrap_or(0), r.ts, h.last_ts
+                r.instance, h.order, r.by().map_or(0, |b| b.get()), r.ts, h.last_ts
             );
             self.violate(LEASE_RESPECTED, what);
         }
         if let Some(og) = self.orders.get_mut(h.order.offset as usize) {
-            if og.open && og.runner == Some(r.instance) {
+            if og.open && og.runner == Some(r.instance.get()) {
                 og.open = false;
                 og.ended = Some(RunEnd::Revoked);
             }
@@ -1308,7 +1316,7 @@ impl World {
                     ));
                     break;
                 }
-                seen.push((h.order, i));
+                seen.push((h.order, i.get()));
             }
         }
         if let Some(what) = clash {
@@ -1339,13 +1347,13 @@ impl World {
             }
             Event::Committed => {
                 og.first_commit.get_or_insert(pos);
-                if !og.committed_by.contains(&r.instance) {
-                    og.committed_by.push(r.instance);
+                if !og.committed_by.contains(&r.instance.get()) {
+                    og.committed_by.push(r.instance.get());
                 }
             }
             Event::Completed => {
                 og.completions += 1;
-                let (c, by) = (og.completions, og.committed_by.contains(&r.instance));
+                let (c, by) = (og.completions, og.committed_by.contains(&r.instance.get()));
                 if c == 1 && !og.finished_void {
                     self.completed += 1;
                 }
@@ -1385,7 +1393,7 @@ impl World {
                 .as_ref()
                 .filter(|h| h.committed.is_none() || cfg.horizon == HorizonRule::Hold)
             {
-                h = h.min(hold.claim_pos as usize);
+                h = h.min(hold.claim_pos.get() as usize);
             }
         }
         for o in self.open_orders(cfg) {
@@ -1470,7 +1478,7 @@ impl World {
                 .flatten();
             (e.rec.instance, e.rec.event(), order)
         };
-        let mut newest: HashMap<(u32, Event, Option<OrderId>), usize> = HashMap::new();
+        let mut newest: HashMap<(InstanceNo, Event, Option<OrderId>), usize> = HashMap::new();
         // A forged record takes part in no compaction here: the model
         // checks that *reading* foreign records changes nothing. (In Kafka,
         // a writer of the topic can erase any record by compaction, with a
@@ -1536,11 +1544,11 @@ impl World {
             let inst = self.inst(*i);
             !cfg.restart_idle
                 && inst.crashed
-                && self.referee.hold(*i).is_none()
+                && self.referee.hold((*i).into()).is_none()
                 && !self
                     .orphans
                     .iter()
-                    .any(|r| r.instance == *i || r.by() == Some(*i))
+                    .any(|r| r.instance.get() == *i || r.by() == Some((*i).into()))
         };
         let others_up = ids
             .clone()
@@ -1568,7 +1576,7 @@ impl World {
             let mut v = View::new();
             let mut out = Ok(());
             for (q, f) in self.log[..=p].iter().enumerate() {
-                out = v.apply(q as u64, &f.rec);
+                out = v.apply(Position::new(q as u64), &f.rec);
             }
             match out {
                 Ok(()) => String::new(),
@@ -1578,8 +1586,8 @@ impl World {
         let lease = if r.event() == Event::Revoked {
             format!(
                 " by {} seen #{}",
-                r.by().unwrap_or(0),
-                r.seen().map_or(-1, |s| s as i64)
+                r.by().map_or(0, |b| b.get()),
+                r.seen().map_or(-1, |s| s.get() as i64)
             )
         } else {
             String::new()
