@@ -21,9 +21,9 @@
 
 use crate::boot::View;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
+use crate::cli::status::{Silent, Source};
 use crate::kafka::{client_config, Gate, FETCH_WAIT_MS};
 use crate::record::{Foreign, Record};
-use crate::status::{Silent, Source};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
@@ -437,7 +437,7 @@ mod tests {
             ClaimsReader::open(&src, Start::NewestCheckpoint { at_most: at - 1 }).unwrap();
         assert_eq!(from, 0, "no checkpoint of a view past at_most");
 
-        let done = crate::submit::wait_completed(
+        let done = crate::cli::submit::wait_completed(
             &src,
             at as i64,
             OrderId::new(0, 1),

@@ -17,9 +17,9 @@
 //! time-out or a refusal).
 
 use crate::claims::{ClaimsReader, Polled, Start};
+use crate::cli::status::Source;
 use crate::exit::Exit;
 use crate::record::{Event, OrderId, Outcome, Record};
-use crate::status::Source;
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -96,11 +96,11 @@ pub async fn send(
         let s = src.clone();
         tokio::task::spawn_blocking(move || claims_end(&s)).await??
     };
-    let producer: FutureProducer<crate::status::Silent> = src
+    let producer: FutureProducer<crate::cli::status::Silent> = src
         .client_config()?
         .set("acks", "all")
         .set("message.timeout.ms", "30000")
-        .create_with_context(crate::status::Silent)
+        .create_with_context(crate::cli::status::Silent)
         .context("cannot create a Kafka producer")?;
     let d = producer
         .send(
@@ -160,7 +160,7 @@ pub fn print_completion(
     rec: &Record,
     outcome: &Outcome,
 ) {
-    use crate::status::{escape_controls, json_line};
+    use crate::cli::status::{escape_controls, json_line};
     if json {
         let v = json!({"event": "completed", "order": order.to_string(), "instance": rec.instance, "outcome": outcome});
         let _ = writeln!(out, "{}", json_line(&v));
@@ -199,9 +199,9 @@ pub fn print_completion(
 }
 
 pub(crate) fn claims_end(src: &Source) -> anyhow::Result<i64> {
-    let c: BaseConsumer<crate::status::Silent> = src
+    let c: BaseConsumer<crate::cli::status::Silent> = src
         .client_config()?
-        .create_with_context(crate::status::Silent)
+        .create_with_context(crate::cli::status::Silent)
         .context("cannot create a Kafka client")?;
     let (_, high) = c
         .fetch_watermarks(&src.coordination_topic, 0, Duration::from_secs(30))

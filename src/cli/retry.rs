@@ -30,10 +30,10 @@
 //! run twice): only one the claims topic shows ended (or gone: below the
 //! frontier and held by nobody).
 
+use crate::cli::status::{Silent, Source};
 use crate::exit::Exit;
 use crate::orders::{self, OrderKind};
 use crate::record::OrderId;
-use crate::status::{Silent, Source};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::Message;
@@ -72,7 +72,7 @@ pub async fn run(args: RetryArgs) -> anyhow::Result<i32> {
             return Ok(Exit::Failure.code());
         }
     };
-    crate::submit::send(&args.source, payload, args.wait, args.wait_timeout_secs).await
+    crate::cli::submit::send(&args.source, payload, args.wait, args.wait_timeout_secs).await
 }
 
 /// Why `order` must not be sent again now, from the claims topic: it waits
@@ -116,7 +116,7 @@ fn read_order(src: &Source, order: OrderId) -> anyhow::Result<(Option<Vec<u8>>, 
     if order.offset < low {
         bail!("order {order} is no longer in '{}' (retention or DeleteRecords: the partition starts at {low})", src.orders_topic);
     }
-    let Some(m) = crate::status::message_at(
+    let Some(m) = crate::cli::status::message_at(
         &c,
         &src.orders_topic,
         order.partition,

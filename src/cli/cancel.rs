@@ -28,9 +28,9 @@
 //! many others can take longer than that to be completed `cancelled`: the
 //! tool then says the cancel is recorded and how to follow it (`history`).
 
+use crate::cli::status::{Silent, Source};
 use crate::exit::Exit;
 use crate::record::{Event, OrderId, Record};
-use crate::status::{Silent, Source};
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -107,7 +107,7 @@ pub async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
     // Completions are looked for from the claims topic's end as it is now,
     // before the replay: none can be missed between the two.
     let s = src.clone();
-    let from = tokio::task::spawn_blocking(move || crate::submit::claims_end(&s)).await??;
+    let from = tokio::task::spawn_blocking(move || crate::cli::submit::claims_end(&s)).await??;
     let s = src.clone();
     let records = tokio::task::spawn_blocking(move || crate::claims::read_all(&s)).await??;
     let at = match find(&records, order) {
@@ -168,7 +168,7 @@ pub async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
     let s = src.clone();
     let timeout = Duration::from_secs(args.wait_timeout_secs);
     let done = tokio::task::spawn_blocking(move || {
-        crate::submit::wait_completed(&s, from, order, timeout)
+        crate::cli::submit::wait_completed(&s, from, order, timeout)
     })
     .await??;
     let Some((rec, outcome)) = done else {
@@ -177,7 +177,7 @@ pub async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
         );
         return Ok(Exit::Ok);
     };
-    crate::submit::print_completion(
+    crate::cli::submit::print_completion(
         &mut std::io::stdout(),
         &mut std::io::stderr(),
         src.json,

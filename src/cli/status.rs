@@ -590,7 +590,7 @@ pub fn print_history(
         format!(
             "#{p:<6} {:<13} {}",
             r.key(),
-            escape_controls(&crate::dev::describe_record(r), false)
+            escape_controls(&crate::cli::dev::describe_record(r), false)
         )
     };
     if json {
@@ -758,7 +758,7 @@ mod tests {
         let (rec, outcome) = completed(NASTY, NASTY);
         for json in [false, true] {
             let (mut out, mut err) = (Vec::new(), Vec::new());
-            crate::submit::print_completion(
+            crate::cli::submit::print_completion(
                 &mut out,
                 &mut err,
                 json,

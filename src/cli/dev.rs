@@ -205,12 +205,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
     out.banner(&args, &addr);
 
     let (claims_tx, mut claims) = mpsc::unbounded_channel();
-    let source = crate::status::Source {
+    let source = crate::cli::status::Source {
         brokers: addr.clone(),
         orders_topic: args.orders_topic.clone(),
         coordination_topic: args.coordination_topic.clone(),
         json: args.json,
-        claims_key_file: crate::config::read_env::<crate::status::SourceEnv>()?.claims_key_file,
+        claims_key_file: crate::config::read_env::<crate::cli::status::SourceEnv>()?
+            .claims_key_file,
     };
     let tail = tokio::task::spawn_blocking(move || tail_claims(&source, &claims_tx));
 
@@ -397,7 +398,7 @@ async fn produce_demo(addr: &str, topic: &str) -> anyhow::Result<Vec<OrderId>> {
 /// Reads the claims topic from the beginning and forwards every record until
 /// the receiver is gone. Errors are librdkafka's transient ones (it
 /// reconnects by itself) and are not fatal.
-fn tail_claims(src: &crate::status::Source, tx: &mpsc::UnboundedSender<RawClaim>) {
+fn tail_claims(src: &crate::cli::status::Source, tx: &mpsc::UnboundedSender<RawClaim>) {
     let reader = match ClaimsReader::open(src, Start::Beginning) {
         Ok((r, _, _)) => r,
         Err(e) => {

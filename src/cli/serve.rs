@@ -24,8 +24,8 @@
 use crate::backoff::Backoff;
 use crate::boot::View;
 use crate::claims::{ClaimsReader, Polled, Start};
+use crate::cli::status::{escape_controls, Source};
 use crate::record::{Event, Foreign, OrderId, Record, Status};
-use crate::status::{escape_controls, Source};
 use anyhow::Context;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -504,7 +504,7 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
     let (reader, orders) = loop {
         let opened = ClaimsReader::open(&src, Start::Beginning)
             .and_then(|(t, _, _)| Ok((t.end(Duration::from_secs(30))?, t)))
-            .and_then(|(end, t)| Ok((end, t, crate::status::consumer(&src)?)));
+            .and_then(|(end, t)| Ok((end, t, crate::cli::status::consumer(&src)?)));
         match opened {
             Ok((end, t, c)) => {
                 let mut b = lock(&board);
@@ -547,7 +547,11 @@ fn lock(board: &Mutex<Board>) -> std::sync::MutexGuard<'_, Board> {
 
 /// Waiting orders and the oldest one's timestamp, as `status` counts them:
 /// beyond the view's frontier, per partition.
-fn refresh_orders(src: &Source, c: &BaseConsumer<crate::status::Silent>, board: &Mutex<Board>) {
+fn refresh_orders(
+    src: &Source,
+    c: &BaseConsumer<crate::cli::status::Silent>,
+    board: &Mutex<Board>,
+) {
     let ends = match crate::kafka::order_ends_now(c, &src.orders_topic) {
         Ok(e) => e,
         Err(e) => {
@@ -588,12 +592,12 @@ fn refresh_orders(src: &Source, c: &BaseConsumer<crate::status::Silent>, board: 
 /// The message at one offset of `topic`: its timestamp and payload, if it
 /// can be read within a few seconds.
 fn read_message(
-    c: &BaseConsumer<crate::status::Silent>,
+    c: &BaseConsumer<crate::cli::status::Silent>,
     topic: &str,
     p: i32,
     offset: i64,
 ) -> Option<(Option<i64>, Vec<u8>)> {
-    let m = crate::status::message_at(c, topic, p, offset, Duration::from_secs(5))
+    let m = crate::cli::status::message_at(c, topic, p, offset, Duration::from_secs(5))
         .filter(|m| m.offset() == offset)?;
     Some((
         m.timestamp().to_millis(),
@@ -782,7 +786,7 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response 
                 .filter(|(_, r)| r.order() == Some(order))
                 .collect(),
         };
-        let c = crate::status::consumer(&src)?;
+        let c = crate::cli::status::consumer(&src)?;
         let text = read_message(&c, &src.orders_topic, order.partition, order.offset);
         Ok((story, text))
     })
@@ -1158,7 +1162,7 @@ pub fn render_order(
     }
     s.push_str("</section><section class=\"panel\"><h2>Story <small>as <code>pool_worker history</code> prints it</small></h2>");
     let mut out = Vec::new();
-    crate::status::print_history(&mut out, false, order, story, &[]);
+    crate::cli::status::print_history(&mut out, false, order, story, &[]);
     let _ = write!(
         s,
         "<pre id=\"story\">{}</pre></section>",
