@@ -21,7 +21,7 @@
 
 use crate::boot::View;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
-use crate::cli::status::{Silent, Source};
+use crate::cli::source::{Silent, Source};
 use crate::kafka::{client_config, Gate, FETCH_WAIT_MS};
 use crate::record::{Foreign, Record};
 use anyhow::{bail, Context};

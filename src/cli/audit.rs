@@ -8,7 +8,7 @@ use crate::exit::Exit;
 #[derive(clap::Args, Debug, Clone)]
 pub struct AuditArgs {
     #[command(flatten)]
-    pub source: crate::cli::status::Source,
+    pub source: crate::cli::source::Source,
     /// The pool's MAX_ATTEMPTS [env: MAX_ATTEMPTS]
     #[arg(long, default_value_t = crate::worker::DEFAULT_MAX_ATTEMPTS)]
     pub max_attempts: u32,
@@ -87,10 +87,7 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
                 println!(
                     "  {} {}",
                     r.key(),
-                    crate::cli::status::escape_controls(
-                        &String::from_utf8_lossy(&r.encode()),
-                        false
-                    )
+                    crate::cli::show::escape_controls(&String::from_utf8_lossy(&r.encode()), false)
                 );
             }
         }

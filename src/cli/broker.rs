@@ -24,8 +24,8 @@
 use crate::broker::{
     check_topic_name, worker_env_line, Broker, MAX_BROKERS, MAX_PARTITIONS, WORKER_ENV,
 };
+use crate::cli::StopSignals;
 use crate::exit::Exit;
-use anyhow::Context as _;
 use std::io::Write as _;
 use std::time::Duration;
 
@@ -141,9 +141,7 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Config);
     }
     // Handlers first, so that a signal right after the bootstrap line is seen.
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut stop = StopSignals::new()?;
     let broker = Broker::start(args.brokers, &args.topics())?;
     for (i, (host, port)) in args
         .advertised()
@@ -178,8 +176,7 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<Exit> {
                 Some(line) => line,
                 None => break, // end of input
             },
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            () = stop.recv() => break,
         };
         let line = line.trim();
         if line.is_empty() {

@@ -44,6 +44,8 @@
 
 use crate::broker::{check_topic_name, Broker};
 use crate::claims::{ClaimsReader, Polled, Start};
+use crate::cli::show::{clip, describe, first_line};
+use crate::cli::StopSignals;
 use crate::exit::Exit;
 use crate::record::Foreign;
 use crate::record::{Event, OrderId, Record};
@@ -188,9 +190,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
         eprintln!("pool_worker dev: {e}");
         return Ok(Exit::Config);
     }
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut stop = StopSignals::new()?;
     let out = Out { json: args.json };
 
     let mut topics = vec![
@@ -205,12 +205,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
     out.banner(&args, &addr);
 
     let (claims_tx, mut claims) = mpsc::unbounded_channel();
-    let source = crate::cli::status::Source {
+    let source = crate::cli::source::Source {
         brokers: addr.clone(),
         orders_topic: args.orders_topic.clone(),
         coordination_topic: args.coordination_topic.clone(),
         json: args.json,
-        claims_key_file: crate::config::read_env::<crate::cli::status::SourceEnv>()?
+        claims_key_file: crate::config::read_env::<crate::cli::source::SourceEnv>()?
             .claims_key_file,
     };
     let tail = tokio::task::spawn_blocking(move || tail_claims(&source, &claims_tx));
@@ -288,8 +288,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
                 code = c;
                 break;
             }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            () = stop.recv() => break,
         }
     }
 
@@ -398,7 +397,7 @@ async fn produce_demo(addr: &str, topic: &str) -> anyhow::Result<Vec<OrderId>> {
 /// Reads the claims topic from the beginning and forwards every record until
 /// the receiver is gone. Errors are librdkafka's transient ones (it
 /// reconnects by itself) and are not fatal.
-fn tail_claims(src: &crate::cli::status::Source, tx: &mpsc::UnboundedSender<RawClaim>) {
+fn tail_claims(src: &crate::cli::source::Source, tx: &mpsc::UnboundedSender<RawClaim>) {
     let reader = match ClaimsReader::open(src, Start::Beginning) {
         Ok((r, _, _)) => r,
         Err(e) => {
@@ -423,128 +422,6 @@ fn tail_claims(src: &crate::cli::status::Source, tx: &mpsc::UnboundedSender<RawC
             Polled::End | Polled::Nothing => {}
             Polled::Error(e) => eprintln!("pool_worker dev: claims reader: {e}"),
         }
-    }
-}
-
-/// One claims record as a readable line (without the offset), e.g.
-/// `3:claimed     order 0:17 attempt 1`.
-pub fn describe_claim(key: Option<&[u8]>, value: Option<&[u8]>) -> String {
-    describe(&Record::decode(key, value), key, value)
-}
-
-/// [`describe_claim`] of a record already decoded (and judged).
-fn describe(record: &Result<Record, Foreign>, key: Option<&[u8]>, value: Option<&[u8]>) -> String {
-    match record {
-        Ok(rec) => format!("{:<13} {}", rec.key(), describe_record(rec)),
-        Err(why) => format!(
-            "{:<13} (not a pool_worker record: {why}) {}",
-            key.map_or("(no key)".into(), |k| clip(&String::from_utf8_lossy(k), 40)),
-            value.map_or("(no value)".into(), |v| clip(
-                &String::from_utf8_lossy(v),
-                80
-            )),
-        ),
-    }
-}
-
-/// What a record says, after its key.
-pub fn describe_record(rec: &Record) -> String {
-    let order = rec.order().map_or_else(|| "?".into(), |o| o.to_string());
-    let mut s = match rec.event() {
-        Event::Booted => format!("incarnation {}", rec.incarnation),
-        Event::Claimed | Event::Committed => {
-            let mut s = format!("order {order} attempt {}", rec.attempt());
-            if !rec.takeover_of().is_empty() {
-                let from: Vec<String> = rec
-                    .takeover_of()
-                    .iter()
-                    .map(|c| c.instance.to_string())
-                    .collect();
-                s.push_str(&format!(", taking over from instance {}", from.join(", ")));
-            }
-            if let Some(r) = rec.rank() {
-                s.push_str(&format!(", rank {r}"));
-            }
-            if !rec.passed_over().is_empty() {
-                let who: Vec<String> = rec.passed_over().iter().map(|i| i.to_string()).collect();
-                s.push_str(&format!(", passing over instance {}", who.join(", ")));
-            }
-            s
-        }
-        Event::Yielded | Event::Lease => format!("order {order}"),
-        Event::Cancelled => format!("order {order}, cancelled by an operator"),
-        Event::Revoked => format!(
-            "order {order}, fencing incarnation {}{}",
-            match &rec.body {
-                crate::record::Body::Revoked { fences, .. } => fences.as_str(),
-                _ => "?",
-            },
-            rec.rank()
-                .map_or(String::new(), |r| format!(", the taker at rank {r}"))
-        ),
-        Event::Completed => match rec.outcome() {
-            Some(o) => {
-                let mut s = format!("order {order} {}", o.status);
-                if let Some(c) = o.exit_code {
-                    s.push_str(&format!(" exit {c}"));
-                }
-                s.push_str(&format!(" in {} ms", o.duration_ms));
-                if let Some(r) = &o.retry_of {
-                    s.push_str(&format!(", retry of {r}"));
-                }
-                if let Some(t) = &o.traceparent {
-                    s.push_str(&format!(", traceparent {t}"));
-                }
-                if let Some(line) = first_line(&o.stdout_tail) {
-                    s.push_str(&format!(" | {}", clip(line, 60)));
-                }
-                s
-            }
-            None => format!("order {order}"),
-        },
-        Event::Checkpoint => {
-            let next: Vec<String> = rec.next.iter().map(|(p, o)| format!("{p}:{o}")).collect();
-            match rec.snapshot() {
-                Some(snap) => format!(
-                    "the log before #{}: {} instances, {} open contests, {} ids; frontier {}",
-                    snap.at,
-                    snap.instances.len(),
-                    snap.contests.len(),
-                    snap.ids.len(),
-                    next.join(" ")
-                ),
-                None => format!("frontier {}", next.join(" ")),
-            }
-        }
-    };
-    if let Some(id) = &rec.order_id() {
-        s.push_str(&format!(" (id {})", clip(id, 40)));
-    }
-    if let Some(by) = rec.by() {
-        s.push_str(&format!(" by instance {by}"));
-    }
-    let reason = rec
-        .reason()
-        .or(rec.outcome().and_then(|o| o.reason.as_deref()));
-    if let Some(r) = reason {
-        s.push_str(&format!(": {}", clip(r, 80)));
-    }
-    s
-}
-
-fn first_line(text: &str) -> Option<&str> {
-    text.lines().map(str::trim).find(|l| !l.is_empty())
-}
-
-/// At most `n` characters, with `…` when cut.
-fn clip(s: &str, n: usize) -> String {
-    let s = s.replace(['\n', '\r'], " ");
-    if s.chars().count() <= n {
-        s
-    } else {
-        let mut c: String = s.chars().take(n.saturating_sub(1)).collect();
-        c.push('…');
-        c
     }
 }
 
@@ -794,7 +671,6 @@ impl Out {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Body, Cite, Outcome, Status};
 
     #[test]
     fn demo_orders_are_what_they_say() {
@@ -807,65 +683,6 @@ mod tests {
             );
         }
         assert!((5..=8).contains(&DEMO_ORDERS.len()));
-    }
-
-    #[test]
-    fn readable_lines() {
-        let mut claim = Record::of(3, Event::Claimed, "a1", 0).with_order(OrderId::new(0, 17));
-        claim.set_attempt(1);
-        let key = claim.key();
-        assert_eq!(
-            describe_claim(Some(key.as_bytes()), Some(&claim.encode())),
-            "3:claimed     order 0:17 attempt 1"
-        );
-        claim.set_takeover_of(vec![Cite {
-            instance: 2,
-            incarnation: "b".into(),
-        }]);
-        assert!(describe_record(&claim).ends_with("taking over from instance 2"));
-        claim.set_rank(Some(0));
-        assert!(describe_record(&claim).ends_with("taking over from instance 2, rank 0"));
-
-        let mut cp = Record::of(3, Event::Checkpoint, "a1", 0);
-        cp.set_snapshot(Some(Box::new(crate::boot::View::new().snapshot())));
-        cp.next.insert(0, 18);
-        assert_eq!(
-            describe_record(&cp),
-            "the log before #0: 0 instances, 0 open contests, 0 ids; frontier 0:18"
-        );
-
-        let mut done = Record::of(3, Event::Completed, "a1", 0).with_order(OrderId::new(0, 17));
-        done.set_outcome(Some(Outcome {
-            status: Status::Ok,
-            exit_code: Some(0),
-            duration_ms: 12,
-            reason: None,
-            stdout_tail: "\nhello\nworld\n".into(),
-            stderr_tail: String::new(),
-            traceparent: None,
-            retry_of: None,
-        }));
-        assert_eq!(
-            describe_record(&done),
-            "order 0:17 ok exit 0 in 12 ms | hello"
-        );
-        if let Body::Completed { outcome: o, .. } = &mut done.body {
-            o.retry_of = Some("0:3".into());
-            o.traceparent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
-        }
-        assert_eq!(
-            describe_record(&done),
-            "order 0:17 ok exit 0 in 12 ms, retry of 0:3, traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 | hello"
-        );
-        done.set_outcome(Some(Outcome::not_run(Status::Error, "bad JSON order")));
-        assert_eq!(
-            describe_record(&done),
-            "order 0:17 error in 0 ms: bad JSON order"
-        );
-
-        let foreign = describe_claim(None, Some(b"\xff{oops"));
-        assert!(foreign.contains("not a pool_worker record"), "{foreign}");
-        assert!(describe_claim(Some(b"x"), None).contains("(no value)"));
     }
 
     /// The banner's tool lines carry the address (issue 19, part 5).
@@ -900,12 +717,5 @@ mod tests {
             text.contains("KAFKA_BROKERS=h:1 COORDINATION_TOPIC=mine pool_worker status\n"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn clipping() {
-        assert_eq!(clip("abc", 3), "abc");
-        assert_eq!(clip("abcd", 3), "ab…");
-        assert_eq!(clip("a\nb", 5), "a b");
     }
 }

@@ -10,6 +10,8 @@ pub mod cancel;
 pub mod dev;
 pub mod retry;
 pub mod serve;
+pub mod show;
+pub mod source;
 pub mod status;
 pub mod submit;
 pub mod supervise;
@@ -70,51 +72,59 @@ fn init_logs(json: bool) {
     }
 }
 
-/// The current time as RFC 3339 UTC (for the one log line written before
-/// logging is set up).
-fn humantime_now() -> String {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since the epoch (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
-}
+impl Command {
+    /// Flag over variable over default: fills the flags that were not
+    /// given (`m`, the subcommand's matches) from the environment, read by
+    /// `config::read` as the worker's settings are.
+    fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+        match self {
+            Command::Dev(a) => a.apply_env(m),
+            Command::Broker(a) => a.apply_env(m),
+            Command::Supervise(_) => Ok(()),
+            Command::Status(a) => a.source.apply_env(m),
+            Command::History(a) => a.source.apply_env(m),
+            Command::Submit(a) => a.source.apply_env(m),
+            Command::Retry(a) => a.source.apply_env(m),
+            Command::Cancel(a) => a.source.apply_env(m),
+            Command::Audit(a) => a.apply_env(m),
+            Command::Serve(a) => a.apply_env(m),
+        }
+    }
 
-/// Flag over variable over default: fills the subcommand's flags that were
-/// not given (`m`, its matches) from the environment, read by
-/// `config::read` as the worker's settings are.
-fn apply_env(
-    command: &mut Command,
-    m: &clap::ArgMatches,
-) -> Result<(), crate::config::ConfigError> {
-    match command {
-        Command::Dev(a) => a.apply_env(m),
-        Command::Broker(a) => a.apply_env(m),
-        Command::Supervise(_) => Ok(()),
-        Command::Status(a) => a.source.apply_env(m),
-        Command::History(a) => a.source.apply_env(m),
-        Command::Submit(a) => a.source.apply_env(m),
-        Command::Retry(a) => a.source.apply_env(m),
-        Command::Cancel(a) => a.source.apply_env(m),
-        Command::Audit(a) => a.apply_env(m),
-        Command::Serve(a) => a.apply_env(m),
+    /// The tools that read the pool's topics at once: they first make
+    /// sure a broker answers, so that none does is one clear line, at
+    /// once (issue 19). `serve` waits for one instead.
+    fn probed_source(&self) -> Option<&source::Source> {
+        match self {
+            Command::Status(a) => Some(&a.source),
+            Command::History(a) => Some(&a.source),
+            Command::Submit(a) => Some(&a.source),
+            Command::Retry(a) => Some(&a.source),
+            Command::Cancel(a) => Some(&a.source),
+            Command::Audit(a) => Some(&a.source),
+            _ => None,
+        }
+    }
+
+    /// Runs the subcommand on `runtime`; its exit status.
+    fn run(self, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Exit> {
+        if let Some(src) = self.probed_source() {
+            src.probe()?;
+        }
+        runtime.block_on(async {
+            match self {
+                Command::Dev(a) => dev::run(a).await,
+                Command::Broker(a) => broker::run(a).await,
+                Command::Supervise(a) => supervise::run(a).await,
+                Command::Status(a) => status::status(a).await,
+                Command::History(a) => status::history(a).await,
+                Command::Submit(a) => submit::run(a).await,
+                Command::Retry(a) => retry::run(a).await,
+                Command::Cancel(a) => cancel::run(a).await,
+                Command::Audit(a) => audit::run(a).await,
+                Command::Serve(a) => serve::run(a).await,
+            }
+        })
     }
 }
 
@@ -124,7 +134,7 @@ pub fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let (Some(command), Some((_, m))) = (cli.command.as_mut(), matches.subcommand()) {
-        if let Err(e) = apply_env(command, m) {
+        if let Err(e) = command.apply_env(m) {
             eprintln!("pool_worker: {e}");
             return Exit::Config.into();
         }
@@ -140,120 +150,95 @@ pub fn main() -> ExitCode {
             return Exit::Failure.into();
         }
     };
-    let result = match cli.command {
-        None => {
-            // The clean-exit markers' directory is checked (and made) here,
-            // so that a bad one is a configuration error (exit 2).
-            let checked = Config::from_env().and_then(|c| {
-                if c.settle_ms > 0 {
-                    crate::settle::prepare_dir(&c.state_dir)?;
-                }
-                Ok(c)
-            });
-            let cfg = match checked {
-                Ok(c) => c,
-                Err(e) => {
-                    // Logging is not set up yet (its format is part of the
-                    // configuration), so honour LOG_FORMAT=json by hand.
-                    if crate::config::log_json_from_env() {
-                        let line = serde_json::json!({
-                            "timestamp": humantime_now(),
-                            "level": "ERROR",
-                            "fields": {"message": format!("pool_worker: {e}")},
-                            "target": "pool_worker",
-                        });
-                        eprintln!("{line}");
-                    } else {
-                        eprintln!("pool_worker: {e}");
-                    }
-                    return Exit::Config.into();
-                }
-            };
-            init_logs(cfg.log_json);
-            let result = runtime.block_on(run::run(cfg));
-            // Exit at once: tearing down the runtime and the Kafka clients
-            // would only delay the supervisor's restart (see run::run).
-            let code = match result {
-                Ok(code) => code,
-                Err(e) => {
-                    tracing::error!("pool_worker: {e:#}");
-                    Exit::Failure
-                }
-            };
-            std::process::exit(code.code())
-        }
-        Some(Command::Dev(args)) => {
-            init_logs(false);
-            runtime.block_on(dev::run(args)).map(i32::from)
-        }
-        Some(Command::Broker(args)) => {
-            init_logs(false);
-            runtime.block_on(broker::run(args)).map(i32::from)
-        }
-        Some(Command::Supervise(args)) => {
-            init_logs(false);
-            runtime.block_on(supervise::run(args)).map(i32::from)
-        }
-        Some(Command::Status(args)) => {
-            init_logs(false);
-            // One clear line, at once, when no broker answers (issue 19).
-            args.source
-                .probe()
-                .and_then(|()| runtime.block_on(status::status(args)))
-                .map(i32::from)
-        }
-        Some(Command::History(args)) => {
-            init_logs(false);
-            // One clear line, at once, when no broker answers (issue 19).
-            args.source
-                .probe()
-                .and_then(|()| runtime.block_on(status::history(args)))
-                .map(i32::from)
-        }
-        Some(Command::Submit(args)) => {
-            init_logs(false);
-            // One clear line, at once, when no broker answers (issue 19).
-            args.source
-                .probe()
-                .and_then(|()| runtime.block_on(submit::run(args)))
-        }
-        Some(Command::Retry(args)) => {
-            init_logs(false);
-            args.source
-                .probe()
-                .and_then(|()| runtime.block_on(retry::run(args)))
-        }
-        Some(Command::Cancel(args)) => {
-            init_logs(false);
-            // One clear line, at once, when no broker answers (issue 19).
-            args.source
-                .probe()
-                .and_then(|()| runtime.block_on(cancel::run(args)))
-                .map(i32::from)
-        }
-        Some(Command::Audit(args)) => {
-            init_logs(false);
-            // One clear line, at once, when no broker answers (issue 19).
-            args.source
-                .probe()
-                .and_then(|()| runtime.block_on(audit::run(args)))
-                .map(i32::from)
-        }
-        Some(Command::Serve(args)) => {
-            init_logs(false);
-            runtime.block_on(serve::run(args)).map(i32::from)
-        }
+    let Some(command) = cli.command else {
+        worker_mode(&runtime)
     };
-    match result {
-        // An Exit, or the job's own status (`submit --wait`, `retry --wait`).
-        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
-        Err(e) if e.downcast_ref::<crate::config::ConfigError>().is_some() => {
-            eprintln!("pool_worker: {e:#}");
-            Exit::Config.into()
-        }
+    init_logs(false);
+    match command.run(&runtime) {
+        Ok(code) => code.into(),
         Err(e) => {
             eprintln!("pool_worker: {e:#}");
-            Exit::Failure.into()
+            match e.downcast_ref::<crate::config::ConfigError>() {
+                Some(_) => Exit::Config.into(),
+                None => Exit::Failure.into(),
+            }
+        }
+    }
+}
+
+/// Worker mode: one worker, configured by the environment; exits the
+/// process with its status.
+fn worker_mode(runtime: &tokio::runtime::Runtime) -> ! {
+    // The clean-exit markers' directory is checked (and made) here, so that
+    // a bad one is a configuration error (exit 2).
+    let checked = Config::from_env().and_then(|c| {
+        if c.settle_ms > 0 {
+            crate::settle::prepare_dir(&c.state_dir)?;
+        }
+        Ok(c)
+    });
+    let cfg = match checked {
+        Ok(c) => c,
+        Err(e) => {
+            // Logging is not set up yet (its format is part of the
+            // configuration), so honour LOG_FORMAT=json by hand.
+            if crate::config::log_json_from_env() {
+                let line = serde_json::json!({
+                    "timestamp": humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
+                    "level": "ERROR",
+                    "fields": {"message": format!("pool_worker: {e}")},
+                    "target": "pool_worker",
+                });
+                eprintln!("{line}");
+            } else {
+                eprintln!("pool_worker: {e}");
+            }
+            std::process::exit(Exit::Config.code())
+        }
+    };
+    init_logs(cfg.log_json);
+    // Exit at once: tearing down the runtime and the Kafka clients would
+    // only delay the supervisor's restart (see run::run).
+    let code = match runtime.block_on(run::run(cfg)) {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!("pool_worker: {e:#}");
+            Exit::Failure
+        }
+    };
+    std::process::exit(code.code())
+}
+
+/// Runs `f` (blocking Kafka client calls) on tokio's blocking threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    tokio::task::spawn_blocking(f).await?
+}
+
+/// SIGTERM and SIGINT, for the subcommands that run until asked to stop
+/// (`dev`, `broker`, `supervise`); handled from creation on, so that a
+/// signal right after a ready line is seen.
+pub(crate) struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    pub(crate) fn new() -> anyhow::Result<StopSignals> {
+        use anyhow::Context as _;
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        })
+    }
+
+    /// Either signal.
+    pub(crate) async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
         }
     }
 }

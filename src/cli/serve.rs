@@ -24,7 +24,8 @@
 use crate::backoff::Backoff;
 use crate::boot::View;
 use crate::claims::{ClaimsReader, Polled, Start};
-use crate::cli::status::{escape_controls, Source};
+use crate::cli::show::escape_controls;
+use crate::cli::source::Source;
 use crate::record::{Event, Foreign, OrderId, Record, Status};
 use anyhow::Context;
 use axum::extract::{Path, State};
@@ -504,7 +505,7 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
     let (reader, orders) = loop {
         let opened = ClaimsReader::open(&src, Start::Beginning)
             .and_then(|(t, _, _)| Ok((t.end(Duration::from_secs(30))?, t)))
-            .and_then(|(end, t)| Ok((end, t, crate::cli::status::consumer(&src)?)));
+            .and_then(|(end, t)| Ok((end, t, src.consumer()?)));
         match opened {
             Ok((end, t, c)) => {
                 let mut b = lock(&board);
@@ -549,7 +550,7 @@ fn lock(board: &Mutex<Board>) -> std::sync::MutexGuard<'_, Board> {
 /// beyond the view's frontier, per partition.
 fn refresh_orders(
     src: &Source,
-    c: &BaseConsumer<crate::cli::status::Silent>,
+    c: &BaseConsumer<crate::cli::source::Silent>,
     board: &Mutex<Board>,
 ) {
     let ends = match crate::kafka::order_ends_now(c, &src.orders_topic) {
@@ -592,12 +593,12 @@ fn refresh_orders(
 /// The message at one offset of `topic`: its timestamp and payload, if it
 /// can be read within a few seconds.
 fn read_message(
-    c: &BaseConsumer<crate::cli::status::Silent>,
+    c: &BaseConsumer<crate::cli::source::Silent>,
     topic: &str,
     p: i32,
     offset: i64,
 ) -> Option<(Option<i64>, Vec<u8>)> {
-    let m = crate::cli::status::message_at(c, topic, p, offset, Duration::from_secs(5))
+    let m = crate::cli::source::message_at(c, topic, p, offset, Duration::from_secs(5))
         .filter(|m| m.offset() == offset)?;
     Some((
         m.timestamp().to_millis(),
@@ -786,7 +787,7 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response 
                 .filter(|(_, r)| r.order() == Some(order))
                 .collect(),
         };
-        let c = crate::cli::status::consumer(&src)?;
+        let c = src.consumer()?;
         let text = read_message(&c, &src.orders_topic, order.partition, order.offset);
         Ok((story, text))
     })

@@ -14,153 +14,16 @@
 //! the beginning, not from the newest checkpoint.
 
 use crate::boot::View;
+use crate::cli::show::{escape_controls, json_line};
+use crate::cli::source::{message_at, Silent, Source};
 use crate::exit::Exit;
-use crate::kafka::client_config;
 use crate::record::{Event, OrderId, Record, Status};
-use anyhow::{bail, Context};
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use anyhow::Context;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::Message;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-
-/// Where to read from: the same variables as the worker's. Each flag falls
-/// back to its variable (read by [`crate::config::read`], see
-/// [`Source::apply_env`]), then to its default.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Source {
-    /// Bootstrap servers [env: KAFKA_BROKERS]
-    #[arg(long, default_value = "localhost:9092")]
-    pub brokers: String,
-    /// The orders topic [env: ORDERS_TOPIC]
-    #[arg(long, default_value = "work_orders")]
-    pub orders_topic: String,
-    /// The claims topic [env: COORDINATION_TOPIC]
-    #[arg(long, default_value = "work_claims")]
-    pub coordination_topic: String,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
-    /// A file holding the pool's claims key (or set CLAIMS_KEY): records
-    /// not signed with it are foreign, as the workers take them
-    /// [env: CLAIMS_KEY_FILE]
-    #[arg(long, value_name = "FILE")]
-    pub claims_key_file: Option<String>,
-}
-
-/// The variables [`Source`]'s flags fall back to, and `CLAIMS_KEY`.
-#[derive(serde::Deserialize, Default)]
-#[serde(default)]
-pub struct SourceEnv {
-    #[serde(deserialize_with = "crate::config::parse::text")]
-    pub kafka_brokers: Option<String>,
-    #[serde(deserialize_with = "crate::config::parse::text")]
-    pub orders_topic: Option<String>,
-    #[serde(deserialize_with = "crate::config::parse::text")]
-    pub coordination_topic: Option<String>,
-    #[serde(deserialize_with = "crate::config::parse::text")]
-    pub claims_key_file: Option<String>,
-    /// A secret: never in a Debug or an error.
-    pub claims_key: Option<String>,
-}
-
-impl Source {
-    /// Flag over variable over default: fills the flags not given on the
-    /// command line `m` from the environment.
-    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
-        self.apply_vars(m, crate::config::env_vars())
-    }
-
-    /// [`Source::apply_env`] with these variables.
-    pub fn apply_vars(
-        &mut self,
-        m: &clap::ArgMatches,
-        vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<(), crate::config::ConfigError> {
-        use crate::config::flag_or_env;
-        let env: SourceEnv = crate::config::read(vars)?;
-        flag_or_env(m, "brokers", &mut self.brokers, env.kafka_brokers);
-        flag_or_env(m, "orders_topic", &mut self.orders_topic, env.orders_topic);
-        flag_or_env(
-            m,
-            "coordination_topic",
-            &mut self.coordination_topic,
-            env.coordination_topic,
-        );
-        flag_or_env(
-            m,
-            "claims_key_file",
-            &mut self.claims_key_file,
-            env.claims_key_file.map(Some),
-        );
-        Ok(())
-    }
-
-    /// What decides which claims records are the pool's, as a worker with
-    /// the same `CLAIMS_KEY` / `CLAIMS_KEY_FILE` decides it.
-    pub fn gate(&self) -> anyhow::Result<crate::kafka::Gate> {
-        let value = crate::config::read_env::<SourceEnv>()?.claims_key;
-        let file = self
-            .claims_key_file
-            .as_deref()
-            .filter(|f| !f.trim().is_empty())
-            .map(|f| (f, std::fs::read(f)));
-        let key = crate::sign::ClaimsKey::from_sources(value.as_deref(), file)
-            .map_err(anyhow::Error::msg)?;
-        Ok(crate::kafka::Gate::new(key, &self.orders_topic))
-    }
-}
-
-/// The tools' client context: librdkafka's own log and error callbacks
-/// say nothing (at debug level at most). A tool reports what failed itself,
-/// once, instead of librdkafka's `AllBrokersDown` every second (issue 19).
-pub struct Silent;
-
-impl ClientContext for Silent {
-    fn log(&self, _level: RDKafkaLogLevel, fac: &str, message: &str) {
-        tracing::debug!(target: "librdkafka", "{fac}: {message}");
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        tracing::debug!(error = %error, "kafka: {reason}");
-    }
-}
-
-impl ConsumerContext for Silent {}
-
-/// How long [`Source::probe`] waits for a broker to answer.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-
-impl Source {
-    /// Asks the brokers for the claims topic's metadata, for at most
-    /// [`PROBE_TIMEOUT`]: when none answers, the one line the person who
-    /// ran the tool needs (which address, which variable or flag to set).
-    pub fn probe(&self) -> anyhow::Result<()> {
-        let c: BaseConsumer<Silent> = self
-            .client_config()?
-            .create_with_context(Silent)
-            .context("cannot create a Kafka client")?;
-        match c.fetch_metadata(Some(&self.coordination_topic), PROBE_TIMEOUT) {
-            Ok(_) => Ok(()),
-            Err(e) => bail!(
-                "no Kafka broker answered at {} within {} s ({e}); start one (`pool_worker dev` runs a pool on an embedded broker) or set KAFKA_BROKERS (or --brokers) to your brokers' host:port list",
-                self.brokers,
-                PROBE_TIMEOUT.as_secs()
-            ),
-        }
-    }
-
-    /// The client settings every command shares (`KAFKA_<PROPERTY>`, and
-    /// `KAFKA_<PROPERTY>_FILE`, as the worker reads them), with these
-    /// brokers. A rejected property is a [`crate::config::ConfigError`]
-    /// (exit 2).
-    pub fn client_config(&self) -> anyhow::Result<rdkafka::ClientConfig> {
-        let settings = crate::config::KafkaSettings::from_env()?;
-        Ok(client_config(&self.brokers, &settings.props))
-    }
-}
+use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct StatusArgs {
@@ -183,16 +46,6 @@ pub struct HistoryArgs {
 }
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A client of the pool's topics that joins no group and commits nothing.
-pub fn consumer(src: &Source) -> anyhow::Result<BaseConsumer<Silent>> {
-    src.client_config()?
-        .set("group.id", "pool_worker-status")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create_with_context(Silent)
-        .context("cannot create a Kafka consumer")
-}
 
 /// The pool's state as one JSON value (the `--json` form; the text form is
 /// made from it).
@@ -242,7 +95,7 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
         }
     }
     // The orders topic: per partition, its offsets and the frontier.
-    let c = consumer(src)?;
+    let c = src.consumer()?;
     let md = c
         .fetch_metadata(Some(&src.orders_topic), TIMEOUT)
         .with_context(|| format!("cannot read topic '{}'", src.orders_topic))?;
@@ -316,95 +169,11 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
     }))
 }
 
-/// The first message at or after `offset` of `topic`'s partition `p`
-/// that `c` reads within `wait` (the tools read single orders this way:
-/// `status`'s oldest waiting order, `serve`'s order pages, `retry`).
-pub fn message_at<'c>(
-    c: &'c BaseConsumer<Silent>,
-    topic: &str,
-    p: i32,
-    offset: i64,
-    wait: Duration,
-) -> Option<rdkafka::message::BorrowedMessage<'c>> {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, p, Offset::Offset(offset))
-        .ok()?;
-    c.assign(&tpl).ok()?;
-    let deadline = Instant::now() + wait;
-    while Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            if m.partition() == p && m.offset() >= offset {
-                return Some(m);
-            }
-        }
-    }
-    None
-}
-
 /// The timestamp of the message at one offset, if it can be read quickly.
 fn message_ts(c: &BaseConsumer<Silent>, topic: &str, p: i32, offset: i64) -> Option<i64> {
     message_at(c, topic, p, offset, Duration::from_secs(5))?
         .timestamp()
         .to_millis()
-}
-
-/// Whether `c` must not reach a terminal as it is: C0 controls (ESC, CR,
-/// BEL, backspace...), DEL, C1 controls (U+0080 to U+009F, which some
-/// terminals take as CSI and OSC), and the bidirectional controls and
-/// separators that reorder or break what is shown (U+061C, U+200E, U+200F,
-/// U+2028 to U+202E, U+2066 to U+2069). Job output and claims records come
-/// from orders, that is, from anyone who can write the orders topic.
-fn unsafe_for_terminal(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// `s` made safe to print on a terminal: every control character (see
-/// [`unsafe_for_terminal`]) is shown escaped (`\x1b`, `\r`, `\u{202e}`).
-/// `lines`: newlines and tabs are kept (a job's output tail); otherwise
-/// they are escaped too (a field printed on one line).
-pub fn escape_controls(s: &str, lines: bool) -> String {
-    if !s.chars().any(unsafe_for_terminal) {
-        return s.to_string();
-    }
-    let mut out = String::with_capacity(s.len() + 16);
-    for c in s.chars() {
-        match c {
-            '\n' | '\t' if lines => out.push(c),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x80 && unsafe_for_terminal(c) => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c if unsafe_for_terminal(c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A JSON value as one line of JSON that is also safe on a terminal:
-/// serde_json escapes C0 controls itself; DEL, the C1 controls and the
-/// bidirectional controls are written as `\uXXXX` escapes too (the same
-/// JSON value, just spelled in ASCII).
-pub fn json_line(v: &serde_json::Value) -> String {
-    let s = v.to_string();
-    if !s.chars().any(unsafe_for_terminal) {
-        return s;
-    }
-    let mut out = String::with_capacity(s.len() + 16);
-    for c in s.chars() {
-        if unsafe_for_terminal(c) {
-            // Outside strings JSON has only ASCII punctuation, digits,
-            // letters and whitespace, none of them escaped here but for
-            // whitespace, which serde_json's compact form does not write.
-            out.push_str(&format!("\\u{:04x}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The text form of `status --failed`: one line per order that did not
@@ -590,7 +359,7 @@ pub fn print_history(
         format!(
             "#{p:<6} {:<13} {}",
             r.key(),
-            escape_controls(&crate::cli::dev::describe_record(r), false)
+            escape_controls(&crate::cli::show::describe_record(r), false)
         )
     };
     if json {
@@ -620,120 +389,7 @@ pub fn print_history(
 mod tests {
     use super::*;
     use crate::record::{Outcome, Status};
-
-    /// What a job can print to take over the terminal of whoever reads
-    /// its result: clear the screen and move the cursor (ESC, CSI), rewrite
-    /// the line (CR), a C1 CSI, bidi overrides, a fake newline.
-    const NASTY: &str =
-        "ok\x1b[2J\x1b]0;title\x07\rfake\u{9b}31m\u{202e}txt\u{2066}\x7f\x08\nnext\tcol";
-
-    fn no_controls_but_newlines_and_tabs(s: &str) {
-        for c in s.chars() {
-            assert!(
-                c == '\n' || c == '\t' || !unsafe_for_terminal(c),
-                "{c:?} in {s:?}"
-            );
-        }
-    }
-
-    /// Issue 20: a flag over its variable over its default, the variable
-    /// read through `config::read` (an empty one is unset).
-    #[test]
-    fn a_flag_overrides_its_variable_which_overrides_the_default() {
-        use clap::{CommandFactory, FromArgMatches};
-        #[derive(clap::Parser, Debug)]
-        struct Tool {
-            #[command(flatten)]
-            source: Source,
-        }
-        let resolve = |args: &[&str], vars: &[(&str, &str)]| {
-            let m = Tool::command().get_matches_from(args);
-            let mut t = Tool::from_arg_matches(&m).unwrap();
-            let vars = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-            t.source.apply_vars(&m, vars).map(|()| t.source)
-        };
-        let s = resolve(&["t"], &[]).unwrap();
-        assert_eq!(
-            (
-                s.brokers.as_str(),
-                s.orders_topic.as_str(),
-                s.claims_key_file
-            ),
-            ("localhost:9092", "work_orders", None)
-        );
-        let env = [
-            ("KAFKA_BROKERS", "h:1"),
-            ("ORDERS_TOPIC", "o"),
-            ("COORDINATION_TOPIC", " "),
-            ("CLAIMS_KEY_FILE", "/k"),
-        ];
-        let s = resolve(&["t"], &env).unwrap();
-        assert_eq!(
-            (
-                s.brokers.as_str(),
-                s.orders_topic.as_str(),
-                s.coordination_topic.as_str()
-            ),
-            ("h:1", "o", "work_claims")
-        );
-        assert_eq!(s.claims_key_file.as_deref(), Some("/k"));
-        let s = resolve(
-            &[
-                "t",
-                "--brokers",
-                "h:2",
-                "--claims-key-file",
-                "/f",
-                "--orders-topic",
-                "work_orders",
-            ],
-            &env,
-        )
-        .unwrap();
-        assert_eq!(
-            (
-                s.brokers.as_str(),
-                s.orders_topic.as_str(),
-                s.claims_key_file.as_deref()
-            ),
-            ("h:2", "work_orders", Some("/f")),
-            "a flag wins, even one equal to the default"
-        );
-    }
-
-    #[test]
-    fn control_characters_are_escaped() {
-        let e = escape_controls(NASTY, true);
-        no_controls_but_newlines_and_tabs(&e);
-        assert_eq!(
-            e,
-            "ok\\x1b[2J\\x1b]0;title\\x07\\rfake\\u{009b}31m\\u{202e}txt\\u{2066}\\x7f\\x08\nnext\tcol"
-        );
-        let one = escape_controls(NASTY, false);
-        assert!(
-            !one.contains('\n') && !one.contains('\t') && one.contains("\\nnext\\tcol"),
-            "{one}"
-        );
-        assert_eq!(
-            escape_controls("plain text, ünïcödé", false),
-            "plain text, ünïcödé"
-        );
-    }
-
-    #[test]
-    fn json_stays_json_and_the_same_value() {
-        let v = json!({"stdout": NASTY, "n": 3});
-        let line = json_line(&v);
-        assert!(
-            line.is_ascii() || line.chars().all(|c| !unsafe_for_terminal(c)),
-            "{line}"
-        );
-        for c in line.chars() {
-            assert!(!unsafe_for_terminal(c), "{c:?} in {line}");
-        }
-        let back: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(back, v);
-    }
+    use crate::cli::show::tests::{no_controls_but_newlines_and_tabs, NASTY};
 
     fn completed(stdout: &str, reason: &str) -> (Record, Outcome) {
         let outcome = Outcome {

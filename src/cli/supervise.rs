@@ -1,12 +1,12 @@
 //! `pool_worker supervise`: the supervisor ([`crate::supervise`]) as a
 //! command; its events on stdout, one line each (text or `--json`).
 
+use crate::cli::StopSignals;
 use crate::exit::Exit;
 use crate::supervise::{
     ChildOutput, Instances, SupEvent, Supervisor, SupervisorConfig, DEFAULT_MAX_RESTART_DELAY,
     DEFAULT_RESTART_DELAY,
 };
-use anyhow::Context as _;
 use std::ffi::OsString;
 use std::io::{self, Write as _};
 use std::path::PathBuf;
@@ -49,9 +49,7 @@ pub struct SuperviseArgs {
 
 /// Runs `pool_worker supervise`; returns the exit status.
 pub async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut stop = StopSignals::new()?;
 
     let mut cfg = SupervisorConfig::new(args.instances.0)?;
     if let Some(program) = args.program {
@@ -69,8 +67,7 @@ pub async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
     let ending = loop {
         tokio::select! {
             Some(event) = events.recv() => print_event(&event, json),
-            _ = term.recv() => sup.stop(),
-            _ = int.recv() => sup.stop(),
+            () = stop.recv() => sup.stop(),
             ending = sup.wait() => break ending,
         }
     };
