@@ -144,83 +144,109 @@ impl Auditor {
             return; // void: changes nothing
         }
         let Some(order) = rec.order() else { return };
-        let mut broke = |rule: Rule, detail: String| {
-            self.violations.push(Violation {
-                rule,
-                pos: Some(pos),
-                order: Some(order.to_string()),
-                detail,
-            })
-        };
         let trail = self.orders.entry(order).or_default();
-        let i = rec.instance;
-        match rec.event() {
+        let broken = match rec.event() {
             Event::Claimed => {
                 self.claimed
                     .entry(order.partition)
                     .or_default()
                     .insert(order.offset);
+                Vec::new()
             }
-            Event::Committed => {
-                let hold = self.view.hold(i).filter(|h| h.order == order);
-                if hold.is_some_and(|h| h.committed == Some(pos)) {
-                    trail.first_commit.get_or_insert(pos);
-                    match trail.runner {
-                        Some(r) if r != i => broke(
-                            Rule::CommittedByTwo,
-                            format!("instance {i} committed while instance {r} held it committed"),
-                        ),
-                        _ => trail.runner = Some(i),
-                    }
-                }
-                if rec.attempt() > self.max_attempts {
-                    broke(
-                        Rule::TooManyAttempts,
-                        format!(
-                            "instance {i} committed attempt {} of at most {}",
-                            rec.attempt(),
-                            self.max_attempts
-                        ),
-                    );
-                }
-            }
-            Event::Completed => {
-                trail.completions += 1;
-                if trail.completions > 1 {
-                    broke(
-                        Rule::CompletedTwice,
-                        format!("completion {} (by instance {i})", trail.completions),
-                    );
-                }
-                if let Some(h) =
-                    writer_hold.filter(|h| h.order == order && !h.pending && h.committed.is_none())
-                {
-                    broke(
-                        Rule::CompletedWithoutCommit,
-                        format!(
-                            "instance {i} completed it; its claim at {} is undecided",
-                            h.claim_pos
-                        ),
-                    );
-                }
-                if let Some(o) = &rec.outcome() {
-                    *self.by_status.entry(o.status.as_str()).or_default() += 1;
-                    let cancel = self.view.cancel(order).map(|(c, _)| c);
-                    if let (Some(c), Some(f)) = (cancel, trail.first_commit) {
-                        if c < f && o.status != crate::record::Status::Cancelled {
-                            broke(
-                                Rule::RanAfterCancel,
-                                format!("cancelled at {c}, committed at {f}, completed {} by instance {i}", o.status),
-                            );
-                        }
-                    }
-                }
-            }
+            Event::Committed => self.committed(pos, order, rec),
+            Event::Completed => self.completed(order, rec, writer_hold),
             // A valid revocation ends the holder's run: a taker may run
             // the order again (a retry).
-            Event::Revoked if trail.runner == Some(i) => trail.runner = None,
-            _ => {}
+            Event::Revoked if trail.runner == Some(rec.instance) => {
+                trail.runner = None;
+                Vec::new()
+            }
+            _ => Vec::new(),
+        };
+        for (rule, detail) in broken {
+            self.violations.push(Violation {
+                rule,
+                pos: Some(pos),
+                order: Some(order.to_string()),
+                detail,
+            });
         }
+    }
+
+    /// A valid commit of `order` at `pos`: what it breaks.
+    fn committed(&mut self, pos: u64, order: OrderId, rec: &Record) -> Vec<(Rule, String)> {
+        let i = rec.instance;
+        let mut broken = Vec::new();
+        let hold = self.view.hold(i).filter(|h| h.order == order);
+        if hold.is_some_and(|h| h.committed == Some(pos)) {
+            let trail = self.orders.entry(order).or_default();
+            trail.first_commit.get_or_insert(pos);
+            match trail.runner {
+                Some(r) if r != i => broken.push((
+                    Rule::CommittedByTwo,
+                    format!("instance {i} committed while instance {r} held it committed"),
+                )),
+                _ => trail.runner = Some(i),
+            }
+        }
+        if rec.attempt() > self.max_attempts {
+            broken.push((
+                Rule::TooManyAttempts,
+                format!(
+                    "instance {i} committed attempt {} of at most {}",
+                    rec.attempt(),
+                    self.max_attempts
+                ),
+            ));
+        }
+        broken
+    }
+
+    /// A valid completion of `order`, whose writer held `writer_hold`
+    /// before it: what it breaks.
+    fn completed(
+        &mut self,
+        order: OrderId,
+        rec: &Record,
+        writer_hold: Option<crate::boot::Hold>,
+    ) -> Vec<(Rule, String)> {
+        let i = rec.instance;
+        let mut broken = Vec::new();
+        let cancel = self.view.cancel(order).map(|(c, _)| c);
+        let trail = self.orders.entry(order).or_default();
+        trail.completions += 1;
+        if trail.completions > 1 {
+            broken.push((
+                Rule::CompletedTwice,
+                format!("completion {} (by instance {i})", trail.completions),
+            ));
+        }
+        if let Some(h) =
+            writer_hold.filter(|h| h.order == order && !h.pending && h.committed.is_none())
+        {
+            broken.push((
+                Rule::CompletedWithoutCommit,
+                format!(
+                    "instance {i} completed it; its claim at {} is undecided",
+                    h.claim_pos
+                ),
+            ));
+        }
+        if let Some(o) = rec.outcome() {
+            *self.by_status.entry(o.status.as_str()).or_default() += 1;
+            if let (Some(c), Some(f)) = (cancel, trail.first_commit) {
+                if c < f && o.status != crate::record::Status::Cancelled {
+                    broken.push((
+                        Rule::RanAfterCancel,
+                        format!(
+                            "cancelled at {c}, committed at {f}, completed {} by instance {i}",
+                            o.status
+                        ),
+                    ));
+                }
+            }
+        }
+        broken
     }
 
     pub fn finish(mut self) -> Report {
@@ -293,6 +319,25 @@ mod tests {
         r
     }
 
+    /// Instances 1 ("a") and 2 ("b") boot and both claim order 0:0.
+    fn contest() -> Vec<Record> {
+        vec![
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(2, Event::Booted, "b", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(2, Event::Claimed, "b", 2, 0),
+        ]
+    }
+
+    /// Instance 1 ("a") boots, claims order 0:0 and commits to it.
+    fn one_run() -> Vec<Record> {
+        vec![
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(1, Event::Committed, "a", 3, 0),
+        ]
+    }
+
     fn check(log: &[Record]) -> Report {
         audit(log.iter().enumerate().map(|(p, r)| (p as u64, Some(r))), 3)
     }
@@ -303,15 +348,12 @@ mod tests {
 
     #[test]
     fn a_healthy_negotiation_holds() {
-        let log = [
-            rec(1, Event::Booted, "a", 1, 0),
-            rec(2, Event::Booted, "b", 1, 0),
-            rec(1, Event::Claimed, "a", 2, 0),
-            rec(2, Event::Claimed, "b", 2, 0),
+        let mut log = contest();
+        log.extend([
             rec(1, Event::Committed, "a", 3, 0),
             rec(2, Event::Yielded, "b", 3, 0),
             rec(1, Event::Completed, "a", 4, 0),
-        ];
+        ]);
         let r = check(&log);
         assert!(r.holds(), "{:?}", r.violations);
         assert_eq!(r.completed.get("ok"), Some(&1));
@@ -322,16 +364,13 @@ mod tests {
     fn a_double_commit_and_a_double_completion_are_caught() {
         // Both decided on a log read before the other's claim
         // (worker::Flaw::DecideWithoutReading's log).
-        let log = [
-            rec(1, Event::Booted, "a", 1, 0),
-            rec(2, Event::Booted, "b", 1, 0),
-            rec(1, Event::Claimed, "a", 2, 0),
-            rec(2, Event::Claimed, "b", 2, 0),
+        let mut log = contest();
+        log.extend([
             rec(2, Event::Committed, "b", 3, 0),
             rec(1, Event::Committed, "a", 3, 0),
             rec(2, Event::Completed, "b", 4, 0),
             rec(1, Event::Completed, "a", 4, 0),
-        ];
+        ]);
         let r = check(&log);
         assert_eq!(
             rules(&r),
@@ -365,13 +404,8 @@ mod tests {
         assert!(check(&log).holds());
         // A cancel after the commit (the job ran, then was killed or had
         // ended): whatever the completion says, nothing ran that should not.
-        let log = [
-            rec(1, Event::Booted, "a", 1, 0),
-            rec(1, Event::Claimed, "a", 2, 0),
-            rec(1, Event::Committed, "a", 3, 0),
-            cancel,
-            rec(1, Event::Completed, "a", 4, 0),
-        ];
+        let mut log = one_run();
+        log.extend([cancel, rec(1, Event::Completed, "a", 4, 0)]);
         assert!(check(&log).holds());
     }
 
@@ -419,14 +453,12 @@ mod tests {
 
     #[test]
     fn void_and_foreign_records_change_nothing() {
-        let log = [
-            rec(1, Event::Booted, "a", 1, 0),
-            rec(1, Event::Claimed, "a", 2, 0),
-            rec(1, Event::Committed, "a", 3, 0),
+        let mut log = one_run();
+        log.extend([
             rec(1, Event::Completed, "a", 4, 0),
             rec(1, Event::Completed, "a", 4, 0), // a duplicate: void
             rec(1, Event::Completed, "zombie", 9, 0), // fenced: void
-        ];
+        ]);
         let mut entries: Vec<(u64, Option<&Record>)> = log
             .iter()
             .enumerate()

@@ -45,6 +45,7 @@
 use crate::broker::{check_topic_name, Broker};
 use crate::claims::{ClaimsReader, Polled, Start};
 use crate::cli::show::{clip, describe, first_line};
+use crate::cli::source::{Source, SourceEnv};
 use crate::cli::StopSignals;
 use crate::exit::Exit;
 use crate::record::Foreign;
@@ -138,6 +139,29 @@ impl DevArgs {
         )
     }
 
+    /// The topics to create: (name, partitions).
+    fn topics(&self) -> Vec<(String, i32)> {
+        let mut topics = vec![
+            (self.orders_topic.clone(), self.orders_partitions),
+            (self.coordination_topic.clone(), 1),
+        ];
+        if let Some(r) = self.results_topic() {
+            topics.push((r.to_string(), 1));
+        }
+        topics
+    }
+
+    /// Where the claims trail is read from: this pool's broker and topics.
+    fn source(&self, addr: &str) -> anyhow::Result<Source> {
+        Ok(Source {
+            brokers: addr.to_string(),
+            orders_topic: self.orders_topic.clone(),
+            coordination_topic: self.coordination_topic.clone(),
+            json: self.json,
+            claims_key_file: crate::config::read_env::<SourceEnv>()?.claims_key_file,
+        })
+    }
+
     fn results_topic(&self) -> Option<&str> {
         self.results_topic.as_deref().filter(|t| !t.is_empty())
     }
@@ -192,136 +216,46 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
     }
     let mut stop = StopSignals::new()?;
     let out = Out { json: args.json };
-
-    let mut topics = vec![
-        (args.orders_topic.clone(), args.orders_partitions),
-        (args.coordination_topic.clone(), 1),
-    ];
-    if let Some(r) = args.results_topic() {
-        topics.push((r.to_string(), 1));
-    }
-    let broker = Broker::start(1, &topics)?;
+    let broker = Broker::start(1, &args.topics())?;
     let addr = broker.bootstrap();
     out.banner(&args, &addr);
-
-    let (claims_tx, mut claims) = mpsc::unbounded_channel();
-    let source = crate::cli::source::Source {
-        brokers: addr.clone(),
-        orders_topic: args.orders_topic.clone(),
-        coordination_topic: args.coordination_topic.clone(),
-        json: args.json,
-        claims_key_file: crate::config::read_env::<crate::cli::source::SourceEnv>()?
-            .claims_key_file,
-    };
+    let (claims_tx, claims) = mpsc::unbounded_channel();
+    let source = args.source(&addr)?;
     let tail = tokio::task::spawn_blocking(move || tail_claims(&source, &claims_tx));
-
-    let mut cfg = SupervisorConfig::new((1..=args.instances).collect())?;
     // The workers' clean-exit markers (src/settle.rs) live as long as this
     // broker does: a directory of this run's own, unless STATE_DIR is set.
     let state_dir = std::env::var_os("STATE_DIR")
         .is_none()
         .then(|| std::env::temp_dir().join(format!("pool_worker-dev-{}", std::process::id())));
+    let mut cfg = SupervisorConfig::new((1..=args.instances).collect())?;
     cfg.env = worker_env(&args, &addr, state_dir.as_deref());
     cfg.output = args.worker_output;
-    let (mut sup, mut sup_events) = Supervisor::spawn(cfg);
-
-    let mut pending: BTreeMap<OrderId, &str> = BTreeMap::new();
-    let mut deadline = None;
-    if args.demo {
-        for (order, (_, payload)) in produce_demo(&addr, &args.orders_topic)
-            .await?
-            .into_iter()
-            .zip(DEMO_ORDERS)
-        {
-            out.produced(order, payload);
-            pending.insert(order, payload);
-        }
-        out.note(&format!(
-            "sent {} sample orders; waiting up to {} s for their results",
-            pending.len(),
-            args.demo_timeout_secs
-        ));
-        deadline = Some(Instant::now() + Duration::from_secs(args.demo_timeout_secs));
-    }
-    let demo_orders = pending.clone();
-
-    let mut trail: Vec<RawClaim> = Vec::new();
-    let mut results: BTreeMap<OrderId, Record> = BTreeMap::new();
-    let mut code = Exit::Ok;
-    let mut sup_ended = None;
-    loop {
-        if args.demo && pending.is_empty() {
-            break;
-        }
-        tokio::select! {
-            Some(event) = sup_events.recv() => out.sup_event(&event),
-            Some(claim) = claims.recv() => {
-                out.claim(&claim);
-                if let Ok(rec) = &claim.record {
-                    if rec.event() == Event::Completed {
-                        if let Some(order) = rec.order() {
-                            if pending.remove(&order).is_some() {
-                                results.insert(order, rec.clone());
-                            }
-                        }
-                    }
-                }
-                trail.push(claim);
-            }
-            () = sleep_until(deadline) => {
-                out.note(&format!(
-                    "the demo's deadline passed with {} of {} orders not completed",
-                    pending.len(),
-                    demo_orders.len()
-                ));
-                code = Exit::Failure;
-                break;
-            }
-            ending = sup.wait() => {
-                // Every instance retired (e.g. a configuration error).
-                let c = match ending {
-                    Ok(e) => e.exit_code(),
-                    Err(e) => { out.note(&format!("the supervisor failed: {e:#}")); Exit::Failure }
-                };
-                out.note("no worker instance is left running");
-                sup_ended = Some(c);
-                code = c;
-                break;
-            }
-            () = stop.recv() => break,
-        }
-    }
-
-    if args.demo {
-        out.results(&demo_orders, &results);
+    let (sup, sup_events) = Supervisor::spawn(cfg);
+    let mut pool = Pool {
+        out,
+        sup,
+        sup_events,
+        claims,
+        trail: Vec::new(),
+    };
+    let mut demo = if args.demo {
+        Some(Demo::send(&out, &addr, &args).await?)
+    } else {
+        None
+    };
+    let (code, sup_ended) = pool.watch(demo.as_mut(), &mut stop).await;
+    if let Some(d) = &demo {
+        out.results(&d.orders, &d.results);
         if !args.json {
-            out.trail(&trail);
+            out.trail(&pool.trail);
         }
     }
-
     // Workers first (they need the broker to finish cleanly), then the rest.
-    if sup_ended.is_none() {
-        out.note("stopping the workers");
-        sup.stop();
-        loop {
-            tokio::select! {
-                Some(event) = sup_events.recv() => out.sup_event(&event),
-                ending = sup.wait() => {
-                    if let Err(e) = ending {
-                        out.note(&format!("the supervisor failed: {e:#}"));
-                    }
-                    break;
-                }
-            }
-        }
-    }
-    while let Ok(event) = sup_events.try_recv() {
-        out.sup_event(&event);
-    }
+    pool.stop(sup_ended).await;
     // The tail's consumer must be gone before the broker is, or librdkafka
     // reports the broker's disappearance as an error: the tail ends when
     // its receiver is gone.
-    drop(claims);
+    drop(pool.claims);
     let _ = tail.await;
     drop(broker);
     if let Some(dir) = &state_dir {
@@ -329,6 +263,130 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
     }
     out.done(code);
     Ok(code)
+}
+
+/// The running pool as `dev` watches it: the supervisor and its events,
+/// and the claims trail.
+struct Pool {
+    out: Out,
+    sup: Supervisor,
+    sup_events: mpsc::UnboundedReceiver<SupEvent>,
+    claims: mpsc::UnboundedReceiver<RawClaim>,
+    /// Every claims record read so far.
+    trail: Vec<RawClaim>,
+}
+
+impl Pool {
+    /// Prints what happens until a signal, the demo's end (every order
+    /// completed, or its deadline), or the supervisor's: the exit status,
+    /// and whether the supervisor ended by itself.
+    async fn watch(&mut self, mut demo: Option<&mut Demo>, stop: &mut StopSignals) -> (Exit, bool) {
+        let deadline = demo.as_ref().map(|d| d.deadline);
+        loop {
+            if demo.as_ref().is_some_and(|d| d.pending.is_empty()) {
+                return (Exit::Ok, false);
+            }
+            tokio::select! {
+                Some(event) = self.sup_events.recv() => self.out.sup_event(&event),
+                Some(claim) = self.claims.recv() => {
+                    self.out.claim(&claim);
+                    if let (Some(d), Ok(rec)) = (demo.as_deref_mut(), &claim.record) {
+                        d.seen(rec);
+                    }
+                    self.trail.push(claim);
+                }
+                () = sleep_until(deadline) => {
+                    let d = demo.as_ref().map_or((0, 0), |d| (d.pending.len(), d.orders.len()));
+                    self.out.note(&format!(
+                        "the demo's deadline passed with {} of {} orders not completed",
+                        d.0, d.1
+                    ));
+                    return (Exit::Failure, false);
+                }
+                ending = self.sup.wait() => {
+                    // Every instance retired (e.g. a configuration error).
+                    let code = match ending {
+                        Ok(e) => e.exit_code(),
+                        Err(e) => { self.out.note(&format!("the supervisor failed: {e:#}")); Exit::Failure }
+                    };
+                    self.out.note("no worker instance is left running");
+                    return (code, true);
+                }
+                () = stop.recv() => return (Exit::Ok, false),
+            }
+        }
+    }
+
+    /// Stops the workers (unless the supervisor `ended` by itself) and
+    /// prints the last events.
+    async fn stop(&mut self, ended: bool) {
+        if !ended {
+            self.out.note("stopping the workers");
+            self.sup.stop();
+            loop {
+                tokio::select! {
+                    Some(event) = self.sup_events.recv() => self.out.sup_event(&event),
+                    ending = self.sup.wait() => {
+                        if let Err(e) = ending {
+                            self.out.note(&format!("the supervisor failed: {e:#}"));
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        while let Ok(event) = self.sup_events.try_recv() {
+            self.out.sup_event(&event);
+        }
+    }
+}
+
+/// `--demo`: the sample orders sent, and their completions as they come.
+struct Demo {
+    /// Each sample order and its payload.
+    orders: BTreeMap<OrderId, &'static str>,
+    /// Those not completed yet.
+    pending: BTreeMap<OrderId, &'static str>,
+    results: BTreeMap<OrderId, Record>,
+    deadline: Instant,
+}
+
+impl Demo {
+    /// Sends [`DEMO_ORDERS`] and says so.
+    async fn send(out: &Out, addr: &str, args: &DevArgs) -> anyhow::Result<Demo> {
+        let mut orders = BTreeMap::new();
+        for (order, (_, payload)) in produce_demo(addr, &args.orders_topic)
+            .await?
+            .into_iter()
+            .zip(DEMO_ORDERS)
+        {
+            out.produced(order, payload);
+            orders.insert(order, *payload);
+        }
+        out.note(&format!(
+            "sent {} sample orders; waiting up to {} s for their results",
+            orders.len(),
+            args.demo_timeout_secs
+        ));
+        Ok(Demo {
+            pending: orders.clone(),
+            orders,
+            results: BTreeMap::new(),
+            deadline: Instant::now() + Duration::from_secs(args.demo_timeout_secs),
+        })
+    }
+
+    /// A claims record read: a completion of a sample order is its result.
+    fn seen(&mut self, rec: &Record) {
+        if rec.event() != Event::Completed {
+            return;
+        }
+        if let Some(order) = rec.order() {
+            if self.pending.remove(&order).is_some() {
+                self.results.insert(order, rec.clone());
+            }
+        }
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -465,6 +523,7 @@ pub fn tools_lines(args: &DevArgs, addr: &str, prog: &str) -> String {
 }
 
 /// Everything `dev` prints to stdout, in text or JSON.
+#[derive(Clone, Copy)]
 struct Out {
     json: bool,
 }

@@ -38,7 +38,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::Message;
 use serde_json::json;
@@ -123,66 +123,94 @@ struct Metrics {
     latency: Histogram,
 }
 
+const COMPLETED_HELP: &str =
+    "Orders completed, by status (ok, failed, timed_out, error, refused, duplicate, gave_up, deleted, cancelled)";
+
 impl Metrics {
     fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("pool_worker");
-        let m = Metrics {
-            completed: Family::default(),
-            waiting: Gauge::default(),
-            running: Gauge::default(),
-            oldest_waiting: Gauge::default(),
-            instances: Family::default(),
-            takeovers: Counter::default(),
-            retries: Counter::default(),
-            records: Family::default(),
-            latency: Histogram::new(LATENCY_BUCKETS.iter().copied()),
-            registry: Registry::default(),
-        };
-        registry.register("orders_completed", "Orders completed, by status (ok, failed, timed_out, error, refused, duplicate, gave_up, deleted, cancelled)", m.completed.clone());
-        registry.register(
-            "orders_waiting",
-            "Orders in the orders topic beyond the claimed frontier",
-            m.waiting.clone(),
-        );
-        registry.register(
-            "orders_running",
-            "Orders whose holder committed and has not completed them",
-            m.running.clone(),
-        );
-        registry.register_with_unit(
-            "oldest_waiting_age",
-            "Age of the oldest waiting order (0 when none waits)",
-            Unit::Seconds,
-            m.oldest_waiting.clone(),
-        );
-        registry.register(
-            "instances",
-            "Instances by state (idle, negotiating, running)",
-            m.instances.clone(),
-        );
-        registry.register(
-            "takeovers",
-            "Claims that took over an expired holder's order",
-            m.takeovers.clone(),
-        );
-        registry.register(
-            "retries",
-            "Runs of an order after its first attempt (committed with attempt > 1)",
-            m.retries.clone(),
-        );
-        registry.register(
-            "claims_records",
-            "Claims topic records read, by event (foreign: not the pool's)",
-            m.records.clone(),
-        );
-        registry.register_with_unit(
-            "order_latency",
-            "From an order's first claim to its completion",
-            Unit::Seconds,
-            m.latency.clone(),
-        );
-        Metrics { registry, ..m }
+        let mut r = Registry::with_prefix("pool_worker");
+        Metrics {
+            completed: registered(
+                &mut r,
+                "orders_completed",
+                COMPLETED_HELP,
+                None,
+                Family::default(),
+            ),
+            waiting: registered(
+                &mut r,
+                "orders_waiting",
+                "Orders in the orders topic beyond the claimed frontier",
+                None,
+                Gauge::default(),
+            ),
+            running: registered(
+                &mut r,
+                "orders_running",
+                "Orders whose holder committed and has not completed them",
+                None,
+                Gauge::default(),
+            ),
+            oldest_waiting: registered(
+                &mut r,
+                "oldest_waiting_age",
+                "Age of the oldest waiting order (0 when none waits)",
+                Some(Unit::Seconds),
+                Gauge::default(),
+            ),
+            instances: registered(
+                &mut r,
+                "instances",
+                "Instances by state (idle, negotiating, running)",
+                None,
+                Family::default(),
+            ),
+            takeovers: registered(
+                &mut r,
+                "takeovers",
+                "Claims that took over an expired holder's order",
+                None,
+                Counter::default(),
+            ),
+            retries: registered(
+                &mut r,
+                "retries",
+                "Runs of an order after its first attempt (committed with attempt > 1)",
+                None,
+                Counter::default(),
+            ),
+            records: registered(
+                &mut r,
+                "claims_records",
+                "Claims topic records read, by event (foreign: not the pool's)",
+                None,
+                Family::default(),
+            ),
+            latency: registered(
+                &mut r,
+                "order_latency",
+                "From an order's first claim to its completion",
+                Some(Unit::Seconds),
+                Histogram::new(LATENCY_BUCKETS.iter().copied()),
+            ),
+            registry: r,
+        }
     }
+}
+
+/// `metric`, registered in `r` as `name` (in `unit`, if any).
+fn registered<M: Metric + Clone>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    metric: M,
+) -> M {
+    match unit {
+        Some(unit) => r.register_with_unit(name, help, unit, metric.clone()),
+        None => r.register(name, help, metric.clone()),
+    }
+    metric
 }
 
 /// One completion, as the page lists it.
@@ -924,7 +952,6 @@ fn bars(values: &[(String, u64)], label_every: usize, title: &str, class: &str) 
 pub fn render_live(b: &Board, now: u64) -> String {
     let mut s = String::new();
     let rows = b.instances();
-    let running = rows.iter().filter(|r| r.state == "running").count();
     let ready = b.caught_up && b.orders_read;
     let _ = write!(
         s,
@@ -937,31 +964,49 @@ pub fn render_live(b: &Board, now: u64) -> String {
         b.records,
         clock(now)
     );
-    // Totals.
+    totals(&mut s, b, &rows, now);
+    charts(&mut s, b, now);
+    // One row: the instances beside the newest completions.
+    instances_panel(&mut s, &rows, now);
+    newest_panel(&mut s, b);
+    failed_panel(&mut s, b);
+    if b.view.foreign > 0 {
+        let _ = write!(
+            s,
+            "<p class=\"meta\">{} foreign claims records skipped</p>",
+            b.view.foreign
+        );
+    }
+    s
+}
+
+/// The cards of totals, then the completions by status.
+fn totals(s: &mut String, b: &Board, rows: &[InstanceRow], now: u64) {
+    let running = rows.iter().filter(|r| r.state == "running").count();
     let oldest = b.oldest_waiting_age_ms(now).map_or("–".to_string(), age);
     s.push_str("<section class=\"cards\">");
     let card = |s: &mut String, id: &str, v: String, k: &str, class: &str| {
         let _ = write!(s, "<div class=\"card {class}\"><div class=\"v\" id=\"{id}\">{v}</div><div class=\"k\">{k}</div></div>");
     };
-    card(&mut s, "waiting", b.waiting.to_string(), "waiting", "");
-    card(&mut s, "running", running.to_string(), "running", "");
+    card(s, "waiting", b.waiting.to_string(), "waiting", "");
+    card(s, "running", running.to_string(), "running", "");
     card(
-        &mut s,
+        s,
         "completed",
         b.completed_total().to_string(),
         "completed",
         "",
     );
     card(
-        &mut s,
+        s,
         "not-ok",
         b.not_ok_total().to_string(),
         "not ok",
         if b.not_ok_total() > 0 { "bad" } else { "" },
     );
-    card(&mut s, "oldest", esc(&oldest), "oldest waiting", "");
+    card(s, "oldest", esc(&oldest), "oldest waiting", "");
     card(
-        &mut s,
+        s,
         "in-topic",
         b.orders_in_topic.to_string(),
         "orders in topic",
@@ -985,7 +1030,10 @@ pub fn render_live(b: &Board, now: u64) -> String {
         );
     }
     s.push_str("</p>");
-    // Charts.
+}
+
+/// The completions per minute and the latency histogram.
+fn charts(s: &mut String, b: &Board, now: u64) {
     let minutes: Vec<(String, u64)> = b
         .per_minute(now)
         .into_iter()
@@ -1010,12 +1058,15 @@ pub fn render_live(b: &Board, now: u64) -> String {
         bars(&minutes, 5, "completions per minute", "c1"),
         bars(&lat, 2, "latency histogram", "c2")
     );
-    // Instances.
+}
+
+/// The instances' table (opens the row the newest completions close).
+fn instances_panel(s: &mut String, rows: &[InstanceRow], now: u64) {
     s.push_str("<section class=\"row\"><div class=\"panel\"><h2>Instances</h2><table><thead><tr><th>#</th><th>state</th><th>order</th><th>since</th><th>lease age</th><th>last completion</th></tr></thead><tbody>");
     if rows.is_empty() {
         s.push_str("<tr><td colspan=\"6\" class=\"none\">no instance has booted</td></tr>");
     }
-    for r in &rows {
+    for r in rows {
         let since = r.since_ts.map_or("–".into(), |t| {
             format!(
                 "{} <small>({} ago)</small>",
@@ -1051,7 +1102,10 @@ pub fn render_live(b: &Board, now: u64) -> String {
         );
     }
     s.push_str("</tbody></table></div>");
-    // Newest completions.
+}
+
+/// The newest completions' table (closes the row).
+fn newest_panel(s: &mut String, b: &Board) {
     s.push_str("<div class=\"panel\"><h2>Newest completions</h2><table><thead><tr><th>order</th><th>status</th><th>instance</th><th>at</th><th>latency</th></tr></thead><tbody>");
     if b.newest.is_empty() {
         s.push_str("<tr><td colspan=\"5\" class=\"none\">none yet</td></tr>");
@@ -1069,7 +1123,10 @@ pub fn render_live(b: &Board, now: u64) -> String {
         );
     }
     s.push_str("</tbody></table></div></section>");
-    // Failed orders.
+}
+
+/// The failed orders' table.
+fn failed_panel(s: &mut String, b: &Board) {
     let _ = write!(s, "<section class=\"panel\"><h2>Failed orders <small>{} not ok; newest {} shown</small></h2><table id=\"failed\"><thead><tr><th>order</th><th>status</th><th>exit</th><th>instance</th><th>at</th><th>reason</th></tr></thead><tbody>", b.not_ok_total(), b.failed.len());
     if b.failed.is_empty() {
         s.push_str("<tr><td colspan=\"6\" class=\"none\">none</td></tr>");
@@ -1087,14 +1144,6 @@ pub fn render_live(b: &Board, now: u64) -> String {
         );
     }
     s.push_str("</tbody></table></section>");
-    if b.view.foreign > 0 {
-        let _ = write!(
-            s,
-            "<p class=\"meta\">{} foreign claims records skipped</p>",
-            b.view.foreign
-        );
-    }
-    s
 }
 
 fn short_secs(s: f64) -> String {

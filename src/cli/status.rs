@@ -52,49 +52,114 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> {
     let records = crate::claims::read_all(src)?;
     let mut view = View::new();
-    let mut by_status: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut last_completion: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
-    // The orders that did not end `ok` (`--failed`), in log order.
-    let mut not_ok: Vec<serde_json::Value> = Vec::new();
-    // Retries' completions by the order they ran again (`retry_of`).
-    let mut retried: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+    let mut tally = Tally::default();
     for (pos, r) in &records {
         match r {
             Ok(rec) => {
                 if view.apply(*pos, rec).is_ok() && rec.event() == Event::Completed {
-                    let status = rec.outcome().map_or(Status::Error, |o| o.status);
-                    *by_status.entry(status.as_str()).or_default() += 1;
-                    if let (Some(of), Some(me)) =
-                        (rec.outcome().and_then(|o| o.retry_of.clone()), rec.order())
-                    {
-                        retried
-                            .entry(of)
-                            .or_default()
-                            .push(json!({"order": me.to_string(), "status": status.as_str()}));
-                    }
-                    if status != Status::Ok {
-                        let o = rec.outcome();
-                        not_ok.push(json!({
-                            "order": rec.order().map(|o| o.to_string()),
-                            "status": status.as_str(),
-                            "exit_code": o.and_then(|o| o.exit_code),
-                            "reason": o.and_then(|o| o.reason.clone()),
-                            "instance": rec.instance,
-                            "attempt": rec.attempt(),
-                            "ts": rec.ts,
-                            "pos": pos,
-                        }));
-                    }
-                    last_completion.insert(
-                        rec.instance,
-                        json!({"order": rec.order().map(|o| o.to_string()), "status": status.as_str(), "ts": rec.ts}),
-                    );
+                    tally.completed(*pos, rec);
                 }
             }
             Err(_) => view.skip(*pos),
         }
     }
-    // The orders topic: per partition, its offsets and the frontier.
+    let orders = waiting(src, &view)?;
+    let instances = instance_rows(&view, &tally.last_completion);
+    let Tally {
+        by_status,
+        mut not_ok,
+        retried,
+        ..
+    } = tally;
+    for f in &mut not_ok {
+        let by = f["order"]
+            .as_str()
+            .and_then(|o| retried.get(o))
+            .cloned()
+            .unwrap_or_default();
+        f["retried_as"] = by.into();
+    }
+    let completed: u64 = by_status.values().sum();
+    let claimed: i64 = view.frontier().values().sum();
+    let count = |s: Status| by_status.get(s.as_str()).copied().unwrap_or(0);
+    Ok(json!({
+        "claims_records": records.len(),
+        "foreign_records": view.foreign,
+        "orders_in_topic": orders.in_topic,
+        "claimed": claimed,
+        "completed": completed,
+        // Every completion but `ok` (by_status.failed is one kind of it).
+        "not_ok": completed - count(Status::Ok),
+        // Orders the broker deleted before they ran (retention,
+        // DeleteRecords): completed `deleted`, at once.
+        "deleted": count(Status::Deleted),
+        // Orders an operator cancelled (`pool_worker cancel`): never run,
+        // or their job killed.
+        "cancelled": count(Status::Cancelled),
+        "by_status": by_status,
+        "waiting": orders.waiting,
+        "oldest_waiting_age_ms": orders.oldest_ts.map(|t| (now_ms as i64 - t).max(0)),
+        "instances": instances,
+        "not_ok_orders": not_ok,
+    }))
+}
+
+/// What `status` counts of the valid completions, in log order.
+#[derive(Default)]
+struct Tally {
+    by_status: BTreeMap<&'static str, u64>,
+    /// Each instance's newest completion.
+    last_completion: BTreeMap<u32, serde_json::Value>,
+    /// The orders that did not end `ok` (`--failed`).
+    not_ok: Vec<serde_json::Value>,
+    /// Retries' completions by the order they ran again (`retry_of`).
+    retried: BTreeMap<String, Vec<serde_json::Value>>,
+}
+
+impl Tally {
+    /// The valid completion `rec`, at `pos`.
+    fn completed(&mut self, pos: u64, rec: &Record) {
+        let o = rec.outcome();
+        let status = o.map_or(Status::Error, |o| o.status);
+        let order = rec.order().map(|o| o.to_string());
+        *self.by_status.entry(status.as_str()).or_default() += 1;
+        if let (Some(of), Some(me)) = (o.and_then(|o| o.retry_of.clone()), &order) {
+            self.retried
+                .entry(of)
+                .or_default()
+                .push(json!({"order": me, "status": status.as_str()}));
+        }
+        if status != Status::Ok {
+            self.not_ok.push(json!({
+                "order": order,
+                "status": status.as_str(),
+                "exit_code": o.and_then(|o| o.exit_code),
+                "reason": o.and_then(|o| o.reason.clone()),
+                "instance": rec.instance,
+                "attempt": rec.attempt(),
+                "ts": rec.ts,
+                "pos": pos,
+            }));
+        }
+        self.last_completion.insert(
+            rec.instance,
+            json!({"order": order, "status": status.as_str(), "ts": rec.ts}),
+        );
+    }
+}
+
+/// The orders topic against the view's frontier.
+struct Waiting {
+    /// Orders the topic holds (all partitions).
+    in_topic: i64,
+    /// Orders beyond the frontier.
+    waiting: i64,
+    /// The oldest waiting order's timestamp.
+    oldest_ts: Option<i64>,
+}
+
+/// Per partition of the orders topic: its offsets against the frontier.
+fn waiting(src: &Source, view: &View) -> anyhow::Result<Waiting> {
     let c = src.consumer()?;
     let md = c
         .fetch_metadata(Some(&src.orders_topic), TIMEOUT)
@@ -104,20 +169,31 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
         .first()
         .map(|t| t.partitions().iter().map(|p| p.id()).collect())
         .unwrap_or_default();
-    let (mut in_topic, mut waiting, mut oldest_ts): (i64, i64, Option<i64>) = (0, 0, None);
+    let mut w = Waiting {
+        in_topic: 0,
+        waiting: 0,
+        oldest_ts: None,
+    };
     for p in parts {
         let (low, high) = c.fetch_watermarks(&src.orders_topic, p, TIMEOUT)?;
-        in_topic += high - low;
+        w.in_topic += high - low;
         let next = view.next_offset(p).max(low);
         if next < high {
-            waiting += high - next;
+            w.waiting += high - next;
             if let Some(ts) = message_ts(&c, &src.orders_topic, p, next) {
-                oldest_ts = Some(oldest_ts.map_or(ts, |o: i64| o.min(ts)));
+                w.oldest_ts = Some(w.oldest_ts.map_or(ts, |o: i64| o.min(ts)));
             }
         }
     }
-    let instances: Vec<serde_json::Value> = view
-        .instances()
+    Ok(w)
+}
+
+/// Each instance as `status` shows it, with its newest completion.
+fn instance_rows(
+    view: &View,
+    last_completion: &BTreeMap<u32, serde_json::Value>,
+) -> Vec<serde_json::Value> {
+    view.instances()
         .map(|(i, s)| {
             let (state, order, since) = match &s.hold {
                 None => ("idle", None, None),
@@ -136,37 +212,7 @@ pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> 
                 "last_completion": last_completion.get(&i),
             })
         })
-        .collect();
-    for f in &mut not_ok {
-        let by = f["order"]
-            .as_str()
-            .and_then(|o| retried.get(o))
-            .cloned()
-            .unwrap_or_default();
-        f["retried_as"] = by.into();
-    }
-    let completed: u64 = by_status.values().sum();
-    let claimed: i64 = view.frontier().values().sum();
-    Ok(json!({
-        "claims_records": records.len(),
-        "foreign_records": view.foreign,
-        "orders_in_topic": in_topic,
-        "claimed": claimed,
-        "completed": completed,
-        // Every completion but `ok` (by_status.failed is one kind of it).
-        "not_ok": completed - by_status.get("ok").copied().unwrap_or(0),
-        // Orders the broker deleted before they ran (retention,
-        // DeleteRecords): completed `deleted`, at once.
-        "deleted": by_status.get(Status::Deleted.as_str()).copied().unwrap_or(0),
-        // Orders an operator cancelled (`pool_worker cancel`): never run,
-        // or their job killed.
-        "cancelled": by_status.get(Status::Cancelled.as_str()).copied().unwrap_or(0),
-        "by_status": by_status,
-        "waiting": waiting,
-        "oldest_waiting_age_ms": oldest_ts.map(|t| (now_ms as i64 - t).max(0)),
-        "instances": instances,
-        "not_ok_orders": not_ok,
-    }))
+        .collect()
 }
 
 /// The timestamp of the message at one offset, if it can be read quickly.
@@ -388,8 +434,8 @@ pub fn print_history(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Outcome, Status};
     use crate::cli::show::tests::{no_controls_but_newlines_and_tabs, NASTY};
+    use crate::record::{Outcome, Status};
 
     fn completed(stdout: &str, reason: &str) -> (Record, Outcome) {
         let outcome = Outcome {
