@@ -6,17 +6,20 @@ use crate::exit::Exit;
 
 /// `pool_worker audit`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct AuditArgs {
+pub(crate) struct AuditArgs {
     #[command(flatten)]
-    pub source: crate::cli::source::Source,
+    pub(crate) source: crate::cli::source::Source,
     /// The pool's MAX_ATTEMPTS [env: MAX_ATTEMPTS]
     #[arg(long, default_value_t = crate::worker::DEFAULT_MAX_ATTEMPTS)]
-    pub max_attempts: u32,
+    pub(crate) max_attempts: u32,
 }
 
 impl AuditArgs {
     /// Flag over variable over default (see [`crate::config::flag_or_env`]).
-    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+    pub(crate) fn apply_env(
+        &mut self,
+        m: &clap::ArgMatches,
+    ) -> Result<(), crate::config::ConfigError> {
         #[derive(serde::Deserialize, Default)]
         #[serde(default)]
         struct Env {
@@ -32,7 +35,7 @@ impl AuditArgs {
 
 /// Reads the claims topic from its beginning and prints the report; exit
 /// status 0 when every invariant holds, 1 otherwise.
-pub async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
+pub(crate) async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
     let log = tokio::task::spawn_blocking(move || crate::claims::read_all(&src)).await??;
     let report = audit(

@@ -31,37 +31,40 @@ use std::time::Duration;
 
 /// `pool_worker broker`: run the embedded broker as a process.
 #[derive(clap::Args, Debug, Clone)]
-pub struct BrokerArgs {
+pub(crate) struct BrokerArgs {
     /// The orders topic to create [env: ORDERS_TOPIC]
     #[arg(long, default_value = "work_orders")]
-    pub orders_topic: String,
+    pub(crate) orders_topic: String,
     /// Partitions of the orders topic.
     #[arg(long, default_value_t = 1)]
-    pub orders_partitions: i32,
+    pub(crate) orders_partitions: i32,
     /// The coordination (claims) topic to create; always one partition
     /// [env: COORDINATION_TOPIC]
     #[arg(long, default_value = "work_claims")]
-    pub coordination_topic: String,
+    pub(crate) coordination_topic: String,
     /// Also create this results topic (one partition) [env: RESULTS_TOPIC]
     #[arg(long)]
-    pub results_topic: Option<String>,
+    pub(crate) results_topic: Option<String>,
     /// Number of mock brokers.
     #[arg(long, default_value_t = 1)]
-    pub brokers: i32,
+    pub(crate) brokers: i32,
     /// Print the bootstrap line as JSON: {"bootstrap":"127.0.0.1:PORT",
     /// "worker_env":{...}} (the settings workers need against this broker).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// HOST:PORT, comma-separated, one per broker: the address each broker
     /// tells clients to use instead of its own (for a TLS terminator in
     /// front of it; see docs/deploy.md, "Trying TLS").
     #[arg(long, value_name = "HOST:PORT,...")]
-    pub advertise: Option<String>,
+    pub(crate) advertise: Option<String>,
 }
 
 impl BrokerArgs {
     /// Flag over variable over default (see [`crate::config::flag_or_env`]).
-    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+    pub(crate) fn apply_env(
+        &mut self,
+        m: &clap::ArgMatches,
+    ) -> Result<(), crate::config::ConfigError> {
         crate::config::TopicsEnv::apply(
             m,
             &mut self.orders_topic,
@@ -71,7 +74,7 @@ impl BrokerArgs {
     }
 
     /// The topics to create: (name, partitions).
-    pub fn topics(&self) -> Vec<(String, i32)> {
+    pub(crate) fn topics(&self) -> Vec<(String, i32)> {
         let mut topics = vec![
             (self.orders_topic.clone(), self.orders_partitions),
             (self.coordination_topic.clone(), 1),
@@ -135,7 +138,7 @@ impl BrokerArgs {
 }
 
 /// Runs `pool_worker broker`; returns the exit status.
-pub async fn run(args: BrokerArgs) -> anyhow::Result<Exit> {
+pub(crate) async fn run(args: BrokerArgs) -> anyhow::Result<Exit> {
     if let Err(e) = args.check() {
         eprintln!("pool_worker broker: {e}");
         return Ok(Exit::Config);

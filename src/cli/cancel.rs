@@ -37,25 +37,25 @@ use rdkafka::producer::FutureRecord;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     /// The order to cancel, as PARTITION:OFFSET.
-    pub order: OrderId,
+    pub(crate) order: OrderId,
     /// Why (kept in the order's `completed` record; at most 2 KiB as written).
     #[arg(long, default_value = "cancelled by an operator")]
-    pub reason: String,
+    pub(crate) reason: String,
     /// Do not wait for the order to be completed `cancelled`.
     #[arg(long)]
-    pub no_wait: bool,
+    pub(crate) no_wait: bool,
     /// How long to wait for the outcome.
     #[arg(long, default_value_t = 60)]
-    pub wait_timeout_secs: u64,
+    pub(crate) wait_timeout_secs: u64,
     #[command(flatten)]
-    pub source: Source,
+    pub(crate) source: Source,
 }
 
 /// What the claims topic says of an order, for the tool.
 #[derive(Debug, PartialEq)]
-pub enum Found {
+pub(crate) enum Found {
     /// Completed (valid completion): its status and position.
     Completed(crate::record::Status, u64),
     /// A cancel of it was recorded at this position (not completed yet).
@@ -66,7 +66,10 @@ pub enum Found {
 
 /// Replays the claims records as the workers do and says where `order`
 /// stands.
-pub fn find(records: &[(u64, Result<Record, crate::record::Foreign>)], order: OrderId) -> Found {
+pub(crate) fn find(
+    records: &[(u64, Result<Record, crate::record::Foreign>)],
+    order: OrderId,
+) -> Found {
     let mut view = crate::boot::View::new();
     let mut completed = None;
     for (pos, r) in records {
@@ -91,7 +94,7 @@ pub fn find(records: &[(u64, Result<Record, crate::record::Foreign>)], order: Or
     }
 }
 
-pub async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
+pub(crate) async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
     let (order, src) = (args.order, args.source.clone());
     // A bad CLAIMS_KEY is refused before anything is read or sent.
     let gate = src.gate()?;

@@ -61,19 +61,19 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// Most instances `dev` starts.
-pub const MAX_DEV_INSTANCES: u32 = 64;
+pub(crate) const MAX_DEV_INSTANCES: u32 = 64;
 
 /// The lease for dev workers unless `LEASE_MS` is set: short, so a takeover
 /// after a killed worker happens while you watch.
-pub const DEV_LEASE_MS: &str = "5000";
+pub(crate) const DEV_LEASE_MS: &str = "5000";
 
 /// The settling wait for dev workers unless `SETTLE_MS` is set: the
 /// embedded broker is on loopback, where a killed worker's requests land
 /// within milliseconds (docs/protocol.md R16).
-pub const DEV_SETTLE_MS: &str = "1000";
+pub(crate) const DEV_SETTLE_MS: &str = "1000";
 
 /// The demo's sample orders: (what it shows, payload).
-pub const DEMO_ORDERS: &[(&str, &str)] = &[
+pub(crate) const DEMO_ORDERS: &[(&str, &str)] = &[
     ("a plain command line", "echo hello from the pool"),
     (
         "JSON, with the job's environment",
@@ -97,40 +97,43 @@ pub const DEMO_ORDERS: &[(&str, &str)] = &[
 
 /// `pool_worker dev`: broker, supervisor and live audit trail in one process.
 #[derive(clap::Args, Debug, Clone)]
-pub struct DevArgs {
+pub(crate) struct DevArgs {
     /// How many worker instances to run (numbered 1 to N).
     #[arg(long, default_value_t = 3)]
-    pub instances: u32,
+    pub(crate) instances: u32,
     /// Send sample orders, show their results and exit.
     #[arg(long)]
-    pub demo: bool,
+    pub(crate) demo: bool,
     /// How long --demo waits for its orders.
     #[arg(long, default_value_t = 60)]
-    pub demo_timeout_secs: u64,
+    pub(crate) demo_timeout_secs: u64,
     /// Partitions of the orders topic.
     #[arg(long, default_value_t = 1)]
-    pub orders_partitions: i32,
+    pub(crate) orders_partitions: i32,
     /// The orders topic to create [env: ORDERS_TOPIC]
     #[arg(long, default_value = "work_orders")]
-    pub orders_topic: String,
+    pub(crate) orders_topic: String,
     /// The claims topic to create [env: COORDINATION_TOPIC]
     #[arg(long, default_value = "work_claims")]
-    pub coordination_topic: String,
+    pub(crate) coordination_topic: String,
     /// Also create this results topic (and pass it to the workers)
     /// [env: RESULTS_TOPIC]
     #[arg(long)]
-    pub results_topic: Option<String>,
+    pub(crate) results_topic: Option<String>,
     /// Where the workers' own stdout and stderr go.
     #[arg(long, value_enum, default_value_t = ChildOutput::Prefix)]
-    pub worker_output: ChildOutput,
+    pub(crate) worker_output: ChildOutput,
     /// Print JSON lines instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 impl DevArgs {
     /// Flag over variable over default (see [`crate::config::flag_or_env`]).
-    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+    pub(crate) fn apply_env(
+        &mut self,
+        m: &clap::ArgMatches,
+    ) -> Result<(), crate::config::ConfigError> {
         crate::config::TopicsEnv::apply(
             m,
             &mut self.orders_topic,
@@ -193,11 +196,11 @@ impl DevArgs {
 /// One record of the claims topic as read: decoded and judged by the
 /// pool's gate, and its bytes (shown for a foreign record).
 #[derive(Clone, Debug)]
-pub struct RawClaim {
-    pub offset: i64,
-    pub record: Result<Record, Foreign>,
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
+pub(crate) struct RawClaim {
+    pub(crate) offset: i64,
+    pub(crate) record: Result<Record, Foreign>,
+    pub(crate) key: Option<Vec<u8>>,
+    pub(crate) value: Option<Vec<u8>>,
 }
 
 /// Runs `pool_worker dev`; returns the exit status.
@@ -209,7 +212,7 @@ pub struct RawClaim {
 /// `key` and `value` instead of `record` for a record pool_worker did not
 /// write), with `--demo` `{"event":"produced",...}` and `{"event":"result",
 /// ...}`, and last `{"event":"done","code":N}`.
-pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
+pub(crate) async fn run(args: DevArgs) -> anyhow::Result<Exit> {
     if let Err(e) = args.check() {
         eprintln!("pool_worker dev: {e}");
         return Ok(Exit::Config);
@@ -503,7 +506,7 @@ fn tool_program() -> String {
 /// The banner's lines for the tools, each with this pool's address (and
 /// topics, when they are not the defaults) filled in, ready to paste into
 /// another shell; `prog` names this executable.
-pub fn tools_lines(args: &DevArgs, addr: &str, prog: &str) -> String {
+pub(crate) fn tools_lines(args: &DevArgs, addr: &str, prog: &str) -> String {
     let mut env = format!("KAFKA_BROKERS={addr}");
     if args.orders_topic != "work_orders" {
         env.push_str(&format!(" ORDERS_TOPIC={}", args.orders_topic));
@@ -520,6 +523,68 @@ pub fn tools_lines(args: &DevArgs, addr: &str, prog: &str) -> String {
          \x20 {env} {prog} audit\n\
          \x20 {env} {prog} serve --listen 127.0.0.1:8080\n"
     )
+}
+
+/// One row of `--demo`'s results: order, what, instance, status, exit,
+/// duration, output.
+fn result_row(order: OrderId, payload: &str, rec: Option<&Record>) -> [String; 7] {
+    let Some(rec) = rec else {
+        return [
+            order.to_string(),
+            clip(payload, 40),
+            "-".into(),
+            "not completed".into(),
+            "-".into(),
+            "-".into(),
+            String::new(),
+        ];
+    };
+    let o = rec.outcome();
+    let output = o
+        .and_then(|o| {
+            first_line(&o.stdout_tail)
+                .or(o.reason.as_deref())
+                .or(first_line(&o.stderr_tail))
+        })
+        .map_or(String::new(), |l| clip(l, 50));
+    [
+        order.to_string(),
+        clip(payload, 40),
+        rec.instance.to_string(),
+        o.map_or("?".into(), |o| o.status.to_string()),
+        o.and_then(|o| o.exit_code)
+            .map_or("-".into(), |c| c.to_string()),
+        o.map_or("-".into(), |o| format!("{} ms", o.duration_ms)),
+        output,
+    ]
+}
+
+/// The rows of `--demo`'s results as a table under a header.
+fn results_table(rows: &[[String; 7]]) -> String {
+    let header = [
+        "order", "what", "instance", "status", "exit", "duration", "output",
+    ]
+    .map(String::from);
+    let mut widths = [0usize; 7];
+    for row in std::iter::once(&header).chain(rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let fmt_row = |row: &[String; 7]| {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        cells.join("  ").trim_end().to_string()
+    };
+    let mut text = format!("\nResults:\n{}\n", fmt_row(&header));
+    for row in rows {
+        text.push_str(&fmt_row(row));
+        text.push('\n');
+    }
+    text
 }
 
 /// Everything `dev` prints to stdout, in text or JSON.
@@ -630,37 +695,7 @@ impl Out {
     fn results(&self, orders: &BTreeMap<OrderId, &str>, results: &BTreeMap<OrderId, Record>) {
         let rows: Vec<[String; 7]> = orders
             .iter()
-            .map(|(order, payload)| {
-                let Some(rec) = results.get(order) else {
-                    return [
-                        order.to_string(),
-                        clip(payload, 40),
-                        "-".into(),
-                        "not completed".into(),
-                        "-".into(),
-                        "-".into(),
-                        String::new(),
-                    ];
-                };
-                let o = rec.outcome();
-                let output = o
-                    .and_then(|o| {
-                        first_line(&o.stdout_tail)
-                            .or(o.reason.as_deref())
-                            .or(first_line(&o.stderr_tail))
-                    })
-                    .map_or(String::new(), |l| clip(l, 50));
-                [
-                    order.to_string(),
-                    clip(payload, 40),
-                    rec.instance.to_string(),
-                    o.map_or("?".into(), |o| o.status.to_string()),
-                    o.and_then(|o| o.exit_code)
-                        .map_or("-".into(), |c| c.to_string()),
-                    o.map_or("-".into(), |o| format!("{} ms", o.duration_ms)),
-                    output,
-                ]
-            })
+            .map(|(order, payload)| result_row(*order, payload, results.get(order)))
             .collect();
         if self.json {
             for (row, (order, _)) in rows.iter().zip(orders) {
@@ -676,30 +711,7 @@ impl Out {
             }
             return;
         }
-        let header = [
-            "order", "what", "instance", "status", "exit", "duration", "output",
-        ]
-        .map(String::from);
-        let mut widths = [0usize; 7];
-        for row in std::iter::once(&header).chain(&rows) {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let fmt_row = |row: &[String; 7]| {
-            let cells: Vec<String> = row
-                .iter()
-                .zip(widths)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect();
-            cells.join("  ").trim_end().to_string()
-        };
-        let mut text = format!("\nResults:\n{}\n", fmt_row(&header));
-        for row in &rows {
-            text.push_str(&fmt_row(row));
-            text.push('\n');
-        }
-        self.line(&text);
+        self.line(&results_table(&rows));
     }
 
     fn trail(&self, trail: &[RawClaim]) {

@@ -4,17 +4,19 @@
 //! Worker mode is configured by the environment only (see `config`), since
 //! it runs under a supervisor; the subcommands are for people and scripts.
 
-pub mod audit;
-pub mod broker;
-pub mod cancel;
-pub mod dev;
-pub mod retry;
-pub mod serve;
-pub mod show;
+mod audit;
+mod broker;
+mod cancel;
+mod dev;
+mod retry;
+mod serve;
+pub(crate) mod show;
 pub mod source;
-pub mod status;
-pub mod submit;
-pub mod supervise;
+mod status;
+pub(crate) mod submit;
+mod supervise;
+
+pub use show::describe_record;
 
 use crate::{config::Config, exit::Exit, run};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};

@@ -41,19 +41,19 @@ use rdkafka::Message;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct RetryArgs {
+pub(crate) struct RetryArgs {
     /// The order to send again, as PARTITION:OFFSET.
-    pub order: OrderId,
+    pub(crate) order: OrderId,
     #[command(flatten)]
-    pub wait: WaitArgs,
+    pub(crate) wait: WaitArgs,
     #[command(flatten)]
-    pub source: Source,
+    pub(crate) source: Source,
 }
 
 /// How long reading the original order may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub async fn run(args: RetryArgs) -> anyhow::Result<Exit> {
+pub(crate) async fn run(args: RetryArgs) -> anyhow::Result<Exit> {
     let (src, order) = (args.source.clone(), args.order);
     let (payload, header) = blocking(move || read_order(&src, order)).await?;
     let src = args.source.clone();
@@ -130,7 +130,7 @@ fn read_order(src: &Source, order: OrderId) -> anyhow::Result<(Option<Vec<u8>>, 
 /// order with `retry_of` and `id` set; `header` is the original's
 /// `traceparent` header, used if valid and the order has no `traceparent`.
 /// `Err` when the original is not a valid order (it would only fail again).
-pub fn retry_payload(
+pub(crate) fn retry_payload(
     payload: Option<&[u8]>,
     original: OrderId,
     header: Option<&str>,

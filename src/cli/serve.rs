@@ -49,18 +49,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Address to listen on (port 0: any free port). The bound address is
     /// the first line printed on stdout [env: SERVE_LISTEN]
     #[arg(long, default_value = "127.0.0.1:9095")]
-    pub listen: String,
+    pub(crate) listen: String,
     #[command(flatten)]
-    pub source: Source,
+    pub(crate) source: Source,
 }
 
 impl ServeArgs {
     /// Flag over variable over default (see [`crate::config::flag_or_env`]).
-    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+    pub(crate) fn apply_env(
+        &mut self,
+        m: &clap::ArgMatches,
+    ) -> Result<(), crate::config::ConfigError> {
         #[derive(serde::Deserialize, Default)]
         #[serde(default)]
         struct Env {
@@ -75,7 +78,7 @@ impl ServeArgs {
 }
 
 /// Upper bounds (seconds) of the latency histogram's buckets.
-pub const LATENCY_BUCKETS: [f64; 14] = [
+pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
 ];
 /// Newest completions kept for the page.
@@ -215,29 +218,29 @@ fn registered<M: Metric + Clone>(
 
 /// One completion, as the page lists it.
 #[derive(Clone, Debug)]
-pub struct Done {
-    pub order: OrderId,
-    pub instance: u32,
-    pub status: Status,
-    pub ts: u64,
-    pub latency_ms: u64,
-    pub exit_code: Option<i32>,
-    pub reason: String,
+pub(crate) struct Done {
+    pub(crate) order: OrderId,
+    pub(crate) instance: u32,
+    pub(crate) status: Status,
+    pub(crate) ts: u64,
+    pub(crate) latency_ms: u64,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) reason: String,
 }
 
 /// The claims topic folded: the core's [`View`] and what the page and the
 /// metrics add to it. No I/O: records, positions and times in.
-pub struct Board {
-    pub view: View,
+pub(crate) struct Board {
+    pub(crate) view: View,
     metrics: Metrics,
     /// Records read (all, foreign ones too).
-    pub records: u64,
+    pub(crate) records: u64,
     /// The claims topic's end when the tail started; ready once read to it.
-    pub start_end: Option<u64>,
-    pub caught_up: bool,
+    pub(crate) start_end: Option<u64>,
+    pub(crate) caught_up: bool,
     /// The orders topic was read at least once.
-    pub orders_read: bool,
-    pub by_status: BTreeMap<&'static str, u64>,
+    pub(crate) orders_read: bool,
+    pub(crate) by_status: BTreeMap<&'static str, u64>,
     /// An order's first claim's `ts`, until it completes.
     first_claim: HashMap<OrderId, u64>,
     /// Each instance's hold's claim `ts` (since when it holds it).
@@ -246,16 +249,16 @@ pub struct Board {
     per_minute: BTreeMap<u64, u64>,
     /// Completions per latency bucket (the last one: above all bounds).
     latency_counts: [u64; LATENCY_BUCKETS.len() + 1],
-    pub newest: VecDeque<Done>,
-    pub failed: VecDeque<Done>,
+    pub(crate) newest: VecDeque<Done>,
+    pub(crate) failed: VecDeque<Done>,
     /// Records about each recent order, in log order, as `history` lists them.
     stories: HashMap<OrderId, Vec<(u64, Record)>>,
     story_order: VecDeque<OrderId>,
     /// Orders with more than [`STORY_RECORDS`] records.
     too_long: std::collections::HashSet<OrderId>,
-    pub orders_in_topic: i64,
-    pub waiting: i64,
-    pub oldest_waiting_ts: Option<i64>,
+    pub(crate) orders_in_topic: i64,
+    pub(crate) waiting: i64,
+    pub(crate) oldest_waiting_ts: Option<i64>,
 }
 
 impl Default for Board {
@@ -265,7 +268,7 @@ impl Default for Board {
 }
 
 impl Board {
-    pub fn new() -> Board {
+    pub(crate) fn new() -> Board {
         Board {
             view: View::new(),
             metrics: Metrics::new(),
@@ -291,7 +294,7 @@ impl Board {
 
     /// Folds the record at `pos` (or a foreign one) in: the same rule as
     /// `status` (a completion counts when the view applies it).
-    pub fn apply(&mut self, pos: u64, r: Result<Record, Foreign>) {
+    pub(crate) fn apply(&mut self, pos: u64, r: Result<Record, Foreign>) {
         self.records += 1;
         if let Some(end) = self.start_end {
             self.caught_up |= pos + 1 >= end;
@@ -406,7 +409,7 @@ impl Board {
     }
 
     /// The records about `order` this process kept, if it kept them.
-    pub fn story(&self, order: OrderId) -> Option<&[(u64, Record)]> {
+    pub(crate) fn story(&self, order: OrderId) -> Option<&[(u64, Record)]> {
         if self.too_long.contains(&order) {
             return None;
         }
@@ -415,7 +418,7 @@ impl Board {
 
     /// Each instance as the page shows it: number, state, order, since
     /// (ts), newest lease or decision (ts), attempt.
-    pub fn instances(&self) -> Vec<InstanceRow> {
+    pub(crate) fn instances(&self) -> Vec<InstanceRow> {
         self.view
             .instances()
             .map(|(i, s)| {
@@ -449,23 +452,23 @@ impl Board {
     }
 
     /// Completions in each of the `MINUTES` minutes up to `now_ms`'s, oldest first.
-    pub fn per_minute(&self, now_ms: u64) -> Vec<(u64, u64)> {
+    pub(crate) fn per_minute(&self, now_ms: u64) -> Vec<(u64, u64)> {
         let now = now_ms / 60_000;
         (now.saturating_sub(MINUTES - 1)..=now)
             .map(|m| (m, self.per_minute.get(&m).copied().unwrap_or(0)))
             .collect()
     }
 
-    pub fn completed_total(&self) -> u64 {
+    pub(crate) fn completed_total(&self) -> u64 {
         self.by_status.values().sum()
     }
 
-    pub fn not_ok_total(&self) -> u64 {
+    pub(crate) fn not_ok_total(&self) -> u64 {
         self.completed_total() - self.by_status.get("ok").copied().unwrap_or(0)
     }
 
     /// The metrics in the OpenMetrics text format, gauges set as of `now_ms`.
-    pub fn metrics_text(&self, now_ms: u64) -> String {
+    pub(crate) fn metrics_text(&self, now_ms: u64) -> String {
         let m = &self.metrics;
         m.waiting.set(self.waiting);
         let rows = self.instances();
@@ -485,7 +488,7 @@ impl Board {
         out
     }
 
-    pub fn oldest_waiting_age_ms(&self, now_ms: u64) -> Option<u64> {
+    pub(crate) fn oldest_waiting_age_ms(&self, now_ms: u64) -> Option<u64> {
         self.oldest_waiting_ts
             .map(|t| (now_ms as i64 - t).max(0) as u64)
     }
@@ -514,14 +517,14 @@ fn reason_of(o: &crate::record::Outcome) -> String {
         })
 }
 
-pub struct InstanceRow {
-    pub instance: u32,
-    pub state: &'static str,
-    pub order: Option<OrderId>,
-    pub since_ts: Option<u64>,
-    pub lease_ts: Option<u64>,
-    pub attempt: Option<u32>,
-    pub last: Option<(OrderId, Status)>,
+pub(crate) struct InstanceRow {
+    pub(crate) instance: u32,
+    pub(crate) state: &'static str,
+    pub(crate) order: Option<OrderId>,
+    pub(crate) since_ts: Option<u64>,
+    pub(crate) lease_ts: Option<u64>,
+    pub(crate) attempt: Option<u32>,
+    pub(crate) last: Option<(OrderId, Status)>,
 }
 
 // ------------------------------------------------------------------ the tail
@@ -642,7 +645,7 @@ struct App {
     src: Source,
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<crate::exit::Exit> {
+pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::exit::Exit> {
     // Configuration errors (a bad key, a rejected property) before listening.
     args.source.gate()?;
     args.source.client_config()?;
@@ -857,12 +860,12 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response 
 
 /// `s` as HTML text: control characters shown escaped (as `status` shows
 /// them on a terminal), then `&`, `<`, `>`, `"` and `'` escaped.
-pub fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     html_escape::encode_quoted_attribute(&escape_controls(s, false)).into_owned()
 }
 
 /// Like [`esc`], keeping newlines and tabs (a job's output in a `<pre>`).
-pub fn esc_lines(s: &str) -> String {
+pub(crate) fn esc_lines(s: &str) -> String {
     html_escape::encode_quoted_attribute(&escape_controls(s, true)).into_owned()
 }
 
@@ -949,7 +952,7 @@ fn bars(values: &[(String, u64)], label_every: usize, title: &str, class: &str) 
 }
 
 /// The part of the page that updates live.
-pub fn render_live(b: &Board, now: u64) -> String {
+pub(crate) fn render_live(b: &Board, now: u64) -> String {
     let mut s = String::new();
     let rows = b.instances();
     let ready = b.caught_up && b.orders_read;
@@ -1166,7 +1169,7 @@ fn clip(s: &str, n: usize) -> String {
 
 /// An order's page: its text from the orders topic, its records as
 /// `pool_worker history` prints them, and its completion's output.
-pub fn render_order(
+pub(crate) fn render_order(
     order: OrderId,
     story: &[(u64, Record)],
     text: Option<&[u8]>,

@@ -19,7 +19,7 @@ fn unsafe_for_terminal(c: char) -> bool {
 /// [`unsafe_for_terminal`]) is shown escaped (`\x1b`, `\r`, `\u{202e}`).
 /// `lines`: newlines and tabs are kept (a job's output tail); otherwise
 /// they are escaped too (a field printed on one line).
-pub fn escape_controls(s: &str, lines: bool) -> String {
+pub(crate) fn escape_controls(s: &str, lines: bool) -> String {
     if !s.chars().any(unsafe_for_terminal) {
         return s.to_string();
     }
@@ -44,7 +44,7 @@ pub fn escape_controls(s: &str, lines: bool) -> String {
 /// serde_json escapes C0 controls itself; DEL, the C1 controls and the
 /// bidirectional controls are written as `\uXXXX` escapes too (the same
 /// JSON value, just spelled in ASCII).
-pub fn json_line(v: &serde_json::Value) -> String {
+pub(crate) fn json_line(v: &serde_json::Value) -> String {
     let s = v.to_string();
     if !s.chars().any(unsafe_for_terminal) {
         return s;
@@ -63,13 +63,9 @@ pub fn json_line(v: &serde_json::Value) -> String {
     out
 }
 
-/// One claims record as a readable line (without the offset), e.g.
-/// `3:claimed     order 0:17 attempt 1`.
-pub fn describe_claim(key: Option<&[u8]>, value: Option<&[u8]>) -> String {
-    describe(&Record::decode(key, value), key, value)
-}
-
-/// [`describe_claim`] of a record already decoded (and judged).
+/// One claims record, decoded and judged, as a readable line (without
+/// the offset), e.g. `3:claimed     order 0:17 attempt 1`; a foreign one
+/// with its raw key and value.
 pub(crate) fn describe(
     record: &Result<Record, Foreign>,
     key: Option<&[u8]>,
@@ -93,25 +89,7 @@ pub fn describe_record(rec: &Record) -> String {
     let order = rec.order().map_or_else(|| "?".into(), |o| o.to_string());
     let mut s = match rec.event() {
         Event::Booted => format!("incarnation {}", rec.incarnation),
-        Event::Claimed | Event::Committed => {
-            let mut s = format!("order {order} attempt {}", rec.attempt());
-            if !rec.takeover_of().is_empty() {
-                let from: Vec<String> = rec
-                    .takeover_of()
-                    .iter()
-                    .map(|c| c.instance.to_string())
-                    .collect();
-                s.push_str(&format!(", taking over from instance {}", from.join(", ")));
-            }
-            if let Some(r) = rec.rank() {
-                s.push_str(&format!(", rank {r}"));
-            }
-            if !rec.passed_over().is_empty() {
-                let who: Vec<String> = rec.passed_over().iter().map(|i| i.to_string()).collect();
-                s.push_str(&format!(", passing over instance {}", who.join(", ")));
-            }
-            s
-        }
+        Event::Claimed | Event::Committed => describe_claim_or_commit(rec, &order),
         Event::Yielded | Event::Lease => format!("order {order}"),
         Event::Cancelled => format!("order {order}, cancelled by an operator"),
         Event::Revoked => format!(
@@ -124,39 +102,10 @@ pub fn describe_record(rec: &Record) -> String {
                 .map_or(String::new(), |r| format!(", the taker at rank {r}"))
         ),
         Event::Completed => match rec.outcome() {
-            Some(o) => {
-                let mut s = format!("order {order} {}", o.status);
-                if let Some(c) = o.exit_code {
-                    s.push_str(&format!(" exit {c}"));
-                }
-                s.push_str(&format!(" in {} ms", o.duration_ms));
-                if let Some(r) = &o.retry_of {
-                    s.push_str(&format!(", retry of {r}"));
-                }
-                if let Some(t) = &o.traceparent {
-                    s.push_str(&format!(", traceparent {t}"));
-                }
-                if let Some(line) = first_line(&o.stdout_tail) {
-                    s.push_str(&format!(" | {}", clip(line, 60)));
-                }
-                s
-            }
+            Some(o) => describe_outcome(o, &order),
             None => format!("order {order}"),
         },
-        Event::Checkpoint => {
-            let next: Vec<String> = rec.next.iter().map(|(p, o)| format!("{p}:{o}")).collect();
-            match rec.snapshot() {
-                Some(snap) => format!(
-                    "the log before #{}: {} instances, {} open contests, {} ids; frontier {}",
-                    snap.at,
-                    snap.instances.len(),
-                    snap.contests.len(),
-                    snap.ids.len(),
-                    next.join(" ")
-                ),
-                None => format!("frontier {}", next.join(" ")),
-            }
-        }
+        Event::Checkpoint => describe_checkpoint(rec),
     };
     if let Some(id) = &rec.order_id() {
         s.push_str(&format!(" (id {})", clip(id, 40)));
@@ -171,6 +120,64 @@ pub fn describe_record(rec: &Record) -> String {
         s.push_str(&format!(": {}", clip(r, 80)));
     }
     s
+}
+
+/// A claim's or a commit's description: its attempt, whom it takes over
+/// from, its rank, whom it passes over.
+fn describe_claim_or_commit(rec: &Record, order: &str) -> String {
+    let mut s = format!("order {order} attempt {}", rec.attempt());
+    if !rec.takeover_of().is_empty() {
+        let from: Vec<String> = rec
+            .takeover_of()
+            .iter()
+            .map(|c| c.instance.to_string())
+            .collect();
+        s.push_str(&format!(", taking over from instance {}", from.join(", ")));
+    }
+    if let Some(r) = rec.rank() {
+        s.push_str(&format!(", rank {r}"));
+    }
+    if !rec.passed_over().is_empty() {
+        let who: Vec<String> = rec.passed_over().iter().map(|i| i.to_string()).collect();
+        s.push_str(&format!(", passing over instance {}", who.join(", ")));
+    }
+    s
+}
+
+/// A completion's description: its status, exit code, time, links and
+/// first line of output.
+fn describe_outcome(o: &crate::record::Outcome, order: &str) -> String {
+    let mut s = format!("order {order} {}", o.status);
+    if let Some(c) = o.exit_code {
+        s.push_str(&format!(" exit {c}"));
+    }
+    s.push_str(&format!(" in {} ms", o.duration_ms));
+    if let Some(r) = &o.retry_of {
+        s.push_str(&format!(", retry of {r}"));
+    }
+    if let Some(t) = &o.traceparent {
+        s.push_str(&format!(", traceparent {t}"));
+    }
+    if let Some(line) = first_line(&o.stdout_tail) {
+        s.push_str(&format!(" | {}", clip(line, 60)));
+    }
+    s
+}
+
+/// A checkpoint's description: what it summarises, and the frontier.
+fn describe_checkpoint(rec: &Record) -> String {
+    let next: Vec<String> = rec.next.iter().map(|(p, o)| format!("{p}:{o}")).collect();
+    match rec.snapshot() {
+        Some(snap) => format!(
+            "the log before #{}: {} instances, {} open contests, {} ids; frontier {}",
+            snap.at,
+            snap.instances.len(),
+            snap.contests.len(),
+            snap.ids.len(),
+            next.join(" ")
+        ),
+        None => format!("frontier {}", next.join(" ")),
+    }
 }
 
 pub(crate) fn first_line(text: &str) -> Option<&str> {
@@ -242,6 +249,12 @@ pub(crate) mod tests {
         }
         let back: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(back, v);
+    }
+
+    /// One claims record as a readable line (without the offset), e.g.
+    /// `3:claimed     order 0:17 attempt 1`.
+    fn describe_claim(key: Option<&[u8]>, value: Option<&[u8]>) -> String {
+        describe(&Record::decode(key, value), key, value)
     }
 
     #[test]

@@ -18,48 +18,51 @@ use std::time::{Duration, Instant};
 pub struct Source {
     /// Bootstrap servers [env: KAFKA_BROKERS]
     #[arg(long, default_value = "localhost:9092")]
-    pub brokers: String,
+    pub(crate) brokers: String,
     /// The orders topic [env: ORDERS_TOPIC]
     #[arg(long, default_value = "work_orders")]
-    pub orders_topic: String,
+    pub(crate) orders_topic: String,
     /// The claims topic [env: COORDINATION_TOPIC]
     #[arg(long, default_value = "work_claims")]
-    pub coordination_topic: String,
+    pub(crate) coordination_topic: String,
     /// Print one JSON object instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// A file holding the pool's claims key (or set CLAIMS_KEY): records
     /// not signed with it are foreign, as the workers take them
     /// [env: CLAIMS_KEY_FILE]
     #[arg(long, value_name = "FILE")]
-    pub claims_key_file: Option<String>,
+    pub(crate) claims_key_file: Option<String>,
 }
 
 /// The variables [`Source`]'s flags fall back to, and `CLAIMS_KEY`.
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
-pub struct SourceEnv {
+pub(crate) struct SourceEnv {
     #[serde(deserialize_with = "crate::config::parse::text")]
-    pub kafka_brokers: Option<String>,
+    pub(crate) kafka_brokers: Option<String>,
     #[serde(deserialize_with = "crate::config::parse::text")]
-    pub orders_topic: Option<String>,
+    pub(crate) orders_topic: Option<String>,
     #[serde(deserialize_with = "crate::config::parse::text")]
-    pub coordination_topic: Option<String>,
+    pub(crate) coordination_topic: Option<String>,
     #[serde(deserialize_with = "crate::config::parse::text")]
-    pub claims_key_file: Option<String>,
+    pub(crate) claims_key_file: Option<String>,
     /// A secret: never in a Debug or an error.
-    pub claims_key: Option<String>,
+    pub(crate) claims_key: Option<String>,
 }
 
 impl Source {
     /// Flag over variable over default: fills the flags not given on the
     /// command line `m` from the environment.
-    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+    pub(crate) fn apply_env(
+        &mut self,
+        m: &clap::ArgMatches,
+    ) -> Result<(), crate::config::ConfigError> {
         self.apply_vars(m, crate::config::env_vars())
     }
 
     /// [`Source::apply_env`] with these variables.
-    pub fn apply_vars(
+    pub(crate) fn apply_vars(
         &mut self,
         m: &clap::ArgMatches,
         vars: impl IntoIterator<Item = (String, String)>,
@@ -85,7 +88,7 @@ impl Source {
 
     /// What decides which claims records are the pool's, as a worker with
     /// the same `CLAIMS_KEY` / `CLAIMS_KEY_FILE` decides it.
-    pub fn gate(&self) -> anyhow::Result<crate::kafka::Gate> {
+    pub(crate) fn gate(&self) -> anyhow::Result<crate::kafka::Gate> {
         let value = crate::config::read_env::<SourceEnv>()?.claims_key;
         let file = self
             .claims_key_file
@@ -116,13 +119,13 @@ impl ClientContext for Silent {
 impl ConsumerContext for Silent {}
 
 /// How long [`Source::probe`] waits for a broker to answer.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Source {
     /// Asks the brokers for the claims topic's metadata, for at most
     /// [`PROBE_TIMEOUT`]: when none answers, the one line the person who
     /// ran the tool needs (which address, which variable or flag to set).
-    pub fn probe(&self) -> anyhow::Result<()> {
+    pub(crate) fn probe(&self) -> anyhow::Result<()> {
         let c: BaseConsumer<Silent> = self
             .client_config()?
             .create_with_context(Silent)
@@ -141,7 +144,7 @@ impl Source {
     /// `KAFKA_<PROPERTY>_FILE`, as the worker reads them), with these
     /// brokers. A rejected property is a [`crate::config::ConfigError`]
     /// (exit 2).
-    pub fn client_config(&self) -> anyhow::Result<rdkafka::ClientConfig> {
+    pub(crate) fn client_config(&self) -> anyhow::Result<rdkafka::ClientConfig> {
         let settings = crate::config::KafkaSettings::from_env()?;
         Ok(client_config(&self.brokers, &settings.props))
     }
@@ -153,7 +156,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 impl Source {
     /// A client of the pool's topics that joins no group and commits
     /// nothing (it is assigned partitions, never subscribed).
-    pub fn consumer(&self) -> anyhow::Result<BaseConsumer<Silent>> {
+    pub(crate) fn consumer(&self) -> anyhow::Result<BaseConsumer<Silent>> {
         self.client_config()?
             .set("group.id", "pool_worker-status")
             .set("enable.auto.commit", "false")
@@ -224,7 +227,7 @@ impl Source {
 /// The first message at or after `offset` of `topic`'s partition `p`
 /// that `c` reads within `wait` (the tools read single orders this way:
 /// `status`'s oldest waiting order, `serve`'s order pages, `retry`).
-pub fn message_at<'c>(
+pub(crate) fn message_at<'c>(
     c: &'c BaseConsumer<Silent>,
     topic: &str,
     p: i32,

@@ -26,30 +26,30 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     #[command(flatten)]
-    pub source: Source,
+    pub(crate) source: Source,
     /// Refresh in place every 2 seconds until Ctrl-C.
     #[arg(long)]
-    pub watch: bool,
+    pub(crate) watch: bool,
     /// List the orders that did not end `ok`, each with its status and reason.
     #[arg(long)]
-    pub failed: bool,
+    pub(crate) failed: bool,
 }
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct HistoryArgs {
+pub(crate) struct HistoryArgs {
     /// The order, as PARTITION:OFFSET.
-    pub order: OrderId,
+    pub(crate) order: OrderId,
     #[command(flatten)]
-    pub source: Source,
+    pub(crate) source: Source,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The pool's state as one JSON value (the `--json` form; the text form is
 /// made from it).
-pub fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> {
+pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> {
     let records = crate::claims::read_all(src)?;
     let mut view = View::new();
     let mut tally = Tally::default();
@@ -225,7 +225,7 @@ fn message_ts(c: &BaseConsumer<Silent>, topic: &str, p: i32, offset: i64) -> Opt
 /// The text form of `status --failed`: one line per order that did not
 /// end `ok`, with its status, exit code and reason (escaped: a reason can
 /// carry a job's text).
-pub fn render_failed(s: &serde_json::Value) -> String {
+pub(crate) fn render_failed(s: &serde_json::Value) -> String {
     let list = s["not_ok_orders"].as_array().cloned().unwrap_or_default();
     let mut out = format!("{} orders did not end ok\n", list.len());
     for f in &list {
@@ -256,7 +256,7 @@ pub fn render_failed(s: &serde_json::Value) -> String {
 }
 
 /// The text form of a snapshot.
-pub fn render(s: &serde_json::Value) -> String {
+pub(crate) fn render(s: &serde_json::Value) -> String {
     let n = |k: &str| s[k].as_i64().unwrap_or(0);
     let mut out = String::new();
     out.push_str(&format!(
@@ -318,7 +318,7 @@ pub fn render(s: &serde_json::Value) -> String {
     out
 }
 
-pub async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
+pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
     loop {
         let src = args.source.clone();
         let mut s =
@@ -353,7 +353,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
     }
 }
 
-pub async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
+pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
     let records = tokio::task::spawn_blocking(move || crate::claims::read_all(&src)).await??;
     let ours: Vec<(u64, Record)> = records
@@ -394,7 +394,7 @@ pub async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
 /// Prints the records about one order (`history`): a JSON line, or a line
 /// per record with its fields' control characters escaped.
 /// `retries`: the completions of the orders that ran it again.
-pub fn print_history(
+pub(crate) fn print_history(
     out: &mut impl std::io::Write,
     json: bool,
     order: OrderId,

@@ -27,31 +27,31 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     /// A plain-text command line (split like a shell would, run without one).
     #[arg(long, conflicts_with_all = ["json_file", "argv"])]
-    pub text: Option<String>,
+    pub(crate) text: Option<String>,
     /// A JSON order from this file (`-` for standard input).
     #[arg(long = "json-file", value_name = "FILE", conflicts_with = "argv")]
-    pub json_file: Option<String>,
+    pub(crate) json_file: Option<String>,
     #[command(flatten)]
-    pub wait: WaitArgs,
+    pub(crate) wait: WaitArgs,
     #[command(flatten)]
-    pub source: Source,
+    pub(crate) source: Source,
     /// The program and its arguments (after `--`).
     #[arg(last = true)]
-    pub argv: Vec<String>,
+    pub(crate) argv: Vec<String>,
 }
 
 /// `--wait` and how long it waits (`submit`, `retry`).
 #[derive(clap::Args, Debug, Clone)]
-pub struct WaitArgs {
+pub(crate) struct WaitArgs {
     /// Wait for the order's completion, print it, exit with the job's code.
     #[arg(long)]
-    pub wait: bool,
+    pub(crate) wait: bool,
     /// How long --wait waits.
     #[arg(long, default_value_t = 3600)]
-    pub wait_timeout_secs: u64,
+    pub(crate) wait_timeout_secs: u64,
 }
 
 impl SubmitArgs {
@@ -76,7 +76,7 @@ impl SubmitArgs {
     }
 }
 
-pub async fn run(args: SubmitArgs) -> anyhow::Result<Exit> {
+pub(crate) async fn run(args: SubmitArgs) -> anyhow::Result<Exit> {
     let payload = args.payload()?;
     send(&args.source, payload, &args.wait).await
 }
@@ -165,7 +165,7 @@ pub(crate) async fn await_completion(
 /// job, that is, from whoever wrote the order: their control characters are
 /// escaped (`show::escape_controls`), so that they cannot drive the
 /// terminal (move the cursor, rewrite earlier lines, set the title...).
-pub fn print_completion(
+pub(crate) fn print_completion(
     out: &mut impl std::io::Write,
     err: &mut impl std::io::Write,
     json: bool,

@@ -14,41 +14,41 @@ use std::time::Duration;
 
 /// `pool_worker supervise`: run and restart instances of this program.
 #[derive(clap::Args, Debug, Clone)]
-pub struct SuperviseArgs {
+pub(crate) struct SuperviseArgs {
     /// Which instances: N (1 to N), or a list of numbers and ranges like 1-4,7.
     #[arg(long)]
-    pub instances: Instances,
+    pub(crate) instances: Instances,
     /// Delay before an instance that failed (exit status other than 0, or a
     /// signal) is started again; doubled for each failure in a row, up to
     /// --max-restart-delay-ms. A clean exit (0) is restarted at once.
     #[arg(long, default_value_t = DEFAULT_RESTART_DELAY.as_millis() as u64)]
-    pub restart_delay_ms: u64,
+    pub(crate) restart_delay_ms: u64,
     /// The longest delay after failures in a row (a crash loop restarts at
     /// this pace).
     #[arg(long, default_value_t = DEFAULT_MAX_RESTART_DELAY.as_millis() as u64)]
-    pub max_restart_delay_ms: u64,
+    pub(crate) max_restart_delay_ms: u64,
     /// Stop starting instances after this many starts in total.
     #[arg(long)]
-    pub max_runs: Option<u64>,
+    pub(crate) max_runs: Option<u64>,
     /// Print events as JSON lines.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Where the children's stdout and stderr go.
     #[arg(long, value_enum, default_value_t = ChildOutput::Prefix)]
-    pub child_output: ChildOutput,
+    pub(crate) child_output: ChildOutput,
     /// When stopping: time between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 5000)]
-    pub stop_grace_ms: u64,
+    pub(crate) stop_grace_ms: u64,
     /// Run this program instead of this executable's worker mode (for tests,
     /// or to supervise something else); its arguments follow `--`.
     #[arg(long)]
-    pub program: Option<PathBuf>,
+    pub(crate) program: Option<PathBuf>,
     #[arg(last = true)]
-    pub program_args: Vec<OsString>,
+    pub(crate) program_args: Vec<OsString>,
 }
 
 /// Runs `pool_worker supervise`; returns the exit status.
-pub async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
+pub(crate) async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
     let mut stop = StopSignals::new()?;
 
     let mut cfg = SupervisorConfig::new(args.instances.0)?;

@@ -33,7 +33,7 @@
 #![allow(dead_code)]
 
 use pool_worker::boot::View;
-use pool_worker::cli::show::describe_record;
+use pool_worker::cli::describe_record;
 use pool_worker::record::{Body, Event, OrderId, Outcome, Record, Status};
 use pool_worker::worker::{Action, Flaw, Input, Phase, Settings, Worker};
 use std::collections::{BTreeMap, HashMap, VecDeque};
