@@ -14,23 +14,13 @@ pub(crate) struct AuditArgs {
     pub(crate) max_attempts: u32,
 }
 
-impl AuditArgs {
-    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
-    pub(crate) fn apply_env(
-        &mut self,
-        m: &clap::ArgMatches,
-    ) -> Result<(), crate::config::ConfigError> {
-        #[derive(serde::Deserialize, Default)]
-        #[serde(default)]
-        struct Env {
-            #[serde(deserialize_with = "crate::config::parse::whole")]
-            max_attempts: Option<u32>,
-        }
-        self.source.apply_env(m)?;
-        let env: Env = crate::config::read_env()?;
-        crate::config::flag_or_env(m, "max_attempts", &mut self.max_attempts, env.max_attempts);
-        Ok(())
-    }
+/// `audit`'s own variable (flag over variable over default: see
+/// `Command::apply_env`).
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct AuditEnv {
+    #[serde(deserialize_with = "crate::config::parse::whole")]
+    pub(crate) max_attempts: Option<u32>,
 }
 
 /// Reads the claims topic from its beginning and prints the report; exit

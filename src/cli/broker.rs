@@ -29,9 +29,9 @@ use crate::exit::Exit;
 use std::io::Write as _;
 use std::time::Duration;
 
-/// `pool_worker broker`: run the embedded broker as a process.
+/// The pool's topics, as `broker` and `dev` create them.
 #[derive(clap::Args, Debug, Clone)]
-pub(crate) struct BrokerArgs {
+pub(crate) struct TopicArgs {
     /// The orders topic to create [env: ORDERS_TOPIC]
     #[arg(long, default_value = "work_orders")]
     pub(crate) orders_topic: String,
@@ -42,9 +42,66 @@ pub(crate) struct BrokerArgs {
     /// [env: COORDINATION_TOPIC]
     #[arg(long, default_value = "work_claims")]
     pub(crate) coordination_topic: String,
-    /// Also create this results topic (one partition) [env: RESULTS_TOPIC]
+    /// Also create this results topic (one partition; `dev` passes it to
+    /// the workers) [env: RESULTS_TOPIC]
     #[arg(long)]
     pub(crate) results_topic: Option<String>,
+}
+
+impl TopicArgs {
+    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
+    pub(crate) fn apply_env(
+        &mut self,
+        m: &clap::ArgMatches,
+    ) -> Result<(), crate::config::ConfigError> {
+        crate::config::TopicsEnv::apply(
+            m,
+            &mut self.orders_topic,
+            &mut self.coordination_topic,
+            &mut self.results_topic,
+        )
+    }
+
+    /// The results topic, if one is named.
+    pub(crate) fn results_topic(&self) -> Option<&str> {
+        self.results_topic.as_deref().filter(|t| !t.is_empty())
+    }
+
+    /// The topics to create: (name, partitions).
+    pub(crate) fn to_create(&self) -> Vec<(String, i32)> {
+        let mut topics = vec![
+            (self.orders_topic.clone(), self.orders_partitions),
+            (self.coordination_topic.clone(), 1),
+        ];
+        if let Some(r) = self.results_topic() {
+            topics.push((r.to_string(), 1));
+        }
+        topics
+    }
+
+    /// Valid names, each once, and a partition count the broker takes.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_PARTITIONS).contains(&self.orders_partitions) {
+            return Err(format!(
+                "--orders-partitions must be between 1 and {MAX_PARTITIONS}"
+            ));
+        }
+        let topics = self.to_create();
+        for (i, (name, _)) in topics.iter().enumerate() {
+            check_topic_name(name)?;
+            if topics[..i].iter().any(|(n, _)| n == name) {
+                return Err(format!("topic '{name}' is named twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `pool_worker broker`: run the embedded broker as a process.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct BrokerArgs {
+    #[command(flatten)]
+    pub(crate) topics: TopicArgs,
     /// Number of mock brokers.
     #[arg(long, default_value_t = 1)]
     pub(crate) brokers: i32,
@@ -60,31 +117,6 @@ pub(crate) struct BrokerArgs {
 }
 
 impl BrokerArgs {
-    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
-    pub(crate) fn apply_env(
-        &mut self,
-        m: &clap::ArgMatches,
-    ) -> Result<(), crate::config::ConfigError> {
-        crate::config::TopicsEnv::apply(
-            m,
-            &mut self.orders_topic,
-            &mut self.coordination_topic,
-            &mut self.results_topic,
-        )
-    }
-
-    /// The topics to create: (name, partitions).
-    pub(crate) fn topics(&self) -> Vec<(String, i32)> {
-        let mut topics = vec![
-            (self.orders_topic.clone(), self.orders_partitions),
-            (self.coordination_topic.clone(), 1),
-        ];
-        if let Some(r) = self.results_topic.as_ref().filter(|r| !r.is_empty()) {
-            topics.push((r.clone(), 1));
-        }
-        topics
-    }
-
     /// `--advertise` as (host, port), one per broker.
     fn advertised(&self) -> Result<Vec<(String, u16)>, String> {
         let Some(list) = &self.advertise else {
@@ -121,19 +153,7 @@ impl BrokerArgs {
             return Err(format!("--brokers must be between 1 and {MAX_BROKERS}"));
         }
         self.advertised()?;
-        let topics = self.topics();
-        for (i, (name, partitions)) in topics.iter().enumerate() {
-            check_topic_name(name)?;
-            if !(1..=MAX_PARTITIONS).contains(partitions) {
-                return Err(format!(
-                    "--orders-partitions must be between 1 and {MAX_PARTITIONS}"
-                ));
-            }
-            if topics[..i].iter().any(|(n, _)| n == name) {
-                return Err(format!("topic '{name}' is named twice"));
-            }
-        }
-        Ok(())
+        self.topics.check()
     }
 }
 
@@ -145,7 +165,7 @@ pub(crate) async fn run(args: BrokerArgs) -> anyhow::Result<Exit> {
     }
     // Handlers first, so that a signal right after the bootstrap line is seen.
     let mut stop = StopSignals::new()?;
-    let broker = Broker::start(args.brokers, &args.topics())?;
+    let broker = Broker::start(args.brokers, &args.topics.to_create())?;
     for (i, (host, port)) in args
         .advertised()
         .unwrap_or_default()

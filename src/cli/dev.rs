@@ -42,8 +42,9 @@
 //! record judged by the same gate as the workers' (`CLAIMS_KEY`, possible
 //! claims), so a record they skip shows as foreign.
 
-use crate::broker::{check_topic_name, Broker};
+use crate::broker::Broker;
 use crate::claims::{ClaimsReader, Polled, Start};
+use crate::cli::broker::TopicArgs;
 use crate::cli::show::{clip, describe, first_line};
 use crate::cli::source::{Source, SourceEnv};
 use crate::cli::StopSignals;
@@ -107,19 +108,8 @@ pub(crate) struct DevArgs {
     /// How long --demo waits for its orders.
     #[arg(long, default_value_t = 60)]
     pub(crate) demo_timeout_secs: u64,
-    /// Partitions of the orders topic.
-    #[arg(long, default_value_t = 1)]
-    pub(crate) orders_partitions: i32,
-    /// The orders topic to create [env: ORDERS_TOPIC]
-    #[arg(long, default_value = "work_orders")]
-    pub(crate) orders_topic: String,
-    /// The claims topic to create [env: COORDINATION_TOPIC]
-    #[arg(long, default_value = "work_claims")]
-    pub(crate) coordination_topic: String,
-    /// Also create this results topic (and pass it to the workers)
-    /// [env: RESULTS_TOPIC]
-    #[arg(long)]
-    pub(crate) results_topic: Option<String>,
+    #[command(flatten)]
+    pub(crate) topics: TopicArgs,
     /// Where the workers' own stdout and stderr go.
     #[arg(long, value_enum, default_value_t = ChildOutput::Prefix)]
     pub(crate) worker_output: ChildOutput,
@@ -129,44 +119,15 @@ pub(crate) struct DevArgs {
 }
 
 impl DevArgs {
-    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
-    pub(crate) fn apply_env(
-        &mut self,
-        m: &clap::ArgMatches,
-    ) -> Result<(), crate::config::ConfigError> {
-        crate::config::TopicsEnv::apply(
-            m,
-            &mut self.orders_topic,
-            &mut self.coordination_topic,
-            &mut self.results_topic,
-        )
-    }
-
-    /// The topics to create: (name, partitions).
-    fn topics(&self) -> Vec<(String, i32)> {
-        let mut topics = vec![
-            (self.orders_topic.clone(), self.orders_partitions),
-            (self.coordination_topic.clone(), 1),
-        ];
-        if let Some(r) = self.results_topic() {
-            topics.push((r.to_string(), 1));
-        }
-        topics
-    }
-
     /// Where the claims trail is read from: this pool's broker and topics.
     fn source(&self, addr: &str) -> anyhow::Result<Source> {
         Ok(Source {
             brokers: addr.to_string(),
-            orders_topic: self.orders_topic.clone(),
-            coordination_topic: self.coordination_topic.clone(),
+            orders_topic: self.topics.orders_topic.clone(),
+            coordination_topic: self.topics.coordination_topic.clone(),
             json: self.json,
             claims_key_file: crate::config::read_env::<SourceEnv>()?.claims_key_file,
         })
-    }
-
-    fn results_topic(&self) -> Option<&str> {
-        self.results_topic.as_deref().filter(|t| !t.is_empty())
     }
 
     fn check(&self) -> Result<(), String> {
@@ -175,21 +136,7 @@ impl DevArgs {
                 "--instances must be between 1 and {MAX_DEV_INSTANCES}"
             ));
         }
-        if !(1..=crate::broker::MAX_PARTITIONS).contains(&self.orders_partitions) {
-            return Err(format!(
-                "--orders-partitions must be between 1 and {}",
-                crate::broker::MAX_PARTITIONS
-            ));
-        }
-        let mut names = vec![self.orders_topic.as_str(), self.coordination_topic.as_str()];
-        names.extend(self.results_topic());
-        for (i, name) in names.iter().enumerate() {
-            check_topic_name(name)?;
-            if names[..i].contains(name) {
-                return Err(format!("topic '{name}' is named twice"));
-            }
-        }
-        Ok(())
+        self.topics.check()
     }
 }
 
@@ -219,7 +166,7 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<Exit> {
     }
     let mut stop = StopSignals::new()?;
     let out = Out { json: args.json };
-    let broker = Broker::start(1, &args.topics())?;
+    let broker = Broker::start(1, &args.topics.to_create())?;
     let addr = broker.bootstrap();
     out.banner(&args, &addr);
     let (claims_tx, claims) = mpsc::unbounded_channel();
@@ -358,7 +305,7 @@ impl Demo {
     /// Sends [`DEMO_ORDERS`] and says so.
     async fn send(out: &Out, addr: &str, args: &DevArgs) -> anyhow::Result<Demo> {
         let mut orders = BTreeMap::new();
-        for (order, (_, payload)) in produce_demo(addr, &args.orders_topic)
+        for (order, (_, payload)) in produce_demo(addr, &args.topics.orders_topic)
             .await?
             .into_iter()
             .zip(DEMO_ORDERS)
@@ -407,10 +354,10 @@ fn worker_env(
 ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     let mut env = vec![
         ("KAFKA_BROKERS", addr.to_string()),
-        ("ORDERS_TOPIC", args.orders_topic.clone()),
-        ("COORDINATION_TOPIC", args.coordination_topic.clone()),
+        ("ORDERS_TOPIC", args.topics.orders_topic.clone()),
+        ("COORDINATION_TOPIC", args.topics.coordination_topic.clone()),
     ];
-    if let Some(r) = args.results_topic() {
+    if let Some(r) = args.topics.results_topic() {
         env.push(("RESULTS_TOPIC", r.to_string()));
     }
     if std::env::var_os("LEASE_MS").is_none() {
@@ -508,11 +455,14 @@ fn tool_program() -> String {
 /// another shell; `prog` names this executable.
 pub(crate) fn tools_lines(args: &DevArgs, addr: &str, prog: &str) -> String {
     let mut env = format!("KAFKA_BROKERS={addr}");
-    if args.orders_topic != "work_orders" {
-        env.push_str(&format!(" ORDERS_TOPIC={}", args.orders_topic));
+    if args.topics.orders_topic != "work_orders" {
+        env.push_str(&format!(" ORDERS_TOPIC={}", args.topics.orders_topic));
     }
-    if args.coordination_topic != "work_claims" {
-        env.push_str(&format!(" COORDINATION_TOPIC={}", args.coordination_topic));
+    if args.topics.coordination_topic != "work_claims" {
+        env.push_str(&format!(
+            " COORDINATION_TOPIC={}",
+            args.topics.coordination_topic
+        ));
     }
     format!(
         "Talk to the pool with the tools (from another shell):\n\
@@ -604,25 +554,29 @@ impl Out {
         if self.json {
             self.line(
                 &serde_json::json!({
-                    "event": "ready", "bootstrap": addr, "orders_topic": args.orders_topic,
-                    "coordination_topic": args.coordination_topic,
-                    "results_topic": args.results_topic(), "instances": args.instances,
+                    "event": "ready", "bootstrap": addr, "orders_topic": args.topics.orders_topic,
+                    "coordination_topic": args.topics.coordination_topic,
+                    "results_topic": args.topics.results_topic(), "instances": args.instances,
                 })
                 .to_string(),
             );
             return;
         }
-        let (orders, claims) = (&args.orders_topic, &args.coordination_topic);
-        let plural = if args.orders_partitions == 1 { "" } else { "s" };
+        let (orders, claims) = (&args.topics.orders_topic, &args.topics.coordination_topic);
+        let plural = if args.topics.orders_partitions == 1 {
+            ""
+        } else {
+            "s"
+        };
         let mut text = format!(
             "pool_worker dev: an embedded Kafka broker and {n} worker instances\n\
              \n  bootstrap     {addr}\
              \n  orders topic  {orders} ({p} partition{plural})\
              \n  claims topic  {claims} (1 partition)\n",
             n = args.instances,
-            p = args.orders_partitions,
+            p = args.topics.orders_partitions,
         );
-        if let Some(r) = args.results_topic() {
+        if let Some(r) = args.topics.results_topic() {
             text.push_str(&format!("  results topic {r}\n"));
         }
         text.push_str(&format!(
@@ -763,10 +717,12 @@ mod tests {
             instances: 3,
             demo: false,
             demo_timeout_secs: 60,
-            orders_partitions: 1,
-            orders_topic: "work_orders".into(),
-            coordination_topic: "work_claims".into(),
-            results_topic: None,
+            topics: TopicArgs {
+                orders_partitions: 1,
+                orders_topic: "work_orders".into(),
+                coordination_topic: "work_claims".into(),
+                results_topic: None,
+            },
             worker_output: ChildOutput::Prefix,
             json: false,
         };
@@ -782,7 +738,7 @@ mod tests {
             let line = format!("KAFKA_BROKERS=127.0.0.1:4567 pool_worker {tool}\n");
             assert!(text.contains(&line), "no `{line}` in:\n{text}");
         }
-        args.coordination_topic = "mine".into();
+        args.topics.coordination_topic = "mine".into();
         let text = tools_lines(&args, "h:1", "pool_worker");
         assert!(
             text.contains("KAFKA_BROKERS=h:1 COORDINATION_TOPIC=mine pool_worker status\n"),

@@ -20,6 +20,7 @@ pub use show::describe_record;
 
 use crate::{config::Config, exit::Exit, run};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use source::apply_env_with;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -80,16 +81,22 @@ impl Command {
     /// `config::read` as the worker's settings are.
     fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
         match self {
-            Command::Dev(a) => a.apply_env(m),
-            Command::Broker(a) => a.apply_env(m),
+            Command::Dev(a) => a.topics.apply_env(m),
+            Command::Broker(a) => a.topics.apply_env(m),
             Command::Supervise(_) => Ok(()),
             Command::Status(a) => a.source.apply_env(m),
             Command::History(a) => a.source.apply_env(m),
             Command::Submit(a) => a.source.apply_env(m),
             Command::Retry(a) => a.source.apply_env(m),
             Command::Cancel(a) => a.source.apply_env(m),
-            Command::Audit(a) => a.apply_env(m),
-            Command::Serve(a) => a.apply_env(m),
+            Command::Audit(a) => {
+                let var = |e: audit::AuditEnv| e.max_attempts;
+                apply_env_with(&mut a.source, m, "max_attempts", &mut a.max_attempts, var)
+            }
+            Command::Serve(a) => {
+                let var = |e: serve::ServeEnv| e.serve_listen;
+                apply_env_with(&mut a.source, m, "listen", &mut a.listen, var)
+            }
         }
     }
 

@@ -58,23 +58,13 @@ pub(crate) struct ServeArgs {
     pub(crate) source: Source,
 }
 
-impl ServeArgs {
-    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
-    pub(crate) fn apply_env(
-        &mut self,
-        m: &clap::ArgMatches,
-    ) -> Result<(), crate::config::ConfigError> {
-        #[derive(serde::Deserialize, Default)]
-        #[serde(default)]
-        struct Env {
-            #[serde(deserialize_with = "crate::config::parse::text")]
-            serve_listen: Option<String>,
-        }
-        self.source.apply_env(m)?;
-        let env: Env = crate::config::read_env()?;
-        crate::config::flag_or_env(m, "listen", &mut self.listen, env.serve_listen);
-        Ok(())
-    }
+/// `serve`'s own variable (flag over variable over default: see
+/// `Command::apply_env`).
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct ServeEnv {
+    #[serde(deserialize_with = "crate::config::parse::text")]
+    pub(crate) serve_listen: Option<String>,
 }
 
 /// Upper bounds (seconds) of the latency histogram's buckets.

@@ -101,6 +101,23 @@ impl Source {
     }
 }
 
+/// Flag over variable over default for a tool with a [`Source`] and one
+/// setting of its own: the source's flags, then the flag `id` (`field`)
+/// from its variable, which `var` takes out of the variables `E` (read as
+/// [`crate::config::read_env`] reads them).
+pub(crate) fn apply_env_with<E: serde::de::DeserializeOwned, T>(
+    src: &mut Source,
+    m: &clap::ArgMatches,
+    id: &str,
+    field: &mut T,
+    var: impl FnOnce(E) -> Option<T>,
+) -> Result<(), crate::config::ConfigError> {
+    src.apply_env(m)?;
+    let env: E = crate::config::read_env()?;
+    crate::config::flag_or_env(m, id, field, var(env));
+    Ok(())
+}
+
 /// The tools' client context: librdkafka's own log and error callbacks
 /// say nothing (at debug level at most). A tool reports what failed itself,
 /// once, instead of librdkafka's `AllBrokersDown` every second (issue 19).
