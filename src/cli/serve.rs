@@ -39,7 +39,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry, Unit};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::Message;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -574,40 +574,24 @@ fn refresh_orders(
     c: &BaseConsumer<crate::cli::source::Silent>,
     board: &Mutex<Board>,
 ) {
-    let ends = match crate::kafka::order_ends_now(c, &src.orders_topic) {
-        Ok(e) => e,
+    let offsets = match src.order_offsets(c, Duration::from_secs(5)) {
+        Ok(o) => o,
         Err(e) => {
-            tracing::warn!("serve: cannot read the orders topic's offsets: {e}");
+            tracing::warn!("serve: cannot read the orders topic's offsets: {e:#}");
             return;
         }
     };
     // Counted against the frontier as of now; the page is ready once a
     // count was made against a caught-up view.
-    let (next, caught_up): (BTreeMap<i32, i64>, bool) = {
+    let (next, caught_up) = {
         let b = lock(board);
-        (
-            ends.keys().map(|p| (*p, b.view.next_offset(*p))).collect(),
-            b.caught_up,
-        )
+        (b.view.frontier().clone(), b.caught_up)
     };
-    let (mut in_topic, mut waiting, mut oldest): (i64, i64, Option<i64>) = (0, 0, None);
-    for (p, high) in ends {
-        let low = c
-            .fetch_watermarks(&src.orders_topic, p, Duration::from_secs(5))
-            .map_or(0, |(l, _)| l);
-        in_topic += high - low;
-        let from = next.get(&p).copied().unwrap_or(0).max(low);
-        if from < high {
-            waiting += high - from;
-            if let Some((Some(ts), _)) = read_message(c, &src.orders_topic, p, from) {
-                oldest = Some(oldest.map_or(ts, |o| o.min(ts)));
-            }
-        }
-    }
+    let w = src.waiting(c, &offsets, |p| next.get(&p).copied().unwrap_or(0));
     let mut b = lock(board);
-    b.orders_in_topic = in_topic;
-    b.waiting = waiting;
-    b.oldest_waiting_ts = oldest;
+    b.orders_in_topic = w.in_topic;
+    b.waiting = w.waiting;
+    b.oldest_waiting_ts = w.oldest_ts;
     b.orders_read |= caught_up;
 }
 

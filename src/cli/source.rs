@@ -241,6 +241,69 @@ impl Source {
     }
 }
 
+/// The orders topic against the pool's frontier (`status`, `serve`).
+pub(crate) struct Waiting {
+    /// Orders the topic holds (all partitions).
+    pub(crate) in_topic: i64,
+    /// Orders beyond the frontier.
+    pub(crate) waiting: i64,
+    /// The oldest waiting order's timestamp.
+    pub(crate) oldest_ts: Option<i64>,
+}
+
+impl Source {
+    /// Each partition of the orders topic: (partition, first offset, end).
+    pub(crate) fn order_offsets(
+        &self,
+        c: &BaseConsumer<Silent>,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<(i32, i64, i64)>> {
+        let topic = &self.orders_topic;
+        let md = c
+            .fetch_metadata(Some(topic), timeout)
+            .with_context(|| format!("cannot read topic '{topic}'"))?;
+        let parts: Vec<i32> = md
+            .topics()
+            .first()
+            .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+            .unwrap_or_default();
+        parts
+            .into_iter()
+            .map(|p| Ok((p, c.fetch_watermarks(topic, p, timeout)?)))
+            .map(|r: anyhow::Result<_>| r.map(|(p, (low, high))| (p, low, high)))
+            .collect()
+    }
+
+    /// What waits in `offsets` ([`Source::order_offsets`]) at or beyond
+    /// `next(p)`, each partition's frontier, and the oldest waiting
+    /// order's timestamp (read with `c`, if it can be read quickly).
+    pub(crate) fn waiting(
+        &self,
+        c: &BaseConsumer<Silent>,
+        offsets: &[(i32, i64, i64)],
+        next: impl Fn(i32) -> i64,
+    ) -> Waiting {
+        let mut w = Waiting {
+            in_topic: 0,
+            waiting: 0,
+            oldest_ts: None,
+        };
+        for &(p, low, high) in offsets {
+            w.in_topic += high - low;
+            let from = next(p).max(low);
+            if from < high {
+                w.waiting += high - from;
+                let ts = message_at(c, &self.orders_topic, p, from, Duration::from_secs(5))
+                    .and_then(|m| m.timestamp().to_millis());
+                if let Some(ts) = ts {
+                    w.oldest_ts = Some(w.oldest_ts.map_or(ts, |o| o.min(ts)));
+                }
+            }
+        }
+        w
+    }
+}
+
 /// The first message at or after `offset` of `topic`'s partition `p`
 /// that `c` reads within `wait` (the tools read single orders this way:
 /// `status`'s oldest waiting order, `serve`'s order pages, `retry`).

@@ -15,12 +15,9 @@
 
 use crate::boot::View;
 use crate::cli::show::{escape_controls, json_line};
-use crate::cli::source::{message_at, Silent, Source};
+use crate::cli::source::Source;
 use crate::exit::Exit;
 use crate::record::{Event, OrderId, Record, Status};
-use anyhow::Context;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::Message;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -63,7 +60,9 @@ pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::
             Err(_) => view.skip(*pos),
         }
     }
-    let orders = waiting(src, &view)?;
+    let c = src.consumer()?;
+    let offsets = src.order_offsets(&c, TIMEOUT)?;
+    let orders = src.waiting(&c, &offsets, |p| view.next_offset(p));
     let instances = instance_rows(&view, &tally.last_completion);
     let Tally {
         by_status,
@@ -148,46 +147,6 @@ impl Tally {
     }
 }
 
-/// The orders topic against the view's frontier.
-struct Waiting {
-    /// Orders the topic holds (all partitions).
-    in_topic: i64,
-    /// Orders beyond the frontier.
-    waiting: i64,
-    /// The oldest waiting order's timestamp.
-    oldest_ts: Option<i64>,
-}
-
-/// Per partition of the orders topic: its offsets against the frontier.
-fn waiting(src: &Source, view: &View) -> anyhow::Result<Waiting> {
-    let c = src.consumer()?;
-    let md = c
-        .fetch_metadata(Some(&src.orders_topic), TIMEOUT)
-        .with_context(|| format!("cannot read topic '{}'", src.orders_topic))?;
-    let parts: Vec<i32> = md
-        .topics()
-        .first()
-        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-        .unwrap_or_default();
-    let mut w = Waiting {
-        in_topic: 0,
-        waiting: 0,
-        oldest_ts: None,
-    };
-    for p in parts {
-        let (low, high) = c.fetch_watermarks(&src.orders_topic, p, TIMEOUT)?;
-        w.in_topic += high - low;
-        let next = view.next_offset(p).max(low);
-        if next < high {
-            w.waiting += high - next;
-            if let Some(ts) = message_ts(&c, &src.orders_topic, p, next) {
-                w.oldest_ts = Some(w.oldest_ts.map_or(ts, |o: i64| o.min(ts)));
-            }
-        }
-    }
-    Ok(w)
-}
-
 /// Each instance as `status` shows it, with its newest completion.
 fn instance_rows(
     view: &View,
@@ -213,13 +172,6 @@ fn instance_rows(
             })
         })
         .collect()
-}
-
-/// The timestamp of the message at one offset, if it can be read quickly.
-fn message_ts(c: &BaseConsumer<Silent>, topic: &str, p: i32, offset: i64) -> Option<i64> {
-    message_at(c, topic, p, offset, Duration::from_secs(5))?
-        .timestamp()
-        .to_millis()
 }
 
 /// The text form of `status --failed`: one line per order that did not
