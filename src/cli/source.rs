@@ -259,19 +259,16 @@ impl Source {
         timeout: Duration,
     ) -> anyhow::Result<Vec<(i32, i64, i64)>> {
         let topic = &self.orders_topic;
-        let md = c
-            .fetch_metadata(Some(topic), timeout)
+        let ends = crate::kafka::order_ends_now(c, topic)
             .with_context(|| format!("cannot read topic '{topic}'"))?;
-        let parts: Vec<i32> = md
-            .topics()
-            .first()
-            .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-            .unwrap_or_default();
-        parts
-            .into_iter()
-            .map(|p| Ok((p, c.fetch_watermarks(topic, p, timeout)?)))
-            .map(|r: anyhow::Result<_>| r.map(|(p, (low, high))| (p, low, high)))
-            .collect()
+        let mut offsets = Vec::with_capacity(ends.len());
+        for (p, high) in ends {
+            let (low, _) = c
+                .fetch_watermarks(topic, p, timeout)
+                .with_context(|| format!("cannot read partition {p} of topic '{topic}'"))?;
+            offsets.push((p, low, high));
+        }
+        Ok(offsets)
     }
 
     /// What waits in `offsets` ([`Source::order_offsets`]) at or beyond
