@@ -4,17 +4,20 @@
 //! Worker mode is configured by the environment only (see `config`), since
 //! it runs under a supervisor; the subcommands are for people and scripts.
 
-mod audit;
-mod broker;
-mod cancel;
-mod dev;
-mod retry;
-mod serve;
-pub(crate) mod show;
-pub mod source;
-mod status;
-pub(crate) mod submit;
-mod supervise;
+// One module per subcommand.
+mod audit; // the claims topic checked against the invariants (crate::audit)
+mod broker; // the embedded broker as a process
+mod cancel; // an operator cancels an order
+mod dev; // the whole pool in one process
+mod retry; // an ended order sent again
+mod serve; // the web page and /metrics
+mod status; // `status` and `history`
+pub(crate) mod submit; // one order sent; `--wait` for its result
+mod supervise; // keep N instances running
+
+// What the subcommands share.
+pub(crate) mod show; // text from orders and records made safe to show
+pub mod source; // where the tools read from and write to
 
 pub use show::describe_record;
 
