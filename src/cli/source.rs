@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// Where to read from: the same variables as the worker's. Each flag falls
 /// back to its variable (read by [`crate::config::read`], see
-/// [`Source::apply_env`]), then to its default.
+/// `Source::apply_env`), then to its default.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Source {
     /// Bootstrap servers [env: KAFKA_BROKERS]
