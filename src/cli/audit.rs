@@ -27,7 +27,7 @@ pub(crate) struct AuditEnv {
 /// status 0 when every invariant holds, 1 otherwise.
 pub(crate) async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
-    let log = tokio::task::spawn_blocking(move || crate::claims::read_all(&src)).await??;
+    let log = crate::cli::blocking(move || crate::claims::read_all(&src)).await?;
     let report = audit(
         log.iter().map(|(pos, r)| (*pos, r.as_ref().ok())),
         args.max_attempts,

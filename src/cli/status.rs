@@ -273,8 +273,7 @@ pub(crate) fn render(s: &serde_json::Value) -> String {
 pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
     loop {
         let src = args.source.clone();
-        let mut s =
-            tokio::task::spawn_blocking(move || snapshot(&src, crate::run::now_ms())).await??;
+        let mut s = crate::cli::blocking(move || snapshot(&src, crate::run::now_ms())).await?;
         if !args.failed {
             // The list is for --failed: it grows with the pool's history.
             s.as_object_mut().map(|o| o.remove("not_ok_orders"));
@@ -307,7 +306,7 @@ pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
 
 pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
-    let records = tokio::task::spawn_blocking(move || crate::claims::read_all(&src)).await??;
+    let records = crate::cli::blocking(move || crate::claims::read_all(&src)).await?;
     let ours: Vec<(u64, Record)> = records
         .into_iter()
         .filter_map(|(p, r)| r.ok().map(|r| (p, r)))
