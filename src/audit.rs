@@ -21,10 +21,10 @@
 //!    (`pool_worker cancel`): such an order is completed `cancelled`, and
 //!    any other completion of it means its job ran.
 //!
-//! Pure: records in, a [`Report`] out; `run` is the shell.
+//! Pure: records in, a [`Report`] out; `pool_worker audit`
+//! (`src/cli/audit.rs`) is the shell.
 
 use crate::boot::View;
-use crate::exit::Exit;
 use crate::record::{Event, OrderId, Position, Record};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -144,83 +144,109 @@ impl Auditor {
             return; // void: changes nothing
         }
         let Some(order) = rec.order() else { return };
-        let mut broke = |rule: Rule, detail: String| {
-            self.violations.push(Violation {
-                rule,
-                pos: Some(pos),
-                order: Some(order.to_string()),
-                detail,
-            })
-        };
         let trail = self.orders.entry(order).or_default();
-        let i = rec.instance.get();
-        match rec.event() {
+        let broken = match rec.event() {
             Event::Claimed => {
                 self.claimed
                     .entry(order.partition)
                     .or_default()
                     .insert(order.offset);
+                Vec::new()
             }
-            Event::Committed => {
-                let hold = self.view.hold(rec.instance).filter(|h| h.order == order);
-                if hold.is_some_and(|h| h.committed == Some(Position::new(pos))) {
-                    trail.first_commit.get_or_insert(pos);
-                    match trail.runner {
-                        Some(r) if r != i => broke(
-                            Rule::CommittedByTwo,
-                            format!("instance {i} committed while instance {r} held it committed"),
-                        ),
-                        _ => trail.runner = Some(i),
-                    }
-                }
-                if rec.attempt().get() > self.max_attempts {
-                    broke(
-                        Rule::TooManyAttempts,
-                        format!(
-                            "instance {i} committed attempt {} of at most {}",
-                            rec.attempt(),
-                            self.max_attempts
-                        ),
-                    );
-                }
-            }
-            Event::Completed => {
-                trail.completions += 1;
-                if trail.completions > 1 {
-                    broke(
-                        Rule::CompletedTwice,
-                        format!("completion {} (by instance {i})", trail.completions),
-                    );
-                }
-                if let Some(h) =
-                    writer_hold.filter(|h| h.order == order && !h.pending && h.committed.is_none())
-                {
-                    broke(
-                        Rule::CompletedWithoutCommit,
-                        format!(
-                            "instance {i} completed it; its claim at {} is undecided",
-                            h.claim_pos
-                        ),
-                    );
-                }
-                if let Some(o) = &rec.outcome() {
-                    *self.by_status.entry(o.status.as_str()).or_default() += 1;
-                    let cancel = self.view.cancel(order).map(|(c, _)| c.get());
-                    if let (Some(c), Some(f)) = (cancel, trail.first_commit) {
-                        if c < f && o.status != crate::record::Status::Cancelled {
-                            broke(
-                                Rule::RanAfterCancel,
-                                format!("cancelled at {c}, committed at {f}, completed {} by instance {i}", o.status),
-                            );
-                        }
-                    }
-                }
-            }
+            Event::Committed => self.committed(pos, order, rec),
+            Event::Completed => self.completed(order, rec, writer_hold),
             // A valid revocation ends the holder's run: a taker may run
             // the order again (a retry).
-            Event::Revoked if trail.runner == Some(i) => trail.runner = None,
-            _ => {}
+            Event::Revoked if trail.runner == Some(rec.instance.get()) => {
+                trail.runner = None;
+                Vec::new()
+            }
+            _ => Vec::new(),
+        };
+        for (rule, detail) in broken {
+            self.violations.push(Violation {
+                rule,
+                pos: Some(pos),
+                order: Some(order.to_string()),
+                detail,
+            });
         }
+    }
+
+    /// A valid commit of `order` at `pos`: what it breaks.
+    fn committed(&mut self, pos: u64, order: OrderId, rec: &Record) -> Vec<(Rule, String)> {
+        let i = rec.instance;
+        let mut broken = Vec::new();
+        let hold = self.view.hold(i).filter(|h| h.order == order);
+        if hold.is_some_and(|h| h.committed == Some(Position::new(pos))) {
+            let trail = self.orders.entry(order).or_default();
+            trail.first_commit.get_or_insert(pos);
+            match trail.runner {
+                Some(r) if r != i.get() => broken.push((
+                    Rule::CommittedByTwo,
+                    format!("instance {i} committed while instance {r} held it committed"),
+                )),
+                _ => trail.runner = Some(i.get()),
+            }
+        }
+        if rec.attempt().get() > self.max_attempts {
+            broken.push((
+                Rule::TooManyAttempts,
+                format!(
+                    "instance {i} committed attempt {} of at most {}",
+                    rec.attempt(),
+                    self.max_attempts
+                ),
+            ));
+        }
+        broken
+    }
+
+    /// A valid completion of `order`, whose writer held `writer_hold`
+    /// before it: what it breaks.
+    fn completed(
+        &mut self,
+        order: OrderId,
+        rec: &Record,
+        writer_hold: Option<crate::boot::Hold>,
+    ) -> Vec<(Rule, String)> {
+        let i = rec.instance;
+        let mut broken = Vec::new();
+        let cancel = self.view.cancel(order).map(|(c, _)| c.get());
+        let trail = self.orders.entry(order).or_default();
+        trail.completions += 1;
+        if trail.completions > 1 {
+            broken.push((
+                Rule::CompletedTwice,
+                format!("completion {} (by instance {i})", trail.completions),
+            ));
+        }
+        if let Some(h) =
+            writer_hold.filter(|h| h.order == order && !h.pending && h.committed.is_none())
+        {
+            broken.push((
+                Rule::CompletedWithoutCommit,
+                format!(
+                    "instance {i} completed it; its claim at {} is undecided",
+                    h.claim_pos
+                ),
+            ));
+        }
+        if let Some(o) = rec.outcome() {
+            *self.by_status.entry(o.status.as_str()).or_default() += 1;
+            if let (Some(c), Some(f)) = (cancel, trail.first_commit) {
+                if c < f && o.status != crate::record::Status::Cancelled {
+                    broken.push((
+                        Rule::RanAfterCancel,
+                        format!(
+                            "cancelled at {c}, committed at {f}, completed {} by instance {i}",
+                            o.status
+                        ),
+                    ));
+                }
+            }
+        }
+        broken
     }
 
     pub fn finish(mut self) -> Report {
@@ -272,108 +298,45 @@ pub fn audit<'a>(
     a.finish()
 }
 
-/// `pool_worker audit`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct AuditArgs {
-    #[command(flatten)]
-    pub source: crate::status::Source,
-    /// The pool's MAX_ATTEMPTS [env: MAX_ATTEMPTS]
-    #[arg(long, default_value_t = crate::worker::DEFAULT_MAX_ATTEMPTS)]
-    pub max_attempts: u32,
-}
-
-impl AuditArgs {
-    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
-    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
-        #[derive(serde::Deserialize, Default)]
-        #[serde(default)]
-        struct Env {
-            #[serde(deserialize_with = "crate::config::parse::whole")]
-            max_attempts: Option<u32>,
-        }
-        self.source.apply_env(m)?;
-        let env: Env = crate::config::read_env()?;
-        crate::config::flag_or_env(m, "max_attempts", &mut self.max_attempts, env.max_attempts);
-        Ok(())
-    }
-}
-
-/// Reads the claims topic from its beginning and prints the report; exit
-/// status 0 when every invariant holds, 1 otherwise.
-pub async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
-    let src = args.source.clone();
-    let log = tokio::task::spawn_blocking(move || crate::claims::read_all(&src)).await??;
-    let report = audit(
-        log.iter().map(|(pos, r)| (*pos, r.as_ref().ok())),
-        args.max_attempts,
-    );
-    let offending = |v: &Violation| v.pos.and_then(|p| log.iter().find(|(q, _)| *q == p));
-    if args.source.json {
-        let violations: Vec<serde_json::Value> = report
-            .violations
-            .iter()
-            .map(|v| {
-                let rec = offending(v).and_then(|(_, r)| r.as_ref().ok()).map(|r| serde_json::to_value(r).unwrap_or_default());
-                serde_json::json!({ "rule": v.rule, "pos": v.pos, "order": v.order, "detail": v.detail, "record": rec })
-            })
-            .collect();
-        let mut out = serde_json::to_value(&report)?;
-        out["violations"] = violations.into();
-        out["holds"] = report.holds().into();
-        println!("{out}");
-    } else {
-        println!(
-            "audited {} records of '{}': {} orders, {} foreign, {} void; completed: {}",
-            report.records,
-            args.source.coordination_topic,
-            report.orders,
-            report.foreign,
-            report.void,
-            if report.completed.is_empty() {
-                "none".to_string()
-            } else {
-                report
-                    .completed
-                    .iter()
-                    .map(|(s, n)| format!("{s} {n}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        );
-        if !report.whole {
-            println!("the log does not start at 0 or has gaps (compaction): unclaimed orders are not judged");
-        }
-        for v in &report.violations {
-            println!(
-                "VIOLATION {}: {} at {}: {}",
-                v.order.as_deref().unwrap_or("-"),
-                v.rule.describe(),
-                v.pos.map_or("-".into(), |p| p.to_string()),
-                v.detail
-            );
-            if let Some((_, Ok(r))) = offending(v) {
-                println!(
-                    "  {} {}",
-                    r.key(),
-                    crate::status::escape_controls(&String::from_utf8_lossy(&r.encode()), false)
-                );
-            }
-        }
-        if report.holds() {
-            println!("every invariant holds");
-        }
-    }
-    Ok(if report.holds() {
-        Exit::Ok
-    } else {
-        Exit::Failure
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::tests::rec;
+
+    fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
+        let mut r = Record::of(i, ev, inc, 0);
+        r.seq = seq;
+        if ev != Event::Booted {
+            r = r.with_order(OrderId::new(0, o));
+            r.set_attempt(1);
+            r.next.insert(0, o + 1);
+        }
+        if ev == Event::Completed {
+            r.set_outcome(Some(crate::record::Outcome::not_run(
+                crate::record::Status::Ok,
+                "",
+            )));
+        }
+        r
+    }
+
+    /// Instances 1 ("a") and 2 ("b") boot and both claim order 0:0.
+    fn contest() -> Vec<Record> {
+        vec![
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(2, Event::Booted, "b", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(2, Event::Claimed, "b", 2, 0),
+        ]
+    }
+
+    /// Instance 1 ("a") boots, claims order 0:0 and commits to it.
+    fn one_run() -> Vec<Record> {
+        vec![
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(1, Event::Committed, "a", 3, 0),
+        ]
+    }
 
     fn check(log: &[Record]) -> Report {
         audit(log.iter().enumerate().map(|(p, r)| (p as u64, Some(r))), 3)
@@ -385,15 +348,12 @@ mod tests {
 
     #[test]
     fn a_healthy_negotiation_holds() {
-        let log = [
-            rec(1, Event::Booted, "a", 1, 0),
-            rec(2, Event::Booted, "b", 1, 0),
-            rec(1, Event::Claimed, "a", 2, 0),
-            rec(2, Event::Claimed, "b", 2, 0),
+        let mut log = contest();
+        log.extend([
             rec(1, Event::Committed, "a", 3, 0),
             rec(2, Event::Yielded, "b", 3, 0),
             rec(1, Event::Completed, "a", 4, 0),
-        ];
+        ]);
         let r = check(&log);
         assert!(r.holds(), "{:?}", r.violations);
         assert_eq!(r.completed.get("ok"), Some(&1));
@@ -404,16 +364,13 @@ mod tests {
     fn a_double_commit_and_a_double_completion_are_caught() {
         // Both decided on a log read before the other's claim
         // (worker::Flaw::DecideWithoutReading's log).
-        let log = [
-            rec(1, Event::Booted, "a", 1, 0),
-            rec(2, Event::Booted, "b", 1, 0),
-            rec(1, Event::Claimed, "a", 2, 0),
-            rec(2, Event::Claimed, "b", 2, 0),
+        let mut log = contest();
+        log.extend([
             rec(2, Event::Committed, "b", 3, 0),
             rec(1, Event::Committed, "a", 3, 0),
             rec(2, Event::Completed, "b", 4, 0),
             rec(1, Event::Completed, "a", 4, 0),
-        ];
+        ]);
         let r = check(&log);
         assert_eq!(
             rules(&r),
@@ -447,13 +404,8 @@ mod tests {
         assert!(check(&log).holds());
         // A cancel after the commit (the job ran, then was killed or had
         // ended): whatever the completion says, nothing ran that should not.
-        let log = [
-            rec(1, Event::Booted, "a", 1, 0),
-            rec(1, Event::Claimed, "a", 2, 0),
-            rec(1, Event::Committed, "a", 3, 0),
-            cancel,
-            rec(1, Event::Completed, "a", 4, 0),
-        ];
+        let mut log = one_run();
+        log.extend([cancel, rec(1, Event::Completed, "a", 4, 0)]);
         assert!(check(&log).holds());
     }
 
@@ -501,14 +453,12 @@ mod tests {
 
     #[test]
     fn void_and_foreign_records_change_nothing() {
-        let log = [
-            rec(1, Event::Booted, "a", 1, 0),
-            rec(1, Event::Claimed, "a", 2, 0),
-            rec(1, Event::Committed, "a", 3, 0),
+        let mut log = one_run();
+        log.extend([
             rec(1, Event::Completed, "a", 4, 0),
             rec(1, Event::Completed, "a", 4, 0), // a duplicate: void
             rec(1, Event::Completed, "zombie", 9, 0), // fenced: void
-        ];
+        ]);
         let mut entries: Vec<(u64, Option<&Record>)> = log
             .iter()
             .enumerate()

@@ -21,9 +21,9 @@
 
 use crate::boot::View;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
+use crate::cli::source::{Silent, Source};
 use crate::kafka::{client_config, Gate, FETCH_WAIT_MS};
 use crate::record::{Foreign, Position, Record};
-use crate::status::{Silent, Source};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 /// How far back from the end of the claims topic a reader looks for a
 /// checkpoint: a few checkpoint intervals.
-pub(crate) const CHECKPOINT_WINDOW: i64 = 4 * DEFAULT_CHECKPOINT_EVERY as i64;
+pub const CHECKPOINT_WINDOW: i64 = 4 * DEFAULT_CHECKPOINT_EVERY as i64;
 
 /// How long one watermark request, or the whole checkpoint search, may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -54,7 +54,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// queued) also bounds a replay's memory, and was not slower than 4 MB
 /// fetches into an 8 MB queue (which a replay fills faster than the
 /// worker folds it). `fetch.wait.max.ms`: see [`FETCH_WAIT_MS`].
-pub(crate) fn config(brokers: &str, props: &BTreeMap<String, String>, group: &str) -> ClientConfig {
+pub fn config(brokers: &str, props: &BTreeMap<String, String>, group: &str) -> ClientConfig {
     let mut c = client_config(brokers, &BTreeMap::new());
     c.set("group.id", group)
         .set("enable.auto.commit", "false")
@@ -75,7 +75,7 @@ pub(crate) fn config(brokers: &str, props: &BTreeMap<String, String>, group: &st
 }
 
 /// A reader of the claims topic's one partition: see the module doc.
-pub(crate) struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
+pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
     consumer: BaseConsumer<X>,
     /// The consumer's configuration, for the checkpoint search's own
     /// consumer ([`ClaimsReader::find_checkpoint`]).
@@ -90,7 +90,7 @@ pub(crate) struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
 /// What one [`ClaimsReader::poll`] got.
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)] // records are the common variant: boxing would allocate for each one
-pub(crate) enum Polled<T = Result<Record, Foreign>> {
+pub enum Polled<T = Result<Record, Foreign>> {
     /// The record at this position, or why it is foreign.
     Record(u64, T),
     /// The reader is at the topic's end.
@@ -103,7 +103,7 @@ pub(crate) enum Polled<T = Result<Record, Foreign>> {
 
 /// Where a tool's reader starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Start {
+pub enum Start {
     /// At the log's first record (a tool that counts or shows history).
     Beginning,
     /// At the newest checkpoint near the end whose view is of the log
@@ -115,7 +115,7 @@ pub(crate) enum Start {
 impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// Creates the consumer from `config` (see [`config`]); nothing is
     /// assigned yet ([`ClaimsReader::start_at`]).
-    pub(crate) fn new(
+    pub fn new(
         config: &ClientConfig,
         context: X,
         topic: &str,
@@ -134,15 +134,19 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     }
 
     /// The consumer, for metadata requests.
-    pub(crate) fn consumer(&self) -> &BaseConsumer<X> {
+    pub fn consumer(&self) -> &BaseConsumer<X> {
         &self.consumer
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
     }
 
     /// Reads on from position `pos` (0: from the beginning). An offset
     /// rather than "beginning", which costs an offset query; should the log
     /// no longer start there, `auto.offset.reset=earliest` starts at its
     /// first record.
-    pub(crate) fn start_at(&self, pos: u64) -> anyhow::Result<()> {
+    pub fn start_at(&self, pos: u64) -> anyhow::Result<()> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, 0, Offset::Offset(pos as i64))?;
         self.from.store(pos, Ordering::Relaxed);
@@ -153,7 +157,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     }
 
     /// The claims topic's end offset now.
-    pub(crate) fn end(&self, timeout: Duration) -> anyhow::Result<u64> {
+    pub fn end(&self, timeout: Duration) -> anyhow::Result<u64> {
         let (_, high) = self
             .consumer
             .fetch_watermarks(&self.topic, 0, timeout)
@@ -163,13 +167,13 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
 
     /// The next record, waiting at most `wait`; `live` bounds the gate's
     /// retries (see [`Gate::decode`]).
-    pub(crate) fn poll(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled {
+    pub fn poll(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled {
         self.poll_map(wait, |m| self.gate.decode(&self.consumer, m, live))
     }
 
     /// [`ClaimsReader::poll`], with the message's key and value as read
     /// (`dev` shows a foreign record's bytes).
-    pub(crate) fn poll_raw(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled<Raw> {
+    pub fn poll_raw(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled<Raw> {
         self.poll_map(wait, |m| Raw {
             record: self.gate.decode(&self.consumer, m, live),
             key: m.key().map(<[u8]>::to_vec),
@@ -198,7 +202,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// librdkafka (2.x) can abort on `rktp->rktp_started` when one consumer
     /// is assigned again while its previous assignment is still stopping
     /// (confluentinc/librdkafka#5573).
-    pub(crate) fn find_checkpoint(&self, window: i64, at_most: u64) -> Option<Snapshot> {
+    pub fn find_checkpoint(&self, window: i64, at_most: u64) -> Option<Snapshot> {
         let (low, high) = self
             .consumer
             .fetch_watermarks(&self.topic, 0, REQUEST_TIMEOUT)
@@ -246,10 +250,10 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
 
 /// A record as [`ClaimsReader::poll_raw`] read it.
 #[derive(Clone, Debug)]
-pub(crate) struct Raw {
-    pub(crate) record: Result<Record, Foreign>,
-    pub(crate) key: Option<Vec<u8>>,
-    pub(crate) value: Option<Vec<u8>>,
+pub struct Raw {
+    pub record: Result<Record, Foreign>,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
 }
 
 /// How long a tool may take to read the claims topic to its end.
@@ -260,7 +264,7 @@ impl ClaimsReader<Silent> {
     /// pool's claims key, started at `start`. Returns the view of the log
     /// before where it starts (empty, or loaded from the checkpoint) and
     /// that position.
-    pub(crate) fn open(src: &Source, start: Start) -> anyhow::Result<(ClaimsReader, View, u64)> {
+    pub fn open(src: &Source, start: Start) -> anyhow::Result<(ClaimsReader, View, u64)> {
         let gate = src.gate()?;
         let settings = crate::config::KafkaSettings::from_env()?;
         let reader = ClaimsReader::new(
@@ -283,7 +287,7 @@ impl ClaimsReader<Silent> {
 
     /// Reads on to the end the topic has now (bounded in time), handing
     /// every record to `each`.
-    pub(crate) fn read_to_end(
+    pub fn read_to_end(
         &self,
         mut each: impl FnMut(u64, Result<Record, Foreign>),
     ) -> anyhow::Result<()> {
@@ -311,14 +315,14 @@ impl ClaimsReader<Silent> {
 
 /// A tool's line for an error of its claims consumer (librdkafka retries
 /// by itself; the tool goes on).
-pub(crate) fn say_error(e: &KafkaError) {
+pub fn say_error(e: &KafkaError) {
     eprintln!("pool_worker: reading the claims topic: {e}");
 }
 
 /// Every record of the claims topic, with its position (foreign ones as
 /// errors), from its beginning up to the end it had when we started
 /// (`history`, `audit`, `status`, `cancel`).
-pub(crate) fn read_all(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, Foreign>)>> {
+pub fn read_all(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, Foreign>)>> {
     let (reader, _, _) = ClaimsReader::open(src, Start::Beginning)?;
     let mut out = Vec::new();
     reader.read_to_end(|pos, r| out.push((pos, r)))?;
@@ -327,7 +331,7 @@ pub(crate) fn read_all(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, 
 
 /// The pool's view as of the claims topic's end now, read from its newest
 /// checkpoint (`retry`).
-pub(crate) fn current_view(src: &Source) -> anyhow::Result<View> {
+pub fn current_view(src: &Source) -> anyhow::Result<View> {
     let (reader, mut view, _) =
         ClaimsReader::open(src, Start::NewestCheckpoint { at_most: u64::MAX })?;
     reader.read_to_end(|pos, r| match r {
@@ -433,7 +437,7 @@ mod tests {
             ClaimsReader::open(&src, Start::NewestCheckpoint { at_most: at - 1 }).unwrap();
         assert_eq!(from, 0, "no checkpoint of a view past at_most");
 
-        let done = crate::submit::wait_completed(
+        let done = crate::cli::submit::wait_completed(
             &src,
             at as i64,
             OrderId::new(0, 1),

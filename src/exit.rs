@@ -5,40 +5,42 @@
 //!
 //! Two kinds of status are not ours to choose and keep the numbers their
 //! convention gives them: `submit --wait` exits with the job's own exit
-//! status (see [`Exit::WaitTimedOut`] for its one own status beside `0`, `1`
-//! and `2`), and a process stopped by a signal exits with 128 + the signal's
-//! number, as a shell reports it.
+//! status ([`Exit::Job`]; see [`Exit::WaitTimedOut`] for its one own status
+//! beside `0`, `1` and `2`), and a process stopped by a signal exits with
+//! 128 + the signal's number, as a shell reports it.
 
 /// An exit status of `pool_worker` (worker mode or a subcommand).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
 pub enum Exit {
     /// Done: the worker completed its order (`ORDERS_PER_PROCESS` orders);
     /// a tool answered; `dev`, `supervise`, `broker` or `serve` stopped when
     /// asked.
-    Ok = 0,
+    Ok,
     /// Any other error: brokers unreachable for two minutes at boot, an
     /// invariant broken (`audit`), no record of the order (`history`), an
     /// order not sent again (`retry`), `dev --demo`'s deadline passed, a
     /// waited-for job that ended without an exit status (`submit --wait`).
-    Failure = 1,
+    Failure,
     /// A configuration error (a missing or malformed setting, a topic that
     /// does not exist, an invalid order to `submit`): a supervisor does not
     /// restart it in a loop.
-    Config = 2,
+    Config,
     /// Fenced: a newer process with the same `INSTANCE_NUMBER` started (a
     /// supervisor does not restart it).
-    Fenced = 3,
+    Fenced,
     /// Revoked: this process was cut off longer than its lease and another
     /// instance took its order over (restart it).
-    Revoked = 4,
+    Revoked,
     /// `submit --wait`: the order was not completed within the wait (the
     /// `timeout` command's convention).
-    WaitTimedOut = 124,
+    WaitTimedOut,
     /// Stopped by SIGINT (128 + 2).
-    Interrupted = 130,
+    Interrupted,
     /// Stopped by SIGTERM (128 + 15).
-    Terminated = 143,
+    Terminated,
+    /// `submit --wait`, `retry --wait`: the waited-for job's own exit
+    /// status, whatever it is (not one of ours: never in [`Exit::ALL`]).
+    Job(u8),
 }
 
 impl Exit {
@@ -56,7 +58,17 @@ impl Exit {
 
     /// The number, as a process exit status.
     pub const fn code(self) -> i32 {
-        self as i32
+        match self {
+            Exit::Ok => 0,
+            Exit::Failure => 1,
+            Exit::Config => 2,
+            Exit::Fenced => 3,
+            Exit::Revoked => 4,
+            Exit::WaitTimedOut => 124,
+            Exit::Interrupted => 130,
+            Exit::Terminated => 143,
+            Exit::Job(code) => code as i32,
+        }
     }
 
     /// The status with this number, if it is one of ours (a child's exit
@@ -74,7 +86,8 @@ impl From<Exit> for i32 {
 
 impl From<Exit> for std::process::ExitCode {
     fn from(e: Exit) -> std::process::ExitCode {
-        std::process::ExitCode::from(e as u8)
+        // Every code is 0 to 255.
+        std::process::ExitCode::from(e.code() as u8)
     }
 }
 
@@ -120,5 +133,7 @@ mod tests {
         }
         assert_eq!(Exit::from_code(5), None);
         assert_eq!(Exit::from_code(-1), None);
+        assert_eq!(Exit::Job(7).code(), 7);
+        assert_eq!(Exit::from_code(Exit::Job(5).code()), None);
     }
 }

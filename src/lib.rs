@@ -2,48 +2,32 @@
 //! once, with no coordinator process. See README.md and docs/protocol.md
 //! (the rules, R1 …, that comments cite by number).
 //!
-//! The crate is a pure protocol core with thin shells around it:
-//!
-//! * core (no I/O, no clock, no randomness): [`record`] (what a claims record
-//!   is), [`sign`] (signed records, `CLAIMS_KEY`), [`boot`] (replaying the claims topic into a view), [`claim`] (the
-//!   negotiation), [`checkpoint`] (a summary of the log, so that boot need
-//!   not replay all of it), [`worker`] (one incarnation's life as a state
-//!   machine);
-//! * shells: [`orders`] (parsing work orders), [`job`] (running them with
-//!   tokio::process), [`kafka`] (the rdkafka adapter), [`run`] (drives the
-//!   worker machine with Kafka and jobs), [`settle`] (booting only after a
-//!   dead predecessor's appends settled), [`config`] (the environment),
-//!   [`claims`] (the one reader of the claims topic, for the worker and
-//!   the tools), [`broker`] (the embedded mock broker), [`supervise`] (the dev-mode
-//!   supervisor), [`dev`] (all of it in one command); the tools: [`status`]
-//!   (`status`, `history`), [`submit`], [`audit`], [`serve`] (the web page
-//!   and `/metrics`); [`exit`] (every exit status, named), [`backoff`] (the
-//!   retry loops' delays).
+//! A pure protocol core, shells around it, and the command line.
 
-pub mod audit;
-pub mod backoff;
-pub mod boot;
-pub mod broker;
-pub mod cancel;
-pub mod checkpoint;
-pub mod claim;
-pub mod claims;
-pub mod config;
-pub mod dev;
-pub mod exit;
-pub mod fetch;
-pub mod isolate;
-pub mod job;
-pub mod kafka;
-pub mod orders;
-pub mod policy;
-pub mod record;
-pub mod retry;
-pub mod run;
-pub mod serve;
-pub mod settle;
-pub mod sign;
-pub mod status;
-pub mod submit;
-pub mod supervise;
-pub mod worker;
+// The core: no I/O, no clock, no randomness.
+pub mod audit; // the claims log checked against the invariants (I1–I5)
+pub mod boot; // replaying the claims topic into a view
+pub mod checkpoint; // a summary of the log, so that boot need not replay all of it
+pub mod claim; // the negotiation
+pub mod orders; // parsing work orders
+pub mod record; // what a claims record is
+pub mod sign; // signed records, `CLAIMS_KEY`
+pub mod worker; // one incarnation's life as a state machine
+
+// The shells: Kafka, processes, the environment.
+pub mod backoff; // the retry loops' delays
+pub mod broker; // the embedded mock broker
+pub mod claims; // the one reader of the claims topic
+pub mod config; // the environment
+pub mod exit; // every exit status, named
+pub mod fetch; // fetching a URL order's body
+pub mod isolate; // what keeps a job away from the worker
+pub mod job; // running a job with tokio::process
+pub mod kafka; // the rdkafka adapter
+pub mod policy; // the allow lists: what an order may run, set, pull and fetch
+pub mod run; // drives the worker machine with Kafka and jobs
+pub mod settle; // booting only after a dead predecessor's appends settled
+pub mod supervise; // the dev-mode supervisor
+
+// The command line: worker mode and one module per subcommand.
+pub mod cli;

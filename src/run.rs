@@ -812,7 +812,7 @@ fn header_traceparent(order: OrderId, m: &crate::kafka::OrderMessage) -> Option<
     match orders::check_traceparent(t) {
         Ok(()) => Some(t.to_string()),
         Err(why) => {
-            tracing::warn!(%order, "ignoring the order's traceparent header: {}", crate::status::escape_controls(&why, false));
+            tracing::warn!(%order, "ignoring the order's traceparent header: {}", crate::cli::show::escape_controls(&why, false));
             None
         }
     }

@@ -33,7 +33,7 @@
 #![allow(dead_code)]
 
 use pool_worker::boot::{Relabel, View};
-use pool_worker::dev::describe_record;
+use pool_worker::cli::describe_record;
 use pool_worker::record::{
     Body, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record, Status,
 };

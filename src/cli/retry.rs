@@ -30,49 +30,45 @@
 //! run twice): only one the claims topic shows ended (or gone: below the
 //! frontier and held by nobody).
 
+use crate::cli::blocking;
+use crate::cli::source::{message_at, Source};
+use crate::cli::submit::WaitArgs;
 use crate::exit::Exit;
 use crate::orders::{self, OrderKind};
 use crate::record::OrderId;
-use crate::status::{Silent, Source};
-use anyhow::{bail, Context};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use anyhow::bail;
 use rdkafka::Message;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct RetryArgs {
+pub(crate) struct RetryArgs {
     /// The order to send again, as PARTITION:OFFSET.
-    pub order: OrderId,
-    /// Wait for the new order's completion, print it, exit with the job's code.
-    #[arg(long)]
-    pub wait: bool,
-    /// How long --wait waits.
-    #[arg(long, default_value_t = 3600)]
-    pub wait_timeout_secs: u64,
+    pub(crate) order: OrderId,
     #[command(flatten)]
-    pub source: Source,
+    pub(crate) wait: WaitArgs,
+    #[command(flatten)]
+    pub(crate) source: Source,
 }
 
 /// How long reading the original order may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub async fn run(args: RetryArgs) -> anyhow::Result<i32> {
+pub(crate) async fn run(args: RetryArgs) -> anyhow::Result<Exit> {
     let (src, order) = (args.source.clone(), args.order);
-    let (payload, header) = tokio::task::spawn_blocking(move || read_order(&src, order)).await??;
+    let (payload, header) = blocking(move || read_order(&src, order)).await?;
     let src = args.source.clone();
-    let state = tokio::task::spawn_blocking(move || where_is(&src, order)).await??;
-    if let Some(why) = state {
+    if let Some(why) = blocking(move || where_is(&src, order)).await? {
         eprintln!("pool_worker retry: order {order} {why}; nothing sent");
-        return Ok(Exit::Failure.code());
+        return Ok(Exit::Failure);
     }
     let payload = match retry_payload(payload.as_deref(), order, header.as_deref()) {
         Ok(p) => p,
         Err(why) => {
             eprintln!("pool_worker retry: order {order} cannot be sent again: {why}");
-            return Ok(Exit::Failure.code());
+            return Ok(Exit::Failure);
         }
     };
-    crate::submit::send(&args.source, payload, args.wait, args.wait_timeout_secs).await
+    crate::cli::submit::send(&args.source, payload, &args.wait).await
 }
 
 /// Why `order` must not be sent again now, from the claims topic: it waits
@@ -92,31 +88,15 @@ fn where_is(src: &Source, order: OrderId) -> anyhow::Result<Option<String>> {
 /// The original order's payload and its `traceparent` header, read from
 /// the orders topic.
 fn read_order(src: &Source, order: OrderId) -> anyhow::Result<(Option<Vec<u8>>, Option<String>)> {
-    let c: BaseConsumer<Silent> = src
-        .client_config()?
-        .set("group.id", "pool_worker-retry")
-        .set("enable.auto.commit", "false")
-        .create_with_context(Silent)
-        .context("cannot create a Kafka consumer")?;
-    let (low, high) = c
-        .fetch_watermarks(&src.orders_topic, order.partition, READ_TIMEOUT)
-        .with_context(|| {
-            format!(
-                "cannot read partition {} of topic '{}'",
-                order.partition, src.orders_topic
-            )
-        })?;
-    if order.offset >= high {
-        bail!(
-            "there is no order {order} in '{}' (partition {} ends at {high})",
-            src.orders_topic,
-            order.partition
-        );
-    }
+    let c = src.consumer()?;
+    let low = match src.find_order(&c, order)? {
+        Ok(low) => low,
+        Err(why) => bail!(why),
+    };
     if order.offset < low {
         bail!("order {order} is no longer in '{}' (retention or DeleteRecords: the partition starts at {low})", src.orders_topic);
     }
-    let Some(m) = crate::status::message_at(
+    let Some(m) = message_at(
         &c,
         &src.orders_topic,
         order.partition,
@@ -150,7 +130,7 @@ fn read_order(src: &Source, order: OrderId) -> anyhow::Result<(Option<Vec<u8>>, 
 /// order with `retry_of` and `id` set; `header` is the original's
 /// `traceparent` header, used if valid and the order has no `traceparent`.
 /// `Err` when the original is not a valid order (it would only fail again).
-pub fn retry_payload(
+pub(crate) fn retry_payload(
     payload: Option<&[u8]>,
     original: OrderId,
     header: Option<&str>,

@@ -28,37 +28,34 @@
 //! many others can take longer than that to be completed `cancelled`: the
 //! tool then says the cancel is recorded and how to follow it (`history`).
 
+use crate::cli::blocking;
+use crate::cli::source::Source;
 use crate::exit::Exit;
+use crate::kafka::Gate;
 use crate::record::{Event, OrderId, Position, Record};
-use crate::status::{Silent, Source};
-use anyhow::Context;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     /// The order to cancel, as PARTITION:OFFSET.
-    pub order: OrderId,
+    pub(crate) order: OrderId,
     /// Why (kept in the order's `completed` record; at most 2 KiB as written).
     #[arg(long, default_value = "cancelled by an operator")]
-    pub reason: String,
+    pub(crate) reason: String,
     /// Do not wait for the order to be completed `cancelled`.
     #[arg(long)]
-    pub no_wait: bool,
+    pub(crate) no_wait: bool,
     /// How long to wait for the outcome.
     #[arg(long, default_value_t = 60)]
-    pub wait_timeout_secs: u64,
+    pub(crate) wait_timeout_secs: u64,
     #[command(flatten)]
-    pub source: Source,
+    pub(crate) source: Source,
 }
-
-/// How long reading the topics' offsets may take.
-const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the claims topic says of an order, for the tool.
 #[derive(Debug, PartialEq)]
-pub enum Found {
+pub(crate) enum Found {
     /// Completed (valid completion): its status and position.
     Completed(crate::record::Status, u64),
     /// A cancel of it was recorded at this position (not completed yet).
@@ -69,7 +66,10 @@ pub enum Found {
 
 /// Replays the claims records as the workers do and says where `order`
 /// stands.
-pub fn find(records: &[(u64, Result<Record, crate::record::Foreign>)], order: OrderId) -> Found {
+pub(crate) fn find(
+    records: &[(u64, Result<Record, crate::record::Foreign>)],
+    order: OrderId,
+) -> Found {
     let mut view = crate::boot::View::new();
     let mut completed = None;
     for (pos, r) in records {
@@ -94,22 +94,21 @@ pub fn find(records: &[(u64, Result<Record, crate::record::Foreign>)], order: Or
     }
 }
 
-pub async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
-    let order = args.order;
-    let src = args.source.clone();
+pub(crate) async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
+    let (order, src) = (args.order, args.source.clone());
     // A bad CLAIMS_KEY is refused before anything is read or sent.
     let gate = src.gate()?;
     let s = src.clone();
-    if let Some(why) = tokio::task::spawn_blocking(move || missing(&s, order)).await?? {
+    if let Err(why) = blocking(move || s.find_order(&s.consumer()?, order)).await? {
         eprintln!("pool_worker cancel: {why}; nothing written");
         return Ok(Exit::Failure);
     }
     // Completions are looked for from the claims topic's end as it is now,
     // before the replay: none can be missed between the two.
     let s = src.clone();
-    let from = tokio::task::spawn_blocking(move || crate::submit::claims_end(&s)).await??;
+    let from = blocking(move || s.claims_end()).await?;
     let s = src.clone();
-    let records = tokio::task::spawn_blocking(move || crate::claims::read_all(&s)).await??;
+    let records = blocking(move || crate::claims::read_all(&s)).await?;
     let at = match find(&records, order) {
         Found::Completed(status, pos) => {
             println!("order {order} is already completed ({status}, claims #{pos}): left as it is");
@@ -119,72 +118,71 @@ pub async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
             println!("order {order} was already cancelled (claims #{pos}); nothing written");
             pos
         }
-        Found::Open => {
-            let rec = Record::cancel(
-                order,
-                &crate::run::new_incarnation(),
-                crate::run::now_ms(),
-                &args.reason,
-            );
-            let value = rec.encode();
-            let sig = gate.sign(&value);
-            let producer: FutureProducer<Silent> = src
-                .client_config()?
-                .set("acks", "all")
-                .set("message.timeout.ms", "30000")
-                .create_with_context(Silent)
-                .context("cannot create a Kafka producer")?;
-            let key = rec.key();
-            let mut fr = FutureRecord::<str, [u8]>::to(&src.coordination_topic)
-                .partition(0)
-                .key(&key)
-                .payload(&value);
-            if let Some(sig) = &sig {
-                fr = fr.headers(rdkafka::message::OwnedHeaders::new().insert(
-                    rdkafka::message::Header {
-                        key: crate::sign::HEADER,
-                        value: Some(sig.as_bytes()),
-                    },
-                ));
-            }
-            let d = producer
-                .send(fr, Duration::from_secs(30))
-                .await
-                .map_err(|(e, _)| {
-                    anyhow::anyhow!(
-                        "cannot write the cancel to '{}': {e}",
-                        src.coordination_topic
-                    )
-                })?;
-            println!("order {order}: cancel recorded (claims #{})", d.offset);
-            d.offset.max(0) as u64
-        }
+        Found::Open => write_cancel(&src, &gate, order, &args.reason).await?,
     };
+    follow(&args, from, at).await
+}
+
+/// Writes the cancel of `order` (signed when the pool has a key) to the
+/// claims topic; its position.
+async fn write_cancel(
+    src: &Source,
+    gate: &Gate,
+    order: OrderId,
+    reason: &str,
+) -> anyhow::Result<u64> {
+    let rec = Record::cancel(
+        order,
+        &crate::run::new_incarnation(),
+        crate::run::now_ms(),
+        reason,
+    );
+    let value = rec.encode();
+    let sig = gate.sign(&value);
+    let key = rec.key();
+    let mut fr = FutureRecord::<str, [u8]>::to(&src.coordination_topic)
+        .partition(0)
+        .key(&key)
+        .payload(&value);
+    if let Some(sig) = &sig {
+        fr = fr.headers(
+            rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                key: crate::sign::HEADER,
+                value: Some(sig.as_bytes()),
+            }),
+        );
+    }
+    let d = src
+        .producer()?
+        .send(fr, Duration::from_secs(30))
+        .await
+        .map_err(|(e, _)| {
+            anyhow::anyhow!(
+                "cannot write the cancel to '{}': {e}",
+                src.coordination_topic
+            )
+        })?;
+    println!("order {order}: cancel recorded (claims #{})", d.offset);
+    Ok(d.offset.max(0) as u64)
+}
+
+/// After the cancel at `at`: unless `--no-wait`, waits for the order's
+/// completion (looked for from `from`) and says what became of it.
+async fn follow(args: &CancelArgs, from: i64, at: u64) -> anyhow::Result<Exit> {
+    let order = args.order;
     let follow = format!("follow it with `pool_worker history {order}`");
     if args.no_wait {
         println!("{follow}");
         return Ok(Exit::Ok);
     }
-    let s = src.clone();
     let timeout = Duration::from_secs(args.wait_timeout_secs);
-    let done = tokio::task::spawn_blocking(move || {
-        crate::submit::wait_completed(&s, from, order, timeout)
-    })
-    .await??;
-    let Some((rec, outcome)) = done else {
+    let done = crate::cli::submit::await_completion(&args.source, from, order, timeout).await?;
+    let Some(outcome) = done else {
         println!(
             "order {order} is not completed yet (claims #{at} cancels it: it is completed `cancelled` when an instance reaches it); {follow}"
         );
         return Ok(Exit::Ok);
     };
-    crate::submit::print_completion(
-        &mut std::io::stdout(),
-        &mut std::io::stderr(),
-        src.json,
-        order,
-        &rec,
-        &outcome,
-    );
     if outcome.status != crate::record::Status::Cancelled {
         eprintln!(
             "order {order} ended {} before the cancel took effect: left as it is",
@@ -192,42 +190,6 @@ pub async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
         );
     }
     Ok(Exit::Ok)
-}
-
-/// Why `order` cannot be cancelled: it is not in the orders topic (past
-/// its partition's end, or in a partition the topic does not have).
-fn missing(src: &Source, order: OrderId) -> anyhow::Result<Option<String>> {
-    let c: BaseConsumer<Silent> = src
-        .client_config()?
-        .create_with_context(Silent)
-        .context("cannot create a Kafka client")?;
-    let md = c
-        .fetch_metadata(Some(&src.orders_topic), TIMEOUT)
-        .with_context(|| format!("cannot read topic '{}'", src.orders_topic))?;
-    let parts = md
-        .topics()
-        .first()
-        .map_or(0, |t| t.partitions().len() as i32);
-    if order.partition >= parts {
-        return Ok(Some(format!(
-            "there is no order {order}: '{}' has {parts} partition(s)",
-            src.orders_topic
-        )));
-    }
-    let (_, high) = c
-        .fetch_watermarks(&src.orders_topic, order.partition, TIMEOUT)
-        .with_context(|| {
-            format!(
-                "cannot read partition {} of '{}'",
-                order.partition, src.orders_topic
-            )
-        })?;
-    Ok((order.offset >= high).then(|| {
-        format!(
-            "there is no order {order} in '{}' (partition {} ends at {high})",
-            src.orders_topic, order.partition
-        )
-    }))
 }
 
 #[cfg(test)]

@@ -17,34 +17,41 @@
 //! time-out or a refusal).
 
 use crate::claims::{ClaimsReader, Polled, Start};
+use crate::cli::blocking;
+use crate::cli::source::Source;
 use crate::exit::Exit;
 use crate::record::{Event, OrderId, Outcome, Position, Record};
-use crate::status::Source;
 use anyhow::{bail, Context};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     /// A plain-text command line (split like a shell would, run without one).
     #[arg(long, conflicts_with_all = ["json_file", "argv"])]
-    pub text: Option<String>,
+    pub(crate) text: Option<String>,
     /// A JSON order from this file (`-` for standard input).
     #[arg(long = "json-file", value_name = "FILE", conflicts_with = "argv")]
-    pub json_file: Option<String>,
-    /// Wait for the order's completion, print it, exit with the job's code.
-    #[arg(long)]
-    pub wait: bool,
-    /// How long --wait waits.
-    #[arg(long, default_value_t = 3600)]
-    pub wait_timeout_secs: u64,
+    pub(crate) json_file: Option<String>,
     #[command(flatten)]
-    pub source: Source,
+    pub(crate) wait: WaitArgs,
+    #[command(flatten)]
+    pub(crate) source: Source,
     /// The program and its arguments (after `--`).
     #[arg(last = true)]
-    pub argv: Vec<String>,
+    pub(crate) argv: Vec<String>,
+}
+
+/// `--wait` and how long it waits (`submit`, `retry`).
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct WaitArgs {
+    /// Wait for the order's completion, print it, exit with the job's code.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value_t = 3600)]
+    pub(crate) wait_timeout_secs: u64,
 }
 
 impl SubmitArgs {
@@ -69,40 +76,28 @@ impl SubmitArgs {
     }
 }
 
-pub async fn run(args: SubmitArgs) -> anyhow::Result<i32> {
+pub(crate) async fn run(args: SubmitArgs) -> anyhow::Result<Exit> {
     let payload = args.payload()?;
-    send(&args.source, payload, args.wait, args.wait_timeout_secs).await
+    send(&args.source, payload, &args.wait).await
 }
 
 /// Sends one order (checked first: [`Exit::Config`] if invalid), prints
-/// its `PARTITION:OFFSET`, and with `wait` waits for its completion
-/// (`submit`, `retry`). Returns the exit status: with `wait`, the job's own
-/// (or [`Exit::WaitTimedOut`]).
-pub async fn send(
-    src: &Source,
-    payload: Vec<u8>,
-    wait: bool,
-    wait_timeout_secs: u64,
-) -> anyhow::Result<i32> {
+/// its `PARTITION:OFFSET`, and with `--wait` waits for its completion
+/// (`submit`, `retry`). Returns the exit status: with `--wait`, the job's
+/// own ([`Exit::Job`]; or [`Exit::WaitTimedOut`]).
+pub(crate) async fn send(src: &Source, payload: Vec<u8>, wait: &WaitArgs) -> anyhow::Result<Exit> {
     if let Err(e) = crate::orders::parse(Some(&payload)) {
         eprintln!("pool_worker submit: not a valid order: {e}");
-        return Ok(Exit::Config.code());
+        return Ok(Exit::Config);
     }
     // A bad CLAIMS_KEY is refused before anything is sent.
     src.gate()?;
     // Start reading the claims topic at its current end *before* sending, so
     // that no completion can be missed.
-    let claims_from = {
-        let s = src.clone();
-        tokio::task::spawn_blocking(move || claims_end(&s)).await??
-    };
-    let producer: FutureProducer<crate::status::Silent> = src
-        .client_config()?
-        .set("acks", "all")
-        .set("message.timeout.ms", "30000")
-        .create_with_context(crate::status::Silent)
-        .context("cannot create a Kafka producer")?;
-    let d = producer
+    let s = src.clone();
+    let claims_from = blocking(move || s.claims_end()).await?;
+    let d = src
+        .producer()?
         .send(
             FutureRecord::<(), [u8]>::to(&src.orders_topic).payload(&payload),
             Duration::from_secs(30),
@@ -120,16 +115,39 @@ pub async fn send(
     } else {
         println!("{order}");
     }
-    if !wait {
-        return Ok(Exit::Ok.code());
+    if !wait.wait {
+        return Ok(Exit::Ok);
     }
+    let timeout = Duration::from_secs(wait.wait_timeout_secs);
+    let Some(outcome) = await_completion(src, claims_from, order, timeout).await? else {
+        eprintln!(
+            "pool_worker submit: order {order} not completed within {} s",
+            wait.wait_timeout_secs
+        );
+        return Ok(Exit::WaitTimedOut);
+    };
+    // The job's own exit status; a job that ended without one (killed by a
+    // signal, never started) is a failure.
+    Ok(match outcome.exit_code {
+        Some(c) => Exit::Job(c.clamp(0, 255) as u8),
+        None => Exit::Failure,
+    })
+}
+
+/// Waits at most `timeout` for `order`'s completion (see
+/// [`wait_completed`]; `from`: the claims topic's end before the order or
+/// its cancel was written) and prints it ([`print_completion`]); its
+/// outcome, or `None` when the time ran out (`submit`, `retry`, `cancel`).
+pub(crate) async fn await_completion(
+    src: &Source,
+    from: i64,
+    order: OrderId,
+    timeout: Duration,
+) -> anyhow::Result<Option<Outcome>> {
     let s = src.clone();
-    let timeout = Duration::from_secs(wait_timeout_secs);
-    let done = tokio::task::spawn_blocking(move || wait_completed(&s, claims_from, order, timeout))
-        .await??;
+    let done = blocking(move || wait_completed(&s, from, order, timeout)).await?;
     let Some((rec, outcome)) = done else {
-        eprintln!("pool_worker submit: order {order} not completed within {wait_timeout_secs} s");
-        return Ok(Exit::WaitTimedOut.code());
+        return Ok(None);
     };
     print_completion(
         &mut std::io::stdout(),
@@ -139,20 +157,15 @@ pub async fn send(
         &rec,
         &outcome,
     );
-    // The job's own exit status; a job that ended without one (killed by a
-    // signal, never started) is a failure.
-    Ok(outcome
-        .exit_code
-        .unwrap_or(Exit::Failure.code())
-        .clamp(0, 255))
+    Ok(Some(outcome))
 }
 
 /// Prints a completion: as one JSON line, or the job's output tails (stdout
 /// and stderr) and a summary line. The tails and the reason come from the
 /// job, that is, from whoever wrote the order: their control characters are
-/// escaped (`status::escape_controls`), so that they cannot drive the
+/// escaped (`show::escape_controls`), so that they cannot drive the
 /// terminal (move the cursor, rewrite earlier lines, set the title...).
-pub fn print_completion(
+pub(crate) fn print_completion(
     out: &mut impl std::io::Write,
     err: &mut impl std::io::Write,
     json: bool,
@@ -160,7 +173,7 @@ pub fn print_completion(
     rec: &Record,
     outcome: &Outcome,
 ) {
-    use crate::status::{escape_controls, json_line};
+    use crate::cli::show::{escape_controls, json_line};
     if json {
         let v = json!({"event": "completed", "order": order.to_string(), "instance": rec.instance, "outcome": outcome});
         let _ = writeln!(out, "{}", json_line(&v));
@@ -196,17 +209,6 @@ pub fn print_completion(
             .map(|r| format!(": {}", escape_controls(r, false)))
             .unwrap_or_default()
     );
-}
-
-pub(crate) fn claims_end(src: &Source) -> anyhow::Result<i64> {
-    let c: BaseConsumer<crate::status::Silent> = src
-        .client_config()?
-        .create_with_context(crate::status::Silent)
-        .context("cannot create a Kafka client")?;
-    let (_, high) = c
-        .fetch_watermarks(&src.coordination_topic, 0, Duration::from_secs(30))
-        .with_context(|| format!("cannot read topic '{}'", src.coordination_topic))?;
-    Ok(high)
 }
 
 /// Reads the claims topic until a completion of `order` that the replay

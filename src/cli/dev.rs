@@ -42,8 +42,12 @@
 //! record judged by the same gate as the workers' (`CLAIMS_KEY`, possible
 //! claims), so a record they skip shows as foreign.
 
-use crate::broker::{check_topic_name, Broker};
+use crate::broker::Broker;
 use crate::claims::{ClaimsReader, Polled, Start};
+use crate::cli::broker::TopicArgs;
+use crate::cli::show::{clip, describe, first_line};
+use crate::cli::source::{Source, SourceEnv};
+use crate::cli::StopSignals;
 use crate::exit::Exit;
 use crate::record::Foreign;
 use crate::record::{Event, OrderId, Record};
@@ -58,19 +62,19 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// Most instances `dev` starts.
-pub const MAX_DEV_INSTANCES: u32 = 64;
+pub(crate) const MAX_DEV_INSTANCES: u32 = 64;
 
 /// The lease for dev workers unless `LEASE_MS` is set: short, so a takeover
 /// after a killed worker happens while you watch.
-pub const DEV_LEASE_MS: &str = "5000";
+pub(crate) const DEV_LEASE_MS: &str = "5000";
 
 /// The settling wait for dev workers unless `SETTLE_MS` is set: the
 /// embedded broker is on loopback, where a killed worker's requests land
 /// within milliseconds (docs/protocol.md R16).
-pub const DEV_SETTLE_MS: &str = "1000";
+pub(crate) const DEV_SETTLE_MS: &str = "1000";
 
 /// The demo's sample orders: (what it shows, payload).
-pub const DEMO_ORDERS: &[(&str, &str)] = &[
+pub(crate) const DEMO_ORDERS: &[(&str, &str)] = &[
     ("a plain command line", "echo hello from the pool"),
     (
         "JSON, with the job's environment",
@@ -94,50 +98,36 @@ pub const DEMO_ORDERS: &[(&str, &str)] = &[
 
 /// `pool_worker dev`: broker, supervisor and live audit trail in one process.
 #[derive(clap::Args, Debug, Clone)]
-pub struct DevArgs {
+pub(crate) struct DevArgs {
     /// How many worker instances to run (numbered 1 to N).
     #[arg(long, default_value_t = 3)]
-    pub instances: u32,
+    pub(crate) instances: u32,
     /// Send sample orders, show their results and exit.
     #[arg(long)]
-    pub demo: bool,
+    pub(crate) demo: bool,
     /// How long --demo waits for its orders.
     #[arg(long, default_value_t = 60)]
-    pub demo_timeout_secs: u64,
-    /// Partitions of the orders topic.
-    #[arg(long, default_value_t = 1)]
-    pub orders_partitions: i32,
-    /// The orders topic to create [env: ORDERS_TOPIC]
-    #[arg(long, default_value = "work_orders")]
-    pub orders_topic: String,
-    /// The claims topic to create [env: COORDINATION_TOPIC]
-    #[arg(long, default_value = "work_claims")]
-    pub coordination_topic: String,
-    /// Also create this results topic (and pass it to the workers)
-    /// [env: RESULTS_TOPIC]
-    #[arg(long)]
-    pub results_topic: Option<String>,
+    pub(crate) demo_timeout_secs: u64,
+    #[command(flatten)]
+    pub(crate) topics: TopicArgs,
     /// Where the workers' own stdout and stderr go.
     #[arg(long, value_enum, default_value_t = ChildOutput::Prefix)]
-    pub worker_output: ChildOutput,
+    pub(crate) worker_output: ChildOutput,
     /// Print JSON lines instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 impl DevArgs {
-    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
-    pub fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
-        crate::config::TopicsEnv::apply(
-            m,
-            &mut self.orders_topic,
-            &mut self.coordination_topic,
-            &mut self.results_topic,
-        )
-    }
-
-    fn results_topic(&self) -> Option<&str> {
-        self.results_topic.as_deref().filter(|t| !t.is_empty())
+    /// Where the claims trail is read from: this pool's broker and topics.
+    fn source(&self, addr: &str) -> anyhow::Result<Source> {
+        Ok(Source {
+            brokers: addr.to_string(),
+            orders_topic: self.topics.orders_topic.clone(),
+            coordination_topic: self.topics.coordination_topic.clone(),
+            json: self.json,
+            claims_key_file: crate::config::read_env::<SourceEnv>()?.claims_key_file,
+        })
     }
 
     fn check(&self) -> Result<(), String> {
@@ -146,32 +136,18 @@ impl DevArgs {
                 "--instances must be between 1 and {MAX_DEV_INSTANCES}"
             ));
         }
-        if !(1..=crate::broker::MAX_PARTITIONS).contains(&self.orders_partitions) {
-            return Err(format!(
-                "--orders-partitions must be between 1 and {}",
-                crate::broker::MAX_PARTITIONS
-            ));
-        }
-        let mut names = vec![self.orders_topic.as_str(), self.coordination_topic.as_str()];
-        names.extend(self.results_topic());
-        for (i, name) in names.iter().enumerate() {
-            check_topic_name(name)?;
-            if names[..i].contains(name) {
-                return Err(format!("topic '{name}' is named twice"));
-            }
-        }
-        Ok(())
+        self.topics.check()
     }
 }
 
 /// One record of the claims topic as read: decoded and judged by the
 /// pool's gate, and its bytes (shown for a foreign record).
 #[derive(Clone, Debug)]
-pub struct RawClaim {
-    pub offset: i64,
-    pub record: Result<Record, Foreign>,
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
+pub(crate) struct RawClaim {
+    pub(crate) offset: i64,
+    pub(crate) record: Result<Record, Foreign>,
+    pub(crate) key: Option<Vec<u8>>,
+    pub(crate) value: Option<Vec<u8>>,
 }
 
 /// Runs `pool_worker dev`; returns the exit status.
@@ -183,145 +159,53 @@ pub struct RawClaim {
 /// `key` and `value` instead of `record` for a record pool_worker did not
 /// write), with `--demo` `{"event":"produced",...}` and `{"event":"result",
 /// ...}`, and last `{"event":"done","code":N}`.
-pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
+pub(crate) async fn run(args: DevArgs) -> anyhow::Result<Exit> {
     if let Err(e) = args.check() {
         eprintln!("pool_worker dev: {e}");
         return Ok(Exit::Config);
     }
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut stop = StopSignals::new()?;
     let out = Out { json: args.json };
-
-    let mut topics = vec![
-        (args.orders_topic.clone(), args.orders_partitions),
-        (args.coordination_topic.clone(), 1),
-    ];
-    if let Some(r) = args.results_topic() {
-        topics.push((r.to_string(), 1));
-    }
-    let broker = Broker::start(1, &topics)?;
+    let broker = Broker::start(1, &args.topics.to_create())?;
     let addr = broker.bootstrap();
     out.banner(&args, &addr);
-
-    let (claims_tx, mut claims) = mpsc::unbounded_channel();
-    let source = crate::status::Source {
-        brokers: addr.clone(),
-        orders_topic: args.orders_topic.clone(),
-        coordination_topic: args.coordination_topic.clone(),
-        json: args.json,
-        claims_key_file: crate::config::read_env::<crate::status::SourceEnv>()?.claims_key_file,
-    };
+    let (claims_tx, claims) = mpsc::unbounded_channel();
+    let source = args.source(&addr)?;
     let tail = tokio::task::spawn_blocking(move || tail_claims(&source, &claims_tx));
-
-    let mut cfg = SupervisorConfig::new((1..=args.instances).collect())?;
     // The workers' clean-exit markers (src/settle.rs) live as long as this
     // broker does: a directory of this run's own, unless STATE_DIR is set.
     let state_dir = std::env::var_os("STATE_DIR")
         .is_none()
         .then(|| std::env::temp_dir().join(format!("pool_worker-dev-{}", std::process::id())));
+    let mut cfg = SupervisorConfig::new((1..=args.instances).collect())?;
     cfg.env = worker_env(&args, &addr, state_dir.as_deref());
     cfg.output = args.worker_output;
-    let (mut sup, mut sup_events) = Supervisor::spawn(cfg);
-
-    let mut pending: BTreeMap<OrderId, &str> = BTreeMap::new();
-    let mut deadline = None;
-    if args.demo {
-        for (order, (_, payload)) in produce_demo(&addr, &args.orders_topic)
-            .await?
-            .into_iter()
-            .zip(DEMO_ORDERS)
-        {
-            out.produced(order, payload);
-            pending.insert(order, payload);
-        }
-        out.note(&format!(
-            "sent {} sample orders; waiting up to {} s for their results",
-            pending.len(),
-            args.demo_timeout_secs
-        ));
-        deadline = Some(Instant::now() + Duration::from_secs(args.demo_timeout_secs));
-    }
-    let demo_orders = pending.clone();
-
-    let mut trail: Vec<RawClaim> = Vec::new();
-    let mut results: BTreeMap<OrderId, Record> = BTreeMap::new();
-    let mut code = Exit::Ok;
-    let mut sup_ended = None;
-    loop {
-        if args.demo && pending.is_empty() {
-            break;
-        }
-        tokio::select! {
-            Some(event) = sup_events.recv() => out.sup_event(&event),
-            Some(claim) = claims.recv() => {
-                out.claim(&claim);
-                if let Ok(rec) = &claim.record {
-                    if rec.event() == Event::Completed {
-                        if let Some(order) = rec.order() {
-                            if pending.remove(&order).is_some() {
-                                results.insert(order, rec.clone());
-                            }
-                        }
-                    }
-                }
-                trail.push(claim);
-            }
-            () = sleep_until(deadline) => {
-                out.note(&format!(
-                    "the demo's deadline passed with {} of {} orders not completed",
-                    pending.len(),
-                    demo_orders.len()
-                ));
-                code = Exit::Failure;
-                break;
-            }
-            ending = sup.wait() => {
-                // Every instance retired (e.g. a configuration error).
-                let c = match ending {
-                    Ok(e) => e.exit_code(),
-                    Err(e) => { out.note(&format!("the supervisor failed: {e:#}")); Exit::Failure }
-                };
-                out.note("no worker instance is left running");
-                sup_ended = Some(c);
-                code = c;
-                break;
-            }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
-        }
-    }
-
-    if args.demo {
-        out.results(&demo_orders, &results);
+    let (sup, sup_events) = Supervisor::spawn(cfg);
+    let mut pool = Pool {
+        out,
+        sup,
+        sup_events,
+        claims,
+        trail: Vec::new(),
+    };
+    let mut demo = if args.demo {
+        Some(Demo::send(&out, &addr, &args).await?)
+    } else {
+        None
+    };
+    let (code, sup_ended) = pool.watch(demo.as_mut(), &mut stop).await;
+    if let Some(d) = &demo {
+        out.results(&d.orders, &d.results);
         if !args.json {
-            out.trail(&trail);
+            out.trail(&pool.trail);
         }
     }
-
     // Workers first (they need the broker to finish cleanly), then the rest.
-    if sup_ended.is_none() {
-        out.note("stopping the workers");
-        sup.stop();
-        loop {
-            tokio::select! {
-                Some(event) = sup_events.recv() => out.sup_event(&event),
-                ending = sup.wait() => {
-                    if let Err(e) = ending {
-                        out.note(&format!("the supervisor failed: {e:#}"));
-                    }
-                    break;
-                }
-            }
-        }
-    }
-    while let Ok(event) = sup_events.try_recv() {
-        out.sup_event(&event);
-    }
+    pool.stop(sup_ended).await;
     // The tail's consumer must be gone before the broker is, or librdkafka
     // reports the broker's disappearance as an error: the tail ends when
     // its receiver is gone.
-    drop(claims);
+    drop(pool.claims);
     let _ = tail.await;
     drop(broker);
     if let Some(dir) = &state_dir {
@@ -329,6 +213,130 @@ pub async fn run(args: DevArgs) -> anyhow::Result<Exit> {
     }
     out.done(code);
     Ok(code)
+}
+
+/// The running pool as `dev` watches it: the supervisor and its events,
+/// and the claims trail.
+struct Pool {
+    out: Out,
+    sup: Supervisor,
+    sup_events: mpsc::UnboundedReceiver<SupEvent>,
+    claims: mpsc::UnboundedReceiver<RawClaim>,
+    /// Every claims record read so far.
+    trail: Vec<RawClaim>,
+}
+
+impl Pool {
+    /// Prints what happens until a signal, the demo's end (every order
+    /// completed, or its deadline), or the supervisor's: the exit status,
+    /// and whether the supervisor ended by itself.
+    async fn watch(&mut self, mut demo: Option<&mut Demo>, stop: &mut StopSignals) -> (Exit, bool) {
+        let deadline = demo.as_ref().map(|d| d.deadline);
+        loop {
+            if demo.as_ref().is_some_and(|d| d.pending.is_empty()) {
+                return (Exit::Ok, false);
+            }
+            tokio::select! {
+                Some(event) = self.sup_events.recv() => self.out.sup_event(&event),
+                Some(claim) = self.claims.recv() => {
+                    self.out.claim(&claim);
+                    if let (Some(d), Ok(rec)) = (demo.as_deref_mut(), &claim.record) {
+                        d.seen(rec);
+                    }
+                    self.trail.push(claim);
+                }
+                () = sleep_until(deadline) => {
+                    let d = demo.as_ref().map_or((0, 0), |d| (d.pending.len(), d.orders.len()));
+                    self.out.note(&format!(
+                        "the demo's deadline passed with {} of {} orders not completed",
+                        d.0, d.1
+                    ));
+                    return (Exit::Failure, false);
+                }
+                ending = self.sup.wait() => {
+                    // Every instance retired (e.g. a configuration error).
+                    let code = match ending {
+                        Ok(e) => e.exit_code(),
+                        Err(e) => { self.out.note(&format!("the supervisor failed: {e:#}")); Exit::Failure }
+                    };
+                    self.out.note("no worker instance is left running");
+                    return (code, true);
+                }
+                () = stop.recv() => return (Exit::Ok, false),
+            }
+        }
+    }
+
+    /// Stops the workers (unless the supervisor `ended` by itself) and
+    /// prints the last events.
+    async fn stop(&mut self, ended: bool) {
+        if !ended {
+            self.out.note("stopping the workers");
+            self.sup.stop();
+            loop {
+                tokio::select! {
+                    Some(event) = self.sup_events.recv() => self.out.sup_event(&event),
+                    ending = self.sup.wait() => {
+                        if let Err(e) = ending {
+                            self.out.note(&format!("the supervisor failed: {e:#}"));
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        while let Ok(event) = self.sup_events.try_recv() {
+            self.out.sup_event(&event);
+        }
+    }
+}
+
+/// `--demo`: the sample orders sent, and their completions as they come.
+struct Demo {
+    /// Each sample order and its payload.
+    orders: BTreeMap<OrderId, &'static str>,
+    /// Those not completed yet.
+    pending: BTreeMap<OrderId, &'static str>,
+    results: BTreeMap<OrderId, Record>,
+    deadline: Instant,
+}
+
+impl Demo {
+    /// Sends [`DEMO_ORDERS`] and says so.
+    async fn send(out: &Out, addr: &str, args: &DevArgs) -> anyhow::Result<Demo> {
+        let mut orders = BTreeMap::new();
+        for (order, (_, payload)) in produce_demo(addr, &args.topics.orders_topic)
+            .await?
+            .into_iter()
+            .zip(DEMO_ORDERS)
+        {
+            out.produced(order, payload);
+            orders.insert(order, *payload);
+        }
+        out.note(&format!(
+            "sent {} sample orders; waiting up to {} s for their results",
+            orders.len(),
+            args.demo_timeout_secs
+        ));
+        Ok(Demo {
+            pending: orders.clone(),
+            orders,
+            results: BTreeMap::new(),
+            deadline: Instant::now() + Duration::from_secs(args.demo_timeout_secs),
+        })
+    }
+
+    /// A claims record read: a completion of a sample order is its result.
+    fn seen(&mut self, rec: &Record) {
+        if rec.event() != Event::Completed {
+            return;
+        }
+        if let Some(order) = rec.order() {
+            if self.pending.remove(&order).is_some() {
+                self.results.insert(order, rec.clone());
+            }
+        }
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -346,10 +354,10 @@ fn worker_env(
 ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     let mut env = vec![
         ("KAFKA_BROKERS", addr.to_string()),
-        ("ORDERS_TOPIC", args.orders_topic.clone()),
-        ("COORDINATION_TOPIC", args.coordination_topic.clone()),
+        ("ORDERS_TOPIC", args.topics.orders_topic.clone()),
+        ("COORDINATION_TOPIC", args.topics.coordination_topic.clone()),
     ];
-    if let Some(r) = args.results_topic() {
+    if let Some(r) = args.topics.results_topic() {
         env.push(("RESULTS_TOPIC", r.to_string()));
     }
     if std::env::var_os("LEASE_MS").is_none() {
@@ -397,7 +405,7 @@ async fn produce_demo(addr: &str, topic: &str) -> anyhow::Result<Vec<OrderId>> {
 /// Reads the claims topic from the beginning and forwards every record until
 /// the receiver is gone. Errors are librdkafka's transient ones (it
 /// reconnects by itself) and are not fatal.
-fn tail_claims(src: &crate::status::Source, tx: &mpsc::UnboundedSender<RawClaim>) {
+fn tail_claims(src: &crate::cli::source::Source, tx: &mpsc::UnboundedSender<RawClaim>) {
     let reader = match ClaimsReader::open(src, Start::Beginning) {
         Ok((r, _, _)) => r,
         Err(e) => {
@@ -425,128 +433,6 @@ fn tail_claims(src: &crate::status::Source, tx: &mpsc::UnboundedSender<RawClaim>
     }
 }
 
-/// One claims record as a readable line (without the offset), e.g.
-/// `3:claimed     order 0:17 attempt 1`.
-pub fn describe_claim(key: Option<&[u8]>, value: Option<&[u8]>) -> String {
-    describe(&Record::decode(key, value), key, value)
-}
-
-/// [`describe_claim`] of a record already decoded (and judged).
-fn describe(record: &Result<Record, Foreign>, key: Option<&[u8]>, value: Option<&[u8]>) -> String {
-    match record {
-        Ok(rec) => format!("{:<13} {}", rec.key(), describe_record(rec)),
-        Err(why) => format!(
-            "{:<13} (not a pool_worker record: {why}) {}",
-            key.map_or("(no key)".into(), |k| clip(&String::from_utf8_lossy(k), 40)),
-            value.map_or("(no value)".into(), |v| clip(
-                &String::from_utf8_lossy(v),
-                80
-            )),
-        ),
-    }
-}
-
-/// What a record says, after its key.
-pub fn describe_record(rec: &Record) -> String {
-    let order = rec.order().map_or_else(|| "?".into(), |o| o.to_string());
-    let mut s = match rec.event() {
-        Event::Booted => format!("incarnation {}", rec.incarnation),
-        Event::Claimed | Event::Committed => {
-            let mut s = format!("order {order} attempt {}", rec.attempt());
-            if !rec.takeover_of().is_empty() {
-                let from: Vec<String> = rec
-                    .takeover_of()
-                    .iter()
-                    .map(|c| c.instance.to_string())
-                    .collect();
-                s.push_str(&format!(", taking over from instance {}", from.join(", ")));
-            }
-            if let Some(r) = rec.rank() {
-                s.push_str(&format!(", rank {r}"));
-            }
-            if !rec.passed_over().is_empty() {
-                let who: Vec<String> = rec.passed_over().iter().map(|i| i.to_string()).collect();
-                s.push_str(&format!(", passing over instance {}", who.join(", ")));
-            }
-            s
-        }
-        Event::Yielded | Event::Lease => format!("order {order}"),
-        Event::Cancelled => format!("order {order}, cancelled by an operator"),
-        Event::Revoked => format!(
-            "order {order}, fencing incarnation {}{}",
-            match &rec.body {
-                crate::record::Body::Revoked { fences, .. } => fences.as_str(),
-                _ => "?",
-            },
-            rec.rank()
-                .map_or(String::new(), |r| format!(", the taker at rank {r}"))
-        ),
-        Event::Completed => match rec.outcome() {
-            Some(o) => {
-                let mut s = format!("order {order} {}", o.status);
-                if let Some(c) = o.exit_code {
-                    s.push_str(&format!(" exit {c}"));
-                }
-                s.push_str(&format!(" in {} ms", o.duration_ms));
-                if let Some(r) = &o.retry_of {
-                    s.push_str(&format!(", retry of {r}"));
-                }
-                if let Some(t) = &o.traceparent {
-                    s.push_str(&format!(", traceparent {t}"));
-                }
-                if let Some(line) = first_line(&o.stdout_tail) {
-                    s.push_str(&format!(" | {}", clip(line, 60)));
-                }
-                s
-            }
-            None => format!("order {order}"),
-        },
-        Event::Checkpoint => {
-            let next: Vec<String> = rec.next.iter().map(|(p, o)| format!("{p}:{o}")).collect();
-            match rec.snapshot() {
-                Some(snap) => format!(
-                    "the log before #{}: {} instances, {} open contests, {} ids; frontier {}",
-                    snap.at,
-                    snap.instances.len(),
-                    snap.contests.len(),
-                    snap.ids.len(),
-                    next.join(" ")
-                ),
-                None => format!("frontier {}", next.join(" ")),
-            }
-        }
-    };
-    if let Some(id) = &rec.order_id() {
-        s.push_str(&format!(" (id {})", clip(id, 40)));
-    }
-    if let Some(by) = rec.by() {
-        s.push_str(&format!(" by instance {by}"));
-    }
-    let reason = rec
-        .reason()
-        .or(rec.outcome().and_then(|o| o.reason.as_deref()));
-    if let Some(r) = reason {
-        s.push_str(&format!(": {}", clip(r, 80)));
-    }
-    s
-}
-
-fn first_line(text: &str) -> Option<&str> {
-    text.lines().map(str::trim).find(|l| !l.is_empty())
-}
-
-/// At most `n` characters, with `…` when cut.
-fn clip(s: &str, n: usize) -> String {
-    let s = s.replace(['\n', '\r'], " ");
-    if s.chars().count() <= n {
-        s
-    } else {
-        let mut c: String = s.chars().take(n.saturating_sub(1)).collect();
-        c.push('…');
-        c
-    }
-}
-
 /// How the banner names this executable: `pool_worker` when that is what
 /// the PATH finds (after `cargo install --path .`), else its full path, so
 /// that every line pastes and runs as it is.
@@ -567,13 +453,16 @@ fn tool_program() -> String {
 /// The banner's lines for the tools, each with this pool's address (and
 /// topics, when they are not the defaults) filled in, ready to paste into
 /// another shell; `prog` names this executable.
-pub fn tools_lines(args: &DevArgs, addr: &str, prog: &str) -> String {
+pub(crate) fn tools_lines(args: &DevArgs, addr: &str, prog: &str) -> String {
     let mut env = format!("KAFKA_BROKERS={addr}");
-    if args.orders_topic != "work_orders" {
-        env.push_str(&format!(" ORDERS_TOPIC={}", args.orders_topic));
+    if args.topics.orders_topic != "work_orders" {
+        env.push_str(&format!(" ORDERS_TOPIC={}", args.topics.orders_topic));
     }
-    if args.coordination_topic != "work_claims" {
-        env.push_str(&format!(" COORDINATION_TOPIC={}", args.coordination_topic));
+    if args.topics.coordination_topic != "work_claims" {
+        env.push_str(&format!(
+            " COORDINATION_TOPIC={}",
+            args.topics.coordination_topic
+        ));
     }
     format!(
         "Talk to the pool with the tools (from another shell):\n\
@@ -586,7 +475,70 @@ pub fn tools_lines(args: &DevArgs, addr: &str, prog: &str) -> String {
     )
 }
 
+/// One row of `--demo`'s results: order, what, instance, status, exit,
+/// duration, output.
+fn result_row(order: OrderId, payload: &str, rec: Option<&Record>) -> [String; 7] {
+    let Some(rec) = rec else {
+        return [
+            order.to_string(),
+            clip(payload, 40),
+            "-".into(),
+            "not completed".into(),
+            "-".into(),
+            "-".into(),
+            String::new(),
+        ];
+    };
+    let o = rec.outcome();
+    let output = o
+        .and_then(|o| {
+            first_line(&o.stdout_tail)
+                .or(o.reason.as_deref())
+                .or(first_line(&o.stderr_tail))
+        })
+        .map_or(String::new(), |l| clip(l, 50));
+    [
+        order.to_string(),
+        clip(payload, 40),
+        rec.instance.to_string(),
+        o.map_or("?".into(), |o| o.status.to_string()),
+        o.and_then(|o| o.exit_code)
+            .map_or("-".into(), |c| c.to_string()),
+        o.map_or("-".into(), |o| format!("{} ms", o.duration_ms)),
+        output,
+    ]
+}
+
+/// The rows of `--demo`'s results as a table under a header.
+fn results_table(rows: &[[String; 7]]) -> String {
+    let header = [
+        "order", "what", "instance", "status", "exit", "duration", "output",
+    ]
+    .map(String::from);
+    let mut widths = [0usize; 7];
+    for row in std::iter::once(&header).chain(rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let fmt_row = |row: &[String; 7]| {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        cells.join("  ").trim_end().to_string()
+    };
+    let mut text = format!("\nResults:\n{}\n", fmt_row(&header));
+    for row in rows {
+        text.push_str(&fmt_row(row));
+        text.push('\n');
+    }
+    text
+}
+
 /// Everything `dev` prints to stdout, in text or JSON.
+#[derive(Clone, Copy)]
 struct Out {
     json: bool,
 }
@@ -602,25 +554,29 @@ impl Out {
         if self.json {
             self.line(
                 &serde_json::json!({
-                    "event": "ready", "bootstrap": addr, "orders_topic": args.orders_topic,
-                    "coordination_topic": args.coordination_topic,
-                    "results_topic": args.results_topic(), "instances": args.instances,
+                    "event": "ready", "bootstrap": addr, "orders_topic": args.topics.orders_topic,
+                    "coordination_topic": args.topics.coordination_topic,
+                    "results_topic": args.topics.results_topic(), "instances": args.instances,
                 })
                 .to_string(),
             );
             return;
         }
-        let (orders, claims) = (&args.orders_topic, &args.coordination_topic);
-        let plural = if args.orders_partitions == 1 { "" } else { "s" };
+        let (orders, claims) = (&args.topics.orders_topic, &args.topics.coordination_topic);
+        let plural = if args.topics.orders_partitions == 1 {
+            ""
+        } else {
+            "s"
+        };
         let mut text = format!(
             "pool_worker dev: an embedded Kafka broker and {n} worker instances\n\
              \n  bootstrap     {addr}\
              \n  orders topic  {orders} ({p} partition{plural})\
              \n  claims topic  {claims} (1 partition)\n",
             n = args.instances,
-            p = args.orders_partitions,
+            p = args.topics.orders_partitions,
         );
-        if let Some(r) = args.results_topic() {
+        if let Some(r) = args.topics.results_topic() {
             text.push_str(&format!("  results topic {r}\n"));
         }
         text.push_str(&format!(
@@ -693,37 +649,7 @@ impl Out {
     fn results(&self, orders: &BTreeMap<OrderId, &str>, results: &BTreeMap<OrderId, Record>) {
         let rows: Vec<[String; 7]> = orders
             .iter()
-            .map(|(order, payload)| {
-                let Some(rec) = results.get(order) else {
-                    return [
-                        order.to_string(),
-                        clip(payload, 40),
-                        "-".into(),
-                        "not completed".into(),
-                        "-".into(),
-                        "-".into(),
-                        String::new(),
-                    ];
-                };
-                let o = rec.outcome();
-                let output = o
-                    .and_then(|o| {
-                        first_line(&o.stdout_tail)
-                            .or(o.reason.as_deref())
-                            .or(first_line(&o.stderr_tail))
-                    })
-                    .map_or(String::new(), |l| clip(l, 50));
-                [
-                    order.to_string(),
-                    clip(payload, 40),
-                    rec.instance.to_string(),
-                    o.map_or("?".into(), |o| o.status.to_string()),
-                    o.and_then(|o| o.exit_code)
-                        .map_or("-".into(), |c| c.to_string()),
-                    o.map_or("-".into(), |o| format!("{} ms", o.duration_ms)),
-                    output,
-                ]
-            })
+            .map(|(order, payload)| result_row(*order, payload, results.get(order)))
             .collect();
         if self.json {
             for (row, (order, _)) in rows.iter().zip(orders) {
@@ -739,30 +665,7 @@ impl Out {
             }
             return;
         }
-        let header = [
-            "order", "what", "instance", "status", "exit", "duration", "output",
-        ]
-        .map(String::from);
-        let mut widths = [0usize; 7];
-        for row in std::iter::once(&header).chain(&rows) {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let fmt_row = |row: &[String; 7]| {
-            let cells: Vec<String> = row
-                .iter()
-                .zip(widths)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect();
-            cells.join("  ").trim_end().to_string()
-        };
-        let mut text = format!("\nResults:\n{}\n", fmt_row(&header));
-        for row in &rows {
-            text.push_str(&fmt_row(row));
-            text.push('\n');
-        }
-        self.line(&text);
+        self.line(&results_table(&rows));
     }
 
     fn trail(&self, trail: &[RawClaim]) {
@@ -793,7 +696,6 @@ impl Out {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Body, Cite, Outcome, Status};
 
     #[test]
     fn demo_orders_are_what_they_say() {
@@ -808,65 +710,6 @@ mod tests {
         assert!((5..=8).contains(&DEMO_ORDERS.len()));
     }
 
-    #[test]
-    fn readable_lines() {
-        let mut claim = Record::of(3, Event::Claimed, "a1", 0).with_order(OrderId::new(0, 17));
-        claim.set_attempt(1);
-        let key = claim.key();
-        assert_eq!(
-            describe_claim(Some(key.as_bytes()), Some(&claim.encode())),
-            "3:claimed     order 0:17 attempt 1"
-        );
-        claim.set_takeover_of(vec![Cite {
-            instance: 2.into(),
-            incarnation: "b".into(),
-        }]);
-        assert!(describe_record(&claim).ends_with("taking over from instance 2"));
-        claim.set_rank(Some(0));
-        assert!(describe_record(&claim).ends_with("taking over from instance 2, rank 0"));
-
-        let mut cp = Record::of(3, Event::Checkpoint, "a1", 0);
-        cp.set_snapshot(Some(Box::new(crate::boot::View::new().snapshot())));
-        cp.next.insert(0, 18);
-        assert_eq!(
-            describe_record(&cp),
-            "the log before #0: 0 instances, 0 open contests, 0 ids; frontier 0:18"
-        );
-
-        let mut done = Record::of(3, Event::Completed, "a1", 0).with_order(OrderId::new(0, 17));
-        done.set_outcome(Some(Outcome {
-            status: Status::Ok,
-            exit_code: Some(0),
-            duration_ms: 12,
-            reason: None,
-            stdout_tail: "\nhello\nworld\n".into(),
-            stderr_tail: String::new(),
-            traceparent: None,
-            retry_of: None,
-        }));
-        assert_eq!(
-            describe_record(&done),
-            "order 0:17 ok exit 0 in 12 ms | hello"
-        );
-        if let Body::Completed { outcome: o, .. } = &mut done.body {
-            o.retry_of = Some("0:3".into());
-            o.traceparent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
-        }
-        assert_eq!(
-            describe_record(&done),
-            "order 0:17 ok exit 0 in 12 ms, retry of 0:3, traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 | hello"
-        );
-        done.set_outcome(Some(Outcome::not_run(Status::Error, "bad JSON order")));
-        assert_eq!(
-            describe_record(&done),
-            "order 0:17 error in 0 ms: bad JSON order"
-        );
-
-        let foreign = describe_claim(None, Some(b"\xff{oops"));
-        assert!(foreign.contains("not a pool_worker record"), "{foreign}");
-        assert!(describe_claim(Some(b"x"), None).contains("(no value)"));
-    }
-
     /// The banner's tool lines carry the address (issue 19, part 5).
     #[test]
     fn the_banner_shows_the_tools_with_the_address() {
@@ -874,10 +717,12 @@ mod tests {
             instances: 3,
             demo: false,
             demo_timeout_secs: 60,
-            orders_partitions: 1,
-            orders_topic: "work_orders".into(),
-            coordination_topic: "work_claims".into(),
-            results_topic: None,
+            topics: TopicArgs {
+                orders_partitions: 1,
+                orders_topic: "work_orders".into(),
+                coordination_topic: "work_claims".into(),
+                results_topic: None,
+            },
             worker_output: ChildOutput::Prefix,
             json: false,
         };
@@ -893,18 +738,11 @@ mod tests {
             let line = format!("KAFKA_BROKERS=127.0.0.1:4567 pool_worker {tool}\n");
             assert!(text.contains(&line), "no `{line}` in:\n{text}");
         }
-        args.coordination_topic = "mine".into();
+        args.topics.coordination_topic = "mine".into();
         let text = tools_lines(&args, "h:1", "pool_worker");
         assert!(
             text.contains("KAFKA_BROKERS=h:1 COORDINATION_TOPIC=mine pool_worker status\n"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn clipping() {
-        assert_eq!(clip("abc", 3), "abc");
-        assert_eq!(clip("abcd", 3), "ab…");
-        assert_eq!(clip("a\nb", 5), "a b");
     }
 }

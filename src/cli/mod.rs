@@ -1,0 +1,256 @@
+//! The `pool_worker` command line: worker mode (no subcommand) and one
+//! module per subcommand, as mini-redis's `src/cmd/`.
+//!
+//! Worker mode is configured by the environment only (see `config`), since
+//! it runs under a supervisor; the subcommands are for people and scripts.
+
+// One module per subcommand.
+mod audit; // the claims topic checked against the invariants (crate::audit)
+mod broker; // the embedded broker as a process
+mod cancel; // an operator cancels an order
+mod dev; // the whole pool in one process
+mod retry; // an ended order sent again
+mod serve; // the web page and /metrics
+mod status; // `status` and `history`
+pub(crate) mod submit; // one order sent; `--wait` for its result
+mod supervise; // keep N instances running
+
+// What the subcommands share.
+pub(crate) mod show; // text from orders and records made safe to show
+pub mod source; // where the tools read from and write to
+
+pub use show::describe_record;
+
+use crate::{config::Config, exit::Exit, run};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use source::apply_env_with;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pool_worker",
+    version,
+    about = "A Kafka-native worker pool that runs each work order exactly once.\n\nWithout a subcommand: run one worker (configured by the environment: KAFKA_BROKERS, ORDERS_TOPIC, COORDINATION_TOPIC, INSTANCE_NUMBER; see README.md), complete at most one order (ORDERS_PER_PROCESS orders), and exit."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The whole pool in one process: embedded broker, N instances, live audit trail.
+    Dev(dev::DevArgs),
+    /// Run the embedded Kafka-protocol broker (librdkafka's mock cluster).
+    Broker(broker::BrokerArgs),
+    /// Keep N worker instances running, restarting each when it exits.
+    Supervise(supervise::SuperviseArgs),
+    /// The pool's state: each instance, and counts of orders (from the claims topic).
+    Status(status::StatusArgs),
+    /// Every claims record about one order (PARTITION:OFFSET), in log order.
+    History(status::HistoryArgs),
+    /// Send one order (`-- prog args`, --text or --json-file); --wait for its result.
+    Submit(submit::SubmitArgs),
+    /// Send an ended order (PARTITION:OFFSET) again, as a new order that names it (`retry_of`).
+    Retry(retry::RetryArgs),
+    /// Cancel an order (PARTITION:OFFSET): one not yet running never runs, a running one's job is killed; both end `cancelled`.
+    Cancel(cancel::CancelArgs),
+    /// Replay the claims topic from its beginning and check every invariant the model checks (exit 1 with the offending records if one breaks).
+    Audit(audit::AuditArgs),
+    /// A live web page of the pool, Prometheus /metrics, /healthz and /readyz (read-only; prints the bound address first).
+    Serve(serve::ServeArgs),
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=off,rdkafka=warn"));
+    // Colour only on a terminal: escape codes in a file or a pipe (a
+    // supervisor's prefixed output, a log collector) are noise.
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    if json {
+        builder.json().init();
+    } else {
+        builder.with_target(false).init();
+    }
+}
+
+impl Command {
+    /// Flag over variable over default: fills the flags that were not
+    /// given (`m`, the subcommand's matches) from the environment, read by
+    /// `config::read` as the worker's settings are.
+    fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+        match self {
+            Command::Dev(a) => a.topics.apply_env(m),
+            Command::Broker(a) => a.topics.apply_env(m),
+            Command::Supervise(_) => Ok(()),
+            Command::Status(a) => a.source.apply_env(m),
+            Command::History(a) => a.source.apply_env(m),
+            Command::Submit(a) => a.source.apply_env(m),
+            Command::Retry(a) => a.source.apply_env(m),
+            Command::Cancel(a) => a.source.apply_env(m),
+            Command::Audit(a) => {
+                let var = |e: audit::AuditEnv| e.max_attempts;
+                apply_env_with(&mut a.source, m, "max_attempts", &mut a.max_attempts, var)
+            }
+            Command::Serve(a) => {
+                let var = |e: serve::ServeEnv| e.serve_listen;
+                apply_env_with(&mut a.source, m, "listen", &mut a.listen, var)
+            }
+        }
+    }
+
+    /// The tools that read the pool's topics at once: they first make
+    /// sure a broker answers, so that none does is one clear line, at
+    /// once (issue 19). `serve` waits for one instead.
+    fn probed_source(&self) -> Option<&source::Source> {
+        match self {
+            Command::Status(a) => Some(&a.source),
+            Command::History(a) => Some(&a.source),
+            Command::Submit(a) => Some(&a.source),
+            Command::Retry(a) => Some(&a.source),
+            Command::Cancel(a) => Some(&a.source),
+            Command::Audit(a) => Some(&a.source),
+            _ => None,
+        }
+    }
+
+    /// Runs the subcommand on `runtime`; its exit status.
+    fn run(self, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Exit> {
+        if let Some(src) = self.probed_source() {
+            src.probe()?;
+        }
+        runtime.block_on(async {
+            match self {
+                Command::Dev(a) => dev::run(a).await,
+                Command::Broker(a) => broker::run(a).await,
+                Command::Supervise(a) => supervise::run(a).await,
+                Command::Status(a) => status::status(a).await,
+                Command::History(a) => status::history(a).await,
+                Command::Submit(a) => submit::run(a).await,
+                Command::Retry(a) => retry::run(a).await,
+                Command::Cancel(a) => cancel::run(a).await,
+                Command::Audit(a) => audit::run(a).await,
+                Command::Serve(a) => serve::run(a).await,
+            }
+        })
+    }
+}
+
+/// The binary: parses the command line and runs worker mode or a
+/// subcommand.
+pub fn main() -> ExitCode {
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Some(command), Some((_, m))) = (cli.command.as_mut(), matches.subcommand()) {
+        if let Err(e) = command.apply_env(m) {
+            eprintln!("pool_worker: {e}");
+            return Exit::Config.into();
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("pool_worker: cannot start the async runtime: {e}");
+            return Exit::Failure.into();
+        }
+    };
+    let Some(command) = cli.command else {
+        worker_mode(&runtime)
+    };
+    init_logs(false);
+    match command.run(&runtime) {
+        Ok(code) => code.into(),
+        Err(e) => {
+            eprintln!("pool_worker: {e:#}");
+            match e.downcast_ref::<crate::config::ConfigError>() {
+                Some(_) => Exit::Config.into(),
+                None => Exit::Failure.into(),
+            }
+        }
+    }
+}
+
+/// Worker mode: one worker, configured by the environment; exits the
+/// process with its status.
+fn worker_mode(runtime: &tokio::runtime::Runtime) -> ! {
+    // The clean-exit markers' directory is checked (and made) here, so that
+    // a bad one is a configuration error (exit 2).
+    let checked = Config::from_env().and_then(|c| {
+        if c.settle_ms > 0 {
+            crate::settle::prepare_dir(&c.state_dir)?;
+        }
+        Ok(c)
+    });
+    let cfg = match checked {
+        Ok(c) => c,
+        Err(e) => {
+            // Logging is not set up yet (its format is part of the
+            // configuration), so honour LOG_FORMAT=json by hand.
+            if crate::config::log_json_from_env() {
+                let line = serde_json::json!({
+                    "timestamp": humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
+                    "level": "ERROR",
+                    "fields": {"message": format!("pool_worker: {e}")},
+                    "target": "pool_worker",
+                });
+                eprintln!("{line}");
+            } else {
+                eprintln!("pool_worker: {e}");
+            }
+            std::process::exit(Exit::Config.code())
+        }
+    };
+    init_logs(cfg.log_json);
+    // Exit at once: tearing down the runtime and the Kafka clients would
+    // only delay the supervisor's restart (see run::run).
+    let code = match runtime.block_on(run::run(cfg)) {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!("pool_worker: {e:#}");
+            Exit::Failure
+        }
+    };
+    std::process::exit(code.code())
+}
+
+/// Runs `f` (blocking Kafka client calls) on tokio's blocking threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    tokio::task::spawn_blocking(f).await?
+}
+
+/// SIGTERM and SIGINT, for the subcommands that run until asked to stop
+/// (`dev`, `broker`, `supervise`); handled from creation on, so that a
+/// signal right after a ready line is seen.
+pub(crate) struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    pub(crate) fn new() -> anyhow::Result<StopSignals> {
+        use anyhow::Context as _;
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        })
+    }
+
+    /// Either signal.
+    pub(crate) async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}

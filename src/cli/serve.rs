@@ -1,0 +1,474 @@
+//! `pool_worker serve --listen ADDR`: the pool on a web page a person keeps
+//! open, `/metrics` for Prometheus, `/healthz` and `/readyz`.
+//!
+//! One process, read-only towards the pool. A thread tails the claims topic
+//! with the pool's one claims reader ([`ClaimsReader`], from the beginning:
+//! the page counts history; the same gate, so foreign records are skipped
+//! as the workers skip them) and folds
+//! every record into the core's [`View`], exactly as `status` does, plus
+//! what the page needs beside it ([`Board`]): completions per minute,
+//! latencies, the newest completions, the failed orders, each recent
+//! order's records. Every two seconds it also reads the orders topic's
+//! offsets, to count what is waiting (as `status` does).
+//!
+//! Times come from the records' `ts` (their writers' clocks). An order's
+//! latency is from its first claim to its completion; an order whose claim
+//! the replay did not see (compaction) counts its job's run time instead.
+//!
+//! Everything a record or a job's output says is attacker-controlled (anyone
+//! who can write the orders topic writes jobs), so every such string goes
+//! through [`esc`] (controls shown escaped as `status` shows them, then
+//! HTML-escaped) before it is written into a page. The page's script only
+//! fetches server-made HTML: it builds nothing from data.
+
+mod board;
+mod html;
+
+use crate::backoff::Backoff;
+use crate::claims::{ClaimsReader, Polled, Start};
+use crate::cli::source::Source;
+use crate::record::OrderId;
+use anyhow::Context;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use board::{Board, Done};
+use html::{esc, layout, render_live, render_order};
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::Message;
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on (port 0: any free port). The bound address is
+    /// the first line printed on stdout [env: SERVE_LISTEN]
+    #[arg(long, default_value = "127.0.0.1:9095")]
+    pub(crate) listen: String,
+    #[command(flatten)]
+    pub(crate) source: Source,
+}
+
+/// `serve`'s own variable (flag over variable over default: see
+/// `Command::apply_env`).
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct ServeEnv {
+    #[serde(deserialize_with = "crate::config::parse::text")]
+    pub(crate) serve_listen: Option<String>,
+}
+
+/// How often the orders topic's offsets are read.
+const ORDERS_REFRESH: Duration = Duration::from_secs(2);
+
+// ------------------------------------------------------------------ the tail
+
+/// The claims topic, folded into `board` for as long as the process runs;
+/// the orders topic's offsets read every [`ORDERS_REFRESH`].
+fn tail(src: Source, board: Arc<Mutex<Board>>) {
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let (reader, orders) = loop {
+        let opened = ClaimsReader::open(&src, Start::Beginning)
+            .and_then(|(t, _, _)| Ok((t.end(Duration::from_secs(30))?, t)))
+            .and_then(|(end, t)| Ok((end, t, src.consumer()?)));
+        match opened {
+            Ok((end, t, c)) => {
+                let mut b = lock(&board);
+                b.start_end = Some(end);
+                b.caught_up = end == 0;
+                break (t, c);
+            }
+            Err(e) => {
+                tracing::warn!("serve: cannot read the claims topic yet: {e:#}");
+                backoff.wait_blocking();
+            }
+        }
+    };
+    let mut next_refresh = Instant::now();
+    let mut was_caught_up = false;
+    loop {
+        let caught_up = {
+            let polled = reader.poll(Duration::from_millis(200), &|| true);
+            let mut b = lock(&board);
+            match polled {
+                Polled::Record(pos, r) => b.apply(pos, r),
+                Polled::End => b.caught_up = true,
+                Polled::Nothing => {}
+                Polled::Error(e) => crate::claims::say_error(&e),
+            }
+            b.caught_up
+        };
+        // Count the waiting orders at once when the replay catches up.
+        if Instant::now() >= next_refresh || caught_up != was_caught_up {
+            was_caught_up = caught_up;
+            refresh_orders(&src, &orders, &board);
+            next_refresh = Instant::now() + ORDERS_REFRESH;
+        }
+    }
+}
+
+fn lock(board: &Mutex<Board>) -> std::sync::MutexGuard<'_, Board> {
+    board.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waiting orders and the oldest one's timestamp, as `status` counts them:
+/// beyond the view's frontier, per partition.
+fn refresh_orders(
+    src: &Source,
+    c: &BaseConsumer<crate::cli::source::Silent>,
+    board: &Mutex<Board>,
+) {
+    let offsets = match src.order_offsets(c, Duration::from_secs(5)) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!("serve: cannot read the orders topic's offsets: {e:#}");
+            return;
+        }
+    };
+    // Counted against the frontier as of now; the page is ready once a
+    // count was made against a caught-up view.
+    let (next, caught_up) = {
+        let b = lock(board);
+        (b.view.frontier().clone(), b.caught_up)
+    };
+    let w = src.waiting(c, &offsets, |p| next.get(&p).copied().unwrap_or(0));
+    let mut b = lock(board);
+    b.orders_in_topic = w.in_topic;
+    b.waiting = w.waiting;
+    b.oldest_waiting_ts = w.oldest_ts;
+    b.orders_read |= caught_up;
+}
+
+/// The message at one offset of `topic`: its timestamp and payload, if it
+/// can be read within a few seconds.
+fn read_message(
+    c: &BaseConsumer<crate::cli::source::Silent>,
+    topic: &str,
+    p: i32,
+    offset: i64,
+) -> Option<(Option<i64>, Vec<u8>)> {
+    let m = crate::cli::source::message_at(c, topic, p, offset, Duration::from_secs(5))
+        .filter(|m| m.offset() == offset)?;
+    Some((
+        m.timestamp().to_millis(),
+        m.payload().unwrap_or_default().to_vec(),
+    ))
+}
+
+// ------------------------------------------------------------------ the web
+
+#[derive(Clone)]
+struct App {
+    board: Arc<Mutex<Board>>,
+    src: Source,
+}
+
+pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::exit::Exit> {
+    // Configuration errors (a bad key, a rejected property) before listening.
+    args.source.gate()?;
+    args.source.client_config()?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "{addr}");
+        let _ = out.flush();
+    }
+    tracing::info!("serve: http://{addr}/ (metrics: /metrics, health: /healthz, /readyz)");
+    let board = Arc::new(Mutex::new(Board::new()));
+    let (src, b) = (args.source.clone(), board.clone());
+    std::thread::Builder::new()
+        .name("claims-tail".into())
+        .spawn(move || tail(src, b))?;
+    let app = App {
+        board,
+        src: args.source,
+    };
+    let router = Router::new()
+        .route("/", get(page))
+        .route("/live", get(live))
+        .route("/api/state", get(state))
+        .route("/order/{id}", get(order_page))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "up\n" }))
+        .route("/readyz", get(readyz))
+        .route(
+            "/style.css",
+            get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE) }),
+        )
+        .route(
+            "/live.js",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+                    SCRIPT,
+                )
+            }),
+        )
+        .with_state(app);
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(crate::exit::Exit::Ok)
+}
+
+const STYLE: &str = include_str!("serve/style.css");
+const SCRIPT: &str = include_str!("serve/live.js");
+
+async fn metrics(State(app): State<App>) -> Response {
+    let text = lock(&app.board).metrics_text(crate::run::now_ms());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn readyz(State(app): State<App>) -> Response {
+    let b = lock(&app.board);
+    if b.caught_up && b.orders_read {
+        (StatusCode::OK, "ready\n".to_string()).into_response()
+    } else {
+        let why = match b.start_end {
+            None => "not connected to the claims topic yet".to_string(),
+            Some(end) if !b.caught_up => format!(
+                "catching up: {} of {} claims records read",
+                b.view.end(),
+                end
+            ),
+            Some(_) => "the orders topic not read yet".to_string(),
+        };
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
+    }
+}
+
+async fn state(State(app): State<App>) -> Response {
+    let now = crate::run::now_ms();
+    let b = lock(&app.board);
+    let instances: Vec<serde_json::Value> = b
+        .instances()
+        .iter()
+        .map(|r| {
+            json!({"instance": r.instance, "state": r.state, "order": r.order.map(|o| o.to_string()),
+                   "since_ts": r.since_ts, "lease_ts": r.lease_ts, "attempt": r.attempt})
+        })
+        .collect();
+    let done = |d: &Done| {
+        json!({"order": d.order.to_string(), "instance": d.instance, "status": d.status.as_str(), "ts": d.ts,
+               "latency_ms": d.latency_ms, "exit_code": d.exit_code, "reason": d.reason})
+    };
+    let v = json!({
+        "ready": b.caught_up && b.orders_read,
+        "claims_records": b.records,
+        "orders_in_topic": b.orders_in_topic,
+        "waiting": b.waiting,
+        "running": instances.iter().filter(|i| i["state"] == "running").count(),
+        "completed": b.completed_total(),
+        "not_ok": b.not_ok_total(),
+        "by_status": b.by_status,
+        "oldest_waiting_age_ms": b.oldest_waiting_age_ms(now),
+        "instances": instances,
+        "newest": b.newest.iter().map(done).collect::<Vec<_>>(),
+        "failed": b.failed.iter().map(done).collect::<Vec<_>>(),
+        "per_minute": b.per_minute(now).iter().map(|(m, n)| json!([m * 60_000, n])).collect::<Vec<_>>(),
+    });
+    ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+}
+
+async fn page(State(app): State<App>) -> Html<String> {
+    let body = {
+        let b = lock(&app.board);
+        render_live(&b, crate::run::now_ms())
+    };
+    Html(layout(
+        "pool_worker",
+        &format!(
+            "<header><h1>pool_worker</h1><span class=\"src\">{} · orders <b>{}</b> · claims <b>{}</b></span></header>\
+             <main id=\"live\">{body}</main><script src=\"/live.js\"></script>",
+            esc(&app.src.brokers),
+            esc(&app.src.orders_topic),
+            esc(&app.src.coordination_topic)
+        ),
+    ))
+}
+
+async fn live(State(app): State<App>) -> Html<String> {
+    let b = lock(&app.board);
+    Html(render_live(&b, crate::run::now_ms()))
+}
+
+async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response {
+    let order: OrderId = match id.parse() {
+        Ok(o) => o,
+        Err(e) => {
+            let body = format!(
+                "<main><p class=\"err\">{}</p><p><a href=\"/\">back</a></p></main>",
+                esc(&e)
+            );
+            return (StatusCode::BAD_REQUEST, Html(layout("bad order", &body))).into_response();
+        }
+    };
+    let kept = {
+        let b = lock(&app.board);
+        match b.story(order) {
+            Some(s) => Some(s.to_vec()),
+            // Not claimed yet: nothing to read.
+            None if order.offset >= b.view.next_offset(order.partition) => Some(Vec::new()),
+            None => None,
+        }
+    };
+    let src = app.src.clone();
+    let fetched = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let story = match kept {
+            Some(s) => s,
+            // Not kept (an older order): read the claims topic as `history` does.
+            None => crate::claims::read_all(&src)?
+                .into_iter()
+                .filter_map(|(p, r)| r.ok().map(|r| (p, r)))
+                .filter(|(_, r)| r.order() == Some(order))
+                .collect(),
+        };
+        let c = src.consumer()?;
+        let text = read_message(&c, &src.orders_topic, order.partition, order.offset);
+        Ok((story, text))
+    })
+    .await;
+    let (story, text) = match fetched {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Html(layout(
+                    "error",
+                    &format!(
+                        "<main><p class=\"err\">{}</p></main>",
+                        esc(&format!("{e:#}"))
+                    ),
+                )),
+            )
+                .into_response()
+        }
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, esc(&e.to_string())).into_response(),
+    };
+    let now = crate::run::now_ms();
+    let code = if story.is_empty() && text.is_none() {
+        StatusCode::NOT_FOUND
+    } else {
+        StatusCode::OK
+    };
+    (
+        code,
+        Html(layout(
+            &format!("order {order}"),
+            &render_order(order, &story, text.as_ref().map(|t| t.1.as_slice()), now),
+        )),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Event, Foreign, Outcome, Record, Status};
+    use std::collections::BTreeMap;
+
+    const EVIL: &str = "<script>alert(1)</script>\"'&<img src=x onerror=alert(2)>\x1b[2J\u{202e}";
+
+    fn board_with_a_failure() -> (Board, OrderId) {
+        let o = OrderId::new(0, 7);
+        let mut b = Board::new();
+        b.apply(0, Ok(Record::of(1, Event::Booted, "inc", 1_000)));
+        let mut claim = Record::of(1, Event::Claimed, "inc", 2_000).with_order(o);
+        claim.seq = 1;
+        claim.set_attempt(1);
+        claim.next = BTreeMap::from([(0, 8)]);
+        b.apply(1, Ok(claim));
+        let mut commit = Record::of(1, Event::Committed, "inc", 2_100).with_order(o);
+        commit.seq = 2;
+        commit.set_attempt(1);
+        b.apply(2, Ok(commit));
+        let mut done = Record::of(1, Event::Completed, "inc", 5_000).with_order(o);
+        done.seq = 3;
+        done.set_attempt(1);
+        done.set_outcome(Some(Outcome {
+            status: Status::Failed,
+            exit_code: Some(3),
+            duration_ms: 2_800,
+            reason: None,
+            stdout_tail: EVIL.into(),
+            stderr_tail: EVIL.into(),
+            traceparent: None,
+            retry_of: None,
+        }));
+        b.apply(3, Ok(done));
+        b.apply(4, Err(Foreign::BadSignature));
+        (b, o)
+    }
+
+    /// Counts, latency from the first claim, and the metrics' names.
+    #[test]
+    fn the_board_counts_what_the_records_say() {
+        let (b, o) = board_with_a_failure();
+        assert_eq!(b.by_status.get("failed"), Some(&1), "{:?}", b.by_status);
+        assert_eq!(
+            (b.completed_total(), b.not_ok_total(), b.records),
+            (1, 1, 5)
+        );
+        let d = &b.failed[0];
+        assert_eq!((d.order, d.latency_ms, d.exit_code), (o, 3_000, Some(3)));
+        assert_eq!(b.view.foreign, 1);
+        let m = b.metrics_text(10_000);
+        for line in [
+            "pool_worker_orders_completed_total{status=\"failed\"} 1",
+            "pool_worker_claims_records_total{event=\"foreign\"} 1",
+            "pool_worker_claims_records_total{event=\"completed\"} 1",
+            "pool_worker_order_latency_seconds_count 1",
+            "pool_worker_order_latency_seconds_bucket{le=\"5.0\"} 1",
+            "pool_worker_order_latency_seconds_bucket{le=\"2.5\"} 0",
+            "pool_worker_instances{state=\"idle\"} 1",
+            "pool_worker_orders_running 0",
+        ] {
+            assert!(m.lines().any(|l| l == line), "no {line:?} in\n{m}");
+        }
+        assert_eq!(b.per_minute(60_000).iter().map(|(_, n)| n).sum::<u64>(), 1);
+    }
+
+    /// Job output and reasons reach the page as text, never as markup.
+    #[test]
+    fn job_output_is_escaped_on_every_page() {
+        let (b, o) = board_with_a_failure();
+        let live = render_live(&b, 10_000);
+        let story: Vec<(u64, Record)> = b.story(o).unwrap().to_vec();
+        assert_eq!(story.len(), 3, "claim, commit, completion");
+        let order = render_order(o, &story, Some(EVIL.as_bytes()), 10_000);
+        for page in [&live, &order] {
+            assert!(
+                !page.contains("<script")
+                    && !page.contains("<img")
+                    && !page.contains('\x1b')
+                    && !page.contains('\u{202e}'),
+                "{page}"
+            );
+        }
+        assert!(
+            live.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "the reason is shown: {live}"
+        );
+        assert!(
+            order.contains("&lt;img src=x onerror=alert(2)&gt;") && order.contains("\\x1b[2J"),
+            "{order}"
+        );
+        assert!(order.contains("id=\"order-status\">failed<"), "{order}");
+    }
+}

@@ -1,0 +1,397 @@
+//! Where the tools read from and write to: the pool's topics ([`Source`],
+//! the same variables as the worker's), and the Kafka clients they use.
+
+use crate::kafka::client_config;
+use crate::record::OrderId;
+use anyhow::{bail, Context};
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::FutureProducer;
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use std::time::{Duration, Instant};
+
+/// Where to read from: the same variables as the worker's. Each flag falls
+/// back to its variable (read by [`crate::config::read`], see
+/// `Source::apply_env`), then to its default.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Source {
+    /// Bootstrap servers [env: KAFKA_BROKERS]
+    #[arg(long, default_value = "localhost:9092")]
+    pub(crate) brokers: String,
+    /// The orders topic [env: ORDERS_TOPIC]
+    #[arg(long, default_value = "work_orders")]
+    pub(crate) orders_topic: String,
+    /// The claims topic [env: COORDINATION_TOPIC]
+    #[arg(long, default_value = "work_claims")]
+    pub(crate) coordination_topic: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// A file holding the pool's claims key (or set CLAIMS_KEY): records
+    /// not signed with it are foreign, as the workers take them
+    /// [env: CLAIMS_KEY_FILE]
+    #[arg(long, value_name = "FILE")]
+    pub(crate) claims_key_file: Option<String>,
+}
+
+/// The variables [`Source`]'s flags fall back to, and `CLAIMS_KEY`.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct SourceEnv {
+    #[serde(deserialize_with = "crate::config::parse::text")]
+    pub(crate) kafka_brokers: Option<String>,
+    #[serde(deserialize_with = "crate::config::parse::text")]
+    pub(crate) orders_topic: Option<String>,
+    #[serde(deserialize_with = "crate::config::parse::text")]
+    pub(crate) coordination_topic: Option<String>,
+    #[serde(deserialize_with = "crate::config::parse::text")]
+    pub(crate) claims_key_file: Option<String>,
+    /// A secret: never in a Debug or an error.
+    pub(crate) claims_key: Option<String>,
+}
+
+impl Source {
+    /// Flag over variable over default: fills the flags not given on the
+    /// command line `m` from the environment.
+    pub(crate) fn apply_env(
+        &mut self,
+        m: &clap::ArgMatches,
+    ) -> Result<(), crate::config::ConfigError> {
+        self.apply_vars(m, crate::config::env_vars())
+    }
+
+    /// [`Source::apply_env`] with these variables.
+    pub(crate) fn apply_vars(
+        &mut self,
+        m: &clap::ArgMatches,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<(), crate::config::ConfigError> {
+        use crate::config::flag_or_env;
+        let env: SourceEnv = crate::config::read(vars)?;
+        flag_or_env(m, "brokers", &mut self.brokers, env.kafka_brokers);
+        flag_or_env(m, "orders_topic", &mut self.orders_topic, env.orders_topic);
+        flag_or_env(
+            m,
+            "coordination_topic",
+            &mut self.coordination_topic,
+            env.coordination_topic,
+        );
+        flag_or_env(
+            m,
+            "claims_key_file",
+            &mut self.claims_key_file,
+            env.claims_key_file.map(Some),
+        );
+        Ok(())
+    }
+
+    /// What decides which claims records are the pool's, as a worker with
+    /// the same `CLAIMS_KEY` / `CLAIMS_KEY_FILE` decides it.
+    pub(crate) fn gate(&self) -> anyhow::Result<crate::kafka::Gate> {
+        let value = crate::config::read_env::<SourceEnv>()?.claims_key;
+        let file = self
+            .claims_key_file
+            .as_deref()
+            .filter(|f| !f.trim().is_empty())
+            .map(|f| (f, std::fs::read(f)));
+        let key = crate::sign::ClaimsKey::from_sources(value.as_deref(), file)
+            .map_err(anyhow::Error::msg)?;
+        Ok(crate::kafka::Gate::new(key, &self.orders_topic))
+    }
+}
+
+/// Flag over variable over default for a tool with a [`Source`] and one
+/// setting of its own: the source's flags, then the flag `id` (`field`)
+/// from its variable, which `var` takes out of the variables `E` (read as
+/// [`crate::config::read_env`] reads them).
+pub(crate) fn apply_env_with<E: serde::de::DeserializeOwned, T>(
+    src: &mut Source,
+    m: &clap::ArgMatches,
+    id: &str,
+    field: &mut T,
+    var: impl FnOnce(E) -> Option<T>,
+) -> Result<(), crate::config::ConfigError> {
+    src.apply_env(m)?;
+    let env: E = crate::config::read_env()?;
+    crate::config::flag_or_env(m, id, field, var(env));
+    Ok(())
+}
+
+/// The tools' client context: librdkafka's own log and error callbacks
+/// say nothing (at debug level at most). A tool reports what failed itself,
+/// once, instead of librdkafka's `AllBrokersDown` every second (issue 19).
+pub struct Silent;
+
+impl ClientContext for Silent {
+    fn log(&self, _level: RDKafkaLogLevel, fac: &str, message: &str) {
+        tracing::debug!(target: "librdkafka", "{fac}: {message}");
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!(error = %error, "kafka: {reason}");
+    }
+}
+
+impl ConsumerContext for Silent {}
+
+/// How long [`Source::probe`] waits for a broker to answer.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Source {
+    /// Asks the brokers for the claims topic's metadata, for at most
+    /// [`PROBE_TIMEOUT`]: when none answers, the one line the person who
+    /// ran the tool needs (which address, which variable or flag to set).
+    pub(crate) fn probe(&self) -> anyhow::Result<()> {
+        let c: BaseConsumer<Silent> = self
+            .client_config()?
+            .create_with_context(Silent)
+            .context("cannot create a Kafka client")?;
+        match c.fetch_metadata(Some(&self.coordination_topic), PROBE_TIMEOUT) {
+            Ok(_) => Ok(()),
+            Err(e) => bail!(
+                "no Kafka broker answered at {} within {} s ({e}); start one (`pool_worker dev` runs a pool on an embedded broker) or set KAFKA_BROKERS (or --brokers) to your brokers' host:port list",
+                self.brokers,
+                PROBE_TIMEOUT.as_secs()
+            ),
+        }
+    }
+
+    /// The client settings every command shares (`KAFKA_<PROPERTY>`, and
+    /// `KAFKA_<PROPERTY>_FILE`, as the worker reads them), with these
+    /// brokers. A rejected property is a [`crate::config::ConfigError`]
+    /// (exit 2).
+    pub(crate) fn client_config(&self) -> anyhow::Result<rdkafka::ClientConfig> {
+        let settings = crate::config::KafkaSettings::from_env()?;
+        Ok(client_config(&self.brokers, &settings.props))
+    }
+}
+
+/// How long reading a topic's offsets or metadata may take.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Source {
+    /// A client of the pool's topics that joins no group and commits
+    /// nothing (it is assigned partitions, never subscribed).
+    pub(crate) fn consumer(&self) -> anyhow::Result<BaseConsumer<Silent>> {
+        self.client_config()?
+            .set("group.id", "pool_worker-status")
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .create_with_context(Silent)
+            .context("cannot create a Kafka consumer")
+    }
+
+    /// A producer for the one record a tool writes (an order, a cancel):
+    /// acknowledged by every in-sync replica, given up after 30 s.
+    pub(crate) fn producer(&self) -> anyhow::Result<FutureProducer<Silent>> {
+        self.client_config()?
+            .set("acks", "all")
+            .set("message.timeout.ms", "30000")
+            .create_with_context(Silent)
+            .context("cannot create a Kafka producer")
+    }
+
+    /// The claims topic's end (the position its next record will take).
+    pub(crate) fn claims_end(&self) -> anyhow::Result<i64> {
+        let (_, high) = self
+            .consumer()?
+            .fetch_watermarks(&self.coordination_topic, 0, TIMEOUT)
+            .with_context(|| format!("cannot read topic '{}'", self.coordination_topic))?;
+        Ok(high)
+    }
+
+    /// Whether `order` was written to the orders topic: `Ok(low)`, its
+    /// partition's first offset still kept (an order below it is gone), or
+    /// why there is no such order (a partition the topic does not have, or
+    /// an offset past its end).
+    pub(crate) fn find_order(
+        &self,
+        c: &BaseConsumer<Silent>,
+        order: OrderId,
+    ) -> anyhow::Result<Result<i64, String>> {
+        let topic = &self.orders_topic;
+        let md = c
+            .fetch_metadata(Some(topic), TIMEOUT)
+            .with_context(|| format!("cannot read topic '{topic}'"))?;
+        let parts = md
+            .topics()
+            .first()
+            .map_or(0, |t| t.partitions().len() as i32);
+        if order.partition >= parts {
+            return Ok(Err(format!(
+                "there is no order {order}: '{topic}' has {parts} partition(s)"
+            )));
+        }
+        let (low, high) = c
+            .fetch_watermarks(topic, order.partition, TIMEOUT)
+            .with_context(|| {
+                format!(
+                    "cannot read partition {} of topic '{topic}'",
+                    order.partition
+                )
+            })?;
+        if order.offset >= high {
+            return Ok(Err(format!(
+                "there is no order {order} in '{topic}' (partition {} ends at {high})",
+                order.partition
+            )));
+        }
+        Ok(Ok(low))
+    }
+}
+
+/// The orders topic against the pool's frontier (`status`, `serve`).
+pub(crate) struct Waiting {
+    /// Orders the topic holds (all partitions).
+    pub(crate) in_topic: i64,
+    /// Orders beyond the frontier.
+    pub(crate) waiting: i64,
+    /// The oldest waiting order's timestamp.
+    pub(crate) oldest_ts: Option<i64>,
+}
+
+impl Source {
+    /// Each partition of the orders topic: (partition, first offset, end).
+    pub(crate) fn order_offsets(
+        &self,
+        c: &BaseConsumer<Silent>,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<(i32, i64, i64)>> {
+        let topic = &self.orders_topic;
+        let ends = crate::kafka::order_ends_now(c, topic)
+            .with_context(|| format!("cannot read topic '{topic}'"))?;
+        let mut offsets = Vec::with_capacity(ends.len());
+        for (p, high) in ends {
+            let (low, _) = c
+                .fetch_watermarks(topic, p, timeout)
+                .with_context(|| format!("cannot read partition {p} of topic '{topic}'"))?;
+            offsets.push((p, low, high));
+        }
+        Ok(offsets)
+    }
+
+    /// What waits in `offsets` ([`Source::order_offsets`]) at or beyond
+    /// `next(p)`, each partition's frontier, and the oldest waiting
+    /// order's timestamp (read with `c`, if it can be read quickly).
+    pub(crate) fn waiting(
+        &self,
+        c: &BaseConsumer<Silent>,
+        offsets: &[(i32, i64, i64)],
+        next: impl Fn(i32) -> i64,
+    ) -> Waiting {
+        let mut w = Waiting {
+            in_topic: 0,
+            waiting: 0,
+            oldest_ts: None,
+        };
+        for &(p, low, high) in offsets {
+            w.in_topic += high - low;
+            let from = next(p).max(low);
+            if from < high {
+                w.waiting += high - from;
+                let ts = message_at(c, &self.orders_topic, p, from, Duration::from_secs(5))
+                    .and_then(|m| m.timestamp().to_millis());
+                if let Some(ts) = ts {
+                    w.oldest_ts = Some(w.oldest_ts.map_or(ts, |o| o.min(ts)));
+                }
+            }
+        }
+        w
+    }
+}
+
+/// The first message at or after `offset` of `topic`'s partition `p`
+/// that `c` reads within `wait` (the tools read single orders this way:
+/// `status`'s oldest waiting order, `serve`'s order pages, `retry`).
+pub(crate) fn message_at<'c>(
+    c: &'c BaseConsumer<Silent>,
+    topic: &str,
+    p: i32,
+    offset: i64,
+    wait: Duration,
+) -> Option<rdkafka::message::BorrowedMessage<'c>> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, p, Offset::Offset(offset))
+        .ok()?;
+    c.assign(&tpl).ok()?;
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            if m.partition() == p && m.offset() >= offset {
+                return Some(m);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 20: a flag over its variable over its default, the variable
+    /// read through `config::read` (an empty one is unset).
+    #[test]
+    fn a_flag_overrides_its_variable_which_overrides_the_default() {
+        use clap::{CommandFactory, FromArgMatches};
+        #[derive(clap::Parser, Debug)]
+        struct Tool {
+            #[command(flatten)]
+            source: Source,
+        }
+        let resolve = |args: &[&str], vars: &[(&str, &str)]| {
+            let m = Tool::command().get_matches_from(args);
+            let mut t = Tool::from_arg_matches(&m).unwrap();
+            let vars = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            t.source.apply_vars(&m, vars).map(|()| t.source)
+        };
+        let s = resolve(&["t"], &[]).unwrap();
+        assert_eq!(
+            (
+                s.brokers.as_str(),
+                s.orders_topic.as_str(),
+                s.claims_key_file
+            ),
+            ("localhost:9092", "work_orders", None)
+        );
+        let env = [
+            ("KAFKA_BROKERS", "h:1"),
+            ("ORDERS_TOPIC", "o"),
+            ("COORDINATION_TOPIC", " "),
+            ("CLAIMS_KEY_FILE", "/k"),
+        ];
+        let s = resolve(&["t"], &env).unwrap();
+        assert_eq!(
+            (
+                s.brokers.as_str(),
+                s.orders_topic.as_str(),
+                s.coordination_topic.as_str()
+            ),
+            ("h:1", "o", "work_claims")
+        );
+        assert_eq!(s.claims_key_file.as_deref(), Some("/k"));
+        let s = resolve(
+            &[
+                "t",
+                "--brokers",
+                "h:2",
+                "--claims-key-file",
+                "/f",
+                "--orders-topic",
+                "work_orders",
+            ],
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                s.brokers.as_str(),
+                s.orders_topic.as_str(),
+                s.claims_key_file.as_deref()
+            ),
+            ("h:2", "work_orders", Some("/f")),
+            "a flag wins, even one equal to the default"
+        );
+    }
+}

@@ -1,0 +1,493 @@
+//! `pool_worker status` and `pool_worker history`: the pool as the claims
+//! topic tells it.
+//!
+//! Both read the claims topic from its beginning to its end with the pool's
+//! one claims reader ([`crate::claims`]), and fold it into the same
+//! [`View`] a worker builds at boot, so what they show is what the workers
+//! themselves conclude. `status` adds the orders topic's offsets, to count
+//! what is waiting. Neither writes anything.
+//!
+//! Counts of completions come from the records the replay saw: on a claims
+//! topic that Kafka has compacted, completions older than
+//! `min.compaction.lag.ms` may be gone, and the counts say "at least".
+//! They are history, which a checkpoint does not carry: `status` reads from
+//! the beginning, not from the newest checkpoint.
+
+use crate::boot::View;
+use crate::cli::show::{escape_controls, json_line};
+use crate::cli::source::Source;
+use crate::exit::Exit;
+use crate::record::{Event, OrderId, Position, Record, Status};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    pub(crate) source: Source,
+    /// Refresh in place every 2 seconds until Ctrl-C.
+    #[arg(long)]
+    pub(crate) watch: bool,
+    /// List the orders that did not end `ok`, each with its status and reason.
+    #[arg(long)]
+    pub(crate) failed: bool,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct HistoryArgs {
+    /// The order, as PARTITION:OFFSET.
+    pub(crate) order: OrderId,
+    #[command(flatten)]
+    pub(crate) source: Source,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The pool's state as one JSON value (the `--json` form; the text form is
+/// made from it).
+pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> {
+    let records = crate::claims::read_all(src)?;
+    let mut view = View::new();
+    let mut tally = Tally::default();
+    for (pos, r) in &records {
+        match r {
+            Ok(rec) => {
+                if view.apply(Position::new(*pos), rec).is_ok() && rec.event() == Event::Completed {
+                    tally.completed(*pos, rec);
+                }
+            }
+            Err(_) => view.skip(Position::new(*pos)),
+        }
+    }
+    let c = src.consumer()?;
+    let offsets = src.order_offsets(&c, TIMEOUT)?;
+    let orders = src.waiting(&c, &offsets, |p| view.next_offset(p));
+    let instances = instance_rows(&view, &tally.last_completion);
+    let Tally {
+        by_status,
+        mut not_ok,
+        retried,
+        ..
+    } = tally;
+    for f in &mut not_ok {
+        let by = f["order"]
+            .as_str()
+            .and_then(|o| retried.get(o))
+            .cloned()
+            .unwrap_or_default();
+        f["retried_as"] = by.into();
+    }
+    let completed: u64 = by_status.values().sum();
+    let claimed: i64 = view.frontier().values().sum();
+    let count = |s: Status| by_status.get(s.as_str()).copied().unwrap_or(0);
+    Ok(json!({
+        "claims_records": records.len(),
+        "foreign_records": view.foreign,
+        "orders_in_topic": orders.in_topic,
+        "claimed": claimed,
+        "completed": completed,
+        // Every completion but `ok` (by_status.failed is one kind of it).
+        "not_ok": completed - count(Status::Ok),
+        // Orders the broker deleted before they ran (retention,
+        // DeleteRecords): completed `deleted`, at once.
+        "deleted": count(Status::Deleted),
+        // Orders an operator cancelled (`pool_worker cancel`): never run,
+        // or their job killed.
+        "cancelled": count(Status::Cancelled),
+        "by_status": by_status,
+        "waiting": orders.waiting,
+        "oldest_waiting_age_ms": orders.oldest_ts.map(|t| (now_ms as i64 - t).max(0)),
+        "instances": instances,
+        "not_ok_orders": not_ok,
+    }))
+}
+
+/// What `status` counts of the valid completions, in log order.
+#[derive(Default)]
+struct Tally {
+    by_status: BTreeMap<&'static str, u64>,
+    /// Each instance's newest completion.
+    last_completion: BTreeMap<u32, serde_json::Value>,
+    /// The orders that did not end `ok` (`--failed`).
+    not_ok: Vec<serde_json::Value>,
+    /// Retries' completions by the order they ran again (`retry_of`).
+    retried: BTreeMap<String, Vec<serde_json::Value>>,
+}
+
+impl Tally {
+    /// The valid completion `rec`, at `pos`.
+    fn completed(&mut self, pos: u64, rec: &Record) {
+        let o = rec.outcome();
+        let status = o.map_or(Status::Error, |o| o.status);
+        let order = rec.order().map(|o| o.to_string());
+        *self.by_status.entry(status.as_str()).or_default() += 1;
+        if let (Some(of), Some(me)) = (o.and_then(|o| o.retry_of.clone()), &order) {
+            self.retried
+                .entry(of)
+                .or_default()
+                .push(json!({"order": me, "status": status.as_str()}));
+        }
+        if status != Status::Ok {
+            self.not_ok.push(json!({
+                "order": order,
+                "status": status.as_str(),
+                "exit_code": o.and_then(|o| o.exit_code),
+                "reason": o.and_then(|o| o.reason.clone()),
+                "instance": rec.instance,
+                "attempt": rec.attempt(),
+                "ts": rec.ts,
+                "pos": pos,
+            }));
+        }
+        self.last_completion.insert(
+            rec.instance.get(),
+            json!({"order": order, "status": status.as_str(), "ts": rec.ts}),
+        );
+    }
+}
+
+/// Each instance as `status` shows it, with its newest completion.
+fn instance_rows(
+    view: &View,
+    last_completion: &BTreeMap<u32, serde_json::Value>,
+) -> Vec<serde_json::Value> {
+    view.instances()
+        .map(|(i, s)| {
+            let (state, order, since) = match &s.hold {
+                None => ("idle", None, None),
+                Some(h) if h.committed.is_none() => {
+                    ("negotiating", Some(h.order.to_string()), Some(h.last_ts))
+                }
+                Some(h) => ("running", Some(h.order.to_string()), Some(h.last_ts)),
+            };
+            json!({
+                "instance": i,
+                "state": state,
+                "order": order,
+                "since_ts": since,
+                "attempt": s.hold.as_ref().map(|h| h.attempt),
+                "incarnation": s.booted.as_ref().map(|b| b.incarnation.clone()),
+                "last_completion": last_completion.get(&i.get()),
+            })
+        })
+        .collect()
+}
+
+/// The text form of `status --failed`: one line per order that did not
+/// end `ok`, with its status, exit code and reason (escaped: a reason can
+/// carry a job's text).
+pub(crate) fn render_failed(s: &serde_json::Value) -> String {
+    let list = s["not_ok_orders"].as_array().cloned().unwrap_or_default();
+    let mut out = format!("{} orders did not end ok\n", list.len());
+    for f in &list {
+        let mut line = format!(
+            "{:<10} {:<10} instance {} attempt {}",
+            f["order"].as_str().unwrap_or("?"),
+            f["status"].as_str().unwrap_or("?"),
+            f["instance"],
+            f["attempt"]
+        );
+        if let Some(c) = f["exit_code"].as_i64() {
+            line.push_str(&format!(", exit {c}"));
+        }
+        if let Some(r) = f["reason"].as_str() {
+            line.push_str(&format!(": {r}"));
+        }
+        for r in f["retried_as"].as_array().into_iter().flatten() {
+            line.push_str(&format!(
+                " (retried as {} {})",
+                r["order"].as_str().unwrap_or("?"),
+                r["status"].as_str().unwrap_or("?")
+            ));
+        }
+        out.push_str(&escape_controls(&line, false));
+        out.push('\n');
+    }
+    out
+}
+
+/// The text form of a snapshot.
+pub(crate) fn render(s: &serde_json::Value) -> String {
+    let n = |k: &str| s[k].as_i64().unwrap_or(0);
+    let mut out = String::new();
+    out.push_str(&format!(
+        "orders: {} in topic, {} claimed, {} completed ({} not ok), {} waiting",
+        n("orders_in_topic"),
+        n("claimed"),
+        n("completed"),
+        n("not_ok"),
+        n("waiting")
+    ));
+    if let Some(age) = s["oldest_waiting_age_ms"].as_i64() {
+        out.push_str(&format!(", oldest waiting {:.1} s", age as f64 / 1000.0));
+    }
+    out.push('\n');
+    if n("deleted") > 0 {
+        out.push_str(&format!(
+            "{} orders deleted by the broker (retention or DeleteRecords) before they ran: completed `deleted`\n",
+            n("deleted")
+        ));
+    }
+    if n("cancelled") > 0 {
+        out.push_str(&format!(
+            "{} orders cancelled by an operator (pool_worker cancel): completed `cancelled`\n",
+            n("cancelled")
+        ));
+    }
+    if let Some(by) = s["by_status"].as_object() {
+        let parts: Vec<String> = by.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        if !parts.is_empty() {
+            out.push_str(&format!("completions by status: {}\n", parts.join(", ")));
+        }
+    }
+    out.push_str("instance  state        order      last completion\n");
+    for i in s["instances"].as_array().into_iter().flatten() {
+        let order = escape_controls(i["order"].as_str().unwrap_or("-"), false);
+        let last = match &i["last_completion"] {
+            serde_json::Value::Null => "-".to_string(),
+            l => format!(
+                "{} {}",
+                l["order"].as_str().unwrap_or("?"),
+                l["status"].as_str().unwrap_or("?")
+            ),
+        };
+        let last = escape_controls(&last, false);
+        out.push_str(&format!(
+            "{:<9} {:<12} {:<10} {}\n",
+            i["instance"].as_u64().unwrap_or(0),
+            escape_controls(i["state"].as_str().unwrap_or("?"), false),
+            order,
+            last
+        ));
+    }
+    if n("foreign_records") > 0 {
+        out.push_str(&format!(
+            "{} foreign records skipped\n",
+            n("foreign_records")
+        ));
+    }
+    out
+}
+
+pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
+    loop {
+        let src = args.source.clone();
+        let mut s = crate::cli::blocking(move || snapshot(&src, crate::run::now_ms())).await?;
+        if !args.failed {
+            // The list is for --failed: it grows with the pool's history.
+            s.as_object_mut().map(|o| o.remove("not_ok_orders"));
+        }
+        if args.failed && args.source.json {
+            let v = json!({"not_ok": s["not_ok"], "orders": s["not_ok_orders"]});
+            println!("{}", json_line(&v));
+        } else if args.source.json {
+            println!("{}", json_line(&s));
+        } else if args.failed {
+            if args.watch {
+                print!("\x1b[2J\x1b[H");
+            }
+            print!("{}", render_failed(&s));
+        } else {
+            if args.watch {
+                print!("\x1b[2J\x1b[H");
+            }
+            print!("{}", render(&s));
+        }
+        if !args.watch {
+            return Ok(Exit::Ok);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(Exit::Ok),
+        }
+    }
+}
+
+pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
+    let src = args.source.clone();
+    let records = crate::cli::blocking(move || crate::claims::read_all(&src)).await?;
+    let ours: Vec<(u64, Record)> = records
+        .into_iter()
+        .filter_map(|(p, r)| r.ok().map(|r| (p, r)))
+        .collect();
+    let mine: Vec<(u64, Record)> = ours
+        .iter()
+        .filter(|(_, r)| r.order() == Some(args.order))
+        .cloned()
+        .collect();
+    // The completions of orders sent again as retries of this one
+    // (`pool_worker retry`): the link from the original to its retries.
+    let name = args.order.to_string();
+    let retries: Vec<(u64, Record)> = ours
+        .into_iter()
+        .filter(|(_, r)| {
+            r.event() == Event::Completed
+                && r.outcome().and_then(|o| o.retry_of.as_deref()) == Some(name.as_str())
+        })
+        .collect();
+    print_history(
+        &mut std::io::stdout(),
+        args.source.json,
+        args.order,
+        &mine,
+        &retries,
+    );
+    // An order the claims topic knows nothing of is an error for a script
+    // (a mistyped PARTITION:OFFSET); the line above still says so.
+    Ok(if mine.is_empty() {
+        Exit::Failure
+    } else {
+        Exit::Ok
+    })
+}
+
+/// Prints the records about one order (`history`): a JSON line, or a line
+/// per record with its fields' control characters escaped.
+/// `retries`: the completions of the orders that ran it again.
+pub(crate) fn print_history(
+    out: &mut impl std::io::Write,
+    json: bool,
+    order: OrderId,
+    mine: &[(u64, Record)],
+    retries: &[(u64, Record)],
+) {
+    let line = |(p, r): &(u64, Record)| {
+        format!(
+            "#{p:<6} {:<13} {}",
+            r.key(),
+            escape_controls(&crate::cli::show::describe_record(r), false)
+        )
+    };
+    if json {
+        let list = |l: &[(u64, Record)]| -> Vec<serde_json::Value> {
+            l.iter()
+                .map(|(p, r)| json!({"pos": p, "key": r.key(), "record": r}))
+                .collect()
+        };
+        let v =
+            json!({"order": order.to_string(), "records": list(mine), "retries": list(retries)});
+        let _ = writeln!(out, "{}", json_line(&v));
+        return;
+    }
+    if mine.is_empty() {
+        let _ = writeln!(out, "no record about order {order} in the claims topic");
+    }
+    for r in mine {
+        let _ = writeln!(out, "{}", line(r));
+    }
+    for r in retries {
+        let retry = r.1.order().map_or_else(|| "?".into(), |o| o.to_string());
+        let _ = writeln!(out, "retried as {retry}: {}", line(r));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::show::tests::{no_controls_but_newlines_and_tabs, NASTY};
+    use crate::record::{Outcome, Status};
+
+    fn completed(stdout: &str, reason: &str) -> (Record, Outcome) {
+        let outcome = Outcome {
+            status: Status::Failed,
+            exit_code: Some(1),
+            duration_ms: 5,
+            reason: Some(reason.into()),
+            stdout_tail: stdout.into(),
+            stderr_tail: stdout.into(),
+            traceparent: None,
+            retry_of: None,
+        };
+        let mut r = Record::of(2, Event::Completed, "inc\x1b[1A", 1).with_order(OrderId::new(0, 4));
+        r.set_outcome(Some(outcome.clone()));
+        (r, outcome)
+    }
+
+    /// `submit --wait`: the job's output and reason reach the terminal
+    /// escaped, in text and in JSON.
+    #[test]
+    fn submit_wait_prints_no_control_characters() {
+        let (rec, outcome) = completed(NASTY, NASTY);
+        for json in [false, true] {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            crate::cli::submit::print_completion(
+                &mut out,
+                &mut err,
+                json,
+                OrderId::new(0, 4),
+                &rec,
+                &outcome,
+            );
+            let (out, err) = (
+                String::from_utf8(out).unwrap(),
+                String::from_utf8(err).unwrap(),
+            );
+            no_controls_but_newlines_and_tabs(&out);
+            no_controls_but_newlines_and_tabs(&err);
+            if json {
+                let v: serde_json::Value = serde_json::from_str(out.trim_end()).unwrap();
+                assert_eq!(v["outcome"]["stdout_tail"], NASTY, "the same value");
+            } else {
+                assert!(
+                    out.contains("\\x1b[2J") && out.contains("\nnext\tcol"),
+                    "{out}"
+                );
+                let last = err.lines().last().unwrap();
+                assert!(
+                    last.starts_with("order 0:4: failed on instance 2") && last.contains("\\nnext"),
+                    "{err}"
+                );
+            }
+        }
+    }
+
+    /// `history` and `status`: record fields reach the terminal escaped.
+    #[test]
+    fn history_and_status_print_no_control_characters() {
+        let (rec, _) = completed(NASTY, NASTY);
+        let mut booted = Record::of(2, Event::Booted, NASTY, 1);
+        booted.set_reason(Some(NASTY.into()));
+        let mine = [(3, booted), (7, rec)];
+        for json in [false, true] {
+            let mut out = Vec::new();
+            print_history(&mut out, json, OrderId::new(0, 4), &mine, &[]);
+            let out = String::from_utf8(out).unwrap();
+            no_controls_but_newlines_and_tabs(&out);
+            assert_eq!(out.lines().count(), if json { 1 } else { 2 }, "{out}");
+            if json {
+                let v: serde_json::Value = serde_json::from_str(out.trim_end()).unwrap();
+                assert_eq!(v["records"][1]["record"]["outcome"]["stdout_tail"], NASTY);
+            }
+        }
+        let snap = json!({
+            "orders_in_topic": 1,
+            "instances": [{"instance": 2, "state": NASTY, "order": NASTY, "last_completion": {"order": NASTY, "status": NASTY}}],
+        });
+        let text = render(&snap);
+        no_controls_but_newlines_and_tabs(&text);
+        assert_eq!(text.lines().count(), 3, "one line per instance: {text}");
+        let snap = json!({"not_ok_orders": [
+            {"order": "0:4", "status": "failed", "exit_code": 3, "reason": NASTY, "instance": 2, "attempt": 1,
+             "retried_as": [{"order": "0:9", "status": "ok"}]},
+            {"order": "0:5", "status": "gave_up", "reason": "lost", "instance": 1, "attempt": 3, "retried_as": []},
+        ]});
+        let text = render_failed(&snap);
+        no_controls_but_newlines_and_tabs(&text);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "a count, then one line per order: {text}");
+        assert!(lines[0].starts_with("2 orders"), "{text}");
+        assert!(
+            lines[1].starts_with("0:4")
+                && lines[1].contains("exit 3")
+                && lines[1].ends_with("(retried as 0:9 ok)"),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("0:5")
+                && lines[2].contains("gave_up")
+                && lines[2].ends_with(": lost"),
+            "{text}"
+        );
+    }
+}
