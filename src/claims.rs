@@ -21,9 +21,9 @@
 
 use crate::boot::View;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
-use crate::cli::source::{Silent, Source};
 use crate::kafka::{client_config, Gate, FETCH_WAIT_MS};
 use crate::record::{Foreign, Position, Record};
+use crate::source::{Silent, Source};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;

@@ -91,7 +91,8 @@ impl From<Exit> for std::process::ExitCode {
     }
 }
 
-/// SIGTERM and SIGINT, handled from the moment this is made (before, either
+/// SIGTERM and SIGINT, for the worker and the commands that run until asked
+/// to stop (`dev`, `broker`, `supervise`); handled from the moment this is made (before, either
 /// kills the process, as by default).
 pub(crate) struct Signals {
     term: tokio::signal::unix::Signal,

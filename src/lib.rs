@@ -27,6 +27,7 @@ pub mod kafka; // the rdkafka adapter
 pub mod policy; // the allow lists: what an order may run, set, pull and fetch
 pub mod run; // drives the worker machine with Kafka and jobs
 pub mod settle; // booting only after a dead predecessor's appends settled
+pub mod source; // where the tools connect: topics, brokers, claims key, clients
 pub mod supervise; // the dev-mode supervisor
 
 // The command line: worker mode and one module per subcommand.

@@ -812,7 +812,8 @@ fn header_traceparent(order: OrderId, m: &crate::kafka::OrderMessage) -> Option<
     match orders::check_traceparent(t) {
         Ok(()) => Some(t.to_string()),
         Err(why) => {
-            tracing::warn!(%order, "ignoring the order's traceparent header: {}", crate::cli::show::escape_controls(&why, false));
+            // Debug formatting escapes the header's control characters.
+            tracing::warn!(%order, why = ?why, "ignoring the order's traceparent header");
             None
         }
     }

@@ -8,7 +8,7 @@ use crate::exit::Exit;
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct AuditArgs {
     #[command(flatten)]
-    pub(crate) source: crate::cli::source::Source,
+    pub(crate) source: crate::source::Source,
     /// The pool's MAX_ATTEMPTS [env: MAX_ATTEMPTS]
     #[arg(long, default_value_t = crate::worker::DEFAULT_MAX_ATTEMPTS)]
     pub(crate) max_attempts: u32,

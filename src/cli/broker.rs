@@ -24,8 +24,8 @@
 use crate::broker::{
     check_topic_name, worker_env_line, Broker, MAX_BROKERS, MAX_PARTITIONS, WORKER_ENV,
 };
-use crate::cli::StopSignals;
 use crate::exit::Exit;
+use crate::exit::Signals;
 use std::io::Write as _;
 use std::time::Duration;
 
@@ -164,7 +164,7 @@ pub(crate) async fn run(args: BrokerArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Config);
     }
     // Handlers first, so that a signal right after the bootstrap line is seen.
-    let mut stop = StopSignals::new()?;
+    let mut stop = Signals::new()?;
     let broker = Broker::start(args.brokers, &args.topics.to_create())?;
     for (i, (host, port)) in args
         .advertised()
@@ -199,7 +199,7 @@ pub(crate) async fn run(args: BrokerArgs) -> anyhow::Result<Exit> {
                 Some(line) => line,
                 None => break, // end of input
             },
-            () = stop.recv() => break,
+            _ = stop.recv() => break,
         };
         let line = line.trim();
         if line.is_empty() {

@@ -29,10 +29,10 @@
 //! tool then says the cancel is recorded and how to follow it (`history`).
 
 use crate::cli::blocking;
-use crate::cli::source::Source;
 use crate::exit::Exit;
 use crate::kafka::Gate;
 use crate::record::{Event, OrderId, Position, Record};
+use crate::source::Source;
 use rdkafka::producer::FutureRecord;
 use std::time::Duration;
 

@@ -46,11 +46,11 @@ use crate::broker::Broker;
 use crate::claims::{ClaimsReader, Polled, Start};
 use crate::cli::broker::TopicArgs;
 use crate::cli::show::{clip, describe, first_line};
-use crate::cli::source::{Source, SourceEnv};
-use crate::cli::StopSignals;
 use crate::exit::Exit;
+use crate::exit::Signals;
 use crate::record::Foreign;
 use crate::record::{Event, OrderId, Record};
+use crate::source::{Source, SourceEnv};
 use crate::supervise::{ChildOutput, SupEvent, Supervisor, SupervisorConfig};
 use anyhow::Context as _;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -164,7 +164,7 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<Exit> {
         eprintln!("pool_worker dev: {e}");
         return Ok(Exit::Config);
     }
-    let mut stop = StopSignals::new()?;
+    let mut stop = Signals::new()?;
     let out = Out { json: args.json };
     let broker = Broker::start(1, &args.topics.to_create())?;
     let addr = broker.bootstrap();
@@ -230,7 +230,7 @@ impl Pool {
     /// Prints what happens until a signal, the demo's end (every order
     /// completed, or its deadline), or the supervisor's: the exit status,
     /// and whether the supervisor ended by itself.
-    async fn watch(&mut self, mut demo: Option<&mut Demo>, stop: &mut StopSignals) -> (Exit, bool) {
+    async fn watch(&mut self, mut demo: Option<&mut Demo>, stop: &mut Signals) -> (Exit, bool) {
         let deadline = demo.as_ref().map(|d| d.deadline);
         loop {
             if demo.as_ref().is_some_and(|d| d.pending.is_empty()) {
@@ -262,7 +262,7 @@ impl Pool {
                     self.out.note("no worker instance is left running");
                     return (code, true);
                 }
-                () = stop.recv() => return (Exit::Ok, false),
+                _ = stop.recv() => return (Exit::Ok, false),
             }
         }
     }
@@ -405,7 +405,7 @@ async fn produce_demo(addr: &str, topic: &str) -> anyhow::Result<Vec<OrderId>> {
 /// Reads the claims topic from the beginning and forwards every record until
 /// the receiver is gone. Errors are librdkafka's transient ones (it
 /// reconnects by itself) and are not fatal.
-fn tail_claims(src: &crate::cli::source::Source, tx: &mpsc::UnboundedSender<RawClaim>) {
+fn tail_claims(src: &crate::source::Source, tx: &mpsc::UnboundedSender<RawClaim>) {
     let reader = match ClaimsReader::open(src, Start::Beginning) {
         Ok((r, _, _)) => r,
         Err(e) => {

@@ -17,13 +17,12 @@ mod supervise; // keep N instances running
 
 // What the subcommands share.
 pub(crate) mod show; // text from orders and records made safe to show
-pub mod source; // where the tools read from and write to
 
 pub use show::describe_record;
 
+use crate::source::apply_env_with;
 use crate::{config::Config, exit::Exit, run};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use source::apply_env_with;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -106,7 +105,7 @@ impl Command {
     /// The tools that read the pool's topics at once: they first make
     /// sure a broker answers, so that none does is one clear line, at
     /// once (issue 19). `serve` waits for one instead.
-    fn probed_source(&self) -> Option<&source::Source> {
+    fn probed_source(&self) -> Option<&crate::source::Source> {
         match self {
             Command::Status(a) => Some(&a.source),
             Command::History(a) => Some(&a.source),
@@ -226,31 +225,4 @@ pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
     tokio::task::spawn_blocking(f).await?
-}
-
-/// SIGTERM and SIGINT, for the subcommands that run until asked to stop
-/// (`dev`, `broker`, `supervise`); handled from creation on, so that a
-/// signal right after a ready line is seen.
-pub(crate) struct StopSignals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl StopSignals {
-    pub(crate) fn new() -> anyhow::Result<StopSignals> {
-        use anyhow::Context as _;
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(StopSignals {
-            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
-            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
-        })
-    }
-
-    /// Either signal.
-    pub(crate) async fn recv(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
-        }
-    }
 }

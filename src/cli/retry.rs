@@ -31,11 +31,11 @@
 //! frontier and held by nobody).
 
 use crate::cli::blocking;
-use crate::cli::source::{message_at, Source};
 use crate::cli::submit::WaitArgs;
 use crate::exit::Exit;
 use crate::orders::{self, OrderKind};
 use crate::record::OrderId;
+use crate::source::{message_at, Source};
 use anyhow::bail;
 use rdkafka::Message;
 use std::time::Duration;

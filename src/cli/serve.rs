@@ -26,8 +26,8 @@ mod html;
 
 use crate::backoff::Backoff;
 use crate::claims::{ClaimsReader, Polled, Start};
-use crate::cli::source::Source;
 use crate::record::OrderId;
+use crate::source::Source;
 use anyhow::Context;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -116,11 +116,7 @@ fn lock(board: &Mutex<Board>) -> std::sync::MutexGuard<'_, Board> {
 
 /// Waiting orders and the oldest one's timestamp, as `status` counts them:
 /// beyond the view's frontier, per partition.
-fn refresh_orders(
-    src: &Source,
-    c: &BaseConsumer<crate::cli::source::Silent>,
-    board: &Mutex<Board>,
-) {
+fn refresh_orders(src: &Source, c: &BaseConsumer<crate::source::Silent>, board: &Mutex<Board>) {
     let offsets = match src.order_offsets(c, Duration::from_secs(5)) {
         Ok(o) => o,
         Err(e) => {
@@ -145,12 +141,12 @@ fn refresh_orders(
 /// The message at one offset of `topic`: its timestamp and payload, if it
 /// can be read within a few seconds.
 fn read_message(
-    c: &BaseConsumer<crate::cli::source::Silent>,
+    c: &BaseConsumer<crate::source::Silent>,
     topic: &str,
     p: i32,
     offset: i64,
 ) -> Option<(Option<i64>, Vec<u8>)> {
-    let m = crate::cli::source::message_at(c, topic, p, offset, Duration::from_secs(5))
+    let m = crate::source::message_at(c, topic, p, offset, Duration::from_secs(5))
         .filter(|m| m.offset() == offset)?;
     Some((
         m.timestamp().to_millis(),

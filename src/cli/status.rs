@@ -15,9 +15,9 @@
 
 use crate::boot::View;
 use crate::cli::show::{escape_controls, json_line};
-use crate::cli::source::Source;
 use crate::exit::Exit;
 use crate::record::{Event, OrderId, Position, Record, Status};
+use crate::source::Source;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -18,9 +18,9 @@
 
 use crate::claims::{ClaimsReader, Polled, Start};
 use crate::cli::blocking;
-use crate::cli::source::Source;
 use crate::exit::Exit;
 use crate::record::{Event, OrderId, Outcome, Position, Record};
+use crate::source::Source;
 use anyhow::{bail, Context};
 use rdkafka::producer::FutureRecord;
 use serde_json::json;

@@ -1,8 +1,8 @@
 //! `pool_worker supervise`: the supervisor ([`crate::supervise`]) as a
 //! command; its events on stdout, one line each (text or `--json`).
 
-use crate::cli::StopSignals;
 use crate::exit::Exit;
+use crate::exit::Signals;
 use crate::supervise::{
     ChildOutput, Instances, SupEvent, Supervisor, SupervisorConfig, DEFAULT_MAX_RESTART_DELAY,
     DEFAULT_RESTART_DELAY,
@@ -49,7 +49,7 @@ pub(crate) struct SuperviseArgs {
 
 /// Runs `pool_worker supervise`; returns the exit status.
 pub(crate) async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
-    let mut stop = StopSignals::new()?;
+    let mut stop = Signals::new()?;
 
     let mut cfg = SupervisorConfig::new(args.instances.0)?;
     if let Some(program) = args.program {
@@ -67,7 +67,7 @@ pub(crate) async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
     let ending = loop {
         tokio::select! {
             Some(event) = events.recv() => print_event(&event, json),
-            () = stop.recv() => sup.stop(),
+            _ = stop.recv() => sup.stop(),
             ending = sup.wait() => break ending,
         }
     };

@@ -1,4 +1,4 @@
-//! Where the tools read from and write to: the pool's topics ([`Source`],
+//! Where the tools (src/cli/) read from and write to: the pool's topics ([`Source`],
 //! the same variables as the worker's), and the Kafka clients they use.
 
 use crate::kafka::client_config;
