@@ -191,58 +191,14 @@ struct JsonOrder {
 }
 
 fn parse_json(text: &str) -> Result<OrderSpec, OrderError> {
-    let raw: JsonOrder = serde_json::from_str(text).map_err(|e| OrderError::Json(e.to_string()))?;
-
-    if raw.args.is_some() && raw.image.is_none() {
-        return invalid("'args' is only for 'image' orders (put arguments in 'cmd')");
-    }
-    if raw.shell && raw.cmd.is_none() {
-        return invalid("'shell' is only for 'cmd' orders");
-    }
-    let kind = match (raw.cmd, raw.image, raw.url) {
-        (Some(argv), None, None) => {
-            if raw.shell && argv.len() != 1 {
-                return invalid("with \"shell\": true, 'cmd' must be exactly one script string");
-            }
-            check_argv(&argv)?;
-            OrderKind::Command { argv }
-        }
-        (None, Some(image), None) => {
-            check_image(&image)?;
-            let args = raw.args.unwrap_or_default();
-            if args.iter().any(|a| a.contains('\0')) {
-                return invalid("an element of 'args' contains a NUL byte");
-            }
-            OrderKind::Image { image, args }
-        }
-        (None, None, Some(url)) => {
-            check_url(&url)?;
-            OrderKind::Url { url }
-        }
-        (None, None, None) => return invalid("the order needs one of 'cmd', 'image' or 'url'"),
-        _ => return invalid("the order has more than one of 'cmd', 'image' and 'url'"),
-    };
-
-    for (name, value) in &raw.env {
-        if name.is_empty() || name.contains('=') || name.contains('\0') {
-            return invalid(format!("{name:?} is not an environment variable name"));
-        }
-        if value.contains('\0') {
-            return invalid(format!("environment variable {name} contains a NUL byte"));
-        }
-    }
-
+    let mut raw: JsonOrder =
+        serde_json::from_str(text).map_err(|e| OrderError::Json(e.to_string()))?;
+    let kind = raw.kind()?;
+    check_env(&raw.env)?;
     let timeout = raw.timeout_secs.map(check_timeout).transpose()?;
-
     if let Some(id) = &raw.id {
-        if id.is_empty() {
-            return invalid("'id' is empty");
-        }
-        if id.chars().count() > MAX_ID_CHARS {
-            return invalid(format!("'id' is longer than {MAX_ID_CHARS} characters"));
-        }
+        check_id(id)?;
     }
-
     // A malformed trace context fails the order, like every other
     // malformed field: a producer's bug should be seen, not lose its traces.
     if let Some(t) = &raw.traceparent {
@@ -255,7 +211,6 @@ fn parse_json(text: &str) -> Result<OrderSpec, OrderError> {
                 .map_err(|e| OrderError::Invalid(format!("'retry_of': {e}")))?,
         ),
     };
-
     Ok(OrderSpec {
         kind,
         env: raw.env,
@@ -265,6 +220,66 @@ fn parse_json(text: &str) -> Result<OrderSpec, OrderError> {
         traceparent: raw.traceparent,
         retry_of,
     })
+}
+
+impl JsonOrder {
+    /// What the order runs: exactly one of `cmd`, `image` and `url`, with
+    /// the fields that belong to it (taken out of `self`).
+    fn kind(&mut self) -> Result<OrderKind, OrderError> {
+        if self.args.is_some() && self.image.is_none() {
+            return invalid("'args' is only for 'image' orders (put arguments in 'cmd')");
+        }
+        if self.shell && self.cmd.is_none() {
+            return invalid("'shell' is only for 'cmd' orders");
+        }
+        match (self.cmd.take(), self.image.take(), self.url.take()) {
+            (Some(argv), None, None) => {
+                if self.shell && argv.len() != 1 {
+                    return invalid(
+                        "with \"shell\": true, 'cmd' must be exactly one script string",
+                    );
+                }
+                check_argv(&argv)?;
+                Ok(OrderKind::Command { argv })
+            }
+            (None, Some(image), None) => {
+                check_image(&image)?;
+                let args = self.args.take().unwrap_or_default();
+                if args.iter().any(|a| a.contains('\0')) {
+                    return invalid("an element of 'args' contains a NUL byte");
+                }
+                Ok(OrderKind::Image { image, args })
+            }
+            (None, None, Some(url)) => {
+                check_url(&url)?;
+                Ok(OrderKind::Url { url })
+            }
+            (None, None, None) => invalid("the order needs one of 'cmd', 'image' or 'url'"),
+            _ => invalid("the order has more than one of 'cmd', 'image' and 'url'"),
+        }
+    }
+}
+
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), OrderError> {
+    for (name, value) in env {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return invalid(format!("{name:?} is not an environment variable name"));
+        }
+        if value.contains('\0') {
+            return invalid(format!("environment variable {name} contains a NUL byte"));
+        }
+    }
+    Ok(())
+}
+
+fn check_id(id: &str) -> Result<(), OrderError> {
+    if id.is_empty() {
+        return invalid("'id' is empty");
+    }
+    if id.chars().count() > MAX_ID_CHARS {
+        return invalid(format!("'id' is longer than {MAX_ID_CHARS} characters"));
+    }
+    Ok(())
 }
 
 fn check_argv(argv: &[String]) -> Result<(), OrderError> {
