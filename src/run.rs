@@ -912,6 +912,13 @@ fn log_step(rec: &crate::record::Record, pos: u64) {
                 reason = rec.reason().unwrap_or("")
             );
         }
+        // No order and no attempt: the incarnation says which process.
+        ev @ (Event::Booted | Event::Checkpoint) => tracing::info!(
+            instance = rec.instance.get(),
+            event = ev.as_str(),
+            pos,
+            incarnation = %rec.incarnation
+        ),
         ev => tracing::info!(
             instance = rec.instance.get(),
             order,
