@@ -158,18 +158,26 @@ impl Gate {
     }
 }
 
+/// The partitions of `topic`, as its metadata lists them now (none while
+/// the topic does not exist).
+pub(crate) fn partitions_now<X: ConsumerContext>(
+    client: &BaseConsumer<X>,
+    topic: &str,
+) -> Result<Vec<i32>, KafkaError> {
+    let md = client.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
+    Ok(md
+        .topics()
+        .first()
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+        .unwrap_or_default())
+}
+
 /// The end offset of every partition of `topic`, asked now.
 pub(crate) fn order_ends_now<X: ConsumerContext>(
     client: &BaseConsumer<X>,
     topic: &str,
 ) -> Result<BTreeMap<i32, i64>, KafkaError> {
-    let md = client.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
-    let parts: Vec<i32> = md
-        .topics()
-        .first()
-        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-        .unwrap_or_default();
-    parts
+    partitions_now(client, topic)?
         .into_iter()
         .map(|p| {
             client
@@ -840,12 +848,7 @@ impl Kafka {
                 let parts = match cached {
                     Some(parts) => parts,
                     None => {
-                        let md = meta.fetch_metadata(Some(&topic), REQUEST_TIMEOUT)?;
-                        let parts: Vec<i32> = md
-                            .topics()
-                            .first()
-                            .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-                            .unwrap_or_default();
+                        let parts = partitions_now(&meta, &topic)?;
                         if let Ok(mut c) = cache.lock() {
                             *c = Some((std::time::Instant::now(), parts.clone()));
                         }

@@ -259,16 +259,18 @@ impl Source {
         timeout: Duration,
     ) -> anyhow::Result<Vec<(i32, i64, i64)>> {
         let topic = &self.orders_topic;
-        let ends = crate::kafka::order_ends_now(c, topic)
+        let parts = crate::kafka::partitions_now(c, topic)
             .with_context(|| format!("cannot read topic '{topic}'"))?;
-        let mut offsets = Vec::with_capacity(ends.len());
-        for (p, high) in ends {
-            let (low, _) = c
-                .fetch_watermarks(topic, p, timeout)
-                .with_context(|| format!("cannot read partition {p} of topic '{topic}'"))?;
-            offsets.push((p, low, high));
-        }
-        Ok(offsets)
+        // One request per partition gives both its first offset and its end.
+        parts
+            .into_iter()
+            .map(|p| {
+                let (low, high) = c
+                    .fetch_watermarks(topic, p, timeout)
+                    .with_context(|| format!("cannot read partition {p} of topic '{topic}'"))?;
+                Ok((p, low, high))
+            })
+            .collect()
     }
 
     /// What waits in `offsets` ([`Source::order_offsets`]) at or beyond
