@@ -1379,18 +1379,9 @@ pub fn try_produce_with(
         .collect()
 }
 
-/// Appends a line of figures to `target/figures.txt`, which CI prints at the
-/// end of its run (the test harness hides a passing test's output).
-pub fn record_figures(line: &str) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/figures.txt");
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = writeln!(f, "{line}");
-    }
-}
+#[path = "../../shared/figures.rs"]
+mod figures;
+pub use figures::record_figures;
 
 /// The claims records, one readable line each (for assertion messages).
 pub fn show_all(recs: &[(i64, Record)]) -> String {
