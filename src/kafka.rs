@@ -518,7 +518,9 @@ fn too_large(e: &KafkaError) -> bool {
 }
 
 /// Runs a blocking rdkafka call off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> anyhow::Result<T> {
     tokio::task::spawn_blocking(f)
         .await
         .context("blocking task failed")

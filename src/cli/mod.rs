@@ -220,9 +220,10 @@ fn worker_mode(runtime: &tokio::runtime::Runtime) -> ! {
     std::process::exit(code.code())
 }
 
-/// Runs `f` (blocking Kafka client calls) on tokio's blocking threads.
+/// Runs `f` (blocking Kafka client calls) off the async threads
+/// ([`crate::kafka::blocking`]), with its own error and the task's as one.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
-    tokio::task::spawn_blocking(f).await?
+    crate::kafka::blocking(f).await?
 }
