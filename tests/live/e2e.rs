@@ -17,7 +17,7 @@ const LONG: Duration = Duration::from_secs(240);
 const T: Duration = Duration::from_secs(60);
 
 /// An order that appends "$ORDER_PARTITION:$ORDER_OFFSET" to `ledger`.
-fn ledger_order(ledger: &std::path::Path) -> String {
+pub(crate) fn ledger_order(ledger: &std::path::Path) -> String {
     sh_order(
         &format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)),
         None,
@@ -36,7 +36,7 @@ fn counts(lines: &[String]) -> BTreeMap<String, usize> {
 /// Asserts that the ledger holds exactly one line "P:O" per order.
 /// Every order's commit precedes its completion, by the same instance, and
 /// the job succeeded.
-fn assert_completed_ok_by_committer(audit: &Audit) {
+pub(crate) fn assert_completed_ok_by_committer(audit: &Audit) {
     for (id, t) in &audit.orders {
         let (pos, done) = &t.completions[0];
         let (cpos, ci) = t.effective_commits[0];
@@ -49,7 +49,7 @@ fn assert_completed_ok_by_committer(audit: &Audit) {
     }
 }
 
-fn assert_ledger_once(ledger: &std::path::Path, orders: &[(i32, i64)], audit: &Audit) {
+pub(crate) fn assert_ledger_once(ledger: &std::path::Path, orders: &[(i32, i64)], audit: &Audit) {
     let c = counts(&crate::common::ledger(ledger));
     for &(p, o) in orders {
         let n = c.get(&format!("{p}:{o}")).copied().unwrap_or(0);

@@ -9,6 +9,7 @@
 
 mod common;
 
+mod apache;
 mod chaos;
 mod e2e;
 mod faults;

@@ -1381,6 +1381,7 @@ pub fn try_produce_with(
 
 #[path = "../../shared/figures.rs"]
 mod figures;
+pub mod apache;
 pub use figures::record_figures;
 
 /// The claims records, one readable line each (for assertion messages).
