@@ -46,7 +46,11 @@ fn end_to_end(partitions: i32, instances: &str, count: usize) {
     });
     kafka.console_produce(&orders_topic, &vec![ledger_order(&ledger); count]);
     let orders = orders_of(kafka, &orders_topic, partitions);
-    assert_eq!(orders.len(), count, "the console producer wrote {count} orders");
+    assert_eq!(
+        orders.len(),
+        count,
+        "the console producer wrote {count} orders"
+    );
     let audit = wait_and_audit(&kafka.bootstrap, &claims, &orders, LONG);
     audit.check_exactly_once(&orders).unwrap();
     assert_completed_ok_by_committer(&audit);

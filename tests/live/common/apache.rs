@@ -214,7 +214,9 @@ impl Apache {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {name}: {e}"));
         let mut input = child.stdin.take().expect("piped stdin");
-        input.write_all(stdin.as_bytes()).expect("write the tool's stdin");
+        input
+            .write_all(stdin.as_bytes())
+            .expect("write the tool's stdin");
         drop(input);
         let out = child.wait_with_output().expect("the tool's output");
         (

@@ -1379,9 +1379,9 @@ pub fn try_produce_with(
         .collect()
 }
 
+pub mod apache;
 #[path = "../../shared/figures.rs"]
 mod figures;
-pub mod apache;
 pub use figures::record_figures;
 
 /// The claims records, one readable line each (for assertion messages).
