@@ -37,6 +37,11 @@
 //! is a report: nothing here asserts on a timing. Every wait is bounded; a
 //! case that does not finish in time is reported as incomplete.
 //!
+//! The broker: BENCH_BROKER=`embedded` (the default; `pool_worker broker`,
+//! with the embedded broker's worker settings) or `apache` (Apache Kafka from
+//! scripts/kafka.sh, one KRaft node on loopback; workers and baseline with
+//! their defaults; sections of RESULTS.md headed "on Apache Kafka X.Y.Z").
+//!
 //! Knobs (environment): BENCH_NS (default `1,4,8`), BENCH_MS (orders per
 //! burst for each N, default `60,150,250`, sized so that each burst fits
 //! the case time limit at the pool's measured rate), BENCH_SEQ (orders sent
@@ -141,16 +146,37 @@ fn fmt_ms(v: Option<f64>) -> String {
 
 // ---------------------------------------------------------------- broker
 
-/// `pool_worker broker` as a child; topics are created over its stdin.
+/// The broker the bench runs on (BENCH_BROKER): `embedded`, the default,
+/// is `pool_worker broker` as a child (topics created over its stdin);
+/// `apache` is Apache Kafka started by scripts/kafka.sh (one node, KRaft, on
+/// loopback), where the workers run with their defaults.
 struct BrokerProc {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<std::process::ChildStdout>,
     bootstrap: String,
+    kind: BrokerKind,
+}
+
+enum BrokerKind {
+    Embedded {
+        child: Child,
+        stdin: ChildStdin,
+        stdout: BufReader<std::process::ChildStdout>,
+    },
+    Apache {
+        dir: String,
+        pid: u32,
+        version: String,
+    },
+}
+
+fn apache_wanted() -> bool {
+    env_or("BENCH_BROKER", "embedded") == "apache"
 }
 
 impl BrokerProc {
     fn start(run: &str) -> BrokerProc {
+        if apache_wanted() {
+            return BrokerProc::start_apache();
+        }
         let mut child = Command::new(BIN)
             .args(["broker", "--orders-partitions", "1"])
             .args(["--orders-topic", &format!("{run}-init-orders")])
@@ -170,42 +196,155 @@ impl BrokerProc {
             .expect("bootstrap line")
             .to_string();
         BrokerProc {
-            child,
-            stdin,
-            stdout,
             bootstrap,
+            kind: BrokerKind::Embedded {
+                child,
+                stdin,
+                stdout,
+            },
         }
     }
 
-    fn create(&mut self, topic: &str, partitions: i32) -> Result<(), String> {
-        let gone = |e: std::io::Error| format!("the broker is gone ({e})");
-        writeln!(self.stdin, "create {topic} {partitions}").map_err(gone)?;
-        self.stdin.flush().map_err(gone)?;
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).map_err(gone)?;
-        if !line.starts_with("ok create") {
-            return Err(format!("broker: '{}'", line.trim()));
+    /// Apache Kafka from scripts/kafka.sh, stopped by `quit` (or by the
+    /// script's watcher when the bench process is gone).
+    fn start_apache() -> BrokerProc {
+        let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka.sh"))
+            .args(["start", "--port", "auto", "--heap", "1g"])
+            .args(["--watch", &std::process::id().to_string()])
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cannot run scripts/kafka.sh");
+        assert!(out.status.success(), "scripts/kafka.sh start failed");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let get = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{k}=")).map(str::to_string))
+                .unwrap_or_else(|| panic!("scripts/kafka.sh printed no {k}="))
+        };
+        let pid = get("node.1")
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("node pid");
+        BrokerProc {
+            bootstrap: get("bootstrap"),
+            kind: BrokerKind::Apache {
+                dir: get("dir"),
+                pid,
+                version: get("version"),
+            },
         }
-        Ok(())
+    }
+
+    /// "embedded broker" or "Apache Kafka X.Y.Z".
+    fn name(&self) -> String {
+        match &self.kind {
+            BrokerKind::Embedded { .. } => "embedded broker".into(),
+            BrokerKind::Apache { version, .. } => format!("Apache Kafka {version}"),
+        }
+    }
+
+    fn is_apache(&self) -> bool {
+        matches!(self.kind, BrokerKind::Apache { .. })
+    }
+
+    fn pid(&self) -> u32 {
+        match &self.kind {
+            BrokerKind::Embedded { child, .. } => child.id(),
+            BrokerKind::Apache { pid, .. } => *pid,
+        }
+    }
+
+    /// Creates `topic`; on Apache Kafka a claims topic (every bench claims
+    /// topic's name ends in `-claims`) gets scripts/create-topics.sh's
+    /// settings.
+    fn create(&mut self, topic: &str, partitions: i32) -> Result<(), String> {
+        match &mut self.kind {
+            BrokerKind::Embedded { stdin, stdout, .. } => {
+                let gone = |e: std::io::Error| format!("the broker is gone ({e})");
+                writeln!(stdin, "create {topic} {partitions}").map_err(gone)?;
+                stdin.flush().map_err(gone)?;
+                let mut line = String::new();
+                stdout.read_line(&mut line).map_err(gone)?;
+                if !line.starts_with("ok create") {
+                    return Err(format!("broker: '{}'", line.trim()));
+                }
+                Ok(())
+            }
+            BrokerKind::Apache { .. } => {
+                use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+                let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
+                    .set("bootstrap.servers", &self.bootstrap)
+                    .create()
+                    .map_err(|e| e.to_string())?;
+                let mut t = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+                if topic.ends_with("-claims") {
+                    for (k, v) in [
+                        ("cleanup.policy", "compact"),
+                        ("min.compaction.lag.ms", "604800000"),
+                        ("max.compaction.lag.ms", "691200000"),
+                        ("segment.ms", "3600000"),
+                        ("min.cleanable.dirty.ratio", "0.1"),
+                    ] {
+                        t = t.set(k, v);
+                    }
+                }
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                let res = rt
+                    .block_on(admin.create_topics(
+                        [&t],
+                        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+                    ))
+                    .map_err(|e| e.to_string())?;
+                for r in res {
+                    r.map_err(|(t, e)| format!("cannot create {t}: {e}"))?;
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The broker's exit status, if it has ended.
     fn ended(&mut self) -> Option<String> {
-        self.child.try_wait().ok().flatten().map(|s| s.to_string())
+        match &mut self.kind {
+            BrokerKind::Embedded { child, .. } => {
+                child.try_wait().ok().flatten().map(|s| s.to_string())
+            }
+            BrokerKind::Apache { pid, .. } => (!std::path::Path::new(&format!("/proc/{pid}"))
+                .exists())
+            .then(|| "Apache Kafka's process is gone".to_string()),
+        }
     }
 
-    fn quit(mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+    fn quit(self) {
+        match self.kind {
+            BrokerKind::Embedded {
+                mut child,
+                mut stdin,
+                ..
+            } => {
+                let _ = writeln!(stdin, "quit");
+                let _ = stdin.flush();
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
             }
-            std::thread::sleep(Duration::from_millis(20));
+            BrokerKind::Apache { dir, .. } => {
+                let _ = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka.sh"))
+                    .args(["stop", "--dir", &dir])
+                    .status();
+            }
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -632,7 +771,9 @@ impl Bench {
         if let Some(k) = opp {
             env.push(("ORDERS_PER_PROCESS", k.to_string()));
         }
-        env.extend(embedded_env());
+        if !self.broker.is_apache() {
+            env.extend(embedded_env());
+        }
         let sup = Supervisor::start(n, &env, self.restart_delay_ms, &sampler);
         // Ready: every instance has booted (and, a moment later, is idle).
         let booted = |r: &Reader| {
@@ -794,16 +935,19 @@ impl Bench {
         let t_join = Instant::now();
         let threads: Vec<JoinHandle<()>> = (0..n)
             .map(|i| {
-                let consumer: BaseConsumer = ClientConfig::new()
+                let mut config = ClientConfig::new();
+                config
                     .set("bootstrap.servers", &self.broker.bootstrap)
                     .set("group.id", &group)
                     .set("enable.auto.commit", "false")
-                    .set("auto.offset.reset", "earliest")
+                    .set("auto.offset.reset", "earliest");
+                if !self.broker.is_apache() {
                     // Same long-poll bound as the pool's consumers against
-                    // this broker (src/broker.rs, WORKER_ENV).
-                    .set("fetch.wait.max.ms", EMBEDDED_FETCH_WAIT_MS)
-                    .create()
-                    .expect("consumer");
+                    // this broker (src/broker.rs, WORKER_ENV); Apache Kafka
+                    // answers a fetch when data arrives, with the defaults.
+                    config.set("fetch.wait.max.ms", EMBEDDED_FETCH_WAIT_MS);
+                }
+                let consumer: BaseConsumer = config.create().expect("consumer");
                 consumer.subscribe(&[&topic]).expect("subscribe");
                 let (stop, assigned, done) = (stop.clone(), assigned.clone(), done.clone());
                 std::thread::spawn(move || {
@@ -1462,7 +1606,7 @@ impl Bench {
                 pids.len()
             ));
             let mut all = pids.clone();
-            all.push(self.broker.child.id());
+            all.push(self.broker.pid());
             let cpu = cpu_percent(&all, quiet_secs);
             res.broker_cpu = cpu.last().copied().flatten();
             res.cpu = cpu[..pids.len()].iter().flatten().copied().collect();
@@ -1581,7 +1725,15 @@ fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let ns = env_list("BENCH_NS", "1,4,8");
     let ms = env_list("BENCH_MS", "60,150,250");
-    let ks = env_list("BENCH_KS", "1000,10000,35000,100000");
+    // Apache Kafka keeps the whole pre-fill (no 5 MB cap): smaller K by default.
+    let ks = env_list(
+        "BENCH_KS",
+        if apache_wanted() {
+            "1000,10000"
+        } else {
+            "1000,10000,35000,100000"
+        },
+    );
     let opps = env_list("BENCH_OPP", "1,100");
     let k_runs = env_or("BENCH_K_RUNS", "3").parse().unwrap_or(3);
     let seq = env_or("BENCH_SEQ", "10").parse().unwrap_or(10);
@@ -1687,6 +1839,8 @@ fn main() {
     for &n in &idle_ns {
         for setting in idle_settings.split(',').map(str::trim) {
             let embedded = match setting {
+                // Apache Kafka runs the workers with their defaults only.
+                "embedded" if bench.broker.is_apache() => continue,
                 "embedded" => true,
                 "defaults" => false,
                 _ => continue,
@@ -1718,13 +1872,20 @@ fn main() {
         hist.push(bench.history_case(k, k_runs));
     }
     check_broker(&mut bench, "the end");
+    // Sections measured on Apache Kafka are headed so; the embedded broker's
+    // keep their names, so that RESULTS.md holds both side by side.
+    let on = if bench.broker.is_apache() {
+        format!(" — on {}", bench.broker.name())
+    } else {
+        String::new()
+    };
     bench.broker.quit();
 
     // ------------------------------------------------------------ report
     let mut r = String::new();
     use std::fmt::Write as _;
     if !idle.is_empty() {
-        let _ = writeln!(r, "## Idle pool: one order at a time\n");
+        let _ = writeln!(r, "## Idle pool: one order at a time{on}\n");
         let _ = writeln!(r, "Measured {date}. N instances (`pool_worker supervise --instances 1-N`, no other flag) idle on one orders partition; CPU of each idle instance over {idle_secs} s of quiet (utime + stime from /proc/<pid>/stat), and of the embedded broker process over the same interval; then orders sent one at a time, each once the previous one completed and the instance that ran it was started again and booted. Claims records per order: every record of the claims topic that names the order (`claimed`, `committed`, `completed`, and a rival's `yielded`, `lease`, `revoked`), counted after the last order, not the `booted` records of the processes started after each order; claimants: instances that appended `claimed` for it. Latency: send → the `completed` record's ts. Targets (issue 16): records per order ≤ 3.3 at every N, p50 at N=16 within 1.5x of N=1, idle CPU ≤ 1 % of a core with the defaults.\n");
         let _ = writeln!(r, "| N idle | worker settings | orders | done | claims records per order, mean / max | claimants per order, mean / max | send→completed p50 ms | p99 ms | idle CPU per instance, % of a core, mean / max | broker CPU % (all N) | note |");
         let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
@@ -1755,7 +1916,7 @@ fn main() {
         let _ = writeln!(r);
     }
     if !cases.is_empty() {
-        let _ = writeln!(r, "## Throughput and latency\n");
+        let _ = writeln!(r, "## Throughput and latency{on}\n");
         let _ = writeln!(r, "Measured {date}.\n");
         let _ = writeln!(r, "| N | system | orders | done | orders/s | pool/baseline | burst p50 ms | burst p99 ms | 1-at-a-time p50 ms | 1-at-a-time p99 ms | note |");
         let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
@@ -1795,7 +1956,7 @@ fn main() {
                 );
             }
         }
-        let _ = writeln!(r, "\n## Pool: boot, memory, claims records\n");
+        let _ = writeln!(r, "\n## Pool: boot, memory, claims records{on}\n");
         let _ = writeln!(r, "| N | ORDERS_PER_PROCESS | processes started in burst | start→booted p50/p99 ms | start→first claim p50/p99 ms | peak RSS (VmHWM) p50/max MB | claims records per order | yields | baseline group join ms |");
         let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|");
         for (p, b) in cases
@@ -1824,7 +1985,7 @@ fn main() {
     if !hist.is_empty() {
         let _ = writeln!(
             r,
-            "\n## Boot time vs claims history (one instance, median of runs)\n"
+            "\n## Boot time vs claims history (one instance, median of runs){on}\n"
         );
         let _ = writeln!(r, "Measured {date}.\n");
         let _ = writeln!(r, "| K orders in history | claims records | bytes/record | log start | records replayed (worker) | foreign/void | in-process replay ms (decode + View, no broker) | pre-fill s | runs | replay ms (worker) | start→booted ms | start→first claim ms | start→completed ms | start→exit ms | peak RSS MB | note |");
@@ -1865,7 +2026,7 @@ fn main() {
             "Command: `cargo bench --bench pool` (benches/pool.rs)  "
         );
         let _ = writeln!(doc, "Date: {date}  ");
-        let _ = writeln!(doc, "Machine: {cores} cores (nproc), shared and noisy; embedded broker (librdkafka mock cluster, `pool_worker broker`) on the same machine.\n");
+        let _ = writeln!(doc, "Machine: {cores} cores (nproc), shared and noisy; the broker on the same machine: the embedded broker (librdkafka mock cluster, `pool_worker broker`), or, in the sections headed \"on Apache Kafka\", Apache Kafka from scripts/kafka.sh (`BENCH_BROKER=apache cargo bench --bench pool`: one KRaft node, 1 GB heap, claims topics with scripts/create-topics.sh's settings), where every worker and the baseline run with their defaults (no embedded-broker setting).\n");
         let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null{restart_flag}` (clean exits restarted at once, as the shipped compose file and systemd unit run it) with the embedded broker's worker settings (`{}`) on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine). Rows \"pool, ORDERS_PER_PROCESS=K\": the same with each worker process completing up to K orders before it exits.", pool_worker::broker::worker_env_line());
         let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms={}` (as the pool's consumers against this broker), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.", EMBEDDED_FETCH_WAIT_MS);
         let _ = writeln!(doc, "Each section says when it was measured: a run of a subset of the cases (see the knobs in benches/pool.rs) replaces only its own sections.\n");

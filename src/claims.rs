@@ -30,7 +30,9 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How far back from the end of the claims topic a reader looks for a
@@ -85,6 +87,18 @@ pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
     /// Where the reader was started ([`ClaimsReader::start_at`]); its
     /// consumer is assigned there once, so nothing below it is read.
     from: AtomicU64,
+    /// The topic's name for librdkafka's C API ([`ClaimsReader::cached_end`]).
+    topic_c: CString,
+    /// The last record read was the last of the topic: the next poll says
+    /// [`Polled::End`] at once.
+    end_next: AtomicBool,
+    /// A client that never fetches, for the reader's questions (the topic's
+    /// end, the orders' ends the [`Gate`] checks records against). Asked on
+    /// the fetching consumer, they waited behind its fetch, which Apache
+    /// Kafka holds at the log's end for `fetch.wait.max.ms` (a broker
+    /// answers one connection's requests in order): up to 500 ms per
+    /// question, a second of every boot.
+    asks: Arc<BaseConsumer>,
 }
 
 /// What one [`ClaimsReader::poll`] got.
@@ -120,16 +134,24 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         context: X,
         topic: &str,
         gate: Gate,
+        asks: Option<Arc<BaseConsumer>>,
     ) -> anyhow::Result<ClaimsReader<X>> {
         let consumer = config
             .create_with_context(context)
             .context("cannot create a Kafka consumer")?;
+        let asks = match asks {
+            Some(a) => a,
+            None => Arc::new(config.create().context("cannot create a Kafka client")?),
+        };
         Ok(ClaimsReader {
             consumer,
             config: config.clone(),
             gate,
             topic: topic.to_string(),
             from: AtomicU64::new(0),
+            topic_c: CString::new(topic).context("a topic name with a NUL byte")?,
+            end_next: AtomicBool::new(false),
+            asks,
         })
     }
 
@@ -156,10 +178,32 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         Ok(())
     }
 
+    /// The claims topic's end offset as the last fetch response gave it
+    /// (librdkafka's cache: no request). rust-rdkafka wraps only the call
+    /// that asks the broker ([`ClaimsReader::end`]), so this calls
+    /// librdkafka's `rd_kafka_get_watermark_offsets` itself.
+    fn cached_end(&self) -> Option<i64> {
+        let (mut low, mut high) = (-1i64, -1i64);
+        // SAFETY: the client handle lives as long as `self.consumer`, the
+        // topic is a NUL-terminated string that outlives the call, and the
+        // two out-pointers are valid for writes.
+        let err = unsafe {
+            rdkafka::bindings::rd_kafka_get_watermark_offsets(
+                self.consumer.client().native_ptr(),
+                self.topic_c.as_ptr(),
+                0,
+                &mut low,
+                &mut high,
+            )
+        };
+        (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high > 0)
+            .then_some(high)
+    }
+
     /// The claims topic's end offset now.
     pub fn end(&self, timeout: Duration) -> anyhow::Result<u64> {
         let (_, high) = self
-            .consumer
+            .asks
             .fetch_watermarks(&self.topic, 0, timeout)
             .with_context(|| format!("cannot read topic '{}'", self.topic))?;
         Ok(high.max(0) as u64)
@@ -168,23 +212,37 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// The next record, waiting at most `wait`; `live` bounds the gate's
     /// retries (see [`Gate::decode`]).
     pub fn poll(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled {
-        self.poll_map(wait, |m| self.gate.decode(&self.consumer, m, live))
+        self.poll_map(wait, |m| self.gate.decode(&self.asks, m, live))
     }
 
     /// [`ClaimsReader::poll`], with the message's key and value as read
     /// (`dev` shows a foreign record's bytes).
     pub fn poll_raw(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled<Raw> {
         self.poll_map(wait, |m| Raw {
-            record: self.gate.decode(&self.consumer, m, live),
+            record: self.gate.decode(&self.asks, m, live),
             key: m.key().map(<[u8]>::to_vec),
             value: m.payload().map(<[u8]>::to_vec),
         })
     }
 
+    /// The reader is at the end once it has read the record below the
+    /// high watermark that came with the fetch that brought it, and not only
+    /// once librdkafka's partition EOF arrives: that comes from a fetch
+    /// sent at the end, which Apache Kafka holds for the whole
+    /// `fetch.wait.max.ms` (500 ms) when nothing new arrives, and a boot
+    /// waited for two of them.
     fn poll_map<T>(&self, wait: Duration, f: impl FnOnce(&BorrowedMessage<'_>) -> T) -> Polled<T> {
+        if self.end_next.swap(false, Ordering::Relaxed) {
+            return Polled::End;
+        }
         match self.consumer.poll(wait) {
             None => Polled::Nothing,
-            Some(Ok(m)) => Polled::Record(m.offset().max(0) as u64, f(&m)),
+            Some(Ok(m)) => {
+                if self.cached_end().is_some_and(|end| m.offset() + 1 >= end) {
+                    self.end_next.store(true, Ordering::Relaxed);
+                }
+                Polled::Record(m.offset().max(0) as u64, f(&m))
+            }
             Some(Err(KafkaError::PartitionEOF(_))) => Polled::End,
             Some(Err(e)) => Polled::Error(e),
         }
@@ -204,7 +262,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// (confluentinc/librdkafka#5573).
     pub fn find_checkpoint(&self, window: i64, at_most: u64) -> Option<Snapshot> {
         let (low, high) = self
-            .consumer
+            .asks
             .fetch_watermarks(&self.topic, 0, REQUEST_TIMEOUT)
             .ok()?;
         if high - low <= window {
@@ -226,7 +284,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                     if m.key().is_some_and(|k| k.ends_with(b":checkpoint")) {
                         // Signed, and possible: a checkpoint is a whole view.
                         let live = || Instant::now() < deadline;
-                        if let Ok(rec) = self.gate.decode(&search, &m, &live) {
+                        if let Ok(rec) = self.gate.decode(&self.asks, &m, &live) {
                             if let Some(snap) = rec.snapshot().filter(|s| {
                                 s.at.get() <= at_most && best.as_ref().is_none_or(|b| s.at > b.at)
                             }) {
@@ -272,6 +330,7 @@ impl ClaimsReader<Silent> {
             Silent,
             &src.coordination_topic,
             gate,
+            None,
         )?;
         let mut view = View::new();
         let mut at = 0;

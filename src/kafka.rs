@@ -542,19 +542,24 @@ impl Kafka {
             .name("delivery-reports".into())
             .spawn(move || reports.poll(rdkafka::util::Timeout::Never))
             .context("cannot start the producer's delivery report thread")?;
+        // The client for questions (metadata, watermarks), which never
+        // fetches: the claims reader asks through it too.
+        let meta: Arc<BaseConsumer> = Arc::new(
+            consumer_config(cfg, false, 100)
+                .create()
+                .context("cannot create a Kafka consumer")?,
+        );
         let gate = Gate::new(cfg.claims_key.clone(), &cfg.orders_topic);
         let claims = ClaimsReader::new(
             &claims_config(cfg),
             Quiet,
             &cfg.coordination_topic,
             gate.clone(),
+            Some(meta.clone()),
         )?;
         let (tx, rx) = mpsc::channel(CLAIMS_BATCHES);
         let orders: StreamConsumer<Quiet> = consumer_config(cfg, false, FETCH_WAIT_MS)
             .create_with_context(Quiet)
-            .context("cannot create a Kafka consumer")?;
-        let meta: BaseConsumer = consumer_config(cfg, false, 100)
-            .create()
             .context("cannot create a Kafka consumer")?;
         Ok(Kafka {
             producer,
@@ -565,7 +570,7 @@ impl Kafka {
             }),
             claims_tx: std::sync::Mutex::new(Some(tx)),
             orders: Arc::new(orders),
-            meta: Arc::new(meta),
+            meta,
             claims_topic: cfg.coordination_topic.clone(),
             orders_topic: cfg.orders_topic.clone(),
             results_topic: cfg.results_topic.clone(),
