@@ -383,7 +383,8 @@ run() {
     trap 'say "stopping"; stop_dir "$dir"; exit 0' INT TERM
     if [ -n "$POOL" ]; then
         [[ $POOL =~ ^[1-9][0-9]*$ ]] || die "--pool must be a number of instances"
-        TOPICS_TOOL=$tools/kafka-topics.sh BOOTSTRAP=$bootstrap "$top/scripts/create-topics.sh" >&2 ||
+        TOPICS_TOOL=$tools/kafka-topics.sh BOOTSTRAP=$bootstrap ORDERS_TOPIC=work_orders \
+            COORDINATION_TOPIC=work_claims "$top/scripts/create-topics.sh" >&2 ||
             { stop_dir "$dir"; die "could not create the topics"; }
         local bin=${POOL_WORKER:-}
         if [ -z "$bin" ]; then
@@ -393,7 +394,8 @@ run() {
         say "the pool: $POOL instances (pool_worker supervise); send orders with:"
         say "  echo 'echo hello' | $tools/kafka-console-producer.sh --bootstrap-server $bootstrap --topic work_orders"
         say "  KAFKA_BROKERS=$bootstrap $bin status"
-        KAFKA_BROKERS=$bootstrap STATE_DIR=$dir/state "$bin" supervise --instances "1-$POOL" &
+        KAFKA_BROKERS=$bootstrap ORDERS_TOPIC=work_orders COORDINATION_TOPIC=work_claims \
+            STATE_DIR=$dir/state "$bin" supervise --instances "1-$POOL" &
         wait $! || true
         stop_dir "$dir"
         exit 0
