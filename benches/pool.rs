@@ -42,6 +42,11 @@
 //! scripts/kafka.sh, one KRaft node on loopback; workers and baseline with
 //! their defaults; sections of RESULTS.md headed "on Apache Kafka X.Y.Z").
 //!
+//! On Apache Kafka each N also runs the **share group** peer (KIP-932):
+//! N members of one share group (`bench/ShareGroup.java`, run by `java` on
+//! the broker's jars), each running the order and acknowledging it (ACCEPT)
+//! afterwards, on a fresh topic like the baseline's (BENCH_SHARE=0 skips it).
+//!
 //! Knobs (environment): BENCH_NS (default `1,4,8`), BENCH_MS (orders per
 //! burst for each N, default `60,150,250`, sized so that each burst fits
 //! the case time limit at the pool's measured rate), BENCH_SEQ (orders sent
@@ -165,6 +170,9 @@ enum BrokerKind {
         dir: String,
         pid: u32,
         version: String,
+        /// The broker's jars (scripts/kafka.sh's cache), for the share
+        /// group's Java program.
+        lib: String,
     },
 }
 
@@ -233,6 +241,7 @@ impl BrokerProc {
                 dir: get("dir"),
                 pid,
                 version: get("version"),
+                lib: get("tools").trim_end_matches("/bin").to_string() + "/lib",
             },
         }
     }
@@ -1010,58 +1019,168 @@ impl Bench {
                 "baseline N={n}: sending {m} orders (group assigned after {:.0} ms)",
                 res.rebalance_ms.unwrap()
             ));
-            let mut sender = Sender::new(&self.broker.bootstrap);
-            let t0 = now_ms();
-            let idxs: Vec<usize> = (0..m)
-                .map(|i| sender.send(&topic, (i % n) as i32))
-                .collect();
-            let sent = sender.positions(&idxs);
-            let deadline = Instant::now() + Duration::from_secs(self.case_secs);
-            let got = wait_for(&format!("baseline N={n} completed"), m, deadline, || {
-                let d = done.lock().unwrap();
-                sent.keys().filter(|k| d.contains_key(k)).count()
-            });
-            let comp = done.lock().unwrap().clone();
-            res.done = got;
-            let last = sent
-                .keys()
-                .filter_map(|k| comp.get(k))
-                .cloned()
-                .fold(t0, f64::max);
-            res.secs = (last - t0) / 1000.0;
-            res.burst_lat = sent
-                .iter()
-                .filter_map(|(k, s)| comp.get(k).map(|c| c - s))
-                .collect();
-            if got < m {
-                res.incomplete = Some(format!("{got}/{m} completed in {} s", self.case_secs));
-            } else {
-                progress(format!("baseline N={n}: {} orders one at a time", self.seq));
-                for j in 0..self.seq {
-                    let idx = sender.send(&topic, (j % n) as i32);
-                    let pos = sender.positions(&[idx]);
-                    let Some((&key, &s)) = pos.iter().next() else {
-                        break;
-                    };
-                    let dl = Instant::now() + Duration::from_secs(20);
-                    let got = wait_for("baseline one order", 1, dl, || {
-                        done.lock().unwrap().contains_key(&key) as usize
-                    });
-                    res.seq_sent += 1;
-                    if got == 0 {
-                        res.incomplete = Some(format!(
-                            "order {j} of the one-at-a-time phase did not complete in 20 s"
-                        ));
-                        break;
-                    }
-                    res.seq_lat.push(done.lock().unwrap()[&key] - s);
-                }
-            }
+            self.measure("baseline", &topic, n, m, &done, &mut res);
         }
         stop.store(true, Ordering::Relaxed);
         for t in threads {
             let _ = t.join();
         }
+        res
+    }
+
+    /// Sends a burst of `m` orders to `topic` (round robin over its `n`
+    /// partitions), waits until `done` (order → completion time, filled by
+    /// the system under test) has them all, then sends `self.seq` orders one
+    /// at a time: the figures of `res`.
+    fn measure(
+        &mut self,
+        label: &str,
+        topic: &str,
+        n: usize,
+        m: usize,
+        done: &Mutex<HashMap<(i32, i64), f64>>,
+        res: &mut CaseResult,
+    ) {
+        let mut sender = Sender::new(&self.broker.bootstrap);
+        let t0 = now_ms();
+        let idxs: Vec<usize> = (0..m).map(|i| sender.send(topic, (i % n) as i32)).collect();
+        let sent = sender.positions(&idxs);
+        let deadline = Instant::now() + Duration::from_secs(self.case_secs);
+        let got = wait_for(&format!("{label} N={n} completed"), m, deadline, || {
+            let d = done.lock().unwrap();
+            sent.keys().filter(|k| d.contains_key(k)).count()
+        });
+        let comp = done.lock().unwrap().clone();
+        res.done = got;
+        let last = sent
+            .keys()
+            .filter_map(|k| comp.get(k))
+            .cloned()
+            .fold(t0, f64::max);
+        res.secs = (last - t0) / 1000.0;
+        res.burst_lat = sent
+            .iter()
+            .filter_map(|(k, s)| comp.get(k).map(|c| c - s))
+            .collect();
+        if got < m {
+            res.incomplete = Some(format!("{got}/{m} completed in {} s", self.case_secs));
+            return;
+        }
+        progress(format!("{label} N={n}: {} orders one at a time", self.seq));
+        for j in 0..self.seq {
+            let idx = sender.send(topic, (j % n) as i32);
+            let pos = sender.positions(&[idx]);
+            let Some((&key, &s)) = pos.iter().next() else {
+                break;
+            };
+            let dl = Instant::now() + Duration::from_secs(20);
+            let got = wait_for(&format!("{label} one order"), 1, dl, || {
+                done.lock().unwrap().contains_key(&key) as usize
+            });
+            res.seq_sent += 1;
+            if got == 0 {
+                res.incomplete = Some(format!(
+                    "order {j} of the one-at-a-time phase did not complete in 20 s"
+                ));
+                break;
+            }
+            res.seq_lat.push(done.lock().unwrap()[&key] - s);
+        }
+    }
+
+    /// The share-group peer (Apache Kafka only): N members of one share
+    /// group (KIP-932), `bench/ShareGroup.java` run by `java` on the
+    /// broker's own jars, each running every order's command and
+    /// acknowledging it (ACCEPT) after it; same broker, a fresh topic with
+    /// the same payloads and partitions as the baseline.
+    fn share_case(&mut self, n: usize, m: usize) -> CaseResult {
+        let topic = format!("{}-n{n}-share", self.run);
+        let mut res = CaseResult {
+            what: "share group".into(),
+            n,
+            m,
+            ..Default::default()
+        };
+        let lib = match &self.broker.kind {
+            BrokerKind::Apache { lib, .. } => lib.clone(),
+            BrokerKind::Embedded { .. } => {
+                res.incomplete =
+                    Some("share groups need Apache Kafka (BENCH_BROKER=apache)".into());
+                return res;
+            }
+        };
+        if let Err(e) = self.broker.create(&topic, n as i32) {
+            res.incomplete = Some(e);
+            return res;
+        }
+        let t_join = Instant::now();
+        let mut child = match Command::new("java")
+            .arg("-cp")
+            .arg(format!("{lib}/*"))
+            .arg(concat!(
+                "-Dlog4j2.configurationFile=",
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/kafka/log4j2-tools.properties"
+            ))
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/bench/ShareGroup.java"
+            ))
+            .args([&self.broker.bootstrap, &topic, &format!("{topic}-group")])
+            .args([
+                n.to_string(),
+                (m + self.seq).to_string(),
+                (self.case_secs + 90).to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                res.incomplete = Some(format!("cannot run java: {e}"));
+                return res;
+            }
+        };
+        let done: Arc<Mutex<HashMap<(i32, i64), f64>>> = Arc::new(Mutex::new(HashMap::new()));
+        let ready = Arc::new(AtomicBool::new(false));
+        let out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let (d2, r2) = (done.clone(), ready.clone());
+        let reader = std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let w: Vec<&str> = line.split_whitespace().collect();
+                match w.as_slice() {
+                    ["ready"] => r2.store(true, Ordering::Relaxed),
+                    ["done", p, o, at] => {
+                        if let (Ok(p), Ok(o), Ok(at)) = (p.parse(), o.parse(), at.parse::<f64>()) {
+                            d2.lock().unwrap().insert((p, o), at);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        let joined = wait_for(
+            &format!("share group N={n} joining"),
+            1,
+            Instant::now() + Duration::from_secs(90),
+            || ready.load(Ordering::Relaxed) as usize,
+        );
+        res.rebalance_ms = Some(t_join.elapsed().as_secs_f64() * 1000.0);
+        if joined == 0 {
+            res.incomplete = Some("the share group's members did not poll within 90 s".into());
+        } else {
+            std::thread::sleep(Duration::from_millis(500));
+            progress(format!(
+                "share group N={n}: sending {m} orders (members polling after {:.0} ms, JVM start included)",
+                res.rebalance_ms.unwrap()
+            ));
+            self.measure("share group", &topic, n, m, &done, &mut res);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = reader.join();
         res
     }
 
@@ -1829,6 +1948,21 @@ fn main() {
                 .map(|s| format!(" (INCOMPLETE: {s})"))
                 .unwrap_or_default()
         ));
+        if bench.broker.is_apache() && env_or("BENCH_SHARE", "1") != "0" {
+            progress(format!("=== N={n}, M={m}: share group"));
+            let sg = bench.share_case(n, m);
+            progress(format!(
+                "share group N={n}: {} orders in {:.2} s = {:.1} orders/s{}",
+                sg.done,
+                sg.secs,
+                sg.rate(),
+                sg.incomplete
+                    .as_ref()
+                    .map(|s| format!(" (INCOMPLETE: {s})"))
+                    .unwrap_or_default()
+            ));
+            pools.push(sg);
+        }
         cases.push((pools, b));
     }
     let mut idle = Vec::new();
@@ -1918,7 +2052,7 @@ fn main() {
     if !cases.is_empty() {
         let _ = writeln!(r, "## Throughput and latency{on}\n");
         let _ = writeln!(r, "Measured {date}.\n");
-        let _ = writeln!(r, "| N | system | orders | done | orders/s | pool/baseline | burst p50 ms | burst p99 ms | 1-at-a-time p50 ms | 1-at-a-time p99 ms | note |");
+        let _ = writeln!(r, "| N | system | orders | done | orders/s | ÷ baseline | burst p50 ms | burst p99 ms | 1-at-a-time p50 ms | 1-at-a-time p99 ms | note |");
         let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
         for (pools, b) in &cases {
             let ratio = |p: &CaseResult| {
@@ -1962,6 +2096,7 @@ fn main() {
         for (p, b) in cases
             .iter()
             .flat_map(|(pools, b)| pools.iter().map(move |p| (p, b)))
+            .filter(|(p, _)| p.what != "share group")
         {
             let mb = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.1}", x / 1024.0));
             let _ = writeln!(
