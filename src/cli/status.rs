@@ -384,8 +384,9 @@ pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
         &retries,
         note.as_deref(),
     );
-    // An order the claims topic knows nothing of is an error for a script
-    // (a mistyped PARTITION:OFFSET); the line above still says so.
+    // An order with no record to show is an error for a script (a mistyped
+    // PARTITION:OFFSET, or one whose records compaction erased); the line
+    // above says which.
     Ok(if mine.is_empty() {
         Exit::Failure
     } else {
