@@ -46,8 +46,12 @@
 #   ORDERS_RETENTION_MS          unset = the broker's default (7 days)
 #   RESULTS_RETENTION_MS         default 604800000 (7 days)
 #   CLAIMS_MIN_COMPACTION_LAG_MS default 604800000 (7 days)
-#   CLAIMS_MAX_COMPACTION_LAG_MS default 691200000 (8 days)
+#   CLAIMS_MAX_COMPACTION_LAG_MS default 691200000 (8 days: the minimum + 1 day)
 #   CLAIMS_SEGMENT_MS            default 3600000 (1 hour)
+#   CLAIMS_MIN_CLEANABLE_DIRTY_RATIO default 0.1
+# (The CLAIMS_* knobs exist for tests that make the cleaner run within
+# seconds, tests/live/apache_compaction.rs; docs/protocol.md R43 and R44 say
+# how short min.compaction.lag.ms may be.)
 #   TOPICS_TOOL                  path of kafka-topics.sh (default: searched)
 # (None of this script's variables starts with KAFKA_: pool_worker passes every
 # KAFKA_* variable of its environment to librdkafka, so a shared environment
@@ -122,9 +126,13 @@ RESULTS_RETENTION_MS=${RESULTS_RETENTION_MS:-604800000}
 CLAIMS_MIN_COMPACTION_LAG_MS=${CLAIMS_MIN_COMPACTION_LAG_MS:-604800000}
 CLAIMS_MAX_COMPACTION_LAG_MS=${CLAIMS_MAX_COMPACTION_LAG_MS:-691200000}
 CLAIMS_SEGMENT_MS=${CLAIMS_SEGMENT_MS:-3600000}
+CLAIMS_MIN_CLEANABLE_DIRTY_RATIO=${CLAIMS_MIN_CLEANABLE_DIRTY_RATIO:-0.1}
 for v in RESULTS_RETENTION_MS CLAIMS_MIN_COMPACTION_LAG_MS CLAIMS_MAX_COMPACTION_LAG_MS CLAIMS_SEGMENT_MS; do
     is_ms "${!v}" || die "$v must be a number of milliseconds, not '${!v}'"
 done
+[[ $CLAIMS_MIN_CLEANABLE_DIRTY_RATIO =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] ||
+    die "CLAIMS_MIN_CLEANABLE_DIRTY_RATIO must be a number from 0 to 1, not '$CLAIMS_MIN_CLEANABLE_DIRTY_RATIO'"
+[ "$CLAIMS_SEGMENT_MS" -ge 1 ] || die "CLAIMS_SEGMENT_MS must be at least 1"
 [ -z "$ORDERS_RETENTION_MS" ] || [ "$ORDERS_RETENTION_MS" = -1 ] || is_ms "$ORDERS_RETENTION_MS" ||
     die "ORDERS_RETENTION_MS must be a number of milliseconds or -1"
 [ "$CLAIMS_MAX_COMPACTION_LAG_MS" -ge "$CLAIMS_MIN_COMPACTION_LAG_MS" ] ||
@@ -181,14 +189,15 @@ claims=(--create --if-not-exists --topic "$COORDINATION_TOPIC"
     # message.timeout.ms (10 s; R44).
     --config min.compaction.lag.ms="$CLAIMS_MIN_COMPACTION_LAG_MS"
     # ...but compact a day after that even when the log is quiet, so that a
-    # boot replay stays short (must not be below min.compaction.lag.ms).
+    # boot replay stays short: the minimum + 1 day, 8 days (Kafka refuses a
+    # value below min.compaction.lag.ms).
     --config max.compaction.lag.ms="$CLAIMS_MAX_COMPACTION_LAG_MS"
     # The active segment is never compacted and the default roll is 7 days /
     # 1 GiB, which this small topic would not reach: roll hourly.
     --config segment.ms="$CLAIMS_SEGMENT_MS"
     # The log is small and is replayed at every boot: clean when 10% of it is
     # superseded records rather than the default 50%.
-    --config min.cleanable.dirty.ratio=0.1
+    --config min.cleanable.dirty.ratio="$CLAIMS_MIN_CLEANABLE_DIRTY_RATIO"
     # pool_worker writes no tombstones; an operator may (to forget a retired
     # instance). Keep them a day so that every reader sees them.
     --config delete.retention.ms=86400000

@@ -21,13 +21,27 @@
 //!    (`pool_worker cancel`): such an order is completed `cancelled`, and
 //!    any other completion of it means its job ran.
 //!
+//! On a compacted log (positions missing: [`Erased`]) the auditor judges
+//! what the surviving records can tell. Counts are of the records that
+//! survive. A second commit (1) or a completion without its commit (3) is
+//! a violation only if no record that would explain it can have been
+//! erased: the broker erases a record only when a newer one of its key
+//! exists (R42), so the explanation (a revocation of the first holder,
+//! `<holder>:revoked`; the writer's commit, `<writer>:committed`) can be
+//! missing only if a position between the two records is missing *and*
+//! the log holds a newer record of that key. Such findings are listed as
+//! [`Report::unjudged`], never as violations. A run after a cancel (6) is
+//! judged only when nothing before the cancel is missing (an erased first
+//! commit may precede it). Unclaimed orders (4) need the whole log.
+//!
 //! Pure: records in, a [`Report`] out; `pool_worker audit`
 //! (`src/cli/audit.rs`) is the shell.
 
 use crate::boot::View;
+use crate::erased::Erased;
 use crate::record::{Event, OrderId, Position, Record};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Which invariant a record broke.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -74,6 +88,8 @@ struct Trail {
     completions: u32,
     /// Position of the order's first valid commit.
     first_commit: Option<u64>,
+    /// Position of the runner's commit.
+    runner_commit: Option<u64>,
 }
 
 /// Folds the claims log and collects violations.
@@ -86,6 +102,13 @@ pub struct Auditor {
     records: u64,
     /// Whether positions ran 0, 1, 2, ... with no gap (nothing compacted).
     whole: bool,
+    /// The missing positions (compaction).
+    erased: Erased,
+    /// The newest position of each key in the whole log, when known
+    /// ([`audit`] reads the log twice): which erased records are possible.
+    newest: Option<HashMap<String, u64>>,
+    /// Findings that an erased record may explain.
+    unjudged: Vec<Violation>,
     by_status: BTreeMap<&'static str, u64>,
 }
 
@@ -100,7 +123,12 @@ pub struct Report {
     /// Whether the log was whole (from position 0, no gaps), so that
     /// unclaimed orders could be judged.
     pub whole: bool,
+    /// What compaction erased (positions missing).
+    pub erased: Erased,
     pub violations: Vec<Violation>,
+    /// What would be a violation on a whole log, but a record that
+    /// compaction may have erased would explain: not a violation.
+    pub unjudged: Vec<Violation>,
 }
 
 impl Report {
@@ -119,7 +147,20 @@ impl Auditor {
             violations: Vec::new(),
             records: 0,
             whole: true,
+            erased: Erased::new(),
+            newest: None,
+            unjudged: Vec::new(),
             by_status: BTreeMap::new(),
+        }
+    }
+
+    /// An auditor that knows the newest position of each key of the log
+    /// it will read (so it can tell which records compaction could have
+    /// erased).
+    pub fn with_newest(max_attempts: u32, newest: HashMap<String, u64>) -> Auditor {
+        Auditor {
+            newest: Some(newest),
+            ..Auditor::new(max_attempts)
         }
     }
 
@@ -127,7 +168,21 @@ impl Auditor {
         if pos != self.view.end().get() {
             self.whole = false;
         }
+        self.erased.note(pos);
         self.records += 1;
+    }
+
+    /// Whether a record keyed `key` between positions `a` and `b` can have
+    /// been erased: a position between them is missing and, if the keys'
+    /// newest positions are known, a newer record of `key` exists.
+    fn may_be_erased(&self, key: &str, a: u64, b: u64) -> bool {
+        match self.erased.first_between(a, b) {
+            None => false,
+            Some(gap) => self
+                .newest
+                .as_ref()
+                .is_none_or(|n| n.get(key).is_some_and(|&newest| newest > gap)),
+        }
     }
 
     /// A record that is not pool_worker's.
@@ -145,7 +200,7 @@ impl Auditor {
         }
         let Some(order) = rec.order() else { return };
         let trail = self.orders.entry(order).or_default();
-        let broken = match rec.event() {
+        let broken: Vec<(Rule, String, bool)> = match rec.event() {
             Event::Claimed => {
                 self.claimed
                     .entry(order.partition)
@@ -154,39 +209,59 @@ impl Auditor {
                 Vec::new()
             }
             Event::Committed => self.committed(pos, order, rec),
-            Event::Completed => self.completed(order, rec, writer_hold),
+            Event::Completed => self.completed(pos, order, rec, writer_hold),
             // A valid revocation ends the holder's run: a taker may run
             // the order again (a retry).
             Event::Revoked if trail.runner == Some(rec.instance.get()) => {
                 trail.runner = None;
+                trail.runner_commit = None;
                 Vec::new()
             }
             _ => Vec::new(),
         };
-        for (rule, detail) in broken {
-            self.violations.push(Violation {
+        for (rule, detail, explained) in broken {
+            let v = Violation {
                 rule,
                 pos: Some(pos),
                 order: Some(order.to_string()),
                 detail,
-            });
+            };
+            if explained {
+                self.unjudged.push(v);
+            } else {
+                self.violations.push(v);
+            }
         }
     }
 
-    /// A valid commit of `order` at `pos`: what it breaks.
-    fn committed(&mut self, pos: u64, order: OrderId, rec: &Record) -> Vec<(Rule, String)> {
+    /// A valid commit of `order` at `pos`: what it breaks (and whether an
+    /// erased record may explain it).
+    fn committed(&mut self, pos: u64, order: OrderId, rec: &Record) -> Vec<(Rule, String, bool)> {
         let i = rec.instance;
         let mut broken = Vec::new();
         let hold = self.view.hold(i).filter(|h| h.order == order);
         if hold.is_some_and(|h| h.committed == Some(Position::new(pos))) {
-            let trail = self.orders.entry(order).or_default();
-            trail.first_commit.get_or_insert(pos);
-            match trail.runner {
-                Some(r) if r != i.get() => broken.push((
-                    Rule::CommittedByTwo,
-                    format!("instance {i} committed while instance {r} held it committed"),
-                )),
-                _ => trail.runner = Some(i.get()),
+            let (runner, since) = {
+                let trail = self.orders.entry(order).or_default();
+                trail.first_commit.get_or_insert(pos);
+                (trail.runner, trail.runner_commit.unwrap_or(0))
+            };
+            match runner {
+                Some(r) if r != i.get() => {
+                    // The runner's hold may have been revoked by a record
+                    // compaction erased.
+                    let explained = self.may_be_erased(&format!("{r}:revoked"), since, pos);
+                    broken.push((
+                        Rule::CommittedByTwo,
+                        format!("instance {i} committed while instance {r} held it committed (since {since})"),
+                        explained,
+                    ))
+                }
+                _ => {
+                    let trail = self.orders.entry(order).or_default();
+                    trail.runner = Some(i.get());
+                    trail.runner_commit = Some(pos);
+                }
             }
         }
         if rec.attempt().get() > self.max_attempts {
@@ -197,6 +272,7 @@ impl Auditor {
                     rec.attempt(),
                     self.max_attempts
                 ),
+                false,
             ));
         }
         broken
@@ -206,42 +282,53 @@ impl Auditor {
     /// before it: what it breaks.
     fn completed(
         &mut self,
+        pos: u64,
         order: OrderId,
         rec: &Record,
         writer_hold: Option<crate::boot::Hold>,
-    ) -> Vec<(Rule, String)> {
+    ) -> Vec<(Rule, String, bool)> {
         let i = rec.instance;
         let mut broken = Vec::new();
         let cancel = self.view.cancel(order).map(|(c, _)| c.get());
-        let trail = self.orders.entry(order).or_default();
-        trail.completions += 1;
-        if trail.completions > 1 {
+        let (completions, first_commit) = {
+            let trail = self.orders.entry(order).or_default();
+            trail.completions += 1;
+            (trail.completions, trail.first_commit)
+        };
+        if completions > 1 {
             broken.push((
                 Rule::CompletedTwice,
-                format!("completion {} (by instance {i})", trail.completions),
+                format!("completion {completions} (by instance {i})"),
+                false,
             ));
         }
         if let Some(h) =
             writer_hold.filter(|h| h.order == order && !h.pending && h.committed.is_none())
         {
+            let explained = self.may_be_erased(&format!("{i}:committed"), h.claim_pos.get(), pos);
             broken.push((
                 Rule::CompletedWithoutCommit,
                 format!(
                     "instance {i} completed it; its claim at {} is undecided",
                     h.claim_pos
                 ),
+                explained,
             ));
         }
         if let Some(o) = rec.outcome() {
             *self.by_status.entry(o.status.as_str()).or_default() += 1;
-            if let (Some(c), Some(f)) = (cancel, trail.first_commit) {
+            if let (Some(c), Some(f)) = (cancel, first_commit) {
                 if c < f && o.status != crate::record::Status::Cancelled {
+                    // The order's first commit may be an erased one before
+                    // the cancel.
+                    let explained = self.erased.first.is_some_and(|g| g < c);
                     broken.push((
                         Rule::RanAfterCancel,
                         format!(
                             "cancelled at {c}, committed at {f}, completed {} by instance {i}",
                             o.status
                         ),
+                        explained,
                     ));
                 }
             }
@@ -278,7 +365,9 @@ impl Auditor {
                 .map(|(s, n)| (s.to_string(), *n))
                 .collect(),
             whole: self.whole,
+            erased: self.erased,
             violations: self.violations,
+            unjudged: self.unjudged,
         }
     }
 }
@@ -288,7 +377,14 @@ pub fn audit<'a>(
     log: impl IntoIterator<Item = (u64, Option<&'a Record>)>,
     max_attempts: u32,
 ) -> Report {
-    let mut a = Auditor::new(max_attempts);
+    let log: Vec<(u64, Option<&Record>)> = log.into_iter().collect();
+    let mut newest = HashMap::new();
+    for (pos, rec) in &log {
+        if let Some(r) = rec {
+            newest.insert(r.key(), *pos);
+        }
+    }
+    let mut a = Auditor::with_newest(max_attempts, newest);
     for (pos, rec) in log {
         match rec {
             Some(r) => a.record(pos, r),
@@ -449,6 +545,109 @@ mod tests {
         // With a gap (compaction), it is not judged.
         let r = audit([(0, Some(&log[0])), (5, Some(&log[1]))], 3);
         assert!(r.holds() && !r.whole);
+    }
+
+    /// Instance 1 commits 0:0; instance 2 revokes its hold (at 4) and takes
+    /// the order over; later, a second revocation of instance 1 (at 8; a
+    /// stray one, which changes nothing) supersedes the first.
+    fn takeover() -> Vec<Record> {
+        let seq = |mut r: Record, n: u64| {
+            r.seq = n;
+            r
+        };
+        let revoked = |seen: u64, n: u64| {
+            let mut r = Record::of(1, Event::Revoked, "b", 0).with_order(OrderId::new(0, 0));
+            r.set_by(Some(2));
+            r.set_fences(Some("a".into()));
+            r.set_seen(Some(seen));
+            r.set_rank(Some(0));
+            r.set_attempt(2);
+            seq(r, n)
+        };
+        let mut claim = rec(2, Event::Claimed, "b", 3, 0);
+        claim.set_rank(Some(0));
+        claim.set_attempt(2);
+        let mut commit = rec(2, Event::Committed, "b", 4, 0);
+        commit.set_attempt(2);
+        let mut done = rec(2, Event::Completed, "b", 5, 0);
+        done.set_attempt(2);
+        vec![
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(2, Event::Booted, "b", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(1, Event::Committed, "a", 3, 0),
+            revoked(3, 2),
+            claim,
+            commit,
+            done,
+            revoked(99, 6),
+        ]
+    }
+
+    /// The log without the positions `erased`.
+    fn compacted(log: &[Record], erased: &[u64]) -> Report {
+        audit(
+            log.iter()
+                .enumerate()
+                .map(|(p, r)| (p as u64, Some(r)))
+                .filter(|(p, _)| !erased.contains(p)),
+            3,
+        )
+    }
+
+    /// On a compacted log, a second commit that an erased revocation
+    /// explains is no violation (it is listed as unjudged); the counts
+    /// say what was erased; and where no record of the explaining key
+    /// survives after the gap, the broker cannot have erased one, so the
+    /// second commit is still a violation.
+    #[test]
+    fn a_compacted_log_gives_no_false_alarm_and_still_catches_what_it_can() {
+        let log = takeover();
+        let whole = compacted(&log, &[]);
+        assert!(
+            whole.holds() && whole.unjudged.is_empty() && whole.whole,
+            "{:?} {:?}",
+            whole.violations,
+            whole.unjudged
+        );
+        assert_eq!(whole.erased.records, 0);
+        // The first revocation erased (the broker keeps the newer one of
+        // its key, at 8).
+        let r = compacted(&log, &[4]);
+        assert!(r.holds(), "a false alarm: {:?}", r.violations);
+        assert_eq!(
+            r.unjudged.iter().map(|v| v.rule).collect::<Vec<_>>(),
+            vec![Rule::CommittedByTwo],
+            "{:?}",
+            r.unjudged
+        );
+        assert_eq!(
+            (r.erased.records, r.erased.first, r.erased.before, r.whole),
+            (1, Some(4), Some(5), false)
+        );
+        assert_eq!(r.completed.get("ok"), Some(&1));
+        // No newer `1:revoked` in the log: nothing of that key can have
+        // been erased between the two commits, so the second one is a
+        // violation, gap or not.
+        let r = compacted(&log[..8], &[4]);
+        assert_eq!(rules(&r), vec![Rule::CommittedByTwo], "{:?}", r.violations);
+        // A completion whose commit compaction erased (a newer
+        // `1:committed`, a retry's, survives) is no violation; without the
+        // newer record it is one.
+        let mut retry = rec(1, Event::Committed, "a", 5, 0);
+        retry.set_attempt(2);
+        let log = [one_run(), vec![rec(1, Event::Completed, "a", 4, 0), retry]].concat();
+        assert!(compacted(&log, &[]).holds());
+        let r = compacted(&log, &[2]);
+        assert!(r.holds(), "a false alarm: {:?}", r.violations);
+        assert_eq!(r.unjudged.len(), 1, "{:?}", r.unjudged);
+        let r = compacted(&log[..4], &[2]);
+        assert_eq!(
+            rules(&r),
+            vec![Rule::CompletedWithoutCommit],
+            "{:?}",
+            r.violations
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod audit; // the claims log checked against the invariants (I1–I5)
 pub mod boot; // replaying the claims topic into a view
 pub mod checkpoint; // a summary of the log, so that boot need not replay all of it
 pub mod claim; // the negotiation
+pub mod erased; // what compaction erased, as a reader sees it
 pub mod orders; // parsing work orders
 pub mod record; // what a claims record is
 pub mod sign; // signed records, `CLAIMS_KEY`

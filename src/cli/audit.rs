@@ -65,8 +65,19 @@ pub(crate) async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
                     .join(", ")
             }
         );
-        if !report.whole {
-            println!("the log does not start at 0 or has gaps (compaction): unclaimed orders are not judged");
+        if let Some(erased) = report.erased.sentence() {
+            println!("{erased}; unclaimed orders are not judged");
+        } else if !report.whole {
+            println!("the log does not start at 0 or has gaps: unclaimed orders are not judged");
+        }
+        for v in &report.unjudged {
+            println!(
+                "not judged {}: {} at {}: {} (compaction may have erased the record that explains it)",
+                v.order.as_deref().unwrap_or("-"),
+                v.rule.describe(),
+                v.pos.map_or("-".into(), |p| p.to_string()),
+                v.detail
+            );
         }
         for v in &report.violations {
             println!(

@@ -272,6 +272,10 @@ async fn state(State(app): State<App>) -> Response {
         "running": instances.iter().filter(|i| i["state"] == "running").count(),
         "completed": b.completed_total(),
         "not_ok": b.not_ok_total(),
+        // Positions with no record (compaction): completed and not_ok are
+        // then lower bounds.
+        "erased": b.erased,
+        "completed_is_lower_bound": b.erased.any(),
         "by_status": b.by_status,
         "oldest_waiting_age_ms": b.oldest_waiting_age_ms(now),
         "instances": instances,
@@ -315,32 +319,53 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response 
             return (StatusCode::BAD_REQUEST, Html(layout("bad order", &body))).into_response();
         }
     };
+    // The records kept, and what compaction took of them (as `history`
+    // says it).
     let kept = {
         let b = lock(&app.board);
+        let with_note = |s: Vec<(u64, crate::record::Record)>| {
+            let note = crate::cli::status::compaction_note(order, &s, &b.view, &b.erased);
+            (s, note)
+        };
         match b.story(order) {
-            Some(s) => Some(s.to_vec()),
+            Some(s) => Some(with_note(s.to_vec())),
             // Not claimed yet: nothing to read.
-            None if order.offset >= b.view.next_offset(order.partition) => Some(Vec::new()),
+            None if order.offset >= b.view.next_offset(order.partition) => Some((Vec::new(), None)),
             None => None,
         }
     };
     let src = app.src.clone();
     let fetched = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let story = match kept {
+        let (story, note) = match kept {
             Some(s) => s,
             // Not kept (an older order): read the claims topic as `history` does.
-            None => crate::claims::read_all(&src)?
-                .into_iter()
-                .filter_map(|(p, r)| r.ok().map(|r| (p, r)))
-                .filter(|(_, r)| r.order() == Some(order))
-                .collect(),
+            None => {
+                let log = crate::claims::read_all(&src)?;
+                let mut view = crate::boot::View::new();
+                let mut erased = crate::erased::Erased::new();
+                let mut story = Vec::new();
+                for (p, r) in log {
+                    erased.note(p);
+                    match r {
+                        Ok(r) => {
+                            let _ = view.apply(crate::record::Position::new(p), &r);
+                            if r.order() == Some(order) {
+                                story.push((p, r));
+                            }
+                        }
+                        Err(_) => view.skip(crate::record::Position::new(p)),
+                    }
+                }
+                let note = crate::cli::status::compaction_note(order, &story, &view, &erased);
+                (story, note)
+            }
         };
         let c = src.consumer()?;
         let text = read_message(&c, &src.orders_topic, order.partition, order.offset);
-        Ok((story, text))
+        Ok((story, note, text))
     })
     .await;
-    let (story, text) = match fetched {
+    let (story, note, text) = match fetched {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => {
             return (
@@ -367,7 +392,13 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response 
         code,
         Html(layout(
             &format!("order {order}"),
-            &render_order(order, &story, text.as_ref().map(|t| t.1.as_slice()), now),
+            &render_order(
+                order,
+                &story,
+                text.as_ref().map(|t| t.1.as_slice()),
+                note.as_deref(),
+                now,
+            ),
         )),
     )
         .into_response()
@@ -440,6 +471,63 @@ mod tests {
         assert_eq!(b.per_minute(60_000).iter().map(|(_, n)| n).sum::<u64>(), 1);
     }
 
+    /// On a compacted claims topic (positions missing), the page and the
+    /// metrics say that the counts are lower bounds and how much is gone;
+    /// an order whose records are all erased is shown as erased, not as
+    /// unknown.
+    #[test]
+    fn a_compacted_topic_is_said_to_be_one() {
+        let o = OrderId::new(0, 3);
+        let mut b = Board::new();
+        b.apply(5, Ok(Record::of(1, Event::Booted, "inc", 1_000)));
+        let mut claim = Record::of(1, Event::Claimed, "inc", 2_000).with_order(o);
+        claim.seq = 1;
+        claim.set_attempt(1);
+        claim.next = BTreeMap::from([(0, 8)]);
+        b.apply(7, Ok(claim));
+        let mut commit = Record::of(1, Event::Committed, "inc", 2_100).with_order(o);
+        commit.seq = 2;
+        commit.set_attempt(1);
+        b.apply(8, Ok(commit));
+        let mut done = Record::of(1, Event::Completed, "inc", 5_000).with_order(o);
+        done.seq = 3;
+        done.set_attempt(1);
+        done.set_outcome(Some(Outcome::not_run(Status::Ok, "")));
+        b.apply(10, Ok(done));
+        assert_eq!(
+            (b.erased.records, b.erased.first, b.erased.before),
+            (7, Some(0), Some(10))
+        );
+        assert_eq!(b.completed_total(), 1);
+        let m = b.metrics_text(10_000);
+        for line in [
+            "pool_worker_claims_erased_records 7",
+            "pool_worker_order_latency_seconds_count 1",
+        ] {
+            assert!(m.lines().any(|l| l == line), "no {line:?} in\n{m}");
+        }
+        let live = render_live(&b, 10_000);
+        assert!(
+            live.contains("id=\"erased\"") && live.contains("compaction erased 7 records"),
+            "{live}"
+        );
+        assert!(live.contains("id=\"completed\">≥ 1<"), "{live}");
+        // Order 0:1 was claimed (the frontier is 8), nothing of it survives.
+        let gone = OrderId::new(0, 1);
+        let note = crate::cli::status::compaction_note(gone, &[], &b.view, &b.erased);
+        let page = render_order(gone, &[], None, note.as_deref(), 10_000);
+        assert!(
+            page.contains("id=\"order-status\">erased<")
+                && page.contains("no record about order 0:1 survives"),
+            "{page}"
+        );
+        // Not claimed yet: no note.
+        assert_eq!(
+            crate::cli::status::compaction_note(OrderId::new(0, 8), &[], &b.view, &b.erased),
+            None
+        );
+    }
+
     /// Job output and reasons reach the page as text, never as markup.
     #[test]
     fn job_output_is_escaped_on_every_page() {
@@ -447,7 +535,7 @@ mod tests {
         let live = render_live(&b, 10_000);
         let story: Vec<(u64, Record)> = b.story(o).unwrap().to_vec();
         assert_eq!(story.len(), 3, "claim, commit, completion");
-        let order = render_order(o, &story, Some(EVIL.as_bytes()), 10_000);
+        let order = render_order(o, &story, Some(EVIL.as_bytes()), None, 10_000);
         for page in [&live, &order] {
             assert!(
                 !page.contains("<script")

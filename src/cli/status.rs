@@ -9,12 +9,18 @@
 //!
 //! Counts of completions come from the records the replay saw: on a claims
 //! topic that Kafka has compacted, completions older than
-//! `min.compaction.lag.ms` may be gone, and the counts say "at least".
-//! They are history, which a checkpoint does not carry: `status` reads from
-//! the beginning, not from the newest checkpoint.
+//! `min.compaction.lag.ms` may be gone. Then `status` says how many
+//! positions are missing ([`Erased`]) and that the completion counts are
+//! lower bounds ("at least"; JSON: `erased`, `completed_is_lower_bound`);
+//! what compaction cannot take (the frontier, so `claimed` and `waiting`,
+//! and each instance's state, R8, R43) stays exact. `history` of an order
+//! whose records are gone says so. Counts are history, which a checkpoint
+//! does not carry: `status` reads from the beginning, not from the newest
+//! checkpoint.
 
 use crate::boot::View;
 use crate::cli::show::{escape_controls, json_line};
+use crate::erased::Erased;
 use crate::exit::Exit;
 use crate::record::{Event, OrderId, Position, Record, Status};
 use crate::source::Source;
@@ -50,7 +56,9 @@ pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::
     let records = crate::claims::read_all(src)?;
     let mut view = View::new();
     let mut tally = Tally::default();
+    let mut erased = Erased::new();
     for (pos, r) in &records {
+        erased.note(*pos);
         match r {
             Ok(rec) => {
                 if view.apply(Position::new(*pos), rec).is_ok() && rec.event() == Event::Completed {
@@ -83,6 +91,10 @@ pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::
     let count = |s: Status| by_status.get(s.as_str()).copied().unwrap_or(0);
     Ok(json!({
         "claims_records": records.len(),
+        // Positions with no record (compaction): the completion counts
+        // below are then lower bounds.
+        "erased": erased,
+        "completed_is_lower_bound": erased.any(),
         "foreign_records": view.foreign,
         "orders_in_topic": orders.in_topic,
         "claimed": claimed,
@@ -179,7 +191,17 @@ fn instance_rows(
 /// carry a job's text).
 pub(crate) fn render_failed(s: &serde_json::Value) -> String {
     let list = s["not_ok_orders"].as_array().cloned().unwrap_or_default();
-    let mut out = format!("{} orders did not end ok\n", list.len());
+    let lower = s["completed_is_lower_bound"].as_bool().unwrap_or(false);
+    let mut out = format!(
+        "{}{} orders did not end ok{}\n",
+        if lower { "at least " } else { "" },
+        list.len(),
+        if lower {
+            " (compaction erased older completions; these are the ones that survive)"
+        } else {
+            ""
+        }
+    );
     for f in &list {
         let mut line = format!(
             "{:<10} {:<10} instance {} attempt {}",
@@ -210,9 +232,11 @@ pub(crate) fn render_failed(s: &serde_json::Value) -> String {
 /// The text form of a snapshot.
 pub(crate) fn render(s: &serde_json::Value) -> String {
     let n = |k: &str| s[k].as_i64().unwrap_or(0);
+    let lower = s["completed_is_lower_bound"].as_bool().unwrap_or(false);
+    let at_least = if lower { "at least " } else { "" };
     let mut out = String::new();
     out.push_str(&format!(
-        "orders: {} in topic, {} claimed, {} completed ({} not ok), {} waiting",
+        "orders: {} in topic, {} claimed, {at_least}{} completed ({at_least}{} not ok), {} waiting",
         n("orders_in_topic"),
         n("claimed"),
         n("completed"),
@@ -235,10 +259,24 @@ pub(crate) fn render(s: &serde_json::Value) -> String {
             n("cancelled")
         ));
     }
+    if lower {
+        let e = &s["erased"];
+        out.push_str(&format!(
+            "compaction erased {} records of the claims topic (positions {} to {}): the completions counted \
+             are those whose records survive, lower bounds; claimed, waiting and the instances' states are exact\n",
+            e["records"].as_u64().unwrap_or(0),
+            e["first"].as_u64().unwrap_or(0),
+            e["before"].as_u64().unwrap_or(1).saturating_sub(1)
+        ));
+    }
     if let Some(by) = s["by_status"].as_object() {
         let parts: Vec<String> = by.iter().map(|(k, v)| format!("{k} {v}")).collect();
         if !parts.is_empty() {
-            out.push_str(&format!("completions by status: {}\n", parts.join(", ")));
+            out.push_str(&format!(
+                "completions by status{}: {}\n",
+                if lower { " (at least)" } else { "" },
+                parts.join(", ")
+            ));
         }
     }
     out.push_str("instance  state        order      last completion\n");
@@ -307,6 +345,17 @@ pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
 pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
     let records = crate::cli::blocking(move || crate::claims::read_all(&src)).await?;
+    // The view (frontier, holds) and the missing positions, to say what
+    // compaction took.
+    let mut view = View::new();
+    let mut erased = Erased::new();
+    for (pos, r) in &records {
+        erased.note(*pos);
+        match r {
+            Ok(rec) => drop(view.apply(Position::new(*pos), rec)),
+            Err(_) => view.skip(Position::new(*pos)),
+        }
+    }
     let ours: Vec<(u64, Record)> = records
         .into_iter()
         .filter_map(|(p, r)| r.ok().map(|r| (p, r)))
@@ -326,15 +375,18 @@ pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
                 && r.outcome().and_then(|o| o.retry_of.as_deref()) == Some(name.as_str())
         })
         .collect();
+    let note = compaction_note(args.order, &mine, &view, &erased);
     print_history(
         &mut std::io::stdout(),
         args.source.json,
         args.order,
         &mine,
         &retries,
+        note.as_deref(),
     );
-    // An order the claims topic knows nothing of is an error for a script
-    // (a mistyped PARTITION:OFFSET); the line above still says so.
+    // An order with no record to show is an error for a script (a mistyped
+    // PARTITION:OFFSET, or one whose records compaction erased); the line
+    // above says which.
     Ok(if mine.is_empty() {
         Exit::Failure
     } else {
@@ -342,15 +394,63 @@ pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
     })
 }
 
+/// What compaction took of `order`'s story, in one sentence, given the
+/// records about it that survive (`mine`), the view of the whole log as
+/// read and its missing positions; `None` when nothing is missing that
+/// could be about it.
+pub(crate) fn compaction_note(
+    order: OrderId,
+    mine: &[(u64, Record)],
+    view: &View,
+    erased: &Erased,
+) -> Option<String> {
+    let (first, before) = (erased.first?, erased.before?);
+    let claimed = order.offset < view.next_offset(order.partition);
+    if !claimed {
+        return None;
+    }
+    let held = view
+        .instances()
+        .any(|(_, s)| s.hold.as_ref().is_some_and(|h| h.order == order));
+    let completed = mine.iter().any(|(_, r)| r.event() == Event::Completed);
+    let what = format!(
+        "compaction erased {} records of the claims topic (positions {first} to {})",
+        erased.records,
+        before - 1
+    );
+    let frontier = view.next_offset(order.partition);
+    let holder = if held {
+        "an instance holds it now"
+    } else {
+        "no instance holds it now"
+    };
+    Some(match mine.last() {
+        None => format!(
+            "no record about order {order} survives: it was claimed (the frontier of partition {} is {frontier}), \
+             and {what}; {holder}",
+            order.partition
+        ),
+        Some(_) if !completed && !held => format!(
+            "no completion of order {order} survives: {what}, and the records above are those that remain; {holder}"
+        ),
+        Some((last, _)) if first < *last => {
+            format!("{what}: records of order {order} may be among them")
+        }
+        Some(_) => return None,
+    })
+}
+
 /// Prints the records about one order (`history`): a JSON line, or a line
 /// per record with its fields' control characters escaped.
-/// `retries`: the completions of the orders that ran it again.
+/// `retries`: the completions of the orders that ran it again; `note`:
+/// what compaction took of the story ([`compaction_note`]).
 pub(crate) fn print_history(
     out: &mut impl std::io::Write,
     json: bool,
     order: OrderId,
     mine: &[(u64, Record)],
     retries: &[(u64, Record)],
+    note: Option<&str>,
 ) {
     let line = |(p, r): &(u64, Record)| {
         format!(
@@ -365,12 +465,13 @@ pub(crate) fn print_history(
                 .map(|(p, r)| json!({"pos": p, "key": r.key(), "record": r}))
                 .collect()
         };
-        let v =
-            json!({"order": order.to_string(), "records": list(mine), "retries": list(retries)});
+        let v = json!({"order": order.to_string(), "records": list(mine), "retries": list(retries), "compaction": note});
         let _ = writeln!(out, "{}", json_line(&v));
         return;
     }
-    if mine.is_empty() {
+    if let Some(n) = note {
+        let _ = writeln!(out, "{n}");
+    } else if mine.is_empty() {
         let _ = writeln!(out, "no record about order {order} in the claims topic");
     }
     for r in mine {
@@ -442,6 +543,60 @@ mod tests {
         }
     }
 
+    /// On a compacted claims topic, `status` says the completion counts
+    /// are lower bounds and what was erased; `history` of an order whose
+    /// records are gone says so instead of "no record".
+    #[test]
+    fn status_and_history_say_what_compaction_erased() {
+        let snap = json!({
+            "orders_in_topic": 10, "claimed": 9, "completed": 4, "not_ok": 1, "waiting": 1,
+            "completed_is_lower_bound": true,
+            "erased": {"records": 12, "first": 0, "before": 20},
+            "by_status": {"ok": 3, "failed": 1},
+            "instances": [],
+        });
+        let text = render(&snap);
+        assert!(
+            text.starts_with("orders: 10 in topic, 9 claimed, at least 4 completed (at least 1 not ok), 1 waiting"),
+            "{text}"
+        );
+        assert!(
+            text.contains("compaction erased 12 records of the claims topic (positions 0 to 19)")
+                && text.contains("completions by status (at least): failed 1, ok 3"),
+            "{text}"
+        );
+        let whole = json!({"orders_in_topic": 1, "claimed": 1, "completed": 1, "not_ok": 0, "instances": []});
+        let text = render(&whole);
+        assert!(
+            !text.contains("at least") && !text.contains("erased"),
+            "{text}"
+        );
+        // history: order 0:2 claimed (a record at 6 carries the frontier
+        // 0:5), its records gone.
+        let mut view = View::new();
+        let mut erased = Erased::new();
+        let mut b = Record::of(1, Event::Booted, "a", 1);
+        b.seq = 1;
+        b.next = BTreeMap::from([(0, 5)]);
+        erased.note(6);
+        view.apply(Position::new(6), &b).unwrap();
+        let note = compaction_note(OrderId::new(0, 2), &[], &view, &erased).unwrap();
+        assert!(
+            note.starts_with("no record about order 0:2 survives: it was claimed (the frontier of partition 0 is 5)")
+                && note.contains("compaction erased 6 records")
+                && note.ends_with("no instance holds it now"),
+            "{note}"
+        );
+        let mut out = Vec::new();
+        print_history(&mut out, false, OrderId::new(0, 2), &[], &[], Some(&note));
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(out.trim_end(), note);
+        assert_eq!(
+            compaction_note(OrderId::new(0, 7), &[], &view, &erased),
+            None
+        );
+    }
+
     /// `history` and `status`: record fields reach the terminal escaped.
     #[test]
     fn history_and_status_print_no_control_characters() {
@@ -451,7 +606,7 @@ mod tests {
         let mine = [(3, booted), (7, rec)];
         for json in [false, true] {
             let mut out = Vec::new();
-            print_history(&mut out, json, OrderId::new(0, 4), &mine, &[]);
+            print_history(&mut out, json, OrderId::new(0, 4), &mine, &[], None);
             let out = String::from_utf8(out).unwrap();
             no_controls_but_newlines_and_tabs(&out);
             assert_eq!(out.lines().count(), if json { 1 } else { 2 }, "{out}");

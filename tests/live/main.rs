@@ -10,6 +10,7 @@
 mod common;
 
 mod apache;
+mod apache_compaction;
 mod chaos;
 mod e2e;
 mod faults;

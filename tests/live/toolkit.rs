@@ -38,15 +38,20 @@ fn broker() -> BrokerProc {
 
 /// What a finished tool run left.
 #[derive(Debug)]
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Ran {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 /// Runs `pool_worker ARGS` with the broker's environment (plus `extra`),
 /// feeding `stdin`; kills it and panics after `timeout`.
-fn tool(env: &[(String, String)], args: &[&str], stdin: Option<&[u8]>, timeout: Duration) -> Ran {
+pub(crate) fn tool(
+    env: &[(String, String)],
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    timeout: Duration,
+) -> Ran {
     let mut cmd = command();
     cmd.envs(env.iter().map(|(k, v)| (OsStr::new(k), OsStr::new(v))))
         .args(args)
@@ -1874,7 +1879,7 @@ fn a_worker_is_not_dumpable_even_for_jobs_of_its_own_user() {
 // ------------------------------------------------------------- serve
 
 /// `pool_worker serve` running in the background; killed when dropped.
-struct Served {
+pub(crate) struct Served {
     child: std::process::Child,
     base: String,
     log: std::path::PathBuf,
@@ -1883,7 +1888,7 @@ struct Served {
 impl Served {
     /// Starts `serve --listen 127.0.0.1:0` and reads the bound address
     /// from the first line of its stdout.
-    fn start(env: &[(String, String)], dir: &Path) -> Served {
+    pub(crate) fn start(env: &[(String, String)], dir: &Path) -> Served {
         let log = dir.join("serve.log");
         let mut child = command()
             .envs(env.iter().map(|(k, v)| (OsStr::new(k), OsStr::new(v))))
@@ -1919,12 +1924,12 @@ impl Served {
         served
     }
 
-    fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// GET `path`: (status code, body).
-    fn get(&self, rt: &tokio::runtime::Runtime, path: &str) -> (u16, String) {
+    pub(crate) fn get(&self, rt: &tokio::runtime::Runtime, path: &str) -> (u16, String) {
         let url = format!("{}{path}", self.base);
         rt.block_on(async {
             let r = reqwest::Client::new()
@@ -1938,7 +1943,7 @@ impl Served {
     }
 
     /// `/metrics`, parsed by a Prometheus text parser: (name, labels) → value.
-    fn metrics(&self, rt: &tokio::runtime::Runtime) -> BTreeMap<(String, String), f64> {
+    pub(crate) fn metrics(&self, rt: &tokio::runtime::Runtime) -> BTreeMap<(String, String), f64> {
         let (code, text) = self.get(rt, "/metrics");
         assert_eq!(code, 200, "{text}");
         let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
@@ -1974,7 +1979,7 @@ impl Drop for Served {
 }
 
 /// The metric `name` with exactly `labels` ("k=v,..."), 0 when absent.
-fn metric(m: &BTreeMap<(String, String), f64>, name: &str, labels: &str) -> f64 {
+pub(crate) fn metric(m: &BTreeMap<(String, String), f64>, name: &str, labels: &str) -> f64 {
     m.get(&(name.to_string(), labels.to_string()))
         .copied()
         .unwrap_or(0.0)

@@ -2,6 +2,7 @@
 //! I/O, records, positions and times in.
 
 use crate::boot::View;
+use crate::erased::Erased;
 use crate::record::{Event, Foreign, OrderId, Position, Record, Status};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -56,6 +57,7 @@ struct Metrics {
     takeovers: Counter,
     retries: Counter,
     records: Family<EventLabel, Counter>,
+    erased: Gauge,
     latency: Histogram,
 }
 
@@ -122,6 +124,14 @@ impl Metrics {
                 None,
                 Family::default(),
             ),
+            erased: registered(
+                &mut r,
+                "claims_erased_records",
+                "Positions of the claims topic below the newest record read that hold no record: erased by \
+                 compaction before this process read them (the counters count the records that survive)",
+                None,
+                Gauge::default(),
+            ),
             latency: registered(
                 &mut r,
                 "order_latency",
@@ -168,6 +178,9 @@ pub(crate) struct Board {
     metrics: Metrics,
     /// Records read (all, foreign ones too).
     pub(crate) records: u64,
+    /// Positions missing from what was read (compaction): the counts are
+    /// then lower bounds.
+    pub(crate) erased: Erased,
     /// The claims topic's end when the tail started; ready once read to it.
     pub(crate) start_end: Option<u64>,
     pub(crate) caught_up: bool,
@@ -206,6 +219,7 @@ impl Board {
             view: View::new(),
             metrics: Metrics::new(),
             records: 0,
+            erased: Erased::new(),
             start_end: None,
             caught_up: false,
             orders_read: false,
@@ -229,6 +243,7 @@ impl Board {
     /// `status` (a completion counts when the view applies it).
     pub(crate) fn apply(&mut self, pos: u64, r: Result<Record, Foreign>) {
         self.records += 1;
+        self.erased.note(pos);
         if let Some(end) = self.start_end {
             self.caught_up |= pos + 1 >= end;
         }
@@ -297,17 +312,23 @@ impl Board {
                 status: status.as_str().into(),
             })
             .inc();
+        // From the first claim; an order whose claims the replay did not
+        // see (compaction erased them) is shown with its job's run time and
+        // left out of the latency histogram, which it would skew.
         let latency_ms = match self.first_claim.remove(&order) {
-            Some(t) => rec.ts.saturating_sub(t),
+            Some(t) => {
+                let ms = rec.ts.saturating_sub(t);
+                let secs = ms as f64 / 1000.0;
+                self.metrics.latency.observe(secs);
+                let bucket = LATENCY_BUCKETS
+                    .iter()
+                    .position(|b| secs <= *b)
+                    .unwrap_or(LATENCY_BUCKETS.len());
+                self.latency_counts[bucket] += 1;
+                ms
+            }
             None => rec.outcome().map_or(0, |o| o.duration_ms),
         };
-        let secs = latency_ms as f64 / 1000.0;
-        self.metrics.latency.observe(secs);
-        let bucket = LATENCY_BUCKETS
-            .iter()
-            .position(|b| secs <= *b)
-            .unwrap_or(LATENCY_BUCKETS.len());
-        self.latency_counts[bucket] += 1;
         let minute = rec.ts / 60_000;
         *self.per_minute.entry(minute).or_default() += 1;
         let newest = self
@@ -412,6 +433,8 @@ impl Board {
                 .get_or_create(&StateLabel { state: s.into() })
                 .set(count(s));
         }
+        m.erased
+            .set(i64::try_from(self.erased.records).unwrap_or(i64::MAX));
         m.oldest_waiting.set(
             self.oldest_waiting_age_ms(now_ms)
                 .map_or(0.0, |a| a as f64 / 1000.0),

@@ -128,6 +128,13 @@ pub(crate) fn render_live(b: &Board, now: u64) -> String {
             b.view.foreign
         );
     }
+    if let Some(e) = b.erased.sentence() {
+        let _ = write!(
+            s,
+            "<p class=\"meta\" id=\"erased\">{}; waiting, running and the instances are exact</p>",
+            esc(&e)
+        );
+    }
     s
 }
 
@@ -141,17 +148,20 @@ fn totals(s: &mut String, b: &Board, rows: &[InstanceRow], now: u64) {
     };
     card(s, "waiting", b.waiting.to_string(), "waiting", "");
     card(s, "running", running.to_string(), "running", "");
+    // On a compacted topic, the completions counted are those whose
+    // records survive: at least this many.
+    let at_least = if b.erased.any() { "≥ " } else { "" };
     card(
         s,
         "completed",
-        b.completed_total().to_string(),
+        format!("{at_least}{}", b.completed_total()),
         "completed",
         "",
     );
     card(
         s,
         "not-ok",
-        b.not_ok_total().to_string(),
+        format!("{at_least}{}", b.not_ok_total()),
         "not ok",
         if b.not_ok_total() > 0 { "bad" } else { "" },
     );
@@ -321,6 +331,7 @@ pub(crate) fn render_order(
     order: OrderId,
     story: &[(u64, Record)],
     text: Option<&[u8]>,
+    note: Option<&str>,
     now: u64,
 ) -> String {
     let mut s =
@@ -348,6 +359,13 @@ pub(crate) fn render_order(
                 let _ = write!(s, "<p class=\"reason\">reason: {}</p>", esc(&reason));
             }
         }
+        None if note.is_some() => {
+            let _ = write!(
+                s,
+                "<p class=\"statuses\"><span class=\"pill idle\" id=\"order-status\">erased</span> {}</p>",
+                esc(note.unwrap_or_default())
+            );
+        }
         None if story.is_empty() => s.push_str("<p class=\"statuses\"><span class=\"pill idle\" id=\"order-status\">no record</span> no record about this order in the claims topic</p>"),
         None => s.push_str("<p class=\"statuses\"><span class=\"pill run\" id=\"order-status\">not completed</span></p>"),
     }
@@ -363,7 +381,7 @@ pub(crate) fn render_order(
     }
     s.push_str("</section><section class=\"panel\"><h2>Story <small>as <code>pool_worker history</code> prints it</small></h2>");
     let mut out = Vec::new();
-    crate::cli::status::print_history(&mut out, false, order, story, &[]);
+    crate::cli::status::print_history(&mut out, false, order, story, &[], note);
     let _ = write!(
         s,
         "<pre id=\"story\">{}</pre></section>",
