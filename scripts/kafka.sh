@@ -214,6 +214,9 @@ stop_dir() {
     for f in "$dir"/node-*/pid "$dir"/watch.pid; do
         [ -f "$f" ] || continue
         pid=$(cat "$f")
+        # The watcher stops the nodes by running this very function (exec:
+        # the same pid): it must not kill itself before removing DIR.
+        [ "$pid" != "$$" ] || continue
         # Only a process that still runs what this script started.
         if [ "$f" != "$dir/watch.pid" ] && ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "kafka.Kafka $dir/"; then
             continue
