@@ -99,6 +99,9 @@ pub enum Polled<T = Result<Record, Foreign>> {
     Nothing,
     /// The consumer reported an error (librdkafka retries by itself).
     Error(KafkaError),
+    /// The broker cannot be worked with: it returned a record at or past
+    /// the high watermark it reports ([`crate::topics::check_watermark`]).
+    Broken(crate::topics::TopicProblem),
 }
 
 /// Where a tool's reader starts.
@@ -184,7 +187,24 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     fn poll_map<T>(&self, wait: Duration, f: impl FnOnce(&BorrowedMessage<'_>) -> T) -> Polled<T> {
         match self.consumer.poll(wait) {
             None => Polled::Nothing,
-            Some(Ok(m)) => Polled::Record(m.offset().max(0) as u64, f(&m)),
+            Some(Ok(m)) => {
+                let ask = || {
+                    self.consumer
+                        .fetch_watermarks(&self.topic, m.partition(), REQUEST_TIMEOUT)
+                        .ok()
+                        .map(|(_, high)| high)
+                };
+                if let Err(p) = crate::topics::check_watermark(
+                    self.consumer.client(),
+                    &self.topic,
+                    m.partition(),
+                    m.offset(),
+                    ask,
+                ) {
+                    return Polled::Broken(p);
+                }
+                Polled::Record(m.offset().max(0) as u64, f(&m))
+            }
             Some(Err(KafkaError::PartitionEOF(_))) => Polled::End,
             Some(Err(e)) => Polled::Error(e),
         }
@@ -307,6 +327,7 @@ impl ClaimsReader<Silent> {
                 Polled::End => at_end = true,
                 Polled::Nothing => {}
                 Polled::Error(e) => say_error(&e),
+                Polled::Broken(p) => bail!(p),
             }
         }
         Ok(())
