@@ -10,6 +10,9 @@
 mod common;
 
 mod apache;
+mod apache_brokers;
+mod apache_faults;
+mod apache_security;
 mod chaos;
 mod e2e;
 mod faults;
