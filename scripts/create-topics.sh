@@ -265,8 +265,9 @@ if [ -n "$ACLS" ]; then
     echo "# The pool ($pool): every worker, and the status/history tools."
     echo "# Orders: read them and their end offsets (Read implies Describe)."
     show "${add[@]}" --operation Read --operation Describe --topic "$ORDERS_TOPIC"
-    echo "# Claims: the only principal that writes them."
-    show "${add[@]}" --operation Read --operation Write --operation Describe --topic "$COORDINATION_TOPIC"
+    echo "# Claims: the only principal that writes them; DescribeConfigs: a worker checks at boot"
+    echo "# that the topic is compacted (without it, it warns and cannot tell)."
+    show "${add[@]}" --operation Read --operation Write --operation Describe --operation DescribeConfigs --topic "$COORDINATION_TOPIC"
     if [ -n "$RESULTS_TOPIC" ]; then
         echo "# Results: published, never read."
         show "${add[@]}" --operation Write --operation Describe --topic "$RESULTS_TOPIC"

@@ -30,7 +30,6 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,8 +86,6 @@ pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
     /// Where the reader was started ([`ClaimsReader::start_at`]); its
     /// consumer is assigned there once, so nothing below it is read.
     from: AtomicU64,
-    /// The topic's name for librdkafka's C API ([`ClaimsReader::cached_end`]).
-    topic_c: CString,
     /// The last record read was the last of the topic: the next poll says
     /// [`Polled::End`] at once.
     end_next: AtomicBool,
@@ -113,6 +110,9 @@ pub enum Polled<T = Result<Record, Foreign>> {
     Nothing,
     /// The consumer reported an error (librdkafka retries by itself).
     Error(KafkaError),
+    /// The broker cannot be worked with: it returned a record at or past
+    /// the high watermark it reports ([`crate::topics::check_watermark`]).
+    Broken(crate::topics::TopicProblem),
 }
 
 /// Where a tool's reader starts.
@@ -149,7 +149,6 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             gate,
             topic: topic.to_string(),
             from: AtomicU64::new(0),
-            topic_c: CString::new(topic).context("a topic name with a NUL byte")?,
             end_next: AtomicBool::new(false),
             asks,
         })
@@ -176,28 +175,6 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             .assign(&tpl)
             .context("cannot assign the claims topic")?;
         Ok(())
-    }
-
-    /// The claims topic's end offset as the last fetch response gave it
-    /// (librdkafka's cache: no request). rust-rdkafka wraps only the call
-    /// that asks the broker ([`ClaimsReader::end`]), so this calls
-    /// librdkafka's `rd_kafka_get_watermark_offsets` itself.
-    fn cached_end(&self) -> Option<i64> {
-        let (mut low, mut high) = (-1i64, -1i64);
-        // SAFETY: the client handle lives as long as `self.consumer`, the
-        // topic is a NUL-terminated string that outlives the call, and the
-        // two out-pointers are valid for writes.
-        let err = unsafe {
-            rdkafka::bindings::rd_kafka_get_watermark_offsets(
-                self.consumer.client().native_ptr(),
-                self.topic_c.as_ptr(),
-                0,
-                &mut low,
-                &mut high,
-            )
-        };
-        (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high > 0)
-            .then_some(high)
     }
 
     /// The claims topic's end offset now.
@@ -238,7 +215,25 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         match self.consumer.poll(wait) {
             None => Polled::Nothing,
             Some(Ok(m)) => {
-                if self.cached_end().is_some_and(|end| m.offset() + 1 >= end) {
+                // Asked through `asks`: on the fetching consumer the
+                // request would wait behind its held fetch.
+                let ask = || {
+                    self.asks
+                        .fetch_watermarks(&self.topic, m.partition(), REQUEST_TIMEOUT)
+                        .ok()
+                        .map(|(_, high)| high)
+                };
+                if let Err(p) = crate::topics::check_watermark(
+                    self.consumer.client(),
+                    &self.topic,
+                    m.partition(),
+                    m.offset(),
+                    ask,
+                ) {
+                    return Polled::Broken(p);
+                }
+                let end = crate::topics::cached_high(self.consumer.client(), &self.topic, 0);
+                if end > 0 && m.offset() + 1 >= end {
                     self.end_next.store(true, Ordering::Relaxed);
                 }
                 Polled::Record(m.offset().max(0) as u64, f(&m))
@@ -366,6 +361,7 @@ impl ClaimsReader<Silent> {
                 Polled::End => at_end = true,
                 Polled::Nothing => {}
                 Polled::Error(e) => say_error(&e),
+                Polled::Broken(p) => bail!(p),
             }
         }
         Ok(())

@@ -244,6 +244,11 @@ pub(crate) struct Kafka {
     /// Orders' payloads already received (by the idle watch, or in the same
     /// fetch as an order fetched), so that fetching them costs no round trip.
     payloads: std::sync::Mutex<Payloads>,
+    /// The user's `KAFKA_*` properties (for messages naming the principal).
+    props: Arc<BTreeMap<String, String>>,
+    /// The clients' settings, for the admin client that asks for the claims
+    /// topic's configuration ([`crate::topics::check_compaction`]).
+    admin_config: ClientConfig,
 }
 
 /// Why an order's payload could not be read.
@@ -404,15 +409,10 @@ pub(crate) enum OpenError {
     /// No broker answered for the whole patience.
     #[error("cannot reach the Kafka brokers to read topic '{topic}': {cause}")]
     Unreachable { topic: String, cause: KafkaError },
-    /// The brokers answer, but do not know the topic.
-    #[error("topic '{topic}' does not exist (create it with scripts/create-topics.sh)")]
-    NoTopic { topic: String },
-    /// The claims topic has other than one partition.
-    #[error(
-        "the coordination topic '{topic}' has {partitions} partitions; it must have exactly 1 \
-         (the protocol needs one total order of claims)"
-    )]
-    ClaimsPartitions { topic: String, partitions: i32 },
+    /// A topic the pool cannot work with (missing, not authorized, a claims
+    /// topic with several partitions or not compacted): the operator's to fix.
+    #[error("{0}")]
+    Topic(#[from] crate::topics::TopicProblem),
     /// The thread asking for metadata failed.
     #[error("{0:#}")]
     Task(anyhow::Error),
@@ -429,29 +429,35 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync +
     consumer: Arc<T>,
     client: fn(&T) -> &C,
     topic: String,
+    props: Arc<BTreeMap<String, String>>,
     patience: Duration,
 ) -> Result<i32, OpenError> {
     let start = std::time::Instant::now();
     let mut backoff = backoff::REQUEST;
     loop {
-        let (c, t) = (consumer.clone(), topic.clone());
+        let (c, t, p) = (consumer.clone(), topic.clone(), props.clone());
         let r = blocking(move || {
             client(&c)
                 .fetch_metadata(Some(&t), REQUEST_TIMEOUT)
-                .map(|m| {
-                    m.topics()
-                        .first()
-                        .map(|tp| (tp.error(), tp.partitions().len() as i32))
-                })
+                .map(|m| crate::topics::partitions_in(&m, &t, &p))
         })
         .await
         .map_err(OpenError::Task)?;
         match r {
-            Ok(Some((None, n))) if n > 0 => return Ok(n),
-            Ok(Some((Some(_), _))) | Ok(Some((None, _))) | Ok(None) => {
-                // Unknown topic (a broker may also say so while starting).
+            Ok(Ok(n)) if n > 0 => return Ok(n),
+            // Refused (no ACL) or another error the brokers give about the
+            // topic: asking again changes nothing.
+            Ok(Err(e @ crate::topics::TopicProblem::Missing { .. })) => {
+                // A broker may also say so while starting.
                 if start.elapsed() > Duration::from_secs(3) {
-                    return Err(OpenError::NoTopic { topic });
+                    return Err(e.into());
+                }
+            }
+            Ok(Err(e)) => return Err(e.into()),
+            Ok(Ok(_)) => {
+                // Not listed, or no leader yet.
+                if start.elapsed() > Duration::from_secs(3) {
+                    return Err(crate::topics::TopicProblem::Missing { topic }.into());
                 }
             }
             Err(e) => {
@@ -490,6 +496,7 @@ fn read_claims(reader: &ClaimsReader<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>,
                 Polled::Record(pos, Ok(r)) => batch.push(ClaimEvent::Record(pos, r)),
                 Polled::Record(pos, Err(why)) => batch.push(ClaimEvent::Foreign(pos, why)),
                 Polled::End => batch.push(ClaimEvent::CaughtUp),
+                Polled::Broken(p) => broken(instance, &p),
                 Polled::Error(e) => {
                     tracing::warn!(instance, error = %e, "reading the claims topic");
                     std::thread::sleep(Duration::from_millis(100));
@@ -505,6 +512,14 @@ fn read_claims(reader: &ClaimsReader<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>,
             }
         }
     }
+}
+
+/// A broker the pool cannot work with (its watermarks do not count
+/// records): one line, and exit 2 (the operator's to fix; a restart would
+/// meet the same broker).
+fn broken(instance: u32, problem: &crate::topics::TopicProblem) -> ! {
+    tracing::error!(instance, "pool_worker: {problem}");
+    std::process::exit(crate::exit::Exit::Config.code());
 }
 
 /// Whether a produce failed because the record is larger than the client
@@ -578,6 +593,8 @@ impl Kafka {
             gate,
             order_partitions: Arc::new(std::sync::Mutex::new(None)),
             payloads: std::sync::Mutex::new(Payloads::default()),
+            props: Arc::new(cfg.kafka_props.clone()),
+            admin_config: client_config(&cfg.brokers, &cfg.kafka_props),
         })
     }
 
@@ -600,25 +617,42 @@ impl Kafka {
         });
         let (meta, topic) = (self.meta.clone(), self.orders_topic.clone());
         std::thread::spawn(move || drop(meta.fetch_metadata(Some(&topic), REQUEST_TIMEOUT)));
-        let (n, _) = tokio::try_join!(
+        let principal = crate::topics::principal(&self.props);
+        let (n, _, warning) = tokio::try_join!(
             partitions(
                 self.claims.clone(),
                 ClaimsReader::consumer,
                 self.claims_topic.clone(),
+                self.props.clone(),
                 patience
             ),
             partitions(
                 self.orders.clone(),
                 |o| o,
                 self.orders_topic.clone(),
+                self.props.clone(),
                 patience
             ),
+            async {
+                // Asked beside the metadata, so that it adds no wait to boot.
+                let meta = self.meta.clone();
+                let cluster = blocking(move || meta.client().fetch_cluster_id(REQUEST_TIMEOUT))
+                    .await
+                    .ok()
+                    .flatten();
+                crate::topics::check_compaction(
+                    &self.admin_config,
+                    cluster.as_deref(),
+                    &self.claims_topic,
+                    &principal,
+                )
+                .await
+                .map_err(OpenError::from)
+            },
         )?;
-        if n != 1 {
-            return Err(OpenError::ClaimsPartitions {
-                topic: self.claims_topic.clone(),
-                partitions: n,
-            });
+        crate::topics::one_partition(&self.claims_topic, n)?;
+        if let Some(w) = warning {
+            tracing::warn!(instance = self.instance, "{w}");
         }
         Ok(())
     }
@@ -680,6 +714,21 @@ impl Kafka {
                 Err(e) if too_large(&e) && rec.event() == crate::record::Event::Checkpoint => {
                     tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this checkpoint as too large; not written (boot reads further back)");
                     return None;
+                }
+                Err(e)
+                    if e.rdkafka_error_code()
+                        .is_some_and(crate::topics::is_authorization) =>
+                {
+                    // No ACL lets this principal write the claims topic:
+                    // nothing was written, and asking again changes nothing.
+                    // The operator's to fix (exit 2: not restarted in a loop).
+                    let problem = crate::topics::TopicProblem::NotAuthorized {
+                        topic: self.claims_topic.clone(),
+                        operation: "write",
+                        principal: crate::topics::principal(&self.props),
+                    };
+                    tracing::error!(instance = self.instance, "pool_worker: {problem}");
+                    std::process::exit(crate::exit::Exit::Config.code());
                 }
                 Err(e) => {
                     // Not assumed written, not assumed lost: append again; a
@@ -916,6 +965,7 @@ impl Kafka {
         loop {
             match self.orders.recv().await {
                 Ok(m) => {
+                    self.check_order_watermark(m.partition(), m.offset());
                     self.gate
                         .saw_ends(&BTreeMap::from([(m.partition(), m.offset() + 1)]));
                     if let Ok(mut c) = self.payloads.lock() {
@@ -928,6 +978,29 @@ impl Kafka {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
+        }
+    }
+
+    /// An order message read at `offset` of `partition`, checked against
+    /// the partition's high watermark ([`crate::topics::check_watermark`]):
+    /// the pool learns which orders exist from the orders' ends, so a broker
+    /// whose watermarks do not count records would leave orders waiting
+    /// forever (issue 25 §4: tansu 0.6 said 1 after 5 records). Exits 2.
+    fn check_order_watermark(&self, partition: i32, offset: i64) {
+        let ask = || {
+            self.meta
+                .fetch_watermarks(&self.orders_topic, partition, REQUEST_TIMEOUT)
+                .ok()
+                .map(|(_, high)| high)
+        };
+        if let Err(p) = crate::topics::check_watermark(
+            self.orders.client(),
+            &self.orders_topic,
+            partition,
+            offset,
+            ask,
+        ) {
+            broken(self.instance, &p);
         }
     }
 
@@ -1002,6 +1075,7 @@ impl Kafka {
                         else {
                             break;
                         };
+                        self.check_order_watermark(m.partition(), m.offset());
                         if let Ok(mut c) = self.payloads.lock() {
                             c.put(m.partition(), m.offset(), OrderMessage::of(&m));
                         }

@@ -30,6 +30,7 @@ pub mod run; // drives the worker machine with Kafka and jobs
 pub mod settle; // booting only after a dead predecessor's appends settled
 pub mod source; // where the tools connect: topics, brokers, claims key, clients
 pub mod supervise; // the dev-mode supervisor
+pub mod topics; // what the pool needs of its broker and topics, checked
 
 // The command line: worker mode and one module per subcommand.
 pub mod cli;

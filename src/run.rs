@@ -81,9 +81,10 @@ async fn connect(cfg: &Config) -> anyhow::Result<Option<&'static Kafka>> {
         // Brokers down for the whole patience: an error like any other
         // (exit 1), restarted by the supervisor.
         Err(e @ (OpenError::Unreachable { .. } | OpenError::Task(_))) => Err(e.into()),
-        // A missing topic or a claims topic with several partitions is the
-        // operator's to fix: exit 2 so that the supervisor does not loop.
-        Err(e @ (OpenError::NoTopic { .. } | OpenError::ClaimsPartitions { .. })) => {
+        // A missing or refused topic, a claims topic with several
+        // partitions or not compacted is the operator's to fix: exit 2 so
+        // that the supervisor does not loop.
+        Err(e @ OpenError::Topic(_)) => {
             tracing::error!("pool_worker: {e}");
             Ok(None)
         }

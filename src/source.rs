@@ -142,18 +142,112 @@ impl Source {
     /// Asks the brokers for the claims topic's metadata, for at most
     /// [`PROBE_TIMEOUT`]: when none answers, the one line the person who
     /// ran the tool needs (which address, which variable or flag to set).
+    ///
+    /// When one answers, the topics as it describes them to this client
+    /// ([`Source::check_topics`]): a topic the principal may not describe
+    /// (no ACL) or a claims topic with several partitions is one line too.
     pub(crate) fn probe(&self) -> anyhow::Result<()> {
         let c: BaseConsumer<Silent> = self
             .client_config()?
             .create_with_context(Silent)
             .context("cannot create a Kafka client")?;
-        match c.fetch_metadata(Some(&self.coordination_topic), PROBE_TIMEOUT) {
-            Ok(_) => Ok(()),
+        match self.check_topics(&c, PROBE_TIMEOUT) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(problem)) => Err(problem.into()),
             Err(e) => bail!(
                 "no Kafka broker answered at {} within {} s ({e}); start one (`pool_worker dev` runs a pool on an embedded broker) or set KAFKA_BROKERS (or --brokers) to your brokers' host:port list",
                 self.brokers,
                 PROBE_TIMEOUT.as_secs()
             ),
+        }
+    }
+
+    /// The pool's topics as the brokers describe them to `c`'s principal:
+    /// `Err` when no broker answers, `Ok(Err(..))` for a topic the
+    /// principal may not describe, that the brokers refuse otherwise, or a
+    /// claims topic with other than one partition. A topic that does not
+    /// exist (yet) is left to the tool.
+    pub(crate) fn check_topics(
+        &self,
+        c: &BaseConsumer<Silent>,
+        timeout: Duration,
+    ) -> Result<Result<(), crate::topics::TopicProblem>, KafkaError> {
+        use crate::topics::{one_partition, partitions_in, TopicProblem};
+        let props = crate::config::KafkaSettings::from_env()
+            .map(|s| s.props)
+            .unwrap_or_default();
+        let judge = |topic: &str| -> Result<Result<i32, TopicProblem>, KafkaError> {
+            let md = c.fetch_metadata(Some(topic), timeout)?;
+            Ok(match partitions_in(&md, topic, &props) {
+                Err(TopicProblem::Missing { .. }) => Ok(0),
+                r => r,
+            })
+        };
+        let claims = match judge(&self.coordination_topic)? {
+            Ok(n) => n,
+            Err(p) => return Ok(Err(p)),
+        };
+        if claims > 1 {
+            return Ok(one_partition(&self.coordination_topic, claims));
+        }
+        Ok(judge(&self.orders_topic)?.map(|_| ()))
+    }
+
+    /// What a tool says when the brokers refuse its record to `topic`
+    /// (`what`: "the order", "the cancel"): one line naming the principal
+    /// when the refusal is the authorizer's (no Write ACL).
+    pub(crate) fn write_error(&self, what: &str, topic: &str, e: &KafkaError) -> anyhow::Error {
+        if e.rdkafka_error_code()
+            .is_some_and(crate::topics::is_authorization)
+        {
+            let props = crate::config::KafkaSettings::from_env()
+                .map(|s| s.props)
+                .unwrap_or_default();
+            let problem = crate::topics::TopicProblem::NotAuthorized {
+                topic: topic.into(),
+                operation: "write",
+                principal: crate::topics::principal(&props),
+            };
+            anyhow::anyhow!("cannot send {what}: {problem}")
+        } else {
+            anyhow::anyhow!("cannot send {what} to '{topic}': {e}")
+        }
+    }
+
+    /// Warns (one line on stderr) when the claims topic is not compacted,
+    /// where the brokers tell (DescribeConfigs); a tool reads on, since
+    /// what it shows is how one finds out what went wrong.
+    pub(crate) async fn warn_if_not_compacted(&self) {
+        let Ok(config) = self.client_config() else {
+            return;
+        };
+        let Ok(c) = config.create_with_context::<_, BaseConsumer<Silent>>(Silent) else {
+            return;
+        };
+        let cluster = crate::kafka::blocking(move || {
+            let id = c.client().fetch_cluster_id(PROBE_TIMEOUT);
+            // Destroying a client takes a while: not on the tool's way.
+            std::thread::spawn(move || drop(c));
+            id
+        })
+        .await
+        .ok()
+        .flatten();
+        let props = crate::config::KafkaSettings::from_env()
+            .map(|s| s.props)
+            .unwrap_or_default();
+        let principal = crate::topics::principal(&props);
+        // A tool that may not DescribeConfigs says nothing: reading is what
+        // it was asked to do, and the workers warn about it.
+        if let Err(p) = crate::topics::check_compaction(
+            &config,
+            cluster.as_deref(),
+            &self.coordination_topic,
+            &principal,
+        )
+        .await
+        {
+            eprintln!("pool_worker: warning: {p}");
         }
     }
 

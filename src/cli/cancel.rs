@@ -156,12 +156,7 @@ async fn write_cancel(
         .producer()?
         .send(fr, Duration::from_secs(30))
         .await
-        .map_err(|(e, _)| {
-            anyhow::anyhow!(
-                "cannot write the cancel to '{}': {e}",
-                src.coordination_topic
-            )
-        })?;
+        .map_err(|(e, _)| src.write_error("the cancel", &src.coordination_topic, &e))?;
     println!("order {order}: cancel recorded (claims #{})", d.offset);
     Ok(d.offset.max(0) as u64)
 }

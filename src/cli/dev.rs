@@ -429,6 +429,10 @@ fn tail_claims(src: &crate::source::Source, tx: &mpsc::UnboundedSender<RawClaim>
             }
             Polled::End | Polled::Nothing => {}
             Polled::Error(e) => eprintln!("pool_worker dev: claims reader: {e}"),
+            Polled::Broken(p) => {
+                eprintln!("pool_worker dev: claims reader: {p}");
+                return;
+            }
         }
     }
 }

@@ -121,6 +121,7 @@ impl Command {
     fn run(self, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Exit> {
         if let Some(src) = self.probed_source() {
             src.probe()?;
+            runtime.block_on(src.warn_if_not_compacted());
         }
         runtime.block_on(async {
             match self {

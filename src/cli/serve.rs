@@ -71,6 +71,15 @@ const ORDERS_REFRESH: Duration = Duration::from_secs(2);
 fn tail(src: Source, board: Arc<Mutex<Board>>) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let (reader, orders) = loop {
+        // A topic the brokers refuse to this principal (no ACL) or a claims
+        // topic with several partitions: waiting changes nothing, so one
+        // line and exit 1 (no broker answering yet is waited for).
+        if let Ok(c) = src.consumer() {
+            if let Ok(Err(problem)) = src.check_topics(&c, Duration::from_secs(5)) {
+                eprintln!("pool_worker: {problem}");
+                std::process::exit(crate::exit::Exit::Failure.code());
+            }
+        }
         let opened = ClaimsReader::open(&src, Start::Beginning)
             .and_then(|(t, _, _)| Ok((t.end(Duration::from_secs(30))?, t)))
             .and_then(|(end, t)| Ok((end, t, src.consumer()?)));
@@ -98,6 +107,10 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
                 Polled::End => b.caught_up = true,
                 Polled::Nothing => {}
                 Polled::Error(e) => crate::claims::say_error(&e),
+                Polled::Broken(p) => {
+                    eprintln!("pool_worker: {p}");
+                    std::process::exit(crate::exit::Exit::Failure.code());
+                }
             }
             b.caught_up
         };

@@ -103,9 +103,7 @@ pub(crate) async fn send(src: &Source, payload: Vec<u8>, wait: &WaitArgs) -> any
             Duration::from_secs(30),
         )
         .await
-        .map_err(|(e, _)| {
-            anyhow::anyhow!("cannot send the order to '{}': {e}", src.orders_topic)
-        })?;
+        .map_err(|(e, _)| src.write_error("the order", &src.orders_topic, &e))?;
     let order = OrderId::new(d.partition, d.offset);
     if src.json {
         println!(

@@ -10,7 +10,10 @@
 mod common;
 
 mod apache;
+mod apache_brokers;
 mod apache_compaction;
+mod apache_faults;
+mod apache_security;
 mod chaos;
 mod e2e;
 mod faults;

@@ -147,6 +147,18 @@ impl Apache {
     /// admin client with the settings scripts/create-topics.sh gives (for
     /// tests that do not test the script itself). Returns (orders, claims).
     pub fn topics(&self, partitions: i32) -> (String, String) {
+        self.topics_shaped(partitions, 1, "compact")
+    }
+
+    /// [`Apache::topics`] with a claims topic of `claims_partitions`
+    /// partitions and this `cleanup.policy` (for the tests of what a worker
+    /// says about a claims topic it cannot work with).
+    pub fn topics_shaped(
+        &self,
+        partitions: i32,
+        claims_partitions: i32,
+        cleanup: &str,
+    ) -> (String, String) {
         let orders = unique_topic("orders");
         let claims = unique_topic("claims");
         let rf = self.nodes.len().min(3) as i32;
@@ -155,7 +167,7 @@ impl Apache {
             .create()
             .expect("admin client");
         let claims_configs = [
-            ("cleanup.policy", "compact"),
+            ("cleanup.policy", cleanup),
             ("min.compaction.lag.ms", "604800000"),
             ("max.compaction.lag.ms", "691200000"),
             ("segment.ms", "3600000"),
@@ -163,7 +175,8 @@ impl Apache {
             ("delete.retention.ms", "86400000"),
             ("unclean.leader.election.enable", "false"),
         ];
-        let mut claims_topic = NewTopic::new(&claims, 1, TopicReplication::Fixed(rf));
+        let mut claims_topic =
+            NewTopic::new(&claims, claims_partitions, TopicReplication::Fixed(rf));
         for (k, v) in claims_configs {
             claims_topic = claims_topic.set(k, v);
         }

@@ -1,0 +1,463 @@
+//! What the pool needs of its broker and topics, checked where it can be
+//! told (issue 25 §2 "Security" and §4 "Which brokers"; docs/deploy.md,
+//! "Which brokers"):
+//!
+//! * **access**: a topic the brokers will not describe to this client's
+//!   principal (no ACL) is one line naming the topic, the operation and the
+//!   principal ([`TopicProblem::NotAuthorized`]), never "does not exist" or
+//!   "0 partitions", and never a retry loop;
+//! * **the claims topic's shape**: exactly one partition
+//!   ([`TopicProblem::ClaimsPartitions`]) and `cleanup.policy` including
+//!   `compact` ([`TopicProblem::NotCompacted`], from DescribeConfigs:
+//!   [`cleanup_policy`]);
+//! * **watermarks that count records**: a record read at or beyond its
+//!   partition's high watermark ([`TopicProblem::Watermark`]) means the
+//!   broker's end offsets cannot be trusted, and the pool, which learns
+//!   what orders exist from them, would idle with orders waiting.
+//!
+//! Each problem is one line (its `Display`); the worker exits
+//! [`crate::exit::Exit::Config`] on it, a tool exits non-zero.
+
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::metadata::Metadata;
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
+use rdkafka::ClientConfig;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Where an operator finds the ACLs the pool needs.
+const ACL_HINT: &str = "scripts/create-topics.sh --acls PRINCIPAL prints the ACLs the pool needs; docs/deploy.md, \"Kafka ACLs\"";
+
+/// A topic the pool cannot work with, as one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopicProblem {
+    /// The brokers refuse `operation` on `topic` to this client's principal.
+    #[error("not authorized to {operation} topic '{topic}' as {principal} ({ACL_HINT})")]
+    NotAuthorized {
+        topic: String,
+        operation: &'static str,
+        principal: String,
+    },
+    /// The brokers answer, but do not know the topic.
+    #[error("topic '{topic}' does not exist (create it with scripts/create-topics.sh)")]
+    Missing { topic: String },
+    /// The brokers answer about the topic with another error.
+    #[error("the brokers refuse topic '{topic}': {error}")]
+    Refused { topic: String, error: String },
+    /// The claims topic has other than one partition.
+    #[error(
+        "the coordination topic '{topic}' has {partitions} partitions; it must have exactly 1 \
+         (the protocol needs one total order of claims): delete and recreate it while no \
+         instance runs, or choose another COORDINATION_TOPIC"
+    )]
+    ClaimsPartitions { topic: String, partitions: i32 },
+    /// The claims topic's `cleanup.policy` does not compact.
+    #[error(
+        "the coordination topic '{topic}' has cleanup.policy={policy}; it must include compact \
+         (with time retention an idle instance's records expire): kafka-configs.sh --alter \
+         --entity-type topics --entity-name {topic} --add-config cleanup.policy=compact"
+    )]
+    NotCompacted { topic: String, policy: String },
+    /// A record at or beyond the high watermark the broker reports.
+    #[error(
+        "the broker's watermarks do not count records: it returned a record at offset {offset} \
+         of '{topic}' partition {partition}, but says the partition ends at {high}; the pool \
+         learns which orders and claims exist from these ends and cannot work with this broker \
+         (docs/deploy.md, \"Which brokers\")"
+    )]
+    Watermark {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        high: i64,
+    },
+}
+
+/// The principal this client authenticates as, for messages:
+/// `User:<sasl.username>` with SASL, else a description.
+pub fn principal(props: &BTreeMap<String, String>) -> String {
+    let protocol = props
+        .get("security.protocol")
+        .map(|p| p.to_ascii_uppercase())
+        .unwrap_or_default();
+    match props.get("sasl.username") {
+        Some(user) if protocol.starts_with("SASL") => format!("User:{user}"),
+        _ if protocol == "SSL" => "this client's certificate's principal".into(),
+        _ if protocol.starts_with("SASL") => "this client's SASL principal".into(),
+        _ => "this client's principal (User:ANONYMOUS without SASL or TLS)".into(),
+    }
+}
+
+/// Whether a Kafka error code is a refusal by the brokers' authorizer.
+pub fn is_authorization(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::GroupAuthorizationFailed
+            | RDKafkaErrorCode::ClusterAuthorizationFailed
+            | RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+    )
+}
+
+/// The number of partitions of `topic` in a metadata answer for it, or why
+/// the pool cannot use it. `Ok(0)` when the answer does not list it (a
+/// broker that is starting may say so).
+pub fn partitions_in(
+    md: &Metadata,
+    topic: &str,
+    props: &BTreeMap<String, String>,
+) -> Result<i32, TopicProblem> {
+    let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(0);
+    };
+    judge(topic, t.error(), t.partitions().len() as i32, props)
+}
+
+/// [`partitions_in`] for one topic's error and partition count (pure).
+pub fn judge(
+    topic: &str,
+    error: Option<RDKafkaRespErr>,
+    partitions: i32,
+    props: &BTreeMap<String, String>,
+) -> Result<i32, TopicProblem> {
+    let Some(err) = error else {
+        return Ok(partitions);
+    };
+    let code = RDKafkaErrorCode::from(err);
+    if is_authorization(code) {
+        return Err(TopicProblem::NotAuthorized {
+            topic: topic.into(),
+            operation: "describe",
+            principal: principal(props),
+        });
+    }
+    match code {
+        RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic => {
+            Err(TopicProblem::Missing {
+                topic: topic.into(),
+            })
+        }
+        // A topic whose leader is being elected: retried by the caller.
+        RDKafkaErrorCode::LeaderNotAvailable => Ok(0),
+        _ => Err(TopicProblem::Refused {
+            topic: topic.into(),
+            error: code.to_string(),
+        }),
+    }
+}
+
+/// The claims topic must have exactly one partition.
+pub fn one_partition(topic: &str, partitions: i32) -> Result<(), TopicProblem> {
+    if partitions == 1 {
+        Ok(())
+    } else {
+        Err(TopicProblem::ClaimsPartitions {
+            topic: topic.into(),
+            partitions,
+        })
+    }
+}
+
+/// Whether a `cleanup.policy` value compacts (`compact`, or
+/// `compact,delete` in either order).
+pub fn compacts(policy: &str) -> bool {
+    policy
+        .split(',')
+        .any(|p| p.trim().eq_ignore_ascii_case("compact"))
+}
+
+/// The claims topic's `cleanup.policy` judged: `Err` when it does not
+/// compact.
+pub fn compaction(topic: &str, policy: &str) -> Result<(), TopicProblem> {
+    if compacts(policy) {
+        Ok(())
+    } else {
+        Err(TopicProblem::NotCompacted {
+            topic: topic.into(),
+            policy: policy.into(),
+        })
+    }
+}
+
+/// A record at `offset` of a partition whose high watermark the broker
+/// says is `high` (`high < 0`: not known): `Err` when the record lies at or
+/// beyond it, which a broker whose watermarks count records never returns.
+pub fn within_watermark(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    high: i64,
+) -> Result<(), TopicProblem> {
+    if high < 0 || offset < high {
+        Ok(())
+    } else {
+        Err(TopicProblem::Watermark {
+            topic: topic.into(),
+            partition,
+            offset,
+            high,
+        })
+    }
+}
+
+/// The high watermark of `topic`'s partition `p` as `client` last heard
+/// it from the broker (in a fetch answer), without a request; `-1` when not
+/// known. librdkafka records a fetch answer's watermark before it hands
+/// out the records of that answer.
+pub fn cached_high<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+    p: i32,
+) -> i64 {
+    let Ok(name) = std::ffi::CString::new(topic) else {
+        return -1;
+    };
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client pointer is live for `client`'s lifetime, `name` is
+    // a NUL-terminated string that outlives the call, and librdkafka only
+    // writes the two offsets (rd_kafka_get_watermark_offsets, rdkafka.h).
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            client.native_ptr(),
+            name.as_ptr(),
+            p,
+            &mut low,
+            &mut high,
+        )
+    };
+    if err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
+        high
+    } else {
+        -1
+    }
+}
+
+/// A record read at `offset` of `topic`'s partition `p` by `client`,
+/// checked against the partition's high watermark: the one the client last
+/// heard, and when the record is at or past it, the one the broker gives
+/// now (`ask`: a ListOffsets request; `None` when it does not answer). Only
+/// a record at or past both is a broker whose watermarks do not count
+/// records: a cached watermark can be older than the records of a new
+/// leader's first answers.
+pub fn check_watermark<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+    p: i32,
+    offset: i64,
+    ask: impl FnOnce() -> Option<i64>,
+) -> Result<(), TopicProblem> {
+    if within_watermark(topic, p, offset, cached_high(client, topic, p)).is_ok() {
+        return Ok(());
+    }
+    match ask() {
+        Some(high) => within_watermark(topic, p, offset, high),
+        None => Ok(()),
+    }
+}
+
+/// Why [`cleanup_policy`] could not tell.
+#[derive(Debug)]
+pub enum Unknown {
+    /// The principal may not DescribeConfigs the topic (or the brokers
+    /// described none of its settings).
+    NotAuthorized,
+    /// The broker does not answer DescribeConfigs (librdkafka's embedded
+    /// mock broker), or failed to in time: nothing can be told.
+    Unanswered(String),
+}
+
+/// How long the DescribeConfigs request may take.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `cleanup.policy` of `topic`, asked with DescribeConfigs through an
+/// admin client of `config` (the pool's client settings).
+pub async fn cleanup_policy(config: &ClientConfig, topic: &str) -> Result<String, Unknown> {
+    let admin: AdminClient<DefaultClientContext> = config
+        .create()
+        .map_err(|e| Unknown::Unanswered(e.to_string()))?;
+    let opts = AdminOptions::new().request_timeout(Some(DESCRIBE_TIMEOUT));
+    let res = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &opts)
+        .await;
+    // Destroying a librdkafka client takes up to hundreds of milliseconds
+    // (closing connections, joining threads): not on the caller's way.
+    std::thread::spawn(move || drop(admin));
+    let res = res.map_err(|e| match e.rdkafka_error_code() {
+        Some(c) if is_authorization(c) => Unknown::NotAuthorized,
+        _ => Unknown::Unanswered(e.to_string()),
+    })?;
+    let resource = res
+        .into_iter()
+        .next()
+        .ok_or_else(|| Unknown::Unanswered("no resource in the answer".into()))?
+        .map_err(|c| {
+            if is_authorization(c) {
+                Unknown::NotAuthorized
+            } else {
+                Unknown::Unanswered(c.to_string())
+            }
+        })?;
+    // rdkafka (0.39) drops a resource's own error and gives its entries
+    // empty: Kafka answers so when DescribeConfigs is not allowed.
+    if resource.entries.is_empty() {
+        return Err(Unknown::NotAuthorized);
+    }
+    let value = resource
+        .get("cleanup.policy")
+        .and_then(|e| e.value.clone())
+        .ok_or_else(|| Unknown::Unanswered("no cleanup.policy in the answer".into()))?;
+    Ok(value)
+}
+
+/// Whether a cluster id is librdkafka's mock cluster's (the embedded
+/// broker: `dev`, `pool_worker broker`), which does not implement
+/// DescribeConfigs: asked, it never answers, and the request waits for its
+/// whole time-out.
+pub fn is_mock_cluster(cluster_id: Option<&str>) -> bool {
+    cluster_id.is_some_and(|id| id.starts_with("mockCluster"))
+}
+
+/// The claims topic's compaction, checked where the broker can tell
+/// (DescribeConfigs): `Err` only for a policy that does not compact;
+/// `Ok(Some(warning))` when the principal may not DescribeConfigs the
+/// topic (the caller says it, once it knows the topic is readable at all).
+/// A broker that does not answer is not judged, and the embedded broker
+/// (`cluster_id`, [`is_mock_cluster`]) is not asked.
+pub async fn check_compaction(
+    config: &ClientConfig,
+    cluster_id: Option<&str>,
+    topic: &str,
+    principal: &str,
+) -> Result<Option<String>, TopicProblem> {
+    if is_mock_cluster(cluster_id) {
+        return Ok(None);
+    }
+    match cleanup_policy(config, topic).await {
+        Ok(policy) => compaction(topic, &policy).map(|()| None),
+        Err(Unknown::NotAuthorized) => Ok(Some(format!(
+            "cannot check that topic '{topic}' is compacted: the brokers describe none of its settings to {principal} (DescribeConfigs not allowed? {ACL_HINT})"
+        ))),
+        Err(Unknown::Unanswered(why)) => {
+            tracing::debug!(topic, why, "cleanup.policy not checked");
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_principal_is_named_from_the_client_settings() {
+        let sasl = props(&[
+            ("security.protocol", "sasl_ssl"),
+            ("sasl.username", "nobody"),
+        ]);
+        assert_eq!(principal(&sasl), "User:nobody");
+        assert_eq!(
+            principal(&props(&[("security.protocol", "SSL")])),
+            "this client's certificate's principal"
+        );
+        assert!(principal(&props(&[])).contains("ANONYMOUS"));
+        // A username without SASL is not the principal.
+        assert!(!principal(&props(&[("sasl.username", "x")])).contains("User:x"));
+    }
+
+    #[test]
+    fn a_refused_topic_is_one_line_naming_topic_and_principal() {
+        let p = props(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.username", "nobody"),
+        ]);
+        let e = judge(
+            "work_claims",
+            Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED),
+            0,
+            &p,
+        )
+        .unwrap_err();
+        let line = e.to_string();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.starts_with("not authorized to describe topic 'work_claims' as User:nobody"),
+            "{line}"
+        );
+        assert!(line.contains("--acls"), "{line}");
+        assert_eq!(
+            judge(
+                "t",
+                Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART),
+                0,
+                &p
+            ),
+            Err(TopicProblem::Missing { topic: "t".into() })
+        );
+        assert_eq!(
+            judge(
+                "t",
+                Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE),
+                0,
+                &p
+            ),
+            Ok(0)
+        );
+        assert_eq!(judge("t", None, 3, &p), Ok(3));
+        assert!(matches!(
+            judge(
+                "t",
+                Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_REQUEST),
+                0,
+                &p
+            ),
+            Err(TopicProblem::Refused { .. })
+        ));
+    }
+
+    #[test]
+    fn the_claims_topic_needs_one_partition_and_compaction() {
+        assert!(one_partition("c", 1).is_ok());
+        for n in [0, 2, 3] {
+            let e = one_partition("c", n).unwrap_err().to_string();
+            assert!(e.contains(&format!("has {n} partitions")), "{e}");
+        }
+        for p in ["compact", "compact,delete", "delete, compact", "COMPACT"] {
+            assert!(compaction("c", p).is_ok(), "{p}");
+        }
+        for p in ["delete", "", "compacted"] {
+            let e = compaction("c", p).unwrap_err().to_string();
+            assert!(e.contains(&format!("cleanup.policy={p};")), "{e}");
+            assert!(e.contains("--add-config cleanup.policy=compact"), "{e}");
+            assert!(!e.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn the_embedded_broker_is_known_by_its_cluster_id() {
+        assert!(is_mock_cluster(Some("mockCluster7f3a2c")));
+        assert!(!is_mock_cluster(Some("q1Sh-9_ISia_zwGINzRvyQ")));
+        assert!(!is_mock_cluster(None));
+    }
+
+    #[test]
+    fn a_record_at_or_past_the_high_watermark_means_watermarks_do_not_count_records() {
+        assert!(within_watermark("o", 0, 4, 5).is_ok());
+        assert!(within_watermark("o", 0, 0, 1).is_ok());
+        // Not known yet: not judged.
+        assert!(within_watermark("o", 0, 4, -1).is_ok());
+        // tansu 0.6: a high watermark of 1 after 5 records.
+        let e = within_watermark("o", 2, 4, 1).unwrap_err().to_string();
+        assert!(
+            e.contains("offset 4 of 'o' partition 2, but says the partition ends at 1"),
+            "{e}"
+        );
+        assert!(within_watermark("o", 0, 5, 5).is_err());
+    }
+}
