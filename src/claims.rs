@@ -71,6 +71,10 @@ pub fn config(brokers: &str, props: &BTreeMap<String, String>, group: &str) -> C
     for (k, v) in props {
         c.set(k, v);
     }
+    // Last, whatever the user's properties say: a reader must never see a
+    // record of an aborted transaction, nor one of a transaction still open
+    // (docs/protocol.md R16). librdkafka's default, made sure of.
+    c.set("isolation.level", "read_committed");
     c
 }
 

@@ -13,6 +13,7 @@ mod apache;
 mod chaos;
 mod e2e;
 mod faults;
+mod fence;
 mod harness_smoke;
 mod toolkit;
 mod trust;
