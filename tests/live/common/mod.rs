@@ -840,7 +840,7 @@ impl TopicReader {
     }
 }
 
-fn decode_all(records: &[Raw]) -> Vec<(i64, Record)> {
+pub fn decode_all(records: &[Raw]) -> Vec<(i64, Record)> {
     records
         .iter()
         .filter_map(|(o, k, v)| {
