@@ -275,6 +275,9 @@ if [ -n "$ACLS" ]; then
     echo "# Consumer groups pool_worker-*: nothing is committed (offsets come from the claims"
     echo "# topic), but librdkafka looks up the coordinator of a consumer's group.id (Describe)."
     show "${add[@]}" --operation Describe --group pool_worker- --resource-pattern-type prefixed
+    echo "# Transactional ids pool_worker.$COORDINATION_TOPIC.*: each claims record is a transaction, and a"
+    echo "# new process fences its dead predecessor with init_transactions (docs/protocol.md R16)."
+    show "${add[@]}" --operation Write --operation Describe --transactional-id "pool_worker.$COORDINATION_TOPIC." --resource-pattern-type prefixed
     echo "# Only with KAFKA_ENABLE_IDEMPOTENCE=true on brokers older than 2.8 (KIP-679; from 2.8 on,"
     echo "# Write on a topic is enough):"
     printf '# '

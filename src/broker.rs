@@ -65,7 +65,16 @@ pub(crate) const MAX_PARTITIONS: i32 = 1024;
 /// "Idle pool") and saves ~0.5 s per step of an order. Never a default: on a
 /// real cluster it would make every idle instance send ~1,000 fetch requests
 /// a second for nothing.
-pub const WORKER_ENV: &[(&str, &str)] = &[("KAFKA_FETCH_WAIT_MAX_MS", "2")];
+///
+/// `CLAIMS_FENCE=settle`: librdkafka's mock cluster cannot fence a dead
+/// process (docs/protocol.md R16): it gives a new producer of a
+/// `transactional.id` a new producer id instead of bumping the epoch, writes
+/// no transaction markers, and serves records of open and aborted
+/// transactions to read_committed readers (tests/live/fence.rs). Workers
+/// settle against it instead (R17, R18). Never a default either: on a real
+/// cluster it costs `SETTLE_MS` after every crash.
+pub const WORKER_ENV: &[(&str, &str)] =
+    &[("KAFKA_FETCH_WAIT_MAX_MS", "2"), ("CLAIMS_FENCE", "settle")];
 
 /// [`WORKER_ENV`] as `NAME=value NAME=value`, for people.
 pub fn worker_env_line() -> String {

@@ -21,7 +21,7 @@
 
 use crate::boot::View;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
-use crate::kafka::{client_config, Gate, FETCH_WAIT_MS};
+use crate::kafka::{client_config, Gate, CLAIMS_FETCH_WAIT_MS};
 use crate::record::{Foreign, Position, Record};
 use crate::source::{Silent, Source};
 use anyhow::{bail, Context};
@@ -54,14 +54,14 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// (bench/RESULTS.md). A small queue (1 MB fetches, 2 MB or 5,000 records
 /// queued) also bounds a replay's memory, and was not slower than 4 MB
 /// fetches into an 8 MB queue (which a replay fills faster than the
-/// worker folds it). `fetch.wait.max.ms`: see [`FETCH_WAIT_MS`].
+/// worker folds it). `fetch.wait.max.ms`: see [`CLAIMS_FETCH_WAIT_MS`].
 pub fn config(brokers: &str, props: &BTreeMap<String, String>, group: &str) -> ClientConfig {
     let mut c = client_config(brokers, &BTreeMap::new());
     c.set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
-        .set("fetch.wait.max.ms", FETCH_WAIT_MS.to_string())
+        .set("fetch.wait.max.ms", CLAIMS_FETCH_WAIT_MS.to_string())
         .set("fetch.error.backoff.ms", "50")
         .set("auto.offset.reset", "earliest")
         .set("max.partition.fetch.bytes", "1048576")
@@ -72,6 +72,10 @@ pub fn config(brokers: &str, props: &BTreeMap<String, String>, group: &str) -> C
     for (k, v) in props {
         c.set(k, v);
     }
+    // Last, whatever the user's properties say: a reader must never see a
+    // record of an aborted transaction, nor one of a transaction still open
+    // (docs/protocol.md R16). librdkafka's default, made sure of.
+    c.set("isolation.level", "read_committed");
     c
 }
 

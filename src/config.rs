@@ -33,7 +33,8 @@
 //! | `CLAIMS_KEY` | a secret shared by the pool (16 bytes or more): every claims record is signed with it (HMAC-SHA256, header `pool-sig`), and unsigned or badly signed records are skipped as foreign (src/sign.rs) | none: nothing signed or checked |
 //! | `CLAIMS_KEY_FILE` | a file holding `CLAIMS_KEY` (not both) | |
 //! | `RESULTS_TOPIC` | also publish each order's result there, keyed `PARTITION:OFFSET` | none |
-//! | `SETTLE_MS` | after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md R16–R18) | 15000 |
+//! | `CLAIMS_FENCE` | how a process makes sure its dead predecessor's appends are over before it boots (docs/protocol.md R16–R18): `transactions` (Kafka's producer fencing: claims records are written in transactions under a `transactional.id` per pool and instance, and a new process's `init_transactions` fences its predecessor) or `settle` (wait `SETTLE_MS`; only for a broker that cannot fence, the embedded one, whose `worker_env` sets it) | `transactions` |
+//! | `SETTLE_MS` | with `CLAIMS_FENCE=settle`: after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md R17, R18) | 15000 |
 //! | `CLAIM_DEFER_MS` | how long an idle instance defers to each idle instance ahead of it in an order's line before it claims the order anyway (docs/protocol.md R29); at most `LEASE_MS`/3; 0: every idle instance claims at once (the herd) | 1000, or `LEASE_MS`/3 if less |
 //! | `STATE_DIR` | where a clean exit leaves its marker (src/settle.rs); must be the worker user's own and not group/world-writable (created 0700) | `$STATE_DIRECTORY` (systemd), else `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>` |
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
@@ -77,6 +78,8 @@ struct WorkerEnv {
     results_topic: Option<String>,
     #[serde(deserialize_with = "parse::whole")]
     settle_ms: Option<u64>,
+    #[serde(deserialize_with = "parse::fence")]
+    claims_fence: Option<Fence>,
     #[serde(deserialize_with = "parse::whole")]
     claim_defer_ms: Option<u64>,
     #[serde(deserialize_with = "parse::text")]
@@ -108,6 +111,22 @@ struct WorkerEnv {
 pub(crate) enum LogFormat {
     Text,
     Json,
+}
+
+/// `CLAIMS_FENCE`: how a new process makes sure that its dead
+/// predecessor's appends are over before it appends its `booted`
+/// (docs/protocol.md R16–R18).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fence {
+    /// Kafka's producer fencing (R16): claims records are written in
+    /// transactions under the instance's `transactional.id`; a new
+    /// process's `init_transactions` aborts what its predecessor left open
+    /// and makes the broker refuse whatever it still sends.
+    #[default]
+    Transactions,
+    /// Wait `SETTLE_MS` (R17, R18): for a broker that cannot fence (the
+    /// embedded one, librdkafka's mock cluster).
+    Settle,
 }
 
 /// Deserialises `T` from (name, value) pairs with envy: every program's
@@ -275,6 +294,17 @@ pub mod parse {
         let s = string(d)?;
         let s = s.trim();
         Ok((!s.is_empty()).then(|| s.to_string()))
+    }
+
+    /// `CLAIMS_FENCE`: `transactions` (or empty) or `settle`.
+    pub(crate) fn fence<'de, D: Deserializer<'de>>(d: D) -> Result<Option<super::Fence>, D::Error> {
+        match string(d)?.trim() {
+            "" | "transactions" => Ok(Some(super::Fence::Transactions)),
+            "settle" => Ok(Some(super::Fence::Settle)),
+            other => Err(D::Error::custom(format!(
+                "='{other}' is not 'transactions' or 'settle'"
+            ))),
+        }
     }
 
     /// `LOG_FORMAT`: `text` (or empty) or `json`.
@@ -460,7 +490,11 @@ pub struct Config {
     pub(crate) env_deny: Vec<String>,
     pub log_json: bool,
     pub results_topic: Option<String>,
-    /// `SETTLE_MS`: the wait before booting after an unclean exit.
+    /// `CLAIMS_FENCE`: fence the predecessor with Kafka's transactions, or
+    /// settle (wait `SETTLE_MS`).
+    pub fence: Fence,
+    /// `SETTLE_MS`: with `CLAIMS_FENCE=settle`, the wait before booting
+    /// after an unclean exit.
     pub settle_ms: u64,
     /// `CLAIM_DEFER_MS`: an idle instance's deferral, per instance ahead of
     /// it in an order's line.
@@ -637,6 +671,7 @@ impl Config {
                 crate::settle::DEFAULT_SETTLE_MS,
                 (0, 600_000),
             )?,
+            fence: raw.claims_fence.unwrap_or_default(),
             state_dir: state_dir(&mut raw),
             claims_key,
             kafka_props,

@@ -227,6 +227,10 @@ pub(crate) struct Kafka {
     /// millisecond (a timeout under 1 ms is rounded down to 0 ms): 0.6 % of
     /// a core per idle worker, most of its idle CPU (bench/RESULTS.md).
     producer: Arc<BaseProducer<Quiet>>,
+    /// Whether the producer writes in transactions under the instance's
+    /// `transactional.id` (`CLAIMS_FENCE=transactions`, docs/protocol.md
+    /// R16): every record it produces is a transaction of its own.
+    transactional: bool,
     /// The claims reader, polled by a thread of its own ([`read_claims`]).
     claims: Arc<ClaimsReader<Quiet>>,
     claims_rx: tokio::sync::Mutex<ClaimsQueue>,
@@ -385,6 +389,18 @@ pub(crate) fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> 
 /// latency with both).
 pub const FETCH_WAIT_MS: u32 = 500;
 
+/// `fetch.wait.max.ms` of the claims consumers (every reader of the claims
+/// topic, src/claims.rs): shorter than [`FETCH_WAIT_MS`] because with
+/// transactions (docs/protocol.md R16) a read_committed fetch waiting at the
+/// last stable offset is not answered when a commit marker moves it: Apache
+/// Kafka 4.4 holds it for the whole wait (measured in
+/// `tests/live/fence.rs` `kill_storm_on_apache_kafka`, 6 instances under
+/// kills: a boot's replay took 1.3 s at the median with 500 ms, 0.33 s with
+/// 100 ms, 0.17 s with 20 ms). The cost: an idle worker's claims consumer
+/// asks about ten times a second instead of twice. `KAFKA_FETCH_WAIT_MAX_MS`
+/// overrides it too.
+pub const CLAIMS_FETCH_WAIT_MS: u32 = 100;
+
 /// `wait_ms`: the consumer's `fetch.wait.max.ms` (see [`FETCH_WAIT_MS`]).
 fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
     let mut c = client_config(&cfg.brokers, &BTreeMap::new());
@@ -541,12 +557,80 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .context("blocking task failed")
 }
 
+/// The claims producer's `transactional.id` (docs/protocol.md R16): one per
+/// pool and instance, so that a new process of the instance fences every
+/// older one. The pool is named by its topics; Kafka's topic names (at most
+/// 249 characters of `[a-zA-Z0-9._-]`) keep it well within the id's limit
+/// (a string of up to 32,767 bytes) and make it easy to grant by prefix
+/// (`pool_worker.<claims topic>.`; docs/deploy.md).
+pub(crate) fn transactional_id(cfg: &Config) -> String {
+    format!(
+        "pool_worker.{}.{}.{}",
+        cfg.coordination_topic, cfg.orders_topic, cfg.instance
+    )
+}
+
+/// `transaction.timeout.ms` of the claims producer: how long a transaction
+/// left open by a process that died inside it holds back every reader of
+/// the claims topic (read_committed readers stop at its first record) when
+/// no successor fences it sooner. Each transaction is one record, open for
+/// a few milliseconds.
+pub(crate) const TRANSACTION_TIMEOUT_MS: u64 = 10_000;
+
+/// Why the claims producer stopped for good: this process must stop
+/// appending and exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stopped {
+    /// A newer process of this instance fenced the producer
+    /// (docs/protocol.md R16): exit "fenced".
+    Fenced,
+    /// Any other fatal producer error: exit with a failure (the supervisor
+    /// starts the instance again).
+    Failed,
+}
+
+/// What a fatal transactional error means for this process; `None` if the
+/// operation may be tried again.
+fn stopped_by(e: &rdkafka::error::RDKafkaError) -> Option<Stopped> {
+    use RDKafkaErrorCode as C;
+    if !e.is_fatal() {
+        // Retriable, or abortable (a transaction the coordinator timed out
+        // is aborted and the producer goes on with a bumped epoch).
+        return None;
+    }
+    let fenced = matches!(
+        e.code(),
+        C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch
+    );
+    Some(if fenced {
+        Stopped::Fenced
+    } else {
+        Stopped::Failed
+    })
+}
+
+/// The transactional error inside a Kafka error, if it is one.
+fn txn_error(e: &KafkaError) -> Option<&rdkafka::error::RDKafkaError> {
+    match e {
+        KafkaError::Transaction(t) => Some(t),
+        _ => None,
+    }
+}
+
 impl Kafka {
     pub(crate) fn connect(cfg: &Config) -> anyhow::Result<Kafka> {
-        let producer: BaseProducer<Quiet> = client_config(&cfg.brokers, &cfg.kafka_props)
-            .set("acks", "all")
+        let mut pc = client_config(&cfg.brokers, &cfg.kafka_props);
+        pc.set("acks", "all")
             .set("linger.ms", "0")
-            .set("message.timeout.ms", "10000")
+            .set("message.timeout.ms", "10000");
+        let transactional = cfg.fence == crate::config::Fence::Transactions;
+        if transactional {
+            // Set after the user's KAFKA_* properties: the fence needs this
+            // id and no other (docs/protocol.md R16).
+            pc.set("transactional.id", transactional_id(cfg))
+                .set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string());
+        }
+        let producer: BaseProducer<Quiet> = pc
             .create_with_context(Quiet)
             .context("cannot create the Kafka producer")?;
         let producer = Arc::new(producer);
@@ -578,6 +662,7 @@ impl Kafka {
             .context("cannot create a Kafka consumer")?;
         Ok(Kafka {
             producer,
+            transactional,
             claims: Arc::new(claims),
             claims_rx: tokio::sync::Mutex::new(ClaimsQueue {
                 rx,
@@ -685,6 +770,116 @@ impl Kafka {
             .flatten()
     }
 
+    /// Fences every older process of this instance (docs/protocol.md R16):
+    /// `init_transactions` with the instance's `transactional.id` bumps its
+    /// epoch, aborts the transaction a dead predecessor left open and makes
+    /// the brokers refuse whatever it still sends. Retried until it
+    /// succeeds; `Err` when this process is the one fenced (a newer process
+    /// of the number initialised meanwhile) or the producer failed for good
+    /// (the id not authorised, for one). A no-op without transactions.
+    pub(crate) async fn fence(&self) -> Result<(), Stopped> {
+        if !self.transactional {
+            return Ok(());
+        }
+        let mut backoff = backoff::REQUEST;
+        loop {
+            let p = self.producer.clone();
+            let r = blocking(move || p.init_transactions(Duration::from_secs(30))).await;
+            match r {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) => {
+                    if let Some(stop) = txn_error(&e).and_then(stopped_by) {
+                        tracing::error!(instance = self.instance, error = %e, "cannot fence the instance's previous processes (init_transactions)");
+                        return Err(stop);
+                    }
+                    tracing::warn!(instance = self.instance, error = %e, "fencing the instance's previous processes (init_transactions) failed; retrying in {:?}", backoff.peek());
+                }
+                Err(e) => {
+                    tracing::warn!(instance = self.instance, error = %e, "fencing failed; retrying")
+                }
+            }
+            backoff.wait().await;
+        }
+    }
+
+    /// Produces one record as [`Kafka::send`] does; with transactions, in a
+    /// transaction of its own, committed before this returns (readers see
+    /// the record only then). The outer `Err`: the producer stopped for
+    /// good ([`Stopped`]); the inner one: this record was not written (its
+    /// transaction aborted) and may be sent again.
+    async fn produce(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: &str,
+        value: &[u8],
+        sig: Option<&str>,
+    ) -> Result<Result<i64, KafkaError>, Stopped> {
+        if !self.transactional {
+            return Ok(self.send(topic, partition, key, value, sig).await);
+        }
+        if let Err(e) = self.producer.begin_transaction() {
+            if let Some(stop) = txn_error(&e).and_then(stopped_by) {
+                return Err(stop);
+            }
+            // An earlier transaction left in a state that needs an abort.
+            self.abort().await?;
+            return Ok(Err(e));
+        }
+        let sent = self.send(topic, partition, key, value, sig).await;
+        let offset = match sent {
+            Ok(o) => o,
+            Err(e) => {
+                self.abort().await?;
+                return Ok(Err(e));
+            }
+        };
+        loop {
+            let p = self.producer.clone();
+            let r = blocking(move || p.commit_transaction(Duration::from_secs(30))).await;
+            let e = match r {
+                Ok(Ok(())) => return Ok(Ok(offset)),
+                Ok(Err(e)) => e,
+                Err(_) => KafkaError::Canceled,
+            };
+            let t = txn_error(&e);
+            if let Some(stop) = t.and_then(stopped_by) {
+                return Err(stop);
+            }
+            if t.is_some_and(|t| t.is_retriable()) {
+                continue;
+            }
+            // Abortable (or anything else): abort, and the caller appends
+            // again.
+            self.abort().await?;
+            return Ok(Err(e));
+        }
+    }
+
+    /// Aborts the open transaction (retried while retriable).
+    async fn abort(&self) -> Result<(), Stopped> {
+        for _ in 0..100 {
+            let p = self.producer.clone();
+            let r = blocking(move || p.abort_transaction(Duration::from_secs(30))).await;
+            match r {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) => {
+                    let t = txn_error(&e);
+                    if let Some(stop) = t.and_then(stopped_by) {
+                        return Err(stop);
+                    }
+                    if !t.is_some_and(|t| t.is_retriable()) {
+                        // No transaction to abort (its state says so).
+                        return Ok(());
+                    }
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(Stopped::Failed)
+    }
+
     /// Appends a record to the claims topic; retries until the broker
     /// acknowledges it. Returns its position, or `None` for a checkpoint the
     /// broker refuses as too large even without its order ids (checkpoints
@@ -696,7 +891,7 @@ impl Kafka {
     /// `max.message.bytes` is below [`crate::record::RECORD_LIMIT`]) is
     /// shortened ([`Record::shrink`]) and sent again: never the same bytes
     /// forever.
-    pub(crate) async fn append(&self, rec: &Record) -> Option<u64> {
+    pub(crate) async fn append(&self, rec: &Record) -> Result<Option<u64>, Stopped> {
         let key = rec.key();
         let mut rec = std::borrow::Cow::Borrowed(rec);
         let mut backoff = backoff::APPEND;
@@ -704,16 +899,16 @@ impl Kafka {
             let value = rec.encode();
             let sig = self.gate.sign(&value);
             match self
-                .send(&self.claims_topic, Some(0), &key, &value, sig.as_deref())
-                .await
+                .produce(&self.claims_topic, Some(0), &key, &value, sig.as_deref())
+                .await?
             {
-                Ok(offset) => return Some(offset.max(0) as u64),
+                Ok(offset) => return Ok(Some(offset.max(0) as u64)),
                 Err(e) if too_large(&e) && rec.to_mut().shrink() => {
                     tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this record as too large (check the claims topic's max.message.bytes); shortened");
                 }
                 Err(e) if too_large(&e) && rec.event() == crate::record::Event::Checkpoint => {
                     tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this checkpoint as too large; not written (boot reads further back)");
-                    return None;
+                    return Ok(None);
                 }
                 Err(e)
                     if e.rdkafka_error_code()
@@ -796,11 +991,11 @@ impl Kafka {
     /// is appended, so a crash in between publishes the result again rather
     /// than never: subscribers see each result at least once, keyed by order.
     /// A result the broker refuses as too large is shortened, like a record.
-    pub(crate) async fn publish_result(&self, rec: &Record) {
+    pub(crate) async fn publish_result(&self, rec: &Record) -> Result<(), Stopped> {
         let (Some(topic), Some(order), Some(outcome)) =
             (&self.results_topic, rec.order(), rec.outcome())
         else {
-            return;
+            return Ok(());
         };
         let mut outcome = outcome.clone().fit(crate::record::MAX_TAIL_BYTES);
         let key = order.to_string();
@@ -823,8 +1018,11 @@ impl Kafka {
                 "retry_of": outcome.retry_of,
             })
             .to_string();
-            match self.send(topic, None, &key, value.as_bytes(), None).await {
-                Ok(_) => return,
+            match self
+                .produce(topic, None, &key, value.as_bytes(), None)
+                .await?
+            {
+                Ok(_) => return Ok(()),
                 Err(e) if too_large(&e) => {
                     let half = crate::record::json_len(&outcome.stdout_tail)
                         .max(crate::record::json_len(&outcome.stderr_tail))
@@ -836,7 +1034,7 @@ impl Kafka {
                             bytes = value.len(),
                             "the broker refuses this result as too large; not published"
                         );
-                        return;
+                        return Ok(());
                     }
                     tracing::warn!(
                         instance = self.instance,

@@ -15,10 +15,10 @@
 //! kills a running job's process group and exits 143: the order stays
 //! committed, and the next incarnation runs it again as a retry.
 
-use crate::config::Config;
+use crate::config::{Config, Fence};
 use crate::exit::{Exit, Signals};
 use crate::job::{self, JobContext};
-use crate::kafka::{ClaimEvent, Kafka, OpenError};
+use crate::kafka::{ClaimEvent, Kafka, OpenError, Stopped};
 use crate::orders;
 use crate::record::{Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Status};
 use crate::worker::{Action, Input, Phase, Settings, Worker};
@@ -102,6 +102,7 @@ fn settings(cfg: &Config) -> Settings {
         checkpoint_every: Some(crate::checkpoint::DEFAULT_CHECKPOINT_EVERY),
         orders_per_process: cfg.orders_per_process,
         settle_ms: cfg.settle_ms,
+        fence: cfg.fence == Fence::Transactions,
         claim_defer_ms: cfg.claim_defer_ms,
         ..Settings::default()
     }
@@ -132,6 +133,14 @@ struct Shell {
     /// incarnation named by the one taken at boot.
     marker: Option<PathBuf>,
     clean: Option<String>,
+    /// With `CLAIMS_FENCE=settle`: where this process keeps the deadline
+    /// it settles until (removed before its `booted` is appended), and the
+    /// deadline it inherited from a predecessor killed while it settled
+    /// (docs/protocol.md R17).
+    deadline: Option<PathBuf>,
+    inherited: Option<u64>,
+    /// The fence under way (docs/protocol.md R16): its outcome arrives here.
+    fencing: Option<tokio::sync::oneshot::Receiver<Result<(), Stopped>>>,
     /// The machine's actions not carried out yet.
     todo: VecDeque<Action>,
     job: Job,
@@ -158,16 +167,50 @@ impl Shell {
         // Settling (src/settle.rs): the marker is taken before anything is
         // appended, so a process that dies from here on leaves none.
         // With SETTLE_MS=0 there is no wait to spare, so no marker either.
-        let marker = (cfg.settle_ms > 0).then(|| crate::settle::marker_path(&cfg));
+        // With the fence (R16) the marker only spares a warning
+        // (warn_open_commands).
+        let marker = (cfg.settle_ms > 0 || cfg.fence == Fence::Transactions)
+            .then(|| crate::settle::marker_path(&cfg));
         let clean = marker.as_deref().and_then(crate::settle::take);
         warn_open_commands(&cfg, clean.is_some());
-        let (mut w, first) = Worker::start_after(
+        let settling = cfg.fence == Fence::Settle && cfg.settle_ms > 0;
+        // R17: the deadline a predecessor killed while it settled waited
+        // for, taken and replaced by ours before anything is appended.
+        let deadline = marker
+            .as_deref()
+            .filter(|_| settling)
+            .map(crate::settle::deadline_path);
+        let inherited = deadline
+            .as_deref()
+            .and_then(crate::settle::take)
+            .and_then(|d| d.parse::<u64>().ok());
+        let now = now_ms();
+        let (mut w, first) = Worker::start_settling(
             InstanceNo::new(me),
             Incarnation::new(new_incarnation()),
             settings(&cfg),
-            now_ms(),
+            now,
             clean.clone().map(Incarnation::new),
+            inherited,
         );
+        if let (Some(path), Phase::Settle { until, .. }) = (&deadline, &w.phase) {
+            crate::settle::leave(path, &until.to_string());
+        }
+        // R16: fence the instance's previous processes while the log is read.
+        let fencing = (cfg.fence == Fence::Transactions).then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let t = std::time::Instant::now();
+                let r = kafka.fence().await;
+                tracing::info!(
+                    instance = me,
+                    ms = t.elapsed().as_millis() as u64,
+                    "fenced the instance's previous processes (init_transactions)"
+                );
+                let _ = tx.send(r);
+            });
+            rx
+        });
         let from = match kafka.find_checkpoint().await {
             Some(snap) if w.load(&snap) => snap.at.get(),
             _ => 0,
@@ -183,6 +226,9 @@ impl Shell {
             ticks,
             marker,
             clean,
+            deadline,
+            inherited,
+            fencing,
             todo: first.into(),
             job: Job::new(),
             idle: false,
@@ -212,7 +258,14 @@ impl Shell {
     async fn act(&mut self) -> anyhow::Result<Option<Exit>> {
         while let Some(action) = self.todo.pop_front() {
             match action {
-                Action::Append(rec) => self.appender.append(rec),
+                Action::Append(rec) => {
+                    if rec.event() == Event::Booted {
+                        if let Some(code) = self.drop_deadline() {
+                            return Ok(Some(code));
+                        }
+                    }
+                    self.appender.append(rec)
+                }
                 Action::WakeAt(at) => self.wake_at(at),
                 Action::FindOrder => self.find_order().await?,
                 Action::Run {
@@ -244,6 +297,9 @@ impl Shell {
         let me = self.cfg.instance;
         let ms = at.saturating_sub(now_ms());
         let why = match &self.clean {
+            None if self.inherited.is_some() => format!(
+                "instance {me}'s previous process was stopped while it settled, so this one waits for the deadline it inherited"
+            ),
             None => format!(
                 "no clean exit of instance {me}'s previous process is recorded in {} (its first start on this host, or it crashed)",
                 self.cfg.state_dir.display()
@@ -358,6 +414,60 @@ impl Shell {
                 Next::Input(Input::Tick)
             }
             code = self.signals.recv() => Next::Stop(self.on_signal(code).await),
+            r = async {
+                match self.fencing.as_mut() {
+                    Some(f) => f.await,
+                    None => std::future::pending().await,
+                }
+            }, if self.fencing.is_some() => {
+                self.fencing = None;
+                match r {
+                    Ok(Ok(())) => Next::Input(Input::Fenced),
+                    Ok(Err(stop)) => Next::Stop(self.on_stopped(stop).await),
+                    Err(_) => Next::Stop(self.on_stopped(Stopped::Failed).await),
+                }
+            }
+            stop = self.appender.stopped() => Next::Stop(self.on_stopped(stop).await),
+        }
+    }
+
+    /// The producer stopped for good (fenced by a newer process of our
+    /// number, or failed): stop the job and exit without appending more
+    /// and without a clean-exit marker (docs/protocol.md R16).
+    async fn on_stopped(&mut self, stop: Stopped) -> Exit {
+        self.job.stop().await;
+        let me = self.cfg.instance;
+        match stop {
+            Stopped::Fenced => {
+                tracing::error!(
+                    instance = me,
+                    "fenced: a newer process with INSTANCE_NUMBER={me} started (Kafka fenced this process's transactional producer); this one stops"
+                );
+                Exit::Fenced
+            }
+            Stopped::Failed => {
+                tracing::error!(
+                    instance = me,
+                    "the claims producer failed for good; stopping (the supervisor starts the instance again)"
+                );
+                Exit::Failure
+            }
+        }
+    }
+
+    /// R17: before our `booted` is appended, the settle deadline we kept
+    /// must go: from now on our own appends may be in flight, and a
+    /// successor must wait for them in full. `Some` (exit) if it cannot be
+    /// removed.
+    fn drop_deadline(&mut self) -> Option<Exit> {
+        let path = self.deadline.take()?;
+        match std::fs::remove_file(&path) {
+            Ok(()) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                tracing::error!(instance = self.cfg.instance, path = %path.display(), error = %e, "cannot remove the settle deadline before booting; stopping");
+                Some(Exit::Failure)
+            }
         }
     }
 
@@ -405,7 +515,8 @@ impl Shell {
     /// received, until the machine asks for something (a replay goes batch
     /// by batch, not once around the select! per record).
     fn fold(&mut self, mut input: Input) {
-        let booting = |p: &Phase| matches!(p, Phase::Settle { .. } | Phase::Boot { .. });
+        let booting =
+            |p: &Phase| matches!(p, Phase::Fence | Phase::Settle { .. } | Phase::Boot { .. });
         loop {
             if let Input::CaughtUp = input {
                 tracing::debug!(
@@ -643,20 +754,34 @@ struct Appender {
     tx: mpsc::UnboundedSender<crate::record::Record>,
     sent: std::cell::Cell<u64>,
     acked: watch::Receiver<u64>,
+    /// Set once the producer stopped for good (fenced, or failed): nothing
+    /// more is appended, and the process exits (docs/protocol.md R16).
+    stopped: watch::Receiver<Option<Stopped>>,
 }
 
 impl Appender {
     fn start(kafka: &'static Kafka) -> Appender {
         let (tx, mut rx) = mpsc::unbounded_channel::<crate::record::Record>();
         let (acked_tx, acked) = watch::channel(0u64);
+        let (stopped_tx, stopped) = watch::channel(None);
         tokio::spawn(async move {
             let mut n = 0;
             while let Some(rec) = rx.recv().await {
-                if rec.event() == Event::Completed {
-                    kafka.publish_result(&rec).await;
-                }
-                if let Some(pos) = kafka.append(&rec).await {
-                    log_step(&rec, pos);
+                let r = async {
+                    if rec.event() == Event::Completed {
+                        kafka.publish_result(&rec).await?;
+                    }
+                    kafka.append(&rec).await
+                };
+                match r.await {
+                    Ok(Some(pos)) => log_step(&rec, pos),
+                    Ok(None) => {}
+                    Err(stop) => {
+                        // Stop appending: this record and every later one
+                        // are dropped.
+                        let _ = stopped_tx.send(Some(stop));
+                        return;
+                    }
                 }
                 n += 1;
                 let _ = acked_tx.send(n);
@@ -666,6 +791,18 @@ impl Appender {
             tx,
             sent: std::cell::Cell::new(0),
             acked,
+            stopped,
+        }
+    }
+
+    /// Waits until the producer stops for good.
+    async fn stopped(&self) -> Stopped {
+        let mut s = self.stopped.clone();
+        let got = s.wait_for(Option::is_some).await.map(|v| *v);
+        match got {
+            Ok(v) => v.unwrap_or(Stopped::Failed),
+            // The appender task ended otherwise (it does not): never.
+            Err(_) => std::future::pending().await,
         }
     }
 
@@ -679,7 +816,13 @@ impl Appender {
     async fn flush(&self, limit: Option<Duration>) -> bool {
         let sent = self.sent.get();
         let mut acked = self.acked.clone();
-        let all = async move { acked.wait_for(|&n| n >= sent).await.is_ok() };
+        let all = async move {
+            tokio::select! {
+                r = acked.wait_for(|&n| n >= sent) => r.is_ok(),
+                // Stopped for good: the rest will never be acknowledged.
+                _ = self.stopped() => false,
+            }
+        };
         match limit {
             Some(l) => tokio::time::timeout(l, all).await.unwrap_or(false),
             None => all.await,

@@ -49,6 +49,14 @@ pub fn marker_path(cfg: &Config) -> PathBuf {
     cfg.state_dir.join(name)
 }
 
+/// Where a settling process keeps the deadline it waits for
+/// (docs/protocol.md R17): beside the marker. A process stopped while it
+/// settles (it appended nothing) leaves it for its successor, which waits
+/// for that deadline instead of starting the wait over.
+pub fn deadline_path(marker: &Path) -> PathBuf {
+    marker.with_extension("settle")
+}
+
 /// A hash that is the same in every process (unlike std's `RandomState`):
 /// the first 64 bits of SHA-256 (`sha2`, which signs the claims records).
 fn stable_hash(bytes: &[u8]) -> u64 {

@@ -9,6 +9,7 @@
 //! very same machine against a simulated log.
 //!
 //! ```text
+//!  Fence ──the predecessor fenced (Input::Fenced): append booted──► Boot
 //!  Settle ──SETTLE_MS over, or a clean exit the log confirms: append booted──► Boot
 //!  Boot ──own booted read, caught up──► resume? ─ committed hold ─► Retry ──own commit read──► Run
 //!                                          │     └ undecided hold ─► Negotiate
@@ -59,6 +60,10 @@ pub enum Input {
     /// The order being run (after [`Action::Run`]) names this `id`; the
     /// shell waits for [`Action::Start`] before running it.
     OrderId(String),
+    /// The shell fenced the instance's previous processes
+    /// (docs/protocol.md R16): whatever they appended has landed or never
+    /// will. Ends [`Phase::Fence`].
+    Fenced,
 }
 
 /// What the machine asks the shell to do.
@@ -98,7 +103,12 @@ pub enum Action {
 /// Where the machine is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
-    /// Not booted yet (docs/protocol.md R16): the previous process of
+    /// Not booted yet (docs/protocol.md R16): the shell fences the previous
+    /// processes of our number (Kafka's `init_transactions`), so that none
+    /// of their appends can land after our `booted`. Reading the log
+    /// meanwhile; `booted` is appended on [`Input::Fenced`].
+    Fence,
+    /// Not booted yet, where no broker can fence (docs/protocol.md R17): the previous process of
     /// our number may have died with appends in flight, and our `booted`
     /// must come after every one of them that will ever land. Reading the
     /// log meanwhile; `booted` is appended once the clock reaches `until`,
@@ -170,6 +180,11 @@ pub struct Settings {
     /// simulation, whose world enforces the rule itself (a dead process's
     /// appends land or are lost before its successor starts).
     pub settle_ms: u64,
+    /// Fence the instance's previous processes before booting
+    /// (`CLAIMS_FENCE=transactions`; docs/protocol.md R16): start in
+    /// [`Phase::Fence`] and append `booted` on [`Input::Fenced`]. Takes
+    /// precedence over `settle_ms`.
+    pub fence: bool,
     /// How long (ms) an idle instance defers to each instance ahead of it
     /// in an order's line before it claims the order anyway
     /// (`CLAIM_DEFER_MS`; docs/protocol.md R29, R31). 0: no
@@ -188,6 +203,7 @@ impl Default for Settings {
             checkpoint_every: None,
             orders_per_process: 1,
             settle_ms: 0,
+            fence: false,
             claim_defer_ms: 0,
         }
     }
@@ -216,6 +232,9 @@ pub enum Flaw {
     /// Run a committed order although a cancel of it was read first (and
     /// do not kill a job whose order is cancelled while it runs).
     IgnoreCancel,
+    /// With `Settings::fence`: append `booted` at once, before the fence
+    /// has completed (docs/protocol.md R16).
+    BootBeforeFence,
 }
 
 /// Whether the broken rule `Flaw::$flaw` is on in `$settings`: never
@@ -289,6 +308,22 @@ impl Worker {
         now: u64,
         clean: Option<Incarnation>,
     ) -> (Worker, Vec<Action>) {
+        Worker::start_settling(me, incarnation, settings, now, clean, None)
+    }
+
+    /// [`Worker::start_after`], settling at most until `inherited`: the
+    /// deadline a predecessor that was killed while it settled was waiting
+    /// for (it appended nothing, so nothing of its own can be in flight;
+    /// docs/protocol.md R17). Without settling (`settle_ms` 0, or `fence`),
+    /// `inherited` is ignored.
+    pub fn start_settling(
+        me: InstanceNo,
+        incarnation: Incarnation,
+        settings: Settings,
+        now: u64,
+        clean: Option<Incarnation>,
+        inherited: Option<u64>,
+    ) -> (Worker, Vec<Action>) {
         let view = View::new();
         #[cfg(any(test, feature = "testing"))]
         let view = {
@@ -297,13 +332,15 @@ impl Worker {
             view
         };
         let settle_ms = settings.settle_ms;
+        let fence = settings.fence;
+        let until = (now + settle_ms).min(inherited.unwrap_or(u64::MAX));
         let mut w = Worker {
             me,
             incarnation,
             view,
             phase: Phase::Settle {
                 clean: clean.clone(),
-                until: now + settle_ms,
+                until,
             },
             settings,
             seq: 0,
@@ -315,6 +352,15 @@ impl Worker {
             defer_until: None,
             defer_over: false,
         };
+        if fence {
+            // R16: boot once the shell has fenced our predecessors.
+            w.phase = Phase::Fence;
+            if flawed!(w.settings, BootBeforeFence) {
+                let acts = w.boot();
+                return (w, acts);
+            }
+            return (w, Vec::new());
+        }
         if settle_ms == 0 {
             let acts = w.boot();
             return (w, acts);
@@ -324,7 +370,7 @@ impl Worker {
         let acts = if clean.is_some() {
             Vec::new()
         } else {
-            vec![Action::WakeAt(now + settle_ms)]
+            vec![Action::WakeAt(until)]
         };
         (w, acts)
     }
@@ -364,7 +410,7 @@ impl Worker {
     pub fn load(&mut self, snapshot: &crate::checkpoint::Snapshot) -> bool {
         let fresh = matches!(
             self.phase,
-            Phase::Settle { .. } | Phase::Boot { seen: false }
+            Phase::Fence | Phase::Settle { .. } | Phase::Boot { seen: false }
         );
         if !fresh || self.view.end() > Position::new(0) {
             return false;
@@ -488,6 +534,10 @@ impl Worker {
             Input::JobDone(outcome) => self.on_job_done(outcome),
             Input::Tick => self.on_tick(),
             Input::OrderId(id) => self.on_order_id(id),
+            Input::Fenced => match self.phase {
+                Phase::Fence => self.boot(),
+                _ => Vec::new(),
+            },
         }
     }
 
@@ -531,8 +581,10 @@ impl Worker {
     }
 
     fn on_tick(&mut self) -> Vec<Action> {
-        if let Phase::Settle { .. } = self.phase {
-            return self.settle(false);
+        match self.phase {
+            Phase::Settle { .. } => return self.settle(false),
+            Phase::Fence => return Vec::new(),
+            _ => {}
         }
         let mut out = self.on_tick_leases();
         // A deferral ran out: look at the orders again, and claim.
@@ -669,7 +721,7 @@ impl Worker {
     fn on_other_booted(&mut self, pos: Position, rec: &Record) -> Vec<Action> {
         let seen = !matches!(
             self.phase,
-            Phase::Settle { .. } | Phase::Boot { seen: false }
+            Phase::Fence | Phase::Settle { .. } | Phase::Boot { seen: false }
         );
         let _ = self.view.apply(pos, rec);
         if seen {
@@ -1854,6 +1906,70 @@ mod tests {
             "caught up again: still waiting"
         );
         assert!(booted_in(&w.handle(Input::Tick, 16_000)));
+    }
+
+    /// docs/protocol.md R16: with the fence, nothing is appended before
+    /// the shell says the fence completed, whatever else happens; then
+    /// `booted` at once (no wait, no marker needed).
+    #[test]
+    fn the_fence_comes_before_booted() {
+        let fencing = Settings {
+            fence: true,
+            settle_ms: 15_000,
+            ..Settings::default()
+        };
+        let (mut w, first) = Worker::start_after(
+            1.into(),
+            "new".into(),
+            fencing.clone(),
+            1_000,
+            Some("old".into()),
+        );
+        assert_eq!(first, vec![], "nothing before the fence, not even a wait");
+        assert_eq!(w.phase, Phase::Fence);
+        let mut log = Log(Vec::new());
+        let (_, a) = Worker::start(1.into(), "old".into(), Settings::default(), 0);
+        log.append(&a);
+        let mut cur = 0;
+        assert_eq!(log.feed(&mut w, &mut cur), vec![], "reads meanwhile");
+        assert_eq!(w.handle(Input::CaughtUp, 2_000), vec![]);
+        assert_eq!(w.handle(Input::Tick, 100_000), vec![], "no deadline");
+        assert!(booted_in(&w.handle(Input::Fenced, 100_001)));
+        assert_eq!(w.phase, Phase::Boot { seen: false });
+        assert_eq!(w.handle(Input::Fenced, 100_002), vec![], "fenced once");
+        // The broken rule the model check catches.
+        let flawed = Settings {
+            flaw: Some(Flaw::BootBeforeFence),
+            ..fencing
+        };
+        let (_, first) = Worker::start(1.into(), "x".into(), flawed, 0);
+        assert!(booted_in(&first));
+    }
+
+    /// docs/protocol.md R17: a process started after one that was stopped
+    /// while it settled waits for the deadline that one inherited or set,
+    /// not for a whole `SETTLE_MS` of its own; never longer than its own.
+    #[test]
+    fn an_inherited_settle_deadline_is_waited_for_not_started_over() {
+        let start = |inherited| {
+            Worker::start_settling(
+                1.into(),
+                "new".into(),
+                settling(15_000),
+                10_000,
+                None,
+                inherited,
+            )
+        };
+        let (mut w, first) = start(Some(12_000));
+        assert_eq!(first, vec![Action::WakeAt(12_000)]);
+        assert_eq!(w.handle(Input::Tick, 11_999), vec![]);
+        assert!(booted_in(&w.handle(Input::Tick, 12_000)));
+        let (_, first) = start(Some(99_000));
+        assert_eq!(first, vec![Action::WakeAt(25_000)], "never past its own");
+        let (mut w, first) = start(Some(3_000));
+        assert_eq!(first, vec![Action::WakeAt(3_000)], "already over");
+        assert!(booted_in(&w.handle(Input::Tick, 10_000)));
     }
 
     /// The snapshot of a checkpoint may be loaded while settling.

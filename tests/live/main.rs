@@ -17,6 +17,7 @@ mod apache_security;
 mod chaos;
 mod e2e;
 mod faults;
+mod fence;
 mod harness_smoke;
 mod toolkit;
 mod trust;

@@ -142,6 +142,7 @@ fn config() -> Config {
         flaw: None,
         restart_crashed: true,
         settle: true,
+        fence: false,
         settle_ms: None,
         orphan_ms: 0,
         batch_reads: false,

@@ -432,6 +432,7 @@ impl World {
             leases,
             strays,
             settling,
+            fence,
             clocked,
             starts_marked,
             starts_unmarked,
@@ -454,7 +455,7 @@ impl World {
         let mut h = Mix::default();
         // Forged records are never reordered here: tests/pure/model.rs checks
         // them without this reduction.
-        (forged, cancels, shared_cancel_key, trust).hash(&mut h);
+        (forged, cancels, shared_cancel_key, trust, fence).hash(&mut h);
         for &p in order {
             // The key is the record's hash, unless it names a position.
             match log[p].rec.seen() {
@@ -480,6 +481,7 @@ impl World {
                 next_tick,
                 marker,
                 died_at,
+                fenced,
                 wake_at,
             } = inst;
             match worker {
@@ -520,6 +522,7 @@ impl World {
                 wake_at,
             )
                 .hash(&mut h);
+            fenced.hash(&mut h);
         }
         orphans.len().hash(&mut h);
         for r in orphans {
@@ -572,6 +575,7 @@ impl World {
             leases,
             strays,
             settling,
+            fence,
             clocked,
             starts_marked,
             starts_unmarked,

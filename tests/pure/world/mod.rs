@@ -85,6 +85,15 @@ pub struct Config {
     /// `zombie_fence_erased_by_the_next_boot` in tests/pure/model.rs show what
     /// happens then).
     pub settle: bool,
+    /// The fence (docs/protocol.md R16; src/kafka.rs `Kafka::fence`):
+    /// processes start in `Phase::Fence`, and a step of its own
+    /// ([`Step::Fence`]) fences the instance's older processes: every orphan
+    /// of the instance is dropped (Kafka aborts the dead process's open
+    /// transaction and refuses what it sends later), and the machine is told
+    /// (`Input::Fenced`). Until then orphans may still land (transactions
+    /// the dead process had committed). Use with `settle` false; an orphan
+    /// landing after its writer's successor booted violates [`SETTLED`].
+    pub fence: bool,
     /// Simulation: the machines settle themselves (`Settings::settle_ms`,
     /// `Phase::Settle`) instead of the world dropping orphans at a start:
     /// a process that exits with nothing in flight leaves a clean-exit
@@ -210,6 +219,7 @@ impl Config {
             checkpoint_every: self.checkpoint_every,
             orders_per_process: self.orders_per_process,
             settle_ms: self.settle_ms.unwrap_or(0),
+            fence: self.fence,
             claim_defer_ms: self.claim_defer_ms,
             ..Settings::default()
         }
@@ -303,6 +313,9 @@ pub struct Inst {
     pub marker: Option<Incarnation>,
     /// When the last process died or exited.
     pub died_at: u64,
+    /// With [`Config::fence`]: the live process has fenced the instance's
+    /// older processes ([`Step::Fence`]).
+    pub fenced: bool,
     /// Simulation ([`Config::clocked`]): the process asked for a Tick at
     /// this time (`Action::WakeAt`).
     pub wake_at: Option<u64>,
@@ -400,6 +413,10 @@ pub enum Step {
     /// An operator cancels this order (`pool_worker cancel`): a `cancelled`
     /// record, signed as the pool's, lands at once.
     Cancel(OrderId),
+    /// With [`Config::fence`]: the live process fences the instance's older
+    /// processes (Kafka's `init_transactions` completes): their orphans are
+    /// dropped, and the machine is told (`Input::Fenced`).
+    Fence(u32),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -446,8 +463,11 @@ pub struct World {
     /// without compaction; [`World::fingerprint`] with `unerased` relies on
     /// that and checks it.
     pub strays: u32,
-    /// Copied from the config: `Config::settle_ms` is set.
+    /// Copied from the config: `Config::settle_ms` is set, or
+    /// `Config::fence`: [`SETTLED`] is checked.
     settling: bool,
+    /// Copied from the config: `Config::fence`.
+    pub fence: bool,
     /// Copied from the config: `Config::clocked`.
     clocked: bool,
     /// Simulation with settling: processes started with a clean-exit
@@ -540,7 +560,8 @@ impl World {
             forge_seen: cfg.forge_seen,
             leases: cfg.lease_ms.is_some(),
             strays: 0,
-            settling: cfg.settle_ms.is_some(),
+            settling: cfg.settle_ms.is_some() || cfg.fence,
+            fence: cfg.fence,
             clocked: cfg.clocked,
             starts_marked: 0,
             starts_unmarked: 0,
@@ -710,6 +731,9 @@ impl World {
         if inst.running.is_some() {
             out.push(Step::JobDone(i));
         }
+        if self.fence && !inst.fenced {
+            out.push(Step::Fence(i));
+        }
     }
 
     /// Every step enabled (the model check's branching).
@@ -778,7 +802,8 @@ impl World {
                 inst.starts += 1;
                 let inc = Incarnation::new(format!("{i}.{}", inst.starts));
                 let clean = inst.marker.take();
-                if self.settling {
+                inst.fenced = false;
+                if self.settling && !self.fence {
                     *if clean.is_some() {
                         &mut self.starts_marked
                     } else {
@@ -839,6 +864,13 @@ impl World {
                 self.orphans.remove(k);
             }
             Step::Read(i) => self.read(cfg, i),
+            Step::Fence(i) => {
+                self.orphans.retain(|r| {
+                    !(r.instance.get() == i && r.by().is_none()) && r.by() != Some(i.into())
+                });
+                self.inst_mut(i).fenced = true;
+                self.feed(i, Input::Fenced);
+            }
             Step::Expire(i) => {
                 if let Some(w) = &mut self.inst_mut(i).worker {
                     w.end_deferrals();
@@ -1513,6 +1545,7 @@ impl World {
         }
         let rank = |s: &Step| match s {
             Step::Deliver(_) => 0,
+            Step::Fence(_) => 1,
             Step::Read(_) => 2,
             Step::CaughtUp(_) => 3,
             Step::Answer(_) => 4,
