@@ -14,7 +14,11 @@
 //! count that looks exact.
 //!
 //! The count is a lower bound: the trailing records of an incarnation whose
-//! every later record was erased leave no trace (say "at least"). An erased
+//! every later record was erased leave no trace (say "at least"). (One seq
+//! goes missing without compaction: a checkpoint that the broker refuses as
+//! too large is not written, `Kafka::append`, and is counted here as an
+//! erased record.) A record appended again after a failure or an aborted
+//! transaction keeps its seq (R6): a duplicate, nothing missing. An erased
 //! record lay strictly between the positions of its surviving neighbours of
 //! the same incarnation, at a position that holds no record: [`Erased`]
 //! keeps those positions (the missing positions within each missing seq
@@ -25,6 +29,13 @@
 use crate::record::{Incarnation, InstanceNo, Record};
 use serde::Serialize;
 use std::collections::BTreeMap;
+
+/// The most ranges kept of each kind: with a commit marker after every
+/// record, nearly every other position is missing, and `serve` reads the
+/// topic for as long as it runs. Beyond this, the older half is kept as one
+/// range (coarser: more positions where an erased record "can lie", far
+/// back; the count is unchanged).
+const MAX_RANGES: usize = 1 << 16;
 
 /// The records a log read in order is known to miss.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -65,6 +76,7 @@ impl Erased {
     pub fn note(&mut self, pos: u64, rec: Option<&Record>) {
         if pos > self.next {
             self.gaps.push((self.next, pos));
+            coarsen(&mut self.gaps, MAX_RANGES);
         }
         self.next = self.next.max(pos + 1);
         let Some(rec) = rec.filter(|r| r.seq > 0) else {
@@ -104,6 +116,7 @@ impl Erased {
         for piece in pieces {
             self.insert(piece);
         }
+        coarsen(&mut self.ranges, MAX_RANGES);
         self.first = self.ranges.first().map(|r| r.0);
         self.before = self.ranges.last().map(|r| r.1);
     }
@@ -159,6 +172,16 @@ impl Erased {
             },
             before - 1
         ))
+    }
+}
+
+/// Keeps at most `max` of the disjoint, ordered `ranges`: beyond that, the
+/// older half becomes one range that spans them.
+fn coarsen(ranges: &mut Vec<(u64, u64)>, max: usize) {
+    if ranges.len() > max {
+        let half = ranges.len() / 2;
+        let span = (ranges[0].0, ranges[half - 1].1);
+        ranges.splice(0..half, [span]);
     }
 }
 
@@ -243,5 +266,22 @@ mod tests {
         // The same incarnation name on two instances: two numberings.
         let two = read(&[(0, Some(r(1, "x", 1))), (2, Some(r(2, "x", 1)))]);
         assert!(!two.any(), "{two:?}");
+    }
+
+    /// Ranges beyond the most kept: the older half becomes one.
+    #[test]
+    fn many_ranges_are_kept_coarser() {
+        let mut v: Vec<(u64, u64)> = (0..5).map(|i| (2 * i + 1, 2 * i + 2)).collect();
+        coarsen(&mut v, 5);
+        assert_eq!(v.len(), 5);
+        v.push((11, 12));
+        coarsen(&mut v, 5);
+        assert_eq!(v, vec![(1, 6), (7, 8), (9, 10), (11, 12)]);
+        // A long log with a marker after every record keeps few ranges.
+        let mut e = Erased::new();
+        for s in 1..=(3 * MAX_RANGES as u64) {
+            e.note(2 * s, Some(&r(1, "a", s)));
+        }
+        assert!(e.gaps.len() <= MAX_RANGES && !e.any(), "{}", e.gaps.len());
     }
 }
