@@ -21,18 +21,21 @@
 //!    (`pool_worker cancel`): such an order is completed `cancelled`, and
 //!    any other completion of it means its job ran.
 //!
-//! On a compacted log (positions missing: [`Erased`]) the auditor judges
-//! what the surviving records can tell. Counts are of the records that
-//! survive. A second commit (1) or a completion without its commit (3) is
-//! a violation only if no record that would explain it can have been
-//! erased: the broker erases a record only when a newer one of its key
-//! exists (R42), so the explanation (a revocation of the first holder,
-//! `<holder>:revoked`; the writer's commit, `<writer>:committed`) can be
-//! missing only if a position between the two records is missing *and*
-//! the log holds a newer record of that key. Such findings are listed as
-//! [`Report::unjudged`], never as violations. A run after a cancel (6) is
-//! judged only when nothing before the cancel is missing (an erased first
-//! commit may precede it). Unclaimed orders (4) need the whole log.
+//! On a compacted log (records known erased: [`Erased`], from the seqs
+//! missing in their writers' numbering, not from missing positions, which
+//! commit markers also leave) the auditor judges what the surviving
+//! records can tell. Counts are of the records that survive. A second
+//! commit (1) or a completion without its commit (3) is a violation only
+//! if no record that would explain it can have been erased: the broker
+//! erases a record only when a newer one of its key exists (R42), so the
+//! explanation (a revocation of the first holder, `<holder>:revoked`; the
+//! writer's commit, `<writer>:committed`) can be missing only if an erased
+//! record can lie between the two records *and* the log holds a newer
+//! record of that key. Such findings are listed as [`Report::unjudged`],
+//! never as violations. A run after a cancel (6) is judged only when no
+//! erased record can lie before the cancel (an erased first commit may
+//! precede it). Unclaimed orders (4) need the whole log (no position
+//! missing at all).
 //!
 //! Pure: records in, a [`Report`] out; `pool_worker audit`
 //! (`src/cli/audit.rs`) is the shell.
@@ -102,7 +105,7 @@ pub struct Auditor {
     records: u64,
     /// Whether positions ran 0, 1, 2, ... with no gap (nothing compacted).
     whole: bool,
-    /// The missing positions (compaction).
+    /// The records known erased (compaction).
     erased: Erased,
     /// The newest position of each key in the whole log, when known
     /// ([`audit`] reads the log twice): which erased records are possible.
@@ -123,7 +126,7 @@ pub struct Report {
     /// Whether the log was whole (from position 0, no gaps), so that
     /// unclaimed orders could be judged.
     pub whole: bool,
-    /// What compaction erased (positions missing).
+    /// What compaction erased (seqs missing: at least this many records).
     pub erased: Erased,
     pub violations: Vec<Violation>,
     /// What would be a violation on a whole log, but a record that
@@ -164,16 +167,16 @@ impl Auditor {
         }
     }
 
-    fn at(&mut self, pos: u64) {
+    fn at(&mut self, pos: u64, rec: Option<&Record>) {
         if pos != self.view.end().get() {
             self.whole = false;
         }
-        self.erased.note(pos);
+        self.erased.note(pos, rec);
         self.records += 1;
     }
 
     /// Whether a record keyed `key` between positions `a` and `b` can have
-    /// been erased: a position between them is missing and, if the keys'
+    /// been erased: an erased record can lie between them and, if the keys'
     /// newest positions are known, a newer record of `key` exists.
     fn may_be_erased(&self, key: &str, a: u64, b: u64) -> bool {
         match self.erased.first_between(a, b) {
@@ -187,13 +190,13 @@ impl Auditor {
 
     /// A record that is not pool_worker's.
     pub fn foreign(&mut self, pos: u64) {
-        self.at(pos);
+        self.at(pos, None);
         self.view.skip(Position::new(pos));
     }
 
     /// The record at `pos`.
     pub fn record(&mut self, pos: u64, rec: &Record) {
-        self.at(pos);
+        self.at(pos, Some(rec));
         let writer_hold = self.view.hold(rec.instance).cloned();
         if self.view.apply(Position::new(pos), rec).is_err() {
             return; // void: changes nothing
@@ -542,7 +545,7 @@ mod tests {
         let r = check(&log);
         assert_eq!(rules(&r), vec![Rule::UnclaimedBehindFrontier]);
         assert_eq!(r.violations[0].order.as_deref(), Some("0:0"));
-        // With a gap (compaction), it is not judged.
+        // With a gap (compaction, or a commit marker), it is not judged.
         let r = audit([(0, Some(&log[0])), (5, Some(&log[1]))], 3);
         assert!(r.holds() && !r.whole);
     }
@@ -647,6 +650,71 @@ mod tests {
             vec![Rule::CompletedWithoutCommit],
             "{:?}",
             r.violations
+        );
+    }
+
+    /// The log spread over even positions (each record followed by its
+    /// transaction's commit marker; a revocation's `seen` moved with
+    /// them), without the positions `erased`.
+    fn with_markers(log: &[Record], erased: &[u64]) -> Report {
+        let log: Vec<Record> = log
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                if let Some(seen) = r.seen() {
+                    r.set_seen(Some(2 * seen.get()));
+                }
+                r
+            })
+            .collect();
+        audit(
+            log.iter()
+                .enumerate()
+                .map(|(p, r)| (2 * p as u64, Some(r)))
+                .filter(|(p, _)| !erased.contains(p)),
+            3,
+        )
+    }
+
+    /// Commit markers take positions that no reader sees: a gap between
+    /// two records is then no erased record. Instance 2 commits while
+    /// instance 1 holds the order, without revoking it (its seqs run on:
+    /// nothing of it is missing), a newer `1:revoked` at the end: a
+    /// violation, not "not judged" for the markers' gaps. With the
+    /// revocation there and erased (a seq of instance 2 missing), it is
+    /// not judged, as on a log without markers.
+    #[test]
+    fn commit_markers_are_no_excuse() {
+        let mut log = takeover();
+        log.remove(4);
+        for r in &mut log[4..] {
+            r.seq -= 1;
+        }
+        let r = with_markers(&log, &[]);
+        assert_eq!(rules(&r), vec![Rule::CommittedByTwo], "{:?}", r.violations);
+        assert!(r.unjudged.is_empty() && !r.whole, "{:?}", r.unjudged);
+        assert_eq!((r.erased.records, r.erased.first), (0, None));
+        let log = takeover();
+        let whole = with_markers(&log, &[]);
+        assert!(
+            whole.holds() && whole.unjudged.is_empty() && whole.erased.records == 0,
+            "{:?} {:?}",
+            whole.violations,
+            whole.unjudged
+        );
+        let r = with_markers(&log, &[8]);
+        assert!(r.holds(), "a false alarm: {:?}", r.violations);
+        assert_eq!(
+            r.unjudged.iter().map(|v| v.rule).collect::<Vec<_>>(),
+            vec![Rule::CommittedByTwo],
+            "{:?}",
+            r.unjudged
+        );
+        // Instance 2's seq 2 lay between its records at 2 and 10, at a
+        // position no record holds.
+        assert_eq!(
+            (r.erased.records, r.erased.first, r.erased.before),
+            (1, Some(3), Some(10))
         );
     }
 

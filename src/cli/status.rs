@@ -9,8 +9,8 @@
 //!
 //! Counts of completions come from the records the replay saw: on a claims
 //! topic that Kafka has compacted, completions older than
-//! `min.compaction.lag.ms` may be gone. Then `status` says how many
-//! positions are missing ([`Erased`]) and that the completion counts are
+//! `min.compaction.lag.ms` may be gone. Then `status` says at least how
+//! many records were erased ([`Erased`]) and that the completion counts are
 //! lower bounds ("at least"; JSON: `erased`, `completed_is_lower_bound`);
 //! what compaction cannot take (the frontier, so `claimed` and `waiting`,
 //! and each instance's state, R8, R43) stays exact. `history` of an order
@@ -58,7 +58,7 @@ pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::
     let mut tally = Tally::default();
     let mut erased = Erased::new();
     for (pos, r) in &records {
-        erased.note(*pos);
+        erased.note(*pos, r.as_ref().ok());
         match r {
             Ok(rec) => {
                 if view.apply(Position::new(*pos), rec).is_ok() && rec.event() == Event::Completed {
@@ -91,8 +91,8 @@ pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::
     let count = |s: Status| by_status.get(s.as_str()).copied().unwrap_or(0);
     Ok(json!({
         "claims_records": records.len(),
-        // Positions with no record (compaction): the completion counts
-        // below are then lower bounds.
+        // Records known erased (compaction; seqs missing, at least): the
+        // completion counts below are then lower bounds.
         "erased": erased,
         "completed_is_lower_bound": erased.any(),
         "foreign_records": view.foreign,
@@ -262,7 +262,7 @@ pub(crate) fn render(s: &serde_json::Value) -> String {
     if lower {
         let e = &s["erased"];
         out.push_str(&format!(
-            "compaction erased {} records of the claims topic (positions {} to {}): the completions counted \
+            "compaction erased at least {} records of the claims topic (positions {} to {}): the completions counted \
              are those whose records survive, lower bounds; claimed, waiting and the instances' states are exact\n",
             e["records"].as_u64().unwrap_or(0),
             e["first"].as_u64().unwrap_or(0),
@@ -345,12 +345,12 @@ pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
 pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
     let records = crate::cli::blocking(move || crate::claims::read_all(&src)).await?;
-    // The view (frontier, holds) and the missing positions, to say what
+    // The view (frontier, holds) and the records known erased, to say what
     // compaction took.
     let mut view = View::new();
     let mut erased = Erased::new();
     for (pos, r) in &records {
-        erased.note(*pos);
+        erased.note(*pos, r.as_ref().ok());
         match r {
             Ok(rec) => drop(view.apply(Position::new(*pos), rec)),
             Err(_) => view.skip(Position::new(*pos)),
@@ -396,8 +396,8 @@ pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
 
 /// What compaction took of `order`'s story, in one sentence, given the
 /// records about it that survive (`mine`), the view of the whole log as
-/// read and its missing positions; `None` when nothing is missing that
-/// could be about it.
+/// read and the records known erased from it; `None` when nothing known
+/// missing could be about it.
 pub(crate) fn compaction_note(
     order: OrderId,
     mine: &[(u64, Record)],
@@ -414,7 +414,7 @@ pub(crate) fn compaction_note(
         .any(|(_, s)| s.hold.as_ref().is_some_and(|h| h.order == order));
     let completed = mine.iter().any(|(_, r)| r.event() == Event::Completed);
     let what = format!(
-        "compaction erased {} records of the claims topic (positions {first} to {})",
+        "compaction erased at least {} records of the claims topic (positions {first} to {})",
         erased.records,
         before - 1
     );
@@ -561,8 +561,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("compaction erased 12 records of the claims topic (positions 0 to 19)")
-                && text.contains("completions by status (at least): failed 1, ok 3"),
+            text.contains(
+                "compaction erased at least 12 records of the claims topic (positions 0 to 19)"
+            ) && text.contains("completions by status (at least): failed 1, ok 3"),
             "{text}"
         );
         let whole = json!({"orders_in_topic": 1, "claimed": 1, "completed": 1, "not_ok": 0, "instances": []});
@@ -572,18 +573,18 @@ mod tests {
             "{text}"
         );
         // history: order 0:2 claimed (a record at 6 carries the frontier
-        // 0:5), its records gone.
+        // 0:5), its records gone: its writer's seqs 1 to 6 are missing.
         let mut view = View::new();
         let mut erased = Erased::new();
         let mut b = Record::of(1, Event::Booted, "a", 1);
-        b.seq = 1;
+        b.seq = 7;
         b.next = BTreeMap::from([(0, 5)]);
-        erased.note(6);
+        erased.note(6, Some(&b));
         view.apply(Position::new(6), &b).unwrap();
         let note = compaction_note(OrderId::new(0, 2), &[], &view, &erased).unwrap();
         assert!(
             note.starts_with("no record about order 0:2 survives: it was claimed (the frontier of partition 0 is 5)")
-                && note.contains("compaction erased 6 records")
+                && note.contains("compaction erased at least 6 records")
                 && note.ends_with("no instance holds it now"),
             "{note}"
         );

@@ -127,8 +127,9 @@ impl Metrics {
             erased: registered(
                 &mut r,
                 "claims_erased_records",
-                "Positions of the claims topic below the newest record read that hold no record: erased by \
-                 compaction before this process read them (the counters count the records that survive)",
+                "Claims records known erased by compaction before this process read them, at least: seqs \
+                 missing below a surviving record of the same writer incarnation (the counters count the \
+                 records that survive)",
                 None,
                 Gauge::default(),
             ),
@@ -178,8 +179,8 @@ pub(crate) struct Board {
     metrics: Metrics,
     /// Records read (all, foreign ones too).
     pub(crate) records: u64,
-    /// Positions missing from what was read (compaction): the counts are
-    /// then lower bounds.
+    /// Records known erased from what was read (compaction, seqs
+    /// missing): the counts are then lower bounds.
     pub(crate) erased: Erased,
     /// The claims topic's end when the tail started; ready once read to it.
     pub(crate) start_end: Option<u64>,
@@ -243,7 +244,7 @@ impl Board {
     /// `status` (a completion counts when the view applies it).
     pub(crate) fn apply(&mut self, pos: u64, r: Result<Record, Foreign>) {
         self.records += 1;
-        self.erased.note(pos);
+        self.erased.note(pos, r.as_ref().ok());
         if let Some(end) = self.start_end {
             self.caught_up |= pos + 1 >= end;
         }
