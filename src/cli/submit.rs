@@ -227,8 +227,12 @@ pub(crate) fn wait_completed(
     let deadline = Instant::now() + timeout;
     let live = || Instant::now() < deadline;
     while Instant::now() < deadline {
-        let Polled::Record(pos, r) = reader.poll(Duration::from_millis(500), &live) else {
-            continue;
+        let (pos, r) = match reader.poll(Duration::from_millis(500), &live) {
+            Polled::Record(pos, r) => (pos, r),
+            // A broker whose watermarks do not count records: waiting on
+            // would wait for nothing.
+            Polled::Broken(p) => bail!(p),
+            Polled::End | Polled::Nothing | Polled::Error(_) => continue,
         };
         let Ok(rec) = r else {
             view.skip(Position::new(pos));
