@@ -587,12 +587,21 @@ pub(crate) enum Stopped {
     /// Any other fatal producer error: exit with a failure (the supervisor
     /// starts the instance again).
     Failed,
+    /// The brokers refuse the instance's `transactional.id` (ACLs): the
+    /// operator's to fix (exit 2; docs/deploy.md, "Kafka ACLs").
+    Unauthorized,
 }
 
 /// What a fatal transactional error means for this process; `None` if the
 /// operation may be tried again.
 fn stopped_by(e: &rdkafka::error::RDKafkaError) -> Option<Stopped> {
     use RDKafkaErrorCode as C;
+    if matches!(
+        e.code(),
+        C::TransactionalIdAuthorizationFailed | C::ClusterAuthorizationFailed
+    ) {
+        return Some(Stopped::Unauthorized);
+    }
     if !e.is_fatal() {
         // Retriable, or abortable (a transaction the coordinator timed out
         // is aborted and the producer goes on with a bumped epoch).

@@ -445,6 +445,14 @@ impl Shell {
                 );
                 Exit::Fenced
             }
+            Stopped::Unauthorized => {
+                tracing::error!(
+                    instance = me,
+                    transactional_id = %crate::kafka::transactional_id(&self.cfg),
+                    "the brokers refuse this instance's transactional id: grant the pool Write and Describe on transactional ids prefixed pool_worker.<claims topic>. (docs/deploy.md, \"Kafka ACLs\"), or run against a broker without ACLs"
+                );
+                Exit::Config
+            }
             Stopped::Failed => {
                 tracing::error!(
                     instance = me,

@@ -636,6 +636,50 @@ fn settling_shorter_than_appends_in_flight_is_caught() {
     panic!("200 seeds with SETTLE_MS below the orphans' lifetime and no violation: the check does not bite");
 }
 
+/// The fence (docs/protocol.md R16) instead of settling, with leases,
+/// pauses, outages, late appends and compaction: a new process starts in
+/// `Phase::Fence`, the dead process's orphans may land until its successor's
+/// fence (`Step::Fence`, taken at a random moment like any step) drops
+/// them, and one landing after the successor's `booted` fails the seed
+/// (`SETTLED`). `POOL_SIM_FENCE_SEEDS` changes the seeds.
+#[test]
+fn simulation_with_the_fence() {
+    let cfg = Config {
+        settle: false,
+        settle_ms: None,
+        fence: true,
+        ..config_leases()
+    };
+    let seeds = env("POOL_SIM_FENCE_SEEDS", 200);
+    let first = env("POOL_SIM_FIRST", 0);
+    leased_seeds(&cfg, first, seeds, "simulation with the fence");
+}
+
+/// The fence bites in the simulation too: a process that appends `booted`
+/// before its fence completes (`Flaw::BootBeforeFence`) soon has a dead
+/// process's append land after its `booted` (`SETTLED`). Bounded: at most
+/// 200 seeds of 100 orders.
+#[test]
+fn booting_before_the_fence_is_caught_by_the_simulation() {
+    let cfg = Config {
+        settle: false,
+        settle_ms: None,
+        fence: true,
+        flaw: Some(pool_worker::worker::Flaw::BootBeforeFence),
+        orders: 100,
+        ..config_leases()
+    };
+    for seed in 0..200 {
+        if let Some(f) = run(seed, &cfg).failure {
+            let first = f.lines().next().unwrap_or_default().to_string();
+            println!("caught, as it must be (booted before the fence): {first}");
+            assert!(f.contains(SETTLED), "another property broke first:\n{f}");
+            return;
+        }
+    }
+    panic!("200 seeds booting before the fence and no violation: the check does not bite");
+}
+
 /// The broken variant of taking turns, `Flaw::DeferForever` (an idle
 /// instance never claims out of its turn), strands an order once the
 /// instance first in its line is gone: the simulation's strict liveness

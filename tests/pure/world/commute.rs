@@ -482,6 +482,7 @@ impl World {
                 marker,
                 died_at,
                 fenced,
+                deadline,
                 wake_at,
             } = inst;
             match worker {
@@ -522,7 +523,7 @@ impl World {
                 wake_at,
             )
                 .hash(&mut h);
-            fenced.hash(&mut h);
+            (fenced, deadline).hash(&mut h);
         }
         orphans.len().hash(&mut h);
         for r in orphans {

@@ -316,6 +316,10 @@ pub struct Inst {
     /// With [`Config::fence`]: the live process has fenced the instance's
     /// older processes ([`Step::Fence`]).
     pub fenced: bool,
+    /// Simulation with settling: the deadline a process that settles keeps
+    /// in `STATE_DIR` (docs/protocol.md R17), inherited by the next start;
+    /// removed when the process appends its `booted`.
+    pub deadline: Option<u64>,
     /// Simulation ([`Config::clocked`]): the process asked for a Tick at
     /// this time (`Action::WakeAt`).
     pub wake_at: Option<u64>,
@@ -810,7 +814,20 @@ impl World {
                         &mut self.starts_unmarked
                     } += 1;
                 }
-                let (mut w, acts) = Worker::start_after(i.into(), inc, cfg.settings(), now, clean);
+                let inherited = if self.settling && !self.fence {
+                    self.inst_mut(i).deadline.take()
+                } else {
+                    None
+                };
+                let (mut w, acts) =
+                    Worker::start_settling(i.into(), inc, cfg.settings(), now, clean, inherited);
+                if let Phase::Settle { until, .. } = w.phase {
+                    if self.settling && !self.fence {
+                        // R17: kept for a successor, should this one die
+                        // before it boots.
+                        self.inst_mut(i).deadline = Some(until);
+                    }
+                }
                 // Boot from the newest checkpoint the log still holds, as
                 // the shell does (src/kafka.rs).
                 let snap = self
@@ -1083,7 +1100,13 @@ impl World {
     fn act(&mut self, i: u32, acts: Vec<Action>) {
         for a in acts {
             match a {
-                Action::Append(r) => self.inst_mut(i).pending.push_back(r),
+                Action::Append(r) => {
+                    if r.event() == Event::Booted {
+                        // R17: removed before booted is appended.
+                        self.inst_mut(i).deadline = None;
+                    }
+                    self.inst_mut(i).pending.push_back(r)
+                }
                 Action::FindOrder => {
                     // Choosing: no job of this process runs any more (its
                     // completion was read back, with ORDERS_PER_PROCESS).
