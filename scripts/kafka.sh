@@ -128,9 +128,14 @@ ports_free() {
 }
 
 pick_base() {
-    local nodes=$1 try base
+    local nodes=$1 try base low=32768
+    # Below the kernel's ephemeral range, which every client's outgoing
+    # connection draws from (a port found free there can be taken before
+    # the broker binds it).
+    read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+    [ "$low" -gt 11000 ] || low=32768
     for try in $(seq 1 50); do
-        base=$((20000 + (RANDOM * 32768 + RANDOM) % 30000))
+        base=$((10000 + (RANDOM * 32768 + RANDOM) % (low - 10000 - 30)))
         if ports_free "$base" "$nodes"; then
             echo "$base"
             return 0
@@ -239,6 +244,7 @@ stop_dir() {
 }
 
 start() {
+    START_ARGS=("$@")
     local nodes=1 port=9092 dir="" sasl=0 watch="" heap=512m
     SETS=()
     USERS=()
@@ -351,6 +357,15 @@ start() {
         done
         cat "$dir/ready.log" >&2
         stop_dir "$dir"
+        # A port picked free was taken before a node bound it: try others.
+        if [ "$port" = auto ] && [ "${START_TRIES:-0}" -lt 3 ] &&
+            grep -qs "Address already in use" "$dir"/node-*/kafka.log "$dir"/node-*/stdout.log; then
+            START_TRIES=$((${START_TRIES:-0} + 1))
+            say "a port was taken before a node bound it; starting again on other ports"
+            rm -rf "$dir"/node-* "$dir/tls" "$dir/watch.pid" "$dir/ready.log"
+            start "${START_ARGS[@]+"${START_ARGS[@]}"}"
+            return
+        fi
         die "Apache Kafka did not become ready at $bootstrap"
     fi
     local t2

@@ -23,6 +23,15 @@ pub const ID_MEMORY_BYTES: usize = 512 * 1024;
 /// covers less than the log minus this many positions (about 300 orders).
 pub const DEFAULT_CHECKPOINT_EVERY: u64 = 1_000;
 
+/// How old a checkpoint may be and still be where a boot starts
+/// (docs/protocol.md R24): younger than the claims topic's
+/// `min.compaction.lag.ms` (7 days as scripts/create-topics.sh makes it),
+/// so that nothing written after it can have been erased. Past it, a
+/// `booted` written after the checkpoint may be gone while records of that
+/// incarnation survive, and a replay from the checkpoint would take them
+/// for a fenced incarnation's; a replay from the log's beginning does not.
+pub const DEFAULT_CHECKPOINT_MAX_AGE_MS: u64 = 6 * 24 * 3600 * 1000;
+
 /// A [`View`](crate::boot::View) as it stood before position `at`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

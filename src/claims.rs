@@ -259,7 +259,14 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// librdkafka (2.x) can abort on `rktp->rktp_started` when one consumer
     /// is assigned again while its previous assignment is still stopping
     /// (confluentinc/librdkafka#5573).
-    pub fn find_checkpoint(&self, window: i64, at_most: u64) -> Option<Snapshot> {
+    ///
+    /// Only a checkpoint written less than `max_age_ms` ago counts
+    /// ([`crate::checkpoint::DEFAULT_CHECKPOINT_MAX_AGE_MS`], R24).
+    pub fn find_checkpoint(&self, window: i64, at_most: u64, max_age_ms: u64) -> Option<Snapshot> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let oldest = now.saturating_sub(max_age_ms);
         let (low, high) = self
             .asks
             .fetch_watermarks(&self.topic, 0, REQUEST_TIMEOUT)
@@ -284,8 +291,11 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                         // Signed, and possible: a checkpoint is a whole view.
                         let live = || Instant::now() < deadline;
                         if let Ok(rec) = self.gate.decode(&self.asks, &m, &live) {
+                            let young = rec.ts >= oldest;
                             if let Some(snap) = rec.snapshot().filter(|s| {
-                                s.at.get() <= at_most && best.as_ref().is_none_or(|b| s.at > b.at)
+                                young
+                                    && s.at.get() <= at_most
+                                    && best.as_ref().is_none_or(|b| s.at > b.at)
                             }) {
                                 best = Some(snap.clone());
                             }
@@ -334,7 +344,11 @@ impl ClaimsReader<Silent> {
         let mut view = View::new();
         let mut at = 0;
         if let Start::NewestCheckpoint { at_most } = start {
-            if let Some(snap) = reader.find_checkpoint(CHECKPOINT_WINDOW, at_most) {
+            if let Some(snap) = reader.find_checkpoint(
+                CHECKPOINT_WINDOW,
+                at_most,
+                crate::checkpoint::DEFAULT_CHECKPOINT_MAX_AGE_MS,
+            ) {
                 view = View::from_snapshot(&snap);
                 at = snap.at.get();
             }
@@ -448,6 +462,12 @@ mod tests {
         let mut cp = Record::of(3, Event::Checkpoint, "p0", 0);
         cp.seq = 2;
         cp.set_snapshot(Some(Box::new(before.snapshot())));
+        // Written now: a checkpoint older than CHECKPOINT_MAX_AGE_MS is not
+        // where a reader starts (R24).
+        cp.ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
         let at = log.len() as u64;
         log.push(cp);
         log.push(rec(2, Event::Completed, "b", 4, 1));

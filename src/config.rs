@@ -34,6 +34,7 @@
 //! | `CLAIMS_KEY_FILE` | a file holding `CLAIMS_KEY` (not both) | |
 //! | `RESULTS_TOPIC` | also publish each order's result there, keyed `PARTITION:OFFSET` | none |
 //! | `CLAIMS_FENCE` | how a process makes sure its dead predecessor's appends are over before it boots (docs/protocol.md R16–R18): `transactions` (Kafka's producer fencing: claims records are written in transactions under a `transactional.id` per pool and instance, and a new process's `init_transactions` fences its predecessor) or `settle` (wait `SETTLE_MS`; only for a broker that cannot fence, the embedded one, whose `worker_env` sets it) | `transactions` |
+//! | `CHECKPOINT_MAX_AGE_MS` | a boot starts from the newest checkpoint near the end of the claims topic only if it is younger than this, else it replays the log from its beginning (docs/protocol.md R24); keep it below the claims topic's `min.compaction.lag.ms` | 518400000 (6 days) |
 //! | `SETTLE_MS` | with `CLAIMS_FENCE=settle`: after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md R17, R18) | 15000 |
 //! | `CLAIM_DEFER_MS` | how long an idle instance defers to each idle instance ahead of it in an order's line before it claims the order anyway (docs/protocol.md R29); at most `LEASE_MS`/3; 0: every idle instance claims at once (the herd) | 1000, or `LEASE_MS`/3 if less |
 //! | `STATE_DIR` | where a clean exit leaves its marker (src/settle.rs); must be the worker user's own and not group/world-writable (created 0700) | `$STATE_DIRECTORY` (systemd), else `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>` |
@@ -78,6 +79,8 @@ struct WorkerEnv {
     results_topic: Option<String>,
     #[serde(deserialize_with = "parse::whole")]
     settle_ms: Option<u64>,
+    #[serde(deserialize_with = "parse::whole")]
+    checkpoint_max_age_ms: Option<u64>,
     #[serde(deserialize_with = "parse::fence")]
     claims_fence: Option<Fence>,
     #[serde(deserialize_with = "parse::whole")]
@@ -496,6 +499,9 @@ pub struct Config {
     /// `SETTLE_MS`: with `CLAIMS_FENCE=settle`, the wait before booting
     /// after an unclean exit.
     pub settle_ms: u64,
+    /// `CHECKPOINT_MAX_AGE_MS`: a boot starts from a checkpoint younger
+    /// than this, else from the log's beginning (docs/protocol.md R24).
+    pub checkpoint_max_age_ms: u64,
     /// `CLAIM_DEFER_MS`: an idle instance's deferral, per instance ahead of
     /// it in an order's line.
     pub claim_defer_ms: u64,
@@ -670,6 +676,12 @@ impl Config {
                 raw.settle_ms,
                 crate::settle::DEFAULT_SETTLE_MS,
                 (0, 600_000),
+            )?,
+            checkpoint_max_age_ms: number(
+                "CHECKPOINT_MAX_AGE_MS",
+                raw.checkpoint_max_age_ms,
+                crate::checkpoint::DEFAULT_CHECKPOINT_MAX_AGE_MS,
+                (0, u64::MAX / 2),
             )?,
             fence: raw.claims_fence.unwrap_or_default(),
             state_dir: state_dir(&mut raw),

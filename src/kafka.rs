@@ -243,6 +243,8 @@ pub(crate) struct Kafka {
     instance: u32,
     /// Which claims records are the pool's ([`Gate`]).
     gate: Gate,
+    /// `CHECKPOINT_MAX_AGE_MS`: the oldest checkpoint a boot starts from.
+    checkpoint_max_age_ms: u64,
     /// The orders topic's partitions, and when they were asked for.
     order_partitions: Arc<std::sync::Mutex<Option<PartitionsSeen>>>,
     /// Orders' payloads already received (by the idle watch, or in the same
@@ -685,6 +687,7 @@ impl Kafka {
             results_topic: cfg.results_topic.clone(),
             instance: cfg.instance,
             gate,
+            checkpoint_max_age_ms: cfg.checkpoint_max_age_ms,
             order_partitions: Arc::new(std::sync::Mutex::new(None)),
             payloads: std::sync::Mutex::new(Payloads::default()),
             props: Arc::new(cfg.kafka_props.clone()),
@@ -772,8 +775,8 @@ impl Kafka {
     /// shorter than the window (replaying it all costs no more) or holds no
     /// checkpoint there; boot then replays from the beginning.
     pub(crate) async fn find_checkpoint(&self) -> Option<Snapshot> {
-        let claims = self.claims.clone();
-        blocking(move || claims.find_checkpoint(CHECKPOINT_WINDOW, u64::MAX))
+        let (claims, max_age) = (self.claims.clone(), self.checkpoint_max_age_ms);
+        blocking(move || claims.find_checkpoint(CHECKPOINT_WINDOW, u64::MAX, max_age))
             .await
             .ok()
             .flatten()

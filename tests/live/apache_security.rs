@@ -184,7 +184,7 @@ fn apache_security_sasl_ssl_scram_and_the_printed_acls() {
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .collect();
-    assert_eq!(commands.len(), 6, "the printed ACL commands:\n{printed}");
+    assert_eq!(commands.len(), 7, "the printed ACL commands:\n{printed}");
     for line in &commands {
         let out = std::process::Command::new("bash")
             .args(["-c", line])
