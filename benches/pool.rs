@@ -1653,8 +1653,9 @@ impl IdleResult {
             )
         } else {
             format!(
-                "defaults (`fetch.wait.max.ms={}`)",
-                pool_worker::kafka::FETCH_WAIT_MS
+                "defaults (`fetch.wait.max.ms`: orders {}, claims {})",
+                pool_worker::kafka::FETCH_WAIT_MS,
+                pool_worker::kafka::CLAIMS_FETCH_WAIT_MS
             )
         }
     }
