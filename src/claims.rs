@@ -227,8 +227,10 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                         .ok()
                         .map(|(_, high)| high)
                 };
-                if let Err(p) = crate::topics::check_watermark(
-                    self.consumer.client(),
+                let end =
+                    crate::topics::cached_high(self.consumer.client(), &self.topic, m.partition());
+                if let Err(p) = crate::topics::check_watermark_at(
+                    end,
                     &self.topic,
                     m.partition(),
                     m.offset(),
@@ -236,7 +238,6 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                 ) {
                     return Polled::Broken(p);
                 }
-                let end = crate::topics::cached_high(self.consumer.client(), &self.topic, 0);
                 if end > 0 && m.offset() + 1 >= end {
                     self.end_next.store(true, Ordering::Relaxed);
                 }

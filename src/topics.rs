@@ -247,7 +247,19 @@ pub fn check_watermark<C: rdkafka::ClientContext>(
     offset: i64,
     ask: impl FnOnce() -> Option<i64>,
 ) -> Result<(), TopicProblem> {
-    if within_watermark(topic, p, offset, cached_high(client, topic, p)).is_ok() {
+    check_watermark_at(cached_high(client, topic, p), topic, p, offset, ask)
+}
+
+/// [`check_watermark`] with the cached high watermark already read (the
+/// claims reader reads it once per record for both this check and its end).
+pub fn check_watermark_at(
+    cached: i64,
+    topic: &str,
+    p: i32,
+    offset: i64,
+    ask: impl FnOnce() -> Option<i64>,
+) -> Result<(), TopicProblem> {
+    if within_watermark(topic, p, offset, cached).is_ok() {
         return Ok(());
     }
     match ask() {
