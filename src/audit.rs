@@ -13,8 +13,9 @@
 //! 2. an order is completed at most once (valid completions);
 //! 3. every valid completion follows its writer's commit of the order;
 //! 4. no order below the frontier was left unclaimed (judged only on a log
-//!    that starts at position 0 and has no gaps: compaction erases old
-//!    claims);
+//!    that starts at position 0 with no record known erased: compaction
+//!    erases old claims; gaps that are commit markers or aborted records
+//!    are no erased records, [`Erased`]);
 //! 5. no run of an order is past `MAX_ATTEMPTS` (a committed attempt number
 //!    above it; the order should have been completed as `gave_up`);
 //! 6. no job of an order started once a cancel preceded its first commit
@@ -34,8 +35,11 @@
 //! record of that key. Such findings are listed as [`Report::unjudged`],
 //! never as violations. A run after a cancel (6) is judged only when no
 //! erased record can lie before the cancel (an erased first commit may
-//! precede it). Unclaimed orders (4) need the whole log (no position
-//! missing at all).
+//! precede it). Unclaimed orders (4) need the whole log: read from
+//! position 0, no record known erased (the positions missing are commit
+//! markers and aborted records; an incarnation whose every record was
+//! erased leaves no missing seq, which the claims topic's
+//! `min.compaction.lag.ms`, 7 days, keeps to logs older than that).
 //!
 //! Pure: records in, a [`Report`] out; `pool_worker audit`
 //! (`src/cli/audit.rs`) is the shell.
@@ -105,6 +109,8 @@ pub struct Auditor {
     records: u64,
     /// Whether positions ran 0, 1, 2, ... with no gap (nothing compacted).
     whole: bool,
+    /// Whether the first position read was 0.
+    from_zero: Option<bool>,
     /// The records known erased (compaction).
     erased: Erased,
     /// The newest position of each key in the whole log, when known
@@ -123,8 +129,9 @@ pub struct Report {
     pub void: u64,
     pub orders: usize,
     pub completed: BTreeMap<String, u64>,
-    /// Whether the log was whole (from position 0, no gaps), so that
-    /// unclaimed orders could be judged.
+    /// Whether the log was whole (from position 0, no record known erased:
+    /// any gaps are commit markers and aborted records), so that unclaimed
+    /// orders could be judged.
     pub whole: bool,
     /// What compaction erased (seqs missing: at least this many records).
     pub erased: Erased,
@@ -150,6 +157,7 @@ impl Auditor {
             violations: Vec::new(),
             records: 0,
             whole: true,
+            from_zero: None,
             erased: Erased::new(),
             newest: None,
             unjudged: Vec::new(),
@@ -171,6 +179,7 @@ impl Auditor {
         if pos != self.view.end().get() {
             self.whole = false;
         }
+        self.from_zero.get_or_insert(pos == 0);
         self.erased.note(pos, rec);
         self.records += 1;
     }
@@ -340,6 +349,9 @@ impl Auditor {
     }
 
     pub fn finish(mut self) -> Report {
+        // Gaps only of commit markers and aborted records (no seq missing):
+        // as whole as a log without them.
+        self.whole |= self.from_zero != Some(false) && !self.erased.any();
         if self.whole {
             for (&p, &next) in self.view.frontier() {
                 let claimed = self.claimed.get(&p);
@@ -545,9 +557,43 @@ mod tests {
         let r = check(&log);
         assert_eq!(rules(&r), vec![Rule::UnclaimedBehindFrontier]);
         assert_eq!(r.violations[0].order.as_deref(), Some("0:0"));
-        // With a gap (compaction, or a commit marker), it is not judged.
+        // Gaps of commit markers (the writer's seqs run on): judged.
         let r = audit([(0, Some(&log[0])), (5, Some(&log[1]))], 3);
+        assert_eq!(rules(&r), vec![Rule::UnclaimedBehindFrontier]);
+        assert!(r.whole);
+        // A log that does not start at 0, or misses a seq (compaction
+        // erased a record): not judged.
+        let r = audit([(3, Some(&log[0])), (5, Some(&log[1]))], 3);
         assert!(r.holds() && !r.whole);
+        let mut late = log[1].clone();
+        late.seq = 3;
+        let r = audit([(0, Some(&log[0])), (5, Some(&late))], 3);
+        assert!(r.holds() && !r.whole && r.erased.any());
+    }
+
+    /// A log with a commit marker after every record, as the workers write
+    /// it (docs/protocol.md R16), and an aborted record (a gap of two
+    /// positions, its record appended again with the same seq): every
+    /// order below the frontier claimed holds; a claim the log lacks while
+    /// the frontier passed it is caught.
+    #[test]
+    fn unclaimed_orders_are_judged_on_a_log_with_markers() {
+        let one = one_run();
+        let mut log: Vec<(u64, Option<&Record>)> = one
+            .iter()
+            .enumerate()
+            .map(|(p, r)| (2 * p as u64 + 2 * u64::from(p > 1), Some(r)))
+            .collect();
+        let r = audit(log.clone(), 3);
+        assert!(r.holds() && r.whole, "{:?}", r.violations);
+        // The frontier moved past 0:1 without a claim of it.
+        let mut skip = rec(1, Event::Lease, "a", one.len() as u64 + 1, 0);
+        skip.next.insert(0, 2);
+        log.push((100, Some(&skip)));
+        let r = audit(log, 3);
+        assert!(r.whole);
+        assert_eq!(rules(&r), vec![Rule::UnclaimedBehindFrontier]);
+        assert_eq!(r.violations[0].order.as_deref(), Some("0:1"));
     }
 
     /// Instance 1 commits 0:0; instance 2 revokes its hold (at 4) and takes
@@ -692,7 +738,8 @@ mod tests {
         }
         let r = with_markers(&log, &[]);
         assert_eq!(rules(&r), vec![Rule::CommittedByTwo], "{:?}", r.violations);
-        assert!(r.unjudged.is_empty() && !r.whole, "{:?}", r.unjudged);
+        // Nothing erased: the markers' gaps leave the log whole (judged).
+        assert!(r.unjudged.is_empty() && r.whole, "{:?}", r.unjudged);
         assert_eq!((r.erased.records, r.erased.first), (0, None));
         let log = takeover();
         let whole = with_markers(&log, &[]);

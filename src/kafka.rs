@@ -919,6 +919,29 @@ impl Kafka {
         Err(Stopped::Failed)
     }
 
+    /// Ends the transaction this process may still have open when it stops
+    /// before its appends are acknowledged (a signal, the brokers slow):
+    /// aborts it, waiting at most `limit`, so that it does not hold back
+    /// every read_committed reader of the claims topic until
+    /// `transaction.timeout.ms`. Its record never lands (R16 allows either).
+    /// Nothing to do without transactions or with none open; an abort that
+    /// fails (a commit under way on the appender's thread, the coordinator
+    /// unreachable) leaves the transaction to the broker's timeout or the
+    /// next process's fence.
+    pub(crate) async fn abort_open(&self, limit: Duration) {
+        if !self.transactional {
+            return;
+        }
+        let p = self.producer.clone();
+        let r = tokio::time::timeout(limit, blocking(move || p.abort_transaction(limit))).await;
+        if let Ok(Ok(Ok(()))) = r {
+            tracing::info!(
+                instance = self.instance,
+                "aborted the transaction of an append in flight"
+            );
+        }
+    }
+
     /// Appends a record to the claims topic; retries until the broker
     /// acknowledges it. Returns its position, or `None` for a checkpoint the
     /// broker refuses as too large even without its order ids (checkpoints

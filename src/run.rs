@@ -357,10 +357,10 @@ impl Shell {
     async fn exit(&mut self, code: Exit) -> Exit {
         self.job.stop().await;
         // Every append acknowledged before exiting, unless a signal says
-        // stop (brokers unreachable for good).
+        // stop (brokers unreachable for good): then as on any signal.
         tokio::select! {
             _ = self.appender.flush(None) => {}
-            code = self.signals.recv() => return code,
+            code = self.signals.recv() => return self.on_signal(code).await,
         }
         // Every append acknowledged: the next process of our number need
         // not wait (a fenced one is not ours to vouch for: another process
@@ -385,11 +385,17 @@ impl Shell {
     }
 
     /// SIGTERM or SIGINT: stops the job, waits a little for the appends in
-    /// flight, and exits with `code`.
+    /// flight (each commits its transaction), and exits with `code`. An
+    /// append still in flight then has its transaction aborted: a process
+    /// never exits on a signal leaving one open, which would hold back
+    /// every read_committed reader until `transaction.timeout.ms`
+    /// (docs/protocol.md R16).
     async fn on_signal(&mut self, code: Exit) -> Exit {
         self.job.stop().await;
         if self.appender.flush(Some(SIGNAL_FLUSH)).await {
             self.leave_marker();
+        } else {
+            self.kafka.abort_open(SIGNAL_ABORT).await;
         }
         code
     }
@@ -750,6 +756,10 @@ fn warn_open_commands(cfg: &Config, clean_predecessor: bool) {
 /// flight (a process killed outright loses them; the protocol tolerates
 /// both).
 const SIGNAL_FLUSH: Duration = Duration::from_secs(5);
+
+/// How long a process stopped by a signal then waits for the abort of the
+/// transaction of an append still in flight.
+const SIGNAL_ABORT: Duration = Duration::from_secs(2);
 
 /// Appends the machine's records in order, one at a time, each retried
 /// until acknowledged (and, for a completion, its result published first),

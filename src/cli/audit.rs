@@ -68,7 +68,7 @@ pub(crate) async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
         if let Some(erased) = report.erased.sentence() {
             println!("{erased}; unclaimed orders are not judged");
         } else if !report.whole {
-            println!("the log does not start at 0 or has gaps: unclaimed orders are not judged");
+            println!("the log does not start at 0: unclaimed orders are not judged");
         }
         for v in &report.unjudged {
             println!(

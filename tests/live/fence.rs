@@ -662,3 +662,90 @@ fn kill_storm_on_the_embedded_broker_full() {
         None,
     );
 }
+
+/// A partition's last stable offset (how far a read_committed reader may
+/// read: the first record of the oldest open transaction, or the end) and
+/// its high watermark (the end), as the broker answers ListOffsets for each
+/// isolation level.
+struct Stable {
+    committed: BaseConsumer,
+    uncommitted: BaseConsumer,
+    topic: String,
+}
+
+impl Stable {
+    fn new(bootstrap: &str, topic: &str) -> Stable {
+        let make = |isolation: &str| -> BaseConsumer {
+            ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .set("isolation.level", isolation)
+                .create()
+                .expect("consumer")
+        };
+        Stable {
+            committed: make("read_committed"),
+            uncommitted: make("read_uncommitted"),
+            topic: topic.to_string(),
+        }
+    }
+
+    /// (last stable offset, high watermark) of partition 0.
+    fn now(&self) -> (i64, i64) {
+        let end = self.uncommitted.fetch_watermarks(&self.topic, 0, T);
+        let stable = self.committed.fetch_watermarks(&self.topic, 0, T);
+        (stable.expect("watermarks").1, end.expect("watermarks").1)
+    }
+}
+
+/// Apache Kafka, the workers' defaults: a worker stopped by SIGTERM while
+/// it appends (a transaction of a claims record seen open) ends it before
+/// it exits, so that it does not hold back every read_committed reader
+/// (the claims topic's last stable offset) until `transaction.timeout.ms`
+/// (10 s) and the broker's abort of timed-out transactions: soon after the
+/// exit, the last stable offset is the end.
+#[test]
+fn sigterm_leaves_no_transaction_open() {
+    use crate::common::*;
+    let kafka = shared();
+    let (orders_topic, claims) = kafka.topics(1);
+    let warm = txn_producer(&kafka.bootstrap, &format!("warm-{claims}"));
+    warm.init_transactions(T).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = kafka.env(&orders_topic, &claims, dir.path());
+    env.push(("INSTANCE_NUMBER".into(), "1".into()));
+    // One process appends record after record (three per order).
+    env.push(("ORDERS_PER_PROCESS".into(), "100000".into()));
+    produce_orders(&kafka.bootstrap, &orders_topic, &["true"; 300], Some(0));
+    let ends = Stable::new(&kafka.bootstrap, &claims);
+    for round in 0..3 {
+        let (_, start) = ends.now();
+        let mut w = WorkerProc::start("worker1", &env);
+        // Under way (past its boot), with a transaction open.
+        let open = poll_until(T, Duration::from_millis(1), || {
+            let (stable, end) = ends.now();
+            end > start + 12 && stable < end
+        });
+        assert!(open, "round {round}: no open transaction seen");
+        unsafe { libc::kill(w.pid() as i32, libc::SIGTERM) };
+        let status = w.wait(T).expect("exits after SIGTERM");
+        assert_eq!(status.code(), Some(143), "round {round}: {status:?}");
+        let t = Instant::now();
+        let mut last = (0, 0);
+        let settled = poll_until(Duration::from_secs(3), Duration::from_millis(10), || {
+            last = ends.now();
+            last.0 == last.1
+        });
+        assert!(
+            settled,
+            "round {round}: 3 s after the exit the last stable offset is still {} (end {}): the stopped process left a transaction open\n{}",
+            last.0,
+            last.1,
+            w.stderr.last(20)
+        );
+        println!(
+            "round {round}: the last stable offset reached the end {} ms after the exit ({})",
+            t.elapsed().as_millis(),
+            last.1
+        );
+    }
+}
