@@ -10,6 +10,7 @@ pub mod boot; // replaying the claims topic into a view
 pub mod checkpoint; // a summary of the log, so that boot need not replay all of it
 pub mod claim; // the negotiation
 pub mod erased; // what compaction erased, as a reader sees it
+pub mod exit_status; // every exit status, named and numbered
 pub mod orders; // parsing work orders
 pub mod record; // what a claims record is
 pub mod sign; // signed records, `CLAIMS_KEY`
@@ -20,7 +21,7 @@ pub mod backoff; // the retry loops' delays
 pub mod broker; // the embedded mock broker
 pub mod claims; // the one reader of the claims topic
 pub mod config; // the environment
-pub mod exit; // every exit status, named
+pub mod exit; // a status as the process's, and the signals that stop it
 pub mod fetch; // fetching a URL order's body
 pub mod isolate; // what keeps a job away from the worker
 pub mod job; // running a job with tokio::process

@@ -39,8 +39,12 @@ pub const MAX_RECORD_BYTES: usize = 4 * 1024 * 1024;
 /// counted as written (after JSON escaping), plus small fields.
 pub const RECORD_LIMIT: usize = 1_000_000;
 
-/// The most bytes of one output tail in a record, as written.
-pub const MAX_TAIL_BYTES: usize = crate::config::MAX_OUTPUT_LIMIT;
+/// The most bytes of one output tail in a record, as written (after JSON
+/// escaping), and so the largest `OUTPUT_LIMIT_BYTES`: a `completed`
+/// record (two tails, a bounded reason, small fields) stays well within
+/// the claims topic's `max.message.bytes` (Kafka's default, 1 MB, which
+/// scripts/create-topics.sh keeps): see [`RECORD_LIMIT`].
+pub const MAX_TAIL_BYTES: usize = 256 * 1024;
 
 /// The most bytes of a reason in a record, as written.
 pub const MAX_REASON_BYTES: usize = 2048;
