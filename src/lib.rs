@@ -2,7 +2,17 @@
 //! once, with no coordinator process. See README.md and docs/protocol.md
 //! (the rules, R1 …, that comments cite by number).
 //!
-//! A pure protocol core, shells around it, and the command line.
+//! A pure protocol core, shells around it, and the command line. This table
+//! is the one list of which module is which (README.md, "The code", and
+//! docs/protocol.md follow it):
+//!
+//! | part | modules | may use |
+//! |------|---------|---------|
+//! | the core | `record` (with `record/`), `boot` (with `boot/`), `claim`, `checkpoint`, `worker`, `exit_status`, `erased`, `orders`, `sign`, `audit` | the core and crates that do no I/O (serde, hmac, ...); no I/O, no clock, no randomness: no rdkafka, tokio, nix, `std::fs`, `std::net`, `std::process` |
+//! | the shells | `run`, `kafka`, `claims`, `source`, `topics`, `broker`, `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `exit`, `backoff` | the core, each other, and the world |
+//! | the command line | `cli` (and `src/main.rs`) | everything |
+//!
+//! A core module imports no shell: the core stands below them all.
 
 // The core: no I/O, no clock, no randomness.
 pub mod audit; // the claims log checked against the invariants (I1–I5)
