@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 mod ids;
+pub mod wire;
 pub use ids::{Attempt, Incarnation, InstanceNo, Position};
 
 /// Instance numbers are positive and at most this (a sanity bound, so that a
@@ -402,7 +403,7 @@ struct Flat {
     /// On `checkpoint`: the writer's view of the log before a position
     /// (src/checkpoint.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    snapshot: Option<Box<crate::checkpoint::Snapshot>>,
+    snapshot: Option<Box<wire::Snapshot>>,
 }
 
 /// A hold named in a takeover: instance and the incarnation that held it.
@@ -601,9 +602,7 @@ pub enum Body {
         outcome: Outcome,
     },
     /// The writer's view of the log before a position (src/checkpoint.rs).
-    Checkpoint {
-        snapshot: Box<crate::checkpoint::Snapshot>,
-    },
+    Checkpoint { snapshot: Box<wire::Snapshot> },
     /// An operator's `pool_worker cancel P:O` (docs/protocol.md R51).
     Cancelled {
         order: OrderId,
@@ -982,7 +981,7 @@ impl Record {
     }
 
     /// A checkpoint's snapshot.
-    pub fn snapshot(&self) -> Option<&crate::checkpoint::Snapshot> {
+    pub fn snapshot(&self) -> Option<&wire::Snapshot> {
         match &self.body {
             Body::Checkpoint { snapshot } => Some(snapshot),
             _ => None,
@@ -1245,7 +1244,7 @@ impl Record {
                 outcome: Outcome::not_run(Status::Error, "missing outcome"),
             },
             Event::Checkpoint => Body::Checkpoint {
-                snapshot: Box::new(crate::checkpoint::Snapshot {
+                snapshot: Box::new(wire::Snapshot {
                     at: Position::new(0),
                     instances: BTreeMap::new(),
                     frontier: BTreeMap::new(),
@@ -1315,7 +1314,7 @@ impl Record {
         }
     }
 
-    pub fn set_snapshot(&mut self, to: Option<Box<crate::checkpoint::Snapshot>>) {
+    pub fn set_snapshot(&mut self, to: Option<Box<wire::Snapshot>>) {
         match (&mut self.body, to) {
             (Body::Checkpoint { snapshot }, Some(to)) => *snapshot = to,
             _ => self.no_field("snapshot"),
@@ -1686,7 +1685,7 @@ mod tests {
         b.next.insert(1, i64::MAX);
         assert!(b.impossible(&ends).is_some());
         let mut cp = Record::of(3, Event::Checkpoint, "a", 1);
-        let snap = crate::checkpoint::Snapshot {
+        let snap = wire::Snapshot {
             at: Position::new(0),
             instances: BTreeMap::new(),
             frontier: BTreeMap::from([(0, 1000)]),
