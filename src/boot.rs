@@ -10,7 +10,9 @@
 //! (docs/protocol-proofs.md, "Compaction").
 //!
 //! This module is pure: records and positions in, answers out. No I/O, no
-//! clock (timestamps come inside the records).
+//! clock (timestamps come inside the records). Nor is any of it written: a
+//! checkpoint carries the View as structs of its own (src/record/wire.rs),
+//! converted in `snapshot`.
 //!
 //! The View's rules live by family in submodules: `fence` (R7, R10),
 //! `hold` (R11–R15, R46), `revoke` (R37–R39), `queue` (R26–R30),
@@ -20,7 +22,6 @@
 use crate::record::{
     Attempt, Body, Cite, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record,
 };
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod cancel;
@@ -42,8 +43,7 @@ pub use relabel::{Relabel, Summary, SummaryHold};
 pub const CONTEST_MEMORY: u64 = 100_000;
 
 /// An instance's stance on one order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Stance {
     /// Claimed at this position, not yet decided.
     Undecided,
@@ -53,8 +53,7 @@ pub enum Stance {
 }
 
 /// Every instance's stance on one order, as the log tells it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Contest {
     /// Instance → (position of its claim, its stance).
     pub stances: BTreeMap<InstanceNo, (Position, Stance)>,
@@ -110,8 +109,7 @@ impl Contest {
 
 /// What an instance holds: its newest claim, while it is not closed by a
 /// yield or a completion.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Hold {
     pub order: OrderId,
     pub claim_pos: Position,
@@ -139,8 +137,7 @@ pub struct Hold {
 }
 
 /// What the replay knows of one instance number.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Instance {
     /// The current incarnation: that of the newest `booted`.
     pub booted: Option<Booted>,
@@ -157,89 +154,41 @@ pub struct Instance {
     /// last came to hold nothing: its `booted`, or the yield, completion or
     /// revocation that closed its hold. Orders the idle queue
     /// ([`View::idle_queue`]).
-    #[serde(default)]
     pub idle_ts: u64,
     /// A claim named this instance in `passed_over` (it did not claim in
     /// its turn) and it has written nothing valid since: out of the idle
     /// queue ([`View::idle_queue`]).
-    #[serde(default, skip_serializing_if = "is_false")]
     pub passed_over: bool,
     /// The current incarnation's `completed` said that its process exits
     /// after it (`exits`): out of the idle queue until the instance's next
     /// `booted` ([`View::idle_queue`]).
-    #[serde(default, skip_serializing_if = "is_false")]
     pub exiting: bool,
 }
 
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-/// `From` both ways between a struct and the tuple of its fields, in
-/// order: the struct is written as that tuple (`#[serde(from, into)]`), the
-/// shape checkpoints have had since before it was named.
-macro_rules! tuple_form {
-    ($name:ident { $($field:ident: $t:ty),+ }) => {
-        impl From<($($t),+)> for $name {
-            fn from(($($field),+): ($($t),+)) -> Self {
-                $name { $($field),+ }
-            }
-        }
-
-        impl From<$name> for ($($t),+) {
-            fn from(v: $name) -> Self {
-                ($(v.$field),+)
-            }
-        }
-    };
-}
-
 /// An instance's newest `booted`: where, and the incarnation it made
-/// current. Written as `[at, incarnation]`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(from = "(Position, Incarnation)", into = "(Position, Incarnation)")]
+/// current.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Booted {
     pub at: Position,
     pub incarnation: Incarnation,
 }
 
 /// The last `seq` accepted from an instance number, and the incarnation
-/// that wrote it (R7). Written as `[incarnation, seq]`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(from = "(Incarnation, u64)", into = "(Incarnation, u64)")]
+/// that wrote it (R7).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct LastSeq {
     incarnation: Incarnation,
     seq: u64,
 }
 
-/// An instance's newest completion. Written as `[order, at, attempt,
-/// outcome]`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(
-    from = "(OrderId, Position, Attempt, Outcome)",
-    into = "(OrderId, Position, Attempt, Outcome)"
-)]
+/// An instance's newest completion.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Completion {
     pub order: OrderId,
     pub at: Position,
     pub attempt: Attempt,
     pub outcome: Outcome,
 }
-
-tuple_form!(Booted {
-    at: Position,
-    incarnation: Incarnation
-});
-tuple_form!(LastSeq {
-    incarnation: Incarnation,
-    seq: u64
-});
-tuple_form!(Completion {
-    order: OrderId,
-    at: Position,
-    attempt: Attempt,
-    outcome: Outcome
-});
 
 /// A contest that settled: where, and the order (R12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,23 +1,14 @@
 //! Checkpoints (docs/protocol.md R20, R23, R24): a record
 //! (`<instance>:checkpoint`) that carries a [`Snapshot`] of its writer's
-//! [`View`](crate::boot::View) as it stood before position `at`, so that
+//! [`View`](crate::boot::View) as it stood before position `at` (written
+//! as structs of its own, src/record/wire.rs), so that
 //! boot reads on from the newest checkpoint near the end of the log
 //! (src/kafka.rs) instead of replaying all of history. A snapshot leaves out settled contests, order
 //! ids beyond the newest [`ID_MEMORY`] (or [`ID_MEMORY_BYTES`]) and counters;
 //! why that and starting from any checkpoint are safe:
 //! docs/protocol-proofs.md, "Checkpoints".
 
-use crate::boot::{Contest, Instance};
-use crate::record::{InstanceNo, OrderId, Position};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-
-/// Order ids a snapshot remembers (the newest announced), at most.
-pub const ID_MEMORY: usize = 10_000;
-
-/// ... and in at most about this many bytes, so that a checkpoint stays well
-/// under Kafka's default `max.message.bytes` (1 MB).
-pub const ID_MEMORY_BYTES: usize = 512 * 1024;
+pub use crate::record::wire::{Snapshot, ID_MEMORY, ID_MEMORY_BYTES};
 
 /// A process writes a checkpoint at boot when the newest one it knows of
 /// covers less than the log minus this many positions (about 300 orders).
@@ -32,33 +23,13 @@ pub const DEFAULT_CHECKPOINT_EVERY: u64 = 1_000;
 /// for a fenced incarnation's; a replay from the log's beginning does not.
 pub const DEFAULT_CHECKPOINT_MAX_AGE_MS: u64 = 6 * 24 * 3600 * 1000;
 
-/// A [`View`](crate::boot::View) as it stood before position `at`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Snapshot {
-    /// The view after every record before this position: read on from here.
-    pub at: Position,
-    /// Every instance number the log mentions.
-    pub instances: BTreeMap<InstanceNo, Instance>,
-    /// The claim frontier, per orders partition.
-    pub frontier: BTreeMap<i32, i64>,
-    /// Contests not settled yet.
-    pub contests: Vec<(OrderId, Contest)>,
-    /// The newest order ids announced: id, order, position.
-    pub ids: Vec<(String, OrderId, Position)>,
-    /// Operators' cancels of orders not completed yet: order, position,
-    /// reason (docs/protocol.md R51, R52). Absent when none,
-    /// so that older readers still read such a checkpoint.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cancels: Vec<(OrderId, Position, String)>,
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::boot::View;
     use crate::claim::decide;
-    use crate::record::{Event, Outcome, Record, Status};
+    use crate::record::{Event, InstanceNo, OrderId, Outcome, Position, Record, Status};
+    use std::collections::BTreeSet;
 
     /// Instance `i`'s record `seq` of event `ev` about order 0:`o`, as its
     /// writer appends it (with its frontier); also for src/claims.rs's test.
@@ -156,6 +127,135 @@ pub(crate) mod tests {
             decide(&resumed, InstanceNo::new(4), OrderId::new(0, 0)),
             crate::claim::Decision::Yield(_)
         ));
+    }
+
+    /// `view`'s checkpoint, through the record's JSON as the shell writes
+    /// and reads it: the snapshot and the record's bytes.
+    fn through_a_record(view: &View) -> (Snapshot, Vec<u8>) {
+        let mut r = Record::of(2, Event::Checkpoint, "b", 0);
+        r.seq = 9;
+        r.set_snapshot(Some(Box::new(view.snapshot())));
+        let bytes = r.encode();
+        let back = Record::decode(Some(r.key().as_bytes()), Some(&bytes)).expect("decodes");
+        (back.snapshot().expect("snapshot").clone(), bytes)
+    }
+
+    /// The log, and after it what only some snapshots write: an instance
+    /// that exits after its completion, and a cancel of an order still
+    /// being negotiated.
+    fn fuller_log() -> Vec<Record> {
+        let mut log = log();
+        let mut done = rec(3, Event::Completed, "c", 5, 2);
+        done.set_exits(true);
+        log.push(done);
+        log.push(Record::cancel(OrderId::new(0, 1), "op", 0, "by hand"));
+        log
+    }
+
+    /// A View as a checkpoint keeps it comes back from the checkpoint's
+    /// record the same, field for field (`View`'s own `==`).
+    #[test]
+    fn a_view_comes_back_from_its_checkpoint_the_same() {
+        let log = fuller_log();
+        for cut in 0..=log.len() {
+            let kept = View::from_snapshot(&replay(View::new(), &log[..cut], 0).snapshot());
+            let (snap, _) = through_a_record(&kept);
+            assert_eq!(View::from_snapshot(&snap), kept, "cut at {cut}");
+            assert_eq!(snap, kept.snapshot(), "cut at {cut}");
+        }
+    }
+
+    /// The keys a checkpoint writes are the wire format's (docs/protocol.md
+    /// R20; src/record/wire.rs), whatever the View keeps: a key that is not
+    /// listed here is bookkeeping of the View leaking into records that
+    /// every later version must read.
+    #[test]
+    fn a_checkpoint_writes_the_wire_keys_and_no_others() {
+        use serde_json::Value;
+        fn keys(v: &Value) -> BTreeSet<&str> {
+            v.as_object()
+                .expect("an object")
+                .keys()
+                .map(String::as_str)
+                .collect()
+        }
+        /// `got` is `always`, and some of `sometimes`.
+        fn check(what: &str, got: BTreeSet<&str>, always: &[&str], sometimes: &[&str]) {
+            let always: BTreeSet<&str> = always.iter().copied().collect();
+            let extra: BTreeSet<&str> = got.difference(&always).copied().collect();
+            assert!(always.is_subset(&got), "{what}: {got:?}");
+            assert!(
+                extra.iter().all(|k| sometimes.contains(k)),
+                "{what}: {extra:?}"
+            );
+        }
+        let (_, bytes) = through_a_record(&replay(View::new(), &fuller_log(), 0));
+        let json: Value = serde_json::from_slice(&bytes).unwrap();
+        let snap = &json["snapshot"];
+        check(
+            "snapshot",
+            keys(snap),
+            &["at", "instances", "frontier", "contests", "ids"],
+            &["cancels"],
+        );
+        assert!(snap["cancels"].is_array(), "the log cancels an order");
+        let (mut holds, mut exiting) = (0, 0);
+        for inst in snap["instances"].as_object().unwrap().values() {
+            check(
+                "instance",
+                keys(inst),
+                &[
+                    "booted",
+                    "last_seq",
+                    "hold",
+                    "revoked",
+                    "last_completed",
+                    "last_ts",
+                    "idle_ts",
+                ],
+                &["passed_over", "exiting"],
+            );
+            exiting += usize::from(inst.get("exiting").is_some());
+            if !inst["hold"].is_null() {
+                holds += 1;
+                check(
+                    "hold",
+                    keys(&inst["hold"]),
+                    &[
+                        "order",
+                        "claim_pos",
+                        "attempt",
+                        "committed",
+                        "order_id",
+                        "last_ts",
+                        "last_pos",
+                        "incarnation",
+                        "rank",
+                        "pending",
+                        "took_over",
+                    ],
+                    &[],
+                );
+            }
+        }
+        assert!(holds > 0 && exiting > 0, "{snap}");
+        let contests = snap["contests"].as_array().unwrap();
+        assert!(!contests.is_empty());
+        for c in contests {
+            check(
+                "contest",
+                keys(&c[1]),
+                &[
+                    "stances",
+                    "late",
+                    "completed_at",
+                    "finished",
+                    "ranks",
+                    "heirs",
+                ],
+                &[],
+            );
+        }
     }
 
     #[test]

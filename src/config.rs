@@ -351,11 +351,9 @@ pub(crate) const ALWAYS_DENIED: &[&str] = &["KAFKA_*", "CLAIMS_KEY*"];
 const MAX_SECRET_FILE: u64 = 64 * 1024;
 
 /// The largest `OUTPUT_LIMIT_BYTES`: each of a job's two tails is kept within
-/// this many bytes *as written in the record* (after JSON escaping), so that a
-/// `completed` record (two tails, a bounded reason, small fields) stays well
-/// within the claims topic's `max.message.bytes` (Kafka's default, 1 MB,
-/// which scripts/create-topics.sh keeps): see `record::RECORD_LIMIT`.
-pub(crate) const MAX_OUTPUT_LIMIT: usize = 256 * 1024;
+/// this many bytes *as written in the record* (after JSON escaping), the
+/// most a record may carry ([`crate::record::MAX_TAIL_BYTES`] says why).
+pub(crate) const MAX_OUTPUT_LIMIT: usize = crate::record::MAX_TAIL_BYTES;
 
 /// How every command reaches Kafka: the bootstrap servers and the librdkafka
 /// properties given as `KAFKA_<PROPERTY>` (or read from the file named by

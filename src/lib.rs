@@ -2,7 +2,17 @@
 //! once, with no coordinator process. See README.md and docs/protocol.md
 //! (the rules, R1 …, that comments cite by number).
 //!
-//! A pure protocol core, shells around it, and the command line.
+//! A pure protocol core, shells around it, and the command line. This table
+//! is the one list of which module is which (README.md, "The code", and
+//! docs/protocol.md follow it):
+//!
+//! | part | modules | may use |
+//! |------|---------|---------|
+//! | the core | `record` (with `record/`), `boot` (with `boot/`), `claim`, `checkpoint`, `worker`, `exit_status`, `erased`, `orders`, `sign`, `audit` | the core and crates that do no I/O (serde, hmac, ...); no I/O, no clock, no randomness: no rdkafka, tokio, nix, `std::fs`, `std::net`, `std::process` |
+//! | the shells | `run`, `kafka`, `claims`, `source`, `topics`, `broker`, `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `exit`, `backoff` | the core, each other, and the world |
+//! | the command line | `cli` (and `src/main.rs`) | everything |
+//!
+//! A core module imports no shell: the core stands below them all.
 
 // The core: no I/O, no clock, no randomness.
 pub mod audit; // the claims log checked against the invariants (I1–I5)
@@ -10,6 +20,7 @@ pub mod boot; // replaying the claims topic into a view
 pub mod checkpoint; // a summary of the log, so that boot need not replay all of it
 pub mod claim; // the negotiation
 pub mod erased; // what compaction erased, as a reader sees it
+pub mod exit_status; // every exit status, named and numbered
 pub mod orders; // parsing work orders
 pub mod record; // what a claims record is
 pub mod sign; // signed records, `CLAIMS_KEY`
@@ -20,7 +31,7 @@ pub mod backoff; // the retry loops' delays
 pub mod broker; // the embedded mock broker
 pub mod claims; // the one reader of the claims topic
 pub mod config; // the environment
-pub mod exit; // every exit status, named
+pub mod exit; // a status as the process's, and the signals that stop it
 pub mod fetch; // fetching a URL order's body
 pub mod isolate; // what keeps a job away from the worker
 pub mod job; // running a job with tokio::process

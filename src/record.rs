@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 mod ids;
+pub mod wire;
 pub use ids::{Attempt, Incarnation, InstanceNo, Position};
 
 /// Instance numbers are positive and at most this (a sanity bound, so that a
@@ -39,8 +40,12 @@ pub const MAX_RECORD_BYTES: usize = 4 * 1024 * 1024;
 /// counted as written (after JSON escaping), plus small fields.
 pub const RECORD_LIMIT: usize = 1_000_000;
 
-/// The most bytes of one output tail in a record, as written.
-pub const MAX_TAIL_BYTES: usize = crate::config::MAX_OUTPUT_LIMIT;
+/// The most bytes of one output tail in a record, as written (after JSON
+/// escaping), and so the largest `OUTPUT_LIMIT_BYTES`: a `completed`
+/// record (two tails, a bounded reason, small fields) stays well within
+/// the claims topic's `max.message.bytes` (Kafka's default, 1 MB, which
+/// scripts/create-topics.sh keeps): see [`RECORD_LIMIT`].
+pub const MAX_TAIL_BYTES: usize = 256 * 1024;
 
 /// The most bytes of a reason in a record, as written.
 pub const MAX_REASON_BYTES: usize = 2048;
@@ -398,7 +403,7 @@ struct Flat {
     /// On `checkpoint`: the writer's view of the log before a position
     /// (src/checkpoint.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    snapshot: Option<Box<crate::checkpoint::Snapshot>>,
+    snapshot: Option<Box<wire::Snapshot>>,
 }
 
 /// A hold named in a takeover: instance and the incarnation that held it.
@@ -597,9 +602,7 @@ pub enum Body {
         outcome: Outcome,
     },
     /// The writer's view of the log before a position (src/checkpoint.rs).
-    Checkpoint {
-        snapshot: Box<crate::checkpoint::Snapshot>,
-    },
+    Checkpoint { snapshot: Box<wire::Snapshot> },
     /// An operator's `pool_worker cancel P:O` (docs/protocol.md R51).
     Cancelled {
         order: OrderId,
@@ -978,7 +981,7 @@ impl Record {
     }
 
     /// A checkpoint's snapshot.
-    pub fn snapshot(&self) -> Option<&crate::checkpoint::Snapshot> {
+    pub fn snapshot(&self) -> Option<&wire::Snapshot> {
         match &self.body {
             Body::Checkpoint { snapshot } => Some(snapshot),
             _ => None,
@@ -1241,7 +1244,7 @@ impl Record {
                 outcome: Outcome::not_run(Status::Error, "missing outcome"),
             },
             Event::Checkpoint => Body::Checkpoint {
-                snapshot: Box::new(crate::checkpoint::Snapshot {
+                snapshot: Box::new(wire::Snapshot {
                     at: Position::new(0),
                     instances: BTreeMap::new(),
                     frontier: BTreeMap::new(),
@@ -1311,7 +1314,7 @@ impl Record {
         }
     }
 
-    pub fn set_snapshot(&mut self, to: Option<Box<crate::checkpoint::Snapshot>>) {
+    pub fn set_snapshot(&mut self, to: Option<Box<wire::Snapshot>>) {
         match (&mut self.body, to) {
             (Body::Checkpoint { snapshot }, Some(to)) => *snapshot = to,
             _ => self.no_field("snapshot"),
@@ -1682,7 +1685,7 @@ mod tests {
         b.next.insert(1, i64::MAX);
         assert!(b.impossible(&ends).is_some());
         let mut cp = Record::of(3, Event::Checkpoint, "a", 1);
-        let snap = crate::checkpoint::Snapshot {
+        let snap = wire::Snapshot {
             at: Position::new(0),
             instances: BTreeMap::new(),
             frontier: BTreeMap::from([(0, 1000)]),

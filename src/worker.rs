@@ -29,7 +29,7 @@
 use crate::boot::Relabel;
 use crate::boot::{turns, Hold, Turn, View, Void};
 use crate::claim::{decide, Decision};
-use crate::exit::Exit;
+use crate::exit_status::Exit;
 use crate::record::{
     Attempt, Body, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record, Status,
 };
