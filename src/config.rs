@@ -107,6 +107,8 @@ struct WorkerEnv {
     /// Set by `supervise` ([`crate::supervise::WARNED_OPEN_COMMANDS`]), not
     /// by operators.
     pool_worker_warned_open_commands: Option<String>,
+    /// Set by `supervise` ([`crate::supervise::STANDBY`]), not by operators.
+    pool_worker_standby: Option<String>,
 }
 
 /// `LOG_FORMAT`.
@@ -516,6 +518,9 @@ pub struct Config {
     /// `ALLOWED_COMMANDS` is not set
     /// ([`crate::supervise::WARNED_OPEN_COMMANDS`]).
     pub(crate) open_commands_warned: bool,
+    /// A standby started by `supervise` ([`crate::supervise::STANDBY`]):
+    /// fence and append only after `go` on standard input.
+    pub(crate) standby: bool,
 }
 
 /// The job-isolation settings: `ORDER_ENV_ALLOW`, `ALLOWED_IMAGES`,
@@ -687,6 +692,7 @@ impl Config {
             kafka_props,
             jobs: JobSettings::from_env(&mut raw)?,
             open_commands_warned: raw.pool_worker_warned_open_commands.is_some(),
+            standby: raw.pool_worker_standby.as_deref() == Some("1"),
         })
     }
 }

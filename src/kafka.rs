@@ -253,8 +253,11 @@ pub(crate) struct Kafka {
     /// The user's `KAFKA_*` properties (for messages naming the principal).
     props: Arc<BTreeMap<String, String>>,
     /// The clients' settings, for the admin client that asks for the claims
-    /// topic's configuration ([`crate::topics::check_compaction`]).
-    admin_config: ClientConfig,
+    /// topic's configuration ([`crate::topics::check_compaction`]); `None`
+    /// in a standby (src/supervise.rs, STANDBY), whose supervisor's first
+    /// process of the instance checked it: the admin client (a Kafka client
+    /// of its own, ~2 ms of CPU) is spared on every later start.
+    admin_config: Option<ClientConfig>,
 }
 
 /// Why an order's payload could not be read.
@@ -714,7 +717,7 @@ impl Kafka {
             order_partitions: Arc::new(std::sync::Mutex::new(None)),
             payloads: std::sync::Mutex::new(Payloads::default()),
             props: Arc::new(cfg.kafka_props.clone()),
-            admin_config: client_config(&cfg.brokers, &cfg.kafka_props),
+            admin_config: (!cfg.standby).then(|| client_config(&cfg.brokers, &cfg.kafka_props)),
         })
     }
 
@@ -754,6 +757,9 @@ impl Kafka {
                 patience
             ),
             async {
+                let Some(admin_config) = &self.admin_config else {
+                    return Ok(None);
+                };
                 // Asked beside the metadata, so that it adds no wait to boot.
                 let meta = self.meta.clone();
                 let cluster = blocking(move || meta.client().fetch_cluster_id(REQUEST_TIMEOUT))
@@ -761,7 +767,7 @@ impl Kafka {
                     .ok()
                     .flatten();
                 crate::topics::check_compaction(
-                    &self.admin_config,
+                    admin_config,
                     cluster.as_deref(),
                     &self.claims_topic,
                     &principal,

@@ -91,6 +91,21 @@ async fn connect(cfg: &Config) -> anyhow::Result<Option<&'static Kafka>> {
     }
 }
 
+/// A standby's wait for its turn (src/supervise.rs, STANDBY): true once
+/// the line `go` arrives on standard input, false at its end (the
+/// supervisor is gone or dismissed the standby). Other lines are ignored.
+async fn go() -> bool {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) if line.trim() == "go" => return true,
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(_) => return false,
+        }
+    }
+}
+
 /// The machine's settings, from the configuration.
 fn settings(cfg: &Config) -> Settings {
     // `..Settings::default()` fills what only the tests' build has (the
@@ -140,7 +155,8 @@ struct Shell {
     deadline: Option<PathBuf>,
     inherited: Option<u64>,
     /// The fence under way (docs/protocol.md R16): its outcome arrives here.
-    fencing: Option<tokio::sync::oneshot::Receiver<Result<(), Stopped>>>,
+    /// `None`: a standby dismissed before `go`.
+    fencing: Option<tokio::sync::oneshot::Receiver<Option<Result<(), Stopped>>>>,
     /// The machine's actions not carried out yet.
     todo: VecDeque<Action>,
     job: Job,
@@ -171,7 +187,14 @@ impl Shell {
         // (warn_open_commands).
         let marker = (cfg.settle_ms > 0 || cfg.fence == Fence::Transactions)
             .then(|| crate::settle::marker_path(&cfg));
-        let clean = marker.as_deref().and_then(crate::settle::take);
+        // A standby (src/supervise.rs, STANDBY) starts while its
+        // predecessor runs: the marker that one leaves is not there yet,
+        // and with the fence the marker only spares a warning.
+        let standby = cfg.standby && cfg.fence == Fence::Transactions;
+        let clean = marker
+            .as_deref()
+            .filter(|_| !standby)
+            .and_then(crate::settle::take);
         warn_open_commands(&cfg, clean.is_some());
         let settling = cfg.fence == Fence::Settle && cfg.settle_ms > 0;
         // R17: the deadline a predecessor killed while it settled waited
@@ -196,10 +219,22 @@ impl Shell {
         if let (Some(path), Phase::Settle { until, .. }) = (&deadline, &w.phase) {
             crate::settle::leave(path, &until.to_string());
         }
-        // R16: fence the instance's previous processes while the log is read.
+        // R16: fence the instance's previous processes while the log is
+        // read; a standby only once the supervisor says its predecessor
+        // has exited (`go`): until then that process is the instance's.
         let fencing = (cfg.fence == Fence::Transactions).then(|| {
             let (tx, rx) = tokio::sync::oneshot::channel();
             tokio::spawn(async move {
+                if standby {
+                    tracing::info!(
+                        instance = me,
+                        "standing by: connected and reading the claims topic; taking over when instance {me}'s current process exits"
+                    );
+                    if !go().await {
+                        let _ = tx.send(None);
+                        return;
+                    }
+                }
                 let t = std::time::Instant::now();
                 let r = kafka.fence().await;
                 tracing::info!(
@@ -207,7 +242,7 @@ impl Shell {
                     ms = t.elapsed().as_millis() as u64,
                     "fenced the instance's previous processes (init_transactions)"
                 );
-                let _ = tx.send(r);
+                let _ = tx.send(Some(r));
             });
             rx
         });
@@ -428,8 +463,14 @@ impl Shell {
             }, if self.fencing.is_some() => {
                 self.fencing = None;
                 match r {
-                    Ok(Ok(())) => Next::Input(Input::Fenced),
-                    Ok(Err(stop)) => Next::Stop(self.on_stopped(stop).await),
+                    Ok(Some(Ok(()))) => Next::Input(Input::Fenced),
+                    Ok(Some(Err(stop))) => Next::Stop(self.on_stopped(stop).await),
+                    // A standby that is not needed: it appended nothing and
+                    // took no marker.
+                    Ok(None) => {
+                        tracing::info!(instance = self.cfg.instance, "standby dismissed (its supervisor is gone or stops): exiting");
+                        Next::Stop(Exit::Ok)
+                    }
                     Err(_) => Next::Stop(self.on_stopped(Stopped::Failed).await),
                 }
             }

@@ -139,6 +139,9 @@ pub(crate) struct SupervisorConfig {
     /// How long a child has between SIGTERM and SIGKILL when stopping.
     pub(crate) stop_grace: Duration,
     pub(crate) output: ChildOutput,
+    /// Keep a standby process per instance ([`STANDBY`]): started while the
+    /// instance's process runs, promoted the moment it exits.
+    pub(crate) standby: bool,
 }
 
 impl SupervisorConfig {
@@ -157,8 +160,38 @@ impl SupervisorConfig {
             max_runs: None,
             stop_grace: Duration::from_secs(5),
             output: ChildOutput::Prefix,
+            standby: false,
         })
     }
+}
+
+/// Set (to `1`) by the supervisor in the environment of a standby: a
+/// worker started while its instance's current process still runs. It
+/// connects, checks the topics and reads the claims topic like any worker,
+/// but fences its predecessors and appends nothing (docs/protocol.md R16)
+/// until it reads the line `go` on its standard input, which the supervisor
+/// writes the moment the current process has exited (after the restart
+/// delay, if it failed). End of input before `go` (the supervisor is gone,
+/// or dismissed the standby) makes it exit 0, having appended nothing. A
+/// busy instance's next process is thus started, connected and caught up
+/// while the current one runs its order (issue 27).
+pub(crate) const STANDBY: &str = "POOL_WORKER_STANDBY";
+
+/// Whether workers started with `cfg` can stand by: this executable's
+/// worker mode (not another `--program`), fencing with transactions (the
+/// default; `CLAIMS_FENCE=settle`, in `cfg.env` or else in this process's
+/// environment, settles from the process's start instead, so a standby
+/// would gain nothing).
+pub(crate) fn can_stand_by(cfg: &SupervisorConfig) -> bool {
+    let own = std::env::current_exe().is_ok_and(|me| me == cfg.program) && cfg.args.is_empty();
+    let fence = cfg
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "CLAIMS_FENCE")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var_os("CLAIMS_FENCE"));
+    own && fence.is_none_or(|v| v.to_string_lossy().trim() != "settle")
 }
 
 /// Set by the supervisor in its workers' environment once it has logged
@@ -252,8 +285,11 @@ impl Retirement {
 /// Something that happened to a child.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SupEvent {
-    /// `run` counts this instance's starts, from 1.
+    /// `run` counts this instance's starts, from 1. A promoted standby is
+    /// started when it is promoted.
     Started { instance: u32, pid: u32, run: u64 },
+    /// A standby ([`STANDBY`]) for the instance's next start is running.
+    Standby { instance: u32, pid: u32 },
     /// Exactly one of `code` and `signal` is set (neither if waiting failed).
     Exited {
         instance: u32,
@@ -280,6 +316,10 @@ impl SupEvent {
                 pid: u32,
                 run: u64,
             },
+            Standby {
+                instance: u32,
+                pid: u32,
+            },
             Exited {
                 instance: u32,
                 pid: u32,
@@ -302,6 +342,10 @@ impl SupEvent {
                 instance: *instance,
                 pid: *pid,
                 run: *run,
+            },
+            SupEvent::Standby { instance, pid } => Line::Standby {
+                instance: *instance,
+                pid: *pid,
             },
             SupEvent::Exited {
                 instance,
@@ -335,6 +379,9 @@ impl SupEvent {
         match self {
             SupEvent::Started { instance, pid, .. } => {
                 format!("instance {instance} started pid {pid}")
+            }
+            SupEvent::Standby { instance, pid } => {
+                format!("instance {instance} standby pid {pid} (connected and reading; takes over when the current process exits)")
             }
             SupEvent::Exited {
                 instance,
@@ -539,13 +586,18 @@ impl Shared {
             .is_ok()
     }
 
-    fn command(&self, instance: u32) -> Command {
+    fn command(&self, instance: u32, standby: bool) -> Command {
         let mut cmd = Command::new(&self.cfg.program);
         cmd.args(&self.cfg.args)
             .envs(self.cfg.env.iter().map(|(k, v)| (k, v)))
             .env("INSTANCE_NUMBER", instance.to_string())
             .stdin(Stdio::null())
             .kill_on_drop(true);
+        if standby {
+            cmd.env(STANDBY, "1").stdin(Stdio::piped());
+        } else {
+            cmd.env_remove(STANDBY);
+        }
         let (out, err) = match self.cfg.output {
             ChildOutput::Prefix => (Stdio::piped(), Stdio::piped()),
             ChildOutput::Inherit => (Stdio::inherit(), Stdio::inherit()),
@@ -572,6 +624,9 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Fate {
     let mut run: u64 = 0;
     let mut restarts = Restarts::new(sh.cfg.restart_delay, sh.cfg.max_restart_delay);
+    // The next process, started while the current one runs (dropped, and
+    // so killed, with this task).
+    let mut standby: Option<Child> = None;
     loop {
         if *stop.borrow() {
             return Fate::Stopped;
@@ -584,7 +639,19 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
             return Fate::Retired(Retirement::MaxRuns);
         }
         run += 1;
-        let delay = match sh.spawner.spawn(sh.command(instance)).await {
+        let promoted = match standby.take() {
+            Some(c) => promote(c).await,
+            None => None,
+        };
+        let child = match promoted {
+            Some(c) => Ok((c, true)),
+            None => sh
+                .spawner
+                .spawn(sh.command(instance, false))
+                .await
+                .map(|c| (c, false)),
+        };
+        let delay = match child {
             Err(e) => {
                 sh.emit(SupEvent::SpawnFailed {
                     instance,
@@ -592,11 +659,16 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                 });
                 restarts.next(false, Duration::ZERO)
             }
-            Ok(child) => match run_child(instance, run, &sh, &mut stop, child, &mut restarts).await
-            {
-                Ok(delay) => delay,
-                Err(fate) => return fate,
-            },
+            Ok((child, relayed)) => {
+                if sh.cfg.standby {
+                    standby = start_standby(instance, &sh).await;
+                }
+                match run_child(instance, run, &sh, &mut stop, child, relayed, &mut restarts).await
+                {
+                    Ok(delay) => delay,
+                    Err(fate) => return fate,
+                }
+            }
         };
         if delay.is_zero() {
             continue;
@@ -608,20 +680,51 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
     }
 }
 
+/// Starts a standby for `instance`'s next start ([`STANDBY`]), its output
+/// relayed like any child's; `None` (the next start is a plain one) if it
+/// cannot be started.
+async fn start_standby(instance: u32, sh: &Shared) -> Option<Child> {
+    let mut child = sh.spawner.spawn(sh.command(instance, true)).await.ok()?;
+    sh.emit(SupEvent::Standby {
+        instance,
+        pid: child.id().unwrap_or(0),
+    });
+    if sh.cfg.output == ChildOutput::Prefix {
+        relay_output(instance, &mut child);
+    }
+    Some(child)
+}
+
+/// Tells a standby to take over (`go`); `None` if it has exited meanwhile
+/// or cannot be told (it is then killed, having appended nothing).
+async fn promote(mut child: Child) -> Option<Child> {
+    use tokio::io::AsyncWriteExt as _;
+    if !matches!(child.try_wait(), Ok(None)) {
+        return None;
+    }
+    let mut input = child.stdin.take()?;
+    input.write_all(b"go\n").await.ok()?;
+    input.flush().await.ok()?;
+    // Dropping the pipe after `go` is harmless: the worker reads no more.
+    Some(child)
+}
+
 /// One run of an instance's child, from its start to its exit: the delay
-/// before the next start, or the instance's fate.
+/// before the next start, or the instance's fate. `relayed`: its output is
+/// relayed already (a promoted standby).
 async fn run_child(
     instance: u32,
     run: u64,
     sh: &Shared,
     stop: &mut watch::Receiver<bool>,
     mut child: Child,
+    relayed: bool,
     restarts: &mut Restarts,
 ) -> Result<Duration, Fate> {
     let started = Instant::now();
     let pid = child.id().unwrap_or(0);
     sh.emit(SupEvent::Started { instance, pid, run });
-    if sh.cfg.output == ChildOutput::Prefix {
+    if sh.cfg.output == ChildOutput::Prefix && !relayed {
         relay_output(instance, &mut child);
     }
     let status = tokio::select! {
@@ -885,6 +988,53 @@ mod tests {
             matches!(e, SupEvent::Exited { code: Some(0), .. })
         });
         assert_eq!((starts, exits), (5, 5), "{events:?}");
+    }
+
+    /// A standby waits for `go` on its input, then runs; a plain start
+    /// runs at once. Each run appends a line to a file: who ran, in order.
+    #[tokio::test]
+    async fn standbys_take_over_only_when_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runs");
+        let script = format!(
+            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then read line || exit 0; [ "$line" = go ] || exit 9; echo "standby $$" >> {log}; else echo "plain $$" >> {log}; fi; exit 0"#,
+            log = log.display()
+        );
+        let mut cfg = sh(vec![1], &script);
+        cfg.standby = true;
+        cfg.max_runs = Some(4);
+        let (ending, events) = collect(cfg).await;
+        assert_eq!(ending, Ending::MaxRuns);
+        let runs = std::fs::read_to_string(&log).unwrap();
+        let runs: Vec<&str> = runs.lines().collect();
+        assert_eq!(runs.len(), 4, "{runs:?} {events:?}");
+        assert!(runs[0].starts_with("plain "), "the first start is plain: {runs:?}");
+        for r in &runs[1..] {
+            assert!(r.starts_with("standby "), "later starts are promoted standbys: {runs:?}");
+        }
+        // Every start after the first is of a process that stood by.
+        let standbys: Vec<u32> = events
+            .iter()
+            .filter_map(|e| match e {
+                SupEvent::Standby { pid, .. } => Some(*pid),
+                _ => None,
+            })
+            .collect();
+        let started: Vec<u32> = events
+            .iter()
+            .filter_map(|e| match e {
+                SupEvent::Started { pid, .. } => Some(*pid),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(started.len(), 4, "{events:?}");
+        assert_eq!(&started[1..], &standbys[..3], "{events:?}");
+        // The ran pids are the started ones, in order.
+        let ran: Vec<u32> = runs
+            .iter()
+            .map(|r| r.split(' ').nth(1).unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(ran, started);
     }
 
     #[test]

@@ -39,6 +39,13 @@ pub(crate) struct SuperviseArgs {
     /// When stopping: time between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 5000)]
     pub(crate) stop_grace_ms: u64,
+    /// No standby processes: start an instance's next process only once the
+    /// current one has exited. By default, while an instance's process
+    /// runs, its next one is started, connects and reads the claims topic,
+    /// and takes over the moment the current one exits (it fences and
+    /// appends only then); not with `CLAIMS_FENCE=settle` or `--program`.
+    #[arg(long)]
+    pub(crate) no_standby: bool,
     /// Run this program instead of this executable's worker mode (for tests,
     /// or to supervise something else); its arguments follow `--`.
     #[arg(long)]
@@ -61,6 +68,7 @@ pub(crate) async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
     cfg.max_runs = args.max_runs;
     cfg.stop_grace = Duration::from_millis(args.stop_grace_ms);
     cfg.output = args.child_output;
+    cfg.standby = !args.no_standby && crate::supervise::can_stand_by(&cfg);
 
     let json = args.json;
     let (mut sup, mut events) = Supervisor::spawn(cfg);
