@@ -102,7 +102,14 @@ public class ShareGroup {
         boolean ready = joined.await(60, TimeUnit.SECONDS);
         try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
             while (ready && System.nanoTime() < deadline) {
-                ShareGroupDescription d = admin.describeShareGroups(List.of(group)).all().get().get(group);
+                ShareGroupDescription d;
+                try {
+                    d = admin.describeShareGroups(List.of(group)).all().get().get(group);
+                } catch (ExecutionException e) {
+                    // Not known yet (GroupIdNotFound): the members are joining.
+                    Thread.sleep(100);
+                    continue;
+                }
                 if (d.groupState() == org.apache.kafka.common.GroupState.STABLE
                         && d.members().size() == members
                         && d.members().stream().allMatch(m -> !m.assignment().topicPartitions().isEmpty()

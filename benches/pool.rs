@@ -45,7 +45,8 @@
 //! On Apache Kafka each N also runs the **share group** peer (KIP-932):
 //! N members of one share group (`bench/ShareGroup.java`, run by `java` on
 //! the broker's jars), each running the order and acknowledging it (ACCEPT)
-//! afterwards, on a fresh topic like the baseline's (BENCH_SHARE=0 skips it).
+//! afterwards, on a fresh topic like the baseline's (BENCH_SHARE=0 skips it;
+//! acquisition as in the peers below, BENCH_SHARE_MAX_POLL).
 //!
 //! **The peers** (issue 27, section 1; the `matrix` section): on the same
 //! broker and the same orders, three systems of N members each:
@@ -1188,7 +1189,9 @@ impl Bench {
                 n.to_string(),
                 (m + self.seq).to_string(),
                 (self.case_secs + 90).to_string(),
+                env_or("BENCH_SHARE_MAX_POLL", "1"),
             ])
+            .env("SHARE_CONSUMER_CONFIG", env_or("BENCH_SHARE_CONFIG", ""))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -2027,11 +2030,14 @@ fn consumer_group_main(args: &[String]) {
         let spread = counts.iter().sum::<usize>() == parts
             && (parts < n || counts.iter().all(|&c| c >= 1))
             && polled.load(Ordering::Relaxed) == n;
+        // A broker that does not describe the group (the embedded broker
+        // may not) leaves the other conditions to decide.
         let stable = match admin.fetch_group_list(Some(group), Duration::from_secs(2)) {
             Ok(list) => list
                 .groups()
                 .iter()
-                .any(|g| g.state() == "Stable" && g.members().len() == n),
+                .filter(|g| g.name() == group.as_str() && !g.members().is_empty())
+                .all(|g| g.state() == "Stable" && g.members().len() == n),
             Err(_) => true,
         };
         if spread && stable {
@@ -2393,6 +2399,12 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
             .iter()
             .find(|x| x.job == job && x.layout == layout && x.n == n && x.system == sys)
     };
+    let _ = writeln!(r, "## Peers{on}\n");
+    let _ = writeln!(r, "Measured {date}. {label}Issue 27, section 1: three systems of N members on the same broker and the same orders, each on a fresh orders topic (1 partition, or N), started and waited for before the clock starts (every pool instance booted; every member joined, its partitions assigned); then a burst of M orders sent at once (round robin over the partitions). **pool**: `pool_worker supervise --instances 1-N --json --child-output null` with what a deployment sets (topics, `STATE_DIR`; `SETTLE_MS=1000` for each instance's first start, before the clock). **share group**: `bench/ShareGroup.java`, N `KafkaShareConsumer` threads in one JVM ({}), each running the order's command and acknowledging it (explicit ACCEPT, `commitSync`) after the job. **consumer group**: N rdkafka consumers of one `group.id` (threads of a child process: this bench with `--consumer-group`), `enable.auto.commit=false`, each running the order's command, then committing its offset synchronously. orders/s = done ÷ (first send → last done); send → done latency includes queueing behind the burst (done: the pool's `completed` record ts; the peers' end of the job, their clock; same machine). CPU per order: CPU time (utime + stime + cutime + cstime from /proc of the system's root process — the supervisor, the JVM, the consumer-group process — and of every live process under it: workers, members and jobs) from just before the first send to the last done, ÷ orders; the bench's own threads (producer, readers) are not in it. Broker CPU per order: the broker process's over the same interval. Pool claims records per order: records naming the order / all claims records written in the interval (`booted`, checkpoints included) per order. Ready after: start → ready (the share group's includes the JVM's start and compiling ShareGroup.java).\n",
+        match env_or("BENCH_SHARE_MAX_POLL", "1").as_str() {
+            "0" => "Kafka's default acquisition, `batch_optimized`".to_string(),
+            k => format!("`share.acquire.mode=record_limit`, `max.poll.records={k}`: a member takes {k} record(s) at a time, so that one partition's records are spread over the members"),
+        });
     for job in &jobs {
         for layout in ["1", "N"] {
             let mut ns: Vec<usize> = results
@@ -2410,11 +2422,7 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
                 "N partitions"
             };
             let _ = writeln!(r, "## Peers: job `{job}`, orders topic of {what}{on}\n");
-            let _ = writeln!(r, "Measured {date}. {label}Three systems on the same broker, each on a fresh orders topic of {what}, up and idle before the clock starts; a burst of M orders `{job}` sent at once (round robin over the partitions); orders/s = done / (first send → last done); send → done latency includes queueing behind the burst. CPU per order: CPU time (utime + stime + cutime + cstime from /proc, of the system's root process and every live process under it) from just before the first send to the last done, ÷ orders: the pool's `pool_worker supervise` with its workers and their jobs; the share group's JVM (`bench/ShareGroup.java`, {}) with its jobs; the consumer group's process (this bench with `--consumer-group`: rdkafka members as threads) with its jobs. Broker CPU per order: the broker process's over the same interval. Pool claims records per order: records naming the order / all records written in the interval (`booted` included) per order. Cells: pool / share group / consumer group.\n",
-                match env_or("BENCH_SHARE_MAX_POLL", "1").as_str() {
-                    "0" => "Kafka's default acquisition (`batch_optimized`)".to_string(),
-                    k => format!("`share.acquire.mode=record_limit`, `max.poll.records={k}`"),
-                });
+            let _ = writeln!(r, "Measured {date}. {label}Cells: pool / share group / consumer group (setup: \"Peers\" above).\n");
             let _ = writeln!(r, "| N | orders | done | orders/s | send→done p50 ms | p99 ms | CPU ms per order | broker CPU ms per order | pool claims records per order | ready after ms | note |");
             let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
             for n in ns {
@@ -3004,6 +3012,12 @@ fn main() {
         // Sections of cases not run this time, and the findings written by
         // hand, are kept.
         let old = std::fs::read_to_string(&out).unwrap_or_default();
+        // The header describes the throughput cases' setup: a run without
+        // them keeps the one there is.
+        let doc = match old.find("\n## ") {
+            Some(i) if !section("throughput") => old[..=i].to_string(),
+            _ => doc,
+        };
         let doc = merge_sections(&doc, &old, &r);
         std::fs::write(&out, doc).expect("cannot write the results");
         progress(format!("written to {out}"));
