@@ -45,7 +45,63 @@
 //! On Apache Kafka each N also runs the **share group** peer (KIP-932):
 //! N members of one share group (`bench/ShareGroup.java`, run by `java` on
 //! the broker's jars), each running the order and acknowledging it (ACCEPT)
-//! afterwards, on a fresh topic like the baseline's (BENCH_SHARE=0 skips it).
+//! afterwards, on a fresh topic like the baseline's (BENCH_SHARE=0 skips it;
+//! acquisition as in the peers below, BENCH_SHARE_MAX_POLL).
+//!
+//! **The peers** (issue 27, section 1; the `matrix` section): on the same
+//! broker and the same orders, three systems of N members each:
+//!
+//! * **pool**: `pool_worker supervise --instances 1-N` as the shipped
+//!   configuration runs it (only the topics, `STATE_DIR` and, for the
+//!   first start of each instance, before the clock, `SETTLE_MS=1000`);
+//! * **share group** (Apache Kafka only): `bench/ShareGroup.java`, N
+//!   `KafkaShareConsumer` threads of one JVM, each running the order and
+//!   acknowledging it (explicit ACCEPT) after the job; by default with
+//!   `share.acquire.mode=record_limit`, `max.poll.records=1`, so that one
+//!   partition's records are spread over the members (BENCH_SHARE_MAX_POLL=K
+//!   for K records at a time, 0 for Kafka's `batch_optimized` default;
+//!   BENCH_SHARE_CONFIG=`k=v,k=v` for further consumer settings);
+//! * **consumer group**: N rdkafka consumers (threads) of one `group.id` in
+//!   a child process (this bench program run with `--consumer-group`), each
+//!   running the order and committing its offset synchronously after the
+//!   job.
+//!
+//! Cases: each job of BENCH_MATRIX_JOBS (default `true,sleep 0.1`) × an
+//! orders topic of 1 partition and of N partitions (BENCH_MATRIX_LAYOUTS,
+//! default `1,N`; at N = 1 the two are one case, measured once) × N in
+//! BENCH_MATRIX_NS (default `1,4,8`); BENCH_MATRIX_SYSTEMS (default
+//! `pool,share,group`). Each system gets a fresh orders topic, is started
+//! and waited for (every instance booted; every member joined and assigned)
+//! before the clock starts, then a burst of M orders: M from
+//! BENCH_TRUE_ORDERS for `true` (per N, default `200`) and
+//! BENCH_SLEEP_ORDERS for any other job (per N, default `40,100,160`; a
+//! list's last value holds for the Ns after it). Figures per case and
+//! system: orders/s (done ÷ first send → last done), send → done p50/p99,
+//! CPU per order of everything the system runs (utime + stime + cutime +
+//! cstime of its root process — the supervisor, the JVM, the consumer-group
+//! process — and of every live process under it, from /proc, just before
+//! the first send and at the last done: workers and jobs included, the
+//! bench's own threads not), the broker process's CPU per order over the
+//! same interval, and for the pool its claims records per order. A table
+//! per job and layout, the three systems side by side, then issue 27's
+//! target ratios (one orders partition, N = 8). A burst that is not done
+//! within BENCH_MATRIX_CASE_SECS (default 300) is reported incomplete. The
+//! full matrix takes about 12–15 minutes on 2 cores (estimated from smoke
+//! runs at the pool's rates of 2026-11-26: 4.5–12 orders/s; the share
+//! group's join, ~12–25 s per case, is a good part of it):
+//!
+//! ```text
+//! BENCH_BROKER=apache BENCH_SECTIONS=matrix cargo bench --bench pool
+//! ```
+//!
+//! On the embedded broker (`BENCH_SECTIONS=matrix cargo bench --bench
+//! pool`) the matrix runs the pool and the consumer group: the mock broker
+//! has no share groups. The sections are headed "Peers…" (and "— on Apache
+//! Kafka X.Y.Z" there); a run with any matrix knob set labels them "partial
+//! or smoke run". BENCH_SECTIONS (default `throughput,matrix,idle,history`) picks
+//! the sections: `throughput` (pool, baseline and share group per N above),
+//! `matrix` (the peers), `idle` (the idle pool), `history` (boot time
+//! against history).
 //!
 //! Knobs (environment): BENCH_NS (default `1,4,8`), BENCH_MS (orders per
 //! burst for each N, default `60,150,250`, sized so that each burst fits
@@ -393,6 +449,8 @@ struct Sender {
     producer: ThreadedProducer<AckCtx>,
     acks: Arc<Acks>,
     sent: Vec<f64>,
+    /// Every order's text (PAYLOAD unless `with_payload`).
+    payload: String,
 }
 
 impl Sender {
@@ -408,7 +466,13 @@ impl Sender {
             producer,
             acks,
             sent: Vec::new(),
+            payload: PAYLOAD.to_string(),
         }
+    }
+
+    fn with_payload(mut self, payload: &str) -> Sender {
+        self.payload = payload.to_string();
+        self
     }
 
     /// Sends one order; returns its index.
@@ -416,7 +480,7 @@ impl Sender {
         let idx = self.sent.len();
         self.sent.push(now_ms());
         let mut rec: BaseRecord<'_, (), str, usize> = BaseRecord::with_opaque_to(topic, idx)
-            .payload(PAYLOAD)
+            .payload(self.payload.as_str())
             .partition(partition);
         loop {
             match self.producer.send(rec) {
@@ -1131,7 +1195,9 @@ impl Bench {
                 n.to_string(),
                 (m + self.seq).to_string(),
                 (self.case_secs + 90).to_string(),
+                env_or("BENCH_SHARE_MAX_POLL", "1"),
             ])
+            .env("SHARE_CONSUMER_CONFIG", env_or("BENCH_SHARE_CONFIG", ""))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -1788,6 +1854,687 @@ impl Bench {
     }
 }
 
+// ---------------------------------------------------------------- peers (issue 27)
+
+/// CPU time so far, in clock ticks, of `root` and of every live process
+/// under it: utime + stime + cutime + cstime of each (cutime and cstime
+/// hold a process's reaped descendants; a live child's own times are not
+/// in them yet, so nothing is counted twice).
+fn tree_ticks(root: u32) -> Option<u64> {
+    let mut table: HashMap<u32, (u32, u64)> = HashMap::new();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(i) = stat.rfind(')') else { continue };
+        // Fields from 3 (state) on, after the command name.
+        let f: Vec<&str> = stat[i + 2..].split_whitespace().collect();
+        let num = |k: usize| f.get(k - 3).and_then(|x| x.parse::<u64>().ok());
+        if let (Some(ppid), Some(u), Some(s), Some(cu), Some(cs)) =
+            (num(4), num(14), num(15), num(16), num(17))
+        {
+            table.insert(pid, (ppid as u32, u + s + cu + cs));
+        }
+    }
+    table.get(&root)?;
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (&pid, &(ppid, _)) in &table {
+        children.entry(ppid).or_default().push(pid);
+    }
+    let (mut total, mut stack) = (0, vec![root]);
+    while let Some(p) = stack.pop() {
+        total += table.get(&p).map_or(0, |t| t.1);
+        if let Some(c) = children.get(&p) {
+            stack.extend(c);
+        }
+    }
+    Some(total)
+}
+
+/// A peer run as a child process that prints `ready` once its members have
+/// joined and `done PARTITION OFFSET EPOCH_MS` per order whose job ended
+/// (bench/ShareGroup.java; this program with `--consumer-group`).
+struct PeerProc {
+    child: Child,
+    done: Arc<Mutex<HashMap<(i32, i64), f64>>>,
+    ready: Arc<AtomicBool>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl PeerProc {
+    fn spawn(cmd: &mut Command) -> std::io::Result<PeerProc> {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let done: Arc<Mutex<HashMap<(i32, i64), f64>>> = Arc::default();
+        let ready = Arc::new(AtomicBool::new(false));
+        let (d2, r2) = (done.clone(), ready.clone());
+        let reader = std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let w: Vec<&str> = line.split_whitespace().collect();
+                match w.as_slice() {
+                    ["ready"] => r2.store(true, Ordering::Relaxed),
+                    ["done", p, o, at] => {
+                        if let (Ok(p), Ok(o), Ok(at)) = (p.parse(), o.parse(), at.parse::<f64>()) {
+                            d2.lock().unwrap().insert((p, o), at);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        Ok(PeerProc {
+            child,
+            done,
+            ready,
+            reader: Some(reader),
+        })
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// The consumer-group peer, a child process of the bench (so that its CPU
+/// and its jobs' are its own): `--consumer-group BOOTSTRAP TOPIC GROUP
+/// MEMBERS PARTITIONS FETCH_WAIT_MS|-`. MEMBERS rdkafka consumers (threads),
+/// one `group.id`, `enable.auto.commit=false`; each message's command is
+/// run to its end, then its offset is committed synchronously. Prints
+/// `ready` once the group is stable with every member in it and every
+/// partition assigned, then `done PARTITION OFFSET EPOCH_MS` per message;
+/// exits when its stdin closes.
+fn consumer_group_main(args: &[String]) {
+    let [bootstrap, topic, group, members, partitions, fetch_wait] = args else {
+        panic!("--consumer-group BOOTSTRAP TOPIC GROUP MEMBERS PARTITIONS FETCH_WAIT_MS|-");
+    };
+    let n: usize = members.parse().expect("MEMBERS");
+    let parts: usize = partitions.parse().expect("PARTITIONS");
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
+    let out = Arc::new(Mutex::new(()));
+    let assigned: Arc<Vec<AtomicUsize>> = Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect());
+    let polled: Arc<AtomicUsize> = Arc::default();
+    let config = |group: Option<&str>| {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", bootstrap);
+        if let Some(g) = group {
+            c.set("group.id", g)
+                .set("enable.auto.commit", "false")
+                .set("auto.offset.reset", "earliest");
+        }
+        if fetch_wait != "-" {
+            c.set("fetch.wait.max.ms", fetch_wait);
+        }
+        c
+    };
+    let threads: Vec<JoinHandle<()>> = (0..n)
+        .map(|i| {
+            let consumer: BaseConsumer = config(Some(group)).create().expect("consumer");
+            consumer.subscribe(&[topic]).expect("subscribe");
+            let (out, assigned, polled) = (out.clone(), assigned.clone(), polled.clone());
+            std::thread::spawn(move || {
+                let mut first = true;
+                loop {
+                    let msg = consumer.poll(Duration::from_millis(50));
+                    if first {
+                        polled.fetch_add(1, Ordering::Relaxed);
+                        first = false;
+                    }
+                    if let Ok(a) = consumer.assignment() {
+                        assigned[i].store(a.count(), Ordering::Relaxed);
+                    }
+                    let Some(Ok(m)) = msg else { continue };
+                    let text = m
+                        .payload()
+                        .map(|p| String::from_utf8_lossy(p).into_owned())
+                        .unwrap_or_default();
+                    let argv = shell_words::split(&text).unwrap_or_default();
+                    if let Some((prog, args)) = argv.split_first() {
+                        let _ = Command::new(prog)
+                            .args(args)
+                            .stdin(Stdio::null())
+                            .stdout(Stdio::null())
+                            .stderr(Stdio::null())
+                            .status();
+                    }
+                    let mut tries = 0;
+                    while let Err(e) = consumer.commit_message(&m, CommitMode::Sync) {
+                        tries += 1;
+                        if tries > 50 {
+                            eprintln!("consumer group: commit failed: {e}");
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    let _g = out.lock().unwrap();
+                    println!("done {} {} {:.3}", m.partition(), m.offset(), now_ms());
+                    let _ = std::io::stdout().flush();
+                }
+            })
+        })
+        .collect();
+    // Ready: every member polled, every partition assigned (each member
+    // one at least when there are as many), the group Stable with all N
+    // members where the broker describes groups, and no change for 1 s.
+    let admin: BaseConsumer = config(None).create().expect("admin client");
+    let mut last: Option<(Vec<usize>, Instant)> = None;
+    loop {
+        let counts: Vec<usize> = assigned.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        let spread = counts.iter().sum::<usize>() == parts
+            && (parts < n || counts.iter().all(|&c| c >= 1))
+            && polled.load(Ordering::Relaxed) == n;
+        // A broker that does not describe the group (the embedded broker
+        // may not) leaves the other conditions to decide.
+        let stable = match admin.fetch_group_list(Some(group), Duration::from_secs(2)) {
+            Ok(list) => list
+                .groups()
+                .iter()
+                .filter(|g| g.name() == group.as_str() && !g.members().is_empty())
+                .all(|g| g.state() == "Stable" && g.members().len() == n),
+            Err(_) => true,
+        };
+        if spread && stable {
+            match &last {
+                Some((c, at)) if *c == counts && at.elapsed() >= Duration::from_secs(1) => break,
+                Some((c, _)) if *c == counts => {}
+                _ => last = Some((counts, Instant::now())),
+            }
+        } else {
+            last = None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    {
+        let _g = out.lock().unwrap();
+        println!("ready");
+        let _ = std::io::stdout().flush();
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+/// One system's figures for one case of the matrix.
+#[derive(Default, Clone)]
+struct MatrixResult {
+    /// "pool", "share group", "consumer group".
+    system: &'static str,
+    job: String,
+    /// "1" (one orders partition) or "N" (one per member).
+    layout: &'static str,
+    n: usize,
+    m: usize,
+    done: usize,
+    secs: f64,
+    /// send → done, ms.
+    lat: Vec<f64>,
+    /// CPU over the measured interval, ms: the system's processes and
+    /// their jobs; the broker's.
+    cpu_ms: Option<f64>,
+    broker_cpu_ms: Option<f64>,
+    /// Pool only: claims records naming an order (mean), and all claims
+    /// records written in the interval per order.
+    records_naming: Option<f64>,
+    records_all: Option<f64>,
+    /// Start → ready (booted / joined), ms.
+    ready_ms: Option<f64>,
+    incomplete: Option<String>,
+    /// N = 1: the same case as the one-partition layout's.
+    same_as_one: bool,
+}
+
+impl MatrixResult {
+    fn rate(&self) -> Option<f64> {
+        (self.secs > 0.0 && self.done > 0).then(|| self.done as f64 / self.secs)
+    }
+    fn cpu_per_order(&self) -> Option<f64> {
+        self.cpu_ms
+            .filter(|_| self.done > 0)
+            .map(|c| c / self.done as f64)
+    }
+    fn broker_per_order(&self) -> Option<f64> {
+        self.broker_cpu_ms
+            .filter(|_| self.done > 0)
+            .map(|c| c / self.done as f64)
+    }
+}
+
+/// What `matrix_measure` saw: first send (ms), last done (ms), and the
+/// orders sent with their send times.
+struct Measured {
+    t0: f64,
+    last: f64,
+    sent: HashMap<(i32, i64), f64>,
+}
+
+impl Bench {
+    /// Sends `res.m` orders (`res.job`) round robin over the `partitions`
+    /// of `topic` to a system that is up and idle, waits until `done` has
+    /// them all (or the case time runs out); the CPU of `pid` and the
+    /// processes under it, and of the broker, from just before the first
+    /// send to when the last order was seen done.
+    fn matrix_measure(
+        &self,
+        res: &mut MatrixResult,
+        topic: &str,
+        partitions: usize,
+        pid: u32,
+        done: &dyn Fn() -> HashMap<(i32, i64), f64>,
+    ) -> Measured {
+        let hz = clock_ticks_per_sec();
+        let mut sender = Sender::new(&self.broker.bootstrap).with_payload(&res.job);
+        let (cpu0, broker0) = (tree_ticks(pid), tree_ticks(self.broker.pid()));
+        let t0 = now_ms();
+        let idxs: Vec<usize> = (0..res.m)
+            .map(|i| sender.send(topic, (i % partitions) as i32))
+            .collect();
+        let sent = sender.positions(&idxs);
+        let secs = matrix_case_secs();
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let label = format!("{} N={} `{}`", res.system, res.n, res.job);
+        let got = wait_for(&label, res.m, deadline, || {
+            let d = done();
+            sent.keys().filter(|k| d.contains_key(k)).count()
+        });
+        let (cpu1, broker1) = (tree_ticks(pid), tree_ticks(self.broker.pid()));
+        let ms = |a: Option<u64>, b: Option<u64>| Some(b?.checked_sub(a?)? as f64 * 1000.0 / hz);
+        res.cpu_ms = ms(cpu0, cpu1);
+        res.broker_cpu_ms = ms(broker0, broker1);
+        let comp = done();
+        res.done = got;
+        res.lat = sent
+            .iter()
+            .filter_map(|(k, s)| comp.get(k).map(|c| c - s))
+            .collect();
+        let last = sent
+            .keys()
+            .filter_map(|k| comp.get(k))
+            .cloned()
+            .fold(t0, f64::max);
+        res.secs = (last - t0) / 1000.0;
+        if got < res.m {
+            res.incomplete = Some(format!("{got}/{} done in {secs} s", res.m));
+        }
+        Measured { t0, last, sent }
+    }
+
+    /// One system on one case: a fresh orders topic of `partitions`.
+    fn matrix_case(&mut self, mut res: MatrixResult, partitions: usize) -> MatrixResult {
+        let job_tag: String = res
+            .job
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let sys_tag = res.system.replace(' ', "_");
+        let base = format!(
+            "{}-x-{job_tag}-p{partitions}-n{}-{sys_tag}",
+            self.run, res.n
+        );
+        match res.system {
+            "pool" => self.matrix_pool(&mut res, &base, partitions),
+            _ => self.matrix_peer(&mut res, &base, partitions),
+        }
+        res
+    }
+
+    fn matrix_pool(&mut self, res: &mut MatrixResult, base: &str, partitions: usize) {
+        let (orders, claims) = (format!("{base}-orders"), format!("{base}-claims"));
+        let n = res.n;
+        if let Err(e) = self
+            .broker
+            .create(&orders, partitions as i32)
+            .and_then(|()| self.broker.create(&claims, 1))
+        {
+            res.incomplete = Some(e);
+            return;
+        }
+        let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Beginning);
+        let sampler = Sampler::start();
+        let state_dir = std::env::temp_dir().join(format!("pool_worker-bench-{claims}"));
+        // As pool_case: what a deployment sets, and SETTLE_MS=1000 for the
+        // first start of each instance (before the clock).
+        let mut env = vec![
+            ("KAFKA_BROKERS", self.broker.bootstrap.clone()),
+            ("ORDERS_TOPIC", orders.clone()),
+            ("COORDINATION_TOPIC", claims.clone()),
+            ("SETTLE_MS", "1000".to_string()),
+            ("STATE_DIR", state_dir.display().to_string()),
+        ];
+        if !self.broker.is_apache() {
+            env.extend(embedded_env());
+        }
+        let t_start = Instant::now();
+        let sup = Supervisor::start(n, &env, self.restart_delay_ms, &sampler);
+        let booted = || {
+            reader
+                .seen
+                .lock()
+                .unwrap()
+                .recs
+                .iter()
+                .filter(|(_, _, r)| r.event() == Event::Booted)
+                .map(|(_, _, r)| r.instance)
+                .collect::<HashSet<_>>()
+                .len()
+        };
+        let b = wait_for(
+            &format!("pool N={n} booting"),
+            n,
+            Instant::now() + Duration::from_secs(60),
+            booted,
+        );
+        res.ready_ms = Some(t_start.elapsed().as_secs_f64() * 1000.0);
+        if b < n {
+            res.incomplete = Some(format!("only {b}/{n} instances booted in 60 s"));
+        } else {
+            std::thread::sleep(Duration::from_millis(1000));
+            progress(format!(
+                "pool N={n}, {partitions} partition(s): sending {} × `{}`",
+                res.m, res.job
+            ));
+            let pid = sup.child.id();
+            let seen = self.matrix_measure(res, &orders, partitions, pid, &|| reader.completions());
+            std::thread::sleep(Duration::from_millis(300));
+            let recs = reader.snapshot();
+            let mut per_order: HashMap<(i32, i64), usize> = HashMap::new();
+            let mut all = 0;
+            for (_, _, r) in &recs {
+                let ts = r.ts as f64;
+                if ts >= seen.t0 && ts <= seen.last {
+                    all += 1;
+                }
+                if let Some(o) = r.order() {
+                    if seen.sent.contains_key(&(o.partition, o.offset)) {
+                        *per_order.entry((o.partition, o.offset)).or_default() += 1;
+                    }
+                }
+            }
+            if res.done > 0 {
+                res.records_naming =
+                    Some(per_order.values().sum::<usize>() as f64 / per_order.len().max(1) as f64);
+                res.records_all = Some(all as f64 / res.done as f64);
+            }
+        }
+        sup.stop();
+        let _ = std::fs::remove_dir_all(&state_dir);
+    }
+
+    /// The share group (Apache Kafka only) or the consumer group.
+    fn matrix_peer(&mut self, res: &mut MatrixResult, base: &str, partitions: usize) {
+        let n = res.n;
+        let topic = format!("{base}-orders");
+        let mut cmd = if res.system == "share group" {
+            let BrokerKind::Apache { lib, .. } = &self.broker.kind else {
+                res.incomplete = Some("needs Apache Kafka".into());
+                return;
+            };
+            let mut c = Command::new("java");
+            c.arg("-cp")
+                .arg(format!("{lib}/*"))
+                .arg(concat!(
+                    "-Dlog4j2.configurationFile=",
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/scripts/kafka/log4j2-tools.properties"
+                ))
+                .arg(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/bench/ShareGroup.java"
+                ))
+                .args([&self.broker.bootstrap, &topic, &format!("{base}-group")])
+                .args([
+                    n.to_string(),
+                    "0".to_string(),
+                    (matrix_case_secs() + 180).to_string(),
+                    env_or("BENCH_SHARE_MAX_POLL", "1"),
+                ])
+                .env("SHARE_CONSUMER_CONFIG", env_or("BENCH_SHARE_CONFIG", ""));
+            c
+        } else {
+            let mut c = Command::new(std::env::current_exe().expect("the bench's own path"));
+            let fetch_wait = if self.broker.is_apache() {
+                "-"
+            } else {
+                EMBEDDED_FETCH_WAIT_MS
+            };
+            c.arg("--consumer-group")
+                .args([&self.broker.bootstrap, &topic, &format!("{base}-group")])
+                .args([n.to_string(), partitions.to_string(), fetch_wait.into()]);
+            c
+        };
+        if let Err(e) = self.broker.create(&topic, partitions as i32) {
+            res.incomplete = Some(e);
+            return;
+        }
+        let t_start = Instant::now();
+        let peer = match PeerProc::spawn(&mut cmd) {
+            Ok(p) => p,
+            Err(e) => {
+                res.incomplete = Some(format!("cannot start: {e}"));
+                return;
+            }
+        };
+        let joined = wait_for(
+            &format!("{} N={n} joining", res.system),
+            1,
+            Instant::now() + Duration::from_secs(90),
+            || peer.ready.load(Ordering::Relaxed) as usize,
+        );
+        res.ready_ms = Some(t_start.elapsed().as_secs_f64() * 1000.0);
+        if joined == 0 {
+            res.incomplete = Some("its members did not join within 90 s".into());
+        } else {
+            // A share-group member's first poll does not wait for its
+            // assignment: more time to settle.
+            let settle = if res.system == "share group" {
+                2000
+            } else {
+                500
+            };
+            std::thread::sleep(Duration::from_millis(settle));
+            progress(format!(
+                "{} N={n}, {partitions} partition(s): sending {} × `{}` (ready after {:.0} ms)",
+                res.system,
+                res.m,
+                res.job,
+                res.ready_ms.unwrap_or(0.0)
+            ));
+            let pid = peer.child.id();
+            let done = peer.done.clone();
+            self.matrix_measure(res, &topic, partitions, pid, &|| {
+                done.lock().unwrap().clone()
+            });
+        }
+        peer.stop();
+    }
+}
+
+/// The time limit of one system's burst in the matrix (BENCH_MATRIX_CASE_SECS).
+fn matrix_case_secs() -> u64 {
+    env_or("BENCH_MATRIX_CASE_SECS", "300")
+        .parse()
+        .unwrap_or(300)
+}
+
+/// The matrix's knobs that differ from the defaults (a partial or smoke
+/// run says so in its sections).
+fn matrix_knobs() -> Vec<String> {
+    [
+        "BENCH_MATRIX_NS",
+        "BENCH_MATRIX_JOBS",
+        "BENCH_MATRIX_LAYOUTS",
+        "BENCH_MATRIX_SYSTEMS",
+        "BENCH_TRUE_ORDERS",
+        "BENCH_SLEEP_ORDERS",
+        "BENCH_SHARE_MAX_POLL",
+        "BENCH_SHARE_CONFIG",
+        "BENCH_MATRIX_CASE_SECS",
+        "BENCH_RESTART_DELAY_MS",
+    ]
+    .iter()
+    .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}")))
+    .collect()
+}
+
+/// The matrix's sections of the report.
+fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -> String {
+    use std::fmt::Write as _;
+    let mut r = String::new();
+    let knobs = matrix_knobs();
+    let label = if knobs.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "**Partial or smoke run, not the full matrix** (`{}`). ",
+            knobs.join(" ")
+        )
+    };
+    const SYSTEMS: [&str; 3] = ["pool", "share group", "consumer group"];
+    let mut jobs: Vec<&str> = Vec::new();
+    for x in results {
+        if !jobs.contains(&x.job.as_str()) {
+            jobs.push(&x.job);
+        }
+    }
+    let find = |job: &str, layout: &str, n: usize, sys: &str| {
+        results
+            .iter()
+            .find(|x| x.job == job && x.layout == layout && x.n == n && x.system == sys)
+    };
+    let _ = writeln!(r, "## Peers{on}\n");
+    let _ = writeln!(r, "Measured {date}. {label}Issue 27, section 1: three systems of N members on the same broker and the same orders, each on a fresh orders topic (1 partition, or N), started and waited for before the clock starts (every pool instance booted; every member joined, its partitions assigned); then a burst of M orders sent at once (round robin over the partitions). **pool**: `pool_worker supervise --instances 1-N --json --child-output null` with what a deployment sets (topics, `STATE_DIR`; `SETTLE_MS=1000` for each instance's first start, before the clock). **share group**: `bench/ShareGroup.java`, N `KafkaShareConsumer` threads in one JVM ({}), each running the order's command and acknowledging it (explicit ACCEPT, `commitSync`) after the job. **consumer group**: N rdkafka consumers of one `group.id` (threads of a child process: this bench with `--consumer-group`), `enable.auto.commit=false`, each running the order's command, then committing its offset synchronously. orders/s = done ÷ (first send → last done); send → done latency includes queueing behind the burst (done: the pool's `completed` record ts; the peers' end of the job, their clock; same machine). CPU per order: CPU time (utime + stime + cutime + cstime from /proc of the system's root process — the supervisor, the JVM, the consumer-group process — and of every live process under it: workers, members and jobs) from just before the first send to the last done, ÷ orders; the bench's own threads (producer, readers) are not in it. Broker CPU per order: the broker process's over the same interval. Pool claims records per order: records naming the order / all claims records written in the interval (`booted`, checkpoints included) per order. Ready after: start → ready (the share group's includes the JVM's start and compiling ShareGroup.java).\n",
+        match env_or("BENCH_SHARE_MAX_POLL", "1").as_str() {
+            "0" => "Kafka's default acquisition, `batch_optimized`".to_string(),
+            k => format!("`share.acquire.mode=record_limit`, `max.poll.records={k}`: a member takes {k} record(s) at a time, so that one partition's records are spread over the members"),
+        });
+    for job in &jobs {
+        for layout in ["1", "N"] {
+            let mut ns: Vec<usize> = results
+                .iter()
+                .filter(|x| x.job == *job && x.layout == layout)
+                .map(|x| x.n)
+                .collect();
+            ns.dedup();
+            if ns.is_empty() {
+                continue;
+            }
+            let what = if layout == "1" {
+                "1 partition"
+            } else {
+                "N partitions"
+            };
+            let _ = writeln!(r, "## Peers: job `{job}`, orders topic of {what}{on}\n");
+            let _ = writeln!(r, "Measured {date}. {label}Cells: pool / share group / consumer group (setup: \"Peers\" above).\n");
+            let _ = writeln!(r, "| N | orders | done | orders/s | send→done p50 ms | p99 ms | CPU ms per order | broker CPU ms per order | pool claims records per order | ready after ms | note |");
+            let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
+            for n in ns {
+                let row: Vec<Option<&MatrixResult>> =
+                    SYSTEMS.iter().map(|s| find(job, layout, n, s)).collect();
+                let cell = |f: &dyn Fn(&MatrixResult) -> String| {
+                    row.iter()
+                        .map(|x| x.map_or("-".into(), f))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                };
+                let f1 = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.1}"));
+                let pool = row[0];
+                let mut notes: Vec<String> = row
+                    .iter()
+                    .zip(SYSTEMS)
+                    .filter_map(|(x, s)| {
+                        Some(format!("{s}: INCOMPLETE: {}", (*x)?.incomplete.clone()?))
+                    })
+                    .collect();
+                if row.iter().flatten().any(|x| x.same_as_one) {
+                    notes.push("N = 1: the 1-partition case".into());
+                }
+                if !apache {
+                    notes.push("no share group on the embedded broker".into());
+                }
+                let _ = writeln!(
+                    r,
+                    "| {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    cell(&|x| x.m.to_string()),
+                    cell(&|x| x.done.to_string()),
+                    cell(&|x| f1(x.rate())),
+                    cell(&|x| fmt_ms(pct(&x.lat, 50.0))),
+                    cell(&|x| fmt_ms(pct(&x.lat, 99.0))),
+                    cell(&|x| f1(x.cpu_per_order())),
+                    cell(&|x| f1(x.broker_per_order())),
+                    pool.map_or("-".into(), |p| format!(
+                        "{} / {}",
+                        p.records_naming.map_or("-".into(), |v| format!("{v:.2}")),
+                        p.records_all.map_or("-".into(), |v| format!("{v:.2}"))
+                    )),
+                    cell(&|x| fmt_ms(x.ready_ms)),
+                    notes.join("; ")
+                );
+            }
+            let _ = writeln!(r);
+        }
+    }
+    // Issue 27's targets: one orders partition, N = 8.
+    let _ = writeln!(r, "## Peers: issue 27's targets{on}\n");
+    let _ = writeln!(r, "Measured {date}. {label}One orders partition, N = 8.\n");
+    let _ = writeln!(r, "| job | figure | value | target | met |");
+    let _ = writeln!(r, "|---|---|---|---|---|");
+    let ratio = |job: &str, other: &str| {
+        let p = find(job, "1", 8, "pool")?.rate()?;
+        let o = find(job, "1", 8, other)?.rate()?;
+        Some(p / o)
+    };
+    let mut target =
+        |job: &str, figure: &str, v: Option<f64>, t: &str, ok: &dyn Fn(f64) -> bool| {
+            let (value, met) = match v {
+                Some(x) => (format!("{x:.2}"), if ok(x) { "yes" } else { "no" }),
+                None => ("not measured".into(), "-"),
+            };
+            let _ = writeln!(r, "| `{job}` | {figure} | {value} | {t} | {met} |");
+        };
+    target(
+        "sleep 0.1",
+        "pool / share group, orders/s",
+        ratio("sleep 0.1", "share group"),
+        "≥ 0.8",
+        &|x| x >= 0.8,
+    );
+    target(
+        "sleep 0.1",
+        "pool / consumer group, orders/s",
+        ratio("sleep 0.1", "consumer group"),
+        "≥ 6",
+        &|x| x >= 6.0,
+    );
+    target(
+        "true",
+        "pool CPU per order, ms",
+        find("true", "1", 8, "pool").and_then(MatrixResult::cpu_per_order),
+        "≤ 10",
+        &|x| x <= 10.0,
+    );
+    target(
+        "true",
+        "pool / consumer group, orders/s",
+        ratio("true", "consumer group"),
+        "≥ 0.2",
+        &|x| x >= 0.2,
+    );
+    let _ = writeln!(r);
+    r
+}
+
 fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
@@ -1842,7 +2589,15 @@ fn median(v: Vec<f64>) -> Option<f64> {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; nothing to parse.
+    // `cargo bench` passes `--bench`; the consumer-group peer is this
+    // program again, with `--consumer-group`.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--consumer-group") {
+        consumer_group_main(&args[2..]);
+        return;
+    }
+    let sections = env_or("BENCH_SECTIONS", "throughput,matrix,idle,history");
+    let section = |name: &str| sections.split(',').any(|s| s.trim() == name);
     let ns = env_list("BENCH_NS", "1,4,8");
     let ms = env_list("BENCH_MS", "60,150,250");
     // Apache Kafka keeps the whole pre-fill (no 5 MB cap): smaller K by default.
@@ -1881,7 +2636,7 @@ fn main() {
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
-    progress(format!("pool_worker bench: binary {BIN}, {cores} cores, N {ns:?}, M {ms:?}, one-at-a-time {seq}, supervise{restart_flag}"));
+    progress(format!("pool_worker bench: binary {BIN}, {cores} cores, sections {sections}, N {ns:?}, M {ms:?}, one-at-a-time {seq}, supervise{restart_flag}"));
     let broker = BrokerProc::start(&run);
     progress(format!("broker at {}", broker.bootstrap));
     let perf_dir = std::env::var("BENCH_PERF").ok().filter(|s| !s.is_empty());
@@ -1913,7 +2668,7 @@ fn main() {
     };
 
     let mut cases: Vec<(Vec<CaseResult>, CaseResult)> = Vec::new();
-    for (i, &n) in ns.iter().enumerate() {
+    for (i, &n) in ns.iter().enumerate().filter(|_| section("throughput")) {
         let m = ms.get(i).or(ms.last()).copied().unwrap_or(200);
         let mut pools = Vec::new();
         for opp in opps.iter().map(|&k| (k > 1).then_some(k as u32)) {
@@ -1966,8 +2721,100 @@ fn main() {
         }
         cases.push((pools, b));
     }
+    // The peers (issue 27): pool, share group, consumer group, on the same
+    // broker and the same orders.
+    let mut matrix: Vec<MatrixResult> = Vec::new();
+    if section("matrix") {
+        let mx_ns = env_list("BENCH_MATRIX_NS", "1,4,8");
+        let jobs: Vec<String> = env_or("BENCH_MATRIX_JOBS", "true,sleep 0.1")
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        let layouts_knob = env_or("BENCH_MATRIX_LAYOUTS", "1,N");
+        let layouts: Vec<&'static str> = ["1", "N"]
+            .into_iter()
+            .filter(|l| layouts_knob.split(',').any(|k| k.trim() == *l))
+            .collect();
+        let systems_knob = env_or("BENCH_MATRIX_SYSTEMS", "pool,share,group");
+        let systems: Vec<&'static str> = [
+            ("pool", "pool"),
+            ("share", "share group"),
+            ("group", "consumer group"),
+        ]
+        .into_iter()
+        .filter(|(k, _)| systems_knob.split(',').any(|s| s.trim() == *k))
+        .filter(|(k, _)| *k != "share" || bench.broker.is_apache())
+        .map(|(_, name)| name)
+        .collect();
+        let true_orders = env_list("BENCH_TRUE_ORDERS", "200");
+        let sleep_orders = env_list("BENCH_SLEEP_ORDERS", "40,100,160");
+        for job in &jobs {
+            let counts = if job == "true" {
+                &true_orders
+            } else {
+                &sleep_orders
+            };
+            for (i, &n) in mx_ns.iter().enumerate() {
+                let m = counts.get(i).or(counts.last()).copied().unwrap_or(100);
+                for &layout in &layouts {
+                    let partitions = if layout == "1" { 1 } else { n };
+                    for &system in &systems {
+                        let res = MatrixResult {
+                            system,
+                            job: job.clone(),
+                            layout,
+                            n,
+                            m,
+                            ..Default::default()
+                        };
+                        // N = 1: one partition either way; measured once.
+                        if partitions == 1 && layout == "N" && layouts.contains(&"1") {
+                            if let Some(one) = matrix
+                                .iter()
+                                .find(|x| x.job == *job && x.n == n && x.system == system)
+                            {
+                                let mut same = one.clone();
+                                same.layout = "N";
+                                same.same_as_one = true;
+                                matrix.push(same);
+                                continue;
+                            }
+                        }
+                        check_broker(&mut bench, &format!("{system} N={n} `{job}`"));
+                        progress(format!(
+                            "=== peers: `{job}`, {partitions} partition(s), N={n}, M={m}: {system}"
+                        ));
+                        let x = bench.matrix_case(res, partitions);
+                        progress(format!(
+                            "{system} N={n} `{job}` {partitions}p: {}/{m} in {:.2} s = {} orders/s, p50 {} ms, p99 {} ms, CPU {} ms/order, broker {} ms/order{}{}",
+                            x.done,
+                            x.secs,
+                            x.rate().map_or("-".into(), |r| format!("{r:.1}")),
+                            fmt_ms(pct(&x.lat, 50.0)),
+                            fmt_ms(pct(&x.lat, 99.0)),
+                            x.cpu_per_order().map_or("-".into(), |c| format!("{c:.1}")),
+                            x.broker_per_order().map_or("-".into(), |c| format!("{c:.1}")),
+                            x.records_naming
+                                .map(|v| format!(", claims records/order {v:.2} / {:.2}", x.records_all.unwrap_or(0.0)))
+                                .unwrap_or_default(),
+                            x.incomplete
+                                .as_ref()
+                                .map(|s| format!(" (INCOMPLETE: {s})"))
+                                .unwrap_or_default()
+                        ));
+                        matrix.push(x);
+                    }
+                }
+            }
+        }
+    }
     let mut idle = Vec::new();
-    let idle_ns = env_list("BENCH_IDLE_NS", "1,4,8,16");
+    let idle_ns = if section("idle") {
+        env_list("BENCH_IDLE_NS", "1,4,8,16")
+    } else {
+        Vec::new()
+    };
     let idle_seq: usize = env_or("BENCH_IDLE_SEQ", "20").parse().unwrap_or(20);
     let idle_secs: f64 = env_or("BENCH_IDLE_SECS", "10").parse().unwrap_or(10.0);
     let idle_settings = env_or("BENCH_IDLE_SETTINGS", "embedded,defaults");
@@ -2002,7 +2849,7 @@ fn main() {
         }
     }
     let mut hist = Vec::new();
-    for &k in &ks {
+    for &k in ks.iter().filter(|_| section("history")) {
         check_broker(&mut bench, &format!("history K={k}"));
         hist.push(bench.history_case(k, k_runs));
     }
@@ -2014,6 +2861,7 @@ fn main() {
     } else {
         String::new()
     };
+    let apache = bench.broker.is_apache();
     bench.broker.quit();
 
     // ------------------------------------------------------------ report
@@ -2150,6 +2998,10 @@ fn main() {
             );
         }
     }
+    if !matrix.is_empty() {
+        r.push('\n');
+        r.push_str(&matrix_report(&matrix, &on, &date, apache));
+    }
     for note in &broker_notes {
         let _ = writeln!(r, "\nNote: {note}.");
     }
@@ -2174,6 +3026,12 @@ fn main() {
         // Sections of cases not run this time, and the findings written by
         // hand, are kept.
         let old = std::fs::read_to_string(&out).unwrap_or_default();
+        // The header describes the throughput cases' setup: a run without
+        // them keeps the one there is.
+        let doc = match old.find("\n## ") {
+            Some(i) if !section("throughput") => old[..=i].to_string(),
+            _ => doc,
+        };
         let doc = merge_sections(&doc, &old, &r);
         std::fs::write(&out, doc).expect("cannot write the results");
         progress(format!("written to {out}"));
