@@ -55,7 +55,36 @@ fn end_to_end(partitions: i32, instances: &str, count: usize) {
     audit.check_exactly_once(&orders).unwrap();
     assert_completed_ok_by_committer(&audit);
     assert_ledger_once(&ledger, &orders, &audit);
+    assert_standbys_took_over(&sup.snapshot().events);
     drop(sup);
+}
+
+/// Every start of an instance after its first was of a process that stood
+/// by first (src/supervise.rs, STANDBY), and at least one happened.
+fn assert_standbys_took_over(events: &[serde_json::Value]) {
+    let mut standing = std::collections::HashSet::new();
+    let mut first = std::collections::HashSet::new();
+    let mut promoted = 0;
+    for e in events {
+        let (Some(i), Some(pid)) = (e["instance"].as_u64(), e["pid"].as_u64()) else {
+            continue;
+        };
+        match e["event"].as_str() {
+            Some("standby") => {
+                standing.insert(pid);
+            }
+            Some("started") if first.insert(i) => {}
+            Some("started") => {
+                assert!(
+                    standing.contains(&pid),
+                    "instance {i}'s pid {pid} started without standing by: {events:?}"
+                );
+                promoted += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(promoted > 0, "no standby took over: {events:?}");
 }
 
 #[test]
