@@ -1008,9 +1008,15 @@ mod tests {
         let runs = std::fs::read_to_string(&log).unwrap();
         let runs: Vec<&str> = runs.lines().collect();
         assert_eq!(runs.len(), 4, "{runs:?} {events:?}");
-        assert!(runs[0].starts_with("plain "), "the first start is plain: {runs:?}");
+        assert!(
+            runs[0].starts_with("plain "),
+            "the first start is plain: {runs:?}"
+        );
         for r in &runs[1..] {
-            assert!(r.starts_with("standby "), "later starts are promoted standbys: {runs:?}");
+            assert!(
+                r.starts_with("standby "),
+                "later starts are promoted standbys: {runs:?}"
+            );
         }
         // Every start after the first is of a process that stood by.
         let standbys: Vec<u32> = events
