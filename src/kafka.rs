@@ -823,9 +823,14 @@ impl Kafka {
             return Ok(());
         }
         let mut backoff = backoff::REQUEST;
+        let mut quick = true;
         loop {
             let p = self.producer.clone();
-            let r = blocking(move || p.init_transactions(Duration::from_secs(30))).await;
+            let r = if std::mem::take(&mut quick) {
+                blocking(move || Kafka::init_quickly(&p)).await
+            } else {
+                blocking(move || p.init_transactions(Duration::from_secs(30))).await
+            };
             match r {
                 Ok(Ok(())) => return Ok(()),
                 Ok(Err(e)) => {
@@ -840,6 +845,62 @@ impl Kafka {
                 }
             }
             backoff.wait().await;
+        }
+    }
+
+    /// How often [`Kafka::init_quickly`] asks again while the coordinator
+    /// finishes a dead predecessor's transaction (instead of librdkafka's
+    /// 500 ms).
+    const FENCE_STEP: Duration = Duration::from_millis(10);
+
+    /// How long [`Kafka::init_quickly`] asks at that pace: far more than a
+    /// coordinator takes to abort a transaction; past it, librdkafka's pace.
+    const FENCE_QUICK: Duration = Duration::from_secs(2);
+
+    /// `init_transactions`, asked again every [`Self::FENCE_STEP`] for up to
+    /// [`Self::FENCE_QUICK`]; then the caller's long call (issue 26).
+    ///
+    /// Why: when the predecessor was killed inside a transaction, or its
+    /// last commit's markers are still being written, the coordinator
+    /// answers InitProducerId with CONCURRENT_TRANSACTIONS while it aborts
+    /// (completes) that transaction, which takes it milliseconds; librdkafka
+    /// asks again only when a fixed 500 ms timer fires
+    /// (`rd_kafka_idemp_request_pid_failed` → `rd_kafka_idemp_pid_timer_restart`,
+    /// not configurable): the fence took 500 ms after most crashes.
+    ///
+    /// How: `init_transactions` is resumable. A call that times out returns
+    /// a retriable `__TIMED_OUT` and leaves the initialisation going on; the
+    /// next call resumes it, and on the way (`rd_kafka_txn_op_init_transactions`
+    /// → `rd_kafka_idemp_start(rk, immediate)`) restarts that timer to fire
+    /// at once.
+    ///
+    /// Why it is safe: it is still one producer, whose PID state machine
+    /// runs on librdkafka's main thread, and the resumed call sends no
+    /// request beside an outstanding one: `rd_kafka_idemp_start` leaves the
+    /// state `WAIT_PID` (InitProducerId sent, not answered) as it is and the
+    /// timer's `rd_kafka_idemp_pid_fsm` does nothing in it; only in
+    /// `REQ_PID` (the answer was an error, the timer is waiting) does it
+    /// send the next request, now instead of in 500 ms (a coordinator
+    /// lookup under way is not doubled either: `txn_wait_coord`). The
+    /// requests are librdkafka's own sequence, one at a time, only sooner;
+    /// the epoch they end with is this producer's, and no other producer of
+    /// this process holds the `transactional.id` that could bump it later.
+    /// (Not chosen for that reason: dropping a producer that waits on its
+    /// timer and initialising a fresh one. A request of the dropped one
+    /// still on its way could be handled after the fresh one's and fence
+    /// it.) Cost: at most one InitProducerId per step while the
+    /// coordinator is busy with the old transaction; nothing while a
+    /// request is outstanding, and a call returns as soon as the PID is
+    /// assigned.
+    fn init_quickly(p: &BaseProducer<Quiet>) -> rdkafka::error::KafkaResult<()> {
+        let start = std::time::Instant::now();
+        loop {
+            match p.init_transactions(Self::FENCE_STEP) {
+                Err(e)
+                    if start.elapsed() < Self::FENCE_QUICK
+                        && txn_error(&e).is_some_and(|t| t.is_retriable()) => {}
+                r => return r,
+            }
         }
     }
 

@@ -749,3 +749,97 @@ fn sigterm_leaves_no_transaction_open() {
         );
     }
 }
+
+/// The time a worker's fence took (`ms=` of its "fenced the instance's
+/// previous processes" line), once it has logged it.
+fn fence_ms(w: &crate::common::WorkerProc) -> Option<u64> {
+    w.stderr
+        .lines()
+        .iter()
+        .find(|l| l.contains("fenced the instance's previous processes"))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|t| t.strip_prefix("ms=").and_then(|v| v.parse().ok()))
+        })
+}
+
+/// Apache Kafka, the workers' defaults (issue 26): a process SIGKILLed
+/// inside a transaction (or while its last commit's markers are written)
+/// leaves its successor's `init_transactions` an answer
+/// CONCURRENT_TRANSACTIONS while the coordinator aborts (or completes) it,
+/// after which librdkafka asks again only on a 500 ms timer. The fence
+/// (`Kafka::fence`) asks again every few milliseconds instead: its time
+/// after such a kill (each kill here inside a transaction, the process
+/// stopped first and killed only if it is still open 30 ms later) stays
+/// well under the 500 ms.
+#[test]
+fn a_fence_after_a_kill_inside_a_transaction_is_quick() {
+    use crate::common::*;
+    let kafka = shared();
+    let (orders_topic, claims) = kafka.topics(1);
+    let warm = txn_producer(&kafka.bootstrap, &format!("warm-{claims}"));
+    warm.init_transactions(T).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = kafka.env(&orders_topic, &claims, dir.path());
+    env.push(("INSTANCE_NUMBER".into(), "1".into()));
+    // One process appends record after record (three per order).
+    env.push(("ORDERS_PER_PROCESS".into(), "100000".into()));
+    produce_orders(&kafka.bootstrap, &orders_topic, &["true"; 2000], Some(0));
+    let ends = Stable::new(&kafka.bootstrap, &claims);
+    let rounds = 10;
+    let mut w = WorkerProc::start("worker1", &env);
+    let mut times = Vec::new();
+    for round in 0..rounds {
+        // Past its boot and fence, with a transaction open: stopped, and
+        // killed if the transaction is still open 30 ms later (not one
+        // whose commit was already on its way).
+        let (_, start) = ends.now();
+        let pid = w.pid() as i32;
+        let inside = poll_until(T, Duration::from_millis(1), || {
+            let (stable, end) = ends.now();
+            if end <= start + 12 || stable >= end {
+                return false;
+            }
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_millis(30));
+            let (stable, end) = ends.now();
+            if stable < end {
+                return true;
+            }
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+            false
+        });
+        assert!(
+            inside,
+            "round {round}: no open transaction seen\n{}",
+            w.stderr.last(20)
+        );
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        w.wait(T).expect("exits after SIGKILL");
+        w = WorkerProc::start("worker1", &env);
+        let mut ms = None;
+        let fenced = poll_until(T, Duration::from_millis(5), || {
+            ms = fence_ms(&w);
+            ms.is_some()
+        });
+        assert!(
+            fenced,
+            "round {round}: no fence logged\n{}",
+            w.stderr.last(20)
+        );
+        times.push(ms.unwrap_or(0));
+    }
+    let mut sorted = times.clone();
+    sorted.sort_unstable();
+    let line = format!(
+        "fence after a SIGKILL inside a transaction, Apache Kafka: init_transactions ms per round {times:?}; p50 {} ms, max {} ms",
+        pct(&sorted, 50.0),
+        sorted.last().copied().unwrap_or(0)
+    );
+    println!("{line}");
+    crate::common::record_figures(&line);
+    assert!(
+        pct(&sorted, 50.0) < 250,
+        "the fence waits for librdkafka's 500 ms retry timer: {line}"
+    );
+}
