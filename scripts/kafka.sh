@@ -313,7 +313,7 @@ start() {
         write_config "$node/server.properties" "$i" "$base" "$nodes" "$node/data" "$sasl" "$dir/tls"
         "$JAVA" -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
             -Dlog4j2.configurationFile="$here/kafka/log4j2-tools.properties" -cp "$LIB/*" \
-            kafka.tools.StorageTool format -t "$cid" -c "$node/server.properties" \
+            kafka.tools.StorageTool format --cluster-id="$cid" -c "$node/server.properties" \
             "${scram[@]+"${scram[@]}"}" >"$node/format.log" 2>&1 &
         fmt_pids+=($!)
     done
