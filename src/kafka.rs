@@ -1121,42 +1121,21 @@ impl Kafka {
     /// than never: subscribers see each result at least once, keyed by order.
     /// A result the broker refuses as too large is shortened, like a record.
     pub(crate) async fn publish_result(&self, rec: &Record) -> Result<(), Stopped> {
-        let (Some(topic), Some(order), Some(outcome)) =
-            (&self.results_topic, rec.order(), rec.outcome())
+        let (Some(topic), Some(mut msg)) =
+            (&self.results_topic, crate::record::ResultMessage::of(rec))
         else {
             return Ok(());
         };
-        let mut outcome = outcome.clone().fit(crate::record::MAX_TAIL_BYTES);
-        let key = order.to_string();
         let mut backoff = backoff::APPEND;
         loop {
-            let value = serde_json::json!({
-                "order": order.to_string(),
-                "partition": order.partition,
-                "offset": order.offset,
-                "instance": rec.instance,
-                "attempt": rec.attempt(),
-                "status": outcome.status,
-                "exit_code": outcome.exit_code,
-                "duration_ms": outcome.duration_ms,
-                "reason": outcome.reason,
-                "stdout": outcome.stdout_tail,
-                "stderr": outcome.stderr_tail,
-                "ts": rec.ts,
-                "traceparent": outcome.traceparent,
-                "retry_of": outcome.retry_of,
-            })
-            .to_string();
+            let value = msg.value();
             match self
-                .produce(topic, None, &key, value.as_bytes(), None)
+                .produce(topic, None, &msg.key, value.as_bytes(), None)
                 .await?
             {
                 Ok(_) => return Ok(()),
                 Err(e) if too_large(&e) => {
-                    let half = crate::record::json_len(&outcome.stdout_tail)
-                        .max(crate::record::json_len(&outcome.stderr_tail))
-                        / 2;
-                    if half == 0 {
+                    if !msg.shrink() {
                         tracing::error!(
                             instance = self.instance,
                             topic,
@@ -1171,7 +1150,6 @@ impl Kafka {
                         bytes = value.len(),
                         "the broker refuses this result as too large; shortened"
                     );
-                    outcome = outcome.fit(half);
                 }
                 Err(e) => {
                     tracing::warn!(instance = self.instance, topic, error = %e, "publishing the result failed; retrying in {:?}", backoff.peek());

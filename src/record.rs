@@ -21,8 +21,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 mod ids;
+mod result;
 pub mod wire;
 pub use ids::{Attempt, Incarnation, InstanceNo, Position};
+pub use result::ResultMessage;
 
 /// Instance numbers are positive and at most this (a sanity bound, so that a
 /// stray record cannot make the replay allocate for instance 4 billion).
