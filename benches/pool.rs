@@ -1030,28 +1030,7 @@ impl Bench {
                             assigned[i].store(a.count(), Ordering::Relaxed);
                         }
                         let Some(Ok(m)) = msg else { continue };
-                        let text = m
-                            .payload()
-                            .map(|p| String::from_utf8_lossy(p).into_owned())
-                            .unwrap_or_default();
-                        let argv = shell_words::split(&text).unwrap_or_default();
-                        if let Some((prog, args)) = argv.split_first() {
-                            let _ = Command::new(prog)
-                                .args(args)
-                                .stdin(Stdio::null())
-                                .stdout(Stdio::null())
-                                .stderr(Stdio::null())
-                                .status();
-                        }
-                        let mut backoff = 0;
-                        while let Err(e) = consumer.commit_message(&m, CommitMode::Sync) {
-                            backoff += 1;
-                            if backoff > 50 {
-                                eprintln!("baseline: commit failed: {e}");
-                                break;
-                            }
-                            std::thread::sleep(Duration::from_millis(20));
-                        }
+                        run_and_commit(&consumer, &m, "baseline");
                         done.lock()
                             .unwrap()
                             .insert((m.partition(), m.offset()), now_ms());
@@ -1997,28 +1976,7 @@ fn consumer_group_main(args: &[String]) {
                         assigned[i].store(a.count(), Ordering::Relaxed);
                     }
                     let Some(Ok(m)) = msg else { continue };
-                    let text = m
-                        .payload()
-                        .map(|p| String::from_utf8_lossy(p).into_owned())
-                        .unwrap_or_default();
-                    let argv = shell_words::split(&text).unwrap_or_default();
-                    if let Some((prog, args)) = argv.split_first() {
-                        let _ = Command::new(prog)
-                            .args(args)
-                            .stdin(Stdio::null())
-                            .stdout(Stdio::null())
-                            .stderr(Stdio::null())
-                            .status();
-                    }
-                    let mut tries = 0;
-                    while let Err(e) = consumer.commit_message(&m, CommitMode::Sync) {
-                        tries += 1;
-                        if tries > 50 {
-                            eprintln!("consumer group: commit failed: {e}");
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
+                    run_and_commit(&consumer, &m, "consumer group");
                     let _g = out.lock().unwrap();
                     println!("done {} {} {:.3}", m.partition(), m.offset(), now_ms());
                     let _ = std::io::stdout().flush();
@@ -3035,5 +2993,38 @@ fn main() {
         let doc = merge_sections(&doc, &old, &r);
         std::fs::write(&out, doc).expect("cannot write the results");
         progress(format!("written to {out}"));
+    }
+}
+
+/// A consumer-group member's work on one order: runs the command in its
+/// payload (split like a shell would, output discarded), then commits the
+/// message's offset synchronously, retried up to 50 times 20 ms apart.
+/// `who` names the member's group in the one line a failed commit gets.
+fn run_and_commit<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    m: &rdkafka::message::BorrowedMessage<'_>,
+    who: &str,
+) {
+    let text = m
+        .payload()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .unwrap_or_default();
+    let argv = shell_words::split(&text).unwrap_or_default();
+    if let Some((prog, args)) = argv.split_first() {
+        let _ = Command::new(prog)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    let mut tries = 0;
+    while let Err(e) = consumer.commit_message(m, CommitMode::Sync) {
+        tries += 1;
+        if tries > 50 {
+            eprintln!("{who}: commit failed: {e}");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
