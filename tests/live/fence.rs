@@ -697,6 +697,41 @@ impl Stable {
     }
 }
 
+/// One instance on the shared Apache Kafka, on topics of its own, with
+/// `orders` `true` orders waiting and `ORDERS_PER_PROCESS` so high that one
+/// process appends record after record (three per order); the broker's
+/// transaction coordinator warmed up first.
+struct Busy {
+    env: Vec<(String, String)>,
+    ends: Stable,
+    _dir: tempfile::TempDir,
+}
+
+impl Busy {
+    fn start(orders: usize) -> Busy {
+        use crate::common::*;
+        let kafka = shared();
+        let (orders_topic, claims) = kafka.topics(1);
+        let warm = txn_producer(&kafka.bootstrap, &format!("warm-{claims}"));
+        warm.init_transactions(T).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = kafka.env(&orders_topic, &claims, dir.path());
+        env.push(("INSTANCE_NUMBER".into(), "1".into()));
+        env.push(("ORDERS_PER_PROCESS".into(), "100000".into()));
+        produce_orders(
+            &kafka.bootstrap,
+            &orders_topic,
+            &vec!["true"; orders],
+            Some(0),
+        );
+        Busy {
+            env,
+            ends: Stable::new(&kafka.bootstrap, &claims),
+            _dir: dir,
+        }
+    }
+}
+
 /// Apache Kafka, the workers' defaults: a worker stopped by SIGTERM while
 /// it appends (a transaction of a claims record seen open) ends it before
 /// it exits, so that it does not hold back every read_committed reader
@@ -706,20 +741,11 @@ impl Stable {
 #[test]
 fn sigterm_leaves_no_transaction_open() {
     use crate::common::*;
-    let kafka = shared();
-    let (orders_topic, claims) = kafka.topics(1);
-    let warm = txn_producer(&kafka.bootstrap, &format!("warm-{claims}"));
-    warm.init_transactions(T).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut env = kafka.env(&orders_topic, &claims, dir.path());
-    env.push(("INSTANCE_NUMBER".into(), "1".into()));
-    // One process appends record after record (three per order).
-    env.push(("ORDERS_PER_PROCESS".into(), "100000".into()));
-    produce_orders(&kafka.bootstrap, &orders_topic, &["true"; 300], Some(0));
-    let ends = Stable::new(&kafka.bootstrap, &claims);
+    let busy = Busy::start(300);
+    let (env, ends) = (busy.env.as_slice(), &busy.ends);
     for round in 0..3 {
         let (_, start) = ends.now();
-        let mut w = WorkerProc::start("worker1", &env);
+        let mut w = WorkerProc::start("worker1", env);
         // Under way (past its boot), with a transaction open.
         let open = poll_until(T, Duration::from_millis(1), || {
             let (stable, end) = ends.now();
@@ -775,19 +801,10 @@ fn fence_ms(w: &crate::common::WorkerProc) -> Option<u64> {
 #[test]
 fn a_fence_after_a_kill_inside_a_transaction_is_quick() {
     use crate::common::*;
-    let kafka = shared();
-    let (orders_topic, claims) = kafka.topics(1);
-    let warm = txn_producer(&kafka.bootstrap, &format!("warm-{claims}"));
-    warm.init_transactions(T).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut env = kafka.env(&orders_topic, &claims, dir.path());
-    env.push(("INSTANCE_NUMBER".into(), "1".into()));
-    // One process appends record after record (three per order).
-    env.push(("ORDERS_PER_PROCESS".into(), "100000".into()));
-    produce_orders(&kafka.bootstrap, &orders_topic, &["true"; 2000], Some(0));
-    let ends = Stable::new(&kafka.bootstrap, &claims);
+    let busy = Busy::start(2000);
+    let (env, ends) = (busy.env.as_slice(), &busy.ends);
     let rounds = 10;
-    let mut w = WorkerProc::start("worker1", &env);
+    let mut w = WorkerProc::start("worker1", env);
     let mut times = Vec::new();
     for round in 0..rounds {
         // Past its boot and fence, with a transaction open: stopped, and
@@ -816,7 +833,7 @@ fn a_fence_after_a_kill_inside_a_transaction_is_quick() {
         );
         unsafe { libc::kill(pid, libc::SIGKILL) };
         w.wait(T).expect("exits after SIGKILL");
-        w = WorkerProc::start("worker1", &env);
+        w = WorkerProc::start("worker1", env);
         let mut ms = None;
         let fenced = poll_until(T, Duration::from_millis(5), || {
             ms = fence_ms(&w);
