@@ -99,7 +99,41 @@ enum Control {
         host: String,
         port: u16,
     },
+    /// The next requests of one kind get these answers, one each
+    /// (`NO_ERROR`: served as usual).
+    Errors {
+        request: rdkafka::types::RDKafkaApiKey,
+        errors: Vec<rdkafka::types::RDKafkaRespErr>,
+    },
 }
+
+/// The requests [`Broker::request_errors`] can fail, by their protocol name.
+const FAILABLE_REQUESTS: &[(&str, rdkafka::types::RDKafkaApiKey)] = {
+    use rdkafka::types::RDKafkaApiKey as K;
+    &[
+        ("Produce", K::Produce),
+        ("InitProducerId", K::InitProducerId),
+        ("AddPartitionsToTxn", K::AddPartitionsToTxn),
+        ("EndTxn", K::EndTxn),
+    ]
+};
+
+/// The answers [`Broker::request_errors`] can give, by their protocol name.
+const INJECTABLE_ERRORS: &[(&str, rdkafka::types::RDKafkaRespErr)] = {
+    use rdkafka::types::RDKafkaRespErr as E;
+    &[
+        ("NO_ERROR", E::RD_KAFKA_RESP_ERR_NO_ERROR),
+        ("INVALID_TXN_STATE", E::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE),
+        (
+            "COORDINATOR_NOT_AVAILABLE",
+            E::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+        ),
+        (
+            "NOT_LEADER_FOR_PARTITION",
+            E::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+        ),
+    ]
+};
 
 type Reply = Result<(), String>;
 
@@ -145,6 +179,10 @@ fn own_cluster(
             }),
             Control::Rtt(d) => cluster.broker_round_trip_time(-1, d),
             Control::Advertise { broker, host, port } => advertise(&client, broker, &host, port),
+            Control::Errors { request, errors } => {
+                cluster.request_errors(request, &errors);
+                Ok(())
+            }
         };
         let _ = reply.send(result.map_err(|e| e.to_string()));
     }
@@ -245,6 +283,28 @@ impl Broker {
             host: host.to_string(),
             port,
         })
+    }
+
+    /// The next requests named `request` (a Kafka protocol name: `EndTxn`,
+    /// ...) are answered with `errors` (names: `INVALID_TXN_STATE`, ...),
+    /// one each, in order; `NO_ERROR` serves one as usual. For the tests'
+    /// faults (tests/live/faults.rs).
+    pub(crate) fn request_errors(&self, request: &str, errors: &[&str]) -> anyhow::Result<()> {
+        let Some(&(_, request)) = FAILABLE_REQUESTS.iter().find(|(n, _)| *n == request) else {
+            let known: Vec<&str> = FAILABLE_REQUESTS.iter().map(|(n, _)| *n).collect();
+            bail!("unknown request '{request}' (known: {})", known.join(", "));
+        };
+        let errors = errors
+            .iter()
+            .map(|e| match INJECTABLE_ERRORS.iter().find(|(n, _)| n == e) {
+                Some(&(_, code)) => Ok(code),
+                None => {
+                    let known: Vec<&str> = INJECTABLE_ERRORS.iter().map(|(n, _)| *n).collect();
+                    Err(anyhow!("unknown error '{e}' (known: {})", known.join(", ")))
+                }
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        self.call(Control::Errors { request, errors })
     }
 
     fn call(&self, op: Control) -> anyhow::Result<()> {

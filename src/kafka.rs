@@ -226,7 +226,14 @@ pub(crate) struct Kafka {
     /// polling thread wakes every 100 ms and then spins for up to a
     /// millisecond (a timeout under 1 ms is rounded down to 0 ms): 0.6 % of
     /// a core per idle worker, most of its idle CPU (bench/RESULTS.md).
-    producer: Arc<BaseProducer<Quiet>>,
+    ///
+    /// Replaced when it fails for good without being fenced
+    /// ([`Kafka::renew`]); [`Kafka::producer`] gives the current one.
+    producer: std::sync::RwLock<Arc<BaseProducer<Quiet>>>,
+    /// The producer's settings, for a replacement.
+    producer_config: ClientConfig,
+    /// How many more times the producer may be replaced in this process.
+    renewals: std::sync::atomic::AtomicU32,
     /// Whether the producer writes in transactions under the instance's
     /// `transactional.id` (`CLAIMS_FENCE=transactions`, docs/protocol.md
     /// R16): every record it produces is a transaction of its own.
@@ -654,6 +661,71 @@ fn txn_error(e: &KafkaError) -> Option<&rdkafka::error::RDKafkaError> {
 }
 
 impl Kafka {
+    /// A claims producer with these settings, whose delivery reports a
+    /// thread of its own serves.
+    fn new_producer(pc: &ClientConfig) -> anyhow::Result<Arc<BaseProducer<Quiet>>> {
+        let producer: BaseProducer<Quiet> = pc
+            .create_with_context(Quiet)
+            .context("cannot create the Kafka producer")?;
+        let producer = Arc::new(producer);
+        let reports = producer.clone();
+        // Blocks until the next delivery report, for as long as the process
+        // lives (the Kafka value is never dropped: src/run.rs; a producer
+        // replaced by [`Kafka::renew`] stays idle until the process exits).
+        std::thread::Builder::new()
+            .name("delivery-reports".into())
+            .spawn(move || reports.poll(rdkafka::util::Timeout::Never))
+            .context("cannot start the producer's delivery report thread")?;
+        Ok(producer)
+    }
+
+    /// The current claims producer.
+    fn producer(&self) -> Arc<BaseProducer<Quiet>> {
+        self.producer
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// How many times a process replaces a producer that failed for good
+    /// ([`Kafka::renew`]) before it gives up and exits 1.
+    const RENEWALS: u32 = 3;
+
+    /// Replaces a transactional producer that failed for good without being
+    /// fenced (docs/protocol.md R16): librdkafka calls some errors fatal
+    /// that only its own state made so, INVALID_TXN_STATE from EndTxn after
+    /// the coordinator moved (its broker killed during the commit), for one.
+    /// Exiting then lost a finished job's outcome: the next process ran the
+    /// order again. A new producer under the same `transactional.id` is
+    /// initialised ([`Kafka::fence`]): the broker bumps the epoch, aborts
+    /// the transaction the failed one left open and refuses whatever it
+    /// still sends, so the record it was writing has landed or never will,
+    /// and the caller appends it again (R6; a second copy is void, R7). A
+    /// newer process of the instance that booted meanwhile (none does under
+    /// `supervise`: its standby waits for this one's exit) is fenced by
+    /// this and fences back when restarted; what this one appends after
+    /// that process's `booted` is void (R10). `Err` when no replacement is
+    /// left, or the new producer cannot be initialised.
+    async fn renew(&self) -> Result<(), Stopped> {
+        use std::sync::atomic::Ordering;
+        let left = self
+            .renewals
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if !self.transactional || left.is_err() {
+            return Err(Stopped::Failed);
+        }
+        tracing::warn!(
+            instance = self.instance,
+            "the claims producer failed for good without being fenced; replacing it (a new producer under the instance's transactional id) and appending again"
+        );
+        let fresh = Kafka::new_producer(&self.producer_config).map_err(|e| {
+            tracing::error!(instance = self.instance, error = %e, "cannot replace the claims producer");
+            Stopped::Failed
+        })?;
+        *self.producer.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        self.fence().await
+    }
+
     pub(crate) fn connect(cfg: &Config) -> anyhow::Result<Kafka> {
         let mut pc = client_config(&cfg.brokers, &cfg.kafka_props);
         pc.set("acks", "all")
@@ -666,17 +738,7 @@ impl Kafka {
             pc.set("transactional.id", transactional_id(cfg))
                 .set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string());
         }
-        let producer: BaseProducer<Quiet> = pc
-            .create_with_context(Quiet)
-            .context("cannot create the Kafka producer")?;
-        let producer = Arc::new(producer);
-        let reports = producer.clone();
-        // Blocks until the next delivery report, for as long as the process
-        // lives (the Kafka value is never dropped: src/run.rs).
-        std::thread::Builder::new()
-            .name("delivery-reports".into())
-            .spawn(move || reports.poll(rdkafka::util::Timeout::Never))
-            .context("cannot start the producer's delivery report thread")?;
+        let producer = Kafka::new_producer(&pc)?;
         // The client for questions (metadata, watermarks), which never
         // fetches: the claims reader asks through it too.
         let meta: Arc<BaseConsumer> = Arc::new(
@@ -698,7 +760,9 @@ impl Kafka {
             .create_with_context(Quiet)
             .context("cannot create a Kafka consumer")?;
         Ok(Kafka {
-            producer,
+            producer: std::sync::RwLock::new(producer),
+            producer_config: pc,
+            renewals: std::sync::atomic::AtomicU32::new(Self::RENEWALS),
             transactional,
             claims: Arc::new(claims),
             claims_rx: tokio::sync::Mutex::new(ClaimsQueue {
@@ -730,7 +794,7 @@ impl Kafka {
     /// waited ~15 ms for the producer's connection and metadata, on every
     /// boot).
     pub(crate) async fn open(&self, patience: Duration) -> Result<(), OpenError> {
-        let (producer, topic) = (self.producer.clone(), self.claims_topic.clone());
+        let (producer, topic) = (self.producer(), self.claims_topic.clone());
         std::thread::spawn(move || {
             drop(
                 producer
@@ -825,7 +889,7 @@ impl Kafka {
         let mut backoff = backoff::REQUEST;
         let mut quick = true;
         loop {
-            let p = self.producer.clone();
+            let p = self.producer();
             let r = if std::mem::take(&mut quick) {
                 blocking(move || Kafka::init_quickly(&p)).await
             } else {
@@ -909,6 +973,9 @@ impl Kafka {
     /// the record only then). The outer `Err`: the producer stopped for
     /// good ([`Stopped`]); the inner one: this record was not written (its
     /// transaction aborted) and may be sent again.
+    ///
+    /// A producer that fails for good without being fenced is replaced
+    /// ([`Kafka::renew`]), and the record reported not written.
     async fn produce(
         &self,
         topic: &str,
@@ -917,10 +984,31 @@ impl Kafka {
         value: &[u8],
         sig: Option<&str>,
     ) -> Result<Result<i64, KafkaError>, Stopped> {
-        if !self.transactional {
-            return Ok(self.send(topic, partition, key, value, sig).await);
+        match self.produce_once(topic, partition, key, value, sig).await {
+            Err(Stopped::Failed) => {
+                self.renew().await?;
+                Ok(Err(KafkaError::Canceled))
+            }
+            r => r,
         }
-        if let Err(e) = self.producer.begin_transaction() {
+    }
+
+    /// [`Kafka::produce`] with the current producer.
+    async fn produce_once(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: &str,
+        value: &[u8],
+        sig: Option<&str>,
+    ) -> Result<Result<i64, KafkaError>, Stopped> {
+        let producer = self.producer();
+        if !self.transactional {
+            return Ok(self
+                .send(&producer, topic, partition, key, value, sig)
+                .await);
+        }
+        if let Err(e) = producer.begin_transaction() {
             if let Some(stop) = txn_error(&e).and_then(stopped_by) {
                 return Err(stop);
             }
@@ -928,7 +1016,9 @@ impl Kafka {
             self.abort().await?;
             return Ok(Err(e));
         }
-        let sent = self.send(topic, partition, key, value, sig).await;
+        let sent = self
+            .send(&producer, topic, partition, key, value, sig)
+            .await;
         let offset = match sent {
             Ok(o) => o,
             Err(e) => {
@@ -937,7 +1027,7 @@ impl Kafka {
             }
         };
         loop {
-            let p = self.producer.clone();
+            let p = producer.clone();
             let r = blocking(move || {
                 settle_reports(&p);
                 p.commit_transaction(Duration::from_secs(30))
@@ -965,7 +1055,7 @@ impl Kafka {
     /// Aborts the open transaction (retried while retriable).
     async fn abort(&self) -> Result<(), Stopped> {
         for _ in 0..100 {
-            let p = self.producer.clone();
+            let p = self.producer();
             let r = blocking(move || p.abort_transaction(Duration::from_secs(30))).await;
             match r {
                 Ok(Ok(())) => return Ok(()),
@@ -999,7 +1089,7 @@ impl Kafka {
         if !self.transactional {
             return;
         }
-        let p = self.producer.clone();
+        let p = self.producer();
         let r = tokio::time::timeout(limit, blocking(move || p.abort_transaction(limit))).await;
         if let Ok(Ok(Ok(()))) = r {
             tracing::info!(
@@ -1069,6 +1159,7 @@ impl Kafka {
     /// `message.timeout.ms`); its offset.
     async fn send(
         &self,
+        producer: &BaseProducer<Quiet>,
         topic: &str,
         partition: Option<i32>,
         key: &str,
@@ -1091,7 +1182,7 @@ impl Kafka {
                 };
                 rec = rec.headers(rdkafka::message::OwnedHeaders::new().insert(h));
             }
-            let full = match self.producer.send(rec) {
+            let full = match producer.send(rec) {
                 Ok(()) => None,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), rec)) => {
                     Some(rec.delivery_opaque)

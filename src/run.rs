@@ -503,7 +503,7 @@ impl Shell {
             Stopped::Failed => {
                 tracing::error!(
                     instance = me,
-                    "the claims producer failed for good; stopping (the supervisor starts the instance again)"
+                    "the claims producer failed for good and could not be replaced; stopping (the supervisor starts the instance again)"
                 );
                 Exit::Failure
             }

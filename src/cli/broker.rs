@@ -10,6 +10,9 @@
 //! up              -> ok up            and accept them again
 //! rtt <ms>        -> ok rtt <ms>      delay every request by <ms>
 //! create <topic> <partitions>  -> ok create <topic> <partitions>
+//! errors <request> <error>...   -> ok errors ...   the next <request>s
+//!                 (EndTxn, Produce, ...) get these answers, one each
+//!                 (INVALID_TXN_STATE, ..., NO_ERROR: served as usual)
 //! quit            -> ok quit          then exit 0
 //! anything else   -> error <why>
 //! ```
@@ -244,9 +247,13 @@ fn obey(broker: &Broker, line: &str) -> Result<Option<String>, String> {
                 .map_err(err)
                 .map(|()| Some(format!("create {name} {p}")))
         }
+        ["errors", request, errors @ ..] if !errors.is_empty() => broker
+            .request_errors(request, errors)
+            .map_err(err)
+            .map(|()| Some(format!("errors {request} {}", errors.join(" ")))),
         ["quit"] => Ok(None),
         _ => Err(format!(
-            "unknown command '{}' (expected down, up, rtt <ms>, create <topic> <partitions>, quit)",
+            "unknown command '{}' (expected down, up, rtt <ms>, create <topic> <partitions>, errors <request> <error>..., quit)",
             line.chars().take(80).collect::<String>()
         )),
     }

@@ -718,3 +718,69 @@ fn orders_the_broker_deleted_are_completed_deleted() {
     assert_eq!(v["by_status"]["deleted"].as_i64(), Some(log_start), "{v}");
     assert_eq!(figures(log_start as usize, &audit, &orders, &ran), [0; 4]);
 }
+
+/// docs/protocol.md R16: a claims producer that fails for good without
+/// being fenced is replaced, and the record it was writing appended again.
+/// Found on Apache Kafka: the claims leader (the transaction coordinator)
+/// killed while a job ran, the commit of its `completed` got
+/// INVALID_TXN_STATE from EndTxn, which librdkafka takes for fatal; the
+/// process exited 1 with the job's outcome unrecorded, and its next process
+/// ran the order again (tests/live/apache_faults.rs, one run in many).
+/// Here the embedded broker answers the completion's EndTxn so (its
+/// transactions are enough for that, though it cannot fence): the worker
+/// replaces its producer, appends the completion again and exits 0; the
+/// order ran once and has one valid completion, of attempt 1.
+#[test]
+fn a_producer_failed_for_good_is_replaced_and_the_outcome_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker(1);
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
+    let orders = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    );
+    // The worker's transactions: `booted`, `claimed`, `committed`, then
+    // the completion (no results topic here).
+    assert!(broker.opts.results_topic.is_none());
+    broker
+        .command("errors EndTxn NO_ERROR NO_ERROR NO_ERROR INVALID_TXN_STATE")
+        .expect("the broker takes the faults");
+    let mut env = broker.env();
+    env.push(("CLAIMS_FENCE".into(), "transactions".into()));
+    env.push(("INSTANCE_NUMBER".into(), "1".into()));
+    env.push(("ALLOWED_COMMANDS".into(), "sh".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (code, err) = run_worker_once(&env, T);
+    assert!(
+        err.lines().any(|l| l.contains("replacing it")),
+        "the producer was not replaced (did the fault hit?): {err}"
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.contains("append failed") && l.contains("1:completed")),
+        "the fault did not hit the completion: {err}"
+    );
+    assert_eq!(code, Some(0), "stderr: {err}");
+    let ran = ledger_counts(&ledger);
+    assert_eq!(
+        ran.values().copied().collect::<Vec<_>>(),
+        [1],
+        "ran: {ran:?}"
+    );
+    let audit = Audit::of(&decoded_claims(broker.bootstrap(), &claims));
+    let [lost, twice, two, ran_twice] = figures(1, &audit, &orders, &ran);
+    assert_eq!((lost, twice, two, ran_twice), (0, 0, 0, 0));
+    let trail = &audit.orders[&OrderId::new(orders[0].0, orders[0].1)];
+    assert_eq!(
+        trail.completions[0].1.attempt().get(),
+        1,
+        "{}",
+        audit.show(orders[0])
+    );
+}
