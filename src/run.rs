@@ -50,8 +50,22 @@ pub(crate) fn new_incarnation() -> String {
 }
 
 /// Runs one worker process to its end; returns the exit status.
-pub async fn run(cfg: Config) -> anyhow::Result<Exit> {
+pub async fn run(mut cfg: Config) -> anyhow::Result<Exit> {
     let signals = Signals::new()?;
+    // A standby prepares only where the broker fences (R16): settling
+    // (R17) counts from this process's start and must not begin before its
+    // predecessor has exited, so here it waits for `go` first and then
+    // starts as any process does. `supervise` starts no standby then.
+    if cfg.standby && cfg.fence == Fence::Settle {
+        if !go().await {
+            tracing::info!(
+                instance = cfg.instance,
+                "standby dismissed (its supervisor is gone or stops): exiting"
+            );
+            return Ok(Exit::Ok);
+        }
+        cfg.standby = false;
+    }
     // Before anything else: no job may read this process's memory or
     // environment, and no process a job leaves behind escapes it.
     if let Err(e) = crate::isolate::harden_worker() {

@@ -860,3 +860,39 @@ fn a_fence_after_a_kill_inside_a_transaction_is_quick() {
         "the fence waits for librdkafka's 500 ms retry timer: {line}"
     );
 }
+
+/// A standby where the broker cannot fence (the embedded broker:
+/// `CLAIMS_FENCE=settle`) waits for `go` before it does anything: settling
+/// must not start while its predecessor may still append (docs/protocol.md
+/// R17). Dismissed before `go` (end of input), it exits 0 having appended
+/// nothing, and the waiting order is not run.
+#[test]
+fn a_settling_standby_does_nothing_before_go() {
+    use crate::common::*;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker(1);
+    let order = sh_order(&format!("echo ran >> {}", shq(&ledger)), None);
+    produce_orders(
+        broker.bootstrap(),
+        &broker.opts.orders_topic,
+        &[order],
+        Some(0),
+    );
+    let mut env = broker.env();
+    env.push(("INSTANCE_NUMBER".into(), "1".into()));
+    env.push(("ALLOWED_COMMANDS".into(), "sh".into()));
+    env.push(("POOL_WORKER_STANDBY".into(), "1".into()));
+    assert!(env.contains(&("CLAIMS_FENCE".into(), "settle".into())));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    // Standard input is /dev/null: dismissed at once.
+    let (code, err) = run_worker_once(&env, T);
+    assert_eq!(code, Some(0), "stderr: {err}");
+    assert!(err.contains("standby dismissed"), "stderr: {err}");
+    assert_eq!(
+        read_claims(broker.bootstrap(), &broker.opts.coordination_topic).len(),
+        0,
+        "a dismissed standby appends nothing"
+    );
+    assert!(!ledger.exists(), "the order ran");
+}
