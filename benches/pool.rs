@@ -70,7 +70,9 @@
 //! orders topic of 1 partition and of N partitions (BENCH_MATRIX_LAYOUTS,
 //! default `1,N`; at N = 1 the two are one case, measured once) × N in
 //! BENCH_MATRIX_NS (default `1,4,8`); BENCH_MATRIX_SYSTEMS (default
-//! `pool,share,group`). Each system gets a fresh orders topic, is started
+//! `pool,share,group`; add `pool-long` for the pool with
+//! `ORDERS_PER_PROCESS`=BENCH_LONG_ORDERS, default 100, an opt-in that is
+//! not the workers' default). Each system gets a fresh orders topic, is started
 //! and waited for (every instance booted; every member joined and assigned)
 //! before the clock starts, then a burst of M orders: M from
 //! BENCH_TRUE_ORDERS for `true` (per N, default `200`) and
@@ -168,6 +170,16 @@ fn now_ms() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_micros() as f64 / 1000.0)
+}
+
+/// The pool with `ORDERS_PER_PROCESS` above 1 (BENCH_LONG_ORDERS, default
+/// 100): a worker process does that many orders before it exits. Opt-in
+/// (`pool-long` in BENCH_MATRIX_SYSTEMS), not the workers' default, which
+/// is seed 002's one order per process; it shows what exiting costs.
+const POOL_LONG: &str = "pool, ORDERS_PER_PROCESS";
+
+fn long_orders() -> u32 {
+    env_or("BENCH_LONG_ORDERS", "100").parse().unwrap_or(100)
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -2136,13 +2148,18 @@ impl Bench {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
-        let sys_tag = res.system.replace(' ', "_");
+        let sys_tag: String = res
+            .system
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == ' ')
+            .map(|c| if c == ' ' { '_' } else { c })
+            .collect();
         let base = format!(
             "{}-x-{job_tag}-p{partitions}-n{}-{sys_tag}",
             self.run, res.n
         );
         match res.system {
-            "pool" => self.matrix_pool(&mut res, &base, partitions),
+            "pool" | POOL_LONG => self.matrix_pool(&mut res, &base, partitions),
             _ => self.matrix_peer(&mut res, &base, partitions),
         }
         res
@@ -2173,6 +2190,9 @@ impl Bench {
         ];
         if !self.broker.is_apache() {
             env.extend(embedded_env());
+        }
+        if res.system == POOL_LONG {
+            env.push(("ORDERS_PER_PROCESS", long_orders().to_string()));
         }
         let t_start = Instant::now();
         let sup = Supervisor::start(n, &env, self.restart_delay_ms, &sampler);
@@ -2359,7 +2379,12 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
             knobs.join(" ")
         )
     };
-    const SYSTEMS: [&str; 3] = ["pool", "share group", "consumer group"];
+    // The opt-in system, a column of its own only when measured.
+    let mut systems = vec!["pool", "share group", "consumer group"];
+    if results.iter().any(|x| x.system == POOL_LONG) {
+        systems.push(POOL_LONG);
+    }
+    let systems = systems;
     let mut jobs: Vec<&str> = Vec::new();
     for x in results {
         if !jobs.contains(&x.job.as_str()) {
@@ -2394,12 +2419,24 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
                 "N partitions"
             };
             let _ = writeln!(r, "## Peers: job `{job}`, orders topic of {what}{on}\n");
-            let _ = writeln!(r, "Measured {date}. {label}Cells: pool / share group / consumer group (setup: \"Peers\" above).\n");
+            let _ = writeln!(
+                r,
+                "Measured {date}. {label}Cells: {} (setup: \"Peers\" above{}).\n",
+                systems.join(" / "),
+                if systems.contains(&POOL_LONG) {
+                    format!(
+                        "; `ORDERS_PER_PROCESS={}`: an opt-in, not the workers' default",
+                        long_orders()
+                    )
+                } else {
+                    String::new()
+                }
+            );
             let _ = writeln!(r, "| N | orders | done | orders/s | send→done p50 ms | p99 ms | CPU ms per order | broker CPU ms per order | pool claims records per order | ready after ms | note |");
             let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
             for n in ns {
                 let row: Vec<Option<&MatrixResult>> =
-                    SYSTEMS.iter().map(|s| find(job, layout, n, s)).collect();
+                    systems.iter().map(|s| find(job, layout, n, s)).collect();
                 let cell = |f: &dyn Fn(&MatrixResult) -> String| {
                     row.iter()
                         .map(|x| x.map_or("-".into(), f))
@@ -2407,10 +2444,16 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
                         .join(" / ")
                 };
                 let f1 = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.1}"));
-                let pool = row[0];
+                // The pool's (and the opt-in pool's) claims records.
+                let pools: Vec<Option<&MatrixResult>> = row
+                    .iter()
+                    .zip(&systems)
+                    .filter(|(_, s)| s.starts_with("pool"))
+                    .map(|(x, _)| *x)
+                    .collect();
                 let mut notes: Vec<String> = row
                     .iter()
-                    .zip(SYSTEMS)
+                    .zip(&systems)
                     .filter_map(|(x, s)| {
                         Some(format!("{s}: INCOMPLETE: {}", (*x)?.incomplete.clone()?))
                     })
@@ -2431,11 +2474,15 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
                     cell(&|x| fmt_ms(pct(&x.lat, 99.0))),
                     cell(&|x| f1(x.cpu_per_order())),
                     cell(&|x| f1(x.broker_per_order())),
-                    pool.map_or("-".into(), |p| format!(
-                        "{} / {}",
-                        p.records_naming.map_or("-".into(), |v| format!("{v:.2}")),
-                        p.records_all.map_or("-".into(), |v| format!("{v:.2}"))
-                    )),
+                    pools
+                        .iter()
+                        .map(|pool| pool.map_or("-".into(), |p| format!(
+                            "{} / {}",
+                            p.records_naming.map_or("-".into(), |v| format!("{v:.2}")),
+                            p.records_all.map_or("-".into(), |v| format!("{v:.2}"))
+                        )))
+                        .collect::<Vec<String>>()
+                        .join("; "),
                     cell(&|x| fmt_ms(x.ready_ms)),
                     notes.join("; ")
                 );
@@ -2699,6 +2746,7 @@ fn main() {
             ("pool", "pool"),
             ("share", "share group"),
             ("group", "consumer group"),
+            ("pool-long", POOL_LONG),
         ]
         .into_iter()
         .filter(|(k, _)| systems_knob.split(',').any(|s| s.trim() == *k))
