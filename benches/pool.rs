@@ -661,9 +661,17 @@ struct Started {
     instance: u32,
 }
 
+/// A worker process's exit, as the supervisor reported it (`exited`).
+struct Exited {
+    /// When the bench read the event (its wall clock, ms).
+    at: f64,
+    instance: u32,
+}
+
 struct Supervisor {
     child: Child,
     started: Arc<Mutex<Vec<Started>>>,
+    exited: Arc<Mutex<Vec<Exited>>>,
     reader: Option<JoinHandle<()>>,
 }
 
@@ -698,7 +706,8 @@ impl Supervisor {
         let mut child = cmd.spawn().expect("cannot start `pool_worker supervise`");
         let out = BufReader::new(child.stdout.take().unwrap());
         let started = Arc::new(Mutex::new(Vec::new()));
-        let (st2, live) = (started.clone(), sampler.live.clone());
+        let exited = Arc::new(Mutex::new(Vec::new()));
+        let (st2, ex2, live) = (started.clone(), exited.clone(), sampler.live.clone());
         let reader = std::thread::spawn(move || {
             for line in out.lines() {
                 let Ok(line) = line else { break };
@@ -712,11 +721,16 @@ impl Supervisor {
                     live.lock().unwrap().insert(pid);
                     st2.lock().unwrap().push(Started { at, pid, instance });
                 }
+                if v["event"].as_str() == Some("exited") {
+                    let instance = v["instance"].as_u64().unwrap_or(0) as u32;
+                    ex2.lock().unwrap().push(Exited { at, instance });
+                }
             }
         });
         Supervisor {
             child,
             started,
+            exited,
             reader: Some(reader),
         }
     }
@@ -2061,12 +2075,30 @@ struct MatrixResult {
     records_all: Option<f64>,
     /// Start → ready (booted / joined), ms.
     ready_ms: Option<f64>,
+    /// Pool only: a worker process's exit (the supervisor's `exited`, as
+    /// the bench read it) → the `booted` record of the instance's next
+    /// process (its timestamp, the worker's clock; same machine), ms, for
+    /// every exit while the burst ran: issue 27's "next process ready".
+    exit_to_booted: Vec<f64>,
     incomplete: Option<String>,
     /// N = 1: the same case as the one-partition layout's.
     same_as_one: bool,
 }
 
 impl MatrixResult {
+    /// ", exit → booted p50 … ms, p99 … ms (K exits)", for the pool.
+    fn exit_to_booted_text(&self) -> String {
+        if self.exit_to_booted.is_empty() {
+            return String::new();
+        }
+        format!(
+            ", exit → next booted p50 {} ms, p99 {} ms ({} exits)",
+            fmt_ms(pct(&self.exit_to_booted, 50.0)),
+            fmt_ms(pct(&self.exit_to_booted, 99.0)),
+            self.exit_to_booted.len()
+        )
+    }
+
     fn rate(&self) -> Option<f64> {
         (self.secs > 0.0 && self.done > 0).then(|| self.done as f64 / self.secs)
     }
@@ -2139,6 +2171,27 @@ impl Bench {
             res.incomplete = Some(format!("{got}/{} done in {secs} s", res.m));
         }
         Measured { t0, last, sent }
+    }
+
+    /// For each exit of a worker process between the first send and the last
+    /// completion: the time to the first `booted` record of the same instance
+    /// stamped at or after it (1 ms early allowed: the record's timestamp is
+    /// whole milliseconds), ms.
+    fn exit_to_booted(exits: &[Exited], recs: &[(f64, i64, Record)], seen: &Measured) -> Vec<f64> {
+        exits
+            .iter()
+            .filter(|e| e.at >= seen.t0 && e.at <= seen.last)
+            .filter_map(|e| {
+                recs.iter()
+                    .filter(|(_, _, r)| {
+                        r.event() == Event::Booted && r.instance.get() == e.instance
+                    })
+                    .map(|(_, _, r)| r.ts as f64)
+                    .filter(|&ts| ts + 1.0 >= e.at)
+                    .min_by(f64::total_cmp)
+                    .map(|ts| (ts - e.at).max(0.0))
+            })
+            .collect()
     }
 
     /// One system on one case: a fresh orders topic of `partitions`.
@@ -2227,6 +2280,7 @@ impl Bench {
             let seen = self.matrix_measure(res, &orders, partitions, pid, &|| reader.completions());
             std::thread::sleep(Duration::from_millis(300));
             let recs = reader.snapshot();
+            res.exit_to_booted = Self::exit_to_booted(&sup.exited.lock().unwrap(), &recs, &seen);
             let mut per_order: HashMap<(i32, i64), usize> = HashMap::new();
             let mut all = 0;
             for (_, _, r) in &recs {
@@ -2397,7 +2451,7 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
             .find(|x| x.job == job && x.layout == layout && x.n == n && x.system == sys)
     };
     let _ = writeln!(r, "## Peers{on}\n");
-    let _ = writeln!(r, "Measured {date}. {label}Issue 27, section 1: three systems of N members on the same broker and the same orders, each on a fresh orders topic (1 partition, or N), started and waited for before the clock starts (every pool instance booted; every member joined, its partitions assigned); then a burst of M orders sent at once (round robin over the partitions). **pool**: `pool_worker supervise --instances 1-N --json --child-output null` with what a deployment sets (topics, `STATE_DIR`; `SETTLE_MS=1000` for each instance's first start, before the clock). **share group**: `bench/ShareGroup.java`, N `KafkaShareConsumer` threads in one JVM ({}), each running the order's command and acknowledging it (explicit ACCEPT, `commitSync`) after the job. **consumer group**: N rdkafka consumers of one `group.id` (threads of a child process: this bench with `--consumer-group`), `enable.auto.commit=false`, each running the order's command, then committing its offset synchronously. orders/s = done ÷ (first send → last done); send → done latency includes queueing behind the burst (done: the pool's `completed` record ts; the peers' end of the job, their clock; same machine). CPU per order: CPU time (utime + stime + cutime + cstime from /proc of the system's root process — the supervisor, the JVM, the consumer-group process — and of every live process under it: workers, members and jobs) from just before the first send to the last done, ÷ orders; the bench's own threads (producer, readers) are not in it. Broker CPU per order: the broker process's over the same interval. Pool claims records per order: records naming the order / all claims records written in the interval (`booted`, checkpoints included) per order. Ready after: start → ready (the share group's includes the JVM's start and compiling ShareGroup.java).\n",
+    let _ = writeln!(r, "Measured {date}. {label}Issue 27, section 1: three systems of N members on the same broker and the same orders, each on a fresh orders topic (1 partition, or N), started and waited for before the clock starts (every pool instance booted; every member joined, its partitions assigned); then a burst of M orders sent at once (round robin over the partitions). **pool**: `pool_worker supervise --instances 1-N --json --child-output null` with what a deployment sets (topics, `STATE_DIR`; `SETTLE_MS=1000` for each instance's first start, before the clock). **share group**: `bench/ShareGroup.java`, N `KafkaShareConsumer` threads in one JVM ({}), each running the order's command and acknowledging it (explicit ACCEPT, `commitSync`) after the job. **consumer group**: N rdkafka consumers of one `group.id` (threads of a child process: this bench with `--consumer-group`), `enable.auto.commit=false`, each running the order's command, then committing its offset synchronously. orders/s = done ÷ (first send → last done); send → done latency includes queueing behind the burst (done: the pool's `completed` record ts; the peers' end of the job, their clock; same machine). CPU per order: CPU time (utime + stime + cutime + cstime from /proc of the system's root process — the supervisor, the JVM, the consumer-group process — and of every live process under it: workers, members and jobs) from just before the first send to the last done, ÷ orders; the bench's own threads (producer, readers) are not in it. Broker CPU per order: the broker process's over the same interval. Pool claims records per order: records naming the order / all claims records written in the interval (`booted`, checkpoints included) per order. Ready after: start → ready (the share group's includes the JVM's start and compiling ShareGroup.java). Exit → next booted (pool, in the notes): for each worker process that exited during the burst, the supervisor's `exited` event (as the bench read it) → the `booted` record of the instance's next process (its timestamp; same machine), the time an instance cannot claim.\n",
         match env_or("BENCH_SHARE_MAX_POLL", "1").as_str() {
             "0" => "Kafka's default acquisition, `batch_optimized`".to_string(),
             k => format!("`share.acquire.mode=record_limit`, `max.poll.records={k}`: a member takes {k} record(s) at a time, so that one partition's records are spread over the members"),
@@ -2458,6 +2512,13 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
                         Some(format!("{s}: INCOMPLETE: {}", (*x)?.incomplete.clone()?))
                     })
                     .collect();
+                for (x, s) in row.iter().zip(&systems) {
+                    if let Some(t) = x.map(MatrixResult::exit_to_booted_text) {
+                        if !t.is_empty() {
+                            notes.push(format!("{s}{t}"));
+                        }
+                    }
+                }
                 if row.iter().flatten().any(|x| x.same_as_one) {
                     notes.push("N = 1: the 1-partition case".into());
                 }
@@ -2535,6 +2596,13 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
         ratio("true", "consumer group"),
         "≥ 0.2",
         &|x| x >= 0.2,
+    );
+    target(
+        "true",
+        "pool: a process's exit → its instance's next `booted`, p50 ms",
+        find("true", "1", 8, "pool").and_then(|x| pct(&x.exit_to_booted, 50.0)),
+        "≤ 5",
+        &|x| x <= 5.0,
     );
     let _ = writeln!(r);
     r
@@ -2803,7 +2871,8 @@ fn main() {
                             x.broker_per_order().map_or("-".into(), |c| format!("{c:.1}")),
                             x.records_naming
                                 .map(|v| format!(", claims records/order {v:.2} / {:.2}", x.records_all.unwrap_or(0.0)))
-                                .unwrap_or_default(),
+                                .unwrap_or_default()
+                                + &x.exit_to_booted_text(),
                             x.incomplete
                                 .as_ref()
                                 .map(|s| format!(" (INCOMPLETE: {s})"))
