@@ -2,7 +2,7 @@
 //!
 //! This is the whole life of a `pool_worker` process, from `booted` to
 //! `completed`, with the I/O taken out (in the spirit of quinn-proto): the
-//! shell ([`crate::run`]) feeds it [`Input`]s — records read from the claims
+//! shell (pool_worker's `run`) feeds it [`Input`]s — records read from the claims
 //! topic, "caught up with the log", the orders waiting, a job's outcome — and
 //! carries out the [`Action`]s it returns — append a record, look for orders,
 //! run a job, exit. The model check and the simulation (tests/) drive the
