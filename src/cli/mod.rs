@@ -18,8 +18,6 @@ mod supervise; // keep N instances running
 // What the subcommands share.
 pub(crate) mod show; // text from orders and records made safe to show
 
-pub use show::describe_record;
-
 use crate::source::apply_env_with;
 use crate::{config::Config, exit::Exit, run};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
