@@ -1146,6 +1146,9 @@ impl World {
                 // The job ends at a JobDone step, which may come at any
                 // moment: killed or not, every timing is explored.
                 Action::Kill { .. } => {}
+                // Only with `Settings::publish_results`, which the world
+                // leaves off: it has no results topic.
+                Action::PublishResult(_) => {}
                 // Only with `Settings::settle_ms` above 0; the world keeps
                 // the settle rule itself (`Config::settle`).
                 Action::WakeAt(at) => {
