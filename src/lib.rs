@@ -9,7 +9,7 @@
 //! | part | modules | may use |
 //! |------|---------|---------|
 //! | the core: the crate `pool_worker_core` (core/Cargo.toml, root src/core.rs) | `record` (with `record/`), `boot` (with `boot/`), `claim`, `checkpoint`, `worker`, `exit_status`, `erased`, `orders`, `sign`, `audit` | the core and crates that do no I/O (serde, hmac, ...); no I/O, no clock, no randomness: no rdkafka, tokio, nix, `std::fs`, `std::net`, `std::process` |
-//! | the shells | `run`, `kafka`, `claims`, `source`, `topics`, `broker`, `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `exit`, `backoff` | the core, each other, and the world |
+//! | the shells | `run`, `kafka`, `claims`, `source`, `topics`, `broker`, `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `config_error`, `exit`, `backoff` | the core, each other, and the world |
 //! | the command line | `cli` (and `src/main.rs`) | everything |
 //!
 //! A core module imports no shell: the core stands below them all. The
@@ -42,6 +42,7 @@ pub mod backoff; // the retry loops' delays
 pub mod broker; // the embedded mock broker
 pub mod claims; // the one reader of the claims topic
 pub mod config; // the environment
+pub mod config_error; // a configuration error (config's and its parsers')
 pub mod exit; // a status as the process's, and the signals that stop it
 pub mod fetch; // fetching a URL order's body
 pub mod isolate; // what keeps a job away from the worker
