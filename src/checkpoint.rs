@@ -23,29 +23,39 @@ pub const DEFAULT_CHECKPOINT_EVERY: u64 = 1_000;
 /// for a fenced incarnation's; a replay from the log's beginning does not.
 pub const DEFAULT_CHECKPOINT_MAX_AGE_MS: u64 = 6 * 24 * 3600 * 1000;
 
+/// Instance `i`'s record `seq` of event `ev` about order 0:`o`, as its
+/// writer appends it (with its frontier); for the tests here and
+/// src/claims.rs's (a test hook: the `testing` feature).
+#[cfg(any(test, feature = "testing"))]
+pub fn test_record(
+    i: u32,
+    ev: crate::record::Event,
+    inc: &str,
+    seq: u64,
+    o: i64,
+) -> crate::record::Record {
+    use crate::record::{Event, OrderId, Outcome, Record, Status};
+    let mut r = Record::of(i, ev, inc, 0);
+    r.seq = seq;
+    if ev.needs_order() {
+        r = r.with_order(OrderId::new(0, o));
+        r.set_attempt(1);
+        r.next.insert(0, o + 1);
+    }
+    if ev == Event::Completed {
+        r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
+    }
+    r
+}
+
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
+    use super::test_record as rec;
     use super::*;
     use crate::boot::View;
     use crate::claim::decide;
-    use crate::record::{Event, InstanceNo, OrderId, Outcome, Position, Record, Status};
+    use crate::record::{Event, InstanceNo, OrderId, Position, Record};
     use std::collections::BTreeSet;
-
-    /// Instance `i`'s record `seq` of event `ev` about order 0:`o`, as its
-    /// writer appends it (with its frontier); also for src/claims.rs's test.
-    pub(crate) fn rec(i: u32, ev: Event, inc: &str, seq: u64, o: i64) -> Record {
-        let mut r = Record::of(i, ev, inc, 0);
-        r.seq = seq;
-        if ev.needs_order() {
-            r = r.with_order(OrderId::new(0, o));
-            r.set_attempt(1);
-            r.next.insert(0, o + 1);
-        }
-        if ev == Event::Completed {
-            r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
-        }
-        r
-    }
 
     /// A log with a completed order, an open negotiation, a committed hold
     /// and an announced id.

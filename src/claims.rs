@@ -441,7 +441,7 @@ pub fn current_view(src: &Source) -> anyhow::Result<View> {
 mod tests {
     use super::*;
     use crate::broker::Broker;
-    use crate::checkpoint::tests::rec;
+    use crate::checkpoint::test_record as rec;
     use crate::record::{Event, OrderId, Status};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 

@@ -560,12 +560,14 @@ impl JobSettings {
     }
 }
 
-/// A configuration error: the variable and what is wrong with it. The
-/// binary exits [`crate::exit::Exit::Config`] on one (`main` finds it in an
-/// `anyhow::Error` by its type).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+/// A configuration error (src/config_error.rs: the parsers this module
+/// calls, in isolate.rs, policy.rs and settle.rs, return it too).
+pub use crate::config_error::ConfigError;
+
+/// The default `SETTLE_MS` (src/settle.rs): librdkafka's
+/// `message.timeout.ms` (10 s, set in src/kafka.rs) plus 5 s for the
+/// broker's own queueing.
+pub(crate) const DEFAULT_SETTLE_MS: u64 = 15_000;
 
 fn required(name: &str, v: Option<String>) -> Result<String, ConfigError> {
     match v.map(|s| s.trim().to_string()) {
@@ -674,12 +676,7 @@ impl Config {
             allowed_urls: crate::policy::parse_url_rules(raw.allowed_urls.take())?,
             env_deny: env_deny(raw.job_env_deny.take()),
             log_json: raw.log_format == Some(LogFormat::Json),
-            settle_ms: number(
-                "SETTLE_MS",
-                raw.settle_ms,
-                crate::settle::DEFAULT_SETTLE_MS,
-                (0, 600_000),
-            )?,
+            settle_ms: number("SETTLE_MS", raw.settle_ms, DEFAULT_SETTLE_MS, (0, 600_000))?,
             checkpoint_max_age_ms: number(
                 "CHECKPOINT_MAX_AGE_MS",
                 raw.checkpoint_max_age_ms,

@@ -5,11 +5,11 @@
 
 pub use crate::exit_status::Exit;
 
-impl From<Exit> for std::process::ExitCode {
-    fn from(e: Exit) -> std::process::ExitCode {
-        // Every code is 0 to 255.
-        std::process::ExitCode::from(e.code() as u8)
-    }
+/// `e` as the process's exit status. (A function, not `From`: [`Exit`] is
+/// the core crate's and `ExitCode` the standard library's.)
+pub fn process_code(e: Exit) -> std::process::ExitCode {
+    // Every code is 0 to 255.
+    std::process::ExitCode::from(e.code() as u8)
 }
 
 /// SIGTERM and SIGINT, for the worker and the commands that run until asked

@@ -76,7 +76,7 @@ impl Exit {
 
     /// The status with this number, if it is one of ours (a child's exit
     /// status, as `supervise` sees it).
-    pub(crate) fn from_code(code: i32) -> Option<Exit> {
+    pub fn from_code(code: i32) -> Option<Exit> {
         Exit::ALL.into_iter().find(|e| e.code() == code)
     }
 }

@@ -1205,16 +1205,18 @@ impl Kafka {
         }
     }
 
-    /// Publishes a completion to the results topic, if there is one (seed
-    /// 000's result publication): key `PARTITION:OFFSET`, value the order,
-    /// instance, attempt and outcome. Called *before* the `completed` record
-    /// is appended, so a crash in between publishes the result again rather
-    /// than never: subscribers see each result at least once, keyed by order.
-    /// A result the broker refuses as too large is shortened, like a record.
-    pub(crate) async fn publish_result(&self, rec: &Record) -> Result<(), Stopped> {
-        let (Some(topic), Some(mut msg)) =
-            (&self.results_topic, crate::record::ResultMessage::of(rec))
-        else {
+    /// Publishes a completion's result to the results topic, if there is
+    /// one (seed 000's result publication): key `PARTITION:OFFSET`, value the
+    /// order, instance, attempt and outcome. The machine asks for it
+    /// (`Action::PublishResult`) *before* the `completed` record is appended,
+    /// so a crash in between publishes the result again rather than never:
+    /// subscribers see each result at least once, keyed by order. A result
+    /// the broker refuses as too large is shortened, like a record.
+    pub(crate) async fn publish_result(
+        &self,
+        mut msg: crate::record::ResultMessage,
+    ) -> Result<(), Stopped> {
+        let Some(topic) = &self.results_topic else {
             return Ok(());
         };
         let mut backoff = backoff::APPEND;

@@ -8,29 +8,41 @@
 //!
 //! | part | modules | may use |
 //! |------|---------|---------|
-//! | the core | `record` (with `record/`), `boot` (with `boot/`), `claim`, `checkpoint`, `worker`, `exit_status`, `erased`, `orders`, `sign`, `audit` | the core and crates that do no I/O (serde, hmac, ...); no I/O, no clock, no randomness: no rdkafka, tokio, nix, `std::fs`, `std::net`, `std::process` |
-//! | the shells | `run`, `kafka`, `claims`, `source`, `topics`, `broker`, `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `exit`, `backoff` | the core, each other, and the world |
+//! | the core: the crate `pool_worker_core` (core/Cargo.toml, root src/core.rs) | `record` (with `record/`), `boot` (with `boot/`), `claim`, `checkpoint`, `worker`, `exit_status`, `erased`, `orders`, `sign`, `audit` | the core and crates that do no I/O (serde, hmac, ...); no I/O, no clock, no randomness: no rdkafka, tokio, nix, `std::fs`, `std::net`, `std::process` |
+//! | the shells | `run`, `kafka`, `claims`, `source`, `topics`, `broker`, `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `config_error`, `exit`, `backoff` | the core, each other, and the world |
 //! | the command line | `cli` (and `src/main.rs`) | everything |
 //!
-//! A core module imports no shell: the core stands below them all.
+//! A core module imports no shell: the core stands below them all. The
+//! compiler enforces it: the core is its own crate, `pool_worker_core`, whose
+//! manifest depends on nothing that does I/O, and this crate only re-exports
+//! its modules. Its sources stay in `src/` (the paths the design card names),
+//! with `src/core.rs` as its crate root; see that file's header.
 
-// The core: no I/O, no clock, no randomness.
-pub mod audit; // the claims log checked against the invariants (I1–I5)
-pub mod boot; // replaying the claims topic into a view
-pub mod checkpoint; // a summary of the log, so that boot need not replay all of it
-pub mod claim; // the negotiation
-pub mod erased; // what compaction erased, as a reader sees it
-pub mod exit_status; // every exit status, named and numbered
-pub mod orders; // parsing work orders
-pub mod record; // what a claims record is
-pub mod sign; // signed records, `CLAIMS_KEY`
-pub mod worker; // one incarnation's life as a state machine
+// The core: no I/O, no clock, no randomness. A crate of its own,
+// `pool_worker_core` (core/Cargo.toml), so that the compiler guards it: its
+// manifest names no crate that does I/O, and it cannot name a shell. Its
+// sources stay in src/ beside the shells (the design card's paths), with
+// src/core.rs as its crate root; this crate re-exports its modules, so that
+// `crate::record::...` and `pool_worker::record::...` still work.
+pub use pool_worker_core::{
+    audit,       // the claims log checked against the invariants (I1–I5)
+    boot,        // replaying the claims topic into a view
+    checkpoint,  // a summary of the log, so that boot need not replay all of it
+    claim,       // the negotiation
+    erased,      // what compaction erased, as a reader sees it
+    exit_status, // every exit status, named and numbered
+    orders,      // parsing work orders
+    record,      // what a claims record is
+    sign,        // signed records, `CLAIMS_KEY`
+    worker,      // one incarnation's life as a state machine
+};
 
 // The shells: Kafka, processes, the environment.
 pub mod backoff; // the retry loops' delays
 pub mod broker; // the embedded mock broker
 pub mod claims; // the one reader of the claims topic
 pub mod config; // the environment
+pub mod config_error; // a configuration error (config's and its parsers')
 pub mod exit; // a status as the process's, and the signals that stop it
 pub mod fetch; // fetching a URL order's body
 pub mod isolate; // what keeps a job away from the worker

@@ -22,9 +22,11 @@ use std::fmt;
 
 mod ids;
 mod result;
+pub mod text;
 pub mod wire;
 pub use ids::{Attempt, Incarnation, InstanceNo, Position};
 pub use result::ResultMessage;
+pub use text::describe;
 
 /// Instance numbers are positive and at most this (a sanity bound, so that a
 /// stray record cannot make the replay allocate for instance 4 billion).

@@ -133,6 +133,7 @@ fn settings(cfg: &Config) -> Settings {
         settle_ms: cfg.settle_ms,
         fence: cfg.fence == Fence::Transactions,
         claim_defer_ms: cfg.claim_defer_ms,
+        publish_results: cfg.results_topic.is_some(),
         ..Settings::default()
     }
 }
@@ -315,6 +316,7 @@ impl Shell {
                     }
                     self.appender.append(rec)
                 }
+                Action::PublishResult(msg) => self.appender.publish(msg),
                 Action::WakeAt(at) => self.wake_at(at),
                 Action::FindOrder => self.find_order().await?,
                 Action::Run {
@@ -816,15 +818,15 @@ const SIGNAL_FLUSH: Duration = Duration::from_secs(5);
 /// transaction of an append still in flight.
 const SIGNAL_ABORT: Duration = Duration::from_secs(2);
 
-/// Appends the machine's records in order, one at a time, each retried
-/// until acknowledged (and, for a completion, its result published first),
-/// on a task of its own: the worker loop goes on reading the claims topic
+/// Appends the machine's records and publishes its results in the order the
+/// machine asked (a completion's result before its record, R47), one at a
+/// time, each retried until acknowledged, on a task of its own: the worker loop goes on reading the claims topic
 /// meanwhile. The machine acts on its records only once it reads them back
 /// from the log, which usually happens before librdkafka reports the
 /// acknowledgment; waiting for the acknowledgment in the loop cost 1–2 ms
 /// per append, three appends per order (bench/RESULTS.md).
 struct Appender {
-    tx: mpsc::UnboundedSender<crate::record::Record>,
+    tx: mpsc::UnboundedSender<Out>,
     sent: std::cell::Cell<u64>,
     acked: watch::Receiver<u64>,
     /// Set once the producer stopped for good (fenced, or failed): nothing
@@ -832,23 +834,30 @@ struct Appender {
     stopped: watch::Receiver<Option<Stopped>>,
 }
 
+/// One thing for the appender's task to produce.
+enum Out {
+    Record(crate::record::Record),
+    Result(crate::record::ResultMessage),
+}
+
 impl Appender {
     fn start(kafka: &'static Kafka) -> Appender {
-        let (tx, mut rx) = mpsc::unbounded_channel::<crate::record::Record>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Out>();
         let (acked_tx, acked) = watch::channel(0u64);
         let (stopped_tx, stopped) = watch::channel(None);
         tokio::spawn(async move {
             let mut n = 0;
-            while let Some(rec) = rx.recv().await {
-                let r = async {
-                    if rec.event() == Event::Completed {
-                        kafka.publish_result(&rec).await?;
-                    }
-                    kafka.append(&rec).await
+            while let Some(out) = rx.recv().await {
+                let r = match out {
+                    Out::Result(msg) => kafka.publish_result(msg).await,
+                    Out::Record(rec) => kafka.append(&rec).await.map(|pos| {
+                        if let Some(pos) = pos {
+                            log_step(&rec, pos)
+                        }
+                    }),
                 };
-                match r.await {
-                    Ok(Some(pos)) => log_step(&rec, pos),
-                    Ok(None) => {}
+                match r {
+                    Ok(()) => {}
                     Err(stop) => {
                         // Stop appending: this record and every later one
                         // are dropped.
@@ -881,7 +890,14 @@ impl Appender {
 
     fn append(&self, rec: crate::record::Record) {
         self.sent.set(self.sent.get() + 1);
-        let _ = self.tx.send(rec);
+        let _ = self.tx.send(Out::Record(rec));
+    }
+
+    /// [`Action::PublishResult`]: publishes after every append asked for
+    /// before it, and before every one asked for after it.
+    fn publish(&self, msg: crate::record::ResultMessage) {
+        self.sent.set(self.sent.get() + 1);
+        let _ = self.tx.send(Out::Result(msg));
     }
 
     /// Waits until every append so far is acknowledged (at most `limit`);

@@ -10,13 +10,10 @@
 //! the wait. Its name holds the brokers, the claims topic and the instance
 //! number, so pools that share a host do not mix their markers.
 
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
+use crate::config_error::ConfigError;
 use nix::fcntl::OFlag;
 use std::path::{Path, PathBuf};
-
-/// The default `SETTLE_MS`: librdkafka's `message.timeout.ms` (10 s, set in
-/// src/kafka.rs) plus 5 s for the broker's own queueing.
-pub(crate) const DEFAULT_SETTLE_MS: u64 = 15_000;
 
 /// Where this instance's clean-exit marker lives.
 pub fn marker_path(cfg: &Config) -> PathBuf {

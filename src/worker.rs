@@ -2,10 +2,10 @@
 //!
 //! This is the whole life of a `pool_worker` process, from `booted` to
 //! `completed`, with the I/O taken out (in the spirit of quinn-proto): the
-//! shell ([`crate::run`]) feeds it [`Input`]s — records read from the claims
+//! shell (pool_worker's `run`) feeds it [`Input`]s — records read from the claims
 //! topic, "caught up with the log", the orders waiting, a job's outcome — and
-//! carries out the [`Action`]s it returns — append a record, look for orders,
-//! run a job, exit. The model check and the simulation (tests/) drive the
+//! carries out the [`Action`]s it returns — append a record, publish a
+//! result, look for orders, run a job, exit. The model check and the simulation (tests/) drive the
 //! very same machine against a simulated log.
 //!
 //! ```text
@@ -31,7 +31,8 @@ use crate::boot::{turns, Hold, Turn, View, Void};
 use crate::claim::{decide, Decision};
 use crate::exit_status::Exit;
 use crate::record::{
-    Attempt, Body, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record, Status,
+    Attempt, Body, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record,
+    ResultMessage, Status,
 };
 use std::collections::BTreeMap;
 use std::hash::Hash;
@@ -73,6 +74,13 @@ pub enum Action {
     /// Append this record to the claims topic (retrying until it is
     /// acknowledged; a duplicate is harmless).
     Append(Record),
+    /// Publish this completion's result to the results topic (retrying
+    /// until it is acknowledged; a duplicate is harmless: subscribers key
+    /// results by order), before the [`Action::Append`] of the `completed`
+    /// record that follows it, so that a crash in between publishes the
+    /// result again rather than never (docs/protocol.md R47). Only with
+    /// [`Settings::publish_results`].
+    PublishResult(ResultMessage),
     /// Report the orders topic's end offsets when caught up with the log; if
     /// no order is waiting, the shell waits for a new order or a new record.
     FindOrder,
@@ -191,6 +199,9 @@ pub struct Settings {
     /// deferral, every idle instance claims the order it sees first (the
     /// herd: about 2N-1 records per order with N idle instances).
     pub claim_defer_ms: u64,
+    /// Publish each completion's result ([`Action::PublishResult`]) before
+    /// appending its `completed` (`RESULTS_TOPIC`; docs/protocol.md R47).
+    pub publish_results: bool,
 }
 
 impl Default for Settings {
@@ -205,6 +216,7 @@ impl Default for Settings {
             settle_ms: 0,
             fence: false,
             claim_defer_ms: 0,
+            publish_results: false,
         }
     }
 }
@@ -1173,7 +1185,13 @@ impl Worker {
         };
         let r = self.record(body);
         self.phase = Phase::Complete { order, seq: r.seq };
-        vec![Action::Append(r)]
+        // R47: the result first, then the record.
+        match ResultMessage::of(&r) {
+            Some(result) if self.settings.publish_results => {
+                vec![Action::PublishResult(result), Action::Append(r)]
+            }
+            _ => vec![Action::Append(r)],
+        }
     }
 
     fn finish(&mut self, code: Exit) -> Vec<Action> {
@@ -1235,6 +1253,39 @@ mod tests {
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(Exit::Ok)]);
         assert!(w.view.instance(1.into()).unwrap().exiting);
         assert!(w.view.idle_queue().is_empty());
+    }
+
+    /// docs/protocol.md R47: with a results topic, the machine asks for the
+    /// result to be published first, then for its `completed` to be
+    /// appended; without one, only the append.
+    #[test]
+    fn the_result_is_published_before_the_completion_is_appended() {
+        let settings = Settings {
+            publish_results: true,
+            ..Settings::default()
+        };
+        let mut log = Log(Vec::new());
+        let (mut w, a) = Worker::start(1.into(), "i1".into(), settings, 0);
+        log.append(&a);
+        let mut cur = 0;
+        log.feed(&mut w, &mut cur);
+        let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
+        log.append(&a);
+        let a = log.feed(&mut w, &mut cur);
+        log.append(&a);
+        assert_eq!(log.feed(&mut w, &mut cur), run((0, 0), 1, false));
+        let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
+        match &a[..] {
+            [Action::PublishResult(msg), Action::Append(r)] => {
+                assert_eq!(r.event(), Event::Completed);
+                assert_eq!(Some(msg), ResultMessage::of(r).as_ref());
+                assert_eq!(msg.key, "0:0");
+            }
+            _ => panic!("the result, then the completion: {a:?}"),
+        }
+        // Only completions have results.
+        log.append(&a);
+        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::Exit(Exit::Ok)]);
     }
 
     /// The run of order `p:o`, attempt `attempt`.

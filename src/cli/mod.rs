@@ -18,8 +18,6 @@ mod supervise; // keep N instances running
 // What the subcommands share.
 pub(crate) mod show; // text from orders and records made safe to show
 
-pub use show::describe_record;
-
 use crate::source::apply_env_with;
 use crate::{config::Config, exit::Exit, run};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -148,7 +146,7 @@ pub fn main() -> ExitCode {
     if let (Some(command), Some((_, m))) = (cli.command.as_mut(), matches.subcommand()) {
         if let Err(e) = command.apply_env(m) {
             eprintln!("pool_worker: {e}");
-            return Exit::Config.into();
+            return crate::exit::process_code(Exit::Config);
         }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -159,7 +157,7 @@ pub fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("pool_worker: cannot start the async runtime: {e}");
-            return Exit::Failure.into();
+            return crate::exit::process_code(Exit::Failure);
         }
     };
     let Some(command) = cli.command else {
@@ -167,12 +165,12 @@ pub fn main() -> ExitCode {
     };
     init_logs(false);
     match command.run(&runtime) {
-        Ok(code) => code.into(),
+        Ok(code) => crate::exit::process_code(code),
         Err(e) => {
             eprintln!("pool_worker: {e:#}");
             match e.downcast_ref::<crate::config::ConfigError>() {
-                Some(_) => Exit::Config.into(),
-                None => Exit::Failure.into(),
+                Some(_) => crate::exit::process_code(Exit::Config),
+                None => crate::exit::process_code(Exit::Failure),
             }
         }
     }

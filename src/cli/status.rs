@@ -456,7 +456,7 @@ pub(crate) fn print_history(
         format!(
             "#{p:<6} {:<13} {}",
             r.key(),
-            escape_controls(&crate::cli::show::describe_record(r), false)
+            escape_controls(&crate::record::describe(r), false)
         )
     };
     if json {

@@ -1,7 +1,9 @@
 //! The results topic's message for a completion (seed 000's result
 //! publication): key `PARTITION:OFFSET`, value the order, instance, attempt
 //! and outcome as one JSON object. Built here, in the core, with its size
-//! rule beside it; the shell (`Kafka::publish_result`) only produces it.
+//! rule beside it. The worker machine asks for it to be published
+//! (`worker::Action::PublishResult`); the shell (`Kafka::publish_result`)
+//! only produces it.
 
 use super::{json_len, Outcome, Record, MAX_TAIL_BYTES};
 

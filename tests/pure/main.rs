@@ -1,6 +1,6 @@
 //! The pure checks: the model check (`model`) and the simulation
-//! (`simulation`) drive the protocol core (`pool_worker::worker`,
-//! `pool_worker::boot`, `pool_worker::claim`) through a world of simulated
+//! (`simulation`) drive the protocol core (`pool_worker_core::worker`,
+//! `pool_worker_core::boot`, `pool_worker_core::claim`) through a world of simulated
 //! processes and a simulated log (`world`). No processes, no broker:
 //! `cargo test --test pure [model::|simulation::][name]`.
 

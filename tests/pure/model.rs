@@ -3,7 +3,7 @@
 //! Every interleaving of a small pool is explored (up to the reductions
 //! below, each argued sound): N orders in
 //! one partition, all present from the start; a few instances whose
-//! processes are the real [`pool_worker::worker::Worker`] machine (the
+//! processes are the real [`pool_worker_core::worker::Worker`] machine (the
 //! binary drives the same code against Kafka); a claims log that they append
 //! to and read back. The world and its steps are in tests/pure/world/mod.rs:
 //! start a dead instance (a new incarnation `<i>.<k>`, reading from 0),
@@ -380,9 +380,9 @@
 //! searches breadth-first).
 
 use crate::world::*;
-use pool_worker::boot::turns;
-use pool_worker::record::Event;
-use pool_worker::worker::{Flaw, Phase};
+use pool_worker_core::boot::turns;
+use pool_worker_core::record::Event;
+use pool_worker_core::worker::{Flaw, Phase};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -1827,9 +1827,9 @@ mod commuting {
     //! read in either order, and the View comes out the same up to the
     //! renaming of their two positions (`View::relabel`).
     use crate::world::{depends, depends_unerased};
-    use pool_worker::boot::{Relabel, View};
-    use pool_worker::record::Position;
-    use pool_worker::record::{Cite, Event, OrderId, Outcome, Record, Status};
+    use pool_worker_core::boot::{Relabel, View};
+    use pool_worker_core::record::Position;
+    use pool_worker_core::record::{Cite, Event, OrderId, Outcome, Record, Status};
     use proptest::prelude::*;
 
     fn any_record() -> impl Strategy<Value = Record> {
@@ -2162,7 +2162,7 @@ fn accepting_forged_records_is_caught() {
 /// otherwise the forgery is an impossible claim. (With two forgeries, 2 × 1
 /// with ≤1 crash has 392,453 states, 44 s; 2 × 2 passed 400,000 in 60 s.)
 fn forging(instances: u32, orders: u32, signed: bool) -> Config {
-    let key = pool_worker::sign::ClaimsKey::new(b"the pool's own key, in the model").unwrap();
+    let key = pool_worker_core::sign::ClaimsKey::new(b"the pool's own key, in the model").unwrap();
     Config {
         max_crashes: 0,
         max_dups: 0,

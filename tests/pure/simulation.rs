@@ -56,7 +56,7 @@
 //! `POOL_SIM_SEED=<seed> cargo test --test pure simulation::replay -- --nocapture`.
 
 use crate::world::*;
-use pool_worker::worker::Phase;
+use pool_worker_core::worker::Phase;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -256,24 +256,24 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
             .log
             .iter()
             .filter(|e| {
-                e.rec.order().is_some() && e.rec.event() != pool_worker::record::Event::Lease
+                e.rec.order().is_some() && e.rec.event() != pool_worker_core::record::Event::Lease
             })
             .count() as u64,
         leases: w
             .log
             .iter()
-            .filter(|e| e.rec.event() == pool_worker::record::Event::Lease)
+            .filter(|e| e.rec.event() == pool_worker_core::record::Event::Lease)
             .count() as u64,
         claims: w
             .log
             .iter()
-            .filter(|e| e.rec.event() == pool_worker::record::Event::Claimed)
+            .filter(|e| e.rec.event() == pool_worker_core::record::Event::Claimed)
             .count() as u64,
         rivals: {
             let mut pairs: Vec<_> = w
                 .log
                 .iter()
-                .filter(|e| e.rec.event() == pool_worker::record::Event::Claimed)
+                .filter(|e| e.rec.event() == pool_worker_core::record::Event::Claimed)
                 .map(|e| (e.rec.order(), e.rec.instance))
                 .collect();
             pairs.sort();
@@ -284,7 +284,7 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
             .log
             .iter()
             .filter(|e| {
-                e.rec.event() == pool_worker::record::Event::Claimed
+                e.rec.event() == pool_worker_core::record::Event::Claimed
                     && !e.rec.passed_over().is_empty()
             })
             .count() as u64,
@@ -419,7 +419,7 @@ fn pick(
             return Some(Step::Cancel(running[k]));
         }
         let o = rng.below(cfg.orders as u64) as i64;
-        return Some(Step::Cancel(pool_worker::record::OrderId::new(0, o)));
+        return Some(Step::Cancel(pool_worker_core::record::OrderId::new(0, o)));
     }
     if rng.one_in(400) && !w.erasable(cfg).is_empty() {
         return Some(Step::Compact);
@@ -665,7 +665,7 @@ fn booting_before_the_fence_is_caught_by_the_simulation() {
         settle: false,
         settle_ms: None,
         fence: true,
-        flaw: Some(pool_worker::worker::Flaw::BootBeforeFence),
+        flaw: Some(pool_worker_core::worker::Flaw::BootBeforeFence),
         orders: 100,
         ..config_leases()
     };
@@ -688,7 +688,7 @@ fn booting_before_the_fence_is_caught_by_the_simulation() {
 #[test]
 fn defer_forever_is_caught_by_the_simulation() {
     let cfg = Config {
-        flaw: Some(pool_worker::worker::Flaw::DeferForever),
+        flaw: Some(pool_worker_core::worker::Flaw::DeferForever),
         restart_idle: false,
         orders: 60,
         ..config_leases()
@@ -739,14 +739,14 @@ fn simulation_with_cancels() {
             if let Some(f) = out.failure {
                 panic!("{name}, seed {seed}, with cancels:\n{f}");
             }
-            let log: Vec<(u64, Option<&pool_worker::record::Record>)> = w
+            let log: Vec<(u64, Option<&pool_worker_core::record::Record>)> = w
                 .log
                 .iter()
                 .enumerate()
                 .filter(|(_, e)| !e.foreign)
                 .map(|(p, e)| (p as u64, Some(&*e.rec)))
                 .collect();
-            let report = pool_worker::audit::audit(log, u32::MAX);
+            let report = pool_worker_core::audit::audit(log, u32::MAX);
             assert!(
                 report.holds(),
                 "{name}, seed {seed}: audit of the log with cancels: {:?}",
@@ -755,9 +755,10 @@ fn simulation_with_cancels() {
             let mut cancelled = std::collections::BTreeSet::new();
             for e in &w.log {
                 let r = &e.rec;
-                if let (pool_worker::record::Event::Completed, Some(o)) = (r.event(), &r.outcome())
+                if let (pool_worker_core::record::Event::Completed, Some(o)) =
+                    (r.event(), &r.outcome())
                 {
-                    if o.status == pool_worker::record::Status::Cancelled {
+                    if o.status == pool_worker_core::record::Status::Cancelled {
                         cancelled.insert(r.order());
                         let why = o.reason.as_deref().unwrap_or("");
                         if why.contains("before it ran") {
@@ -772,7 +773,7 @@ fn simulation_with_cancels() {
                 .log
                 .iter()
                 .filter(|e| {
-                    e.rec.event() == pool_worker::record::Event::Cancelled
+                    e.rec.event() == pool_worker_core::record::Event::Cancelled
                         && !cancelled.contains(&e.rec.order())
                 })
                 .count() as u64;
@@ -830,14 +831,14 @@ fn audit_of_compacted_logs_gives_no_false_alarm() {
             if let Some(f) = out.failure {
                 panic!("{name}, seed {seed}:\n{f}");
             }
-            let log: Vec<(u64, Option<&pool_worker::record::Record>)> = w
+            let log: Vec<(u64, Option<&pool_worker_core::record::Record>)> = w
                 .log
                 .iter()
                 .enumerate()
                 .filter(|(_, e)| !e.erased)
                 .map(|(p, e)| (p as u64, (!e.foreign).then_some(&*e.rec)))
                 .collect();
-            let report = pool_worker::audit::audit(log, u32::MAX);
+            let report = pool_worker_core::audit::audit(log, u32::MAX);
             assert!(
                 report.holds(),
                 "{name}, seed {seed}: a false alarm on the compacted log: {:?}",
@@ -867,16 +868,16 @@ fn audit_of_compacted_logs_gives_no_false_alarm() {
 /// reader's flaw, invisible in the log itself.)
 #[test]
 fn audit_catches_the_logs_of_the_broken_rules() {
-    use pool_worker::worker::Flaw;
+    use pool_worker_core::worker::Flaw;
     let audit_of = |w: &World| {
-        let log: Vec<(u64, Option<&pool_worker::record::Record>)> = w
+        let log: Vec<(u64, Option<&pool_worker_core::record::Record>)> = w
             .log
             .iter()
             .enumerate()
             .filter(|(_, e)| !e.erased)
             .map(|(p, e)| (p as u64, Some(&*e.rec)))
             .collect();
-        pool_worker::audit::audit(log, u32::MAX)
+        pool_worker_core::audit::audit(log, u32::MAX)
     };
     for seed in 0..5 {
         let (out, w) = run_world(

@@ -32,12 +32,12 @@
 
 #![allow(dead_code)]
 
-use pool_worker::boot::{Relabel, View};
-use pool_worker::cli::describe_record;
-use pool_worker::record::{
+use pool_worker_core::boot::{Relabel, View};
+use pool_worker_core::record::describe as describe_record;
+use pool_worker_core::record::{
     Body, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record, Status,
 };
-use pool_worker::worker::{Action, Flaw, Input, Phase, Settings, Worker};
+use pool_worker_core::worker::{Action, Flaw, Input, Phase, Settings, Worker};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -160,7 +160,7 @@ pub struct Config {
     /// records; forged ones are unsigned or signed with another key.
     /// `None`: nothing is signed, and the forgeries are impossible claims
     /// (past the orders' end) instead.
-    pub claims_key: Option<pool_worker::sign::ClaimsKey>,
+    pub claims_key: Option<pool_worker_core::sign::ClaimsKey>,
     /// Broken on purpose: every reader (processes and referee) takes every
     /// record for the pool's, unchecked (no signature, no end offsets).
     pub trust_all: bool,
@@ -277,8 +277,8 @@ pub enum Sig {
 }
 
 /// The forger's own key ([`Sig::OtherKey`]).
-fn forger_key() -> pool_worker::sign::ClaimsKey {
-    pool_worker::sign::ClaimsKey::new(b"a key that is not the pool's").expect("long enough")
+fn forger_key() -> pool_worker_core::sign::ClaimsKey {
+    pool_worker_core::sign::ClaimsKey::new(b"a key that is not the pool's").expect("long enough")
 }
 
 /// One instance number.
@@ -487,7 +487,7 @@ pub struct World {
     /// Copied from the config: how readers judge records
     /// (`Config::max_forgeries` above 0, `claims_key`, `trust_all`, the
     /// orders' end).
-    trust: Option<(Option<pool_worker::sign::ClaimsKey>, bool, i64)>,
+    trust: Option<(Option<pool_worker_core::sign::ClaimsKey>, bool, i64)>,
 }
 
 pub const RUN_BY_TWO: &str = "no order is run by two instances";
@@ -624,7 +624,7 @@ impl World {
     }
 
     /// [`World::admit`] for a record about to land.
-    fn admit_new(&mut self, r: &Record, sig: Sig) -> Result<(), pool_worker::record::Foreign> {
+    fn admit_new(&mut self, r: &Record, sig: Sig) -> Result<(), pool_worker_core::record::Foreign> {
         let cached = commute::landed(&self.log, r);
         self.log.push(Entry {
             rec: Arc::new(r.clone()),
@@ -652,7 +652,7 @@ impl World {
     /// bytes and its signature header as they would be in Kafka, the
     /// verdict on the signature (src/sign.rs), `Record::decode_with`, and
     /// `Record::impossible` against the orders' end offsets.
-    fn admit(&self, pos: usize) -> Result<Record, pool_worker::record::Foreign> {
+    fn admit(&self, pos: usize) -> Result<Record, pool_worker_core::record::Foreign> {
         let e = &self.log[pos];
         let Some((key, trust_all, n)) = &self.trust else {
             return Ok(Record::clone(&e.rec));
@@ -666,14 +666,14 @@ impl World {
             Sig::Unsigned => None,
             Sig::OtherKey => Some(forger_key().sign(&value)),
         };
-        let verdict = pool_worker::sign::verdict(
+        let verdict = pool_worker_core::sign::verdict(
             key.as_ref(),
             Some(&value),
             sig.as_deref().map(str::as_bytes),
         );
         let rec = Record::decode_with(Some(e.rec.key().as_bytes()), Some(&value), verdict)?;
         match rec.impossible(&BTreeMap::from([(0, *n)])) {
-            Some(why) => Err(pool_worker::record::Foreign::Impossible(why)),
+            Some(why) => Err(pool_worker_core::record::Foreign::Impossible(why)),
             None => Ok(rec),
         }
     }
@@ -1146,6 +1146,9 @@ impl World {
                 // The job ends at a JobDone step, which may come at any
                 // moment: killed or not, every timing is explored.
                 Action::Kill { .. } => {}
+                // Only with `Settings::publish_results`, which the world
+                // leaves off: it has no results topic.
+                Action::PublishResult(_) => {}
                 // Only with `Settings::settle_ms` above 0; the world keeps
                 // the settle rule itself (`Config::settle`).
                 Action::WakeAt(at) => {
@@ -1167,7 +1170,7 @@ impl World {
                         .map(|w| w.incarnation.clone())
                         .unwrap_or_default();
                     let clean = self.settling
-                        && code != pool_worker::exit::Exit::Fenced
+                        && code != pool_worker_core::exit_status::Exit::Fenced
                         && inst.pending.is_empty()
                         && !self.orphans.iter().any(|r| r.incarnation == inc);
                     self.kill(i);
@@ -1304,7 +1307,7 @@ impl World {
             }
         }
         let verdict = self.referee.apply(Position::new(pos as u64), &r);
-        if verdict == Err(pool_worker::boot::Void::Stray)
+        if verdict == Err(pool_worker_core::boot::Void::Stray)
             && matches!(r.event(), Event::Committed | Event::Yielded)
         {
             self.strays += 1;
@@ -1340,7 +1343,7 @@ impl World {
     }
 
     /// A valid revocation: the lease had expired, and it ends the holder's run.
-    fn judge_revocation(&mut self, pos: usize, r: &Record, h: &pool_worker::boot::Hold) {
+    fn judge_revocation(&mut self, pos: usize, r: &Record, h: &pool_worker_core::boot::Hold) {
         self.takeovers += 1;
         let lease = self.lease_ms.unwrap_or(0);
         if r.ts.saturating_sub(h.last_ts) <= lease {
