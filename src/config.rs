@@ -352,10 +352,7 @@ pub(crate) const ALWAYS_DENIED: &[&str] = &["KAFKA_*", "CLAIMS_KEY*"];
 /// The largest secret file a `KAFKA_<PROPERTY>_FILE` may name.
 const MAX_SECRET_FILE: u64 = 64 * 1024;
 
-/// The largest `OUTPUT_LIMIT_BYTES`: each of a job's two tails is kept within
-/// this many bytes *as written in the record* (after JSON escaping), the
-/// most a record may carry ([`crate::record::MAX_TAIL_BYTES`] says why).
-pub(crate) const MAX_OUTPUT_LIMIT: usize = crate::record::MAX_TAIL_BYTES;
+use crate::record::size::MAX_OUTPUT_LIMIT;
 
 /// How every command reaches Kafka: the bootstrap servers and the librdkafka
 /// properties given as `KAFKA_<PROPERTY>` (or read from the file named by

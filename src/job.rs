@@ -62,10 +62,11 @@
 use crate::isolate::{JobUser, Limits};
 use crate::orders::{OrderKind, OrderSpec};
 use crate::policy::Commands;
+use crate::record::size::Tail;
 use crate::record::{OrderId, Outcome, Status};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
@@ -77,9 +78,6 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// Default bytes kept of each of stdout and stderr.
-pub(crate) const DEFAULT_OUTPUT_LIMIT: usize = 64 * 1024;
 
 /// Default time limit of an order that names none.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -137,7 +135,7 @@ impl JobContext {
             instance,
             attempt,
             default_timeout: DEFAULT_TIMEOUT,
-            output_limit: DEFAULT_OUTPUT_LIMIT,
+            output_limit: crate::record::size::DEFAULT_OUTPUT_LIMIT,
             env_deny: Vec::new(),
             env_allow: None,
             commands: None,
@@ -562,65 +560,9 @@ async fn drain<R: AsyncRead + Unpin>(pipe: Option<R>, tail: &mut Tail) {
     }
 }
 
-/// The last `limit` bytes of a stream (memory stays at about `limit`
-/// whatever the stream's length).
-#[derive(Debug)]
-pub(crate) struct Tail {
-    buf: VecDeque<u8>,
-    limit: usize,
-    cut: bool,
-}
-
-impl Tail {
-    pub(crate) fn new(limit: usize) -> Self {
-        Tail {
-            buf: VecDeque::new(),
-            limit,
-            cut: false,
-        }
-    }
-
-    pub(crate) fn push(&mut self, data: &[u8]) {
-        if data.len() >= self.limit {
-            self.cut |= !self.buf.is_empty() || data.len() > self.limit;
-            self.buf.clear();
-            self.buf.extend(&data[data.len() - self.limit..]);
-        } else {
-            let excess = (self.buf.len() + data.len()).saturating_sub(self.limit);
-            if excess > 0 {
-                self.cut = true;
-                self.buf.drain(..excess);
-            }
-            self.buf.extend(data);
-        }
-    }
-
-    /// The tail as text: invalid UTF-8 replaced, a character split by the
-    /// cut dropped, and never more than `limit` bytes even after replacement.
-    pub(crate) fn into_string(mut self) -> String {
-        let bytes = self.buf.make_contiguous();
-        let mut start = 0;
-        if self.cut {
-            while start < bytes.len().min(3) && bytes[start] & 0xC0 == 0x80 {
-                start += 1;
-            }
-        }
-        let text = String::from_utf8_lossy(&bytes[start..]);
-        if text.len() <= self.limit {
-            return text.into_owned();
-        }
-        let mut from = text.len() - self.limit;
-        while !text.is_char_boundary(from) {
-            from += 1;
-        }
-        text[from..].to_string()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
     use std::path::Path;
 
     /// The pid a job wrote to `path`.
@@ -722,49 +664,6 @@ mod tests {
         assert!(o.stdout_tail.ends_with("aaaEND"));
         assert_eq!(o.stderr_tail.len(), 1000);
         assert!(o.stderr_tail.ends_with("\0ERR"));
-    }
-
-    #[test]
-    fn tail_keeps_the_last_bytes() {
-        let mut t = Tail::new(4);
-        t.push(b"ab");
-        t.push(b"cde");
-        assert_eq!(t.buf.len(), 4);
-        t.push(b"");
-        assert_eq!(t.into_string(), "bcde");
-        let mut t = Tail::new(4);
-        t.push(b"x");
-        t.push(b"0123456789");
-        assert_eq!(t.into_string(), "6789");
-        let mut t = Tail::new(0);
-        t.push(b"abc");
-        assert_eq!(t.into_string(), "");
-        // A cut through "é" drops its stray continuation byte.
-        let mut t = Tail::new(2);
-        t.push("zé!".as_bytes());
-        assert_eq!(t.into_string(), "!");
-        let mut t = Tail::new(3);
-        t.push("zé!".as_bytes());
-        assert_eq!(t.into_string(), "é!");
-        // Replacement characters (3 bytes each) do not exceed the limit.
-        let mut t = Tail::new(4);
-        t.push(b"\xff\xff\xff\xff");
-        assert_eq!(t.into_string(), "\u{fffd}");
-    }
-
-    proptest! {
-        #[test]
-        fn tail_matches_a_model(limit in 0usize..40, chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..60), 0..20)) {
-            let mut t = Tail::new(limit);
-            let mut all = Vec::new();
-            for c in &chunks {
-                t.push(c);
-                all.extend_from_slice(c);
-                prop_assert!(t.buf.len() <= limit);
-            }
-            prop_assert_eq!(t.buf.iter().copied().collect::<Vec<_>>(), all[all.len().saturating_sub(limit)..].to_vec());
-            prop_assert!(t.into_string().len() <= limit);
-        }
     }
 
     #[tokio::test]

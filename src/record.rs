@@ -22,81 +22,19 @@ use std::fmt;
 
 mod ids;
 mod result;
+pub mod size;
 pub mod text;
 pub mod wire;
 pub use ids::{Attempt, Incarnation, InstanceNo, Position};
 pub use result::ResultMessage;
+pub use size::{
+    fit_json, json_len, MAX_REASON_BYTES, MAX_RECORD_BYTES, MAX_TAIL_BYTES, RECORD_LIMIT,
+};
 pub use text::describe;
 
 /// Instance numbers are positive and at most this (a sanity bound, so that a
 /// stray record cannot make the replay allocate for instance 4 billion).
 pub const MAX_INSTANCE: u32 = 1_000_000;
-
-/// Largest coordination record we accept (a completed record carries bounded
-/// output tails, a checkpoint carries a summary; both stay far below this).
-pub const MAX_RECORD_BYTES: usize = 4 * 1024 * 1024;
-
-/// The most bytes a record the pool writes may take, by construction:
-/// Kafka's default `max.message.bytes` (1,048,588, kept by
-/// scripts/create-topics.sh for the claims topic) less room for the key and
-/// the batch's own overhead. A `completed` record holds two tails of at most
-/// [`MAX_TAIL_BYTES`] and a reason of at most [`MAX_REASON_BYTES`], all
-/// counted as written (after JSON escaping), plus small fields.
-pub const RECORD_LIMIT: usize = 1_000_000;
-
-/// The most bytes of one output tail in a record, as written (after JSON
-/// escaping), and so the largest `OUTPUT_LIMIT_BYTES`: a `completed`
-/// record (two tails, a bounded reason, small fields) stays well within
-/// the claims topic's `max.message.bytes` (Kafka's default, 1 MB, which
-/// scripts/create-topics.sh keeps): see [`RECORD_LIMIT`].
-pub const MAX_TAIL_BYTES: usize = 256 * 1024;
-
-/// The most bytes of a reason in a record, as written.
-pub const MAX_REASON_BYTES: usize = 2048;
-
-/// How many bytes `c` takes inside a JSON string as serde_json writes it.
-fn json_char_len(c: char) -> usize {
-    match c {
-        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
-        c if (c as u32) < 0x20 => 6,
-        c => c.len_utf8(),
-    }
-}
-
-/// How many bytes `s` takes inside a JSON string (without the quotes).
-pub fn json_len(s: &str) -> usize {
-    s.chars().map(json_char_len).sum()
-}
-
-/// The marker left where text was cut.
-const CUT: &str = "…";
-
-/// `s`, cut on a character boundary so that it takes at most `max` bytes
-/// inside a JSON string: its beginning (a reason) or, with `keep_end`, its
-/// end (an output tail), with "…" where it was cut.
-pub fn fit_json(s: &str, max: usize, keep_end: bool) -> String {
-    if json_len(s) <= max {
-        return s.to_string();
-    }
-    let budget = max.saturating_sub(CUT.len());
-    let mut used = 0;
-    let mut take = |c: &char| {
-        used += json_char_len(*c);
-        used <= budget
-    };
-    if keep_end {
-        let kept: Vec<char> = s.chars().rev().take_while(|c| take(c)).collect();
-        let mut out = String::from(if max >= CUT.len() { CUT } else { "" });
-        out.extend(kept.into_iter().rev());
-        out
-    } else {
-        let mut out: String = s.chars().take_while(|c| take(c)).collect();
-        if max >= CUT.len() {
-            out.push_str(CUT);
-        }
-        out
-    }
-}
 
 /// The prefix of a cancel's key: `cancel:P:O` ([`Record::key`]).
 pub const CANCEL_KEY: &str = "cancel:";
@@ -294,17 +232,6 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The outcome cut to fit a record: each tail within `tail_bytes` (at
-    /// most [`MAX_TAIL_BYTES`]) and the reason within [`MAX_REASON_BYTES`],
-    /// as written.
-    pub fn fit(mut self, tail_bytes: usize) -> Outcome {
-        let tail_bytes = tail_bytes.min(MAX_TAIL_BYTES);
-        self.stdout_tail = fit_json(&self.stdout_tail, tail_bytes, true);
-        self.stderr_tail = fit_json(&self.stderr_tail, tail_bytes, true);
-        self.reason = self.reason.map(|r| fit_json(&r, MAX_REASON_BYTES, false));
-        self
-    }
-
     /// The outcome without its output tails (what a checkpoint keeps).
     pub fn without_output(&self) -> Outcome {
         Outcome {
@@ -1065,7 +992,7 @@ impl Record {
         };
         match &mut self.body {
             Body::Completed { outcome, .. } => {
-                let half = json_len(&outcome.stdout_tail).max(json_len(&outcome.stderr_tail)) / 2;
+                let half = size::halved_tail_budget(outcome);
                 let mut o = std::mem::replace(outcome, Outcome::not_run(Status::Ok, "")).fit(half);
                 halve(&mut o.reason);
                 *outcome = o;

@@ -5,7 +5,7 @@
 //! (`worker::Action::PublishResult`); the shell (`Kafka::publish_result`)
 //! only produces it.
 
-use super::{json_len, Outcome, Record, MAX_TAIL_BYTES};
+use super::{Outcome, Record, MAX_TAIL_BYTES};
 
 /// One completion's message for the results topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl ResultMessage {
     /// output tail's budget and cuts both to it. False when there is no
     /// output left to cut (the message cannot be made smaller).
     pub fn shrink(&mut self) -> bool {
-        let half = json_len(&self.outcome.stdout_tail).max(json_len(&self.outcome.stderr_tail)) / 2;
+        let half = super::size::halved_tail_budget(&self.outcome);
         if half == 0 {
             return false;
         }
