@@ -30,9 +30,9 @@
 
 use crate::cli::blocking;
 use crate::exit::Exit;
-use crate::kafka::Gate;
+use crate::kafka::claims::Gate;
+use crate::kafka::tools::Source;
 use crate::record::{Event, OrderId, Position, Record};
-use crate::source::Source;
 use rdkafka::producer::FutureRecord;
 use std::time::Duration;
 
@@ -108,7 +108,7 @@ pub(crate) async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
     let s = src.clone();
     let from = blocking(move || s.claims_end()).await?;
     let s = src.clone();
-    let records = blocking(move || crate::claims::read_all(&s)).await?;
+    let records = blocking(move || crate::kafka::tools::read_all(&s)).await?;
     let at = match find(&records, order) {
         Found::Completed(status, pos) => {
             println!("order {order} is already completed ({status}, claims #{pos}): left as it is");

@@ -33,9 +33,9 @@
 use crate::cli::blocking;
 use crate::cli::submit::WaitArgs;
 use crate::exit::Exit;
+use crate::kafka::tools::{message_at, Source};
 use crate::orders::{self, OrderKind};
 use crate::record::OrderId;
-use crate::source::{message_at, Source};
 use anyhow::bail;
 use rdkafka::Message;
 use std::time::Duration;
@@ -75,7 +75,7 @@ pub(crate) async fn run(args: RetryArgs) -> anyhow::Result<Exit> {
 /// (at or past the frontier) or an instance holds it.
 fn where_is(src: &Source, order: OrderId) -> anyhow::Result<Option<String>> {
     // Only the current view is needed: from the newest checkpoint.
-    let view = crate::claims::current_view(src)?;
+    let view = crate::kafka::tools::current_view(src)?;
     if order.offset >= view.next_offset(order.partition) {
         return Ok(Some("has not been claimed yet (it waits)".into()));
     }
