@@ -1016,7 +1016,7 @@ impl Bench {
                     .set("auto.offset.reset", "earliest");
                 if !self.broker.is_apache() {
                     // Same long-poll bound as the pool's consumers against
-                    // this broker (src/broker.rs, WORKER_ENV); Apache Kafka
+                    // this broker (src/kafka/broker.rs, WORKER_ENV); Apache Kafka
                     // answers a fetch when data arrives, with the defaults.
                     config.set("fetch.wait.max.ms", EMBEDDED_FETCH_WAIT_MS);
                 }

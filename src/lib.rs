@@ -9,7 +9,7 @@
 //! | part | modules | may use |
 //! |------|---------|---------|
 //! | the core | `record` (with `record/`), `boot` (with `boot/`), `claim`, `checkpoint`, `worker`, `exit_status`, `erased`, `orders`, `sign`, `audit` | the core and crates that do no I/O (serde, hmac, ...); no I/O, no clock, no randomness: no rdkafka, tokio, nix, `std::fs`, `std::net`, `std::process` |
-//! | the shells | `run`, `kafka` (with `kafka/`: `worker`, `tools`, `claims`, `topics`, `settings`, `broker`; the only modules that use rdkafka), `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `exit`, `backoff` | the core, each other, and the world |
+//! | the shells | `run`, `kafka` (with `kafka/`: `worker`, `tools`, `claims`, `topics`, `settings`, `broker`; the only modules that name the rdkafka crate), `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `exit`, `backoff` | the core, each other, and the world |
 //! | the command line | `cli` (and `src/main.rs`) | everything |
 //!
 //! A core module imports no shell: the core stands below them all.

@@ -48,13 +48,11 @@ use crate::exit::Exit;
 use crate::exit::Signals;
 use crate::kafka::broker::Broker;
 use crate::kafka::claims::{Polled, Start};
-use crate::kafka::tools::{Source, SourceEnv};
+use crate::kafka::tools::{PlainProducer, Source, SourceEnv};
 use crate::record::Foreign;
 use crate::record::{Event, OrderId, Record};
 use crate::supervise::{ChildOutput, SupEvent, Supervisor, SupervisorConfig};
 use anyhow::Context as _;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::ClientConfig;
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::time::Duration;
@@ -366,7 +364,7 @@ fn worker_env(
     if std::env::var_os("SETTLE_MS").is_none() {
         env.push(("SETTLE_MS", DEV_SETTLE_MS.to_string()));
     }
-    // What the embedded broker needs (src/broker.rs), unless the user says
+    // What the embedded broker needs (src/kafka/broker.rs), unless the user says
     // otherwise.
     for (k, v) in crate::kafka::broker::WORKER_ENV {
         if std::env::var_os(k).is_none() {
@@ -381,23 +379,15 @@ fn worker_env(
 
 /// Sends [`DEMO_ORDERS`] and returns where each landed.
 async fn produce_demo(addr: &str, topic: &str) -> anyhow::Result<Vec<OrderId>> {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", addr)
-        .set("acks", "all")
-        .set("message.timeout.ms", "15000")
-        .create()
+    let producer = PlainProducer::new(addr, Duration::from_secs(15))
         .context("cannot create the demo producer")?;
     let mut ids = Vec::new();
     for (_, payload) in DEMO_ORDERS {
-        let delivery = producer
-            .send(
-                FutureRecord::<str, str>::to(topic).payload(payload),
-                Duration::from_secs(15),
-            )
+        let order = producer
+            .send(topic, payload)
             .await
-            .map_err(|(e, _)| e)
             .context("cannot send a demo order")?;
-        ids.push(OrderId::new(delivery.partition, delivery.offset));
+        ids.push(order);
     }
     Ok(ids)
 }

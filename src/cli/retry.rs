@@ -37,7 +37,6 @@ use crate::kafka::tools::{message_at, Source};
 use crate::orders::{self, OrderKind};
 use crate::record::OrderId;
 use anyhow::bail;
-use rdkafka::Message;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -109,21 +108,17 @@ fn read_order(src: &Source, order: OrderId) -> anyhow::Result<(Option<Vec<u8>>, 
             READ_TIMEOUT.as_secs()
         )
     };
-    if m.offset() > order.offset {
+    if m.offset > order.offset {
         bail!(
             "order {order} is no longer in '{}' (the next message read is at {})",
             src.orders_topic,
-            m.offset()
+            m.offset
         )
     }
-    use rdkafka::message::Headers;
-    let header = m.headers().and_then(|h| {
-        h.iter()
-            .find(|h| h.key.eq_ignore_ascii_case("traceparent"))
-            .and_then(|h| h.value)
-            .and_then(|v| std::str::from_utf8(v).ok().map(|s| s.trim().to_string()))
-    });
-    Ok((m.payload().map(<[u8]>::to_vec), header))
+    let header = m
+        .header("traceparent")
+        .and_then(|v| std::str::from_utf8(v).ok().map(|s| s.trim().to_string()));
+    Ok((m.payload, header))
 }
 
 /// The payload of the retry of `original` (see the module doc): a JSON

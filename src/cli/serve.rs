@@ -26,7 +26,7 @@ mod html;
 
 use crate::backoff::Backoff;
 use crate::kafka::claims::{Polled, Start};
-use crate::kafka::tools::Source;
+use crate::kafka::tools::{Source, ToolClient};
 use crate::record::OrderId;
 use anyhow::Context;
 use axum::extract::{Path, State};
@@ -36,8 +36,6 @@ use axum::routing::get;
 use axum::Router;
 use board::{Board, Done};
 use html::{esc, layout, render_live, render_order};
-use rdkafka::consumer::BaseConsumer;
-use rdkafka::Message;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -130,11 +128,7 @@ fn lock(board: &Mutex<Board>) -> std::sync::MutexGuard<'_, Board> {
 
 /// Waiting orders and the oldest one's timestamp, as `status` counts them:
 /// beyond the view's frontier, per partition.
-fn refresh_orders(
-    src: &Source,
-    c: &BaseConsumer<crate::kafka::settings::Silent>,
-    board: &Mutex<Board>,
-) {
+fn refresh_orders(src: &Source, c: &ToolClient, board: &Mutex<Board>) {
     let offsets = match src.order_offsets(c, Duration::from_secs(5)) {
         Ok(o) => o,
         Err(e) => {
@@ -159,17 +153,14 @@ fn refresh_orders(
 /// The message at one offset of `topic`: its timestamp and payload, if it
 /// can be read within a few seconds.
 fn read_message(
-    c: &BaseConsumer<crate::kafka::settings::Silent>,
+    c: &ToolClient,
     topic: &str,
     p: i32,
     offset: i64,
 ) -> Option<(Option<i64>, Vec<u8>)> {
     let m = crate::kafka::tools::message_at(c, topic, p, offset, Duration::from_secs(5))
-        .filter(|m| m.offset() == offset)?;
-    Some((
-        m.timestamp().to_millis(),
-        m.payload().unwrap_or_default().to_vec(),
-    ))
+        .filter(|m| m.offset == offset)?;
+    Some((m.timestamp, m.payload.unwrap_or_default()))
 }
 
 // ------------------------------------------------------------------ the web

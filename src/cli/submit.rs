@@ -22,7 +22,6 @@ use crate::kafka::claims::{Polled, Start};
 use crate::kafka::tools::Source;
 use crate::record::{Event, OrderId, Outcome, Position, Record};
 use anyhow::{bail, Context};
-use rdkafka::producer::FutureRecord;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -96,15 +95,7 @@ pub(crate) async fn send(src: &Source, payload: Vec<u8>, wait: &WaitArgs) -> any
     // that no completion can be missed.
     let s = src.clone();
     let claims_from = blocking(move || s.claims_end()).await?;
-    let d = src
-        .producer()?
-        .send(
-            FutureRecord::<(), [u8]>::to(&src.orders_topic).payload(&payload),
-            Duration::from_secs(30),
-        )
-        .await
-        .map_err(|(e, _)| src.write_error("the order", &src.orders_topic, &e))?;
-    let order = OrderId::new(d.partition, d.offset);
+    let order = src.send_order(&payload).await?;
     if src.json {
         println!(
             "{}",

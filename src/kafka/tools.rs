@@ -10,7 +10,8 @@ use crate::record::{Foreign, OrderId, Position, Record};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::FutureProducer;
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 
@@ -155,7 +156,7 @@ impl Source {
     /// exist (yet) is left to the tool.
     pub(crate) fn check_topics(
         &self,
-        c: &BaseConsumer<Silent>,
+        c: &ToolClient,
         timeout: Duration,
     ) -> Result<Result<(), crate::kafka::topics::TopicProblem>, KafkaError> {
         use crate::kafka::topics::{one_partition, partitions_in, TopicProblem};
@@ -180,7 +181,7 @@ impl Source {
     /// What a tool says when the brokers refuse its record to `topic`
     /// (`what`: "the order", "the cancel"): one line naming the principal
     /// when the refusal is the authorizer's (no Write ACL).
-    pub(crate) fn write_error(&self, what: &str, topic: &str, e: &KafkaError) -> anyhow::Error {
+    fn write_error(&self, what: &str, topic: &str, e: &KafkaError) -> anyhow::Error {
         if e.rdkafka_error_code()
             .is_some_and(crate::kafka::topics::is_authorization)
         {
@@ -244,10 +245,14 @@ impl Source {
 /// How long reading a topic's offsets or metadata may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A tool's client of the pool's topics ([`Source::consumer`]), for the
+/// questions and reads of this module.
+pub(crate) type ToolClient = BaseConsumer<Silent>;
+
 impl Source {
     /// A client of the pool's topics that joins no group and commits
     /// nothing (it is assigned partitions, never subscribed).
-    pub(crate) fn consumer(&self) -> anyhow::Result<BaseConsumer<Silent>> {
+    pub(crate) fn consumer(&self) -> anyhow::Result<ToolClient> {
         self.client_config()?
             .set("group.id", "pool_worker-status")
             .set("enable.auto.commit", "false")
@@ -258,12 +263,55 @@ impl Source {
 
     /// A producer for the one record a tool writes (an order, a cancel):
     /// acknowledged by every in-sync replica, given up after 30 s.
-    pub(crate) fn producer(&self) -> anyhow::Result<FutureProducer<Silent>> {
+    fn producer(&self) -> anyhow::Result<FutureProducer<Silent>> {
         self.client_config()?
             .set("acks", "all")
             .set("message.timeout.ms", "30000")
             .create_with_context(Silent)
             .context("cannot create a Kafka producer")
+    }
+
+    /// Sends one order (`payload`, no key) to the orders topic with a
+    /// new [`Source::producer`]; where it landed. A refusal is
+    /// [`Source::write_error`]'s line.
+    pub(crate) async fn send_order(&self, payload: &[u8]) -> anyhow::Result<OrderId> {
+        let d = self
+            .producer()?
+            .send(
+                FutureRecord::<(), [u8]>::to(&self.orders_topic).payload(payload),
+                Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(e, _)| self.write_error("the order", &self.orders_topic, &e))?;
+        Ok(OrderId::new(d.partition, d.offset))
+    }
+
+    /// Writes one record to the claims topic's partition with a new
+    /// [`Source::producer`], with the signature header `sig` if there is
+    /// one (`what` names it in an error: "the cancel"); its offset.
+    pub(crate) async fn send_to_claims(
+        &self,
+        what: &str,
+        key: &str,
+        value: &[u8],
+        sig: Option<&str>,
+    ) -> anyhow::Result<i64> {
+        let mut fr = FutureRecord::<str, [u8]>::to(&self.coordination_topic)
+            .partition(0)
+            .key(key)
+            .payload(value);
+        if let Some(sig) = sig {
+            fr = fr.headers(OwnedHeaders::new().insert(Header {
+                key: crate::sign::HEADER,
+                value: Some(sig.as_bytes()),
+            }));
+        }
+        let d = self
+            .producer()?
+            .send(fr, Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| self.write_error(what, &self.coordination_topic, &e))?;
+        Ok(d.offset)
     }
 
     /// The claims topic's end (the position its next record will take).
@@ -281,7 +329,7 @@ impl Source {
     /// an offset past its end).
     pub(crate) fn find_order(
         &self,
-        c: &BaseConsumer<Silent>,
+        c: &ToolClient,
         order: OrderId,
     ) -> anyhow::Result<Result<i64, String>> {
         let topic = &self.orders_topic;
@@ -329,7 +377,7 @@ impl Source {
     /// Each partition of the orders topic: (partition, first offset, end).
     pub(crate) fn order_offsets(
         &self,
-        c: &BaseConsumer<Silent>,
+        c: &ToolClient,
         timeout: Duration,
     ) -> anyhow::Result<Vec<(i32, i64, i64)>> {
         let topic = &self.orders_topic;
@@ -352,7 +400,7 @@ impl Source {
     /// order's timestamp (read with `c`, if it can be read quickly).
     pub(crate) fn waiting(
         &self,
-        c: &BaseConsumer<Silent>,
+        c: &ToolClient,
         offsets: &[(i32, i64, i64)],
         next: impl Fn(i32) -> i64,
     ) -> Waiting {
@@ -366,7 +414,7 @@ impl Source {
             let from = next(p).max(low);
             if from < high {
                 w.waiting += high - from;
-                let ts = message_at(c, &self.orders_topic, p, from, Duration::from_secs(5))
+                let ts = borrowed_at(c, &self.orders_topic, p, from, Duration::from_secs(5))
                     .and_then(|m| m.timestamp().to_millis());
                 if let Some(ts) = ts {
                     w.oldest_ts = Some(w.oldest_ts.map_or(ts, |o| o.min(ts)));
@@ -377,16 +425,95 @@ impl Source {
     }
 }
 
+/// A producer of plain messages (a payload, no key) for a broker that
+/// needs no settings: `dev`'s demo orders, sent to its embedded broker.
+pub(crate) struct PlainProducer {
+    producer: FutureProducer,
+    wait: Duration,
+}
+
+impl PlainProducer {
+    /// Acknowledged by every in-sync replica, each message given up after
+    /// `wait`.
+    pub(crate) fn new(brokers: &str, wait: Duration) -> Result<PlainProducer, KafkaError> {
+        let producer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("acks", "all")
+            .set("message.timeout.ms", wait.as_millis().to_string())
+            .create()?;
+        Ok(PlainProducer { producer, wait })
+    }
+
+    /// Sends `payload` to `topic`: where it landed.
+    pub(crate) async fn send(&self, topic: &str, payload: &str) -> Result<OrderId, KafkaError> {
+        let d = self
+            .producer
+            .send(
+                FutureRecord::<str, str>::to(topic).payload(payload),
+                self.wait,
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+        Ok(OrderId::new(d.partition, d.offset))
+    }
+}
+
+/// A message as a tool reads it ([`message_at`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ToolMessage {
+    pub(crate) offset: i64,
+    /// Its timestamp (ms since the epoch), if it has one.
+    pub(crate) timestamp: Option<i64>,
+    pub(crate) payload: Option<Vec<u8>>,
+    /// Its headers, in order.
+    pub(crate) headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl ToolMessage {
+    /// The value of the first header named `name` (in any case), if it has one.
+    pub(crate) fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| v.as_deref())
+    }
+}
+
 /// The first message at or after `offset` of `topic`'s partition `p`
 /// that `c` reads within `wait` (the tools read single orders this way:
 /// `status`'s oldest waiting order, `serve`'s order pages, `retry`).
-pub(crate) fn message_at<'c>(
-    c: &'c BaseConsumer<Silent>,
+pub(crate) fn message_at(
+    c: &ToolClient,
     topic: &str,
     p: i32,
     offset: i64,
     wait: Duration,
-) -> Option<rdkafka::message::BorrowedMessage<'c>> {
+) -> Option<ToolMessage> {
+    use rdkafka::message::Headers;
+    let m = borrowed_at(c, topic, p, offset, wait)?;
+    Some(ToolMessage {
+        offset: m.offset(),
+        timestamp: m.timestamp().to_millis(),
+        payload: m.payload().map(<[u8]>::to_vec),
+        headers: m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
+/// [`message_at`], the message as the client holds it.
+fn borrowed_at<'c>(
+    c: &'c ToolClient,
+    topic: &str,
+    p: i32,
+    offset: i64,
+    wait: Duration,
+) -> Option<BorrowedMessage<'c>> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, p, Offset::Offset(offset))
         .ok()?;
