@@ -28,7 +28,7 @@
 //! previous completed: claims records per order, instances that claimed it,
 //! send → `completed` latency; once with the workers' defaults (as for a
 //! real Kafka cluster) and once with the embedded broker's settings
-//! (`pool_worker::broker::WORKER_ENV`, which every other case uses).
+//! (`pool_worker::kafka::broker::WORKER_ENV`, which every other case uses).
 //!
 //! Then boot time against the size of the claims history (K pre-filled
 //! orders; the mock broker keeps 5 MB per partition, so the pre-fill is
@@ -152,7 +152,7 @@ const EMBEDDED_FETCH_WAIT_MS: &str = "2";
 
 /// The workers' environment for the embedded broker's settings.
 fn embedded_env() -> Vec<(&'static str, String)> {
-    let env: Vec<(&'static str, String)> = pool_worker::broker::WORKER_ENV
+    let env: Vec<(&'static str, String)> = pool_worker::kafka::broker::WORKER_ENV
         .iter()
         .map(|(k, v)| (*k, v.to_string()))
         .collect();
@@ -1042,7 +1042,7 @@ impl Bench {
                     .set("auto.offset.reset", "earliest");
                 if !self.broker.is_apache() {
                     // Same long-poll bound as the pool's consumers against
-                    // this broker (src/broker.rs, WORKER_ENV); Apache Kafka
+                    // this broker (src/kafka/broker.rs, WORKER_ENV); Apache Kafka
                     // answers a fetch when data arrives, with the defaults.
                     config.set("fetch.wait.max.ms", EMBEDDED_FETCH_WAIT_MS);
                 }
@@ -1720,13 +1720,13 @@ impl IdleResult {
         if self.embedded {
             format!(
                 "embedded broker's (`{}`)",
-                pool_worker::broker::worker_env_line()
+                pool_worker::kafka::broker::worker_env_line()
             )
         } else {
             format!(
                 "defaults (`fetch.wait.max.ms`: orders {}, claims {})",
-                pool_worker::kafka::FETCH_WAIT_MS,
-                pool_worker::kafka::CLAIMS_FETCH_WAIT_MS
+                pool_worker::kafka::settings::FETCH_WAIT_MS,
+                pool_worker::kafka::settings::CLAIMS_FETCH_WAIT_MS
             )
         }
     }
@@ -3090,7 +3090,7 @@ fn main() {
         );
         let _ = writeln!(doc, "Date: {date}  ");
         let _ = writeln!(doc, "Machine: {cores} cores (nproc), shared and noisy; the broker on the same machine: the embedded broker (librdkafka mock cluster, `pool_worker broker`), or, in the sections headed \"on Apache Kafka\", Apache Kafka from scripts/kafka.sh (`BENCH_BROKER=apache cargo bench --bench pool`: one KRaft node, 1 GB heap, claims topics with scripts/create-topics.sh's settings), where every worker and the baseline run with their defaults (no embedded-broker setting).\n");
-        let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null{restart_flag}` (clean exits restarted at once, as the shipped compose file and systemd unit run it) with the embedded broker's worker settings (`{}`) on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine). Rows \"pool, ORDERS_PER_PROCESS=K\": the same with each worker process completing up to K orders before it exits.", pool_worker::broker::worker_env_line());
+        let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null{restart_flag}` (clean exits restarted at once, as the shipped compose file and systemd unit run it) with the embedded broker's worker settings (`{}`) on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine). Rows \"pool, ORDERS_PER_PROCESS=K\": the same with each worker process completing up to K orders before it exits.", pool_worker::kafka::broker::worker_env_line());
         let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms={}` (as the pool's consumers against this broker), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.", EMBEDDED_FETCH_WAIT_MS);
         let _ = writeln!(doc, "Each section says when it was measured: a run of a subset of the cases (see the knobs in benches/pool.rs) replaces only its own sections.\n");
         let _ = writeln!(doc, "History: one worker (instance 1) boots on a claims topic pre-filled with K completed orders (booted/claimed/committed/completed each, as the pool writes them, lz4-compressed so that the mock broker, which keeps 5 MB per partition, keeps them); `log start` > 0 means the broker dropped the oldest records, `records replayed` is the worker's own count (its \"replayed the claims topic\" log line), `in-process replay` is decode + `View::apply` of the same records in the bench process, without Kafka.");

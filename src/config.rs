@@ -41,6 +41,7 @@
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |
 
+use crate::kafka::settings::{KafkaSettings, SettingsError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -329,137 +330,18 @@ pub mod parse {
 /// `CLAIM_DEFER_MS` unless set (and unless `LEASE_MS`/3 is less).
 pub(crate) const DEFAULT_CLAIM_DEFER_MS: u64 = 1_000;
 
-/// Variables that begin with `KAFKA_` but are not librdkafka properties:
-/// pool_worker's own, and those of Kafka's own scripts (`kafka-run-class.sh`
-/// and friends), which a host that also runs Kafka's tools may have set.
-const NOT_PROPERTIES: &[&str] = &[
-    "KAFKA_BROKERS",
-    "KAFKA_HEAP_OPTS",
-    "KAFKA_OPTS",
-    "KAFKA_JMX_OPTS",
-    "KAFKA_JVM_PERFORMANCE_OPTS",
-    "KAFKA_GC_LOG_OPTS",
-    "KAFKA_LOG4J_OPTS",
-    "KAFKA_DEBUG",
-    "KAFKA_HOME",
-];
-
 /// Names removed from every job's environment whatever `JOB_ENV_DENY` says
 /// (the variable adds to them): the Kafka settings, credentials included,
 /// and the claims topic's signing key.
 pub(crate) const ALWAYS_DENIED: &[&str] = &["KAFKA_*", "CLAIMS_KEY*"];
 
-/// The largest secret file a `KAFKA_<PROPERTY>_FILE` may name.
-const MAX_SECRET_FILE: u64 = 64 * 1024;
-
 use crate::record::size::MAX_OUTPUT_LIMIT;
-
-/// How every command reaches Kafka: the bootstrap servers and the librdkafka
-/// properties given as `KAFKA_<PROPERTY>` (or read from the file named by
-/// `KAFKA_<PROPERTY>_FILE`). The worker, `status`, `history` and `submit`
-/// all read them through [`KafkaSettings::from_env`].
-#[derive(Clone, Default)]
-pub(crate) struct KafkaSettings {
-    pub(crate) brokers: String,
-    pub(crate) props: BTreeMap<String, String>,
-}
-
-/// Never prints a property's value: some are secrets.
-impl std::fmt::Debug for KafkaSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaSettings")
-            .field("brokers", &self.brokers)
-            .field("props", &self.props.keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
-
-impl KafkaSettings {
-    /// Reads the process environment.
-    pub(crate) fn from_env() -> Result<KafkaSettings, ConfigError> {
-        KafkaSettings::from_vars(&env_vars())
-    }
-
-    /// Reads the given variables. Every property is checked by librdkafka
-    /// itself here, so that a misspelt name or a bad value is a
-    /// configuration error (exit 2, one line naming the variable) rather than
-    /// a failure to start the clients later; the error never repeats the
-    /// value, which may be a secret.
-    pub(crate) fn from_vars(vars: &[(String, String)]) -> Result<KafkaSettings, ConfigError> {
-        let brokers = vars
-            .iter()
-            .find(|(k, _)| k == "KAFKA_BROKERS")
-            .map(|(_, v)| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| "localhost:9092".to_string());
-        let mut props: BTreeMap<String, (String, String)> = BTreeMap::new();
-        for (var, value) in vars {
-            let Some(rest) = var.strip_prefix("KAFKA_") else {
-                continue;
-            };
-            if rest.is_empty() || NOT_PROPERTIES.contains(&var.as_str()) {
-                continue;
-            }
-            let (rest, value) = match rest.strip_suffix("_FILE") {
-                Some(base) if !base.is_empty() => (base, read_secret(var, value)?),
-                _ => (rest, value.clone()),
-            };
-            let name = rest.to_ascii_lowercase().replace('_', ".");
-            if let Some((other, _)) = props.get(&name) {
-                return Err(ConfigError(format!(
-                    "{var} and {other} both set the Kafka property '{name}'"
-                )));
-            }
-            check_property(var, &name, &value)?;
-            props.insert(name, (var.clone(), value));
-        }
-        Ok(KafkaSettings {
-            brokers,
-            props: props.into_iter().map(|(k, (_, v))| (k, v)).collect(),
-        })
-    }
-}
 
 /// The process environment, as (name, value) pairs (non-UTF-8 ones left out).
 pub(crate) fn env_vars() -> Vec<(String, String)> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect()
-}
-
-/// The content of a `KAFKA_<PROPERTY>_FILE`, without its final line break.
-fn read_secret(var: &str, path: &str) -> Result<String, ConfigError> {
-    use std::io::Read as _;
-    let path = path.trim();
-    let cannot = |why: String| ConfigError(format!("{var}: cannot read '{path}': {why}"));
-    let file = std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
-    let meta = file.metadata().map_err(|e| cannot(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(cannot("not a regular file".into()));
-    }
-    let mut text = String::new();
-    file.take(MAX_SECRET_FILE + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| cannot(e.to_string()))?;
-    if text.len() as u64 > MAX_SECRET_FILE {
-        return Err(cannot(format!("larger than {MAX_SECRET_FILE} bytes")));
-    }
-    let text = text.strip_suffix('\n').unwrap_or(&text);
-    Ok(text.strip_suffix('\r').unwrap_or(text).to_string())
-}
-
-/// Asks librdkafka whether it takes `name` = `value`; the error names the
-/// variable and the property, never the value.
-fn check_property(var: &str, name: &str, value: &str) -> Result<(), ConfigError> {
-    use rdkafka::error::KafkaError;
-    use rdkafka::types::RDKafkaConfRes;
-    match rdkafka::ClientConfig::new().set(name, value).create_native_config() {
-        Ok(_) => Ok(()),
-        Err(KafkaError::ClientConfig(RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN, ..)) => Err(ConfigError(format!(
-            "{var}: librdkafka has no property '{name}' (see librdkafka's CONFIGURATION.md; KAFKA_<PROPERTY> is the property in upper case, '.' written '_')"
-        ))),
-        Err(_) => Err(ConfigError(format!("{var}: librdkafka refuses this value for '{name}' (the value is not shown)"))),
-    }
 }
 
 /// `JOB_ENV_DENY` adds to [`ALWAYS_DENIED`]; it never replaces it.
@@ -565,6 +447,13 @@ pub use crate::config_error::ConfigError;
 /// `message.timeout.ms` (10 s, set in src/kafka.rs) plus 5 s for the
 /// broker's own queueing.
 pub(crate) const DEFAULT_SETTLE_MS: u64 = 15_000;
+
+/// A rejected `KAFKA_*` variable ([`KafkaSettings`]) is a configuration error.
+impl From<SettingsError> for ConfigError {
+    fn from(e: SettingsError) -> ConfigError {
+        ConfigError(e.0)
+    }
+}
 
 fn required(name: &str, v: Option<String>) -> Result<String, ConfigError> {
     match v.map(|s| s.trim().to_string()) {
@@ -707,7 +596,8 @@ impl Topics {
             ("ORDERS_TOPIC", &orders),
             ("COORDINATION_TOPIC", &coordination),
         ] {
-            crate::broker::check_topic_name(t).map_err(|e| ConfigError(format!("{name}: {e}")))?;
+            crate::kafka::broker::check_topic_name(t)
+                .map_err(|e| ConfigError(format!("{name}: {e}")))?;
         }
         if orders == coordination {
             return Err(ConfigError(
@@ -716,7 +606,7 @@ impl Topics {
         }
         let results = raw.results_topic.take();
         if let Some(t) = &results {
-            crate::broker::check_topic_name(t)
+            crate::kafka::broker::check_topic_name(t)
                 .map_err(|e| ConfigError(format!("RESULTS_TOPIC: {e}")))?;
             if *t == orders || *t == coordination {
                 return Err(ConfigError(

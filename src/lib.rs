@@ -9,7 +9,7 @@
 //! | part | modules | may use |
 //! |------|---------|---------|
 //! | the core: the crate `pool_worker_core` (core/Cargo.toml, root src/core.rs) | `record` (with `record/`), `boot` (with `boot/`), `claim`, `checkpoint`, `worker`, `exit_status`, `erased`, `orders`, `sign`, `audit` | the core and crates that do no I/O (serde, hmac, ...); no I/O, no clock, no randomness: no rdkafka, tokio, nix, `std::fs`, `std::net`, `std::process` |
-//! | the shells | `run`, `kafka`, `claims`, `source`, `topics`, `broker`, `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `config_error`, `exit`, `backoff` | the core, each other, and the world |
+//! | the shells | `run`, `kafka` (with `kafka/`: `worker`, `tools`, `claims`, `topics`, `settings`, `broker`; the only modules that name the rdkafka crate), `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `config_error`, `exit`, `backoff` | the core, each other, and the world |
 //! | the command line | `cli` (and `src/main.rs`) | everything |
 //!
 //! A core module imports no shell: the core stands below them all. The
@@ -39,21 +39,17 @@ pub use pool_worker_core::{
 
 // The shells: Kafka, processes, the environment.
 pub mod backoff; // the retry loops' delays
-pub mod broker; // the embedded mock broker
-pub mod claims; // the one reader of the claims topic
 pub mod config; // the environment
 pub mod config_error; // a configuration error (config's and its parsers')
 pub mod exit; // a status as the process's, and the signals that stop it
 pub mod fetch; // fetching a URL order's body
 pub mod isolate; // what keeps a job away from the worker
 pub mod job; // running a job with tokio::process
-pub mod kafka; // the rdkafka adapter
+pub mod kafka; // everything Kafka: the worker's and the tools' clients, the claims reader, the embedded broker
 pub mod policy; // the allow lists: what an order may run, set, pull and fetch
 pub mod run; // drives the worker machine with Kafka and jobs
 pub mod settle; // booting only after a dead predecessor's appends settled
-pub mod source; // where the tools connect: topics, brokers, claims key, clients
 pub mod supervise; // the dev-mode supervisor
-pub mod topics; // what the pool needs of its broker and topics, checked
 
 // The command line: worker mode and one module per subcommand.
 pub mod cli;

@@ -8,7 +8,7 @@ use crate::exit::Exit;
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct AuditArgs {
     #[command(flatten)]
-    pub(crate) source: crate::source::Source,
+    pub(crate) source: crate::kafka::tools::Source,
     /// The pool's MAX_ATTEMPTS [env: MAX_ATTEMPTS]
     #[arg(long, default_value_t = crate::worker::DEFAULT_MAX_ATTEMPTS)]
     pub(crate) max_attempts: u32,
@@ -27,7 +27,7 @@ pub(crate) struct AuditEnv {
 /// status 0 when every invariant holds, 1 otherwise.
 pub(crate) async fn run(args: AuditArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
-    let log = crate::cli::blocking(move || crate::claims::read_all(&src)).await?;
+    let log = crate::cli::blocking(move || crate::kafka::tools::read_all(&src)).await?;
     let report = audit(
         log.iter().map(|(pos, r)| (*pos, r.as_ref().ok())),
         args.max_attempts,

@@ -1,4 +1,4 @@
-//! `pool_worker broker`: the embedded broker ([`crate::broker`]) as a process.
+//! `pool_worker broker`: the embedded broker ([`crate::kafka::broker`]) as a process.
 //!
 //! `pool_worker broker` runs the same thing as a process, for tests in other
 //! processes and for trying the pool by hand. It creates the topics, prints
@@ -24,11 +24,11 @@
 //! `tokio::io::stdin`, whose blocking read cannot be cancelled and would
 //! hold up the runtime's shutdown.
 
-use crate::broker::{
-    check_topic_name, worker_env_line, Broker, MAX_BROKERS, MAX_PARTITIONS, WORKER_ENV,
-};
 use crate::exit::Exit;
 use crate::exit::Signals;
+use crate::kafka::broker::{
+    check_topic_name, worker_env_line, Broker, MAX_BROKERS, MAX_PARTITIONS, WORKER_ENV,
+};
 use std::io::Write as _;
 use std::time::Duration;
 

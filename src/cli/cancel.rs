@@ -30,10 +30,9 @@
 
 use crate::cli::blocking;
 use crate::exit::Exit;
-use crate::kafka::Gate;
+use crate::kafka::claims::Gate;
+use crate::kafka::tools::Source;
 use crate::record::{Event, OrderId, Position, Record};
-use crate::source::Source;
-use rdkafka::producer::FutureRecord;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -108,7 +107,7 @@ pub(crate) async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
     let s = src.clone();
     let from = blocking(move || s.claims_end()).await?;
     let s = src.clone();
-    let records = blocking(move || crate::claims::read_all(&s)).await?;
+    let records = blocking(move || crate::kafka::tools::read_all(&s)).await?;
     let at = match find(&records, order) {
         Found::Completed(status, pos) => {
             println!("order {order} is already completed ({status}, claims #{pos}): left as it is");
@@ -140,25 +139,11 @@ async fn write_cancel(
     let value = rec.encode();
     let sig = gate.sign(&value);
     let key = rec.key();
-    let mut fr = FutureRecord::<str, [u8]>::to(&src.coordination_topic)
-        .partition(0)
-        .key(&key)
-        .payload(&value);
-    if let Some(sig) = &sig {
-        fr = fr.headers(
-            rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-                key: crate::sign::HEADER,
-                value: Some(sig.as_bytes()),
-            }),
-        );
-    }
-    let d = src
-        .producer()?
-        .send(fr, Duration::from_secs(30))
-        .await
-        .map_err(|(e, _)| src.write_error("the cancel", &src.coordination_topic, &e))?;
-    println!("order {order}: cancel recorded (claims #{})", d.offset);
-    Ok(d.offset.max(0) as u64)
+    let offset = src
+        .send_to_claims("the cancel", &key, &value, sig.as_deref())
+        .await?;
+    println!("order {order}: cancel recorded (claims #{offset})");
+    Ok(offset.max(0) as u64)
 }
 
 /// After the cancel at `at`: unless `--no-wait`, waits for the order's

@@ -4,7 +4,7 @@
 //! cluster, topics or a supervisor. `pool_worker dev` puts the three pieces
 //! the production deployment spreads over several machines into one process:
 //!
-//! 1. the embedded broker ([`crate::broker`]) on a free 127.0.0.1 port, with
+//! 1. the embedded broker ([`crate::kafka::broker`]) on a free 127.0.0.1 port, with
 //!    the orders topic and the one-partition claims topic created;
 //! 2. the supervisor ([`crate::supervise`]), running `--instances` copies of
 //!    this executable in worker mode (`KAFKA_BROKERS` pointing at the broker,
@@ -38,23 +38,21 @@
 //! `--json` every stdout line is a JSON object instead (see [`run`]).
 //!
 //! The claims trail is read with the pool's one claims reader
-//! ([`crate::claims`]): from the beginning (every record is printed), each
+//! ([`crate::kafka::claims`]): from the beginning (every record is printed), each
 //! record judged by the same gate as the workers' (`CLAIMS_KEY`, possible
 //! claims), so a record they skip shows as foreign.
 
-use crate::broker::Broker;
-use crate::claims::{ClaimsReader, Polled, Start};
 use crate::cli::broker::TopicArgs;
 use crate::cli::show::{clip, describe, first_line};
 use crate::exit::Exit;
 use crate::exit::Signals;
+use crate::kafka::broker::Broker;
+use crate::kafka::claims::{Polled, Start};
+use crate::kafka::tools::{PlainProducer, Source, SourceEnv};
 use crate::record::Foreign;
 use crate::record::{Event, OrderId, Record};
-use crate::source::{Source, SourceEnv};
 use crate::supervise::{ChildOutput, SupEvent, Supervisor, SupervisorConfig};
 use anyhow::Context as _;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::ClientConfig;
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::time::Duration;
@@ -366,9 +364,9 @@ fn worker_env(
     if std::env::var_os("SETTLE_MS").is_none() {
         env.push(("SETTLE_MS", DEV_SETTLE_MS.to_string()));
     }
-    // What the embedded broker needs (src/broker.rs), unless the user says
+    // What the embedded broker needs (src/kafka/broker.rs), unless the user says
     // otherwise.
-    for (k, v) in crate::broker::WORKER_ENV {
+    for (k, v) in crate::kafka::broker::WORKER_ENV {
         if std::env::var_os(k).is_none() {
             env.push((k, v.to_string()));
         }
@@ -381,23 +379,15 @@ fn worker_env(
 
 /// Sends [`DEMO_ORDERS`] and returns where each landed.
 async fn produce_demo(addr: &str, topic: &str) -> anyhow::Result<Vec<OrderId>> {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", addr)
-        .set("acks", "all")
-        .set("message.timeout.ms", "15000")
-        .create()
+    let producer = PlainProducer::new(addr, Duration::from_secs(15))
         .context("cannot create the demo producer")?;
     let mut ids = Vec::new();
     for (_, payload) in DEMO_ORDERS {
-        let delivery = producer
-            .send(
-                FutureRecord::<str, str>::to(topic).payload(payload),
-                Duration::from_secs(15),
-            )
+        let order = producer
+            .send(topic, payload)
             .await
-            .map_err(|(e, _)| e)
             .context("cannot send a demo order")?;
-        ids.push(OrderId::new(delivery.partition, delivery.offset));
+        ids.push(order);
     }
     Ok(ids)
 }
@@ -405,8 +395,8 @@ async fn produce_demo(addr: &str, topic: &str) -> anyhow::Result<Vec<OrderId>> {
 /// Reads the claims topic from the beginning and forwards every record until
 /// the receiver is gone. Errors are librdkafka's transient ones (it
 /// reconnects by itself) and are not fatal.
-fn tail_claims(src: &crate::source::Source, tx: &mpsc::UnboundedSender<RawClaim>) {
-    let reader = match ClaimsReader::open(src, Start::Beginning) {
+fn tail_claims(src: &crate::kafka::tools::Source, tx: &mpsc::UnboundedSender<RawClaim>) {
+    let reader = match src.claims_reader(Start::Beginning) {
         Ok((r, _, _)) => r,
         Err(e) => {
             eprintln!("pool_worker dev: cannot read the claims topic: {e:#}");
@@ -590,7 +580,7 @@ impl Out {
              COORDINATION_TOPIC={claims} INSTANCE_NUMBER={next} {mock} {exe}\n\
              ({mock}: for this embedded broker only; a real Kafka cluster needs no such setting)\n",
             next = args.instances + 1,
-            mock = crate::broker::worker_env_line(),
+            mock = crate::kafka::broker::worker_env_line(),
             exe = std::env::current_exe().map_or("pool_worker".into(), |p| p.display().to_string()),
         ));
         text.push_str(&tools_lines(args, addr, &tool_program()));

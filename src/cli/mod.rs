@@ -18,7 +18,7 @@ mod supervise; // keep N instances running
 // What the subcommands share.
 pub(crate) mod show; // text from orders and records made safe to show
 
-use crate::source::apply_env_with;
+use crate::kafka::tools::apply_env_with;
 use crate::{config::Config, exit::Exit, run};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
@@ -103,7 +103,7 @@ impl Command {
     /// The tools that read the pool's topics at once: they first make
     /// sure a broker answers, so that none does is one clear line, at
     /// once (issue 19). `serve` waits for one instead.
-    fn probed_source(&self) -> Option<&crate::source::Source> {
+    fn probed_source(&self) -> Option<&crate::kafka::tools::Source> {
         match self {
             Command::Status(a) => Some(&a.source),
             Command::History(a) => Some(&a.source),
@@ -220,9 +220,9 @@ fn worker_mode(runtime: &tokio::runtime::Runtime) -> ! {
 }
 
 /// Runs `f` (blocking Kafka client calls) off the async threads
-/// ([`crate::kafka::blocking`]), with its own error and the task's as one.
+/// ([`crate::kafka::settings::blocking`]), with its own error and the task's as one.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
-    crate::kafka::blocking(f).await?
+    crate::kafka::settings::blocking(f).await?
 }

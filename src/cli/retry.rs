@@ -33,11 +33,10 @@
 use crate::cli::blocking;
 use crate::cli::submit::WaitArgs;
 use crate::exit::Exit;
+use crate::kafka::tools::{message_at, Source};
 use crate::orders::{self, OrderKind};
 use crate::record::OrderId;
-use crate::source::{message_at, Source};
 use anyhow::bail;
-use rdkafka::Message;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -75,7 +74,7 @@ pub(crate) async fn run(args: RetryArgs) -> anyhow::Result<Exit> {
 /// (at or past the frontier) or an instance holds it.
 fn where_is(src: &Source, order: OrderId) -> anyhow::Result<Option<String>> {
     // Only the current view is needed: from the newest checkpoint.
-    let view = crate::claims::current_view(src)?;
+    let view = crate::kafka::tools::current_view(src)?;
     if order.offset >= view.next_offset(order.partition) {
         return Ok(Some("has not been claimed yet (it waits)".into()));
     }
@@ -109,21 +108,17 @@ fn read_order(src: &Source, order: OrderId) -> anyhow::Result<(Option<Vec<u8>>, 
             READ_TIMEOUT.as_secs()
         )
     };
-    if m.offset() > order.offset {
+    if m.offset > order.offset {
         bail!(
             "order {order} is no longer in '{}' (the next message read is at {})",
             src.orders_topic,
-            m.offset()
+            m.offset
         )
     }
-    use rdkafka::message::Headers;
-    let header = m.headers().and_then(|h| {
-        h.iter()
-            .find(|h| h.key.eq_ignore_ascii_case("traceparent"))
-            .and_then(|h| h.value)
-            .and_then(|v| std::str::from_utf8(v).ok().map(|s| s.trim().to_string()))
-    });
-    Ok((m.payload().map(<[u8]>::to_vec), header))
+    let header = m
+        .header("traceparent")
+        .and_then(|v| std::str::from_utf8(v).ok().map(|s| s.trim().to_string()));
+    Ok((m.payload, header))
 }
 
 /// The payload of the retry of `original` (see the module doc): a JSON

@@ -25,9 +25,9 @@ mod board;
 mod html;
 
 use crate::backoff::Backoff;
-use crate::claims::{ClaimsReader, Polled, Start};
+use crate::kafka::claims::{Polled, Start};
+use crate::kafka::tools::{Source, ToolClient};
 use crate::record::OrderId;
-use crate::source::Source;
 use anyhow::Context;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -36,8 +36,6 @@ use axum::routing::get;
 use axum::Router;
 use board::{Board, Done};
 use html::{esc, layout, render_live, render_order};
-use rdkafka::consumer::BaseConsumer;
-use rdkafka::Message;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -80,7 +78,8 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
                 std::process::exit(crate::exit::Exit::Failure.code());
             }
         }
-        let opened = ClaimsReader::open(&src, Start::Beginning)
+        let opened = src
+            .claims_reader(Start::Beginning)
             .and_then(|(t, _, _)| Ok((t.end(Duration::from_secs(30))?, t)))
             .and_then(|(end, t)| Ok((end, t, src.consumer()?)));
         match opened {
@@ -106,7 +105,7 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
                 Polled::Record(pos, r) => b.apply(pos, r),
                 Polled::End => b.caught_up = true,
                 Polled::Nothing => {}
-                Polled::Error(e) => crate::claims::say_error(&e),
+                Polled::Error(e) => crate::kafka::claims::say_error(&e),
                 Polled::Broken(p) => {
                     eprintln!("pool_worker: {p}");
                     std::process::exit(crate::exit::Exit::Failure.code());
@@ -129,7 +128,7 @@ fn lock(board: &Mutex<Board>) -> std::sync::MutexGuard<'_, Board> {
 
 /// Waiting orders and the oldest one's timestamp, as `status` counts them:
 /// beyond the view's frontier, per partition.
-fn refresh_orders(src: &Source, c: &BaseConsumer<crate::source::Silent>, board: &Mutex<Board>) {
+fn refresh_orders(src: &Source, c: &ToolClient, board: &Mutex<Board>) {
     let offsets = match src.order_offsets(c, Duration::from_secs(5)) {
         Ok(o) => o,
         Err(e) => {
@@ -154,17 +153,14 @@ fn refresh_orders(src: &Source, c: &BaseConsumer<crate::source::Silent>, board: 
 /// The message at one offset of `topic`: its timestamp and payload, if it
 /// can be read within a few seconds.
 fn read_message(
-    c: &BaseConsumer<crate::source::Silent>,
+    c: &ToolClient,
     topic: &str,
     p: i32,
     offset: i64,
 ) -> Option<(Option<i64>, Vec<u8>)> {
-    let m = crate::source::message_at(c, topic, p, offset, Duration::from_secs(5))
-        .filter(|m| m.offset() == offset)?;
-    Some((
-        m.timestamp().to_millis(),
-        m.payload().unwrap_or_default().to_vec(),
-    ))
+    let m = crate::kafka::tools::message_at(c, topic, p, offset, Duration::from_secs(5))
+        .filter(|m| m.offset == offset)?;
+    Some((m.timestamp, m.payload.unwrap_or_default()))
 }
 
 // ------------------------------------------------------------------ the web
@@ -353,7 +349,7 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response 
             Some(s) => s,
             // Not kept (an older order): read the claims topic as `history` does.
             None => {
-                let log = crate::claims::read_all(&src)?;
+                let log = crate::kafka::tools::read_all(&src)?;
                 let mut view = crate::boot::View::new();
                 let mut erased = crate::erased::Erased::new();
                 let mut story = Vec::new();

@@ -2,7 +2,7 @@
 //! topic tells it.
 //!
 //! Both read the claims topic from its beginning to its end with the pool's
-//! one claims reader ([`crate::claims`]), and fold it into the same
+//! one claims reader ([`crate::kafka::claims`]), and fold it into the same
 //! [`View`] a worker builds at boot, so what they show is what the workers
 //! themselves conclude. `status` adds the orders topic's offsets, to count
 //! what is waiting. Neither writes anything.
@@ -22,8 +22,8 @@ use crate::boot::View;
 use crate::cli::show::{escape_controls, json_line};
 use crate::erased::Erased;
 use crate::exit::Exit;
+use crate::kafka::tools::Source;
 use crate::record::{Event, OrderId, Position, Record, Status};
-use crate::source::Source;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -53,7 +53,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// The pool's state as one JSON value (the `--json` form; the text form is
 /// made from it).
 pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> {
-    let records = crate::claims::read_all(src)?;
+    let records = crate::kafka::tools::read_all(src)?;
     let mut view = View::new();
     let mut tally = Tally::default();
     let mut erased = Erased::new();
@@ -344,7 +344,7 @@ pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
 
 pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
     let src = args.source.clone();
-    let records = crate::cli::blocking(move || crate::claims::read_all(&src)).await?;
+    let records = crate::cli::blocking(move || crate::kafka::tools::read_all(&src)).await?;
     // The view (frontier, holds) and the records known erased, to say what
     // compaction took.
     let mut view = View::new();

@@ -11,18 +11,17 @@
 //! malformed order is refused here with the reason instead of being completed
 //! as an error later. It prints the order's `PARTITION:OFFSET` (its identity
 //! in the pool). `--wait` then reads the claims topic (from its newest
-//! checkpoint, [`crate::claims`]) until the order's `completed` record
+//! checkpoint, [`crate::kafka::claims`]) until the order's `completed` record
 //! appears, prints the outcome, and exits with the job's
 //! exit code (1 when the order did not run to an exit code, for example a
 //! time-out or a refusal).
 
-use crate::claims::{ClaimsReader, Polled, Start};
 use crate::cli::blocking;
 use crate::exit::Exit;
+use crate::kafka::claims::{Polled, Start};
+use crate::kafka::tools::Source;
 use crate::record::{Event, OrderId, Outcome, Position, Record};
-use crate::source::Source;
 use anyhow::{bail, Context};
-use rdkafka::producer::FutureRecord;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -96,15 +95,7 @@ pub(crate) async fn send(src: &Source, payload: Vec<u8>, wait: &WaitArgs) -> any
     // that no completion can be missed.
     let s = src.clone();
     let claims_from = blocking(move || s.claims_end()).await?;
-    let d = src
-        .producer()?
-        .send(
-            FutureRecord::<(), [u8]>::to(&src.orders_topic).payload(&payload),
-            Duration::from_secs(30),
-        )
-        .await
-        .map_err(|(e, _)| src.write_error("the order", &src.orders_topic, &e))?;
-    let order = OrderId::new(d.partition, d.offset);
+    let order = src.send_order(&payload).await?;
     if src.json {
         println!(
             "{}",
@@ -223,7 +214,7 @@ pub(crate) fn wait_completed(
     let start = Start::NewestCheckpoint {
         at_most: from.max(0) as u64,
     };
-    let (reader, mut view, _) = ClaimsReader::open(src, start)?;
+    let (reader, mut view, _) = src.claims_reader(start)?;
     let deadline = Instant::now() + timeout;
     let live = || Instant::now() < deadline;
     while Instant::now() < deadline {

@@ -48,8 +48,8 @@ fn orders_and_claims_round_trip() {
     );
     let env = broker.env();
     assert!(env.contains(&("KAFKA_BROKERS".to_string(), broker.bootstrap().to_string())));
-    // The embedded broker's own settings come with it (src/broker.rs, WORKER_ENV).
-    for (k, v) in pool_worker::broker::WORKER_ENV {
+    // The embedded broker's own settings come with it (src/kafka/broker.rs, WORKER_ENV).
+    for (k, v) in pool_worker::kafka::broker::WORKER_ENV {
         assert!(
             env.contains(&(k.to_string(), v.to_string())),
             "{k} missing from {env:?}"

@@ -228,7 +228,7 @@ pub struct BrokerProc {
     control: Mutex<(ChildStdin, mpsc::Receiver<String>)>,
     bootstrap: String,
     /// The settings the broker says workers need against it (its
-    /// `worker_env`: src/broker.rs, `WORKER_ENV`).
+    /// `worker_env`: src/kafka/broker.rs, `WORKER_ENV`).
     pub worker_env: Vec<(String, String)>,
     pub opts: BrokerOpts,
     pub stderr: Tail,

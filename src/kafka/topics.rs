@@ -20,6 +20,8 @@
 
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
 use rdkafka::metadata::Metadata;
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientConfig;
@@ -277,6 +279,38 @@ pub enum Unknown {
     /// The broker does not answer DescribeConfigs (librdkafka's embedded
     /// mock broker), or failed to in time: nothing can be told.
     Unanswered(String),
+}
+
+/// How long one metadata or watermark request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The partitions of `topic`, as its metadata lists them now (none while
+/// the topic does not exist).
+pub(crate) fn partitions_now<X: ConsumerContext>(
+    client: &BaseConsumer<X>,
+    topic: &str,
+) -> Result<Vec<i32>, KafkaError> {
+    let md = client.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
+    Ok(md
+        .topics()
+        .first()
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+        .unwrap_or_default())
+}
+
+/// The end offset of every partition of `topic`, asked now.
+pub(crate) fn order_ends_now<X: ConsumerContext>(
+    client: &BaseConsumer<X>,
+    topic: &str,
+) -> Result<BTreeMap<i32, i64>, KafkaError> {
+    partitions_now(client, topic)?
+        .into_iter()
+        .map(|p| {
+            client
+                .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
+                .map(|(_, h)| (p, h))
+        })
+        .collect()
 }
 
 /// How long the DescribeConfigs request may take.

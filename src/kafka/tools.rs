@@ -1,14 +1,18 @@
 //! Where the tools (src/cli/) read from and write to: the pool's topics ([`Source`],
 //! the same variables as the worker's), and the Kafka clients they use.
 
-use crate::kafka::client_config;
-use crate::record::OrderId;
+use crate::boot::View;
+use crate::config::ConfigError;
+use crate::kafka::claims::{self, ClaimsReader, Gate, Start};
+use crate::kafka::settings::{blocking, client_config, KafkaSettings, Silent};
+use crate::kafka::topics::partitions_now;
+use crate::record::{Foreign, OrderId, Position, Record};
 use anyhow::{bail, Context};
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::FutureProducer;
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message, Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 
 /// Where to read from: the same variables as the worker's. Each flag falls
@@ -88,7 +92,7 @@ impl Source {
 
     /// What decides which claims records are the pool's, as a worker with
     /// the same `CLAIMS_KEY` / `CLAIMS_KEY_FILE` decides it.
-    pub(crate) fn gate(&self) -> anyhow::Result<crate::kafka::Gate> {
+    pub(crate) fn gate(&self) -> anyhow::Result<Gate> {
         let value = crate::config::read_env::<SourceEnv>()?.claims_key;
         let file = self
             .claims_key_file
@@ -97,7 +101,7 @@ impl Source {
             .map(|f| (f, std::fs::read(f)));
         let key = crate::sign::ClaimsKey::from_sources(value.as_deref(), file)
             .map_err(anyhow::Error::msg)?;
-        Ok(crate::kafka::Gate::new(key, &self.orders_topic))
+        Ok(Gate::new(key, &self.orders_topic))
     }
 }
 
@@ -117,23 +121,6 @@ pub(crate) fn apply_env_with<E: serde::de::DeserializeOwned, T>(
     crate::config::flag_or_env(m, id, field, var(env));
     Ok(())
 }
-
-/// The tools' client context: librdkafka's own log and error callbacks
-/// say nothing (at debug level at most). A tool reports what failed itself,
-/// once, instead of librdkafka's `AllBrokersDown` every second (issue 19).
-pub struct Silent;
-
-impl ClientContext for Silent {
-    fn log(&self, _level: RDKafkaLogLevel, fac: &str, message: &str) {
-        tracing::debug!(target: "librdkafka", "{fac}: {message}");
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        tracing::debug!(error = %error, "kafka: {reason}");
-    }
-}
-
-impl ConsumerContext for Silent {}
 
 /// How long [`Source::probe`] waits for a broker to answer.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -169,13 +156,11 @@ impl Source {
     /// exist (yet) is left to the tool.
     pub(crate) fn check_topics(
         &self,
-        c: &BaseConsumer<Silent>,
+        c: &ToolClient,
         timeout: Duration,
-    ) -> Result<Result<(), crate::topics::TopicProblem>, KafkaError> {
-        use crate::topics::{one_partition, partitions_in, TopicProblem};
-        let props = crate::config::KafkaSettings::from_env()
-            .map(|s| s.props)
-            .unwrap_or_default();
+    ) -> Result<Result<(), crate::kafka::topics::TopicProblem>, KafkaError> {
+        use crate::kafka::topics::{one_partition, partitions_in, TopicProblem};
+        let props = kafka_settings().map(|s| s.props).unwrap_or_default();
         let judge = |topic: &str| -> Result<Result<i32, TopicProblem>, KafkaError> {
             let md = c.fetch_metadata(Some(topic), timeout)?;
             Ok(match partitions_in(&md, topic, &props) {
@@ -196,17 +181,15 @@ impl Source {
     /// What a tool says when the brokers refuse its record to `topic`
     /// (`what`: "the order", "the cancel"): one line naming the principal
     /// when the refusal is the authorizer's (no Write ACL).
-    pub(crate) fn write_error(&self, what: &str, topic: &str, e: &KafkaError) -> anyhow::Error {
+    fn write_error(&self, what: &str, topic: &str, e: &KafkaError) -> anyhow::Error {
         if e.rdkafka_error_code()
-            .is_some_and(crate::topics::is_authorization)
+            .is_some_and(crate::kafka::topics::is_authorization)
         {
-            let props = crate::config::KafkaSettings::from_env()
-                .map(|s| s.props)
-                .unwrap_or_default();
-            let problem = crate::topics::TopicProblem::NotAuthorized {
+            let props = kafka_settings().map(|s| s.props).unwrap_or_default();
+            let problem = crate::kafka::topics::TopicProblem::NotAuthorized {
                 topic: topic.into(),
                 operation: "write",
-                principal: crate::topics::principal(&props),
+                principal: crate::kafka::topics::principal(&props),
             };
             anyhow::anyhow!("cannot send {what}: {problem}")
         } else {
@@ -224,7 +207,7 @@ impl Source {
         let Ok(c) = config.create_with_context::<_, BaseConsumer<Silent>>(Silent) else {
             return;
         };
-        let cluster = crate::kafka::blocking(move || {
+        let cluster = blocking(move || {
             let id = c.client().fetch_cluster_id(PROBE_TIMEOUT);
             // Destroying a client takes a while: not on the tool's way.
             std::thread::spawn(move || drop(c));
@@ -233,13 +216,11 @@ impl Source {
         .await
         .ok()
         .flatten();
-        let props = crate::config::KafkaSettings::from_env()
-            .map(|s| s.props)
-            .unwrap_or_default();
-        let principal = crate::topics::principal(&props);
+        let props = kafka_settings().map(|s| s.props).unwrap_or_default();
+        let principal = crate::kafka::topics::principal(&props);
         // A tool that may not DescribeConfigs says nothing: reading is what
         // it was asked to do, and the workers warn about it.
-        if let Err(p) = crate::topics::check_compaction(
+        if let Err(p) = crate::kafka::topics::check_compaction(
             &config,
             cluster.as_deref(),
             &self.coordination_topic,
@@ -256,7 +237,7 @@ impl Source {
     /// brokers. A rejected property is a [`crate::config::ConfigError`]
     /// (exit 2).
     pub(crate) fn client_config(&self) -> anyhow::Result<rdkafka::ClientConfig> {
-        let settings = crate::config::KafkaSettings::from_env()?;
+        let settings = kafka_settings()?;
         Ok(client_config(&self.brokers, &settings.props))
     }
 }
@@ -264,10 +245,14 @@ impl Source {
 /// How long reading a topic's offsets or metadata may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A tool's client of the pool's topics ([`Source::consumer`]), for the
+/// questions and reads of this module.
+pub(crate) type ToolClient = BaseConsumer<Silent>;
+
 impl Source {
     /// A client of the pool's topics that joins no group and commits
     /// nothing (it is assigned partitions, never subscribed).
-    pub(crate) fn consumer(&self) -> anyhow::Result<BaseConsumer<Silent>> {
+    pub(crate) fn consumer(&self) -> anyhow::Result<ToolClient> {
         self.client_config()?
             .set("group.id", "pool_worker-status")
             .set("enable.auto.commit", "false")
@@ -278,12 +263,55 @@ impl Source {
 
     /// A producer for the one record a tool writes (an order, a cancel):
     /// acknowledged by every in-sync replica, given up after 30 s.
-    pub(crate) fn producer(&self) -> anyhow::Result<FutureProducer<Silent>> {
+    fn producer(&self) -> anyhow::Result<FutureProducer<Silent>> {
         self.client_config()?
             .set("acks", "all")
             .set("message.timeout.ms", "30000")
             .create_with_context(Silent)
             .context("cannot create a Kafka producer")
+    }
+
+    /// Sends one order (`payload`, no key) to the orders topic with a
+    /// new [`Source::producer`]; where it landed. A refusal is
+    /// [`Source::write_error`]'s line.
+    pub(crate) async fn send_order(&self, payload: &[u8]) -> anyhow::Result<OrderId> {
+        let d = self
+            .producer()?
+            .send(
+                FutureRecord::<(), [u8]>::to(&self.orders_topic).payload(payload),
+                Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(e, _)| self.write_error("the order", &self.orders_topic, &e))?;
+        Ok(OrderId::new(d.partition, d.offset))
+    }
+
+    /// Writes one record to the claims topic's partition with a new
+    /// [`Source::producer`], with the signature header `sig` if there is
+    /// one (`what` names it in an error: "the cancel"); its offset.
+    pub(crate) async fn send_to_claims(
+        &self,
+        what: &str,
+        key: &str,
+        value: &[u8],
+        sig: Option<&str>,
+    ) -> anyhow::Result<i64> {
+        let mut fr = FutureRecord::<str, [u8]>::to(&self.coordination_topic)
+            .partition(0)
+            .key(key)
+            .payload(value);
+        if let Some(sig) = sig {
+            fr = fr.headers(OwnedHeaders::new().insert(Header {
+                key: crate::sign::HEADER,
+                value: Some(sig.as_bytes()),
+            }));
+        }
+        let d = self
+            .producer()?
+            .send(fr, Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| self.write_error(what, &self.coordination_topic, &e))?;
+        Ok(d.offset)
     }
 
     /// The claims topic's end (the position its next record will take).
@@ -301,7 +329,7 @@ impl Source {
     /// an offset past its end).
     pub(crate) fn find_order(
         &self,
-        c: &BaseConsumer<Silent>,
+        c: &ToolClient,
         order: OrderId,
     ) -> anyhow::Result<Result<i64, String>> {
         let topic = &self.orders_topic;
@@ -349,12 +377,12 @@ impl Source {
     /// Each partition of the orders topic: (partition, first offset, end).
     pub(crate) fn order_offsets(
         &self,
-        c: &BaseConsumer<Silent>,
+        c: &ToolClient,
         timeout: Duration,
     ) -> anyhow::Result<Vec<(i32, i64, i64)>> {
         let topic = &self.orders_topic;
-        let parts = crate::kafka::partitions_now(c, topic)
-            .with_context(|| format!("cannot read topic '{topic}'"))?;
+        let parts =
+            partitions_now(c, topic).with_context(|| format!("cannot read topic '{topic}'"))?;
         // One request per partition gives both its first offset and its end.
         parts
             .into_iter()
@@ -372,7 +400,7 @@ impl Source {
     /// order's timestamp (read with `c`, if it can be read quickly).
     pub(crate) fn waiting(
         &self,
-        c: &BaseConsumer<Silent>,
+        c: &ToolClient,
         offsets: &[(i32, i64, i64)],
         next: impl Fn(i32) -> i64,
     ) -> Waiting {
@@ -386,7 +414,7 @@ impl Source {
             let from = next(p).max(low);
             if from < high {
                 w.waiting += high - from;
-                let ts = message_at(c, &self.orders_topic, p, from, Duration::from_secs(5))
+                let ts = borrowed_at(c, &self.orders_topic, p, from, Duration::from_secs(5))
                     .and_then(|m| m.timestamp().to_millis());
                 if let Some(ts) = ts {
                     w.oldest_ts = Some(w.oldest_ts.map_or(ts, |o| o.min(ts)));
@@ -397,16 +425,95 @@ impl Source {
     }
 }
 
+/// A producer of plain messages (a payload, no key) for a broker that
+/// needs no settings: `dev`'s demo orders, sent to its embedded broker.
+pub(crate) struct PlainProducer {
+    producer: FutureProducer,
+    wait: Duration,
+}
+
+impl PlainProducer {
+    /// Acknowledged by every in-sync replica, each message given up after
+    /// `wait`.
+    pub(crate) fn new(brokers: &str, wait: Duration) -> Result<PlainProducer, KafkaError> {
+        let producer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("acks", "all")
+            .set("message.timeout.ms", wait.as_millis().to_string())
+            .create()?;
+        Ok(PlainProducer { producer, wait })
+    }
+
+    /// Sends `payload` to `topic`: where it landed.
+    pub(crate) async fn send(&self, topic: &str, payload: &str) -> Result<OrderId, KafkaError> {
+        let d = self
+            .producer
+            .send(
+                FutureRecord::<str, str>::to(topic).payload(payload),
+                self.wait,
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+        Ok(OrderId::new(d.partition, d.offset))
+    }
+}
+
+/// A message as a tool reads it ([`message_at`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ToolMessage {
+    pub(crate) offset: i64,
+    /// Its timestamp (ms since the epoch), if it has one.
+    pub(crate) timestamp: Option<i64>,
+    pub(crate) payload: Option<Vec<u8>>,
+    /// Its headers, in order.
+    pub(crate) headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl ToolMessage {
+    /// The value of the first header named `name` (in any case), if it has one.
+    pub(crate) fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| v.as_deref())
+    }
+}
+
 /// The first message at or after `offset` of `topic`'s partition `p`
 /// that `c` reads within `wait` (the tools read single orders this way:
 /// `status`'s oldest waiting order, `serve`'s order pages, `retry`).
-pub(crate) fn message_at<'c>(
-    c: &'c BaseConsumer<Silent>,
+pub(crate) fn message_at(
+    c: &ToolClient,
     topic: &str,
     p: i32,
     offset: i64,
     wait: Duration,
-) -> Option<rdkafka::message::BorrowedMessage<'c>> {
+) -> Option<ToolMessage> {
+    use rdkafka::message::Headers;
+    let m = borrowed_at(c, topic, p, offset, wait)?;
+    Some(ToolMessage {
+        offset: m.offset(),
+        timestamp: m.timestamp().to_millis(),
+        payload: m.payload().map(<[u8]>::to_vec),
+        headers: m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
+/// [`message_at`], the message as the client holds it.
+fn borrowed_at<'c>(
+    c: &'c ToolClient,
+    topic: &str,
+    p: i32,
+    offset: i64,
+    wait: Duration,
+) -> Option<BorrowedMessage<'c>> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, p, Offset::Offset(offset))
         .ok()?;
@@ -422,9 +529,59 @@ pub(crate) fn message_at<'c>(
     None
 }
 
+/// The `KAFKA_*` settings of the process environment, as the worker reads
+/// them ([`KafkaSettings`]); a rejected one is a [`ConfigError`] (exit 2).
+pub(crate) fn kafka_settings() -> Result<KafkaSettings, ConfigError> {
+    Ok(KafkaSettings::from_vars(&crate::config::env_vars())?)
+}
+
+impl Source {
+    /// A tool's reader of the claims topic: these brokers, the `KAFKA_*`
+    /// settings and the pool's claims key, started at `start`
+    /// ([`ClaimsReader::open`]). Returns the view of the log before where it
+    /// starts (empty, or loaded from the checkpoint) and that position.
+    pub(crate) fn claims_reader(&self, start: Start) -> anyhow::Result<(ClaimsReader, View, u64)> {
+        let gate = self.gate()?;
+        let settings = kafka_settings()?;
+        ClaimsReader::open(
+            &claims::config(&self.brokers, &settings.props, "pool_worker-status"),
+            &self.coordination_topic,
+            gate,
+            start,
+        )
+    }
+}
+
+/// Every record of the claims topic, with its position (foreign ones as
+/// errors), from its beginning up to the end it had when we started
+/// (`history`, `audit`, `status`, `cancel`).
+pub fn read_all(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, Foreign>)>> {
+    let (reader, _, _) = src.claims_reader(Start::Beginning)?;
+    let mut out = Vec::new();
+    reader.read_to_end(|pos, r| out.push((pos, r)))?;
+    Ok(out)
+}
+
+/// The pool's view as of the claims topic's end now, read from its newest
+/// checkpoint (`retry`).
+pub fn current_view(src: &Source) -> anyhow::Result<View> {
+    let (reader, mut view, _) = src.claims_reader(Start::NewestCheckpoint { at_most: u64::MAX })?;
+    reader.read_to_end(|pos, r| match r {
+        Ok(rec) => drop(view.apply(Position::new(pos), &rec)),
+        Err(_) => view.skip(Position::new(pos)),
+    })?;
+    Ok(view)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::test_record as rec;
+    use crate::kafka::broker::Broker;
+    use crate::kafka::claims::CHECKPOINT_WINDOW;
+    use crate::record::{Event, OrderId, Status};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::ClientConfig;
 
     /// Issue 20: a flag over its variable over its default, the variable
     /// read through `config::read` (an empty one is unset).
@@ -489,5 +646,113 @@ mod tests {
             ("h:2", "work_orders", Some("/f")),
             "a flag wins, even one equal to the default"
         );
+    }
+
+    /// A tool that needs only the current view starts at the newest
+    /// checkpoint, and concludes what a replay from position 0 concludes:
+    /// the same view (`retry`'s check), the same completion (`submit
+    /// --wait`); one that must not read a checkpoint past where it looks
+    /// for records starts earlier.
+    #[test]
+    fn a_tool_starts_at_the_newest_checkpoint_and_sees_what_a_full_replay_sees() {
+        let (orders, claims) = ("c_orders".to_string(), "c_claims".to_string());
+        let broker = Broker::start(1, &[(orders.clone(), 1), (claims.clone(), 1)]).unwrap();
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", broker.bootstrap())
+            .create()
+            .unwrap();
+        for _ in 0..3 {
+            producer
+                .send(BaseRecord::<str, str>::to(&orders).payload("echo x"))
+                .unwrap();
+        }
+        // Order 0:0 completed, 0:1 committed, then a long stretch of boots
+        // (longer than the checkpoint window), a checkpoint of all that, and
+        // the completion of 0:1 and a claim of 0:2 after it.
+        let mut log = vec![
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(2, Event::Booted, "b", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(1, Event::Committed, "a", 3, 0),
+            rec(1, Event::Completed, "a", 4, 0),
+            rec(2, Event::Claimed, "b", 2, 1),
+            rec(2, Event::Committed, "b", 3, 1),
+        ];
+        for n in 0..CHECKPOINT_WINDOW + 100 {
+            log.push(rec(3, Event::Booted, &format!("p{n}"), 1, 0));
+        }
+        let mut before = View::new();
+        for (p, r) in log.iter().enumerate() {
+            let _ = before.apply(Position::new(p as u64), r);
+        }
+        let mut cp = Record::of(3, Event::Checkpoint, "p0", 0);
+        cp.seq = 2;
+        cp.set_snapshot(Some(Box::new(before.snapshot())));
+        // Written now: a checkpoint older than CHECKPOINT_MAX_AGE_MS is not
+        // where a reader starts (R24).
+        cp.ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let at = log.len() as u64;
+        log.push(cp);
+        log.push(rec(2, Event::Completed, "b", 4, 1));
+        log.push(rec(1, Event::Claimed, "a", 5, 2));
+        for r in &log {
+            let (key, value) = (r.key(), r.encode());
+            producer
+                .send(
+                    BaseRecord::to(&claims)
+                        .partition(0)
+                        .key(&key)
+                        .payload(&value),
+                )
+                .unwrap_or_else(|(e, _)| panic!("{e}"));
+            if producer.in_flight_count() > 1000 {
+                producer.flush(Duration::from_secs(30)).unwrap();
+            }
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+        let src = Source {
+            brokers: broker.bootstrap(),
+            orders_topic: orders,
+            coordination_topic: claims,
+            json: false,
+            claims_key_file: None,
+        };
+
+        let all = read_all(&src).unwrap();
+        assert_eq!(all.len(), log.len(), "from the beginning: every record");
+        assert!(all.iter().all(|(_, r)| r.is_ok()), "none foreign");
+        let mut full = View::new();
+        for (p, r) in &all {
+            let _ = full.apply(Position::new(*p), r.as_ref().unwrap());
+        }
+
+        let (_, _, from) = src
+            .claims_reader(Start::NewestCheckpoint { at_most: u64::MAX })
+            .unwrap();
+        assert_eq!(from, at, "started at the checkpoint");
+        let current = current_view(&src).unwrap();
+        assert_eq!(current.summary(), full.summary());
+        assert!(current
+            .hold(1.into())
+            .is_some_and(|h| h.order == OrderId::new(0, 2)));
+
+        let (_, _, from) = src
+            .claims_reader(Start::NewestCheckpoint { at_most: at - 1 })
+            .unwrap();
+        assert_eq!(from, 0, "no checkpoint of a view past at_most");
+
+        let done = crate::cli::submit::wait_completed(
+            &src,
+            at as i64,
+            OrderId::new(0, 1),
+            Duration::from_secs(30),
+        )
+        .unwrap()
+        .expect("the completion after the checkpoint");
+        assert_eq!(done.0.instance.get(), 2);
+        assert_eq!(done.1.status, Status::Ok);
     }
 }

@@ -1,5 +1,5 @@
 //! The one reader of the claims topic (issue 20, "one claims reader"): the
-//! worker's boot replay and live tail (src/kafka.rs), and every tool —
+//! worker's boot replay and live tail (src/kafka/worker.rs), and every tool —
 //! `status`, `history`, `audit`, `serve`, `submit --wait`, `retry`,
 //! `cancel` and `dev`'s live trail — read the claims topic through
 //! [`ClaimsReader`]:
@@ -19,11 +19,12 @@
 //!   record), which a snapshot does not carry, and `dev` prints every
 //!   record: they read from the beginning.
 
+use crate::backoff;
 use crate::boot::View;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
-use crate::kafka::{client_config, Gate, CLAIMS_FETCH_WAIT_MS};
-use crate::record::{Foreign, Position, Record};
-use crate::source::{Silent, Source};
+use crate::kafka::settings::{client_config, Silent, CLAIMS_FETCH_WAIT_MS};
+use crate::kafka::topics::order_ends_now;
+use crate::record::{Foreign, Record};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
@@ -79,6 +80,94 @@ pub fn config(brokers: &str, props: &BTreeMap<String, String>, group: &str) -> C
     c
 }
 
+/// What decides whether a claims record read from Kafka is the pool's
+/// (issue 18, "the claims topic's trust boundary"): its signature, with
+/// `CLAIMS_KEY` (src/sign.rs), and whether its claims are possible at all
+/// ([`Record::impossible`]) against the orders topic's end offsets. The
+/// ends known so far are used first; a record that seems to pass them is
+/// checked again against ends fetched after it was read (a lagging reader's
+/// ends may be older than the record), so only what is impossible is
+/// refused.
+#[derive(Clone)]
+pub struct Gate {
+    key: Option<crate::sign::ClaimsKey>,
+    orders_topic: String,
+    /// The highest end offset known of each orders partition.
+    known: Arc<std::sync::Mutex<BTreeMap<i32, i64>>>,
+}
+
+impl Gate {
+    pub fn new(key: Option<crate::sign::ClaimsKey>, orders_topic: &str) -> Gate {
+        Gate {
+            key,
+            orders_topic: orders_topic.to_string(),
+            known: Arc::default(),
+        }
+    }
+
+    /// Raises the known end offsets (an end offset never falls).
+    pub(crate) fn saw_ends(&self, ends: &BTreeMap<i32, i64>) {
+        if let Ok(mut k) = self.known.lock() {
+            for (&p, &e) in ends {
+                let v = k.entry(p).or_insert(e);
+                *v = (*v).max(e);
+            }
+        }
+    }
+
+    /// Decodes a message of the claims topic; `Err` for a foreign record.
+    /// `client` fetches the orders topic's ends when needed (retried while
+    /// `live` says so: the verdict must not depend on a failed request).
+    pub fn decode<X: ConsumerContext>(
+        &self,
+        client: &BaseConsumer<X>,
+        m: &impl Message,
+        live: &dyn Fn() -> bool,
+    ) -> Result<Record, Foreign> {
+        use rdkafka::message::Headers;
+        let sig = m.headers().and_then(|h| {
+            h.iter()
+                .find(|h| h.key == crate::sign::HEADER)
+                .and_then(|h| h.value)
+        });
+        let verdict = crate::sign::verdict(self.key.as_ref(), m.payload(), sig);
+        let rec = Record::decode_with(m.key(), m.payload(), verdict)?;
+        if self
+            .known
+            .lock()
+            .is_ok_and(|k| rec.impossible(&k).is_none())
+        {
+            return Ok(rec);
+        }
+        let mut backoff = backoff::REQUEST;
+        let fresh = loop {
+            match order_ends_now(client, &self.orders_topic) {
+                Ok(ends) if !ends.is_empty() => break ends,
+                Ok(_) => tracing::warn!("the orders topic has no partitions yet"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the orders topic's end offsets to check a claims record")
+                }
+            }
+            if !live() {
+                return Err(Foreign::Impossible(
+                    "not checked: the reader stopped".into(),
+                ));
+            }
+            backoff.wait_blocking();
+        };
+        self.saw_ends(&fresh);
+        match rec.impossible(&fresh) {
+            Some(why) => Err(Foreign::Impossible(why)),
+            None => Ok(rec),
+        }
+    }
+
+    /// The signature header of a record's value, if the pool has a key.
+    pub fn sign(&self, value: &[u8]) -> Option<String> {
+        self.key.as_ref().map(|k| k.sign(value))
+    }
+}
+
 /// A reader of the claims topic's one partition: see the module doc.
 pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
     consumer: BaseConsumer<X>,
@@ -119,8 +208,8 @@ pub enum Polled<T = Result<Record, Foreign>> {
     /// The consumer reported an error (librdkafka retries by itself).
     Error(KafkaError),
     /// The broker cannot be worked with: it returned a record at or past
-    /// the high watermark it reports ([`crate::topics::check_watermark`]).
-    Broken(crate::topics::TopicProblem),
+    /// the high watermark it reports ([`crate::kafka::topics::check_watermark`]).
+    Broken(crate::kafka::topics::TopicProblem),
 }
 
 /// Where a tool's reader starts.
@@ -248,9 +337,12 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                         .ok()
                         .map(|(_, high)| high)
                 };
-                let end =
-                    crate::topics::cached_high(self.consumer.client(), &self.topic, m.partition());
-                if let Err(p) = crate::topics::check_watermark_at(
+                let end = crate::kafka::topics::cached_high(
+                    self.consumer.client(),
+                    &self.topic,
+                    m.partition(),
+                );
+                if let Err(p) = crate::kafka::topics::check_watermark_at(
                     end,
                     &self.topic,
                     m.partition(),
@@ -350,20 +442,16 @@ pub struct Raw {
 const TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl ClaimsReader<Silent> {
-    /// A tool's reader: `src`'s brokers, the `KAFKA_*` settings and the
-    /// pool's claims key, started at `start`. Returns the view of the log
-    /// before where it starts (empty, or loaded from the checkpoint) and
-    /// that position.
-    pub fn open(src: &Source, start: Start) -> anyhow::Result<(ClaimsReader, View, u64)> {
-        let gate = src.gate()?;
-        let settings = crate::config::KafkaSettings::from_env()?;
-        let reader = ClaimsReader::new(
-            &config(&src.brokers, &settings.props, "pool_worker-status"),
-            Silent,
-            &src.coordination_topic,
-            gate,
-            None,
-        )?;
+    /// A tool's reader of `topic`, with these settings (see [`config`]),
+    /// started at `start`. Returns the view of the log before where it
+    /// starts (empty, or loaded from the checkpoint) and that position.
+    pub fn open(
+        config: &ClientConfig,
+        topic: &str,
+        gate: Gate,
+        start: Start,
+    ) -> anyhow::Result<(ClaimsReader, View, u64)> {
+        let reader = ClaimsReader::new(config, Silent, topic, gate, None)?;
         let mut view = View::new();
         let mut at = 0;
         if let Start::NewestCheckpoint { at_most } = start {
@@ -413,141 +501,4 @@ impl ClaimsReader<Silent> {
 /// by itself; the tool goes on).
 pub fn say_error(e: &KafkaError) {
     eprintln!("pool_worker: reading the claims topic: {e}");
-}
-
-/// Every record of the claims topic, with its position (foreign ones as
-/// errors), from its beginning up to the end it had when we started
-/// (`history`, `audit`, `status`, `cancel`).
-pub fn read_all(src: &Source) -> anyhow::Result<Vec<(u64, Result<Record, Foreign>)>> {
-    let (reader, _, _) = ClaimsReader::open(src, Start::Beginning)?;
-    let mut out = Vec::new();
-    reader.read_to_end(|pos, r| out.push((pos, r)))?;
-    Ok(out)
-}
-
-/// The pool's view as of the claims topic's end now, read from its newest
-/// checkpoint (`retry`).
-pub fn current_view(src: &Source) -> anyhow::Result<View> {
-    let (reader, mut view, _) =
-        ClaimsReader::open(src, Start::NewestCheckpoint { at_most: u64::MAX })?;
-    reader.read_to_end(|pos, r| match r {
-        Ok(rec) => drop(view.apply(Position::new(pos), &rec)),
-        Err(_) => view.skip(Position::new(pos)),
-    })?;
-    Ok(view)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::broker::Broker;
-    use crate::checkpoint::test_record as rec;
-    use crate::record::{Event, OrderId, Status};
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-
-    /// A tool that needs only the current view starts at the newest
-    /// checkpoint, and concludes what a replay from position 0 concludes:
-    /// the same view (`retry`'s check), the same completion (`submit
-    /// --wait`); one that must not read a checkpoint past where it looks
-    /// for records starts earlier.
-    #[test]
-    fn a_tool_starts_at_the_newest_checkpoint_and_sees_what_a_full_replay_sees() {
-        let (orders, claims) = ("c_orders".to_string(), "c_claims".to_string());
-        let broker = Broker::start(1, &[(orders.clone(), 1), (claims.clone(), 1)]).unwrap();
-        let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", broker.bootstrap())
-            .create()
-            .unwrap();
-        for _ in 0..3 {
-            producer
-                .send(BaseRecord::<str, str>::to(&orders).payload("echo x"))
-                .unwrap();
-        }
-        // Order 0:0 completed, 0:1 committed, then a long stretch of boots
-        // (longer than the checkpoint window), a checkpoint of all that, and
-        // the completion of 0:1 and a claim of 0:2 after it.
-        let mut log = vec![
-            rec(1, Event::Booted, "a", 1, 0),
-            rec(2, Event::Booted, "b", 1, 0),
-            rec(1, Event::Claimed, "a", 2, 0),
-            rec(1, Event::Committed, "a", 3, 0),
-            rec(1, Event::Completed, "a", 4, 0),
-            rec(2, Event::Claimed, "b", 2, 1),
-            rec(2, Event::Committed, "b", 3, 1),
-        ];
-        for n in 0..CHECKPOINT_WINDOW + 100 {
-            log.push(rec(3, Event::Booted, &format!("p{n}"), 1, 0));
-        }
-        let mut before = View::new();
-        for (p, r) in log.iter().enumerate() {
-            let _ = before.apply(Position::new(p as u64), r);
-        }
-        let mut cp = Record::of(3, Event::Checkpoint, "p0", 0);
-        cp.seq = 2;
-        cp.set_snapshot(Some(Box::new(before.snapshot())));
-        // Written now: a checkpoint older than CHECKPOINT_MAX_AGE_MS is not
-        // where a reader starts (R24).
-        cp.ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        let at = log.len() as u64;
-        log.push(cp);
-        log.push(rec(2, Event::Completed, "b", 4, 1));
-        log.push(rec(1, Event::Claimed, "a", 5, 2));
-        for r in &log {
-            let (key, value) = (r.key(), r.encode());
-            producer
-                .send(
-                    BaseRecord::to(&claims)
-                        .partition(0)
-                        .key(&key)
-                        .payload(&value),
-                )
-                .unwrap_or_else(|(e, _)| panic!("{e}"));
-            if producer.in_flight_count() > 1000 {
-                producer.flush(Duration::from_secs(30)).unwrap();
-            }
-        }
-        producer.flush(Duration::from_secs(30)).unwrap();
-        let src = Source {
-            brokers: broker.bootstrap(),
-            orders_topic: orders,
-            coordination_topic: claims,
-            json: false,
-            claims_key_file: None,
-        };
-
-        let all = read_all(&src).unwrap();
-        assert_eq!(all.len(), log.len(), "from the beginning: every record");
-        assert!(all.iter().all(|(_, r)| r.is_ok()), "none foreign");
-        let mut full = View::new();
-        for (p, r) in &all {
-            let _ = full.apply(Position::new(*p), r.as_ref().unwrap());
-        }
-
-        let (_, _, from) =
-            ClaimsReader::open(&src, Start::NewestCheckpoint { at_most: u64::MAX }).unwrap();
-        assert_eq!(from, at, "started at the checkpoint");
-        let current = current_view(&src).unwrap();
-        assert_eq!(current.summary(), full.summary());
-        assert!(current
-            .hold(1.into())
-            .is_some_and(|h| h.order == OrderId::new(0, 2)));
-
-        let (_, _, from) =
-            ClaimsReader::open(&src, Start::NewestCheckpoint { at_most: at - 1 }).unwrap();
-        assert_eq!(from, 0, "no checkpoint of a view past at_most");
-
-        let done = crate::cli::submit::wait_completed(
-            &src,
-            at as i64,
-            OrderId::new(0, 1),
-            Duration::from_secs(30),
-        )
-        .unwrap()
-        .expect("the completion after the checkpoint");
-        assert_eq!(done.0.instance.get(), 2);
-        assert_eq!(done.1.status, Status::Ok);
-    }
 }

@@ -1,4 +1,6 @@
-//! The Kafka adapter: the only module of the worker that speaks rdkafka.
+//! The worker's Kafka clients ([`Kafka`]): the claims producer, the claims
+//! reader's thread and queue, the orders consumer and the client for
+//! questions (metadata, watermarks).
 //!
 //! It offers the worker loop ([`crate::run`]) four things, each of them a
 //! thin wrapper with the retry policy written down in one place:
@@ -25,8 +27,10 @@
 
 use crate::backoff;
 use crate::checkpoint::Snapshot;
-use crate::claims::{ClaimsReader, Polled};
 use crate::config::Config;
+use crate::kafka::claims::{ClaimsReader, Gate, Polled, CHECKPOINT_WINDOW};
+use crate::kafka::settings::{blocking, client_config, FETCH_WAIT_MS};
+use crate::kafka::topics::partitions_now;
 use crate::record::{Foreign, OrderId, Record};
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
@@ -68,123 +72,6 @@ pub(crate) enum ClaimEvent {
     Record(u64, Record),
     Foreign(u64, Foreign),
     CaughtUp,
-}
-
-/// What decides whether a claims record read from Kafka is the pool's
-/// (issue 18, "the claims topic's trust boundary"): its signature, with
-/// `CLAIMS_KEY` (src/sign.rs), and whether its claims are possible at all
-/// ([`Record::impossible`]) against the orders topic's end offsets. The
-/// ends known so far are used first; a record that seems to pass them is
-/// checked again against ends fetched after it was read (a lagging reader's
-/// ends may be older than the record), so only what is impossible is
-/// refused.
-#[derive(Clone)]
-pub struct Gate {
-    key: Option<crate::sign::ClaimsKey>,
-    orders_topic: String,
-    /// The highest end offset known of each orders partition.
-    known: Arc<std::sync::Mutex<BTreeMap<i32, i64>>>,
-}
-
-impl Gate {
-    pub fn new(key: Option<crate::sign::ClaimsKey>, orders_topic: &str) -> Gate {
-        Gate {
-            key,
-            orders_topic: orders_topic.to_string(),
-            known: Arc::default(),
-        }
-    }
-
-    /// Raises the known end offsets (an end offset never falls).
-    pub(crate) fn saw_ends(&self, ends: &BTreeMap<i32, i64>) {
-        if let Ok(mut k) = self.known.lock() {
-            for (&p, &e) in ends {
-                let v = k.entry(p).or_insert(e);
-                *v = (*v).max(e);
-            }
-        }
-    }
-
-    /// Decodes a message of the claims topic; `Err` for a foreign record.
-    /// `client` fetches the orders topic's ends when needed (retried while
-    /// `live` says so: the verdict must not depend on a failed request).
-    pub fn decode<X: ConsumerContext>(
-        &self,
-        client: &BaseConsumer<X>,
-        m: &impl Message,
-        live: &dyn Fn() -> bool,
-    ) -> Result<Record, Foreign> {
-        use rdkafka::message::Headers;
-        let sig = m.headers().and_then(|h| {
-            h.iter()
-                .find(|h| h.key == crate::sign::HEADER)
-                .and_then(|h| h.value)
-        });
-        let verdict = crate::sign::verdict(self.key.as_ref(), m.payload(), sig);
-        let rec = Record::decode_with(m.key(), m.payload(), verdict)?;
-        if self
-            .known
-            .lock()
-            .is_ok_and(|k| rec.impossible(&k).is_none())
-        {
-            return Ok(rec);
-        }
-        let mut backoff = backoff::REQUEST;
-        let fresh = loop {
-            match order_ends_now(client, &self.orders_topic) {
-                Ok(ends) if !ends.is_empty() => break ends,
-                Ok(_) => tracing::warn!("the orders topic has no partitions yet"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the orders topic's end offsets to check a claims record")
-                }
-            }
-            if !live() {
-                return Err(Foreign::Impossible(
-                    "not checked: the reader stopped".into(),
-                ));
-            }
-            backoff.wait_blocking();
-        };
-        self.saw_ends(&fresh);
-        match rec.impossible(&fresh) {
-            Some(why) => Err(Foreign::Impossible(why)),
-            None => Ok(rec),
-        }
-    }
-
-    /// The signature header of a record's value, if the pool has a key.
-    pub fn sign(&self, value: &[u8]) -> Option<String> {
-        self.key.as_ref().map(|k| k.sign(value))
-    }
-}
-
-/// The partitions of `topic`, as its metadata lists them now (none while
-/// the topic does not exist).
-pub(crate) fn partitions_now<X: ConsumerContext>(
-    client: &BaseConsumer<X>,
-    topic: &str,
-) -> Result<Vec<i32>, KafkaError> {
-    let md = client.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
-    Ok(md
-        .topics()
-        .first()
-        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-        .unwrap_or_default())
-}
-
-/// The end offset of every partition of `topic`, asked now.
-pub(crate) fn order_ends_now<X: ConsumerContext>(
-    client: &BaseConsumer<X>,
-    topic: &str,
-) -> Result<BTreeMap<i32, i64>, KafkaError> {
-    partitions_now(client, topic)?
-        .into_iter()
-        .map(|p| {
-            client
-                .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
-                .map(|(_, h)| (p, h))
-        })
-        .collect()
 }
 
 /// The clients' context: librdkafka's errors become one warning each (its
@@ -260,7 +147,7 @@ pub(crate) struct Kafka {
     /// The user's `KAFKA_*` properties (for messages naming the principal).
     props: Arc<BTreeMap<String, String>>,
     /// The clients' settings, for the admin client that asks for the claims
-    /// topic's configuration ([`crate::topics::check_compaction`]); `None`
+    /// topic's configuration ([`crate::kafka::topics::check_compaction`]); `None`
     /// in a standby (src/supervise.rs, STANDBY), whose supervisor's first
     /// process of the instance checked it: the admin client (a Kafka client
     /// of its own, ~2 ms of CPU) is spared on every later start.
@@ -358,61 +245,6 @@ impl Payloads {
     }
 }
 
-use crate::claims::CHECKPOINT_WINDOW;
-
-/// The client configuration every pool_worker client shares.
-pub(crate) fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", brokers);
-    // Reconnect quickly after a broker outage.
-    c.set("reconnect.backoff.ms", "50")
-        .set("reconnect.backoff.max.ms", "1000");
-    // Every protocol step is a small request waiting on a small answer:
-    // Nagle's algorithm would hold them back.
-    c.set("socket.nagle.disable", "true");
-    // Connect to the brokers as soon as they are known. With sparse
-    // connections (librdkafka's default) the connection to the broker named
-    // in the metadata, after the bootstrap connection is dropped, is held
-    // back by a "sparse connect" interval (reconnect.backoff.ms / 2, at
-    // least 11 ms): 25 ms of nearly every boot (bench/RESULTS.md). The cost
-    // is a connection per broker per client on a large cluster
-    // (`KAFKA_ENABLE_SPARSE_CONNECTIONS=true` to go back).
-    c.set("enable.sparse.connections", "false");
-    for (k, v) in props {
-        c.set(k, v);
-    }
-    c
-}
-
-/// How long the broker may hold an empty fetch of the claims and orders
-/// consumers (`fetch.wait.max.ms`): Kafka's own default. A Kafka broker
-/// answers a waiting fetch as soon as data arrives, so the wait costs no
-/// latency, and an idle worker's two consumers send about four fetch
-/// requests a second, as plain consumers do. `KAFKA_FETCH_WAIT_MAX_MS`
-/// overrides it (the user's properties are applied last).
-///
-/// librdkafka's mock cluster (the embedded broker, `pool_worker broker` and
-/// `dev`) holds an empty fetch for the whole wait instead, and an order
-/// waits on such fetches about five times (its arrival at an idle worker,
-/// the read-back of the claim, of the decision and of the completion, the
-/// fetch of its payload): against it the workers run with
-/// [`crate::broker::WORKER_ENV`] (2 ms), set by `dev`, the tests and the
-/// bench, never by default (bench/RESULTS.md, "Idle pool": idle CPU and
-/// latency with both).
-pub const FETCH_WAIT_MS: u32 = 500;
-
-/// `fetch.wait.max.ms` of the claims consumers (every reader of the claims
-/// topic, src/claims.rs): shorter than [`FETCH_WAIT_MS`] because with
-/// transactions (docs/protocol.md R16) a read_committed fetch waiting at the
-/// last stable offset is not answered when a commit marker moves it: Apache
-/// Kafka 4.4 holds it for the whole wait (measured in
-/// `tests/live/fence.rs` `kill_storm_on_apache_kafka`, 6 instances under
-/// kills: a boot's replay took 1.3 s at the median with 500 ms, 0.33 s with
-/// 100 ms, 0.17 s with 20 ms). The cost: an idle worker's claims consumer
-/// asks about ten times a second instead of twice. `KAFKA_FETCH_WAIT_MAX_MS`
-/// overrides it too.
-pub const CLAIMS_FETCH_WAIT_MS: u32 = 100;
-
 /// `wait_ms`: the consumer's `fetch.wait.max.ms` (see [`FETCH_WAIT_MS`]).
 fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
     let mut c = client_config(&cfg.brokers, &BTreeMap::new());
@@ -440,7 +272,7 @@ pub(crate) enum OpenError {
     /// A topic the pool cannot work with (missing, not authorized, a claims
     /// topic with several partitions or not compacted): the operator's to fix.
     #[error("{0}")]
-    Topic(#[from] crate::topics::TopicProblem),
+    Topic(#[from] crate::kafka::topics::TopicProblem),
     /// The thread asking for metadata failed.
     #[error("{0:#}")]
     Task(anyhow::Error),
@@ -467,7 +299,7 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync +
         let r = blocking(move || {
             client(&c)
                 .fetch_metadata(Some(&t), REQUEST_TIMEOUT)
-                .map(|m| crate::topics::partitions_in(&m, &t, &p))
+                .map(|m| crate::kafka::topics::partitions_in(&m, &t, &p))
         })
         .await
         .map_err(OpenError::Task)?;
@@ -475,7 +307,7 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync +
             Ok(Ok(n)) if n > 0 => return Ok(n),
             // Refused (no ACL) or another error the brokers give about the
             // topic: asking again changes nothing.
-            Ok(Err(e @ crate::topics::TopicProblem::Missing { .. })) => {
+            Ok(Err(e @ crate::kafka::topics::TopicProblem::Missing { .. })) => {
                 // A broker may also say so while starting.
                 if start.elapsed() > Duration::from_secs(3) {
                     return Err(e.into());
@@ -485,7 +317,7 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync +
             Ok(Ok(_)) => {
                 // Not listed, or no leader yet.
                 if start.elapsed() > Duration::from_secs(3) {
-                    return Err(crate::topics::TopicProblem::Missing { topic }.into());
+                    return Err(crate::kafka::topics::TopicProblem::Missing { topic }.into());
                 }
             }
             Err(e) => {
@@ -499,10 +331,10 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync +
     }
 }
 
-/// The claims consumer's settings: the readers' own ([`crate::claims::config`]),
+/// The claims consumer's settings: the readers' own ([`crate::kafka::claims::config`]),
 /// named after the instance.
 fn claims_config(cfg: &Config) -> ClientConfig {
-    crate::claims::config(
+    crate::kafka::claims::config(
         &cfg.brokers,
         &cfg.kafka_props,
         &format!("pool_worker-{}", cfg.instance),
@@ -545,7 +377,7 @@ fn read_claims(reader: &ClaimsReader<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>,
 /// A broker the pool cannot work with (its watermarks do not count
 /// records): one line, and exit 2 (the operator's to fix; a restart would
 /// meet the same broker).
-fn broken(instance: u32, problem: &crate::topics::TopicProblem) -> ! {
+fn broken(instance: u32, problem: &crate::kafka::topics::TopicProblem) -> ! {
     tracing::error!(instance, "pool_worker: {problem}");
     std::process::exit(crate::exit::Exit::Config.code());
 }
@@ -558,15 +390,6 @@ fn too_large(e: &KafkaError) -> bool {
         e.rdkafka_error_code(),
         Some(C::MessageSizeTooLarge | C::MessageBatchTooLarge | C::InvalidMessageSize)
     )
-}
-
-/// Runs a blocking rdkafka call off the async threads.
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> anyhow::Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .context("blocking task failed")
 }
 
 /// The claims producer's `transactional.id` (docs/protocol.md R16): one per
@@ -804,7 +627,7 @@ impl Kafka {
         });
         let (meta, topic) = (self.meta.clone(), self.orders_topic.clone());
         std::thread::spawn(move || drop(meta.fetch_metadata(Some(&topic), REQUEST_TIMEOUT)));
-        let principal = crate::topics::principal(&self.props);
+        let principal = crate::kafka::topics::principal(&self.props);
         let (n, _, warning) = tokio::try_join!(
             partitions(
                 self.claims.clone(),
@@ -830,7 +653,7 @@ impl Kafka {
                     .await
                     .ok()
                     .flatten();
-                crate::topics::check_compaction(
+                crate::kafka::topics::check_compaction(
                     admin_config,
                     cluster.as_deref(),
                     &self.claims_topic,
@@ -840,7 +663,7 @@ impl Kafka {
                 .map_err(OpenError::from)
             },
         )?;
-        crate::topics::one_partition(&self.claims_topic, n)?;
+        crate::kafka::topics::one_partition(&self.claims_topic, n)?;
         if let Some(w) = warning {
             tracing::warn!(instance = self.instance, "{w}");
         }
@@ -1131,15 +954,15 @@ impl Kafka {
                 }
                 Err(e)
                     if e.rdkafka_error_code()
-                        .is_some_and(crate::topics::is_authorization) =>
+                        .is_some_and(crate::kafka::topics::is_authorization) =>
                 {
                     // No ACL lets this principal write the claims topic:
                     // nothing was written, and asking again changes nothing.
                     // The operator's to fix (exit 2: not restarted in a loop).
-                    let problem = crate::topics::TopicProblem::NotAuthorized {
+                    let problem = crate::kafka::topics::TopicProblem::NotAuthorized {
                         topic: self.claims_topic.clone(),
                         operation: "write",
-                        principal: crate::topics::principal(&self.props),
+                        principal: crate::kafka::topics::principal(&self.props),
                     };
                     tracing::error!(instance = self.instance, "pool_worker: {problem}");
                     std::process::exit(crate::exit::Exit::Config.code());
@@ -1380,7 +1203,7 @@ impl Kafka {
     }
 
     /// An order message read at `offset` of `partition`, checked against
-    /// the partition's high watermark ([`crate::topics::check_watermark`]):
+    /// the partition's high watermark ([`crate::kafka::topics::check_watermark`]):
     /// the pool learns which orders exist from the orders' ends, so a broker
     /// whose watermarks do not count records would leave orders waiting
     /// forever (issue 25 §4: tansu 0.6 said 1 after 5 records). Exits 2.
@@ -1391,7 +1214,7 @@ impl Kafka {
                 .ok()
                 .map(|(_, high)| high)
         };
-        if let Err(p) = crate::topics::check_watermark(
+        if let Err(p) = crate::kafka::topics::check_watermark(
             self.orders.client(),
             &self.orders_topic,
             partition,

@@ -1,0 +1,28 @@
+//! The one home for Kafka (issue 28): every use of the rdkafka crate is in
+//! this module; the rest of the binary asks it with the project's own types.
+//! Its files import one way, from the top of this list down:
+//!
+//! | file | what |
+//! |------|------|
+//! | `worker.rs` | the worker's clients ([`worker::Kafka`]): the claims producer (appends, fencing, transactions), the claims reader's thread, the orders consumer |
+//! | `tools.rs` | where the tools (src/cli/) connect ([`tools::Source`]): their clients, the one order or cancel they send, the messages they read |
+//! | `claims.rs` | the one reader of the claims topic ([`claims::ClaimsReader`]) and what decides which records are the pool's ([`claims::Gate`]) |
+//! | `topics.rs` | what the pool needs of its broker and topics, checked; partitions and end offsets asked now |
+//! | `settings.rs` | how every client is made: the shared settings, the `KAFKA_*` properties ([`settings::KafkaSettings`]), the fetch waits |
+//! | `broker.rs` | the embedded broker (librdkafka's mock cluster) |
+//!
+//! The worker's configuration (src/config.rs) stands between them: it uses
+//! `settings` and `broker` (the `KAFKA_*` properties, topic names), and
+//! `worker` and `tools` use it.
+
+pub mod broker;
+pub mod claims;
+pub mod settings;
+pub mod tools;
+pub mod topics;
+pub mod worker;
+
+// What the worker loop (src/run.rs) takes.
+pub(crate) use worker::{
+    transactional_id, ClaimEvent, Kafka, OpenError, OrderMessage, Stopped, Unreadable,
+};
