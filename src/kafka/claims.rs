@@ -23,7 +23,7 @@ use crate::backoff;
 use crate::boot::View;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
 use crate::kafka::settings::{client_config, Silent, CLAIMS_FETCH_WAIT_MS};
-use crate::kafka::topics::order_ends_now;
+use crate::kafka::topics::{order_ends_now, Asks};
 use crate::record::{Foreign, Record};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -118,9 +118,9 @@ impl Gate {
     /// Decodes a message of the claims topic; `Err` for a foreign record.
     /// `client` fetches the orders topic's ends when needed (retried while
     /// `live` says so: the verdict must not depend on a failed request).
-    pub fn decode<X: ConsumerContext>(
+    pub fn decode(
         &self,
-        client: &BaseConsumer<X>,
+        client: &dyn Asks,
         m: &impl Message,
         live: &dyn Fn() -> bool,
     ) -> Result<Record, Foreign> {
@@ -188,7 +188,7 @@ pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
     /// Kafka holds at the log's end for `fetch.wait.max.ms` (a broker
     /// answers one connection's requests in order): up to 500 ms per
     /// question, a second of every boot.
-    asks: Arc<BaseConsumer>,
+    asks: Arc<dyn Asks>,
     /// How far below the end a record may be and still be taken for the
     /// last: 1 (exact) for the tools, 2 for a worker, whose records are
     /// each followed by a commit marker ([`ClaimsReader::marker_slack`]).
@@ -231,14 +231,17 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         context: X,
         topic: &str,
         gate: Gate,
-        asks: Option<Arc<BaseConsumer>>,
+        asks: Option<Arc<dyn Asks>>,
     ) -> anyhow::Result<ClaimsReader<X>> {
         let consumer = config
             .create_with_context(context)
             .context("cannot create a Kafka consumer")?;
         let asks = match asks {
             Some(a) => a,
-            None => Arc::new(config.create().context("cannot create a Kafka client")?),
+            None => {
+                let c: BaseConsumer = config.create().context("cannot create a Kafka client")?;
+                Arc::new(c)
+            }
         };
         Ok(ClaimsReader {
             consumer,
@@ -295,7 +298,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     pub fn end(&self, timeout: Duration) -> anyhow::Result<u64> {
         let (_, high) = self
             .asks
-            .fetch_watermarks(&self.topic, 0, timeout)
+            .ask_watermarks(&self.topic, 0, timeout)
             .with_context(|| format!("cannot read topic '{}'", self.topic))?;
         Ok(high.max(0) as u64)
     }
@@ -303,14 +306,14 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// The next record, waiting at most `wait`; `live` bounds the gate's
     /// retries (see [`Gate::decode`]).
     pub fn poll(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled {
-        self.poll_map(wait, |m| self.gate.decode(&self.asks, m, live))
+        self.poll_map(wait, |m| self.gate.decode(&*self.asks, m, live))
     }
 
     /// [`ClaimsReader::poll`], with the message's key and value as read
     /// (`dev` shows a foreign record's bytes).
     pub fn poll_raw(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled<Raw> {
         self.poll_map(wait, |m| Raw {
-            record: self.gate.decode(&self.asks, m, live),
+            record: self.gate.decode(&*self.asks, m, live),
             key: m.key().map(<[u8]>::to_vec),
             value: m.payload().map(<[u8]>::to_vec),
         })
@@ -333,7 +336,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                 // request would wait behind its held fetch.
                 let ask = || {
                     self.asks
-                        .fetch_watermarks(&self.topic, m.partition(), REQUEST_TIMEOUT)
+                        .ask_watermarks(&self.topic, m.partition(), REQUEST_TIMEOUT)
                         .ok()
                         .map(|(_, high)| high)
                 };
@@ -384,7 +387,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         let oldest = now.saturating_sub(max_age_ms);
         let (low, high) = self
             .asks
-            .fetch_watermarks(&self.topic, 0, REQUEST_TIMEOUT)
+            .ask_watermarks(&self.topic, 0, REQUEST_TIMEOUT)
             .ok()?;
         if high - low <= window {
             return None;
@@ -405,7 +408,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                     if m.key().is_some_and(|k| k.ends_with(b":checkpoint")) {
                         // Signed, and possible: a checkpoint is a whole view.
                         let live = || Instant::now() < deadline;
-                        if let Ok(rec) = self.gate.decode(&self.asks, &m, &live) {
+                        if let Ok(rec) = self.gate.decode(&*self.asks, &m, &live) {
                             let young = rec.ts >= oldest;
                             if let Some(snap) = rec.snapshot().filter(|s| {
                                 young

@@ -7,7 +7,7 @@
 //! | `worker.rs` | the worker's clients ([`worker::Kafka`]): the claims producer (appends, fencing, transactions), the claims reader's thread, the orders consumer |
 //! | `tools.rs` | where the tools (src/cli/) connect ([`tools::Source`]): their clients, the one order or cancel they send, the messages they read |
 //! | `claims.rs` | the one reader of the claims topic ([`claims::ClaimsReader`]) and what decides which records are the pool's ([`claims::Gate`]) |
-//! | `topics.rs` | what the pool needs of its broker and topics, checked; partitions and end offsets asked now |
+//! | `topics.rs` | what the pool needs of its broker and topics, checked; partitions and end offsets asked now, of a client that never fetches ([`topics::Asks`]: the tools' own consumer, the worker's producer) |
 //! | `settings.rs` | how every client is made: the shared settings, the `KAFKA_*` properties ([`settings::KafkaSettings`]), the fetch waits |
 //! | `broker.rs` | the embedded broker (librdkafka's mock cluster) |
 //!

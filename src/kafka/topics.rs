@@ -284,13 +284,60 @@ pub enum Unknown {
 /// How long one metadata or watermark request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A client that answers questions (a topic's metadata, a partition's
+/// watermarks) and is never asked to fetch, so that its answers do not
+/// wait behind a fetch the broker holds: a consumer made for it (the
+/// tools), or a worker's producer (one Kafka client fewer per worker
+/// process, issue 27). Watermarks are the `isolation.level`'s (the
+/// default, read_committed, for both: a producer's configuration has it
+/// too, and librdkafka's ListOffsets sends it).
+pub trait Asks: Send + Sync {
+    fn ask_metadata(&self, topic: &str, timeout: Duration) -> Result<Metadata, KafkaError>;
+    fn ask_watermarks(
+        &self,
+        topic: &str,
+        partition: i32,
+        timeout: Duration,
+    ) -> Result<(i64, i64), KafkaError>;
+}
+
+impl<C: ConsumerContext> Asks for BaseConsumer<C> {
+    fn ask_metadata(&self, topic: &str, timeout: Duration) -> Result<Metadata, KafkaError> {
+        self.client().fetch_metadata(Some(topic), timeout)
+    }
+    fn ask_watermarks(
+        &self,
+        topic: &str,
+        partition: i32,
+        timeout: Duration,
+    ) -> Result<(i64, i64), KafkaError> {
+        self.client().fetch_watermarks(topic, partition, timeout)
+    }
+}
+
+impl<C: rdkafka::producer::ProducerContext> Asks for rdkafka::producer::BaseProducer<C> {
+    fn ask_metadata(&self, topic: &str, timeout: Duration) -> Result<Metadata, KafkaError> {
+        use rdkafka::producer::Producer as _;
+        self.client().fetch_metadata(Some(topic), timeout)
+    }
+    fn ask_watermarks(
+        &self,
+        topic: &str,
+        partition: i32,
+        timeout: Duration,
+    ) -> Result<(i64, i64), KafkaError> {
+        use rdkafka::producer::Producer as _;
+        self.client().fetch_watermarks(topic, partition, timeout)
+    }
+}
+
 /// The partitions of `topic`, as its metadata lists them now (none while
 /// the topic does not exist).
-pub(crate) fn partitions_now<X: ConsumerContext>(
-    client: &BaseConsumer<X>,
+pub(crate) fn partitions_now<A: Asks + ?Sized>(
+    client: &A,
     topic: &str,
 ) -> Result<Vec<i32>, KafkaError> {
-    let md = client.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
+    let md = client.ask_metadata(topic, REQUEST_TIMEOUT)?;
     Ok(md
         .topics()
         .first()
@@ -299,15 +346,15 @@ pub(crate) fn partitions_now<X: ConsumerContext>(
 }
 
 /// The end offset of every partition of `topic`, asked now.
-pub(crate) fn order_ends_now<X: ConsumerContext>(
-    client: &BaseConsumer<X>,
+pub(crate) fn order_ends_now<A: Asks + ?Sized>(
+    client: &A,
     topic: &str,
 ) -> Result<BTreeMap<i32, i64>, KafkaError> {
     partitions_now(client, topic)?
         .into_iter()
         .map(|p| {
             client
-                .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
+                .ask_watermarks(topic, p, REQUEST_TIMEOUT)
                 .map(|(_, h)| (p, h))
         })
         .collect()

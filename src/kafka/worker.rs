@@ -30,10 +30,10 @@ use crate::checkpoint::Snapshot;
 use crate::config::Config;
 use crate::kafka::claims::{ClaimsReader, Gate, Polled, CHECKPOINT_WINDOW};
 use crate::kafka::settings::{blocking, client_config, FETCH_WAIT_MS};
-use crate::kafka::topics::partitions_now;
+use crate::kafka::topics::{partitions_now, Asks};
 use crate::record::{Foreign, OrderId, Record};
 use anyhow::Context;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
@@ -130,7 +130,6 @@ pub(crate) struct Kafka {
     claims_rx: tokio::sync::Mutex<ClaimsQueue>,
     claims_tx: std::sync::Mutex<Option<mpsc::Sender<Vec<ClaimEvent>>>>,
     orders: Arc<StreamConsumer<Quiet>>,
-    meta: Arc<BaseConsumer>,
     claims_topic: String,
     orders_topic: String,
     results_topic: Option<String>,
@@ -554,6 +553,15 @@ impl Kafka {
         pc.set("acks", "all")
             .set("linger.ms", "0")
             .set("message.timeout.ms", "10000");
+        // The pool creates no topic by asking about it or writing to it
+        // (topics are the operator's: scripts/create-topics.sh). A producer
+        // would by default, where the broker allows it (Apache Kafka's
+        // default), and this one also answers the questions about the
+        // orders topic: a misspelt ORDERS_TOPIC became a topic instead of
+        // exit 2. KAFKA_ALLOW_AUTO_CREATE_TOPICS still decides.
+        if !cfg.kafka_props.contains_key("allow.auto.create.topics") {
+            pc.set("allow.auto.create.topics", "false");
+        }
         let transactional = cfg.fence == crate::config::Fence::Transactions;
         if transactional {
             // Set after the user's KAFKA_* properties: the fence needs this
@@ -562,20 +570,16 @@ impl Kafka {
                 .set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string());
         }
         let producer = Kafka::new_producer(&pc)?;
-        // The client for questions (metadata, watermarks), which never
-        // fetches: the claims reader asks through it too.
-        let meta: Arc<BaseConsumer> = Arc::new(
-            consumer_config(cfg, false, 100)
-                .create()
-                .context("cannot create a Kafka consumer")?,
-        );
         let gate = Gate::new(cfg.claims_key.clone(), &cfg.orders_topic);
         let claims = ClaimsReader::new(
             &claims_config(cfg),
             Quiet,
             &cfg.coordination_topic,
             gate.clone(),
-            Some(meta.clone()),
+            // The producer answers the reader's questions (it never
+            // fetches); a client of its own cost each process ~2 ms of CPU
+            // and connections to the brokers (issue 27).
+            Some(producer.clone() as Arc<dyn Asks>),
         )?
         .marker_slack();
         let (tx, rx) = mpsc::channel(CLAIMS_BATCHES);
@@ -594,7 +598,6 @@ impl Kafka {
             }),
             claims_tx: std::sync::Mutex::new(Some(tx)),
             orders: Arc::new(orders),
-            meta,
             claims_topic: cfg.coordination_topic.clone(),
             orders_topic: cfg.orders_topic.clone(),
             results_topic: cfg.results_topic.clone(),
@@ -611,11 +614,11 @@ impl Kafka {
     /// Checks the topics (the claims topic must have exactly one partition);
     /// [`Kafka::read_claims_from`] then starts the claims reader.
     ///
-    /// The four clients connect in parallel: the two consumers ask for
-    /// their topic's partitions, and the producer and the watermark client
-    /// learn the topic they will need (otherwise the first append, `booted`,
-    /// waited ~15 ms for the producer's connection and metadata, on every
-    /// boot).
+    /// The three clients connect in parallel: the two consumers ask for
+    /// their topic's partitions, and the producer learns both topics (it
+    /// appends to the claims topic and answers the questions about the
+    /// orders topic; otherwise the first append, `booted`, waited ~15 ms for
+    /// the producer's connection and metadata, on every boot).
     pub(crate) async fn open(&self, patience: Duration) -> Result<(), OpenError> {
         let (producer, topic) = (self.producer(), self.claims_topic.clone());
         std::thread::spawn(move || {
@@ -625,8 +628,8 @@ impl Kafka {
                     .fetch_metadata(Some(&topic), REQUEST_TIMEOUT),
             )
         });
-        let (meta, topic) = (self.meta.clone(), self.orders_topic.clone());
-        std::thread::spawn(move || drop(meta.fetch_metadata(Some(&topic), REQUEST_TIMEOUT)));
+        let (producer, topic) = (self.producer(), self.orders_topic.clone());
+        std::thread::spawn(move || drop(producer.ask_metadata(&topic, REQUEST_TIMEOUT)));
         let principal = crate::kafka::topics::principal(&self.props);
         let (n, _, warning) = tokio::try_join!(
             partitions(
@@ -648,8 +651,8 @@ impl Kafka {
                     return Ok(None);
                 };
                 // Asked beside the metadata, so that it adds no wait to boot.
-                let meta = self.meta.clone();
-                let cluster = blocking(move || meta.client().fetch_cluster_id(REQUEST_TIMEOUT))
+                let producer = self.producer();
+                let cluster = blocking(move || producer.client().fetch_cluster_id(REQUEST_TIMEOUT))
                     .await
                     .ok()
                     .flatten();
@@ -1108,7 +1111,7 @@ impl Kafka {
     pub(crate) async fn order_ends(&self) -> BTreeMap<i32, i64> {
         let mut backoff = backoff::REQUEST;
         loop {
-            let meta = self.meta.clone();
+            let meta = self.producer();
             let topic = self.orders_topic.clone();
             let cache = self.order_partitions.clone();
             let r = blocking(move || -> Result<BTreeMap<i32, i64>, KafkaError> {
@@ -1125,7 +1128,7 @@ impl Kafka {
                 let parts = match cached {
                     Some(parts) => parts,
                     None => {
-                        let parts = partitions_now(&meta, &topic)?;
+                        let parts = partitions_now(&*meta, &topic)?;
                         if let Ok(mut c) = cache.lock() {
                             *c = Some((std::time::Instant::now(), parts.clone()));
                         }
@@ -1133,7 +1136,7 @@ impl Kafka {
                     }
                 };
                 let high = |p: i32| {
-                    meta.fetch_watermarks(&topic, p, REQUEST_TIMEOUT)
+                    meta.ask_watermarks(&topic, p, REQUEST_TIMEOUT)
                         .map(|(_, h)| (p, h))
                 };
                 if parts.len() <= 1 {
@@ -1209,8 +1212,8 @@ impl Kafka {
     /// forever (issue 25 §4: tansu 0.6 said 1 after 5 records). Exits 2.
     fn check_order_watermark(&self, partition: i32, offset: i64) {
         let ask = || {
-            self.meta
-                .fetch_watermarks(&self.orders_topic, partition, REQUEST_TIMEOUT)
+            self.producer()
+                .ask_watermarks(&self.orders_topic, partition, REQUEST_TIMEOUT)
                 .ok()
                 .map(|(_, high)| high)
         };
@@ -1244,9 +1247,9 @@ impl Kafka {
     /// The first offset still in an orders partition (its log start), if
     /// the broker says.
     async fn log_start(&self, partition: i32) -> Option<i64> {
-        let (meta, topic) = (self.meta.clone(), self.orders_topic.clone());
+        let (meta, topic) = (self.producer(), self.orders_topic.clone());
         blocking(move || {
-            meta.fetch_watermarks(&topic, partition, REQUEST_TIMEOUT)
+            meta.ask_watermarks(&topic, partition, REQUEST_TIMEOUT)
                 .ok()
                 .map(|(low, _)| low)
         })
