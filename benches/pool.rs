@@ -2416,7 +2416,15 @@ fn matrix_knobs() -> Vec<String> {
         "BENCH_RESTART_DELAY_MS",
     ]
     .iter()
-    .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}")))
+    .filter_map(|k| std::env::var(k).ok().map(|v| (k, v)))
+    // Adding the opt-in system to the three leaves the matrix whole.
+    .filter(|(k, v)| {
+        **k != "BENCH_MATRIX_SYSTEMS"
+            || !["pool", "share", "group"]
+                .iter()
+                .all(|s| v.split(',').any(|x| x.trim() == *s))
+    })
+    .map(|(k, v)| format!("{k}={v}"))
     .collect()
 }
 
@@ -2426,7 +2434,12 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
     let mut r = String::new();
     let knobs = matrix_knobs();
     let label = if knobs.is_empty() {
-        String::new()
+        match std::env::var("BENCH_MATRIX_SYSTEMS") {
+            Ok(v) if v.split(',').any(|s| s.trim() == "pool-long") => format!(
+                "The full matrix, with the opt-in pool beside it (`BENCH_MATRIX_SYSTEMS={v}`). "
+            ),
+            _ => String::new(),
+        }
     } else {
         format!(
             "**Partial or smoke run, not the full matrix** (`{}`). ",
