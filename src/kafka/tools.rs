@@ -138,7 +138,7 @@ impl Source {
             .client_config()?
             .create_with_context(Silent)
             .context("cannot create a Kafka client")?;
-        match self.check_topics(&c, PROBE_TIMEOUT) {
+        match self.check_topics(&ToolClient(c), PROBE_TIMEOUT) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(problem)) => Err(problem.into()),
             Err(e) => bail!(
@@ -162,7 +162,7 @@ impl Source {
         use crate::kafka::topics::{one_partition, partitions_in, TopicProblem};
         let props = kafka_settings().map(|s| s.props).unwrap_or_default();
         let judge = |topic: &str| -> Result<Result<i32, TopicProblem>, KafkaError> {
-            let md = c.fetch_metadata(Some(topic), timeout)?;
+            let md = c.0.fetch_metadata(Some(topic), timeout)?;
             Ok(match partitions_in(&md, topic, &props) {
                 Err(TopicProblem::Missing { .. }) => Ok(0),
                 r => r,
@@ -246,8 +246,10 @@ impl Source {
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A tool's client of the pool's topics ([`Source::consumer`]), for the
-/// questions and reads of this module.
-pub(crate) type ToolClient = BaseConsumer<Silent>;
+/// questions and reads of this module. A type of its own, so that a tool
+/// holds it without reaching the rdkafka consumer inside (issue 28: only
+/// this module speaks rdkafka).
+pub(crate) struct ToolClient(BaseConsumer<Silent>);
 
 impl Source {
     /// A client of the pool's topics that joins no group and commits
@@ -258,6 +260,7 @@ impl Source {
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "true")
             .create_with_context(Silent)
+            .map(ToolClient)
             .context("cannot create a Kafka consumer")
     }
 
@@ -318,6 +321,7 @@ impl Source {
     pub(crate) fn claims_end(&self) -> anyhow::Result<i64> {
         let (_, high) = self
             .consumer()?
+            .0
             .fetch_watermarks(&self.coordination_topic, 0, TIMEOUT)
             .with_context(|| format!("cannot read topic '{}'", self.coordination_topic))?;
         Ok(high)
@@ -333,9 +337,9 @@ impl Source {
         order: OrderId,
     ) -> anyhow::Result<Result<i64, String>> {
         let topic = &self.orders_topic;
-        let md = c
-            .fetch_metadata(Some(topic), TIMEOUT)
-            .with_context(|| format!("cannot read topic '{topic}'"))?;
+        let md =
+            c.0.fetch_metadata(Some(topic), TIMEOUT)
+                .with_context(|| format!("cannot read topic '{topic}'"))?;
         let parts = md
             .topics()
             .first()
@@ -345,14 +349,14 @@ impl Source {
                 "there is no order {order}: '{topic}' has {parts} partition(s)"
             )));
         }
-        let (low, high) = c
-            .fetch_watermarks(topic, order.partition, TIMEOUT)
-            .with_context(|| {
-                format!(
-                    "cannot read partition {} of topic '{topic}'",
-                    order.partition
-                )
-            })?;
+        let (low, high) =
+            c.0.fetch_watermarks(topic, order.partition, TIMEOUT)
+                .with_context(|| {
+                    format!(
+                        "cannot read partition {} of topic '{topic}'",
+                        order.partition
+                    )
+                })?;
         if order.offset >= high {
             return Ok(Err(format!(
                 "there is no order {order} in '{topic}' (partition {} ends at {high})",
@@ -382,14 +386,14 @@ impl Source {
     ) -> anyhow::Result<Vec<(i32, i64, i64)>> {
         let topic = &self.orders_topic;
         let parts =
-            partitions_now(c, topic).with_context(|| format!("cannot read topic '{topic}'"))?;
+            partitions_now(&c.0, topic).with_context(|| format!("cannot read topic '{topic}'"))?;
         // One request per partition gives both its first offset and its end.
         parts
             .into_iter()
             .map(|p| {
-                let (low, high) = c
-                    .fetch_watermarks(topic, p, timeout)
-                    .with_context(|| format!("cannot read partition {p} of topic '{topic}'"))?;
+                let (low, high) =
+                    c.0.fetch_watermarks(topic, p, timeout)
+                        .with_context(|| format!("cannot read partition {p} of topic '{topic}'"))?;
                 Ok((p, low, high))
             })
             .collect()
@@ -517,10 +521,10 @@ fn borrowed_at<'c>(
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, p, Offset::Offset(offset))
         .ok()?;
-    c.assign(&tpl).ok()?;
+    c.0.assign(&tpl).ok()?;
     let deadline = Instant::now() + wait;
     while Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+        if let Some(Ok(m)) = c.0.poll(Duration::from_millis(200)) {
             if m.partition() == p && m.offset() >= offset {
                 return Some(m);
             }
