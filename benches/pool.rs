@@ -2402,6 +2402,20 @@ fn matrix_case_secs() -> u64 {
 
 /// The matrix's knobs that differ from the defaults (a partial or smoke
 /// run says so in its sections).
+/// The systems BENCH_MATRIX_SYSTEMS asks for, by key (`pool`, `share`,
+/// `group`, `pool-long`; default the three).
+fn matrix_systems_asked() -> Vec<String> {
+    env_or("BENCH_MATRIX_SYSTEMS", "pool,share,group")
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+/// Whether BENCH_MATRIX_SYSTEMS asks for the system keyed `key`.
+fn matrix_system_asked(key: &str) -> bool {
+    matrix_systems_asked().iter().any(|s| s == key)
+}
+
 fn matrix_knobs() -> Vec<String> {
     [
         "BENCH_MATRIX_NS",
@@ -2418,11 +2432,11 @@ fn matrix_knobs() -> Vec<String> {
     .iter()
     .filter_map(|k| std::env::var(k).ok().map(|v| (k, v)))
     // Adding the opt-in system to the three leaves the matrix whole.
-    .filter(|(k, v)| {
+    .filter(|(k, _)| {
         **k != "BENCH_MATRIX_SYSTEMS"
             || !["pool", "share", "group"]
                 .iter()
-                .all(|s| v.split(',').any(|x| x.trim() == *s))
+                .all(|s| matrix_system_asked(s))
     })
     .map(|(k, v)| format!("{k}={v}"))
     .collect()
@@ -2434,11 +2448,13 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
     let mut r = String::new();
     let knobs = matrix_knobs();
     let label = if knobs.is_empty() {
-        match std::env::var("BENCH_MATRIX_SYSTEMS") {
-            Ok(v) if v.split(',').any(|s| s.trim() == "pool-long") => format!(
-                "The full matrix, with the opt-in pool beside it (`BENCH_MATRIX_SYSTEMS={v}`). "
-            ),
-            _ => String::new(),
+        if matrix_system_asked("pool-long") {
+            format!(
+                "The full matrix, with the opt-in pool beside it (`BENCH_MATRIX_SYSTEMS={}`). ",
+                matrix_systems_asked().join(",")
+            )
+        } else {
+            String::new()
         }
     } else {
         format!(
@@ -2515,7 +2531,7 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
                 let pools: Vec<Option<&MatrixResult>> = row
                     .iter()
                     .zip(&systems)
-                    .filter(|(_, s)| s.starts_with("pool"))
+                    .filter(|(_, s)| **s == "pool" || **s == POOL_LONG)
                     .map(|(x, _)| *x)
                     .collect();
                 let mut notes: Vec<String> = row
@@ -2822,7 +2838,6 @@ fn main() {
             .into_iter()
             .filter(|l| layouts_knob.split(',').any(|k| k.trim() == *l))
             .collect();
-        let systems_knob = env_or("BENCH_MATRIX_SYSTEMS", "pool,share,group");
         let systems: Vec<&'static str> = [
             ("pool", "pool"),
             ("share", "share group"),
@@ -2830,7 +2845,7 @@ fn main() {
             ("pool-long", POOL_LONG),
         ]
         .into_iter()
-        .filter(|(k, _)| systems_knob.split(',').any(|s| s.trim() == *k))
+        .filter(|(k, _)| matrix_system_asked(k))
         .filter(|(k, _)| *k != "share" || bench.broker.is_apache())
         .map(|(_, name)| name)
         .collect();

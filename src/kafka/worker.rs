@@ -620,16 +620,10 @@ impl Kafka {
     /// orders topic; otherwise the first append, `booted`, waited ~15 ms for
     /// the producer's connection and metadata, on every boot).
     pub(crate) async fn open(&self, patience: Duration) -> Result<(), OpenError> {
-        let (producer, topic) = (self.producer(), self.claims_topic.clone());
-        std::thread::spawn(move || {
-            drop(
-                producer
-                    .client()
-                    .fetch_metadata(Some(&topic), REQUEST_TIMEOUT),
-            )
-        });
-        let (producer, topic) = (self.producer(), self.orders_topic.clone());
-        std::thread::spawn(move || drop(producer.ask_metadata(&topic, REQUEST_TIMEOUT)));
+        for topic in [self.claims_topic.clone(), self.orders_topic.clone()] {
+            let producer = self.producer();
+            std::thread::spawn(move || drop(producer.ask_metadata(&topic, REQUEST_TIMEOUT)));
+        }
         let principal = crate::kafka::topics::principal(&self.props);
         let (n, _, warning) = tokio::try_join!(
             partitions(
