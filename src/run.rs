@@ -329,6 +329,8 @@ impl Shell {
                     self.job.kill();
                 }
                 Action::Start { .. } => self.job.start_prepared(),
+                // R53: the guard's deadline; not carried out yet.
+                Action::Guard(_) => {}
                 Action::Exit(code) => return Ok(Some(self.exit(code).await)),
             }
         }

@@ -100,6 +100,13 @@ pub enum Action {
     Kill { order: OrderId },
     /// Send [`Input::Tick`] when the clock reaches this time (ms).
     WakeAt(u64),
+    /// The job of the order we hold may run until this time (our clock,
+    /// ms), and no longer: the shell's guard freezes the job's processes
+    /// then, even if the worker itself is stopped, unless a later `Guard`
+    /// arrives first; one arriving while the job is frozen (a time still
+    /// ahead) thaws it (docs/protocol.md R53). Only with leases; the first
+    /// comes before the [`Action::Run`] or [`Action::Start`] of the job.
+    Guard(u64),
     /// End the process with this status: [`Exit::Ok`] (its orders done),
     /// [`Exit::Fenced`] (it found a newer incarnation of its instance
     /// number in the log: a zombie) or [`Exit::Revoked`] (its hold was
@@ -204,6 +211,17 @@ pub struct Settings {
     pub publish_results: bool,
 }
 
+impl Settings {
+    /// How long after sending its newest record of a hold that it read back
+    /// valid a holder may let the hold's job run (R53): two thirds of the
+    /// lease, so that the job is frozen a third of a lease before anyone can
+    /// revoke the hold, which leaves margin for clock rate error and for the
+    /// freeze to take effect. `None`: no leases, the job is never frozen.
+    pub fn jeopardy_ms(&self) -> Option<u64> {
+        self.lease_ms.map(|l| l * 2 / 3)
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -247,6 +265,13 @@ pub enum Flaw {
     /// With `Settings::fence`: append `booted` at once, before the fence
     /// has completed (docs/protocol.md R16).
     BootBeforeFence,
+    /// A hold's age is the reader's clock minus the writer's `ts` (the rule
+    /// before R36 counted on the reader's own clock): a reader whose clock
+    /// runs ahead revokes live holds.
+    AgeFromTs,
+    /// No jeopardy (R53): never ask the guard to freeze the job, so a cut
+    /// off or stopped holder's job runs on beside its takeover.
+    NoJeopardy,
 }
 
 /// Whether the broken rule `Flaw::$flaw` is on in `$settings`: never
@@ -278,6 +303,14 @@ pub struct Worker {
     now: u64,
     /// When we last wrote about our hold.
     renewed: u64,
+    /// Per instance whose hold we know: the position of the hold's newest
+    /// record and when (our clock) we first read the hold there. A hold's
+    /// age counts from that time, on our clock alone (R36).
+    heard: BTreeMap<InstanceNo, (Position, u64)>,
+    /// Until when (our clock) our hold is safe: the `ts` of our newest
+    /// record of it read back valid, plus [`Settings::jeopardy_ms`]; the
+    /// shell's guard freezes the job past it (R53). 0: not yet.
+    safe_until: u64,
     /// Revocations we appended: (instance, position of the hold's record).
     revoking: std::collections::BTreeSet<(InstanceNo, Position)>,
     /// Orders this incarnation has completed (read back).
@@ -358,6 +391,8 @@ impl Worker {
             seq: 0,
             now,
             renewed: now,
+            heard: BTreeMap::new(),
+            safe_until: 0,
             revoking: Default::default(),
             completed: 0,
             waiting_since: BTreeMap::new(),
@@ -445,6 +480,11 @@ impl Worker {
         self.view.relabel(r);
         let f = r.position;
         self.revoking = self.revoking.iter().map(|&(i, p)| (i, f(p))).collect();
+        self.heard = self
+            .heard
+            .iter()
+            .map(|(&i, &(p, t))| (i, (f(p), t)))
+            .collect();
     }
 
     /// Feeds `h` exactly what hashing a copy of this machine after
@@ -464,6 +504,8 @@ impl Worker {
             seq,
             now,
             renewed,
+            heard,
+            safe_until,
             revoking,
             completed,
             waiting_since,
@@ -473,9 +515,12 @@ impl Worker {
         (me, incarnation).hash(h);
         view.hash_relabeled(r, h);
         (phase, settings, seq, now, renewed).hash(h);
+        let f = r.position;
+        let heard: BTreeMap<InstanceNo, (Position, u64)> =
+            heard.iter().map(|(&i, &(p, t))| (i, (f(p), t))).collect();
+        (heard, safe_until).hash(h);
         // The renamed set, in its own order (the set's hash is its length
         // and its elements in order).
-        let f = r.position;
         let mut renamed: Vec<(InstanceNo, Position)> =
             revoking.iter().map(|&(i, p)| (i, f(p))).collect();
         renamed.sort_unstable();
@@ -586,10 +631,75 @@ impl Worker {
         }
     }
 
-    fn expired(&self, h: &Hold) -> bool {
-        self.settings
-            .lease_ms
-            .is_some_and(|l| self.now.saturating_sub(h.last_ts) > l)
+    /// Whether instance `j`'s hold `h` has outlived its lease: we first
+    /// read its newest record over `LEASE_MS` ago, by our own clock (R36).
+    /// A hold we have not read at that record is not expired.
+    fn expired(&self, j: InstanceNo, h: &Hold) -> bool {
+        let Some(lease) = self.settings.lease_ms else {
+            return false;
+        };
+        if flawed!(self.settings, AgeFromTs) {
+            return self.now.saturating_sub(h.last_ts) > lease;
+        }
+        self.heard_at(j, h)
+            .is_some_and(|t| self.now.saturating_sub(t) > lease)
+    }
+
+    /// When (our clock) we first read instance `j`'s hold `h` at its newest
+    /// record.
+    fn heard_at(&self, j: InstanceNo, h: &Hold) -> Option<u64> {
+        match self.heard.get(&j) {
+            Some(&(pos, t)) if pos == h.last_pos => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Notes, for every hold in the View, when we first read it at its
+    /// newest record (R36); forgets instances that hold nothing.
+    fn hear(&mut self) {
+        if self.settings.lease_ms.is_none() {
+            return;
+        }
+        let now = self.now;
+        let mut heard = std::mem::take(&mut self.heard);
+        heard.retain(|j, _| self.view.hold(*j).is_some());
+        for (j, s) in self.view.instances() {
+            if let Some(h) = &s.hold {
+                let e = heard.entry(j).or_insert((h.last_pos, now));
+                if e.0 != h.last_pos {
+                    *e = (h.last_pos, now);
+                }
+            }
+        }
+        self.heard = heard;
+    }
+
+    /// Our record at `pos` was read back: if it is a record of our hold and
+    /// the hold stands at it (it is valid, and nothing revoked it before
+    /// it), the hold is safe until its `ts` (when we made it) plus
+    /// [`Settings::jeopardy_ms`]: nobody can revoke it before a whole lease
+    /// has passed on their clock since they read it, which is after we sent
+    /// it (R53). Returns the new deadline for the guard, if it moved.
+    fn renew_guard(&mut self, pos: Position, rec: &Record, applied: bool) -> Option<Action> {
+        let jeopardy = self.settings.jeopardy_ms()?;
+        if flawed!(self.settings, NoJeopardy) || !applied {
+            return None;
+        }
+        let hold_record = matches!(
+            rec.event(),
+            Event::Claimed | Event::Committed | Event::Lease
+        );
+        let ours = rec.writer() == self.me && rec.incarnation == self.incarnation;
+        let stands = self.view.hold(self.me).is_some_and(|h| h.last_pos == pos);
+        if !(hold_record && ours && stands) {
+            return None;
+        }
+        let until = rec.ts.saturating_add(jeopardy);
+        if until <= self.safe_until {
+            return None;
+        }
+        self.safe_until = until;
+        Some(Action::Guard(until))
     }
 
     fn on_tick(&mut self) -> Vec<Action> {
@@ -598,6 +708,7 @@ impl Worker {
             Phase::Fence => return Vec::new(),
             _ => {}
         }
+        self.hear();
         let mut out = self.on_tick_leases();
         // A deferral ran out: look at the orders again, and claim.
         let due = self.defer_over || self.defer_until.is_some_and(|t| self.now >= t);
@@ -678,8 +789,8 @@ impl Worker {
             .instances()
             .filter(|(j, _)| *j != self.me)
             .filter_map(|(j, s)| s.hold.clone().map(|h| (j, h)))
-            .filter(|(j, h)| self.expired(h) && !self.revoking.contains(&(*j, h.last_pos)))
-            .min_by_key(|(_, h)| (h.last_ts, h.order));
+            .filter(|(j, h)| self.expired(*j, h) && !self.revoking.contains(&(*j, h.last_pos)))
+            .min_by_key(|(j, h)| (self.heard_at(*j, h), h.order));
         let Some((j, h)) = victim else {
             return Vec::new();
         };
@@ -756,6 +867,26 @@ impl Worker {
         if applied && revokes_us && rec.instance == self.me {
             return self.finish(Exit::Revoked);
         }
+        self.hear();
+        // R53: the guard's new deadline goes first, before the job it
+        // guards is started below.
+        let guard = self.renew_guard(pos, &rec, applied);
+        let mut out = self.after_record(rec, result, applied);
+        if let Some(g) = guard {
+            if self.done().is_none() {
+                out.insert(0, g);
+            }
+        }
+        out
+    }
+
+    /// What the record just applied means in our phase.
+    fn after_record(
+        &mut self,
+        rec: Record,
+        result: Result<(), Void>,
+        applied: bool,
+    ) -> Vec<Action> {
         match self.phase.clone() {
             Phase::Boot { seen: false } if self.is_ours(&rec, 1) => {
                 self.phase = Phase::Boot { seen: true };
@@ -1057,7 +1188,7 @@ impl Worker {
                 let mut out = Vec::new();
                 for j in on {
                     if let Some(h) = self.view.hold(j).filter(|h| h.order == order).cloned() {
-                        if self.expired(&h) && !self.revoking.contains(&(j, h.last_pos)) {
+                        if self.expired(j, &h) && !self.revoking.contains(&(j, h.last_pos)) {
                             out.push(Action::Append(self.revoke(j, &h)));
                         }
                     }
@@ -1298,8 +1429,10 @@ mod tests {
     }
 
     /// Whether `a` is one commit, of attempt `attempt`.
+    /// Whether `a` is the append of a commit of `attempt` (after the
+    /// guard's deadline that reading back a claim gives with leases, R53).
     fn commits(a: &[Action], attempt: u32) -> bool {
-        matches!(a, [Action::Append(r)]
+        matches!(a, [Action::Append(r)] | [Action::Guard(_), Action::Append(r)]
             if r.event() == Event::Committed && r.attempt().get() == attempt)
     }
 
@@ -1547,10 +1680,14 @@ mod tests {
         log.append(&a);
         let a = log.feed(&mut w1, &mut c1);
         log.append(&a);
+        // With leases, the guard's deadline (R53) came with the claim read
+        // back (its time plus two thirds of the lease); the commit, made at
+        // the same time, does not move it.
         assert!(matches!(
             &log.feed(&mut w1, &mut c1)[..],
             [Action::Run { .. }]
         ));
+        assert_eq!(w1.safe_until, 666);
         (w1, c1)
     }
 
@@ -1566,7 +1703,7 @@ mod tests {
         assert_eq!(a, vec![Action::FindOrder]);
         // Idle with an expired hold in sight: revoke it; read back, claim
         // its order in the hold's place.
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 7000);
         assert!(
             matches!(&a[..], [Action::Append(r)]
             if r.event() == Event::Revoked && r.instance.get() == 1 && r.rank() == Some(0) && r.attempt().get() == 2),
@@ -1583,17 +1720,95 @@ mod tests {
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
         assert!(
-            matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed),
+            matches!(&a[..], [Action::Guard(7666), Action::Append(r)] if r.event() == Event::Committed),
             "{a:?}"
         );
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
         assert_eq!(a, run((0, 0), 2, true));
+        assert_eq!(w2.safe_until, 7000 + 666);
         // The old holder, cut off until now, reads the revocation and stops.
         assert_eq!(
             log.feed(&mut w1, &mut c1),
             vec![Action::Exit(Exit::Revoked)]
         );
+    }
+
+    #[test]
+    fn a_reader_whose_clock_runs_ahead_revokes_no_live_holder() {
+        // R36: the age counts on the reader's clock from when it read the
+        // hold's newest record, whatever the writer's `ts` says.
+        let mut log = Log(Vec::new());
+        let (_w1, _) = silent_holder(&mut log);
+        let far = 3_600_000; // an hour ahead of instance 1's clock
+        let (mut w2, _) = booted(&mut log, 2, "two", far);
+        // No order waits but the held one: idle, it looks for expired holds.
+        let orders = || Input::Orders(BTreeMap::from([(0, 1)]));
+        let a = w2.handle(orders(), far + 1000);
+        assert!(
+            !a.iter()
+                .any(|a| matches!(a, Action::Append(r) if r.event() == Event::Revoked)),
+            "a lease read a second ago is not expired: {a:?}"
+        );
+        let a = w2.handle(orders(), far + 1001);
+        assert!(
+            matches!(&a[..], [Action::Append(r)] if r.event() == Event::Revoked),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn ages_from_the_writers_ts_revoke_a_live_holder() {
+        // The broken rule (Flaw::AgeFromTs): an instance whose clock runs
+        // ahead revokes at once a hold it has just read.
+        let mut log = Log(Vec::new());
+        let (_w1, _) = silent_holder(&mut log);
+        let settings = Settings {
+            lease_ms: Some(1000),
+            flaw: Some(Flaw::AgeFromTs),
+            ..Settings::default()
+        };
+        let far = 3_600_000;
+        let (mut w2, a) = Worker::start(2.into(), "two".into(), settings, far);
+        log.append(&a);
+        let mut c2 = 0;
+        log.feed(&mut w2, &mut c2);
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), far);
+        assert!(
+            matches!(&a[..], [Action::Append(r)] if r.event() == Event::Revoked),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn the_guard_counts_from_when_a_record_was_made_not_read() {
+        // R53: a renewal read back late gives a deadline counted from when
+        // it was made, so a hold in jeopardy is not thawed by a renewal
+        // that was already old when read back (the holder was cut off).
+        let mut log = Log(Vec::new());
+        let (mut w1, mut c1) = silent_holder(&mut log);
+        let renew = w1.handle(Input::Tick, 400);
+        assert!(
+            matches!(&renew[..], [Action::Append(r)] if r.event() == Event::Lease && r.ts == 400)
+        );
+        log.append(&renew);
+        // Read back 10 s later: the deadline is 400 + 666, long past.
+        let mut out = Vec::new();
+        while c1 < log.0.len() {
+            let rec = log.0[c1].clone();
+            out.extend(w1.handle(Input::Record(Position::new(c1 as u64), rec), 10_400));
+            c1 += 1;
+        }
+        assert_eq!(out, vec![Action::Guard(400 + 666)]);
+        // Without leases there is no guard at all.
+        let mut log = Log(Vec::new());
+        let (mut w, mut cur) = boot_in(&mut log, 1, "i1", Settings::default());
+        let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
+        log.append(&a);
+        let a = log.feed(&mut w, &mut cur);
+        log.append(&a);
+        let a = log.feed(&mut w, &mut cur);
+        assert!(!a.iter().any(|a| matches!(a, Action::Guard(_))), "{a:?}");
     }
 
     #[test]
@@ -1608,7 +1823,7 @@ mod tests {
         let retry = log.feed(&mut w1, &mut c1);
         assert!(commits(&retry, 2));
         let (mut w2, _) = booted(&mut log, 2, "two", 5000);
-        let takeover = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
+        let takeover = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 7000);
         log.append(&takeover);
         log.append(&retry);
         assert_eq!(
@@ -1624,9 +1839,9 @@ mod tests {
         let mut log = Log(Vec::new());
         let (mut w1, mut c1) = silent_holder(&mut log);
         let (mut w2, mut c2) = booted(&mut log, 2, "two", 5000);
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 7000);
         // Instance 1 renews its lease before the revocation lands.
-        let renew = w1.handle(Input::Tick, 5000);
+        let renew = w1.handle(Input::Tick, 7000);
         assert!(matches!(&renew[..], [Action::Append(r)] if r.event() == Event::Lease));
         log.append(&renew);
         log.append(&a);
@@ -1637,9 +1852,10 @@ mod tests {
             "a void revocation: no takeover claim, other work"
         );
         assert!(w2.view.hold(2.into()).is_none());
-        assert!(
-            log.feed(&mut w1, &mut c1).is_empty(),
-            "instance 1 keeps its order"
+        assert_eq!(
+            log.feed(&mut w1, &mut c1),
+            vec![Action::Guard(7000 + 666)],
+            "instance 1 keeps its order, safe for 2/3 of a lease from its renewal"
         );
         assert!(w2
             .view
@@ -1652,7 +1868,7 @@ mod tests {
         let mut log = Log(Vec::new());
         let (_w1, _) = silent_holder(&mut log);
         let (mut w2, _) = booted(&mut log, 2, "two", 5000);
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 5000);
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 7000);
         log.append(&a);
         // Instance 2 dies with only its revocation in the log: it holds the
         // order nonetheless (nobody else may take it but by its lease).

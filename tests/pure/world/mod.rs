@@ -1146,6 +1146,8 @@ impl World {
                 // The job ends at a JobDone step, which may come at any
                 // moment: killed or not, every timing is explored.
                 Action::Kill { .. } => {}
+                // The guard's deadline (R53): not modelled yet.
+                Action::Guard(_) => {}
                 // Only with `Settings::publish_results`, which the world
                 // leaves off: it has no results topic.
                 Action::PublishResult(_) => {}
