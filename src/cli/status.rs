@@ -71,7 +71,7 @@ pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::
     let c = src.consumer()?;
     let offsets = src.order_offsets(&c, TIMEOUT)?;
     let orders = src.waiting(&c, &offsets, |p| view.next_offset(p));
-    let instances = instance_rows(&view, &tally.last_completion);
+    let instances = instance_rows(&view, &tally.last_completion, now_ms);
     let Tally {
         by_status,
         mut not_ok,
@@ -159,10 +159,18 @@ impl Tally {
     }
 }
 
-/// Each instance as `status` shows it, with its newest completion.
+/// How far ahead of this host's clock an instance's newest `ts` is, when
+/// by more than this (ms): its clock runs ahead by at least that much.
+const CLOCK_AHEAD_MS: u64 = 2_000;
+
+/// Each instance as `status` shows it, with its newest completion, and by
+/// how much at least its clock runs ahead of this host's (`clock_ahead_ms`:
+/// its newest record's `ts` is in this host's future). Leases do not read
+/// `ts` (docs/protocol.md R36), but the times shown for it are off by that.
 fn instance_rows(
     view: &View,
     last_completion: &BTreeMap<u32, serde_json::Value>,
+    now_ms: u64,
 ) -> Vec<serde_json::Value> {
     view.instances()
         .map(|(i, s)| {
@@ -181,6 +189,7 @@ fn instance_rows(
                 "attempt": s.hold.as_ref().map(|h| h.attempt),
                 "incarnation": s.booted.as_ref().map(|b| b.incarnation.clone()),
                 "last_completion": last_completion.get(&i.get()),
+                "clock_ahead_ms": s.last_ts.checked_sub(now_ms).filter(|d| *d > CLOCK_AHEAD_MS),
             })
         })
         .collect()
@@ -298,6 +307,15 @@ pub(crate) fn render(s: &serde_json::Value) -> String {
             order,
             last
         ));
+    }
+    for i in s["instances"].as_array().into_iter().flatten() {
+        if let Some(ahead) = i["clock_ahead_ms"].as_u64() {
+            out.push_str(&format!(
+                "instance {}'s clock runs at least {:.1} s ahead of this host's (its newest record's time is in the future):                  leases do not depend on it, times shown for it are off\n",
+                i["instance"].as_u64().unwrap_or(0),
+                ahead as f64 / 1000.0
+            ));
+        }
     }
     if n("foreign_records") > 0 {
         out.push_str(&format!(
@@ -503,6 +521,33 @@ mod tests {
         let mut r = Record::of(2, Event::Completed, "inc\x1b[1A", 1).with_order(OrderId::new(0, 4));
         r.set_outcome(Some(outcome.clone()));
         (r, outcome)
+    }
+
+    /// An instance whose newest record's `ts` is in this host's future is
+    /// shown with its clock ahead; one within the slack is not.
+    #[test]
+    fn status_says_which_clocks_run_ahead() {
+        let now = 1_000_000;
+        let mut view = View::new();
+        let recs = [
+            Record::of(1, Event::Booted, "one", now - 5_000),
+            Record::of(2, Event::Booted, "two", now + 60_000),
+            Record::of(3, Event::Booted, "three", now + 1_000),
+        ];
+        for (p, r) in recs.iter().enumerate() {
+            let mut r = r.clone();
+            r.seq = 1;
+            view.apply(Position::new(p as u64), &r).unwrap();
+        }
+        let rows = instance_rows(&view, &BTreeMap::new(), now);
+        let ahead: Vec<_> = rows.iter().map(|r| r["clock_ahead_ms"].as_u64()).collect();
+        assert_eq!(ahead, vec![None, Some(60_000), None]);
+        let text = render(&json!({ "instances": rows }));
+        assert!(
+            text.contains("instance 2's clock runs at least 60.0 s ahead"),
+            "{text}"
+        );
+        assert!(!text.contains("instance 1's clock") && !text.contains("instance 3's clock"));
     }
 
     /// `submit --wait`: the job's output and reason reach the terminal
