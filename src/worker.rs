@@ -580,6 +580,21 @@ impl Worker {
         if self.done().is_some() {
             return Vec::new();
         }
+        let renewed = self.renewed;
+        let mut out = self.on_input(input);
+        // A hold was written about: wake for its next renewal exactly a third
+        // of a lease later (R36), not at the next periodic Tick, which may
+        // come up to a third of a lease after that: the guard's deadline
+        // (R53) leaves the renewal a third of a lease to be read back.
+        if let Some(lease) = self.settings.lease_ms {
+            if self.renewed != renewed && self.done().is_none() {
+                out.push(Action::WakeAt(self.renewed + lease / 3));
+            }
+        }
+        out
+    }
+
+    fn on_input(&mut self, input: Input) -> Vec<Action> {
         match input {
             Input::Foreign(pos) => {
                 self.view.skip(pos);
@@ -1705,7 +1720,7 @@ mod tests {
         // its order in the hold's place.
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 7000);
         assert!(
-            matches!(&a[..], [Action::Append(r)]
+            matches!(&a[..], [Action::Append(r), Action::WakeAt(_)]
             if r.event() == Event::Revoked && r.instance.get() == 1 && r.rank() == Some(0) && r.attempt().get() == 2),
             "{a:?}"
         );
@@ -1752,7 +1767,7 @@ mod tests {
         );
         let a = w2.handle(orders(), far + 1001);
         assert!(
-            matches!(&a[..], [Action::Append(r)] if r.event() == Event::Revoked),
+            matches!(&a[..], [Action::Append(r), Action::WakeAt(_)] if r.event() == Event::Revoked),
             "{a:?}"
         );
     }
@@ -1789,7 +1804,7 @@ mod tests {
         let (mut w1, mut c1) = silent_holder(&mut log);
         let renew = w1.handle(Input::Tick, 400);
         assert!(
-            matches!(&renew[..], [Action::Append(r)] if r.event() == Event::Lease && r.ts == 400)
+            matches!(&renew[..], [Action::Append(r), Action::WakeAt(733)] if r.event() == Event::Lease && r.ts == 400)
         );
         log.append(&renew);
         // Read back 10 s later: the deadline is 400 + 666, long past.
@@ -1842,7 +1857,9 @@ mod tests {
         let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 7000);
         // Instance 1 renews its lease before the revocation lands.
         let renew = w1.handle(Input::Tick, 7000);
-        assert!(matches!(&renew[..], [Action::Append(r)] if r.event() == Event::Lease));
+        assert!(
+            matches!(&renew[..], [Action::Append(r), Action::WakeAt(7333)] if r.event() == Event::Lease)
+        );
         log.append(&renew);
         log.append(&a);
         let a = log.feed(&mut w2, &mut c2);
