@@ -1,4 +1,4 @@
-// The bench's share-group peer (benches/pool.rs): N members of one Kafka
+// The bench's share-group peer (pool_worker/benches/pool.rs): N members of one Kafka
 // share group (KIP-932, KafkaShareConsumer), threads of this JVM, each
 // running every record it gets as a command line (split on spaces, no shell)
 // and acknowledging it with ACCEPT once the command ended (explicit

@@ -50,7 +50,7 @@
 #   CLAIMS_SEGMENT_MS            default 3600000 (1 hour)
 #   CLAIMS_MIN_CLEANABLE_DIRTY_RATIO default 0.1
 # (The CLAIMS_* knobs exist for tests that make the cleaner run within
-# seconds, tests/live/apache_compaction.rs; docs/protocol.md R43 and R44 say
+# seconds, pool_worker/tests/live/apache_compaction.rs; docs/protocol.md R43 and R44 say
 # how short min.compaction.lag.ms may be.)
 #   TOPICS_TOOL                  path of kafka-topics.sh (default: searched)
 # (None of this script's variables starts with KAFKA_: pool_worker passes every

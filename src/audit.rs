@@ -42,7 +42,7 @@
 //! `min.compaction.lag.ms`, 7 days, keeps to logs older than that).
 //!
 //! Pure: records in, a [`Report`] out; `pool_worker audit`
-//! (`src/cli/audit.rs`) is the shell.
+//! (`pool_worker/src/cli/audit.rs`) is the shell.
 
 use crate::boot::View;
 use crate::erased::Erased;

@@ -1,55 +1,30 @@
-//! pool_worker: a Kafka-native worker pool that runs each work order exactly
-//! once, with no coordinator process. See README.md and docs/protocol.md
-//! (the rules, R1 …, that comments cite by number).
+//! pool_worker_core: the protocol core of pool_worker (records and time in,
+//! decisions out), the package at the top of the repository. It does no
+//! I/O, reads no clock and draws no randomness, and the compiler guards it:
+//! its manifest (the top `Cargo.toml`) depends only on crates that do no I/O
+//! (serde, serde_json, hmac, sha2, shell-words), so a core module cannot
+//! name rdkafka, tokio, nix or any shell; and it must not use `std::fs`,
+//! `std::net`, `std::process`, `std::time`'s clocks or randomness. See
+//! docs/protocol.md for the rules (R1 …) that comments cite by number.
 //!
-//! A pure protocol core, shells around it, and the command line. This table
-//! is the one list of which module is which (README.md, "The code", and
-//! docs/protocol.md follow it):
+//! Layout: this package's folder is the repository's top: its sources are
+//! `src/` (this file is its root), its proof `tests/pure` (the model check
+//! and the simulation, which drive [`worker::Worker`] through a simulated
+//! world; `cargo test -p pool_worker_core` runs them without building
+//! librdkafka). The binary, its shells and the command line are the package
+//! in `pool_worker/`, which depends on this one and re-exports its modules.
 //!
-//! | part | modules | may use |
-//! |------|---------|---------|
-//! | the core: the crate `pool_worker_core` (core/Cargo.toml, root src/core.rs) | `record` (with `record/`), `boot` (with `boot/`), `claim`, `checkpoint`, `worker`, `exit_status`, `erased`, `orders`, `sign`, `audit` | the core and crates that do no I/O (serde, hmac, ...); no I/O, no clock, no randomness: no rdkafka, tokio, nix, `std::fs`, `std::net`, `std::process` |
-//! | the shells | `run`, `kafka` (with `kafka/`: `worker`, `tools`, `claims`, `topics`, `settings`, `broker`; the only modules that name the rdkafka crate), `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `config_error`, `exit`, `backoff` | the core, each other, and the world |
-//! | the command line | `cli` (and `src/main.rs`) | everything |
-//!
-//! A core module imports no shell: the core stands below them all. The
-//! compiler enforces it: the core is its own crate, `pool_worker_core`, whose
-//! manifest depends on nothing that does I/O, and this crate only re-exports
-//! its modules. Its sources stay in `src/` (the paths the design card names),
-//! with `src/core.rs` as its crate root; see that file's header.
+//! The cargo feature `testing` compiles the hooks that exist only for the
+//! checks (`worker::Flaw`, `View::relabel`, accessors only the tests read);
+//! this package's own tests and pool_worker's `testing` feature turn it on.
 
-// The core: no I/O, no clock, no randomness. A crate of its own,
-// `pool_worker_core` (core/Cargo.toml), so that the compiler guards it: its
-// manifest names no crate that does I/O, and it cannot name a shell. Its
-// sources stay in src/ beside the shells (the design card's paths), with
-// src/core.rs as its crate root; this crate re-exports its modules, so that
-// `crate::record::...` and `pool_worker::record::...` still work.
-pub use pool_worker_core::{
-    audit,       // the claims log checked against the invariants (I1–I5)
-    boot,        // replaying the claims topic into a view
-    checkpoint,  // a summary of the log, so that boot need not replay all of it
-    claim,       // the negotiation
-    erased,      // what compaction erased, as a reader sees it
-    exit_status, // every exit status, named and numbered
-    orders,      // parsing work orders
-    record,      // what a claims record is
-    sign,        // signed records, `CLAIMS_KEY`
-    worker,      // one incarnation's life as a state machine
-};
-
-// The shells: Kafka, processes, the environment.
-pub mod backoff; // the retry loops' delays
-pub mod config; // the environment
-pub mod config_error; // a configuration error (config's and its parsers')
-pub mod exit; // a status as the process's, and the signals that stop it
-pub mod fetch; // fetching a URL order's body
-pub mod isolate; // what keeps a job away from the worker
-pub mod job; // running a job with tokio::process
-pub mod kafka; // everything Kafka: the worker's and the tools' clients, the claims reader, the embedded broker
-pub mod policy; // the allow lists: what an order may run, set, pull and fetch
-pub mod run; // drives the worker machine with Kafka and jobs
-pub mod settle; // booting only after a dead predecessor's appends settled
-pub mod supervise; // the dev-mode supervisor
-
-// The command line: worker mode and one module per subcommand.
-pub mod cli;
+pub mod audit; // the claims log checked against the invariants (I1–I5)
+pub mod boot; // replaying the claims topic into a view
+pub mod checkpoint; // a summary of the log, so that boot need not replay all of it
+pub mod claim; // the negotiation
+pub mod erased; // what compaction erased, as a reader sees it
+pub mod exit_status; // every exit status, named and numbered
+pub mod orders; // parsing work orders
+pub mod record; // what a claims record is
+pub mod sign; // signed records, `CLAIMS_KEY`
+pub mod worker; // one incarnation's life as a state machine

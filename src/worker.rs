@@ -343,7 +343,7 @@ impl Worker {
 
     /// A new incarnation; returns it with its first actions. `clean` names
     /// the incarnation that this host saw exit with every append
-    /// acknowledged (src/settle.rs). With `settle_ms` 0 the first action is
+    /// acknowledged (pool_worker/src/settle.rs). With `settle_ms` 0 the first action is
     /// to append `booted`; otherwise the machine settles first
     /// ([`Phase::Settle`]).
     pub fn start_after(

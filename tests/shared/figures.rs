@@ -1,15 +1,22 @@
-//! Shared by both test binaries (`tests/live`, `tests/pure`), included
-//! with `#[path]` by each harness.
+//! Shared by both test binaries (the core's `tests/pure` and the binary's
+//! `pool_worker/tests/live`), included with `#[path]` by each harness.
 
-/// Appends a line of figures to `target/figures.txt`, which CI prints at the
-/// end of its run (the test harness hides a passing test's output).
+/// Appends a line of figures to `target/figures.txt` (the workspace's target
+/// directory, found from the test binary's own path,
+/// `target/<profile>/deps/<test>`), which CI prints at the end of its run
+/// (the test harness hides a passing test's output).
 pub fn record_figures(line: &str) {
     use std::io::Write as _;
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/figures.txt");
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let Some(target) = exe.ancestors().nth(3) else {
+        return;
+    };
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(path)
+        .open(target.join("figures.txt"))
     {
         let _ = writeln!(f, "{line}");
     }

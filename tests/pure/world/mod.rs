@@ -75,7 +75,7 @@ pub struct Config {
     /// The supervisor restarts a crashed instance (false: a broken
     /// supervisor, for the liveness check to catch).
     pub restart_crashed: bool,
-    /// The settle rule (docs/protocol.md R16; src/settle.rs): a
+    /// The settle rule (docs/protocol.md R16; pool_worker/src/settle.rs): a
     /// process appends its `booted` only once every append of its instance
     /// number's dead process has landed or been lost, so the next start of
     /// an instance drops that process's orphans (booted, records, retry
@@ -85,7 +85,7 @@ pub struct Config {
     /// `zombie_fence_erased_by_the_next_boot` in tests/pure/model.rs show what
     /// happens then).
     pub settle: bool,
-    /// The fence (docs/protocol.md R16; src/kafka/worker.rs `Kafka::fence`):
+    /// The fence (docs/protocol.md R16; pool_worker/src/kafka/worker.rs `Kafka::fence`):
     /// processes start in `Phase::Fence`, and a step of its own
     /// ([`Step::Fence`]) fences the instance's older processes: every orphan
     /// of the instance is dropped (Kafka aborts the dead process's open
@@ -648,7 +648,7 @@ impl World {
     }
 
     /// The record at `pos` as a reader takes it: the pool's, or foreign —
-    /// through the shell's own decoding (src/kafka/claims.rs, `Gate`): the value's
+    /// through the shell's own decoding (pool_worker/src/kafka/claims.rs, `Gate`): the value's
     /// bytes and its signature header as they would be in Kafka, the
     /// verdict on the signature (src/sign.rs), `Record::decode_with`, and
     /// `Record::impossible` against the orders' end offsets.
@@ -829,7 +829,7 @@ impl World {
                     }
                 }
                 // Boot from the newest checkpoint the log still holds, as
-                // the shell does (src/kafka/worker.rs).
+                // the shell does (pool_worker/src/kafka/worker.rs).
                 let snap = self
                     .log
                     .iter()
@@ -970,7 +970,7 @@ impl World {
     /// Reads the next record (with `batch_reads`, on until the machine acts
     /// or negotiates). A choosing process that defers and has read to the
     /// end asks for the orders again, as the shell does when it catches up
-    /// while idle (src/run.rs): the log moved, and the order may now be its
+    /// while idle (pool_worker/src/run.rs): the log moved, and the order may now be its
     /// to claim.
     fn read(&mut self, cfg: &Config, i: u32) {
         while let Some(pos) = self.next_present(self.inst(i).cursor) {
@@ -1163,7 +1163,7 @@ impl World {
                 }
                 Action::Exit(code) => {
                     // The shell leaves the marker once every append is
-                    // acknowledged (src/run.rs); here: nothing pending and
+                    // acknowledged (pool_worker/src/run.rs); here: nothing pending and
                     // no copy of this incarnation's records in flight.
                     let inst = self.inst(i);
                     let inc = inst

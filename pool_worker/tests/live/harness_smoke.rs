@@ -1,4 +1,4 @@
-//! Checks the test harness itself (tests/live/common): the broker process and its
+//! Checks the test harness itself (pool_worker/tests/live/common): the broker process and its
 //! control commands, the Kafka helpers, and the supervisor process with
 //! stand-in programs (so these tests do not depend on worker mode).
 
@@ -48,7 +48,7 @@ fn orders_and_claims_round_trip() {
     );
     let env = broker.env();
     assert!(env.contains(&("KAFKA_BROKERS".to_string(), broker.bootstrap().to_string())));
-    // The embedded broker's own settings come with it (src/kafka/broker.rs, WORKER_ENV).
+    // The embedded broker's own settings come with it (pool_worker/src/kafka/broker.rs, WORKER_ENV).
     for (k, v) in pool_worker::kafka::broker::WORKER_ENV {
         assert!(
             env.contains(&(k.to_string(), v.to_string())),

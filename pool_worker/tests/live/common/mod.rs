@@ -228,7 +228,7 @@ pub struct BrokerProc {
     control: Mutex<(ChildStdin, mpsc::Receiver<String>)>,
     bootstrap: String,
     /// The settings the broker says workers need against it (its
-    /// `worker_env`: src/kafka/broker.rs, `WORKER_ENV`).
+    /// `worker_env`: pool_worker/src/kafka/broker.rs, `WORKER_ENV`).
     pub worker_env: Vec<(String, String)>,
     pub opts: BrokerOpts,
     pub stderr: Tail,
@@ -332,7 +332,7 @@ impl BrokerProc {
             ),
             // A killed worker's requests reach this loopback broker within
             // milliseconds, so its successor need not wait the default 15 s
-            // (docs/protocol.md R16; tests/live/e2e.rs checks the wait).
+            // (docs/protocol.md R16; pool_worker/tests/live/e2e.rs checks the wait).
             ("SETTLE_MS".to_string(), "500".to_string()),
             (
                 "STATE_DIR".to_string(),
@@ -1395,7 +1395,7 @@ pub fn try_produce_with(
 }
 
 pub mod apache;
-#[path = "../../shared/figures.rs"]
+#[path = "../../../../tests/shared/figures.rs"]
 mod figures;
 pub use figures::record_figures;
 

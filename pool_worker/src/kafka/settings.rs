@@ -6,7 +6,7 @@
 //! threads ([`blocking`]).
 //!
 //! The bottom of the Kafka module: it imports nothing of the project's, so
-//! that the worker's configuration (src/config.rs) can check the `KAFKA_*`
+//! that the worker's configuration (pool_worker/src/config.rs) can check the `KAFKA_*`
 //! properties here without a circle.
 
 use anyhow::Context;
@@ -179,11 +179,11 @@ pub(crate) fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> 
 pub const FETCH_WAIT_MS: u32 = 500;
 
 /// `fetch.wait.max.ms` of the claims consumers (every reader of the claims
-/// topic, src/kafka/claims.rs): shorter than [`FETCH_WAIT_MS`] because with
+/// topic, pool_worker/src/kafka/claims.rs): shorter than [`FETCH_WAIT_MS`] because with
 /// transactions (docs/protocol.md R16) a read_committed fetch waiting at the
 /// last stable offset is not answered when a commit marker moves it: Apache
 /// Kafka 4.4 holds it for the whole wait (measured in
-/// `tests/live/fence.rs` `kill_storm_on_apache_kafka`, 6 instances under
+/// `pool_worker/tests/live/fence.rs` `kill_storm_on_apache_kafka`, 6 instances under
 /// kills: a boot's replay took 1.3 s at the median with 500 ms, 0.33 s with
 /// 100 ms, 0.17 s with 20 ms). The cost: an idle worker's claims consumer
 /// asks about ten times a second instead of twice. `KAFKA_FETCH_WAIT_MAX_MS`

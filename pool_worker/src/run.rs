@@ -105,7 +105,7 @@ async fn connect(cfg: &Config) -> anyhow::Result<Option<&'static Kafka>> {
     }
 }
 
-/// A standby's wait for its turn (src/supervise.rs, STANDBY): true once
+/// A standby's wait for its turn (pool_worker/src/supervise.rs, STANDBY): true once
 /// the line `go` arrives on standard input, false at its end (the
 /// supervisor is gone or dismissed the standby). Other lines are ignored.
 async fn go() -> bool {
@@ -195,14 +195,14 @@ impl Shell {
         let me = cfg.instance;
         let mut ticks = tokio::time::interval(Duration::from_millis((cfg.lease_ms / 3).max(100)));
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Settling (src/settle.rs): the marker is taken before anything is
+        // Settling (pool_worker/src/settle.rs): the marker is taken before anything is
         // appended, so a process that dies from here on leaves none.
         // With SETTLE_MS=0 there is no wait to spare, so no marker either.
         // With the fence (R16) the marker only spares a warning
         // (warn_open_commands).
         let marker = (cfg.settle_ms > 0 || cfg.fence == Fence::Transactions)
             .then(|| crate::settle::marker_path(&cfg));
-        // A standby (src/supervise.rs, STANDBY) starts while its
+        // A standby (pool_worker/src/supervise.rs, STANDBY) starts while its
         // predecessor runs: the marker that one leaves is not there yet,
         // and with the fence the marker only spares a warning.
         let standby = cfg.standby && cfg.fence == Fence::Transactions;

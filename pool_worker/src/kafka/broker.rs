@@ -33,7 +33,7 @@
 //! # The `broker` subcommand
 //!
 //! `pool_worker broker` runs the same thing as a process: see
-//! `src/cli/broker.rs`.
+//! `pool_worker/src/cli/broker.rs`.
 //!
 //! # Settings the workers need against it
 //!
@@ -70,7 +70,7 @@ pub(crate) const MAX_PARTITIONS: i32 = 1024;
 /// process (docs/protocol.md R16): it gives a new producer of a
 /// `transactional.id` a new producer id instead of bumping the epoch, writes
 /// no transaction markers, and serves records of open and aborted
-/// transactions to read_committed readers (tests/live/fence.rs). Workers
+/// transactions to read_committed readers (pool_worker/tests/live/fence.rs). Workers
 /// settle against it instead (R17, R18). Never a default either: on a real
 /// cluster it costs `SETTLE_MS` after every crash.
 pub const WORKER_ENV: &[(&str, &str)] =
@@ -288,7 +288,7 @@ impl Broker {
     /// The next requests named `request` (a Kafka protocol name: `EndTxn`,
     /// ...) are answered with `errors` (names: `INVALID_TXN_STATE`, ...),
     /// one each, in order; `NO_ERROR` serves one as usual. For the tests'
-    /// faults (tests/live/faults.rs).
+    /// faults (pool_worker/tests/live/faults.rs).
     pub(crate) fn request_errors(&self, request: &str, errors: &[&str]) -> anyhow::Result<()> {
         let Some(&(_, request)) = FAILABLE_REQUESTS.iter().find(|(n, _)| *n == request) else {
             let known: Vec<&str> = FAILABLE_REQUESTS.iter().map(|(n, _)| *n).collect();

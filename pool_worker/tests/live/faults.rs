@@ -725,7 +725,7 @@ fn orders_the_broker_deleted_are_completed_deleted() {
 /// killed while a job ran, the commit of its `completed` got
 /// INVALID_TXN_STATE from EndTxn, which librdkafka takes for fatal; the
 /// process exited 1 with the job's outcome unrecorded, and its next process
-/// ran the order again (tests/live/apache_faults.rs, one run in many).
+/// ran the order again (pool_worker/tests/live/apache_faults.rs, one run in many).
 /// Here the embedded broker answers the completion's EndTxn so (its
 /// transactions are enough for that, though it cannot fence): the worker
 /// replaces its producer, appends the completion again and exits 0; the

@@ -22,7 +22,7 @@ const LONG: Duration = Duration::from_secs(240);
 const TOOL_LIMIT: Duration = Duration::from_secs(60);
 
 fn checkout() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
 /// deploy/sasl_ssl.env.example as (name, value) pairs, in file order.

@@ -170,7 +170,7 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<Exit> {
     let (claims_tx, claims) = mpsc::unbounded_channel();
     let source = args.source(&addr)?;
     let tail = tokio::task::spawn_blocking(move || tail_claims(&source, &claims_tx));
-    // The workers' clean-exit markers (src/settle.rs) live as long as this
+    // The workers' clean-exit markers (pool_worker/src/settle.rs) live as long as this
     // broker does: a directory of this run's own, unless STATE_DIR is set.
     let state_dir = std::env::var_os("STATE_DIR")
         .is_none()
@@ -364,7 +364,7 @@ fn worker_env(
     if std::env::var_os("SETTLE_MS").is_none() {
         env.push(("SETTLE_MS", DEV_SETTLE_MS.to_string()));
     }
-    // What the embedded broker needs (src/kafka/broker.rs), unless the user says
+    // What the embedded broker needs (pool_worker/src/kafka/broker.rs), unless the user says
     // otherwise.
     for (k, v) in crate::kafka::broker::WORKER_ENV {
         if std::env::var_os(k).is_none() {

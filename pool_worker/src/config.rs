@@ -37,7 +37,7 @@
 //! | `CHECKPOINT_MAX_AGE_MS` | a boot starts from the newest checkpoint near the end of the claims topic only if it is younger than this, else it replays the log from its beginning (docs/protocol.md R24); keep it below the claims topic's `min.compaction.lag.ms` | 518400000 (6 days) |
 //! | `SETTLE_MS` | with `CLAIMS_FENCE=settle`: after a process that did not exit clean, how long the next one waits before it boots (docs/protocol.md R17, R18) | 15000 |
 //! | `CLAIM_DEFER_MS` | how long an idle instance defers to each idle instance ahead of it in an order's line before it claims the order anyway (docs/protocol.md R29); at most `LEASE_MS`/3; 0: every idle instance claims at once (the herd) | 1000, or `LEASE_MS`/3 if less |
-//! | `STATE_DIR` | where a clean exit leaves its marker (src/settle.rs); must be the worker user's own and not group/world-writable (created 0700) | `$STATE_DIRECTORY` (systemd), else `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>` |
+//! | `STATE_DIR` | where a clean exit leaves its marker (pool_worker/src/settle.rs); must be the worker user's own and not group/world-writable (created 0700) | `$STATE_DIRECTORY` (systemd), else `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>` |
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |
 
@@ -384,7 +384,7 @@ pub struct Config {
     /// `CLAIM_DEFER_MS`: an idle instance's deferral, per instance ahead of
     /// it in an order's line.
     pub claim_defer_ms: u64,
-    /// `STATE_DIR`: where the clean-exit marker lives (src/settle.rs).
+    /// `STATE_DIR`: where the clean-exit marker lives (pool_worker/src/settle.rs).
     pub state_dir: std::path::PathBuf,
     /// `CLAIMS_KEY` or `CLAIMS_KEY_FILE`: the pool signs its claims records
     /// and takes unsigned or badly signed ones for foreign (src/sign.rs).
@@ -439,12 +439,12 @@ impl JobSettings {
     }
 }
 
-/// A configuration error (src/config_error.rs: the parsers this module
+/// A configuration error (pool_worker/src/config_error.rs: the parsers this module
 /// calls, in isolate.rs, policy.rs and settle.rs, return it too).
 pub use crate::config_error::ConfigError;
 
-/// The default `SETTLE_MS` (src/settle.rs): librdkafka's
-/// `message.timeout.ms` (10 s, set in src/kafka.rs) plus 5 s for the
+/// The default `SETTLE_MS` (pool_worker/src/settle.rs): librdkafka's
+/// `message.timeout.ms` (10 s, set in pool_worker/src/kafka.rs) plus 5 s for the
 /// broker's own queueing.
 pub(crate) const DEFAULT_SETTLE_MS: u64 = 15_000;
 
@@ -642,7 +642,7 @@ fn claim_defer_ms(v: Option<u64>, lease_ms: u64) -> Result<u64, ConfigError> {
 /// list several, separated by ':'), else the user's runtime directory
 /// (0700, the user's own), else a directory of this user's own in the
 /// temporary directory: markers must be the worker user's alone
-/// (src/settle.rs, `prepare_dir`).
+/// (pool_worker/src/settle.rs, `prepare_dir`).
 fn state_dir(raw: &mut WorkerEnv) -> std::path::PathBuf {
     [
         raw.state_dir.take(),

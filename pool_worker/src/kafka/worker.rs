@@ -147,7 +147,7 @@ pub(crate) struct Kafka {
     props: Arc<BTreeMap<String, String>>,
     /// The clients' settings, for the admin client that asks for the claims
     /// topic's configuration ([`crate::kafka::topics::check_compaction`]); `None`
-    /// in a standby (src/supervise.rs, STANDBY), whose supervisor's first
+    /// in a standby (pool_worker/src/supervise.rs, STANDBY), whose supervisor's first
     /// process of the instance checked it: the admin client (a Kafka client
     /// of its own, ~2 ms of CPU) is spared on every later start.
     admin_config: Option<ClientConfig>,
@@ -492,7 +492,7 @@ impl Kafka {
         let producer = Arc::new(producer);
         let reports = producer.clone();
         // Blocks until the next delivery report, for as long as the process
-        // lives (the Kafka value is never dropped: src/run.rs; a producer
+        // lives (the Kafka value is never dropped: pool_worker/src/run.rs; a producer
         // replaced by [`Kafka::renew`] stays idle until the process exits).
         std::thread::Builder::new()
             .name("delivery-reports".into())

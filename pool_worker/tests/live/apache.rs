@@ -60,7 +60,7 @@ fn end_to_end(partitions: i32, instances: &str, count: usize) {
 }
 
 /// Every start of an instance after its first was of a process that stood
-/// by first (src/supervise.rs, STANDBY), and at least one happened.
+/// by first (pool_worker/src/supervise.rs, STANDBY), and at least one happened.
 fn assert_standbys_took_over(events: &[serde_json::Value]) {
     let mut standing = std::collections::HashSet::new();
     let mut first = std::collections::HashSet::new();

@@ -1,5 +1,5 @@
-//! The configuration's error: what src/config.rs and the parsers it calls
-//! (src/isolate.rs, src/policy.rs, src/settle.rs) return. Its own module,
+//! The configuration's error: what pool_worker/src/config.rs and the parsers it calls
+//! (pool_worker/src/isolate.rs, pool_worker/src/policy.rs, pool_worker/src/settle.rs) return. Its own module,
 //! below them all, so that those parsers need not import the configuration
 //! that imports them.
 

@@ -1,4 +1,4 @@
-//! Where the tools (src/cli/) read from and write to: the pool's topics ([`Source`],
+//! Where the tools (pool_worker/src/cli/) read from and write to: the pool's topics ([`Source`],
 //! the same variables as the worker's), and the Kafka clients they use.
 
 use crate::boot::View;

@@ -1,5 +1,5 @@
 //! The one reader of the claims topic (issue 20, "one claims reader"): the
-//! worker's boot replay and live tail (src/kafka/worker.rs), and every tool —
+//! worker's boot replay and live tail (pool_worker/src/kafka/worker.rs), and every tool —
 //! `status`, `history`, `audit`, `serve`, `submit --wait`, `retry`,
 //! `cancel` and `dev`'s live trail — read the claims topic through
 //! [`ClaimsReader`]:

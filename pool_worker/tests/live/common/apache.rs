@@ -58,7 +58,7 @@ pub struct Apache {
 
 /// The checkout's `scripts/` directory.
 pub fn scripts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("scripts")
 }
 
 static SHARED: OnceLock<Apache> = OnceLock::new();

@@ -2238,7 +2238,7 @@ fn serve_shows_the_pool_in_a_browser_and_in_metrics() {
     );
 
     // A screenshot to look at (target/serve.png).
-    let shot = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let shot = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("target")
         .join("serve.png");
     let _ = std::fs::create_dir_all(shot.parent().unwrap());

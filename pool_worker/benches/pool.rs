@@ -284,13 +284,16 @@ impl BrokerProc {
     /// Apache Kafka from scripts/kafka.sh, stopped by `quit` (or by the
     /// script's watcher when the bench process is gone).
     fn start_apache() -> BrokerProc {
-        let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka.sh"))
-            .args(["start", "--port", "auto", "--heap", "1g"])
-            .args(["--watch", &std::process::id().to_string()])
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("cannot run scripts/kafka.sh");
+        let out = Command::new(concat!(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
+            "/scripts/kafka.sh"
+        ))
+        .args(["start", "--port", "auto", "--heap", "1g"])
+        .args(["--watch", &std::process::id().to_string()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("cannot run scripts/kafka.sh");
         assert!(out.status.success(), "scripts/kafka.sh start failed");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let get = |k: &str| {
@@ -417,9 +420,12 @@ impl BrokerProc {
                 let _ = child.wait();
             }
             BrokerKind::Apache { dir, .. } => {
-                let _ = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka.sh"))
-                    .args(["stop", "--dir", &dir])
-                    .status();
+                let _ = Command::new(concat!(
+                    concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
+                    "/scripts/kafka.sh"
+                ))
+                .args(["stop", "--dir", &dir])
+                .status();
             }
         }
     }
@@ -1042,7 +1048,7 @@ impl Bench {
                     .set("auto.offset.reset", "earliest");
                 if !self.broker.is_apache() {
                     // Same long-poll bound as the pool's consumers against
-                    // this broker (src/kafka/broker.rs, WORKER_ENV); Apache Kafka
+                    // this broker (pool_worker/src/kafka/broker.rs, WORKER_ENV); Apache Kafka
                     // answers a fetch when data arrives, with the defaults.
                     config.set("fetch.wait.max.ms", EMBEDDED_FETCH_WAIT_MS);
                 }
@@ -1188,11 +1194,11 @@ impl Bench {
             .arg(format!("{lib}/*"))
             .arg(concat!(
                 "-Dlog4j2.configurationFile=",
-                env!("CARGO_MANIFEST_DIR"),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
                 "/scripts/kafka/log4j2-tools.properties"
             ))
             .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
                 "/bench/ShareGroup.java"
             ))
             .args([&self.broker.bootstrap, &topic, &format!("{topic}-group")])
@@ -2318,11 +2324,11 @@ impl Bench {
                 .arg(format!("{lib}/*"))
                 .arg(concat!(
                     "-Dlog4j2.configurationFile=",
-                    env!("CARGO_MANIFEST_DIR"),
+                    concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
                     "/scripts/kafka/log4j2-tools.properties"
                 ))
                 .arg(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
+                    concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
                     "/bench/ShareGroup.java"
                 ))
                 .args([&self.broker.bootstrap, &topic, &format!("{base}-group")])
@@ -2723,7 +2729,10 @@ fn main() {
     let case_secs: u64 = env_or("BENCH_CASE_SECS", "120").parse().unwrap_or(120);
     let out = env_or(
         "BENCH_OUT",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/bench/RESULTS.md"),
+        concat!(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
+            "/bench/RESULTS.md"
+        ),
     );
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let run = format!(
@@ -3114,13 +3123,13 @@ fn main() {
         let _ = writeln!(doc, "# Benchmark results\n");
         let _ = writeln!(
             doc,
-            "Command: `cargo bench --bench pool` (benches/pool.rs)  "
+            "Command: `cargo bench --bench pool` (pool_worker/benches/pool.rs)  "
         );
         let _ = writeln!(doc, "Date: {date}  ");
         let _ = writeln!(doc, "Machine: {cores} cores (nproc), shared and noisy; the broker on the same machine: the embedded broker (librdkafka mock cluster, `pool_worker broker`), or, in the sections headed \"on Apache Kafka\", Apache Kafka from scripts/kafka.sh (`BENCH_BROKER=apache cargo bench --bench pool`: one KRaft node, 1 GB heap, claims topics with scripts/create-topics.sh's settings), where every worker and the baseline run with their defaults (no embedded-broker setting).\n");
         let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null{restart_flag}` (clean exits restarted at once, as the shipped compose file and systemd unit run it) with the embedded broker's worker settings (`{}`) on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine). Rows \"pool, ORDERS_PER_PROCESS=K\": the same with each worker process completing up to K orders before it exits.", pool_worker::kafka::broker::worker_env_line());
         let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms={}` (as the pool's consumers against this broker), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.", EMBEDDED_FETCH_WAIT_MS);
-        let _ = writeln!(doc, "Each section says when it was measured: a run of a subset of the cases (see the knobs in benches/pool.rs) replaces only its own sections.\n");
+        let _ = writeln!(doc, "Each section says when it was measured: a run of a subset of the cases (see the knobs in pool_worker/benches/pool.rs) replaces only its own sections.\n");
         let _ = writeln!(doc, "History: one worker (instance 1) boots on a claims topic pre-filled with K completed orders (booted/claimed/committed/completed each, as the pool writes them, lz4-compressed so that the mock broker, which keeps 5 MB per partition, keeps them); `log start` > 0 means the broker dropped the oldest records, `records replayed` is the worker's own count (its \"replayed the claims topic\" log line), `in-process replay` is decode + `View::apply` of the same records in the bench process, without Kafka.");
         let _ = writeln!(doc, "Boot: per worker process started during the burst: supervisor's `started` event (read by the bench) → the incarnation's `booted` record ts (process up, Kafka clients connected, topics checked, the claims topic read to its end and the predecessor's clean exit confirmed there: docs/protocol.md R16–R18; `SETTLE_MS=1000`, `STATE_DIR` per case) and → its first `claimed` record ts (replay caught up, order chosen: ready to claim). Peak RSS: VmHWM of every instance process, sampled from /proc every 5 ms.\n");
         if let Some(dir) = std::path::Path::new(&out).parent() {

@@ -5,13 +5,13 @@
 //! | file | what |
 //! |------|------|
 //! | `worker.rs` | the worker's clients ([`worker::Kafka`]): the claims producer (appends, fencing, transactions), the claims reader's thread, the orders consumer |
-//! | `tools.rs` | where the tools (src/cli/) connect ([`tools::Source`]): their clients, the one order or cancel they send, the messages they read |
+//! | `tools.rs` | where the tools (pool_worker/src/cli/) connect ([`tools::Source`]): their clients, the one order or cancel they send, the messages they read |
 //! | `claims.rs` | the one reader of the claims topic ([`claims::ClaimsReader`]) and what decides which records are the pool's ([`claims::Gate`]) |
 //! | `topics.rs` | what the pool needs of its broker and topics, checked; partitions and end offsets asked now, of a client that never fetches ([`topics::Asks`]: the tools' own consumer, the worker's producer) |
 //! | `settings.rs` | how every client is made: the shared settings, the `KAFKA_*` properties ([`settings::KafkaSettings`]), the fetch waits |
 //! | `broker.rs` | the embedded broker (librdkafka's mock cluster) |
 //!
-//! The worker's configuration (src/config.rs) stands between them: it uses
+//! The worker's configuration (pool_worker/src/config.rs) stands between them: it uses
 //! `settings` and `broker` (the `KAFKA_*` properties, topic names), and
 //! `worker` and `tools` use it.
 
@@ -22,7 +22,7 @@ pub mod tools;
 pub mod topics;
 pub mod worker;
 
-// What the worker loop (src/run.rs) takes.
+// What the worker loop (pool_worker/src/run.rs) takes.
 pub(crate) use worker::{
     transactional_id, ClaimEvent, Kafka, OpenError, OrderMessage, Stopped, Unreadable,
 };

@@ -8,7 +8,7 @@
 //! negotiation, while a job runs and between `completed` and exit), takes
 //! the broker down twice and slows it down for a while, then stops the chaos
 //! and waits for every order to complete. It is judged by the claims topic
-//! (the audit of `tests/live/common`, which understands lease takeovers: see
+//! (the audit of `pool_worker/tests/live/common`, which understands lease takeovers: see
 //! [`crate::common::Audit::check_exactly_once`]) and by the ledger the jobs write
 //! ("P:O:ATTEMPT:WORKER_PID", one line per run, written as the job starts).
 //! A run twice is accepted only when the earlier run's worker was SIGKILLed

@@ -1071,8 +1071,11 @@ fn the_topic_table_is_what_the_script_makes() {
         ],
         &[],
     );
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/deploy.md"))
-        .expect("docs/deploy.md");
+    let doc = std::fs::read_to_string(concat!(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
+        "/docs/deploy.md"
+    ))
+    .expect("docs/deploy.md");
     // Rows "| topic | setting | why |": the backticked key=value words of
     // the setting column (the `all` row's `claims also` words are the
     // claims topic's).

@@ -1,0 +1,51 @@
+//! pool_worker: a Kafka-native worker pool that runs each work order exactly
+//! once, with no coordinator process. See README.md and docs/protocol.md
+//! (the rules, R1 …, that comments cite by number).
+//!
+//! A pure protocol core, shells around it, and the command line. This table
+//! is the one list of which module is which (README.md, "The code", and
+//! docs/protocol.md follow it):
+//!
+//! | part | modules | may use |
+//! |------|---------|---------|
+//! | the core: the package `pool_worker_core`, the repository's top (`Cargo.toml`, `src/`, its proof in `tests/pure`) | `record` (with `record/`), `boot` (with `boot/`), `claim`, `checkpoint`, `worker`, `exit_status`, `erased`, `orders`, `sign`, `audit` | the core and crates that do no I/O (serde, hmac, ...); no I/O, no clock, no randomness: no rdkafka, tokio, nix, `std::fs`, `std::net`, `std::process` |
+//! | the shells | `run`, `kafka` (with `kafka/`: `worker`, `tools`, `claims`, `topics`, `settings`, `broker`; the only modules that name the rdkafka crate), `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `config_error`, `exit`, `backoff` | the core, each other, and the world |
+//! | the command line | `cli` (and `pool_worker/src/main.rs`) | everything |
+//!
+//! This package is the folder `pool_worker/`; the core is the package at
+//! the repository's top (`src/`), whose manifest depends on nothing that
+//! does I/O, so a core module cannot name a shell: the compiler keeps the
+//! core below them all. This crate re-exports the core's modules.
+
+// The core: no I/O, no clock, no randomness (the package at the top, src/).
+// Re-exported, so that `crate::record::...` and `pool_worker::record::...`
+// work in the shells and the tests.
+pub use pool_worker_core::{
+    audit,       // the claims log checked against the invariants (I1–I5)
+    boot,        // replaying the claims topic into a view
+    checkpoint,  // a summary of the log, so that boot need not replay all of it
+    claim,       // the negotiation
+    erased,      // what compaction erased, as a reader sees it
+    exit_status, // every exit status, named and numbered
+    orders,      // parsing work orders
+    record,      // what a claims record is
+    sign,        // signed records, `CLAIMS_KEY`
+    worker,      // one incarnation's life as a state machine
+};
+
+// The shells: Kafka, processes, the environment.
+pub mod backoff; // the retry loops' delays
+pub mod config; // the environment
+pub mod config_error; // a configuration error (config's and its parsers')
+pub mod exit; // a status as the process's, and the signals that stop it
+pub mod fetch; // fetching a URL order's body
+pub mod isolate; // what keeps a job away from the worker
+pub mod job; // running a job with tokio::process
+pub mod kafka; // everything Kafka: the worker's and the tools' clients, the claims reader, the embedded broker
+pub mod policy; // the allow lists: what an order may run, set, pull and fetch
+pub mod run; // drives the worker machine with Kafka and jobs
+pub mod settle; // booting only after a dead predecessor's appends settled
+pub mod supervise; // the dev-mode supervisor
+
+// The command line: worker mode and one module per subcommand.
+pub mod cli;
