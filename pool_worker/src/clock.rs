@@ -7,7 +7,7 @@
 //! process it never jumps, whatever NTP or an operator does to the wall
 //! clock, while `ts` stays close to wall time for people reading the log.
 //!
-//! The guard of a job (src/guard.rs) counts on `CLOCK_BOOTTIME` itself:
+//! The guard of a job (pool_worker/src/guard.rs) counts on `CLOCK_BOOTTIME` itself:
 //! [`to_boottime`] turns a worker-clock deadline into a boottime one (the
 //! two differ by a constant within the process).
 //!

@@ -125,7 +125,7 @@ pub(crate) struct JobContext {
     /// mode, where every child is a job's; never in a process that runs
     /// several jobs at once).
     pub(crate) end_descendants: bool,
-    /// The job's guard (R53, src/guard.rs) and its deadlines; `None`: the
+    /// The job's guard (R53, pool_worker/src/guard.rs) and its deadlines; `None`: the
     /// job runs unguarded (no leases: the tools' and the tests' jobs).
     pub(crate) guard: Option<GuardFeed>,
 }
@@ -1285,7 +1285,7 @@ exec sleep 30
         );
     }
 
-    /// A context whose jobs get the unit tests' guard (src/guard.rs), with
+    /// A context whose jobs get the unit tests' guard (pool_worker/src/guard.rs), with
     /// the first deadline `until` (`CLOCK_BOOTTIME`, ms).
     fn guarded(until: u64) -> (watch::Sender<Option<u64>>, JobContext) {
         let (tx, feed) = crate::guard::tests::test_feed();

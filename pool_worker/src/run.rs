@@ -61,7 +61,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<Exit> {
     }
     let mut job_base = job_base(&cfg)?;
     // R53: the machine's deadlines for the running job's guard, on
-    // CLOCK_BOOTTIME (src/guard.rs).
+    // CLOCK_BOOTTIME (pool_worker/src/guard.rs).
     let (guard, deadlines) = watch::channel(None);
     job_base.guard = Some(crate::guard::GuardFeed::worker(deadlines));
     let Some(kafka) = connect(&cfg).await? else {
@@ -327,7 +327,7 @@ impl Shell {
                 }
                 Action::Start { .. } => self.job.start_prepared(),
                 // R53: the job may run until then; its guard freezes it
-                // after (src/guard.rs).
+                // after (pool_worker/src/guard.rs).
                 Action::Guard(until) => {
                     let boot = crate::clock::to_boottime(until);
                     tracing::debug!(instance = self.cfg.instance, until, boot, "guard deadline");

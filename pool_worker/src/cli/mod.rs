@@ -56,7 +56,7 @@ enum Command {
     Audit(audit::AuditArgs),
     /// A live web page of the pool, Prometheus /metrics, /healthz and /readyz (read-only; prints the bound address first).
     Serve(serve::ServeArgs),
-    /// Internal: a running job's guard, started by the worker (src/guard.rs).
+    /// Internal: a running job's guard, started by the worker (pool_worker/src/guard.rs).
     #[command(hide = true)]
     Guard(crate::guard::GuardArgs),
 }
