@@ -59,6 +59,7 @@
 //! URL orders are fetched, not run (`fetch`); the caller parses the body
 //! with `orders::parse_url_body` and runs the result.
 
+use crate::guard::{GuardFeed, GuardProc, Report};
 use crate::isolate::{JobUser, Limits};
 use crate::orders::{OrderKind, OrderSpec};
 use crate::policy::Commands;
@@ -124,6 +125,9 @@ pub(crate) struct JobContext {
     /// mode, where every child is a job's; never in a process that runs
     /// several jobs at once).
     pub(crate) end_descendants: bool,
+    /// The job's guard (R53, src/guard.rs) and its deadlines; `None`: the
+    /// job runs unguarded (no leases: the tools' and the tests' jobs).
+    pub(crate) guard: Option<GuardFeed>,
 }
 
 impl JobContext {
@@ -144,6 +148,7 @@ impl JobContext {
             user: None,
             limits: Limits::default(),
             end_descendants: false,
+            guard: None,
         }
     }
 
@@ -251,7 +256,20 @@ pub(crate) async fn run(
     let deadline = started
         .checked_add(limit)
         .unwrap_or_else(|| started + Duration::from_secs(30 * 365 * 86400));
-    let (end, out, err) = wait(&mut child, group.as_ref(), deadline, &mut cancel, spec, ctx).await;
+    let guard = start_guard(ctx, group.as_ref(), spec, &path);
+    let (end, out, err) = wait(
+        &mut child,
+        group.as_ref(),
+        Limit {
+            deadline,
+            guard,
+            frozen: None,
+        },
+        &mut cancel,
+        spec,
+        ctx,
+    )
+    .await;
     // Kills whatever the job left behind. The main process is reaped by
     // now, but Linux does not reuse a pid while a group of that id has members.
     drop(group);
@@ -269,6 +287,10 @@ pub(crate) async fn run(
             format!("time limit of {} s passed", limit.as_secs_f64()),
         ),
         End::Cancelled => Outcome::not_run(Status::Error, "cancelled: the worker stopped the job"),
+        End::Unguarded(why) => Outcome::not_run(
+            Status::Error,
+            format!("{why}: the job was killed rather than run unguarded (R53)"),
+        ),
     };
     outcome.duration_ms = millis(started.elapsed());
     outcome.stdout_tail = out.into_string();
@@ -321,7 +343,7 @@ fn command(
 async fn wait(
     child: &mut Child,
     group: Option<&Group>,
-    deadline: Instant,
+    mut limit: Limit,
     cancel: &mut watch::Receiver<bool>,
     spec: &OrderSpec,
     ctx: &JobContext,
@@ -329,6 +351,7 @@ async fn wait(
     let mut out = Tail::new(ctx.output_limit);
     let mut err = Tail::new(ctx.output_limit);
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let mut ever_frozen = false;
     let end = {
         let reading = async {
             tokio::join!(drain(stdout, &mut out), drain(stderr, &mut err));
@@ -336,23 +359,68 @@ async fn wait(
         tokio::pin!(reading);
         let mut read_done = false;
         let end = loop {
+            if let Some(Err(why)) = &limit.guard {
+                break End::Unguarded(why.clone());
+            }
             tokio::select! {
+                // The guard first: a job frozen while the worker was
+                // stopped must not time out for the time it was frozen.
+                biased;
+                step = guard_step(&mut limit.guard) => match step {
+                    GuardStep::Report(Report::Frozen(at)) => {
+                        limit.frozen = Some(at);
+                        ever_frozen = true;
+                        tracing::info!(order = %ctx.order, instance = ctx.instance, attempt = ctx.attempt, "job frozen: its hold's deadline passed with no newer renewal read back (R53)");
+                    }
+                    GuardStep::Report(Report::Thawed(at)) => {
+                        let ms = limit.frozen.take().map_or(0, |f| at.saturating_sub(f));
+                        // Frozen time does not count toward the time limit.
+                        limit.deadline += Duration::from_millis(ms);
+                        tracing::info!(order = %ctx.order, instance = ctx.instance, attempt = ctx.attempt, frozen_ms = ms, "job thawed: a renewal of its hold was read back (R53)");
+                    }
+                    GuardStep::Report(Report::Gone) => {
+                        break End::Unguarded("the job's guard exited unexpectedly".into())
+                    }
+                    GuardStep::Deadline(Some(until)) => {
+                        if let Some(Ok(g)) = limit.guard.as_mut() {
+                            // A guard that cannot be reached is gone: its
+                            // report says so next.
+                            g.proc.until(until).await;
+                        }
+                    }
+                    GuardStep::Deadline(None) => {}
+                    GuardStep::NoMoreDeadlines => {
+                        if let Some(Ok(g)) = limit.guard.as_mut() {
+                            g.deadlines = None;
+                        }
+                    }
+                },
                 status = child.wait() => break End::Exited(status),
                 () = &mut reading, if !read_done => read_done = true,
-                () = tokio::time::sleep_until(deadline) => break End::TimedOut,
+                () = tokio::time::sleep_until(limit.deadline), if limit.frozen.is_none() => break End::TimedOut,
                 () = cancelled(cancel) => break End::Cancelled,
             }
         };
+        // The guard first, so that it no longer freezes or thaws what is
+        // killed below.
+        if let Some(Ok(g)) = limit.guard.take() {
+            g.proc.end().await;
+        }
         if !matches!(end, End::Exited(_)) {
             // Kill before reaping: while the main process is an unreaped
             // zombie its pid, hence the group id, cannot be reused.
+            // (SIGKILL ends stopped processes too.)
             if let Some(g) = group {
                 g.kill();
             }
             let _ = tokio::time::timeout(KILL_WAIT, child.wait()).await;
             if matches!(spec.kind, OrderKind::Image { .. }) {
+                // A paused container cannot be killed: unpause it first.
+                if ever_frozen {
+                    docker(ctx, "unpause").await;
+                }
                 // Killing the docker CLI does not stop its container.
-                docker_kill(ctx).await;
+                docker(ctx, "kill").await;
             }
         }
         if !read_done {
@@ -377,6 +445,78 @@ enum End {
     Exited(std::io::Result<ExitStatus>),
     TimedOut,
     Cancelled,
+    /// The job's guard could not be started, or exited while the job ran.
+    Unguarded(String),
+}
+
+/// The job's time limit, which frozen time does not count toward, and its
+/// guard (`Err`: it could not be started).
+struct Limit {
+    deadline: Instant,
+    guard: Option<Result<Guarded, String>>,
+    /// Since when (`CLOCK_BOOTTIME`, ms) the guard says the job is frozen.
+    frozen: Option<u64>,
+}
+
+/// A running guard and the deadlines to forward to it.
+struct Guarded {
+    proc: GuardProc,
+    deadlines: Option<watch::Receiver<Option<u64>>>,
+}
+
+/// Starts the job's guard, with the newest deadline (none yet: freeze at
+/// once). `None` without a guard feed.
+fn start_guard(
+    ctx: &JobContext,
+    group: Option<&Group>,
+    spec: &OrderSpec,
+    path: &Path,
+) -> Option<Result<Guarded, String>> {
+    let feed = ctx.guard.as_ref()?;
+    let Some(group) = group else {
+        return Some(Err("the job has no process group to guard".into()));
+    };
+    let mut deadlines = feed.deadlines.clone();
+    let until = deadlines.borrow_and_update().unwrap_or(0);
+    let name = ctx.container_name();
+    let container = matches!(spec.kind, OrderKind::Image { .. }).then_some((path, name.as_str()));
+    Some(
+        GuardProc::start(feed, group.0.as_raw(), until, container)
+            .map(|proc| Guarded {
+                proc,
+                deadlines: Some(deadlines),
+            })
+            .map_err(|e| format!("cannot start the job's guard: {e}")),
+    )
+}
+
+/// What the guard or its deadlines brought.
+enum GuardStep {
+    Report(Report),
+    Deadline(Option<u64>),
+    /// The deadlines' sender is gone: no more come.
+    NoMoreDeadlines,
+}
+
+/// The next thing about the guard; never, without one.
+async fn guard_step(guard: &mut Option<Result<Guarded, String>>) -> GuardStep {
+    let Some(Ok(g)) = guard else {
+        return std::future::pending().await;
+    };
+    let deadline = async {
+        match g.deadlines.as_mut() {
+            Some(d) => match d.changed().await {
+                Ok(()) => GuardStep::Deadline(*d.borrow_and_update()),
+                Err(_) => GuardStep::NoMoreDeadlines,
+            },
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        r = g.proc.report() => GuardStep::Report(r),
+        step = deadline => step,
+    }
 }
 
 fn exited(status: ExitStatus) -> Outcome {
@@ -530,13 +670,14 @@ fn docker_args(spec: &OrderSpec, ctx: &JobContext, image: &str, args: &[String])
     v
 }
 
-/// Best effort: stop the container of a killed image order.
-async fn docker_kill(ctx: &JobContext) {
+/// Best effort: `docker VERB CONTAINER` for a killed image order (`kill`
+/// stops its container; `unpause` first if it was frozen).
+async fn docker(ctx: &JobContext, verb: &str) {
     let Some(path) = resolve(&ctx.docker_program) else {
         return;
     };
     let mut cmd = Command::new(path);
-    cmd.args(["kill", &ctx.container_name()])
+    cmd.args([verb, &ctx.container_name()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -1142,5 +1283,135 @@ exec sleep 30
                 Some("URL orders must be fetched before running")
             )
         );
+    }
+
+    /// A context whose jobs get the unit tests' guard (src/guard.rs), with
+    /// the first deadline `until` (`CLOCK_BOOTTIME`, ms).
+    fn guarded(until: u64) -> (watch::Sender<Option<u64>>, JobContext) {
+        let (tx, feed) = crate::guard::tests::test_feed();
+        tx.send_replace(Some(until));
+        let mut c = ctx();
+        c.guard = Some(feed);
+        (tx, c)
+    }
+
+    /// The pid the job writes to `fifo` (opening it blocks until it does).
+    async fn pid_from(fifo: &Path) -> u32 {
+        let fifo = fifo.to_path_buf();
+        let read = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo));
+        tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    fn fifo_in(dir: &Path) -> PathBuf {
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        fifo
+    }
+
+    /// R53: a job whose deadline passes with no newer one is stopped
+    /// (state `T`), stays stopped while none comes, and a later deadline
+    /// thaws it; it then finishes, and the time it was frozen did not count
+    /// toward its time limit.
+    #[tokio::test]
+    async fn a_job_past_its_deadline_is_frozen_and_thawed_and_frozen_time_is_not_timed() {
+        use crate::guard::tests::{state, until_state};
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = fifo_in(dir.path());
+        let (tx, c) = guarded(crate::clock::boottime_ms() + 300);
+        // About a second of work in small steps, with a limit of 2.5 s.
+        let mut spec = sh(&format!(
+            "echo $$ > {}; i=0; while [ $i -lt 20 ]; do sleep 0.05; i=$((i+1)); done; echo done",
+            fifo.display()
+        ));
+        spec.timeout = Some(Duration::from_millis(2500));
+        let job = tokio::spawn(async move { run(&spec, &c, never()).await });
+        let pid = pid_from(&fifo).await;
+        until_state(pid, |s| s == Some('T')).await;
+        // Frozen for 3 s, longer than the whole limit: nothing is sent, and
+        // the guard keeps it frozen on its own.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(state(pid), Some('T'));
+        tx.send_replace(Some(crate::clock::boottime_ms() + 60_000));
+        until_state(pid, |s| matches!(s, Some('S' | 'R') | None)).await;
+        let o = tokio::time::timeout(Duration::from_secs(20), job)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (o.status, o.stdout_tail.as_str()),
+            (Status::Ok, "done\n"),
+            "{o:?}"
+        );
+        assert!(o.duration_ms > 3000, "{o:?}");
+    }
+
+    /// A frozen job is killed as any other (SIGKILL ends stopped processes):
+    /// on cancellation and on its time limit... which frozen time does not
+    /// count toward, so here the cancellation.
+    #[tokio::test]
+    async fn a_frozen_job_can_be_cancelled() {
+        use crate::guard::tests::until_state;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = fifo_in(dir.path());
+        let (_tx, c) = guarded(0);
+        // Deadline 0: frozen at once, possibly before it writes its pid;
+        // the first deadline comes once it is started.
+        _tx.send_replace(Some(crate::clock::boottime_ms() + 60_000));
+        let (cancel_tx, cancel) = watch::channel(false);
+        let spec = sh(&format!("echo $$ > {}; exec sleep 30", fifo.display()));
+        let job = tokio::spawn(async move { run(&spec, &c, cancel).await });
+        let pid = pid_from(&fifo).await;
+        _tx.send_replace(Some(1));
+        until_state(pid, |s| s == Some('T')).await;
+        cancel_tx.send(true).unwrap();
+        let o = tokio::time::timeout(Duration::from_secs(10), job)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(o.reason.unwrap_or_default().starts_with("cancelled: "));
+        assert_dies(pid).await;
+    }
+
+    /// The guard dies while the job runs: the job is killed rather than run
+    /// unguarded, and the outcome says why. A guard that cannot start
+    /// ends the job at once too.
+    #[tokio::test]
+    async fn a_job_whose_guard_dies_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = fifo_in(dir.path());
+        let (_tx, c) = guarded(crate::clock::boottime_ms() + 60_000);
+        let feed = c.guard.clone().unwrap();
+        let spec = sh(&format!("echo $$ > {}; exec sleep 30", fifo.display()));
+        let job = tokio::spawn(async move { run(&spec, &c, never()).await });
+        let pid = pid_from(&fifo).await;
+        let guard = crate::guard::tests::guard_pid(&feed).await;
+        nix::sys::signal::kill(Pid::from_raw(guard as i32), Signal::SIGKILL).unwrap();
+        let o = tokio::time::timeout(Duration::from_secs(10), job)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.status, Status::Error);
+        let reason = o.reason.unwrap_or_default();
+        assert!(reason.contains("guard exited unexpectedly"), "{reason}");
+        assert_dies(pid).await;
+
+        let (_tx, mut c) = guarded(crate::clock::boottime_ms() + 60_000);
+        if let Some(g) = c.guard.as_mut() {
+            g.program = "/nonexistent/pool_worker".into();
+        }
+        // (The job is spawned before its guard: it is killed at once.)
+        let o = tokio::time::timeout(Duration::from_secs(10), run_(&cmd(&["sleep", "30"]), &c))
+            .await
+            .unwrap();
+        assert_eq!(o.status, Status::Error);
+        let reason = o.reason.unwrap_or_default();
+        assert!(reason.contains("cannot start the job's guard"), "{reason}");
     }
 }

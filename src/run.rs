@@ -15,6 +15,7 @@
 //! kills a running job's process group and exits 143: the order stays
 //! committed, and the next incarnation runs it again as a retry.
 
+use crate::clock::{new_incarnation, now_ms};
 use crate::config::{Config, Fence};
 use crate::exit::{Exit, Signals};
 use crate::job::{self, JobContext};
@@ -24,7 +25,7 @@ use crate::record::{Event, Incarnation, InstanceNo, OrderId, Outcome, Position, 
 use crate::worker::{Action, Input, Phase, Settings, Worker};
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -35,19 +36,6 @@ const BROKER_PATIENCE: Duration = Duration::from_secs(120);
 /// While idle, the orders' end offsets are also re-read this often, in case
 /// a wake-up was missed.
 const IDLE_RECHECK: Duration = Duration::from_secs(5);
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// A fresh incarnation id: 64 random bits from the kernel. It names no pid
-/// (a job learns nothing from the claims topic about which process to
-/// look at); the worker logs its pid beside it when it boots.
-pub(crate) fn new_incarnation() -> String {
-    format!("{:016x}", crate::isolate::random_u64())
-}
 
 /// Runs one worker process to its end; returns the exit status.
 pub async fn run(mut cfg: Config) -> anyhow::Result<Exit> {
@@ -71,11 +59,15 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<Exit> {
     if let Err(e) = crate::isolate::harden_worker() {
         tracing::warn!("{e}");
     }
-    let job_base = job_base(&cfg)?;
+    let mut job_base = job_base(&cfg)?;
+    // R53: the machine's deadlines for the running job's guard, on
+    // CLOCK_BOOTTIME (src/guard.rs).
+    let (guard, deadlines) = watch::channel(None);
+    job_base.guard = Some(crate::guard::GuardFeed::worker(deadlines));
     let Some(kafka) = connect(&cfg).await? else {
         return Ok(Exit::Config);
     };
-    Shell::boot(cfg, kafka, job_base, signals)
+    Shell::boot(cfg, kafka, job_base, signals, guard)
         .await?
         .run()
         .await
@@ -181,6 +173,9 @@ struct Shell {
     appender: Appender,
     /// When the machine asked to be woken ([`Action::WakeAt`]).
     wake: Option<u64>,
+    /// The newest [`Action::Guard`] deadline, on `CLOCK_BOOTTIME`: every job
+    /// starts with it, and its guard gets each new one (R53).
+    guard: watch::Sender<Option<u64>>,
 }
 
 impl Shell {
@@ -191,6 +186,7 @@ impl Shell {
         kafka: &'static Kafka,
         job_base: JobContext,
         signals: Signals,
+        guard: watch::Sender<Option<u64>>,
     ) -> anyhow::Result<Shell> {
         let me = cfg.instance;
         let mut ticks = tokio::time::interval(Duration::from_millis((cfg.lease_ms / 3).max(100)));
@@ -285,6 +281,7 @@ impl Shell {
             replay: Replay::new(),
             appender: Appender::start(kafka),
             wake: None,
+            guard,
         })
     }
 
@@ -329,8 +326,13 @@ impl Shell {
                     self.job.kill();
                 }
                 Action::Start { .. } => self.job.start_prepared(),
-                // R53: the guard's deadline; not carried out yet.
-                Action::Guard(_) => {}
+                // R53: the job may run until then; its guard freezes it
+                // after (src/guard.rs).
+                Action::Guard(until) => {
+                    let boot = crate::clock::to_boottime(until);
+                    tracing::debug!(instance = self.cfg.instance, until, boot, "guard deadline");
+                    self.guard.send_replace(Some(boot));
+                }
                 Action::Exit(code) => return Ok(Some(self.exit(code).await)),
             }
         }

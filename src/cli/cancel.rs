@@ -132,8 +132,8 @@ async fn write_cancel(
 ) -> anyhow::Result<u64> {
     let rec = Record::cancel(
         order,
-        &crate::run::new_incarnation(),
-        crate::run::now_ms(),
+        &crate::clock::new_incarnation(),
+        crate::clock::wall_ms(),
         reason,
     );
     let value = rec.encode();

@@ -56,6 +56,9 @@ enum Command {
     Audit(audit::AuditArgs),
     /// A live web page of the pool, Prometheus /metrics, /healthz and /readyz (read-only; prints the bound address first).
     Serve(serve::ServeArgs),
+    /// Internal: a running job's guard, started by the worker (src/guard.rs).
+    #[command(hide = true)]
+    Guard(crate::guard::GuardArgs),
 }
 
 fn init_logs(json: bool) {
@@ -83,7 +86,7 @@ impl Command {
         match self {
             Command::Dev(a) => a.topics.apply_env(m),
             Command::Broker(a) => a.topics.apply_env(m),
-            Command::Supervise(_) => Ok(()),
+            Command::Supervise(_) | Command::Guard(_) => Ok(()),
             Command::Status(a) => a.source.apply_env(m),
             Command::History(a) => a.source.apply_env(m),
             Command::Submit(a) => a.source.apply_env(m),
@@ -133,6 +136,8 @@ impl Command {
                 Command::Cancel(a) => cancel::run(a).await,
                 Command::Audit(a) => audit::run(a).await,
                 Command::Serve(a) => serve::run(a).await,
+                // Handled in `main`, before any runtime or logging.
+                Command::Guard(_) => Ok(Exit::Failure),
             }
         })
     }
@@ -148,6 +153,11 @@ pub fn main() -> ExitCode {
             eprintln!("pool_worker: {e}");
             return crate::exit::process_code(Exit::Config);
         }
+    }
+    // The guard: a blocking loop, no runtime, no logging set-up.
+    if let Some(Command::Guard(args)) = &cli.command {
+        let code = crate::guard::main(args.clone());
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

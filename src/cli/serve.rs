@@ -229,7 +229,7 @@ const STYLE: &str = include_str!("serve/style.css");
 const SCRIPT: &str = include_str!("serve/live.js");
 
 async fn metrics(State(app): State<App>) -> Response {
-    let text = lock(&app.board).metrics_text(crate::run::now_ms());
+    let text = lock(&app.board).metrics_text(crate::clock::wall_ms());
     (
         [(
             header::CONTENT_TYPE,
@@ -259,7 +259,7 @@ async fn readyz(State(app): State<App>) -> Response {
 }
 
 async fn state(State(app): State<App>) -> Response {
-    let now = crate::run::now_ms();
+    let now = crate::clock::wall_ms();
     let b = lock(&app.board);
     let instances: Vec<serde_json::Value> = b
         .instances()
@@ -298,7 +298,7 @@ async fn state(State(app): State<App>) -> Response {
 async fn page(State(app): State<App>) -> Html<String> {
     let body = {
         let b = lock(&app.board);
-        render_live(&b, crate::run::now_ms())
+        render_live(&b, crate::clock::wall_ms())
     };
     Html(layout(
         "pool_worker",
@@ -314,7 +314,7 @@ async fn page(State(app): State<App>) -> Html<String> {
 
 async fn live(State(app): State<App>) -> Html<String> {
     let b = lock(&app.board);
-    Html(render_live(&b, crate::run::now_ms()))
+    Html(render_live(&b, crate::clock::wall_ms()))
 }
 
 async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response {
@@ -391,7 +391,7 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response 
         }
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, esc(&e.to_string())).into_response(),
     };
-    let now = crate::run::now_ms();
+    let now = crate::clock::wall_ms();
     let code = if story.is_empty() && text.is_none() {
         StatusCode::NOT_FOUND
     } else {

@@ -311,7 +311,7 @@ pub(crate) fn render(s: &serde_json::Value) -> String {
 pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
     loop {
         let src = args.source.clone();
-        let mut s = crate::cli::blocking(move || snapshot(&src, crate::run::now_ms())).await?;
+        let mut s = crate::cli::blocking(move || snapshot(&src, crate::clock::wall_ms())).await?;
         if !args.failed {
             // The list is for --failed: it grows with the pool's history.
             s.as_object_mut().map(|o| o.remove("not_ok_orders"));

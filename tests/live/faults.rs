@@ -784,3 +784,151 @@ fn a_producer_failed_for_good_is_replaced_and_the_outcome_kept() {
         audit.show(orders[0])
     );
 }
+
+/// Issue 33 (docs/protocol.md R53): the worker holding a long order is
+/// SIGSTOPped for longer than its lease while its job writes heartbeats;
+/// another instance revokes the hold and runs the order again. The stopped
+/// worker's guard froze its job before the hold could be revoked, so the two
+/// runs never overlap in time; once continued, the stopped worker exits
+/// revoked and its job is killed, never having finished.
+#[test]
+fn a_stopped_workers_job_is_frozen_before_its_order_runs_again() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let dir = tempfile::tempdir().unwrap();
+    let beats = dir.path().join("beats");
+    let broker = broker(1);
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
+    let b = shq(&beats);
+    // About 4 s of heartbeats, one every 0.1 s: attempt, pid, wall time (ns).
+    let script = format!(
+        "i=0; while [ $i -lt 40 ]; do echo beat $ORDER_PARTITION:$ORDER_OFFSET $INSTANCE_NUMBER $ORDER_ATTEMPT $$ $(date +%s%N) >> {b}; \
+         sleep 0.1; i=$((i+1)); done; echo end $ORDER_ATTEMPT >> {b}"
+    );
+    let order = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[sh_order(&script, None)],
+        Some(0),
+    )[0];
+    let id = OrderId::new(order.0, order.1);
+    let env = |n: &str| {
+        let mut env = broker.env();
+        env.push(("INSTANCE_NUMBER".into(), n.into()));
+        env.push(("LEASE_MS".into(), "3000".into()));
+        env
+    };
+    // (attempt, job pid, time in ns) of each heartbeat.
+    let read_beats = || -> Vec<(u32, i32, u128)> {
+        crate::common::ledger(&beats)
+            .iter()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                match f[..] {
+                    ["beat", _, _, a, pid, t] => {
+                        Some((a.parse().ok()?, pid.parse().ok()?, t.parse().ok()?))
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
+    };
+    let mut first = WorkerProc::start("held1", &env("1"));
+    assert!(
+        poll_until(T, Duration::from_millis(20), || read_beats()
+            .iter()
+            .any(|b| b.0 == 1)),
+        "the first run never started:\n{}",
+        first.stderr.last(20)
+    );
+    let job1 = read_beats()[0].1;
+    let stopped = Pid::from_raw(first.pid() as i32);
+    kill(stopped, Signal::SIGSTOP).unwrap();
+    let mut second = WorkerProc::start("took2", &env("2"));
+    wait_record_within(&broker, &claims, "the order's completion", LONG, |r| {
+        r.event() == Event::Completed && r.order() == Some(id)
+    });
+    let status = second.wait(T);
+    // Still stopped: the first run's job is frozen, not killed.
+    let state = std::fs::read_to_string(format!("/proc/{job1}/stat")).unwrap_or_default();
+    let state = state.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+    kill(stopped, Signal::SIGCONT).unwrap();
+    assert_eq!(
+        state,
+        Some("T"),
+        "the first run's job while its worker was stopped"
+    );
+    let status1 = first.wait(T).unwrap_or_else(|| {
+        panic!(
+            "the stopped worker did not exit:\n{}",
+            first.stderr.last(30)
+        )
+    });
+    assert_eq!(
+        status1.code(),
+        Some(4),
+        "the stopped worker exits revoked:\n{}",
+        first.stderr.last(30)
+    );
+    assert!(
+        poll_until(
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || !alive(job1)
+        ),
+        "the revoked worker left its job (pid {job1}) running"
+    );
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        second.stderr.last(20)
+    );
+    let all = read_beats();
+    let run = |a: u32| {
+        let ts: Vec<u128> = all.iter().filter(|b| b.0 == a).map(|b| b.2).collect();
+        (ts.iter().min().copied(), ts.iter().max().copied())
+    };
+    let (Some(first1), Some(last1)) = run(1) else {
+        panic!("no heartbeat of attempt 1: {all:?}")
+    };
+    let (Some(first2), Some(last2)) = run(2) else {
+        panic!("no heartbeat of attempt 2: {all:?}")
+    };
+    let margin = 300_000_000u128;
+    println!(
+        "faults: the stopped worker's run beat from 0 to {} ms, the takeover's from {} to {} ms",
+        (last1 - first1) / 1_000_000,
+        (first2 - first1) / 1_000_000,
+        (last2 - first1) / 1_000_000
+    );
+    assert!(
+        last1 + margin < first2,
+        "the two runs overlap: attempt 1's last beat {} ms after attempt 2's first",
+        (last1 + margin).saturating_sub(first2) / 1_000_000
+    );
+    let ends = crate::common::ledger(&beats)
+        .into_iter()
+        .filter(|l| l.starts_with("end "))
+        .collect::<Vec<_>>();
+    assert_eq!(ends, vec!["end 2".to_string()], "{all:?}");
+    let audit = Audit::of(&decoded_claims(broker.bootstrap(), &claims));
+    audit
+        .check_exactly_once(&[order])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let done = &audit.orders[&id].completions;
+    assert_eq!(done.len(), 1, "{}", audit.show(order));
+    assert_eq!(done[0].1.instance.get(), 2, "{}", audit.show(order));
+    assert!(
+        first
+            .stderr
+            .lines()
+            .iter()
+            .any(|l| l.contains("job frozen")),
+        "the guard's freeze was not logged:\n{}",
+        first.stderr.last(30)
+    );
+}

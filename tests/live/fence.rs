@@ -331,7 +331,7 @@ fn kill_storm(
         ),
         None,
     );
-    let now_ms = pool_worker::run::now_ms;
+    let now_ms = pool_worker::clock::wall_ms;
     let t_start = now_ms();
     let mut orders = Vec::new();
     let per = s.orders.div_ceil(s.partitions as usize);
@@ -566,10 +566,10 @@ fn a_process_killed_while_it_settles_hands_on_its_deadline() {
     // The scenario: killed halfway through its wait.
     let half = deadline.saturating_sub(SETTLE_MS / 2);
     std::thread::sleep(Duration::from_millis(
-        half.saturating_sub(pool_worker::run::now_ms()),
+        half.saturating_sub(pool_worker::clock::wall_ms()),
     ));
     a.kill();
-    let started = pool_worker::run::now_ms();
+    let started = pool_worker::clock::wall_ms();
     assert!(
         started < deadline,
         "killed while settling ({started} < {deadline})"

@@ -15,7 +15,7 @@ const T: Duration = Duration::from_secs(60);
 const KEY: &str = "the pool's claims key, 32 bytes!";
 
 fn now_ms() -> u64 {
-    pool_worker::run::now_ms()
+    pool_worker::clock::wall_ms()
 }
 
 /// Writes records to the claims topic, each with an optional `pool-sig`
