@@ -449,7 +449,7 @@ scenario!(
         report(&format!(
             "apache_network cut_idle_then_between_claim_and_decision: LEASE_MS {LEASE_MS}: \
              idle cut {idle_cut} ms, instance 1 restarted {idle_restarts} times meanwhile; \
-             claim cut {} ms after its claim was read ({cut_after_claim} ms), \
+             instance 1 cut {cut_after_claim} ms after its claim was read, for {} ms, \
              its committed out before the cut: {committed_first}, its job started: {ran_by_1}; \
              order completed by instance {completer}; overlaps {}; frozen {frozen}, resumed {resumed}, killed {killed}; \
              revocations {}",
