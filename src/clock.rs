@@ -183,4 +183,54 @@ mod tests {
         assert_eq!(parse_offset(None), 0);
         assert_eq!(parse_offset(Some("soon")), 0);
     }
+
+    /// Not a test: run by [`the_offset_variable_shifts_a_processs_clock`]
+    /// in a child process (the clock is read once per process), it prints
+    /// the worker clock three times and the wall clock.
+    #[test]
+    fn as_clock_probe() {
+        if std::env::var_os("POOL_TEST_CLOCK_PROBE").is_none() {
+            return;
+        }
+        let a = now_ms();
+        let b = now_ms();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let c = now_ms();
+        let line = format!("probe {a} {b} {c} {}\n", wall_ms());
+        std::io::Write::write_all(&mut std::io::stdout(), line.as_bytes()).unwrap();
+        std::process::exit(0);
+    }
+
+    /// With the `testing` feature, `POOL_TEST_CLOCK_OFFSET_MS` shifts a
+    /// process's worker clock, which still never goes back.
+    #[test]
+    fn the_offset_variable_shifts_a_processs_clock() {
+        let hours = 2 * 3600 * 1000i64;
+        for offset in [-hours, hours] {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "clock::tests::as_clock_probe",
+                    "--exact",
+                    "--nocapture",
+                    "--quiet",
+                ])
+                .env("POOL_TEST_CLOCK_PROBE", "1")
+                .env(OFFSET_VAR, offset.to_string())
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = text
+                .lines()
+                .find_map(|l| l.strip_prefix("probe "))
+                .unwrap_or_else(|| panic!("no probe line in {text:?}"));
+            let v: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+            let (a, b, c, wall) = (v[0], v[1], v[2], v[3]);
+            assert!(a <= b && b + 20 <= c, "{v:?}");
+            let expected = (wall as i64 + offset) as u64;
+            assert!(
+                c.abs_diff(expected) < 1000,
+                "offset {offset}: {c} vs {expected}"
+            );
+        }
+    }
 }

@@ -1360,15 +1360,13 @@ exec sleep 30
         use crate::guard::tests::until_state;
         let dir = tempfile::tempdir().unwrap();
         let fifo = fifo_in(dir.path());
-        let (_tx, c) = guarded(0);
-        // Deadline 0: frozen at once, possibly before it writes its pid;
-        // the first deadline comes once it is started.
-        _tx.send_replace(Some(crate::clock::boottime_ms() + 60_000));
+        let (tx, c) = guarded(crate::clock::boottime_ms() + 60_000);
         let (cancel_tx, cancel) = watch::channel(false);
         let spec = sh(&format!("echo $$ > {}; exec sleep 30", fifo.display()));
         let job = tokio::spawn(async move { run(&spec, &c, cancel).await });
         let pid = pid_from(&fifo).await;
-        _tx.send_replace(Some(1));
+        // A deadline in the past: the guard freezes the job at once.
+        tx.send_replace(Some(1));
         until_state(pid, |s| s == Some('T')).await;
         cancel_tx.send(true).unwrap();
         let o = tokio::time::timeout(Duration::from_secs(10), job)
