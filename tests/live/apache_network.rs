@@ -15,7 +15,8 @@
 //! 1. the holder of a long order cut off for 2×LEASE_MS, then healed;
 //! 2. every instance cut off for 1.5×LEASE_MS, then healed;
 //! 3. an instance cut off while idle, then one cut off between its claim
-//!    and its decision (cut as soon as its `claimed` is read);
+//!    and its decision (its packets carrying `1:committed` dropped from the
+//!    start, all its packets once its `claimed` is read);
 //! 4. the holder's worker process SIGSTOPped (its job untouched) for
 //!    2×LEASE_MS, then SIGCONT;
 //! 5. one instance's clock 2×LEASE_MS ahead, one's 2×LEASE_MS behind
@@ -405,9 +406,10 @@ scenario!(
 scenario!(
     /// 3. An instance cut off while idle (another does the orders sent
     /// meanwhile), then, healed, the same instance cut off between its
-    /// claim and its decision: cut as soon as its `claimed` is read from
-    /// the claims topic (best effort: its `committed` may or may not have
-    /// gone out first; the figures say which).
+    /// claim and its decision: its packets carrying `1:committed` are
+    /// dropped from before the order is sent, and all its packets once its
+    /// `claimed` is read. Another instance revokes its claim and runs the
+    /// order; instance 1 never decided and never ran it.
     cut_idle_then_between_claim_and_decision,
     || {
         let net = Net::start();
@@ -425,13 +427,18 @@ scenario!(
         let idle_cut = cut.heal() - cut.at_ms;
         let idle_restarts = sup1.snapshot().starts(1) - 1;
 
-        // (b) Instance 1 alone, cut off right after its claim.
+        // (b) Instance 1 alone, cut off between its claim and its decision:
+        // a rule drops its packets that carry the key of its decision
+        // (`1:committed`) before the order is sent; once its claim is read,
+        // the whole cut. Its claim goes out, its decision never does.
         drop(sup2);
+        let mut decision = Cut::carrying(who.uid, "1:committed");
         let b = net.send(&[heartbeat_order(&net.hb, 60)])[0];
         orders.push(b);
         let (claim_pos, claim_ms) =
             net.expect("instance 1's claim", BOOT, |r| is(r, Event::Claimed, 1, Some(b)));
         let mut cut = Cut::user(who.uid);
+        decision.heal();
         let cut_after_claim = cut.at_ms.saturating_sub(claim_ms);
         let _sup2 = net.pool("2-2", None, &[]);
         let revoked = net.find(2 * lease() + BOOT, |r| is(r, Event::Revoked, 1, Some(b)));
@@ -440,17 +447,30 @@ scenario!(
         assert!(revoked.is_some(), "instance 1's hold on {} was not revoked", name(b));
         let (audit, beats) = net.judge(&orders);
         let recs = net.records();
-        let committed_first = recs
+        let revoked_pos = revoked.map_or(i64::MAX, |(p, _)| p);
+        // Its decision before its revocation (one after it, sent when
+        // healed, is void).
+        let committed_first = recs.iter().any(|(p, r)| {
+            *p > claim_pos && *p < revoked_pos && is(r, Event::Committed, 1, Some(b))
+        });
+        let committed_late = recs
             .iter()
-            .any(|(p, r)| *p > claim_pos && is(r, Event::Committed, 1, Some(b)));
+            .any(|(p, r)| *p > revoked_pos && is(r, Event::Committed, 1, Some(b)));
         let ran_by_1 = beats.of(&name(b)).iter().any(|r| r.instance == 1);
+        assert!(
+            !committed_first && !ran_by_1,
+            "instance 1 decided (committed: {committed_first}) or ran {} (job: {ran_by_1}) though its decision was cut off:\n{}",
+            name(b),
+            audit.show(b)
+        );
         let (frozen, resumed, killed) = beats.fates(healed);
         let completer = audit.orders[&OrderId::new(b.0, b.1)].completions[0].1.instance;
         report(&format!(
             "apache_network cut_idle_then_between_claim_and_decision: LEASE_MS {LEASE_MS}: \
              idle cut {idle_cut} ms, instance 1 restarted {idle_restarts} times meanwhile; \
              instance 1 cut {cut_after_claim} ms after its claim was read, for {} ms, \
-             its committed out before the cut: {committed_first}, its job started: {ran_by_1}; \
+             its committed before its revocation: {committed_first} (after it, void: {committed_late}), \
+             its job started: {ran_by_1}; \
              order completed by instance {completer}; overlaps {}; frozen {frozen}, resumed {resumed}, killed {killed}; \
              revocations {}",
             healed - cut.at_ms,

@@ -212,21 +212,36 @@ impl Cut {
     /// Drops every packet `uid` sends to 127.0.0.0/8 (loopback is all the
     /// namespace has), from now on.
     pub fn user(uid: u32) -> Cut {
+        Cut::rule(uid, &[])
+    }
+
+    /// Drops only the packets `uid` sends to 127.0.0.0/8 that carry `text`
+    /// (iptables' string match): with a claims record's key, such as
+    /// `1:committed`, the instance's claim goes out and its decision does
+    /// not (claims records are produced uncompressed). A dropped segment
+    /// stalls the TCP stream it belongs to, so the connection that carries
+    /// it is cut from then on.
+    pub fn carrying(uid: u32, text: &str) -> Cut {
+        Cut::rule(uid, &["-m", "string", "--algo", "bm", "--string", text])
+    }
+
+    fn rule(uid: u32, extra: &[&str]) -> Cut {
         assert_private_namespace();
-        let rule: Vec<String> = [
+        let uid = uid.to_string();
+        let mut rule: Vec<String> = [
             "OUTPUT",
             "-d",
             "127.0.0.0/8",
             "-m",
             "owner",
             "--uid-owner",
-            &uid.to_string(),
-            "-j",
-            "DROP",
+            &uid,
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        rule.extend(extra.iter().map(|s| s.to_string()));
+        rule.extend(["-j".to_string(), "DROP".to_string()]);
         let mut args = vec!["-w", "-A"];
         args.extend(rule.iter().map(String::as_str));
         must("iptables", &args);
