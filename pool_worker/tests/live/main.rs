@@ -13,6 +13,7 @@ mod apache;
 mod apache_brokers;
 mod apache_compaction;
 mod apache_faults;
+mod apache_network;
 mod apache_security;
 mod chaos;
 mod e2e;

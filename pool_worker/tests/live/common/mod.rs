@@ -415,6 +415,10 @@ pub struct SupervisorOpts {
     pub stop_grace_ms: Option<u64>,
     /// A stand-in program (and its arguments) instead of worker mode.
     pub program: Option<(PathBuf, Vec<String>)>,
+    /// Run the supervisor (and so its workers and their jobs) as this
+    /// (uid, gid) instead of the test's user (tests/live/apache_network.rs
+    /// cuts one user's packets off).
+    pub user: Option<(u32, u32)>,
 }
 
 /// One `exited` event.
@@ -538,6 +542,10 @@ impl SupervisorProc {
             cmd.arg("--program").arg(program).arg("--").args(args);
         }
         cmd.envs(opts.env.iter().map(|(k, v)| (OsStr::new(k), OsStr::new(v))));
+        if let Some((uid, gid)) = opts.user {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(uid).gid(gid);
+        }
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -1397,6 +1405,7 @@ pub fn try_produce_with(
 pub mod apache;
 #[path = "../../../../tests/shared/figures.rs"]
 mod figures;
+pub mod netfault;
 pub use figures::record_figures;
 
 /// The claims records, one readable line each (for assertion messages).
