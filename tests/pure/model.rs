@@ -426,6 +426,9 @@ struct Pool {
     /// finer independence of `crate::world::depends_unerased` (module doc,
     /// "Reductions", 9).
     unerased: bool,
+    /// Steps taken before the check starts: it explores every execution
+    /// from the world they lead to (empty: from the start).
+    prefix: Vec<Step>,
     /// Fingerprints of states whose fair run completes.
     live: Mutex<HashSet<u64>>,
 }
@@ -465,8 +468,27 @@ impl Pool {
             idle_answers: true,
             boot_lands: true,
             unerased,
+            prefix: Vec::new(),
             live: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// [`Pool::lazy`], from the world where the fair schedule has just
+    /// started the first job (Action::Run): the checks of broken guards
+    /// look at what happens to a running job, which breadth-first search
+    /// from the start reaches too late.
+    fn lazy_from_first_run(cfg: Config) -> Self {
+        let p = Pool::lazy(cfg);
+        let mut w = World::new(&p.cfg);
+        let mut prefix = Vec::new();
+        while w.insts.iter().all(|i| i.running.is_none()) {
+            let s = w
+                .fair_step(&p.cfg)
+                .expect("the fair schedule runs an order");
+            w.step(&p.cfg, &s);
+            prefix.push(s);
+        }
+        Pool { prefix, ..p }
     }
 
     fn lazy(cfg: Config) -> Self {
@@ -567,7 +589,7 @@ impl Pool {
     fn expand(&self, actions: &[Step]) -> Vec<Step> {
         let mut w = World::new(&self.cfg);
         let mut taken = Vec::new();
-        for a in actions {
+        for a in self.prefix.iter().chain(actions) {
             w.step(&self.cfg, a);
             taken.push(a.clone());
             self.catch_up(&mut w, &mut taken);
@@ -770,7 +792,10 @@ impl Model for Pool {
     type Action = Step;
 
     fn init_states(&self) -> Vec<S> {
-        let w = World::new(&self.cfg);
+        let mut w = World::new(&self.cfg);
+        for a in &self.prefix {
+            w.step(&self.cfg, a);
+        }
         let fresh = self.floating(&w).iter().fold(0, |f, (b, _)| f | b);
         let fp = fp(&w, self.commute, self.unerased);
         vec![S { w, fresh, fp }]
@@ -872,6 +897,11 @@ impl Model for Pool {
             Property::always(RUN_CANCELLED, |_, s: &S| {
                 s.w.violation.as_ref().is_none_or(|v| v.0 != RUN_CANCELLED)
             }),
+            Property::always(RUN_CONCURRENTLY, |_, s: &S| {
+                s.w.violation
+                    .as_ref()
+                    .is_none_or(|v| v.0 != RUN_CONCURRENTLY)
+            }),
             Property::always(SETTLED, |_, s: &S| {
                 s.w.violation.as_ref().is_none_or(|v| v.0 != SETTLED)
             }),
@@ -925,6 +955,10 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
         clocked: false,
         max_cancels: 0,
         shared_cancel_key: false,
+        clocks: Vec::new(),
+        guard_in_loop: false,
+        jump_ms: None,
+        judge_leases: true,
     }
 }
 
@@ -969,6 +1003,7 @@ fn check_upto(pool: Pool, stop_at: Option<&[&'static str]>, bound: Bound) -> Fou
         idle_answers: pool.idle_answers,
         boot_lands: pool.boot_lands,
         unerased: pool.unerased,
+        prefix: pool.prefix.clone(),
         live: Mutex::new(HashSet::new()),
     };
     let mut b = pool.checker().threads(if matches!(bound, Bound::Depth(_)) {
@@ -1152,6 +1187,7 @@ fn assert_caught_upto(pool: Pool, expect: &[&'static str], bound: Bound) {
         Some(flaw) => format!("{flaw:?}"),
         None if cfg.forge_seen => "revocations not checked against seen".to_string(),
         None if cfg.trust_all => "forged records accepted".to_string(),
+        None if cfg.guard_in_loop => "guard frozen only by the worker's loop".to_string(),
         None => "world".to_string(),
     };
     let line = format!(
@@ -1388,6 +1424,87 @@ fn revocation_without_seen_is_caught() {
         ..leased(2, 1, 0, 1)
     };
     assert_caught(Pool::lazy(cfg), &[LEASE_RESPECTED]);
+}
+
+/// Issue 33 (R36 reader-clock leases, R53 jeopardy and the guard): leases
+/// as in [`leased`], but instance 1's clock reads four leases more than
+/// instance 2's (±2 leases around a common middle: either may hold while
+/// the other reads), and the clock jumps by a third of a lease (plus 1 ms)
+/// at a time, so that a holder's job is frozen (two jumps past its record)
+/// before anyone can revoke the hold (three jumps past reading it). Every
+/// interleaving of the world's own steps stands for the faults: a process
+/// that takes no step while the clock jumps is a stopped worker (its guard
+/// goes on: the world freezes its job by its clock alone), one that only
+/// ticks and finishes its job, its appends pending, is cut off from the
+/// brokers (its appends land later, or are lost if it dies). Checked on
+/// every state: no two jobs of one order live at once (`RUN_CONCURRENTLY`).
+fn clocked(crashes: u32, jumps: u32) -> Config {
+    Config {
+        clocks: vec![(4 * LEASE_MS, 0), (0, 0)],
+        jump_ms: Some(LEASE_MS / 3 + 1),
+        ..leased(2, 1, crashes, jumps)
+    }
+}
+
+const LEASE_MS: u64 = 1_000;
+
+/// The correct machine with clock offsets, the guard, stopped and cut off
+/// workers: every property holds, `RUN_CONCURRENTLY` included. Bounded
+/// breadth-first (`POOL_MODEL_CLOCK_STATES`, default 400,000 states
+/// generated; `POOL_MODEL_JUMPS`, default 4 jumps of a third of a lease).
+#[test]
+fn protocol_holds_with_clocks_and_the_guard() {
+    let n = env("POOL_MODEL_CLOCK_STATES", 400_000) as usize;
+    let jumps = env("POOL_MODEL_JUMPS", 4);
+    let mut cfg = clocked(0, jumps);
+    cfg.compaction = env("POOL_MODEL_COMPACTION", 1) == 1;
+    assert_holds_upto(Pool::lazy(cfg), Bound::States(n));
+}
+
+/// The rule before R36 (`Flaw::AgeFromTs`): a hold's age is the reader's
+/// clock minus the writer's `ts`; the reader four leases ahead revokes the
+/// live holder at once, takes the order over and runs it beside the
+/// holder's job. (`LEASE_RESPECTED` would catch the revocation itself; it
+/// is not judged here, so that the check goes on to the two live runs.)
+#[test]
+fn ages_from_ts_are_caught() {
+    let cfg = Config {
+        flaw: Some(Flaw::AgeFromTs),
+        judge_leases: false,
+        compaction: false,
+        ..clocked(0, 0)
+    };
+    assert_caught(Pool::lazy(cfg), &[RUN_CONCURRENTLY]);
+}
+
+/// No jeopardy (`Flaw::NoJeopardy`): the holder never gives its guard a
+/// deadline; stopped (it takes no step while the clock jumps past the
+/// lease), its job runs on beside the takeover's.
+#[test]
+fn no_jeopardy_is_caught() {
+    let cfg = Config {
+        flaw: Some(Flaw::NoJeopardy),
+        compaction: false,
+        // One jump past the lease: the counter-example is shorter.
+        jump_ms: None,
+        ..clocked(0, 1)
+    };
+    assert_caught(Pool::lazy_from_first_run(cfg), &[RUN_CONCURRENTLY]);
+}
+
+/// A guard that freezes the job only when the worker's loop runs
+/// (`Config::guard_in_loop`): a stopped worker's job is never frozen, and
+/// runs on beside the takeover's.
+#[test]
+fn a_guard_that_waits_for_the_loop_is_caught() {
+    let cfg = Config {
+        guard_in_loop: true,
+        compaction: false,
+        // One jump past the lease: the counter-example is shorter.
+        jump_ms: None,
+        ..clocked(0, 1)
+    };
+    assert_caught(Pool::lazy_from_first_run(cfg), &[RUN_CONCURRENTLY]);
 }
 
 /// A small world for the flaw tests: no crash, duplicate or compaction

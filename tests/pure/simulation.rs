@@ -171,6 +171,10 @@ fn config() -> Config {
         clocked: true,
         max_cancels: 0,
         shared_cancel_key: false,
+        clocks: Vec::new(),
+        guard_in_loop: false,
+        jump_ms: None,
+        judge_leases: true,
     }
 }
 
