@@ -175,6 +175,8 @@ fn config() -> Config {
         guard_in_loop: false,
         jump_ms: None,
         judge_leases: true,
+        random_clocks: None,
+        cut_offs: false,
     }
 }
 
@@ -188,6 +190,9 @@ struct Outcome {
     second_runs_takeover: u32,
     second_runs_death: u32,
     stale_runs: u32,
+    cuts: u32,
+    freezes: u32,
+    thaws: u32,
     starts_marked: u32,
     starts_unmarked: u32,
     clock_ms: u64,
@@ -208,6 +213,22 @@ struct Outcome {
     failure: Option<String>,
 }
 
+/// Each instance's clock for this seed (`Config::random_clocks`), drawn
+/// from a generator of its own, so that the schedule's draws are those of
+/// the seed without clocks.
+fn draw_clocks(seed: u64, cfg: &Config) -> Vec<(u64, i64)> {
+    let Some((offset, ppm)) = cfg.random_clocks else {
+        return cfg.clocks.clone();
+    };
+    let mut rng = Rng(seed ^ 0xc10c_c10c_c10c_c10c);
+    (0..cfg.instances)
+        .map(|_| {
+            let rate = rng.below(2 * ppm as u64 + 1) as i64 - ppm;
+            (rng.below(offset + 1), rate)
+        })
+        .collect()
+}
+
 fn run(seed: u64, cfg: &Config) -> Outcome {
     run_world(seed, cfg).0
 }
@@ -217,6 +238,7 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
     // Seeds take turns with ORDERS_PER_PROCESS 1 (seed 002), 2 and 5.
     let cfg = &Config {
         orders_per_process: [1, 2, 5][(seed % 3) as usize],
+        clocks: draw_clocks(seed, cfg),
         ..cfg.clone()
     };
     let mut rng = Rng(seed);
@@ -252,6 +274,9 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
         second_runs_takeover: w.second_runs_takeover,
         second_runs_death: w.second_runs_death,
         stale_runs: w.stale_runs,
+        cuts: w.cuts,
+        freezes: w.freezes,
+        thaws: w.thaws,
         starts_marked: w.starts_marked,
         starts_unmarked: w.starts_unmarked,
         clock_ms: w.now,
@@ -369,7 +394,7 @@ fn pick(
         return Some(Step::Tick(i));
     }
     if let Some(lease) = cfg.lease_ms {
-        if steps < CRASH_WINDOW && w.pauses < MAX_PAUSES && rng.one_in(500) {
+        if steps < CRASH_WINDOW && w.pauses + w.cuts < MAX_PAUSES && rng.one_in(500) {
             // A GC pause or a partition: often shorter than the lease,
             // sometimes up to three leases.
             // Mostly a process that holds an order (most processes are
@@ -397,6 +422,11 @@ fn pick(
                 } else {
                     rng.below(lease * 2 / 3)
                 };
+                // Half of them, with cut-offs: the process is cut off from
+                // the brokers instead (its loop and its guard go on).
+                if cfg.cut_offs && rng.one_in(2) {
+                    return Some(Step::Cut(i, ms));
+                }
                 return Some(Step::Pause(i, ms));
             }
         }
@@ -553,6 +583,9 @@ fn run_seeds(cfg: &Config, first: u64, seeds: u64) -> (u64, Outcome, Vec<String>
                 tot.second_runs_takeover += out.second_runs_takeover;
                 tot.second_runs_death += out.second_runs_death;
                 tot.stale_runs += out.stale_runs;
+                tot.cuts += out.cuts;
+                tot.freezes += out.freezes;
+                tot.thaws += out.thaws;
                 tot.starts_marked += out.starts_marked;
                 tot.starts_unmarked += out.starts_unmarked;
                 tot.clock_ms += out.clock_ms;
@@ -610,6 +643,101 @@ fn simulation_with_leases() {
     let seeds = env("POOL_SIM_LEASE_SEEDS", LEASE_SEEDS);
     let first = env("POOL_SIM_FIRST", 0);
     leased_seeds(&config_leases(), first, seeds, "simulation with leases");
+}
+
+/// Issue 33 (R36 reader-clock leases, R53 jeopardy and the guard): the
+/// simulation with leases, where each instance's clock is its own (per
+/// seed, an offset of up to four leases — ±2 leases around a common
+/// middle — and a rate error of up to ±1 %, `CLOCK_PPM`), and half the
+/// pauses are cut-offs instead (`Step::Cut`: the process's appends do not
+/// land and it reads nothing, but it ticks, its job runs and its guard
+/// goes on). Checked after every step besides the properties with leases:
+/// no two jobs of one order are live at once (`RUN_CONCURRENTLY`).
+fn config_clocks() -> Config {
+    Config {
+        random_clocks: Some((4 * LEASE_MS, CLOCK_PPM)),
+        cut_offs: true,
+        orders: CLOCK_ORDERS,
+        ..config_leases()
+    }
+}
+
+/// Rate error of the simulation's clocks, at most, either way (parts per
+/// million): 1 %. Safety needs `(1 − ε) L > (1 + ε) 2/3 L` plus the time a
+/// freeze takes: ε below 1/5 with an instant freeze (as here); at 1 % the
+/// job is frozen at least 0.31 L before anyone can revoke.
+const CLOCK_PPM: i64 = 10_000;
+const CLOCK_SEEDS: u64 = 1_000;
+const CLOCK_ORDERS: u32 = 300;
+
+/// `POOL_SIM_CLOCK_SEEDS`, `POOL_SIM_FIRST` change the seeds.
+#[test]
+fn simulation_with_clocks() {
+    let seeds = env("POOL_SIM_CLOCK_SEEDS", CLOCK_SEEDS);
+    let first = env("POOL_SIM_FIRST", 0);
+    leased_seeds(
+        &config_clocks(),
+        first,
+        seeds,
+        "simulation with clocks (offsets ≤4 leases, rates ±1 %), cut-offs and the guard",
+    );
+}
+
+/// The broken rules of issue 33, each caught by the simulation with clocks
+/// as two live jobs of one order (`RUN_CONCURRENTLY`): ages from the
+/// writer's `ts` (`Flaw::AgeFromTs`; `LEASE_RESPECTED` not judged, so the
+/// seed goes on to the two jobs), no jeopardy (`Flaw::NoJeopardy`), a
+/// guard that freezes only when the worker's loop runs
+/// (`Config::guard_in_loop`). Bounded: at most 100 seeds of 100 orders each.
+#[test]
+fn broken_guards_are_caught_by_the_simulation() {
+    use pool_worker_core::worker::Flaw;
+    let base = Config {
+        orders: 100,
+        ..config_clocks()
+    };
+    let cases = [
+        (
+            "AgeFromTs",
+            Config {
+                flaw: Some(Flaw::AgeFromTs),
+                judge_leases: false,
+                ..base.clone()
+            },
+        ),
+        (
+            "NoJeopardy",
+            Config {
+                flaw: Some(Flaw::NoJeopardy),
+                ..base.clone()
+            },
+        ),
+        (
+            "guard frozen only by the worker's loop",
+            Config {
+                guard_in_loop: true,
+                ..base.clone()
+            },
+        ),
+    ];
+    for (name, cfg) in cases {
+        let t = Instant::now();
+        let caught = (0..100).find_map(|seed| run(seed, &cfg).failure.map(|f| (seed, f)));
+        let Some((seed, f)) = caught else {
+            panic!("broken {name}: 100 seeds and no violation: the check does not bite");
+        };
+        let first = f.lines().next().unwrap_or_default().to_string();
+        let line = format!(
+            "simulation, broken {name}: caught at seed {seed} in {:.1}s: {first}",
+            t.elapsed().as_secs_f64()
+        );
+        println!("{line}");
+        crate::world::record_figures(&line);
+        assert!(
+            f.contains(RUN_CONCURRENTLY),
+            "broken {name}: another property broke first:\n{f}"
+        );
+    }
 }
 
 /// The settle rule bites (docs/protocol.md R16, I7): where a dead
@@ -944,7 +1072,7 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
     let t = Instant::now();
     let (ran, tot, failures) = run_seeds(&cfg, first, seeds);
     let line = format!(
-        "{name} ({LEASE_MS} ms): {ran} seeds ({} instances, {} orders each), {}, {} steps, {:.0} s simulated, {} crashes ({} long outages), {} pauses, {} takeovers (valid revocations), {} second runs after a takeover ({} of them started by a holder already revoked), {} after a death, {} starts after a clean exit and {} settling first, {} failing, in {:.1}s",
+        "{name} ({LEASE_MS} ms): {ran} seeds ({} instances, {} orders each), {}, {} steps, {:.0} s simulated, {} crashes ({} long outages), {} pauses, {} cut-offs, {} takeovers (valid revocations), {} second runs after a takeover ({} of them started by a holder already revoked), {} after a death, {} jobs frozen by their guard ({} thawed), {} starts after a clean exit and {} settling first, {} failing, in {:.1}s",
         cfg.instances,
         cfg.orders,
         per_order(&tot, &cfg),
@@ -953,10 +1081,13 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
         tot.crashes,
         tot.outages,
         tot.pauses,
+        tot.cuts,
         tot.takeovers,
         tot.second_runs_takeover,
         tot.stale_runs,
         tot.second_runs_death,
+        tot.freezes,
+        tot.thaws,
         tot.starts_marked,
         tot.starts_unmarked,
         failures.len(),
@@ -976,7 +1107,9 @@ fn replay() {
         return;
     };
     let t = Instant::now();
-    let mut cfg = if env("POOL_SIM_LEASES", 0) == 1 {
+    let mut cfg = if env("POOL_SIM_CLOCKS", 0) == 1 {
+        config_clocks()
+    } else if env("POOL_SIM_LEASES", 0) == 1 {
         config_leases()
     } else {
         config()

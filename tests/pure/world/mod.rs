@@ -207,6 +207,12 @@ pub struct Config {
     /// lease rule goes on to what a wrongful revocation leads to (two live
     /// runs, [`RUN_CONCURRENTLY`]).
     pub judge_leases: bool,
+    /// Simulation: each seed draws each instance's clock
+    /// ([`Config::clocks`]): an offset up to this many ms, a rate error up
+    /// to this many parts per million either way.
+    pub random_clocks: Option<(u64, i64)>,
+    /// Simulation: some pauses are cut-offs instead ([`Step::Cut`]).
+    pub cut_offs: bool,
 }
 
 impl Config {
@@ -966,7 +972,6 @@ impl World {
                     });
                 }
                 let now = self.local(i);
-                let global_now = self.now;
                 let inst = self.inst_mut(i);
                 inst.starts += 1;
                 let inc = Incarnation::new(format!("{i}.{}", inst.starts));
@@ -1020,7 +1025,10 @@ impl World {
                 inst.killed = false;
                 inst.loop_frozen = false;
                 if let Some(lease) = cfg.lease_ms {
-                    inst.next_tick = global_now + lease / 3;
+                    // Every lease/3 on the process's own clock, as the
+                    // shell's timer.
+                    let next = self.global_of(i, now + lease / 3);
+                    self.inst_mut(i).next_tick = next;
                 }
                 self.act(i, acts);
             }
@@ -1086,7 +1094,8 @@ impl World {
             Step::Tick(i) => {
                 let now = self.now;
                 if let Some(lease) = cfg.lease_ms {
-                    self.inst_mut(i).next_tick = now + lease / 3;
+                    let next = self.global_of(i, self.local(i) + lease / 3);
+                    self.inst_mut(i).next_tick = next;
                 }
                 let inst = self.inst_mut(i);
                 inst.wake_at = inst.wake_at.filter(|&t| t > now);
