@@ -74,6 +74,19 @@
 //! a bound, not exhaustively (see the test). `revocation_without_seen_is_caught`
 //! shows that the last property bites.
 //!
+//! Clocks and the guard (issue 33; R36 reader-clock leases, R53 jeopardy):
+//! `clocked` gives the two instances clocks four leases apart and jumps
+//! of a fraction of a lease; the world carries out `Action::Guard` (a job
+//! is frozen while its process's clock is past the newest deadline) and
+//! checks after every step that no two jobs of one order are live at once
+//! (`RUN_CONCURRENTLY`). A stopped or cut-off worker is an interleaving
+//! (it takes no step, or only ticks, while the clock jumps).
+//! `protocol_holds_with_clocks_and_the_guard`,
+//! `the_guard_holds_from_the_first_run`; the broken variants
+//! `ages_from_ts_are_caught`, `no_jeopardy_is_caught`,
+//! `a_guard_that_waits_for_the_loop_is_caught` (docs/protocol-proofs.md,
+//! "Reader-clock leases and the guard").
+//!
 //! ## Reductions (and why no behaviour is lost)
 //!
 //! The world's own steps (`Pool::lazy`, still used for leases) interleave
@@ -366,7 +379,8 @@
 //! and ≤1 crash, all with compaction; 3 × 3 without compaction, and with
 //! compaction, ≤1 crash and ≤1 duplicate within 11 steps; the
 //! checkpoint checks; the flaw and hole checks; and the lease checks
-//! (bounded) — about 2 minutes in all.
+//! (bounded), the clock and guard checks (about 40 s) — about 2 minutes in
+//! all.
 //! Larger, opt-in: `POOL_MODEL_INSTANCES=3 POOL_MODEL_ORDERS=3
 //! POOL_MODEL_CRASHES=0 POOL_MODEL_DUPS=0 cargo test --release --test
 //! model protocol_holds_large -- --ignored --nocapture` (defaults 4 × 4,

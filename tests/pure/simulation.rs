@@ -34,6 +34,13 @@
 //! shows that this check bites).
 //! `POOL_SIM_HORIZON=claim|contest|hold` varies the compaction horizon.
 //!
+//! `simulation_with_clocks` (issue 33) runs it with each instance's clock
+//! its own (offsets up to four leases, rates ±1 %) and cut-offs beside the
+//! pauses, and checks that no two jobs of one order are ever live at once
+//! (the guard freezes a job past its deadline, tests/pure/world);
+//! `broken_guards_are_caught_by_the_simulation` shows the check bites
+//! (`POOL_SIM_CLOCKS=1` replays one of its seeds).
+//!
 //! Idle instances take turns (docs/protocol.md R26–R31):
 //! every simulation moves the clock (0–2 ms per step of ten instances) and
 //! wakes a deferring process when its `CLAIM_DEFER_MS` (100 ms here) runs

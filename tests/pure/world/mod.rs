@@ -1929,6 +1929,22 @@ impl World {
                     if inst.frozen_until > self.now {
                         let _ = writeln!(s, "    frozen until {} ms", inst.frozen_until);
                     }
+                    if inst.cut_until > self.now {
+                        let _ = writeln!(s, "    cut off until {} ms", inst.cut_until);
+                    }
+                    if self.leases {
+                        let live = match self.live_job(i as u32) {
+                            Some(o) => format!("job of {o} live"),
+                            None if inst.running.is_some() => "job frozen or killed".to_string(),
+                            None => "no job".to_string(),
+                        };
+                        let _ = writeln!(
+                            s,
+                            "    clock {} ms, guard {:?}, {live}",
+                            self.local(i as u32),
+                            inst.guard
+                        );
+                    }
                 }
             }
         }
