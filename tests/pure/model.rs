@@ -1473,14 +1473,14 @@ const LEASE_MS: u64 = 1_000;
 /// thirds of a lease plus 1 ms (`POOL_MODEL_JUMP_MS`), at most 3
 /// (`POOL_MODEL_RUN_JUMPS`): one jump past its record freezes a job, and
 /// nobody can revoke its hold before the second; no compaction
-/// (`POOL_MODEL_COMPACTION=1` for it).
+/// (`POOL_MODEL_COMPACTION=1` for it), no crash (`POOL_MODEL_CRASHES`).
 fn running(flaw: Option<Flaw>) -> Config {
     Config {
         flaw,
         jump_ms: Some(env("POOL_MODEL_JUMP_MS", 2 * LEASE_MS as u32 / 3 + 1) as u64),
         max_jumps: env("POOL_MODEL_RUN_JUMPS", 3),
         compaction: env("POOL_MODEL_COMPACTION", 0) == 1,
-        ..clocked(0, 0)
+        ..clocked(env("POOL_MODEL_CRASHES", 0), 0)
     }
 }
 

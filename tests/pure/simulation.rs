@@ -662,7 +662,10 @@ fn simulation_with_leases() {
 /// no two jobs of one order are live at once (`RUN_CONCURRENTLY`).
 fn config_clocks() -> Config {
     Config {
-        random_clocks: Some((4 * LEASE_MS, CLOCK_PPM)),
+        random_clocks: Some((
+            4 * LEASE_MS,
+            env("POOL_SIM_CLOCK_PPM", CLOCK_PPM as u64) as i64,
+        )),
         cut_offs: true,
         orders: CLOCK_ORDERS,
         ..config_leases()
@@ -677,7 +680,8 @@ const CLOCK_PPM: i64 = 10_000;
 const CLOCK_SEEDS: u64 = 1_000;
 const CLOCK_ORDERS: u32 = 300;
 
-/// `POOL_SIM_CLOCK_SEEDS`, `POOL_SIM_FIRST` change the seeds.
+/// `POOL_SIM_CLOCK_SEEDS`, `POOL_SIM_FIRST` change the seeds,
+/// `POOL_SIM_CLOCK_PPM` the rate error.
 #[test]
 fn simulation_with_clocks() {
     let seeds = env("POOL_SIM_CLOCK_SEEDS", CLOCK_SEEDS);
@@ -745,6 +749,35 @@ fn broken_guards_are_caught_by_the_simulation() {
             "broken {name}: another property broke first:\n{f}"
         );
     }
+}
+
+/// The margin's assumption bites: with clock rates off by up to ±30 %
+/// (beyond the 1/5 that `(1 − ε) L > (1 + ε) 2/3 L` allows), a fast
+/// reader revokes a slow holder whose job is not frozen yet, and the two
+/// jobs are live at once. Bounded: at most 100 seeds of 100 orders.
+#[test]
+fn clock_rates_beyond_the_margin_are_caught() {
+    let cfg = Config {
+        random_clocks: Some((4 * LEASE_MS, 300_000)),
+        orders: 100,
+        ..config_clocks()
+    };
+    let t = Instant::now();
+    let caught = (0..100).find_map(|seed| run(seed, &cfg).failure.map(|f| (seed, f)));
+    let Some((seed, f)) = caught else {
+        panic!("clock rates ±30 %: 100 seeds and no violation: the check does not bite");
+    };
+    let first = f.lines().next().unwrap_or_default().to_string();
+    let line = format!(
+        "simulation, clock rates ±30 %: caught at seed {seed} in {:.1}s: {first}",
+        t.elapsed().as_secs_f64()
+    );
+    println!("{line}");
+    crate::world::record_figures(&line);
+    assert!(
+        f.contains(RUN_CONCURRENTLY),
+        "clock rates ±30 %: another property broke first:\n{f}"
+    );
 }
 
 /// The settle rule bites (docs/protocol.md R16, I7): where a dead
