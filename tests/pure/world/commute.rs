@@ -495,6 +495,7 @@ impl World {
                 killed,
                 loop_frozen,
                 cut_until,
+                deaths,
             } = inst;
             match worker {
                 Some(w) if by_copy => {
@@ -535,7 +536,7 @@ impl World {
             )
                 .hash(&mut h);
             (fenced, deadline).hash(&mut h);
-            (guard, killed, loop_frozen, cut_until).hash(&mut h);
+            (guard, killed, loop_frozen, cut_until, deaths).hash(&mut h);
         }
         orphans.len().hash(&mut h);
         for r in orphans {

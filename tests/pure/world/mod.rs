@@ -360,6 +360,11 @@ pub struct Inst {
     /// (global): its appends do not land, it reads nothing, but its loop
     /// (Tick, JobDone) and its guard go on.
     pub cut_until: u64,
+    /// Simulation ([`Config::clocked`]): when each dead process that may
+    /// still have orphans in flight died, by incarnation: an orphan expires
+    /// by its own writer's death ([`World::expire_orphans`]), not by a
+    /// later process's of its instance.
+    pub deaths: Vec<(Incarnation, u64)>,
 }
 
 /// Ghost history of one order.
@@ -1236,8 +1241,14 @@ impl World {
 
     fn kill(&mut self, i: u32) {
         let now = self.now;
+        let clocked = self.clocked;
         let inst = self.inst_mut(i);
         inst.died_at = now;
+        if clocked {
+            if let Some(w) = &inst.worker {
+                inst.deaths.push((w.incarnation.clone(), now));
+            }
+        }
         inst.worker = None;
         inst.cursor = 0;
         inst.asked = false;
@@ -1249,6 +1260,10 @@ impl World {
         inst.cut_until = 0;
         let pending: Vec<Record> = inst.pending.drain(..).collect();
         self.orphans.extend(pending);
+        let orphans = &self.orphans;
+        self.insts[i as usize - 1]
+            .deaths
+            .retain(|(inc, _)| orphans.iter().any(|r| r.incarnation == *inc));
     }
 
     /// The start number of an incarnation the world named `<i>.<n>`.
@@ -1290,8 +1305,22 @@ impl World {
                 .worker
                 .as_ref()
                 .is_some_and(|w| w.incarnation == r.incarnation);
-            alive || now < inst.died_at + limit
+            // By the writer's own death (once, pre-clocks, by the
+            // instance's latest: a successor that died settling extended
+            // its predecessor's orphans past the deadline it handed on).
+            let died = inst
+                .deaths
+                .iter()
+                .find(|(inc, _)| *inc == r.incarnation)
+                .map_or(inst.died_at, |d| d.1);
+            alive || now < died + limit
         });
+        // Forget the deaths whose orphans are all gone.
+        let orphans = &self.orphans;
+        for inst in &mut self.insts {
+            inst.deaths
+                .retain(|(inc, _)| orphans.iter().any(|r| r.incarnation == *inc));
+        }
     }
 
     fn act(&mut self, i: u32, acts: Vec<Action>) {
