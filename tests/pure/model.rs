@@ -74,6 +74,19 @@
 //! a bound, not exhaustively (see the test). `revocation_without_seen_is_caught`
 //! shows that the last property bites.
 //!
+//! Clocks and the guard (issue 33; R36 reader-clock leases, R53 jeopardy):
+//! `clocked` gives the two instances clocks four leases apart and jumps
+//! of a fraction of a lease; the world carries out `Action::Guard` (a job
+//! is frozen while its process's clock is past the newest deadline) and
+//! checks after every step that no two jobs of one order are live at once
+//! (`RUN_CONCURRENTLY`). A stopped or cut-off worker is an interleaving
+//! (it takes no step, or only ticks, while the clock jumps).
+//! `protocol_holds_with_clocks_and_the_guard`,
+//! `the_guard_holds_from_the_first_run`; the broken variants
+//! `ages_from_ts_are_caught`, `no_jeopardy_is_caught`,
+//! `a_guard_that_waits_for_the_loop_is_caught` (docs/protocol-proofs.md,
+//! "Reader-clock leases and the guard").
+//!
 //! ## Reductions (and why no behaviour is lost)
 //!
 //! The world's own steps (`Pool::lazy`, still used for leases) interleave
@@ -366,7 +379,8 @@
 //! and ≤1 crash, all with compaction; 3 × 3 without compaction, and with
 //! compaction, ≤1 crash and ≤1 duplicate within 11 steps; the
 //! checkpoint checks; the flaw and hole checks; and the lease checks
-//! (bounded) — about 2 minutes in all.
+//! (bounded), the clock and guard checks (about 40 s) — about 2 minutes in
+//! all.
 //! Larger, opt-in: `POOL_MODEL_INSTANCES=3 POOL_MODEL_ORDERS=3
 //! POOL_MODEL_CRASHES=0 POOL_MODEL_DUPS=0 cargo test --release --test
 //! model protocol_holds_large -- --ignored --nocapture` (defaults 4 × 4,
@@ -426,6 +440,9 @@ struct Pool {
     /// finer independence of `crate::world::depends_unerased` (module doc,
     /// "Reductions", 9).
     unerased: bool,
+    /// Steps taken before the check starts: it explores every execution
+    /// from the world they lead to (empty: from the start).
+    prefix: Vec<Step>,
     /// Fingerprints of states whose fair run completes.
     live: Mutex<HashSet<u64>>,
 }
@@ -465,8 +482,27 @@ impl Pool {
             idle_answers: true,
             boot_lands: true,
             unerased,
+            prefix: Vec::new(),
             live: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// [`Pool::lazy`], from the world where the fair schedule has just
+    /// started the first job (Action::Run): the checks of broken guards
+    /// look at what happens to a running job, which breadth-first search
+    /// from the start reaches too late.
+    fn lazy_from_first_run(cfg: Config) -> Self {
+        let p = Pool::lazy(cfg);
+        let mut w = World::new(&p.cfg);
+        let mut prefix = Vec::new();
+        while w.insts.iter().all(|i| i.running.is_none()) {
+            let s = w
+                .fair_step(&p.cfg)
+                .expect("the fair schedule runs an order");
+            w.step(&p.cfg, &s);
+            prefix.push(s);
+        }
+        Pool { prefix, ..p }
     }
 
     fn lazy(cfg: Config) -> Self {
@@ -567,7 +603,7 @@ impl Pool {
     fn expand(&self, actions: &[Step]) -> Vec<Step> {
         let mut w = World::new(&self.cfg);
         let mut taken = Vec::new();
-        for a in actions {
+        for a in self.prefix.iter().chain(actions) {
             w.step(&self.cfg, a);
             taken.push(a.clone());
             self.catch_up(&mut w, &mut taken);
@@ -770,7 +806,10 @@ impl Model for Pool {
     type Action = Step;
 
     fn init_states(&self) -> Vec<S> {
-        let w = World::new(&self.cfg);
+        let mut w = World::new(&self.cfg);
+        for a in &self.prefix {
+            w.step(&self.cfg, a);
+        }
         let fresh = self.floating(&w).iter().fold(0, |f, (b, _)| f | b);
         let fp = fp(&w, self.commute, self.unerased);
         vec![S { w, fresh, fp }]
@@ -872,6 +911,11 @@ impl Model for Pool {
             Property::always(RUN_CANCELLED, |_, s: &S| {
                 s.w.violation.as_ref().is_none_or(|v| v.0 != RUN_CANCELLED)
             }),
+            Property::always(RUN_CONCURRENTLY, |_, s: &S| {
+                s.w.violation
+                    .as_ref()
+                    .is_none_or(|v| v.0 != RUN_CONCURRENTLY)
+            }),
             Property::always(SETTLED, |_, s: &S| {
                 s.w.violation.as_ref().is_none_or(|v| v.0 != SETTLED)
             }),
@@ -925,6 +969,12 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
         clocked: false,
         max_cancels: 0,
         shared_cancel_key: false,
+        clocks: Vec::new(),
+        guard_in_loop: false,
+        jump_ms: None,
+        judge_leases: true,
+        random_clocks: None,
+        cut_offs: false,
     }
 }
 
@@ -969,6 +1019,7 @@ fn check_upto(pool: Pool, stop_at: Option<&[&'static str]>, bound: Bound) -> Fou
         idle_answers: pool.idle_answers,
         boot_lands: pool.boot_lands,
         unerased: pool.unerased,
+        prefix: pool.prefix.clone(),
         live: Mutex::new(HashSet::new()),
     };
     let mut b = pool.checker().threads(if matches!(bound, Bound::Depth(_)) {
@@ -1098,6 +1149,7 @@ fn assert_holds(pool: Pool) {
 
 fn assert_holds_upto(pool: Pool, bound: Bound) {
     let cfg = pool.cfg.clone();
+    let from_run = !pool.prefix.is_empty();
     let f = check_upto(pool, None, bound);
     let line = format!(
         "model check{}: {} instances, {} orders, ≤{} crashes, ≤{} dups{}{}: {} states explored in {:.1}s",
@@ -1110,7 +1162,11 @@ fn assert_holds_upto(pool: Pool, bound: Bound) {
         cfg.orders,
         cfg.max_crashes,
         cfg.max_dups,
-        cfg.lease_ms.map_or(String::new(), |l| format!(", lease {l} ms, ≤{} clock jumps past it", cfg.max_jumps)),
+        cfg.lease_ms.map_or(String::new(), |l| match cfg.jump_ms {
+            None => format!(", lease {l} ms, ≤{} clock jumps past it", cfg.max_jumps),
+            Some(j) => format!(", lease {l} ms, ≤{} clock jumps of {j} ms", cfg.max_jumps),
+        }) + &if cfg.clocks.is_empty() { String::new() } else { format!(", clocks (offset ms, ppm) {:?}", cfg.clocks) }
+            + if from_run { ", from the first job's start" } else { "" },
         cfg.checkpoint_every.map_or(String::new(), |k| format!(", checkpoints every {k} positions"))
             + &if cfg.orders_per_process > 1 { format!(", ORDERS_PER_PROCESS={}", cfg.orders_per_process) } else { String::new() }
             + if cfg.compaction { "" } else { ", no compaction" }
@@ -1152,6 +1208,7 @@ fn assert_caught_upto(pool: Pool, expect: &[&'static str], bound: Bound) {
         Some(flaw) => format!("{flaw:?}"),
         None if cfg.forge_seen => "revocations not checked against seen".to_string(),
         None if cfg.trust_all => "forged records accepted".to_string(),
+        None if cfg.guard_in_loop => "guard frozen only by the worker's loop".to_string(),
         None => "world".to_string(),
     };
     let line = format!(
@@ -1388,6 +1445,125 @@ fn revocation_without_seen_is_caught() {
         ..leased(2, 1, 0, 1)
     };
     assert_caught(Pool::lazy(cfg), &[LEASE_RESPECTED]);
+}
+
+/// Issue 33 (R36 reader-clock leases, R53 jeopardy and the guard): leases
+/// as in [`leased`], but instance 1's clock reads four leases more than
+/// instance 2's (±2 leases around a common middle: either may hold while
+/// the other reads), and the clock jumps by a third of a lease (plus 1 ms)
+/// at a time, so that a holder's job is frozen (two jumps past its record)
+/// before anyone can revoke the hold (three jumps past reading it). Every
+/// interleaving of the world's own steps stands for the faults: a process
+/// that takes no step while the clock jumps is a stopped worker (its guard
+/// goes on: the world freezes its job by its clock alone), one that only
+/// ticks and finishes its job, its appends pending, is cut off from the
+/// brokers (its appends land later, or are lost if it dies). Checked on
+/// every state: no two jobs of one order live at once (`RUN_CONCURRENTLY`).
+fn clocked(crashes: u32, jumps: u32) -> Config {
+    Config {
+        clocks: vec![(4 * LEASE_MS, 0), (0, 0)],
+        jump_ms: Some(LEASE_MS / 3 + 1),
+        ..leased(2, 1, crashes, jumps)
+    }
+}
+
+const LEASE_MS: u64 = 1_000;
+
+/// [`clocked`], for the checks from the first job's start: jumps of two
+/// thirds of a lease plus 1 ms (`POOL_MODEL_JUMP_MS`), at most 3
+/// (`POOL_MODEL_RUN_JUMPS`): one jump past its record freezes a job, and
+/// nobody can revoke its hold before the second; no compaction
+/// (`POOL_MODEL_COMPACTION=1` for it), no crash (`POOL_MODEL_CRASHES`).
+fn running(flaw: Option<Flaw>) -> Config {
+    Config {
+        flaw,
+        jump_ms: Some(env("POOL_MODEL_JUMP_MS", 2 * LEASE_MS as u32 / 3 + 1) as u64),
+        max_jumps: env("POOL_MODEL_RUN_JUMPS", 3),
+        compaction: env("POOL_MODEL_COMPACTION", 0) == 1,
+        ..clocked(env("POOL_MODEL_CRASHES", 0), 0)
+    }
+}
+
+/// The correct machine with clock offsets, the guard, stopped and cut off
+/// workers, with compaction: every property holds, `RUN_CONCURRENTLY`
+/// included. From the start, bounded breadth-first
+/// (`POOL_MODEL_CLOCK_STATES`, default 200,000 states generated); and from
+/// the first job's start (the fair schedule's), bounded breadth-first
+/// (`POOL_MODEL_CLOCK_RUN_STATES`, default 1,600,000 generated) with up to
+/// `POOL_MODEL_JUMPS` (default 4) jumps of a third of a lease: the job
+/// freezes, is thawed by a renewal, is revoked and taken over, in every
+/// order the interleavings allow within the bound. (Exhaustive from the
+/// first job's start did not finish in 10 minutes.)
+#[test]
+fn protocol_holds_with_clocks_and_the_guard() {
+    let n = env("POOL_MODEL_CLOCK_STATES", 200_000) as usize;
+    let jumps = env("POOL_MODEL_JUMPS", 4);
+    assert_holds_upto(Pool::lazy(clocked(0, jumps)), Bound::States(n));
+    // Beyond the 438,319 states within which the same check of the broken
+    // guards (`running`'s jumps) finds their counter-examples.
+    let m = env("POOL_MODEL_CLOCK_RUN_STATES", 1_600_000) as usize;
+    assert_holds_upto(Pool::lazy_from_first_run(running(None)), Bound::States(m));
+}
+
+/// The correct machine from the same state as the two checks below (the
+/// first job just started), in the same time (one jump past the lease):
+/// every execution, exhaustively; no counter-example of theirs is left.
+#[test]
+fn the_guard_holds_from_the_first_run() {
+    let cfg = Config {
+        compaction: false,
+        jump_ms: None,
+        ..clocked(0, 1)
+    };
+    assert_holds(Pool::lazy_from_first_run(cfg));
+}
+
+/// The rule before R36 (`Flaw::AgeFromTs`): a hold's age is the reader's
+/// clock minus the writer's `ts`; the reader four leases ahead revokes the
+/// live holder at once, takes the order over and runs it beside the
+/// holder's job. (`LEASE_RESPECTED` would catch the revocation itself; it
+/// is not judged here, so that the check goes on to the two live runs.)
+#[test]
+fn ages_from_ts_are_caught() {
+    let cfg = Config {
+        flaw: Some(Flaw::AgeFromTs),
+        judge_leases: false,
+        compaction: false,
+        ..clocked(0, 0)
+    };
+    assert_caught(Pool::lazy(cfg), &[RUN_CONCURRENTLY]);
+}
+
+/// No jeopardy (`Flaw::NoJeopardy`): the holder never gives its guard a
+/// deadline; stopped (it takes no step while the clock jumps past the
+/// lease), its job runs on beside the takeover's.
+#[test]
+fn no_jeopardy_is_caught() {
+    let cfg = Config {
+        // One jump past the lease: the counter-example comes sooner (with
+        // `running`'s jumps of two thirds of a lease too, after 438,319
+        // states, 58 s).
+        jump_ms: None,
+        max_jumps: 1,
+        ..running(Some(Flaw::NoJeopardy))
+    };
+    assert_caught(Pool::lazy_from_first_run(cfg), &[RUN_CONCURRENTLY]);
+}
+
+/// A guard that freezes the job only when the worker's loop runs
+/// (`Config::guard_in_loop`): a stopped worker's job is never frozen, and
+/// runs on beside the takeover's.
+#[test]
+fn a_guard_that_waits_for_the_loop_is_caught() {
+    let cfg = Config {
+        guard_in_loop: true,
+        // One jump past the lease (with `running`'s jumps too: after
+        // 409,853 states, 57 s).
+        jump_ms: None,
+        max_jumps: 1,
+        ..running(None)
+    };
+    assert_caught(Pool::lazy_from_first_run(cfg), &[RUN_CONCURRENTLY]);
 }
 
 /// A small world for the flaw tests: no crash, duplicate or compaction

@@ -34,6 +34,13 @@
 //! shows that this check bites).
 //! `POOL_SIM_HORIZON=claim|contest|hold` varies the compaction horizon.
 //!
+//! `simulation_with_clocks` (issue 33) runs it with each instance's clock
+//! its own (offsets up to four leases, rates ±1 %) and cut-offs beside the
+//! pauses, and checks that no two jobs of one order are ever live at once
+//! (the guard freezes a job past its deadline, tests/pure/world);
+//! `broken_guards_are_caught_by_the_simulation` shows the check bites
+//! (`POOL_SIM_CLOCKS=1` replays one of its seeds).
+//!
 //! Idle instances take turns (docs/protocol.md R26–R31):
 //! every simulation moves the clock (0–2 ms per step of ten instances) and
 //! wakes a deferring process when its `CLAIM_DEFER_MS` (100 ms here) runs
@@ -171,6 +178,12 @@ fn config() -> Config {
         clocked: true,
         max_cancels: 0,
         shared_cancel_key: false,
+        clocks: Vec::new(),
+        guard_in_loop: false,
+        jump_ms: None,
+        judge_leases: true,
+        random_clocks: None,
+        cut_offs: false,
     }
 }
 
@@ -184,6 +197,9 @@ struct Outcome {
     second_runs_takeover: u32,
     second_runs_death: u32,
     stale_runs: u32,
+    cuts: u32,
+    freezes: u32,
+    thaws: u32,
     starts_marked: u32,
     starts_unmarked: u32,
     clock_ms: u64,
@@ -204,6 +220,22 @@ struct Outcome {
     failure: Option<String>,
 }
 
+/// Each instance's clock for this seed (`Config::random_clocks`), drawn
+/// from a generator of its own, so that the schedule's draws are those of
+/// the seed without clocks.
+fn draw_clocks(seed: u64, cfg: &Config) -> Vec<(u64, i64)> {
+    let Some((offset, ppm)) = cfg.random_clocks else {
+        return cfg.clocks.clone();
+    };
+    let mut rng = Rng(seed ^ 0xc10c_c10c_c10c_c10c);
+    (0..cfg.instances)
+        .map(|_| {
+            let rate = rng.below(2 * ppm as u64 + 1) as i64 - ppm;
+            (rng.below(offset + 1), rate)
+        })
+        .collect()
+}
+
 fn run(seed: u64, cfg: &Config) -> Outcome {
     run_world(seed, cfg).0
 }
@@ -213,6 +245,7 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
     // Seeds take turns with ORDERS_PER_PROCESS 1 (seed 002), 2 and 5.
     let cfg = &Config {
         orders_per_process: [1, 2, 5][(seed % 3) as usize],
+        clocks: draw_clocks(seed, cfg),
         ..cfg.clone()
     };
     let mut rng = Rng(seed);
@@ -248,6 +281,9 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
         second_runs_takeover: w.second_runs_takeover,
         second_runs_death: w.second_runs_death,
         stale_runs: w.stale_runs,
+        cuts: w.cuts,
+        freezes: w.freezes,
+        thaws: w.thaws,
         starts_marked: w.starts_marked,
         starts_unmarked: w.starts_unmarked,
         clock_ms: w.now,
@@ -365,7 +401,7 @@ fn pick(
         return Some(Step::Tick(i));
     }
     if let Some(lease) = cfg.lease_ms {
-        if steps < CRASH_WINDOW && w.pauses < MAX_PAUSES && rng.one_in(500) {
+        if steps < CRASH_WINDOW && w.pauses + w.cuts < MAX_PAUSES && rng.one_in(500) {
             // A GC pause or a partition: often shorter than the lease,
             // sometimes up to three leases.
             // Mostly a process that holds an order (most processes are
@@ -393,6 +429,11 @@ fn pick(
                 } else {
                     rng.below(lease * 2 / 3)
                 };
+                // Half of them, with cut-offs: the process is cut off from
+                // the brokers instead (its loop and its guard go on).
+                if cfg.cut_offs && rng.one_in(2) {
+                    return Some(Step::Cut(i, ms));
+                }
                 return Some(Step::Pause(i, ms));
             }
         }
@@ -549,6 +590,9 @@ fn run_seeds(cfg: &Config, first: u64, seeds: u64) -> (u64, Outcome, Vec<String>
                 tot.second_runs_takeover += out.second_runs_takeover;
                 tot.second_runs_death += out.second_runs_death;
                 tot.stale_runs += out.stale_runs;
+                tot.cuts += out.cuts;
+                tot.freezes += out.freezes;
+                tot.thaws += out.thaws;
                 tot.starts_marked += out.starts_marked;
                 tot.starts_unmarked += out.starts_unmarked;
                 tot.clock_ms += out.clock_ms;
@@ -606,6 +650,134 @@ fn simulation_with_leases() {
     let seeds = env("POOL_SIM_LEASE_SEEDS", LEASE_SEEDS);
     let first = env("POOL_SIM_FIRST", 0);
     leased_seeds(&config_leases(), first, seeds, "simulation with leases");
+}
+
+/// Issue 33 (R36 reader-clock leases, R53 jeopardy and the guard): the
+/// simulation with leases, where each instance's clock is its own (per
+/// seed, an offset of up to four leases — ±2 leases around a common
+/// middle — and a rate error of up to ±1 %, `CLOCK_PPM`), and half the
+/// pauses are cut-offs instead (`Step::Cut`: the process's appends do not
+/// land and it reads nothing, but it ticks, its job runs and its guard
+/// goes on). Checked after every step besides the properties with leases:
+/// no two jobs of one order are live at once (`RUN_CONCURRENTLY`).
+fn config_clocks() -> Config {
+    Config {
+        random_clocks: Some((
+            4 * LEASE_MS,
+            env("POOL_SIM_CLOCK_PPM", CLOCK_PPM as u64) as i64,
+        )),
+        cut_offs: true,
+        orders: CLOCK_ORDERS,
+        ..config_leases()
+    }
+}
+
+/// Rate error of the simulation's clocks, at most, either way (parts per
+/// million): 1 %. Safety needs `(1 − ε) L > (1 + ε) 2/3 L` plus the time a
+/// freeze takes: ε below 1/5 with an instant freeze (as here); at 1 % the
+/// job is frozen at least 0.31 L before anyone can revoke.
+const CLOCK_PPM: i64 = 10_000;
+const CLOCK_SEEDS: u64 = 1_000;
+const CLOCK_ORDERS: u32 = 300;
+
+/// `POOL_SIM_CLOCK_SEEDS`, `POOL_SIM_FIRST` change the seeds,
+/// `POOL_SIM_CLOCK_PPM` the rate error.
+#[test]
+fn simulation_with_clocks() {
+    let seeds = env("POOL_SIM_CLOCK_SEEDS", CLOCK_SEEDS);
+    let first = env("POOL_SIM_FIRST", 0);
+    leased_seeds(
+        &config_clocks(),
+        first,
+        seeds,
+        "simulation with clocks (offsets ≤4 leases, rates ±1 %), cut-offs and the guard",
+    );
+}
+
+/// The broken rules of issue 33, each caught by the simulation with clocks
+/// as two live jobs of one order (`RUN_CONCURRENTLY`): ages from the
+/// writer's `ts` (`Flaw::AgeFromTs`; `LEASE_RESPECTED` not judged, so the
+/// seed goes on to the two jobs), no jeopardy (`Flaw::NoJeopardy`), a
+/// guard that freezes only when the worker's loop runs
+/// (`Config::guard_in_loop`). Bounded: at most 100 seeds of 100 orders each.
+#[test]
+fn broken_guards_are_caught_by_the_simulation() {
+    use pool_worker_core::worker::Flaw;
+    let base = Config {
+        orders: 100,
+        ..config_clocks()
+    };
+    let cases = [
+        (
+            "AgeFromTs",
+            Config {
+                flaw: Some(Flaw::AgeFromTs),
+                judge_leases: false,
+                ..base.clone()
+            },
+        ),
+        (
+            "NoJeopardy",
+            Config {
+                flaw: Some(Flaw::NoJeopardy),
+                ..base.clone()
+            },
+        ),
+        (
+            "guard frozen only by the worker's loop",
+            Config {
+                guard_in_loop: true,
+                ..base.clone()
+            },
+        ),
+    ];
+    for (name, cfg) in cases {
+        let t = Instant::now();
+        let caught = (0..100).find_map(|seed| run(seed, &cfg).failure.map(|f| (seed, f)));
+        let Some((seed, f)) = caught else {
+            panic!("broken {name}: 100 seeds and no violation: the check does not bite");
+        };
+        let first = f.lines().next().unwrap_or_default().to_string();
+        let line = format!(
+            "simulation, broken {name}: caught at seed {seed} in {:.1}s: {first}",
+            t.elapsed().as_secs_f64()
+        );
+        println!("{line}");
+        crate::world::record_figures(&line);
+        assert!(
+            f.contains(RUN_CONCURRENTLY),
+            "broken {name}: another property broke first:\n{f}"
+        );
+    }
+}
+
+/// The margin's assumption bites: with clock rates off by up to ±30 %
+/// (beyond the 1/5 that `(1 − ε) L > (1 + ε) 2/3 L` allows), a fast
+/// reader revokes a slow holder whose job is not frozen yet, and the two
+/// jobs are live at once. Bounded: at most 100 seeds of 100 orders.
+#[test]
+fn clock_rates_beyond_the_margin_are_caught() {
+    let cfg = Config {
+        random_clocks: Some((4 * LEASE_MS, 300_000)),
+        orders: 100,
+        ..config_clocks()
+    };
+    let t = Instant::now();
+    let caught = (0..100).find_map(|seed| run(seed, &cfg).failure.map(|f| (seed, f)));
+    let Some((seed, f)) = caught else {
+        panic!("clock rates ±30 %: 100 seeds and no violation: the check does not bite");
+    };
+    let first = f.lines().next().unwrap_or_default().to_string();
+    let line = format!(
+        "simulation, clock rates ±30 %: caught at seed {seed} in {:.1}s: {first}",
+        t.elapsed().as_secs_f64()
+    );
+    println!("{line}");
+    crate::world::record_figures(&line);
+    assert!(
+        f.contains(RUN_CONCURRENTLY),
+        "clock rates ±30 %: another property broke first:\n{f}"
+    );
 }
 
 /// The settle rule bites (docs/protocol.md R16, I7): where a dead
@@ -940,7 +1112,7 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
     let t = Instant::now();
     let (ran, tot, failures) = run_seeds(&cfg, first, seeds);
     let line = format!(
-        "{name} ({LEASE_MS} ms): {ran} seeds ({} instances, {} orders each), {}, {} steps, {:.0} s simulated, {} crashes ({} long outages), {} pauses, {} takeovers (valid revocations), {} second runs after a takeover ({} of them started by a holder already revoked), {} after a death, {} starts after a clean exit and {} settling first, {} failing, in {:.1}s",
+        "{name} ({LEASE_MS} ms): {ran} seeds ({} instances, {} orders each), {}, {} steps, {:.0} s simulated, {} crashes ({} long outages), {} pauses, {} cut-offs, {} takeovers (valid revocations), {} second runs after a takeover ({} of them started by a holder already revoked), {} after a death, {} jobs frozen by their guard ({} thawed), {} starts after a clean exit and {} settling first, {} failing, in {:.1}s",
         cfg.instances,
         cfg.orders,
         per_order(&tot, &cfg),
@@ -949,10 +1121,13 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
         tot.crashes,
         tot.outages,
         tot.pauses,
+        tot.cuts,
         tot.takeovers,
         tot.second_runs_takeover,
         tot.stale_runs,
         tot.second_runs_death,
+        tot.freezes,
+        tot.thaws,
         tot.starts_marked,
         tot.starts_unmarked,
         failures.len(),
@@ -972,7 +1147,9 @@ fn replay() {
         return;
     };
     let t = Instant::now();
-    let mut cfg = if env("POOL_SIM_LEASES", 0) == 1 {
+    let mut cfg = if env("POOL_SIM_CLOCKS", 0) == 1 {
+        config_clocks()
+    } else if env("POOL_SIM_LEASES", 0) == 1 {
         config_leases()
     } else {
         config()

@@ -440,6 +440,12 @@ impl World {
             cancels,
             shared_cancel_key,
             trust,
+            clocks,
+            guard_in_loop,
+            judge_leases,
+            cuts,
+            freezes,
+            thaws,
         } = self;
 
         let n = order.len();
@@ -456,6 +462,7 @@ impl World {
         // Forged records are never reordered here: tests/pure/model.rs checks
         // them without this reduction.
         (forged, cancels, shared_cancel_key, trust, fence).hash(&mut h);
+        (clocks, guard_in_loop, judge_leases, cuts, freezes, thaws).hash(&mut h);
         for &p in order {
             // The key is the record's hash, unless it names a position.
             match log[p].rec.seen() {
@@ -484,6 +491,11 @@ impl World {
                 fenced,
                 deadline,
                 wake_at,
+                guard,
+                killed,
+                loop_frozen,
+                cut_until,
+                deaths,
             } = inst;
             match worker {
                 Some(w) if by_copy => {
@@ -524,6 +536,7 @@ impl World {
             )
                 .hash(&mut h);
             (fenced, deadline).hash(&mut h);
+            (guard, killed, loop_frozen, cut_until, deaths).hash(&mut h);
         }
         orphans.len().hash(&mut h);
         for r in orphans {

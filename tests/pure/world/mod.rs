@@ -189,6 +189,30 @@ pub struct Config {
     /// key `0:cancelled` shared by all cancels would be), so a cancel of
     /// one order erases the cancel of another that has not taken effect.
     pub shared_cancel_key: bool,
+    /// Issue 33: each instance's clock, `(offset ms, rate error in parts
+    /// per million)`: its processes read `offset + now + now * ppm / 10^6`
+    /// for the world's (global) time `now` ([`World::local`]). Inputs,
+    /// records' `ts`, `Action::WakeAt` and `Action::Guard` are in that
+    /// local time. Empty: every clock is the world's.
+    pub clocks: Vec<(u64, i64)>,
+    /// Broken on purpose (issue 33): the guard freezes a job past its
+    /// deadline only when the worker's loop runs (the process takes a
+    /// step), not on its own, so the job of a stopped worker is never
+    /// frozen.
+    pub guard_in_loop: bool,
+    /// Model check: how far the clock jumps ([`Step::Advance`]); `None`:
+    /// past the lease at once (`lease + 1`).
+    pub jump_ms: Option<u64>,
+    /// Judge [`LEASE_RESPECTED`]; false only so that a check of a broken
+    /// lease rule goes on to what a wrongful revocation leads to (two live
+    /// runs, [`RUN_CONCURRENTLY`]).
+    pub judge_leases: bool,
+    /// Simulation: each seed draws each instance's clock
+    /// ([`Config::clocks`]): an offset up to this many ms, a rate error up
+    /// to this many parts per million either way.
+    pub random_clocks: Option<(u64, i64)>,
+    /// Simulation: some pauses are cut-offs instead ([`Step::Cut`]).
+    pub cut_offs: bool,
 }
 
 impl Config {
@@ -323,6 +347,24 @@ pub struct Inst {
     /// Simulation ([`Config::clocked`]): the process asked for a Tick at
     /// this time (`Action::WakeAt`).
     pub wake_at: Option<u64>,
+    /// The guard's newest deadline (R53; the process's local time): the
+    /// job is frozen while the process's clock is past it.
+    pub guard: Option<u64>,
+    /// The job was killed (`Action::Kill`: the process read its own
+    /// revocation, R38): it is no longer live, whatever its JobDone says.
+    pub killed: bool,
+    /// With [`Config::guard_in_loop`] (broken): the job was frozen when the
+    /// worker's loop last ran past the deadline.
+    pub loop_frozen: bool,
+    /// Simulation: the process is cut off from the brokers until this time
+    /// (global): its appends do not land, it reads nothing, but its loop
+    /// (Tick, JobDone) and its guard go on.
+    pub cut_until: u64,
+    /// Simulation ([`Config::clocked`]): when each dead process that may
+    /// still have orphans in flight died, by incarnation: an orphan expires
+    /// by its own writer's death ([`World::expire_orphans`]), not by a
+    /// later process's of its instance.
+    pub deaths: Vec<(Incarnation, u64)>,
 }
 
 /// Ghost history of one order.
@@ -405,6 +447,9 @@ pub enum Step {
     Advance(u64),
     /// The live process freezes for this many ms (simulation).
     Pause(u32, u64),
+    /// The live process is cut off from the brokers for this many ms
+    /// (simulation; [`Inst::cut_until`]).
+    Cut(u32, u64),
     /// The process dies and its instance stays down for this many ms
     /// (simulation: a host that is gone for a while).
     Outage(u32, u64),
@@ -488,6 +533,18 @@ pub struct World {
     /// (`Config::max_forgeries` above 0, `claims_key`, `trust_all`, the
     /// orders' end).
     trust: Option<(Option<pool_worker_core::sign::ClaimsKey>, bool, i64)>,
+    /// Copied from the config: `Config::clocks` (shared: never changes).
+    clocks: Arc<Vec<(u64, i64)>>,
+    /// Copied from the config: `Config::guard_in_loop`,
+    /// `Config::judge_leases`.
+    guard_in_loop: bool,
+    judge_leases: bool,
+    /// Cut-offs so far (simulation).
+    pub cuts: u32,
+    /// Jobs frozen by their guard, counted as they freeze (a live job
+    /// whose clock passed its deadline), and thawed by a later deadline.
+    pub freezes: u32,
+    pub thaws: u32,
 }
 
 pub const RUN_BY_TWO: &str = "no order is run by two instances";
@@ -512,7 +569,14 @@ pub const LEASE_RESPECTED: &str =
 /// an order whose cancel it has read.
 pub const RUN_CANCELLED: &str =
     "no job starts for an order cancelled before its first commit, or by a process that read its cancel";
-pub const SAFETY: [&str; 9] = [
+/// Issue 33 (R36, R53): at no moment do two jobs of one order run: a
+/// job is *live* from its start (`Action::Run`) until it ends (JobDone,
+/// its process dies or exits, `Action::Kill`) or its guard freezes it
+/// (the process's clock past the newest `Action::Guard` deadline; with
+/// [`Config::guard_in_loop`], only once the worker's loop has run past
+/// it). Checked after every step.
+pub const RUN_CONCURRENTLY: &str = "no two jobs of one order are live at the same time";
+pub const SAFETY: [&str; 10] = [
     RUN_BY_TWO,
     RUN_TWICE,
     COMPLETED_TWICE,
@@ -522,6 +586,7 @@ pub const SAFETY: [&str; 9] = [
     TWO_HOLDS,
     LEASE_RESPECTED,
     RUN_CANCELLED,
+    RUN_CONCURRENTLY,
 ];
 
 fn ok_outcome() -> Outcome {
@@ -574,6 +639,80 @@ impl World {
             shared_cancel_key: cfg.shared_cancel_key,
             trust: (cfg.max_forgeries > 0)
                 .then(|| (cfg.claims_key.clone(), cfg.trust_all, cfg.orders as i64)),
+            clocks: Arc::new(cfg.clocks.clone()),
+            guard_in_loop: cfg.guard_in_loop,
+            judge_leases: cfg.judge_leases,
+            cuts: 0,
+            freezes: 0,
+            thaws: 0,
+        }
+    }
+
+    /// Instance `i`'s clock at the world's time `g` ([`Config::clocks`]).
+    pub fn local_at(&self, i: u32, g: u64) -> u64 {
+        match self.clocks.get(i as usize - 1) {
+            None => g,
+            Some(&(off, ppm)) => {
+                let skew = (g as i128 * ppm as i128).div_euclid(1_000_000);
+                (off as i128 + g as i128 + skew).max(0) as u64
+            }
+        }
+    }
+
+    /// Instance `i`'s clock now.
+    pub fn local(&self, i: u32) -> u64 {
+        self.local_at(i, self.now)
+    }
+
+    /// The world's earliest time at which instance `i`'s clock reads `t`
+    /// or more (0 if it always does).
+    pub fn global_of(&self, i: u32, t: u64) -> u64 {
+        let Some(&(off, ppm)) = self.clocks.get(i as usize - 1) else {
+            return t;
+        };
+        let est = (t as i128 - off as i128) * 1_000_000 / (1_000_000 + ppm as i128);
+        let mut g = est.max(0) as u64;
+        while g > 0 && self.local_at(i, g - 1) >= t {
+            g -= 1;
+        }
+        while self.local_at(i, g) < t {
+            g += 1;
+        }
+        g
+    }
+
+    /// The order whose job instance `i`'s process runs and is live (see
+    /// [`RUN_CONCURRENTLY`]).
+    pub fn live_job(&self, i: u32) -> Option<OrderId> {
+        let inst = self.inst(i);
+        let order = inst
+            .running
+            .filter(|_| !inst.killed && inst.worker.is_some())?;
+        let frozen = if self.guard_in_loop {
+            inst.loop_frozen
+        } else {
+            inst.guard.is_some_and(|d| self.local(i) > d)
+        };
+        (!frozen).then_some(order)
+    }
+
+    /// [`RUN_CONCURRENTLY`], after every step.
+    fn judge_live(&mut self) {
+        let n = self.insts.len() as u32;
+        let live: Vec<(u32, OrderId)> = (1..=n)
+            .filter_map(|i| self.live_job(i).map(|o| (i, o)))
+            .collect();
+        for (k, &(i, o)) in live.iter().enumerate() {
+            if let Some(&(j, _)) = live[k + 1..].iter().find(|(_, p)| *p == o) {
+                let (gi, gj) = (self.inst(i).guard, self.inst(j).guard);
+                let what = format!(
+                    "at {} ms, the jobs of order {o} run in instances {i} (clock {} ms, guard {gi:?}) and {j} (clock {} ms, guard {gj:?}) at once",
+                    self.now,
+                    self.local(i),
+                    self.local(j)
+                );
+                return self.violate(RUN_CONCURRENTLY, what);
+            }
         }
     }
 
@@ -713,6 +852,13 @@ impl World {
         if self.now < inst.frozen_until {
             return;
         }
+        if self.now < inst.cut_until {
+            // Cut off: only the job and the loop (Tick) go on.
+            if inst.running.is_some() {
+                out.push(Step::JobDone(i));
+            }
+            return;
+        }
         if !inst.pending.is_empty() {
             out.push(Step::Deliver(i));
         }
@@ -762,7 +908,7 @@ impl World {
         }
         if let Some(lease) = cfg.lease_ms {
             if self.jumps < cfg.max_jumps {
-                out.push(Step::Advance(lease + 1));
+                out.push(Step::Advance(cfg.jump_ms.unwrap_or(lease + 1)));
             }
         }
         for k in 0..self.orphans.len() {
@@ -794,6 +940,35 @@ impl World {
     }
 
     pub fn step(&mut self, cfg: &Config, s: &Step) {
+        self.step_inner(cfg, s);
+        self.count_freezes();
+        self.judge_live();
+    }
+
+    /// Counts the live jobs that froze or thawed since the last step
+    /// (figures only).
+    fn count_freezes(&mut self) {
+        // Not in the model check, where counters would split states.
+        if self.guard_in_loop || !self.clocked {
+            return;
+        }
+        for k in 0..self.insts.len() {
+            let i = k as u32 + 1;
+            let inst = &self.insts[k];
+            let runs = inst.running.is_some() && !inst.killed && inst.worker.is_some();
+            let frozen = runs && inst.guard.is_some_and(|d| self.local(i) > d);
+            if frozen != inst.loop_frozen {
+                if frozen {
+                    self.freezes += 1;
+                } else if runs {
+                    self.thaws += 1;
+                }
+                self.insts[k].loop_frozen = frozen;
+            }
+        }
+    }
+
+    fn step_inner(&mut self, cfg: &Config, s: &Step) {
         match *s {
             Step::Start(i) => {
                 if cfg.settle || !cfg.late_appends {
@@ -801,7 +976,7 @@ impl World {
                         !(r.instance.get() == i && r.by().is_none()) && r.by() != Some(i.into())
                     });
                 }
-                let now = self.now;
+                let now = self.local(i);
                 let inst = self.inst_mut(i);
                 inst.starts += 1;
                 let inc = Incarnation::new(format!("{i}.{}", inst.starts));
@@ -849,9 +1024,16 @@ impl World {
                 inst.running = None;
                 inst.crashed = false;
                 inst.frozen_until = 0;
+                inst.cut_until = 0;
                 inst.wake_at = None;
+                inst.guard = None;
+                inst.killed = false;
+                inst.loop_frozen = false;
                 if let Some(lease) = cfg.lease_ms {
-                    inst.next_tick = now + lease / 3;
+                    // Every lease/3 on the process's own clock, as the
+                    // shell's timer.
+                    let next = self.global_of(i, now + lease / 3);
+                    self.inst_mut(i).next_tick = next;
                 }
                 self.act(i, acts);
             }
@@ -917,7 +1099,8 @@ impl World {
             Step::Tick(i) => {
                 let now = self.now;
                 if let Some(lease) = cfg.lease_ms {
-                    self.inst_mut(i).next_tick = now + lease / 3;
+                    let next = self.global_of(i, self.local(i) + lease / 3);
+                    self.inst_mut(i).next_tick = next;
                 }
                 let inst = self.inst_mut(i);
                 inst.wake_at = inst.wake_at.filter(|&t| t > now);
@@ -931,6 +1114,11 @@ impl World {
                 self.pauses += 1;
                 let now = self.now;
                 self.inst_mut(i).frozen_until = now + ms;
+            }
+            Step::Cut(i, ms) => {
+                self.cuts += 1;
+                let now = self.now;
+                self.inst_mut(i).cut_until = now + ms;
             }
             Step::Forge(k) => {
                 let (r, sig) = self.forgery(k);
@@ -1010,7 +1198,11 @@ impl World {
     /// once with the question open and once answered.)
     fn answer_now(&mut self, cfg: &Config, i: u32) {
         let inst = self.inst(i);
-        if inst.asked && self.next_present(inst.cursor).is_none() && self.now >= inst.frozen_until {
+        if inst.asked
+            && self.next_present(inst.cursor).is_none()
+            && self.now >= inst.frozen_until
+            && self.now >= inst.cut_until
+        {
             self.step(cfg, &Step::Answer(i));
         }
     }
@@ -1031,7 +1223,13 @@ impl World {
 
     /// Feeds one input; whether the machine acted.
     fn feed(&mut self, i: u32, input: Input) -> bool {
-        let now = self.now;
+        let now = self.local(i);
+        let guard_in_loop = self.guard_in_loop;
+        let inst = self.inst_mut(i);
+        if guard_in_loop && inst.guard.is_some_and(|d| now > d) {
+            // Broken: the freeze takes effect only as the loop runs.
+            inst.loop_frozen = true;
+        }
         let acts = match &mut self.inst_mut(i).worker {
             Some(w) => w.handle(input, now),
             None => return false,
@@ -1043,15 +1241,29 @@ impl World {
 
     fn kill(&mut self, i: u32) {
         let now = self.now;
+        let clocked = self.clocked;
         let inst = self.inst_mut(i);
         inst.died_at = now;
+        if clocked {
+            if let Some(w) = &inst.worker {
+                inst.deaths.push((w.incarnation.clone(), now));
+            }
+        }
         inst.worker = None;
         inst.cursor = 0;
         inst.asked = false;
         inst.running = None;
         inst.ran = None;
+        inst.guard = None;
+        inst.killed = false;
+        inst.loop_frozen = false;
+        inst.cut_until = 0;
         let pending: Vec<Record> = inst.pending.drain(..).collect();
         self.orphans.extend(pending);
+        let orphans = &self.orphans;
+        self.insts[i as usize - 1]
+            .deaths
+            .retain(|(inc, _)| orphans.iter().any(|r| r.incarnation == *inc));
     }
 
     /// The start number of an incarnation the world named `<i>.<n>`.
@@ -1093,8 +1305,22 @@ impl World {
                 .worker
                 .as_ref()
                 .is_some_and(|w| w.incarnation == r.incarnation);
-            alive || now < inst.died_at + limit
+            // By the writer's own death (once, pre-clocks, by the
+            // instance's latest: a successor that died settling extended
+            // its predecessor's orphans past the deadline it handed on).
+            let died = inst
+                .deaths
+                .iter()
+                .find(|(inc, _)| *inc == r.incarnation)
+                .map_or(inst.died_at, |d| d.1);
+            alive || now < died + limit
         });
+        // Forget the deaths whose orphans are all gone.
+        let orphans = &self.orphans;
+        for inst in &mut self.insts {
+            inst.deaths
+                .retain(|(inc, _)| orphans.iter().any(|r| r.incarnation == *inc));
+        }
     }
 
     fn act(&mut self, i: u32, acts: Vec<Action>) {
@@ -1116,6 +1342,7 @@ impl World {
                     inst.ran = None;
                 }
                 Action::Run { order, attempt, .. } => {
+                    self.inst_mut(i).killed = false;
                     self.inst_mut(i).running = Some(order);
                     self.inst_mut(i).ran = Some(order);
                     self.judge_cancel(i, order);
@@ -1144,10 +1371,25 @@ impl World {
                 // (orders here carry no id).
                 Action::Start { .. } => {}
                 // The job ends at a JobDone step, which may come at any
-                // moment: killed or not, every timing is explored.
-                Action::Kill { .. } => {}
-                // The guard's deadline (R53): not modelled yet.
-                Action::Guard(_) => {}
+                // moment: killed or not, every timing is explored; but a
+                // killed job is no longer live (RUN_CONCURRENTLY).
+                Action::Kill { .. } => {
+                    let inst = self.inst_mut(i);
+                    if inst.running.is_some() {
+                        inst.killed = true;
+                    }
+                }
+                // The guard's newest deadline (R53), on the process's
+                // clock; one still ahead thaws a frozen job.
+                Action::Guard(until) => {
+                    let ahead = until >= self.local(i);
+                    let guard_in_loop = self.guard_in_loop;
+                    let inst = self.inst_mut(i);
+                    inst.guard = Some(until);
+                    if guard_in_loop && ahead {
+                        inst.loop_frozen = false;
+                    }
+                }
                 // Only with `Settings::publish_results`, which the world
                 // leaves off: it has no results topic.
                 Action::PublishResult(_) => {}
@@ -1155,6 +1397,8 @@ impl World {
                 // the settle rule itself (`Config::settle`).
                 Action::WakeAt(at) => {
                     let clocked = self.clocked;
+                    // `at` is on the process's clock.
+                    let at = self.global_of(i, at);
                     let inst = self.inst_mut(i);
                     inst.next_tick = inst.next_tick.min(at);
                     if clocked {
@@ -1348,10 +1592,16 @@ impl World {
     fn judge_revocation(&mut self, pos: usize, r: &Record, h: &pool_worker_core::boot::Hold) {
         self.takeovers += 1;
         let lease = self.lease_ms.unwrap_or(0);
-        if r.ts.saturating_sub(h.last_ts) <= lease {
+        // Both times on the revoker's clock: the hold's newest record was
+        // made (by the hold's instance, on its clock) at `made` in the
+        // world's time, no later than anyone read it.
+        let by = r.by().map_or(r.instance.get(), |b| b.get());
+        let made = self.global_of(r.instance.get(), h.last_ts);
+        let wrote = self.local_at(by, made);
+        if self.judge_leases && r.ts.saturating_sub(wrote) <= lease {
             let what = format!(
-                "#{pos}: instance {}'s hold of order {} is revoked by instance {} at {} ms, but it wrote about it at {} ms (lease {lease} ms)",
-                r.instance, h.order, r.by().map_or(0, |b| b.get()), r.ts, h.last_ts
+                "#{pos}: instance {}'s hold of order {} is revoked by instance {by} at {} ms, but it wrote about it at {} ms on its clock, {wrote} ms on the revoker's (lease {lease} ms)",
+                r.instance, h.order, r.ts, h.last_ts
             );
             self.violate(LEASE_RESPECTED, what);
         }
@@ -1707,6 +1957,22 @@ impl World {
                     );
                     if inst.frozen_until > self.now {
                         let _ = writeln!(s, "    frozen until {} ms", inst.frozen_until);
+                    }
+                    if inst.cut_until > self.now {
+                        let _ = writeln!(s, "    cut off until {} ms", inst.cut_until);
+                    }
+                    if self.leases {
+                        let live = match self.live_job(i as u32) {
+                            Some(o) => format!("job of {o} live"),
+                            None if inst.running.is_some() => "job frozen or killed".to_string(),
+                            None => "no job".to_string(),
+                        };
+                        let _ = writeln!(
+                            s,
+                            "    clock {} ms, guard {:?}, {live}",
+                            self.local(i as u32),
+                            inst.guard
+                        );
                     }
                 }
             }
