@@ -751,32 +751,35 @@ fn broken_guards_are_caught_by_the_simulation() {
     }
 }
 
-/// The margin's assumption bites: with clock rates off by up to ±30 %
+/// The margin's assumption bites: with clock rates off by up to ±45 %
 /// (beyond the 1/5 that `(1 − ε) L > (1 + ε) 2/3 L` allows), a fast
 /// reader revokes a slow holder whose job is not frozen yet, and the two
-/// jobs are live at once. Bounded: at most 100 seeds of 100 orders.
+/// jobs are live at once. (At ±30 % 100 seeds no longer found one once
+/// renewals came exactly a third of a lease apart, `Action::WakeAt`: the
+/// slow holder's renewals then rarely leave it the gap.) Bounded: at most
+/// 100 seeds of 100 orders.
 #[test]
 fn clock_rates_beyond_the_margin_are_caught() {
     let cfg = Config {
-        random_clocks: Some((4 * LEASE_MS, 300_000)),
+        random_clocks: Some((4 * LEASE_MS, 450_000)),
         orders: 100,
         ..config_clocks()
     };
     let t = Instant::now();
     let caught = (0..100).find_map(|seed| run(seed, &cfg).failure.map(|f| (seed, f)));
     let Some((seed, f)) = caught else {
-        panic!("clock rates ±30 %: 100 seeds and no violation: the check does not bite");
+        panic!("clock rates ±45 %: 100 seeds and no violation: the check does not bite");
     };
     let first = f.lines().next().unwrap_or_default().to_string();
     let line = format!(
-        "simulation, clock rates ±30 %: caught at seed {seed} in {:.1}s: {first}",
+        "simulation, clock rates ±45 %: caught at seed {seed} in {:.1}s: {first}",
         t.elapsed().as_secs_f64()
     );
     println!("{line}");
     crate::world::record_figures(&line);
     assert!(
         f.contains(RUN_CONCURRENTLY),
-        "clock rates ±30 %: another property broke first:\n{f}"
+        "clock rates ±45 %: another property broke first:\n{f}"
     );
 }
 
