@@ -53,6 +53,10 @@ pub enum Input {
     /// The orders topic's end offsets (per partition), asked for by
     /// [`Action::FindOrder`].
     Orders(BTreeMap<i32, i64>),
+    /// The orders topic may have moved (an order arrived, or the shell's
+    /// periodic recheck while idle): a machine that is looking asks for the
+    /// end offsets again.
+    OrdersMoved,
     /// The job of the order being run ended.
     JobDone(Outcome),
     /// Time passed (the shell sends one every lease/3): renew our lease,
@@ -325,6 +329,13 @@ pub struct Worker {
     /// Every deferral is over, whatever the clock says (the model check's
     /// nondeterministic expiry, `Worker::end_deferrals`).
     defer_over: bool,
+    /// Choosing, and the last answer about the orders gave nothing to claim
+    /// (none waiting, or every one waiting some other instance's turn): the
+    /// next catch-up with the log, or news from the orders topic, asks
+    /// again ([`Action::FindOrder`]): a record may have moved the frontier
+    /// or the idle queue, an order may have arrived. False while a question
+    /// is open.
+    looking: bool,
 }
 
 impl Worker {
@@ -398,6 +409,7 @@ impl Worker {
             waiting_since: BTreeMap::new(),
             defer_until: None,
             defer_over: false,
+            looking: false,
         };
         if fence {
             // R16: boot once the shell has fenced our predecessors.
@@ -511,6 +523,7 @@ impl Worker {
             waiting_since,
             defer_until,
             defer_over,
+            looking,
         } = self;
         (me, incarnation).hash(h);
         view.hash_relabeled(r, h);
@@ -529,7 +542,7 @@ impl Worker {
         for x in &renamed {
             x.hash(h);
         }
-        (completed, waiting_since, defer_until, defer_over).hash(h);
+        (completed, waiting_since, defer_until, defer_over, looking).hash(h);
     }
 
     /// While choosing and deferring to instances ahead in an order's line:
@@ -603,6 +616,7 @@ impl Worker {
             Input::Record(pos, rec) => self.on_record(pos, rec),
             Input::CaughtUp => self.on_caught_up(),
             Input::Orders(ends) => self.on_orders(&ends),
+            Input::OrdersMoved => self.look_again(),
             Input::JobDone(outcome) => self.on_job_done(outcome),
             Input::Tick => self.on_tick(),
             Input::OrderId(id) => self.on_order_id(id),
@@ -1020,7 +1034,37 @@ impl Worker {
         match self.phase {
             Phase::Boot { seen: true } => self.resume(),
             Phase::Settle { .. } => self.settle(true),
+            Phase::Choose => self.look_again(),
             _ => Vec::new(),
+        }
+    }
+
+    /// Idle and looking (the last answer gave nothing to claim): ask for the
+    /// orders again, once, until the answer comes.
+    fn look_again(&mut self) -> Vec<Action> {
+        if self.phase != Phase::Choose || !self.looking {
+            return Vec::new();
+        }
+        self.looking = false;
+        vec![Action::FindOrder]
+    }
+
+    /// Whether the machine is idle and looking for an order: the shell then
+    /// watches the orders topic for new orders and reports them
+    /// ([`Input::OrdersMoved`]).
+    pub fn looking(&self) -> bool {
+        self.phase == Phase::Choose && self.looking
+    }
+
+    /// Whether an [`Input::CaughtUp`] now would make the machine act: at
+    /// the end of a boot's replay, of a settling read, or while looking for
+    /// an order. (The model check offers the step only then.)
+    pub fn awaits_caught_up(&self) -> bool {
+        match &self.phase {
+            Phase::Boot { seen } => *seen,
+            Phase::Settle { clean, .. } => clean.is_some(),
+            Phase::Choose => self.looking,
+            _ => false,
         }
     }
 
@@ -1097,11 +1141,13 @@ impl Worker {
         if self.phase != Phase::Choose {
             return Vec::new();
         }
+        self.looking = false;
         let takeover = self.take_over();
         if !takeover.is_empty() {
             return takeover;
         }
         let Some((mut order, passed_over)) = self.choose(ends) else {
+            self.looking = true;
             return self.defer_until.map(Action::WakeAt).into_iter().collect();
         };
         if flawed!(self.settings, SkipAnOrder) && order.offset + 1 < ends[&order.partition] {
@@ -2009,17 +2055,26 @@ mod tests {
         let a = ws[0].0.handle(Input::Orders(ends.clone()), 0);
         assert!(claims(&a, (0, 0), &[]), "{a:?}");
         log.append(&a);
-        // Instance 2 reads the claim: it is now first in line for 0:1.
+        // Instance 2 reads the claim and catches up: the log moved, so it
+        // looks at the orders again; it is now first in line for 0:1.
         let (w2, c2) = &mut ws[1];
-        assert!(log.feed(w2, c2).is_empty());
+        assert_eq!(log.feed(w2, c2), vec![Action::FindOrder]);
         let a = w2.handle(Input::Orders(ends.clone()), 5);
         assert!(claims(&a, (0, 1), &[]), "{a:?}");
         log.append(&a);
         // Instance 3 reads both: nothing waits any more.
         let (w3, c3) = &mut ws[2];
-        assert!(log.feed(w3, c3).is_empty());
+        assert_eq!(log.feed(w3, c3), vec![Action::FindOrder]);
         assert!(w3.handle(Input::Orders(ends), 6).is_empty());
         assert_eq!(w3.deferring(), None);
+        // Idle and looking: an order arriving makes it ask again, once.
+        assert!(w3.looking());
+        assert_eq!(w3.handle(Input::OrdersMoved, 7), vec![Action::FindOrder]);
+        assert!(
+            w3.handle(Input::OrdersMoved, 8).is_empty(),
+            "one question at a time"
+        );
+        assert!(w3.handle(Input::CaughtUp, 9).is_empty());
         assert_eq!(
             log.0.iter().filter(|r| r.event() == Event::Claimed).count(),
             2,

@@ -379,7 +379,7 @@ impl Shell {
         let frontier = self.w.view.frontier_for(&ends);
         self.todo
             .extend(self.w.handle(Input::Orders(ends), now_ms()));
-        if self.w.phase != Phase::Choose {
+        if !self.w.looking() {
             // Claimed: no more wake-ups for orders arriving.
             self.idle = false;
         } else if !self.idle {
@@ -467,8 +467,8 @@ impl Shell {
                 self.job.ended();
                 Next::Input(Input::JobDone(outcome))
             }
-            _ = kafka.order_arrived(), if self.idle => self.find_again(),
-            _ = tokio::time::sleep(IDLE_RECHECK), if self.idle => self.find_again(),
+            _ = kafka.order_arrived(), if self.idle => Next::Input(Input::OrdersMoved),
+            _ = tokio::time::sleep(IDLE_RECHECK), if self.idle => Next::Input(Input::OrdersMoved),
             _ = self.ticks.tick() => Next::Input(Input::Tick),
             _ = tokio::time::sleep(wake_in), if self.wake.is_some() => {
                 self.wake = None;
@@ -546,11 +546,6 @@ impl Shell {
         }
     }
 
-    fn find_again(&mut self) -> Next {
-        self.todo.push_back(Action::FindOrder);
-        Next::Again
-    }
-
     /// A fetched order: its job starts now, or once the log says its `id`
     /// is the first (Action::Start); a bad one is its own outcome.
     fn prepared(
@@ -621,9 +616,7 @@ impl Shell {
         }
     }
 
-    /// The machine's input for an event of the claims reader. Caught up
-    /// while idle: look at the orders again too (a record may have moved
-    /// the frontier).
+    /// The machine's input for an event of the claims reader.
     fn claim_input(&mut self, ev: ClaimEvent) -> Input {
         match ev {
             ClaimEvent::Record(pos, rec) => Input::Record(Position::new(pos), rec),
@@ -635,12 +628,9 @@ impl Shell {
                 );
                 Input::Foreign(Position::new(pos))
             }
-            ClaimEvent::CaughtUp => {
-                if self.idle {
-                    self.todo.push_back(Action::FindOrder);
-                }
-                Input::CaughtUp
-            }
+            // Caught up while idle, the machine looks at the orders again
+            // (a record may have moved the frontier): Worker::on_caught_up.
+            ClaimEvent::CaughtUp => Input::CaughtUp,
         }
     }
 

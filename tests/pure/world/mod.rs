@@ -866,12 +866,12 @@ impl World {
         if !at_end {
             out.push(Step::Read(i));
         } else {
-            // CaughtUp is fed whenever the reader is at the end; in every
-            // phase but a boot that has seen its own `booted` the machine
-            // ignores it (Worker::on_caught_up), so only that one is a step.
-            if w.phase == (Phase::Boot { seen: true })
-                || matches!(w.phase, Phase::Settle { clean: Some(_), .. })
-            {
+            // CaughtUp is a step where the machine says it would act on it
+            // (Worker::awaits_caught_up): the end of a boot's or a settling
+            // read. A choosing machine that is looking gets it within the
+            // read that reached the end (World::read), as the shell's reader
+            // reports the end once each time it reaches it.
+            if w.awaits_caught_up() && w.phase != Phase::Choose {
                 out.push(Step::CaughtUp(i));
             }
             if inst.asked {
@@ -1156,10 +1156,7 @@ impl World {
     }
 
     /// Reads the next record (with `batch_reads`, on until the machine acts
-    /// or negotiates). A choosing process that defers and has read to the
-    /// end asks for the orders again, as the shell does when it catches up
-    /// while idle (pool_worker/src/run.rs): the log moved, and the order may now be its
-    /// to claim.
+    /// or negotiates), and tells a looking machine that reached the end.
     fn read(&mut self, cfg: &Config, i: u32) {
         while let Some(pos) = self.next_present(self.inst(i).cursor) {
             let input = match self.log[pos].foreign {
@@ -1177,13 +1174,13 @@ impl World {
                 _ => break,
             }
         }
-        let deferring = self
-            .inst(i)
-            .worker
-            .as_ref()
-            .is_some_and(|w| w.deferring().is_some());
-        if deferring && self.next_present(self.inst(i).cursor).is_none() {
-            self.inst_mut(i).asked = true;
+        // The reader reached the end: the shell's reader says so
+        // (Input::CaughtUp), and a machine looking for an order asks for
+        // the orders again (Worker::on_caught_up: the log moved, and an
+        // order may now be its to claim), answered at once.
+        let looking = self.inst(i).worker.as_ref().is_some_and(|w| w.looking());
+        if looking && self.next_present(self.inst(i).cursor).is_none() {
+            self.feed(i, Input::CaughtUp);
             self.answer_now(cfg, i);
         }
     }
@@ -1843,30 +1840,38 @@ impl World {
         if self.all_completed(cfg) {
             return None;
         }
-        let startable = |i: &u32| {
-            let inst = self.inst(*i);
-            inst.worker.is_none()
-                && (cfg.restart_crashed || !inst.crashed)
-                && self.now >= inst.down_until
-        };
-        // An instance that crashed idle stays down while another can move
-        // (`Config::restart_idle`).
-        let gone = |i: &u32| {
-            let inst = self.inst(*i);
+        ids.into_iter()
+            .find(|&i| self.startable(cfg, i) && !self.stays_down(cfg, i))
+            .map(Step::Start)
+    }
+
+    /// Whether instance `i` has no process and may start one now.
+    fn startable(&self, cfg: &Config, i: u32) -> bool {
+        let inst = self.inst(i);
+        inst.worker.is_none()
+            && (cfg.restart_crashed || !inst.crashed)
+            && self.now >= inst.down_until
+    }
+
+    /// Whether instance `i`, down, stays down for good: it crashed idle
+    /// (nothing of it held or in flight), the configuration says such a
+    /// host is gone (`Config::restart_idle` false), and another instance
+    /// can move. The fair schedule and the simulation both keep it down.
+    pub fn stays_down(&self, cfg: &Config, i: u32) -> bool {
+        let gone = |i: u32| {
+            let inst = self.inst(i);
             !cfg.restart_idle
                 && inst.crashed
-                && self.referee.hold((*i).into()).is_none()
+                && self.referee.hold(i.into()).is_none()
                 && !self
                     .orphans
                     .iter()
-                    .any(|r| r.instance.get() == *i || r.by() == Some((*i).into()))
+                    .any(|r| r.instance.get() == i || r.by() == Some(i.into()))
         };
-        let others_up = ids
-            .clone()
-            .any(|i| self.inst(i).worker.is_some() || (startable(&i) && !gone(&i)));
-        ids.into_iter()
-            .find(|i| startable(i) && !(gone(i) && others_up))
-            .map(Step::Start)
+        gone(i)
+            && (1..=cfg.instances)
+                .filter(|&j| j != i)
+                .any(|j| self.inst(j).worker.is_some() || (self.startable(cfg, j) && !gone(j)))
     }
 
     /// One line per log entry.
