@@ -37,7 +37,7 @@ pub use pool_worker_core::{
 pub mod backoff; // the retry loops' delays
 pub mod clock; // the worker's one clock (CLOCK_BOOTTIME-based) and the tools' wall clock
 pub mod config; // the environment
-pub mod config_error; // a configuration error (config's and its parsers')
+pub mod env; // the environment as settings: the parsers every program shares, and a configuration error
 pub mod exit; // a status as the process's, and the signals that stop it
 pub mod fetch; // fetching a URL order's body
 pub mod guard; // the job's dead man's switch: frozen when its hold's deadline passes (R53)

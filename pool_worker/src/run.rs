@@ -81,7 +81,7 @@ async fn connect(cfg: &Config) -> anyhow::Result<Option<&'static Kafka>> {
     // (closing connections, joining threads), and the process exits right
     // after `run` returns, with every append and result already
     // acknowledged. The OS reclaims the rest.
-    let kafka: &'static Kafka = Box::leak(Box::new(Kafka::connect(cfg)?));
+    let kafka: &'static Kafka = Box::leak(Box::new(Kafka::connect(&cfg.kafka_setup())?));
     match kafka.open(BROKER_PATIENCE).await {
         Ok(()) => Ok(Some(kafka)),
         // Brokers down for the whole patience: an error like any other
@@ -515,7 +515,7 @@ impl Shell {
             Stopped::Unauthorized => {
                 tracing::error!(
                     instance = me,
-                    transactional_id = %crate::kafka::transactional_id(&self.cfg),
+                    transactional_id = %crate::kafka::transactional_id(&self.cfg.kafka_setup()),
                     "the brokers refuse this instance's transactional id: grant the pool Write and Describe on transactional ids prefixed pool_worker.<claims topic>. (docs/deploy.md, \"Kafka ACLs\"), or run against a broker without ACLs"
                 );
                 Exit::Config

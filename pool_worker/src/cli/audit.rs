@@ -19,7 +19,7 @@ pub(crate) struct AuditArgs {
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
 pub(crate) struct AuditEnv {
-    #[serde(deserialize_with = "crate::config::parse::whole")]
+    #[serde(deserialize_with = "crate::env::parse::whole")]
     pub(crate) max_attempts: Option<u32>,
 }
 

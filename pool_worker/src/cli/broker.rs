@@ -52,11 +52,11 @@ pub(crate) struct TopicArgs {
 }
 
 impl TopicArgs {
-    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
+    /// Flag over variable over default (see [`crate::env::flag_or_env`]).
     pub(crate) fn apply_env(
         &mut self,
         m: &clap::ArgMatches,
-    ) -> Result<(), crate::config::ConfigError> {
+    ) -> Result<(), crate::env::ConfigError> {
         crate::config::TopicsEnv::apply(
             m,
             &mut self.orders_topic,

@@ -124,7 +124,7 @@ impl DevArgs {
             orders_topic: self.topics.orders_topic.clone(),
             coordination_topic: self.topics.coordination_topic.clone(),
             json: self.json,
-            claims_key_file: crate::config::read_env::<SourceEnv>()?.claims_key_file,
+            claims_key_file: crate::env::read_env::<SourceEnv>()?.claims_key_file,
         })
     }
 

@@ -81,8 +81,8 @@ fn init_logs(json: bool) {
 impl Command {
     /// Flag over variable over default: fills the flags that were not
     /// given (`m`, the subcommand's matches) from the environment, read by
-    /// `config::read` as the worker's settings are.
-    fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+    /// `env::read` as the worker's settings are.
+    fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::env::ConfigError> {
         match self {
             Command::Dev(a) => a.topics.apply_env(m),
             Command::Broker(a) => a.topics.apply_env(m),
@@ -178,7 +178,7 @@ pub fn main() -> ExitCode {
         Ok(code) => crate::exit::process_code(code),
         Err(e) => {
             eprintln!("pool_worker: {e:#}");
-            match e.downcast_ref::<crate::config::ConfigError>() {
+            match e.downcast_ref::<crate::env::ConfigError>() {
                 Some(_) => crate::exit::process_code(Exit::Config),
                 None => crate::exit::process_code(Exit::Failure),
             }

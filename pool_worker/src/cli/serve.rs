@@ -55,7 +55,7 @@ pub(crate) struct ServeArgs {
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
 pub(crate) struct ServeEnv {
-    #[serde(deserialize_with = "crate::config::parse::text")]
+    #[serde(deserialize_with = "crate::env::parse::text")]
     pub(crate) serve_listen: Option<String>,
 }
 

@@ -11,9 +11,11 @@
 //! | `settings.rs` | how every client is made: the shared settings, the `KAFKA_*` properties ([`settings::KafkaSettings`]), the fetch waits |
 //! | `broker.rs` | the embedded broker (librdkafka's mock cluster) |
 //!
-//! The worker's configuration (pool_worker/src/config.rs) stands between them: it uses
-//! `settings` and `broker` (the `KAFKA_*` properties, topic names), and
-//! `worker` and `tools` use it.
+//! The worker's configuration (pool_worker/src/config.rs) sits above them:
+//! it uses `settings` and `broker` (the `KAFKA_*` properties, topic names)
+//! and hands `worker` a [`worker::Setup`], all the worker's clients need of
+//! it; none of them imports it. The variables the tools read go through
+//! pool_worker/src/env.rs, below both.
 
 pub mod broker;
 pub mod claims;
@@ -24,5 +26,5 @@ pub mod worker;
 
 // What the worker loop (pool_worker/src/run.rs) takes.
 pub(crate) use worker::{
-    transactional_id, ClaimEvent, Kafka, OpenError, OrderMessage, Stopped, Unreadable,
+    transactional_id, ClaimEvent, Kafka, OpenError, OrderMessage, Setup, Stopped, Unreadable,
 };

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 /// A `KAFKA_*` variable that cannot be used: the one line naming it (never
 /// its value). The worker's configuration and the tools turn it into a
-/// [`crate::config::ConfigError`] (exit 2).
+/// [`crate::env::ConfigError`] (exit 2).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct SettingsError(pub String);
@@ -214,4 +214,11 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .context("blocking task failed")
+}
+
+/// A rejected `KAFKA_*` variable ([`KafkaSettings`]) is a configuration error.
+impl From<SettingsError> for crate::env::ConfigError {
+    fn from(e: SettingsError) -> crate::env::ConfigError {
+        crate::env::ConfigError(e.0)
+    }
 }
