@@ -43,7 +43,7 @@
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |
 
 use crate::env::{env_vars, flag_or_env, read, read_env, ConfigError};
-use crate::kafka::settings::KafkaSettings;
+use crate::kafka::client_config::KafkaSettings;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;

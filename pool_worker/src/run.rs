@@ -17,10 +17,10 @@
 
 use crate::clock::{new_incarnation, now_ms};
 use crate::config::{Config, Fence};
-use crate::exit::{Exit, Signals};
 use crate::job::{self, JobContext};
 use crate::kafka::{ClaimEvent, Kafka, OpenError, Stopped};
 use crate::orders;
+use crate::process_exit::{Exit, Signals};
 use crate::record::{Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Status};
 use crate::worker::{Action, Input, Phase, Settings, Worker};
 use std::collections::VecDeque;
@@ -1098,7 +1098,7 @@ async fn prepare(
             "URL orders are off (ALLOWED_URLS is not set)",
         ));
     };
-    match crate::fetch::fetch_order(url, orders::MAX_ORDER_BYTES, timeout, allowed_urls).await {
+    match crate::fetch::fetch_body(url, orders::MAX_ORDER_BYTES, timeout, allowed_urls).await {
         Ok(body) => orders::parse_url_body(&body)
             .map(|mut b| {
                 // The pointer's trace context and link, unless the body has its own.

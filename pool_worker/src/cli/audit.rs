@@ -2,7 +2,7 @@
 //! checks it with the pure [`crate::audit`] (docs/protocol.md I1–I5).
 
 use crate::audit::{audit, Violation};
-use crate::exit::Exit;
+use crate::process_exit::Exit;
 
 /// `pool_worker audit`.
 #[derive(clap::Args, Debug, Clone)]

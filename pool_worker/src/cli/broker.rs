@@ -24,11 +24,11 @@
 //! `tokio::io::stdin`, whose blocking read cannot be cancelled and would
 //! hold up the runtime's shutdown.
 
-use crate::exit::Exit;
-use crate::exit::Signals;
 use crate::kafka::broker::{
     check_topic_name, worker_env_line, Broker, MAX_BROKERS, MAX_PARTITIONS, WORKER_ENV,
 };
+use crate::process_exit::Exit;
+use crate::process_exit::Signals;
 use std::io::Write as _;
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 
 use crate::boot::View;
 use crate::env::ConfigError;
-use crate::kafka::claims::{self, ClaimsReader, Gate, Start};
-use crate::kafka::settings::{blocking, client_config, KafkaSettings, Silent};
+use crate::kafka::claims_reader::{self, ClaimsReader, Gate, Start};
+use crate::kafka::client_config::{blocking, client_config, KafkaSettings, Silent};
 use crate::kafka::topics::partitions_now;
 use crate::record::{Foreign, OrderId, Position, Record};
 use anyhow::{bail, Context};
@@ -548,7 +548,7 @@ impl Source {
         let gate = self.gate()?;
         let settings = kafka_settings()?;
         ClaimsReader::open(
-            &claims::config(&self.brokers, &settings.props, "pool_worker-status"),
+            &claims_reader::config(&self.brokers, &settings.props, "pool_worker-status"),
             &self.coordination_topic,
             gate,
             start,
@@ -582,7 +582,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::test_record as rec;
     use crate::kafka::broker::Broker;
-    use crate::kafka::claims::CHECKPOINT_WINDOW;
+    use crate::kafka::claims_reader::CHECKPOINT_WINDOW;
     use crate::record::{Event, OrderId, Status};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     use rdkafka::ClientConfig;

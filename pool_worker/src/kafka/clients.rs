@@ -27,8 +27,8 @@
 
 use crate::backoff;
 use crate::checkpoint::Snapshot;
-use crate::kafka::claims::{ClaimsReader, Gate, Polled, CHECKPOINT_WINDOW};
-use crate::kafka::settings::{blocking, client_config, FETCH_WAIT_MS};
+use crate::kafka::claims_reader::{ClaimsReader, Gate, Polled, CHECKPOINT_WINDOW};
+use crate::kafka::client_config::{blocking, client_config, FETCH_WAIT_MS};
 use crate::kafka::topics::{partitions_now, Asks};
 use crate::record::{Foreign, OrderId, Record};
 use anyhow::Context;
@@ -287,8 +287,8 @@ fn consumer_config(cfg: &Setup, eof: bool, wait_ms: u32) -> ClientConfig {
     c
 }
 
-/// Why [`Kafka::open`] failed. The worker exits [`crate::exit::Exit::Config`]
-/// on a topic the operator must fix, and [`crate::exit::Exit::Failure`]
+/// Why [`Kafka::open`] failed. The worker exits [`crate::process_exit::Exit::Config`]
+/// on a topic the operator must fix, and [`crate::process_exit::Exit::Failure`]
 /// (restarted) when the brokers could not be reached.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum OpenError {
@@ -357,10 +357,10 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync +
     }
 }
 
-/// The claims consumer's settings: the readers' own ([`crate::kafka::claims::config`]),
+/// The claims consumer's settings: the readers' own ([`crate::kafka::claims_reader::config`]),
 /// named after the instance.
 fn claims_config(cfg: &Setup) -> ClientConfig {
-    crate::kafka::claims::config(
+    crate::kafka::claims_reader::config(
         &cfg.brokers,
         &cfg.props,
         &format!("pool_worker-{}", cfg.instance),
@@ -405,7 +405,7 @@ fn read_claims(reader: &ClaimsReader<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>,
 /// meet the same broker).
 fn broken(instance: u32, problem: &crate::kafka::topics::TopicProblem) -> ! {
     tracing::error!(instance, "pool_worker: {problem}");
-    std::process::exit(crate::exit::Exit::Config.code());
+    std::process::exit(crate::process_exit::Exit::Config.code());
 }
 
 /// Whether a produce failed because the record is larger than the client
@@ -989,7 +989,7 @@ impl Kafka {
                         principal: crate::kafka::topics::principal(&self.props),
                     };
                     tracing::error!(instance = self.instance, "pool_worker: {problem}");
-                    std::process::exit(crate::exit::Exit::Config.code());
+                    std::process::exit(crate::process_exit::Exit::Config.code());
                 }
                 Err(e) => {
                     // Not assumed written, not assumed lost: append again; a

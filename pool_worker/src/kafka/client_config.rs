@@ -179,7 +179,7 @@ pub(crate) fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> 
 pub const FETCH_WAIT_MS: u32 = 500;
 
 /// `fetch.wait.max.ms` of the claims consumers (every reader of the claims
-/// topic, pool_worker/src/kafka/claims.rs): shorter than [`FETCH_WAIT_MS`] because with
+/// topic, pool_worker/src/kafka/claims_reader.rs): shorter than [`FETCH_WAIT_MS`] because with
 /// transactions (docs/protocol.md R16) a read_committed fetch waiting at the
 /// last stable offset is not answered when a commit marker moves it: Apache
 /// Kafka 4.4 holds it for the whole wait (measured in
