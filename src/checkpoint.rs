@@ -25,7 +25,7 @@ pub const DEFAULT_CHECKPOINT_MAX_AGE_MS: u64 = 6 * 24 * 3600 * 1000;
 
 /// Instance `i`'s record `seq` of event `ev` about order 0:`o`, as its
 /// writer appends it (with its frontier); for the tests here and
-/// src/claims.rs's (a test hook: the `testing` feature).
+/// pool_worker/src/kafka/tools.rs's (a test hook: the `testing` feature).
 #[cfg(any(test, feature = "testing"))]
 pub fn test_record(
     i: u32,
