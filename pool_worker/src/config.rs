@@ -326,7 +326,7 @@ impl JobSettings {
 }
 
 /// The default `SETTLE_MS` (pool_worker/src/settle.rs): librdkafka's
-/// `message.timeout.ms` (10 s, set in pool_worker/src/kafka.rs) plus 5 s for the
+/// `message.timeout.ms` (10 s, set in pool_worker/src/kafka/clients.rs) plus 5 s for the
 /// broker's own queueing.
 pub(crate) const DEFAULT_SETTLE_MS: u64 = 15_000;
 
