@@ -36,7 +36,7 @@ pub use pool_worker_core::{
 // The shells: Kafka, processes, the environment.
 pub mod backoff; // the retry loops' delays
 pub mod clock; // the worker's one clock (CLOCK_BOOTTIME-based) and the tools' wall clock
-pub mod config; // the environment
+pub mod config; // the worker's configuration, from the environment
 pub mod env; // the environment as settings: the parsers every program shares, and a configuration error
 pub mod fetch; // fetching a URL order's body
 pub mod guard; // the job's dead man's switch: frozen when its hold's deadline passes (R53)
