@@ -5,9 +5,10 @@
 //! context ([`Silent`]), and how a blocking client call is run off the async
 //! threads ([`blocking`]).
 //!
-//! The bottom of the Kafka module: it imports nothing of the project's, so
-//! that the worker's configuration (pool_worker/src/config.rs) can check the `KAFKA_*`
-//! properties here without a circle.
+//! The bottom of the Kafka module: of the project's, it names only the
+//! configuration error (pool_worker/src/env.rs, below it), so that the
+//! worker's configuration (pool_worker/src/config.rs) can check the
+//! `KAFKA_*` properties here without a circle.
 
 use anyhow::Context;
 use rdkafka::config::RDKafkaLogLevel;
