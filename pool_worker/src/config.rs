@@ -6,7 +6,7 @@
 //! tools', take one path (issue 20, pool_worker/src/env.rs, below this
 //! module and Kafka's both): [`read`] deserialises them with envy
 //! into typed structs (numbers, lists, `LOG_FORMAT`), each field through a
-//! parser of [`parse`], so that a missing or malformed value stops the
+//! parser of [`parse`](crate::env::parse), so that a missing or malformed value stops the
 //! process with one line that names the variable and says what is wrong
 //! (exit status 2, which the supervisor takes as "do not restart"); the
 //! tools' flags override their variables. The one exception is

@@ -4,7 +4,7 @@
 //! [`read`] deserialises them with envy into typed structs, each field
 //! through a parser of [`parse`], so that a missing or malformed value stops
 //! the process with one line that names the variable and says what is wrong
-//! ([`ConfigError`], exit status 2); [`flag_or_env`] lets a tool's flag
+//! ([`ConfigError`], exit status 2); `flag_or_env` lets a tool's flag
 //! override its variable. Below the configuration and Kafka both, so that
 //! neither needs the other to read a variable.
 
@@ -21,7 +21,7 @@ use serde::Deserialize;
 pub struct ConfigError(pub String);
 
 /// Deserialises `T` from (name, value) pairs with envy: every program's
-/// settings, the worker's ([`Config`]) and the tools' (`status::SourceEnv`
+/// settings, the worker's (`Config`, pool_worker/src/config.rs) and the tools' (`status::SourceEnv`
 /// and the like), come through here. A value a field's parser refuses is a
 /// [`ConfigError`] that begins with the variable's name (from the field's
 /// path, upper-cased) followed by the parser's words, e.g.

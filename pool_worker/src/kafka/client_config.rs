@@ -217,7 +217,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .context("blocking task failed")
 }
 
-/// A rejected `KAFKA_*` variable ([`KafkaSettings`]) is a configuration error.
+/// A rejected `KAFKA_*` variable (`KafkaSettings`) is a configuration error.
 impl From<SettingsError> for crate::env::ConfigError {
     fn from(e: SettingsError) -> crate::env::ConfigError {
         crate::env::ConfigError(e.0)
