@@ -3,7 +3,7 @@
 //! [`View`](crate::boot::View) as it stood before position `at` (written
 //! as structs of its own, src/record/wire.rs), so that
 //! boot reads on from the newest checkpoint near the end of the log
-//! (pool_worker/src/kafka.rs) instead of replaying all of history. A snapshot leaves out settled contests, order
+//! (pool_worker/src/kafka/clients.rs) instead of replaying all of history. A snapshot leaves out settled contests, order
 //! ids beyond the newest [`ID_MEMORY`] (or [`ID_MEMORY_BYTES`]) and counters;
 //! why that and starting from any checkpoint are safe:
 //! docs/protocol-proofs.md, "Checkpoints".
@@ -25,7 +25,7 @@ pub const DEFAULT_CHECKPOINT_MAX_AGE_MS: u64 = 6 * 24 * 3600 * 1000;
 
 /// Instance `i`'s record `seq` of event `ev` about order 0:`o`, as its
 /// writer appends it (with its frontier); for the tests here and
-/// src/claims.rs's (a test hook: the `testing` feature).
+/// pool_worker/src/kafka/tools.rs's (a test hook: the `testing` feature).
 #[cfg(any(test, feature = "testing"))]
 pub fn test_record(
     i: u32,

@@ -10,7 +10,7 @@
 //! 128 + the signal's number, as a shell reports it.
 //!
 //! Pure names and numbers, no I/O: the worker's machine (src/worker.rs)
-//! ends with one, and pool_worker/src/exit.rs makes a process's status of it.
+//! ends with one, and pool_worker/src/process_exit.rs makes a process's status of it.
 
 /// An exit status of `pool_worker` (worker mode or a subcommand).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -28,7 +28,7 @@
 //!
 //!   Exactly one of `cmd`, `image` and `url` says what to run. A `url` order
 //!   is a pointer: the worker fetches the body and parses it with
-//!   [`parse_url_body`] (see `job::fetch_order`), which refuses a second hop so
+//!   [`parse_url_body`] (see `fetch::fetch_body`), which refuses a second hop so
 //!   that orders cannot chain. Unknown fields are errors rather than being
 //!   ignored: a misspelt `timout_secs` should fail loudly, not run the job
 //!   with no limit.

@@ -1731,8 +1731,8 @@ impl IdleResult {
         } else {
             format!(
                 "defaults (`fetch.wait.max.ms`: orders {}, claims {})",
-                pool_worker::kafka::settings::FETCH_WAIT_MS,
-                pool_worker::kafka::settings::CLAIMS_FETCH_WAIT_MS
+                pool_worker::kafka::client_config::FETCH_WAIT_MS,
+                pool_worker::kafka::client_config::CLAIMS_FETCH_WAIT_MS
             )
         }
     }

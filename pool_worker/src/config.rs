@@ -3,9 +3,10 @@
 //! pool_worker runs under a supervisor (systemd, compose), where the
 //! environment is the natural interface, so worker mode takes no flags.
 //! Every program's settings from the environment, the worker's and the
-//! tools', take one path (issue 20): [`read`] deserialises them with envy
+//! tools', take one path (issue 20, pool_worker/src/env.rs, below this
+//! module and Kafka's both): [`read`] deserialises them with envy
 //! into typed structs (numbers, lists, `LOG_FORMAT`), each field through a
-//! parser of [`parse`], so that a missing or malformed value stops the
+//! parser of [`parse`](crate::env::parse), so that a missing or malformed value stops the
 //! process with one line that names the variable and says what is wrong
 //! (exit status 2, which the supervisor takes as "do not restart"); the
 //! tools' flags override their variables. The one exception is
@@ -41,7 +42,8 @@
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |
 
-use crate::kafka::settings::{KafkaSettings, SettingsError};
+use crate::env::{env_vars, flag_or_env, read, read_env, ConfigError};
+use crate::kafka::client_config::KafkaSettings;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -135,36 +137,6 @@ pub enum Fence {
     Settle,
 }
 
-/// Deserialises `T` from (name, value) pairs with envy: every program's
-/// settings, the worker's ([`Config`]) and the tools' (`status::SourceEnv`
-/// and the like), come through here. A value a field's parser refuses is a
-/// [`ConfigError`] that begins with the variable's name (from the field's
-/// path, upper-cased) followed by the parser's words, e.g.
-/// `LEASE_MS='soon' is not a whole number`. The parsers never repeat a
-/// value that may be secret (they parse numbers, lists and names only).
-pub fn read<T: serde::de::DeserializeOwned>(
-    vars: impl IntoIterator<Item = (String, String)>,
-) -> Result<T, ConfigError> {
-    let Tracked(value) = envy::from_iter::<_, Tracked<T>>(vars)
-        .map_err(|e| ConfigError(format!("cannot read the environment: {e}")))?;
-    value
-}
-
-/// [`read`] from the process environment (non-UTF-8 variables left out).
-pub(crate) fn read_env<T: serde::de::DeserializeOwned>() -> Result<T, ConfigError> {
-    read(env_vars())
-}
-
-/// A tool's flag over its variable over its default: unless the flag
-/// `id` was given on the command line, the variable's value (already read
-/// by [`read`]), if set, replaces the flag's default in `field`.
-pub(crate) fn flag_or_env<T>(m: &clap::ArgMatches, id: &str, field: &mut T, var: Option<T>) {
-    let given = m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
-    if let (false, Some(v)) = (given, var) {
-        *field = v;
-    }
-}
-
 /// The topic variables of `dev` and `broker`, which create the topics.
 #[derive(Deserialize, Debug, Default)]
 #[serde(default)]
@@ -212,94 +184,15 @@ pub fn log_json_from_env() -> bool {
     read_env::<Log>().is_ok_and(|l| l.log_format == Some(LogFormat::Json))
 }
 
-/// A deserialised value, or the error with the variable it came from.
-struct Tracked<T>(Result<T, ConfigError>);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Tracked<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Tracked(serde_path_to_error::deserialize(d).map_err(
-            |e: serde_path_to_error::Error<D::Error>| {
-                let path = e.path().to_string();
-                let inner = e.inner().to_string();
-                match e.path().iter().next() {
-                    Some(serde_path_to_error::Segment::Map { key }) => {
-                        ConfigError(format!("{}{inner}", key.to_ascii_uppercase()))
-                    }
-                    _ => ConfigError(format!("cannot read the environment ({path}): {inner}")),
-                }
-            },
-        )))
-    }
-}
-
-/// The field parsers of the settings structs (`#[serde(deserialize_with)]`).
-/// Each error is written to follow the variable's name (see [`read`]).
-pub mod parse {
+/// The field parsers of [`WorkerEnv`]: the shared ones
+/// (pool_worker/src/env.rs) and those of this module's own types.
+mod parse {
+    pub(crate) use crate::env::parse::*;
     use serde::de::Error as _;
     use serde::{Deserialize, Deserializer};
 
     fn string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         String::deserialize(d)
-    }
-
-    /// A whole number, spaces around it allowed.
-    pub fn whole<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-    where
-        D: Deserializer<'de>,
-        T: std::str::FromStr,
-    {
-        let s = string(d)?;
-        s.trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| D::Error::custom(format!("='{s}' is not a whole number")))
-    }
-
-    /// A positive whole number; empty: unset.
-    pub(crate) fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-        let s = string(d)?;
-        let v = s.trim();
-        if v.is_empty() {
-            return Ok(None);
-        }
-        match v.parse::<u64>() {
-            Ok(n) if n >= 1 => Ok(Some(n)),
-            _ => Err(D::Error::custom(format!(
-                "='{v}' is not a positive whole number"
-            ))),
-        }
-    }
-
-    /// `INSTANCE_NUMBER`: 1 to [`crate::record::MAX_INSTANCE`].
-    pub fn instance<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-        let s = string(d)?;
-        let v = s.trim();
-        if v.is_empty() {
-            return Err(D::Error::custom(" is empty"));
-        }
-        v.parse()
-            .ok()
-            .filter(|n| (1..=crate::record::MAX_INSTANCE).contains(n))
-            .map(Some)
-            .ok_or_else(|| {
-                D::Error::custom(format!(
-                    "='{v}' is not a positive whole number up to {}",
-                    crate::record::MAX_INSTANCE
-                ))
-            })
-    }
-
-    /// A comma-separated list, each item trimmed, empty items dropped (set
-    /// but empty: an empty list).
-    pub fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-        Ok(Some(super::split_list(&string(d)?)))
-    }
-
-    /// Text, trimmed; empty: unset.
-    pub fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-        let s = string(d)?;
-        let s = s.trim();
-        Ok((!s.is_empty()).then(|| s.to_string()))
     }
 
     /// `CLAIMS_FENCE`: `transactions` (or empty) or `settle`.
@@ -336,13 +229,6 @@ pub(crate) const DEFAULT_CLAIM_DEFER_MS: u64 = 1_000;
 pub(crate) const ALWAYS_DENIED: &[&str] = &["KAFKA_*", "CLAIMS_KEY*"];
 
 use crate::record::size::MAX_OUTPUT_LIMIT;
-
-/// The process environment, as (name, value) pairs (non-UTF-8 ones left out).
-pub(crate) fn env_vars() -> Vec<(String, String)> {
-    std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect()
-}
 
 /// `JOB_ENV_DENY` adds to [`ALWAYS_DENIED`]; it never replaces it.
 fn env_deny(v: Option<Vec<String>>) -> Vec<String> {
@@ -439,21 +325,10 @@ impl JobSettings {
     }
 }
 
-/// A configuration error (pool_worker/src/config_error.rs: the parsers this module
-/// calls, in isolate.rs, policy.rs and settle.rs, return it too).
-pub use crate::config_error::ConfigError;
-
 /// The default `SETTLE_MS` (pool_worker/src/settle.rs): librdkafka's
-/// `message.timeout.ms` (10 s, set in pool_worker/src/kafka.rs) plus 5 s for the
+/// `message.timeout.ms` (10 s, set in pool_worker/src/kafka/clients.rs) plus 5 s for the
 /// broker's own queueing.
 pub(crate) const DEFAULT_SETTLE_MS: u64 = 15_000;
-
-/// A rejected `KAFKA_*` variable ([`KafkaSettings`]) is a configuration error.
-impl From<SettingsError> for ConfigError {
-    fn from(e: SettingsError) -> ConfigError {
-        ConfigError(e.0)
-    }
-}
 
 fn required(name: &str, v: Option<String>) -> Result<String, ConfigError> {
     match v.map(|s| s.trim().to_string()) {
@@ -477,14 +352,6 @@ where
         )));
     }
     Ok(n)
-}
-
-/// A comma-separated list: items trimmed, empty ones dropped.
-fn split_list(s: &str) -> Vec<String> {
-    s.split(',')
-        .map(|x| x.trim().to_string())
-        .filter(|x| !x.is_empty())
-        .collect()
 }
 
 /// `STATE_DIR` when neither it nor systemd's `STATE_DIRECTORY` is set:
@@ -577,6 +444,25 @@ impl Config {
             open_commands_warned: raw.pool_worker_warned_open_commands.is_some(),
             standby: raw.pool_worker_standby.as_deref() == Some("1"),
         })
+    }
+}
+
+impl Config {
+    /// What the worker's Kafka clients are made from
+    /// ([`crate::kafka::Kafka::connect`]).
+    pub(crate) fn kafka_setup(&self) -> crate::kafka::Setup {
+        crate::kafka::Setup {
+            brokers: self.brokers.clone(),
+            orders_topic: self.orders_topic.clone(),
+            claims_topic: self.coordination_topic.clone(),
+            results_topic: self.results_topic.clone(),
+            instance: self.instance,
+            props: self.kafka_props.clone(),
+            transactions: self.fence == Fence::Transactions,
+            claims_key: self.claims_key.clone(),
+            checkpoint_max_age_ms: self.checkpoint_max_age_ms,
+            standby: self.standby,
+        }
     }
 }
 

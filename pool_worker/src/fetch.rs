@@ -35,7 +35,7 @@ impl FetchError {
 
 /// Fetches `url`: a `GET` that must answer `200` within `timeout` with at
 /// most `max_bytes` of body.
-pub(crate) async fn fetch_order(
+pub(crate) async fn fetch_body(
     url: &str,
     max_bytes: usize,
     timeout: Duration,
@@ -162,7 +162,7 @@ mod tests {
     async fn bodies_of_every_framing() {
         let (base, req) =
             serve(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nX: y\r\n\r\necho hi").await;
-        let body = fetch_order(
+        let body = fetch_body(
             &format!("{base}/orders/1?x=y#frag"),
             100,
             SEC,
@@ -181,14 +181,14 @@ mod tests {
 
         let (base, _) = serve(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nto the end").await;
         assert_eq!(
-            fetch_order(&base, 100, SEC, &None).await.unwrap(),
+            fetch_body(&base, 100, SEC, &None).await.unwrap(),
             b"to the end"
         );
 
         let (base, _) =
             serve(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;x=1\r\necho\r\n3\r\n hi\r\n0\r\n\r\n").await;
         assert_eq!(
-            fetch_order(&base, 100, SEC, &None).await.unwrap(),
+            fetch_body(&base, 100, SEC, &None).await.unwrap(),
             b"echo hi"
         );
     }
@@ -197,7 +197,7 @@ mod tests {
     async fn failures_name_the_url_and_status_never_the_body() {
         let (base, _) =
             serve(b"HTTP/1.1 404 Not Found\r\nContent-Length: 19\r\n\r\nsecret-of-internal").await;
-        let e = fetch_order(&format!("{base}/x"), 100, SEC, &None)
+        let e = fetch_body(&format!("{base}/x"), 100, SEC, &None)
             .await
             .unwrap_err();
         assert_eq!(
@@ -210,7 +210,7 @@ mod tests {
 
         let (base, _) =
             serve(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\nsecret").await;
-        let e = fetch_order(&base, 100, SEC, &None).await.unwrap_err();
+        let e = fetch_body(&base, 100, SEC, &None).await.unwrap_err();
         assert!(
             e.reason().contains("500") && !e.reason().contains("secret"),
             "{e:?}"
@@ -222,18 +222,18 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n",
         ] {
             let (base, _) = serve(resp).await;
-            let e = fetch_order(&base, 10, SEC, &None).await.unwrap_err();
+            let e = fetch_body(&base, 10, SEC, &None).await.unwrap_err();
             assert!(e.reason().contains("larger than 10 bytes"), "{e:?}");
             assert!(!e.reason().contains("hello"));
         }
         let (base, _) = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nshort").await;
         assert!(matches!(
-            fetch_order(&base, 100, SEC, &None).await,
+            fetch_body(&base, 100, SEC, &None).await,
             Err(FetchError::Failed(_))
         ));
 
         let (base, _) = serve(b"").await;
-        let e = fetch_order(&base, 100, Duration::from_millis(200), &None)
+        let e = fetch_body(&base, 100, Duration::from_millis(200), &None)
             .await
             .unwrap_err();
         assert!(
@@ -246,7 +246,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let e = fetch_order(&format!("http://127.0.0.1:{dead}/x"), 100, SEC, &None)
+        let e = fetch_body(&format!("http://127.0.0.1:{dead}/x"), 100, SEC, &None)
             .await
             .unwrap_err();
         assert!(
@@ -266,7 +266,7 @@ mod tests {
             target.local_addr().unwrap()
         );
         let (base, _) = serve(Box::leak(answer.into_bytes().into_boxed_slice())).await;
-        let e = fetch_order(&base, 100, SEC, &None).await.unwrap_err();
+        let e = fetch_body(&base, 100, SEC, &None).await.unwrap_err();
         assert!(
             e.reason().contains("302") && e.reason().contains("not followed"),
             "{e:?}"
@@ -284,7 +284,7 @@ mod tests {
         // https:// URLs go through TLS rather than being refused.
         let (base, req) = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ntrue").await;
         let url = base.replacen("http://", "https://", 1);
-        let e = fetch_order(&url, 100, Duration::from_secs(1), &None)
+        let e = fetch_body(&url, 100, Duration::from_secs(1), &None)
             .await
             .unwrap_err();
         assert!(
@@ -306,18 +306,18 @@ mod tests {
             "http://orders.internal:81/x",
             "http://127.0.0.1:9/x",
         ] {
-            let e = fetch_order(u, 100, SEC, &allowed).await.unwrap_err();
+            let e = fetch_body(u, 100, SEC, &allowed).await.unwrap_err();
             assert!(
                 matches!(&e, FetchError::Refused(r) if r.to_string().contains(u)),
                 "{e:?}"
             );
         }
-        let e = fetch_order("http://u:p@orders.internal/x", 100, SEC, &None)
+        let e = fetch_body("http://u:p@orders.internal/x", 100, SEC, &None)
             .await
             .unwrap_err();
         assert!(matches!(e, FetchError::Refused(_)));
         assert!(matches!(
-            fetch_order("ftp://h/x", 100, SEC, &None).await,
+            fetch_body("ftp://h/x", 100, SEC, &None).await,
             Err(FetchError::Failed(_))
         ));
     }

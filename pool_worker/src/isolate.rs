@@ -21,7 +21,7 @@
 //! small crate (only its `process`, `user`, `resource`, `signal` and `fs`
 //! parts are built); `rustix` lacks the user database and `setgroups`.
 
-use crate::config_error::ConfigError;
+use crate::env::ConfigError;
 use nix::sys::resource::{setrlimit, Resource};
 use nix::unistd::{Gid, Uid};
 use std::collections::{BTreeMap, BTreeSet};

@@ -9,7 +9,7 @@
 //! | part | modules | may use |
 //! |------|---------|---------|
 //! | the core: the package `pool_worker_core`, the repository's top (`Cargo.toml`, `src/`, its proof in `tests/pure`) | `record` (with `record/`), `boot` (with `boot/`), `claim`, `checkpoint`, `worker`, `exit_status`, `erased`, `orders`, `sign`, `audit` | the core and crates that do no I/O (serde, hmac, ...); no I/O, no clock, no randomness: no rdkafka, tokio, nix, `std::fs`, `std::net`, `std::process` |
-//! | the shells | `run`, `clock`, `guard`, `kafka` (with `kafka/`: `worker`, `tools`, `claims`, `topics`, `settings`, `broker`; the only modules that name the rdkafka crate), `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `config_error`, `exit`, `backoff` | the core, each other, and the world |
+//! | the shells | `run`, `clock`, `guard`, `kafka` (with `kafka/`: `clients`, `tools`, `claims_reader`, `topics`, `client_config`, `broker`; the only modules that name the rdkafka crate), `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `env`, `process_exit`, `backoff` | the core, each other, and the world |
 //! | the command line | `cli` (and `pool_worker/src/main.rs`) | everything |
 //!
 //! This package is the folder `pool_worker/`; the core is the package at
@@ -36,15 +36,15 @@ pub use pool_worker_core::{
 // The shells: Kafka, processes, the environment.
 pub mod backoff; // the retry loops' delays
 pub mod clock; // the worker's one clock (CLOCK_BOOTTIME-based) and the tools' wall clock
-pub mod config; // the environment
-pub mod config_error; // a configuration error (config's and its parsers')
-pub mod exit; // a status as the process's, and the signals that stop it
+pub mod config; // the worker's configuration, from the environment
+pub mod env; // the environment as settings: the parsers every program shares, and a configuration error
 pub mod fetch; // fetching a URL order's body
 pub mod guard; // the job's dead man's switch: frozen when its hold's deadline passes (R53)
 pub mod isolate; // what keeps a job away from the worker
 pub mod job; // running a job with tokio::process
 pub mod kafka; // everything Kafka: the worker's and the tools' clients, the claims reader, the embedded broker
 pub mod policy; // the allow lists: what an order may run, set, pull and fetch
+pub mod process_exit; // a status as the process's exit code, and the signals that stop it
 pub mod run; // drives the worker machine with Kafka and jobs
 pub mod settle; // booting only after a dead predecessor's appends settled
 pub mod supervise; // the dev-mode supervisor

@@ -31,7 +31,7 @@
 //!   URLs they match, and compared on their parts: scheme, host and port
 //!   exactly, the path on whole segments.
 
-use crate::config_error::ConfigError;
+use crate::env::ConfigError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -17,10 +17,10 @@
 
 use crate::clock::{new_incarnation, now_ms};
 use crate::config::{Config, Fence};
-use crate::exit::{Exit, Signals};
 use crate::job::{self, JobContext};
 use crate::kafka::{ClaimEvent, Kafka, OpenError, Stopped};
 use crate::orders;
+use crate::process_exit::{Exit, Signals};
 use crate::record::{Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Status};
 use crate::worker::{Action, Input, Phase, Settings, Worker};
 use std::collections::VecDeque;
@@ -81,7 +81,7 @@ async fn connect(cfg: &Config) -> anyhow::Result<Option<&'static Kafka>> {
     // (closing connections, joining threads), and the process exits right
     // after `run` returns, with every append and result already
     // acknowledged. The OS reclaims the rest.
-    let kafka: &'static Kafka = Box::leak(Box::new(Kafka::connect(cfg)?));
+    let kafka: &'static Kafka = Box::leak(Box::new(Kafka::connect(&cfg.kafka_setup())?));
     match kafka.open(BROKER_PATIENCE).await {
         Ok(()) => Ok(Some(kafka)),
         // Brokers down for the whole patience: an error like any other
@@ -515,7 +515,7 @@ impl Shell {
             Stopped::Unauthorized => {
                 tracing::error!(
                     instance = me,
-                    transactional_id = %crate::kafka::transactional_id(&self.cfg),
+                    transactional_id = %crate::kafka::transactional_id(&self.cfg.kafka_setup()),
                     "the brokers refuse this instance's transactional id: grant the pool Write and Describe on transactional ids prefixed pool_worker.<claims topic>. (docs/deploy.md, \"Kafka ACLs\"), or run against a broker without ACLs"
                 );
                 Exit::Config
@@ -1088,7 +1088,7 @@ async fn prepare(
             "URL orders are off (ALLOWED_URLS is not set)",
         ));
     };
-    match crate::fetch::fetch_order(url, orders::MAX_ORDER_BYTES, timeout, allowed_urls).await {
+    match crate::fetch::fetch_body(url, orders::MAX_ORDER_BYTES, timeout, allowed_urls).await {
         Ok(body) => orders::parse_url_body(&body)
             .map(|mut b| {
                 // The pointer's trace context and link, unless the body has its own.

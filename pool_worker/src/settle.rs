@@ -11,7 +11,7 @@
 //! number, so pools that share a host do not mix their markers.
 
 use crate::config::Config;
-use crate::config_error::ConfigError;
+use crate::env::ConfigError;
 use nix::fcntl::OFlag;
 use std::path::{Path, PathBuf};
 

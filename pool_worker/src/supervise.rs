@@ -81,7 +81,7 @@
 //! [`SupEvent`]s.
 
 use crate::backoff::Backoff;
-use crate::exit::Exit;
+use crate::process_exit::Exit;
 use anyhow::{anyhow, bail, Context as _};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;

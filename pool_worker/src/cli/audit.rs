@@ -2,7 +2,7 @@
 //! checks it with the pure [`crate::audit`] (docs/protocol.md I1–I5).
 
 use crate::audit::{audit, Violation};
-use crate::exit::Exit;
+use crate::process_exit::Exit;
 
 /// `pool_worker audit`.
 #[derive(clap::Args, Debug, Clone)]
@@ -19,7 +19,7 @@ pub(crate) struct AuditArgs {
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
 pub(crate) struct AuditEnv {
-    #[serde(deserialize_with = "crate::config::parse::whole")]
+    #[serde(deserialize_with = "crate::env::parse::whole")]
     pub(crate) max_attempts: Option<u32>,
 }
 

@@ -24,11 +24,11 @@
 //! `tokio::io::stdin`, whose blocking read cannot be cancelled and would
 //! hold up the runtime's shutdown.
 
-use crate::exit::Exit;
-use crate::exit::Signals;
 use crate::kafka::broker::{
     check_topic_name, worker_env_line, Broker, MAX_BROKERS, MAX_PARTITIONS, WORKER_ENV,
 };
+use crate::process_exit::Exit;
+use crate::process_exit::Signals;
 use std::io::Write as _;
 use std::time::Duration;
 
@@ -52,11 +52,11 @@ pub(crate) struct TopicArgs {
 }
 
 impl TopicArgs {
-    /// Flag over variable over default (see [`crate::config::flag_or_env`]).
+    /// Flag over variable over default (see [`crate::env::flag_or_env`]).
     pub(crate) fn apply_env(
         &mut self,
         m: &clap::ArgMatches,
-    ) -> Result<(), crate::config::ConfigError> {
+    ) -> Result<(), crate::env::ConfigError> {
         crate::config::TopicsEnv::apply(
             m,
             &mut self.orders_topic,

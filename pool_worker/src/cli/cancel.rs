@@ -29,9 +29,9 @@
 //! tool then says the cancel is recorded and how to follow it (`history`).
 
 use crate::cli::blocking;
-use crate::exit::Exit;
-use crate::kafka::claims::Gate;
+use crate::kafka::claims_reader::Gate;
 use crate::kafka::tools::Source;
+use crate::process_exit::Exit;
 use crate::record::{Event, OrderId, Position, Record};
 use std::time::Duration;
 

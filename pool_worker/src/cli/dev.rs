@@ -38,17 +38,17 @@
 //! `--json` every stdout line is a JSON object instead (see [`run`]).
 //!
 //! The claims trail is read with the pool's one claims reader
-//! ([`crate::kafka::claims`]): from the beginning (every record is printed), each
+//! ([`crate::kafka::claims_reader`]): from the beginning (every record is printed), each
 //! record judged by the same gate as the workers' (`CLAIMS_KEY`, possible
 //! claims), so a record they skip shows as foreign.
 
 use crate::cli::broker::TopicArgs;
 use crate::cli::show::{clip, describe, first_line};
-use crate::exit::Exit;
-use crate::exit::Signals;
 use crate::kafka::broker::Broker;
-use crate::kafka::claims::{Polled, Start};
+use crate::kafka::claims_reader::{Polled, Start};
 use crate::kafka::tools::{PlainProducer, Source, SourceEnv};
+use crate::process_exit::Exit;
+use crate::process_exit::Signals;
 use crate::record::Foreign;
 use crate::record::{Event, OrderId, Record};
 use crate::supervise::{ChildOutput, SupEvent, Supervisor, SupervisorConfig};
@@ -124,7 +124,7 @@ impl DevArgs {
             orders_topic: self.topics.orders_topic.clone(),
             coordination_topic: self.topics.coordination_topic.clone(),
             json: self.json,
-            claims_key_file: crate::config::read_env::<SourceEnv>()?.claims_key_file,
+            claims_key_file: crate::env::read_env::<SourceEnv>()?.claims_key_file,
         })
     }
 

@@ -32,9 +32,9 @@
 
 use crate::cli::blocking;
 use crate::cli::submit::WaitArgs;
-use crate::exit::Exit;
 use crate::kafka::tools::{message_at, Source};
 use crate::orders::{self, OrderKind};
+use crate::process_exit::Exit;
 use crate::record::OrderId;
 use anyhow::bail;
 use std::time::Duration;

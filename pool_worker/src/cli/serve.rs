@@ -25,7 +25,7 @@ mod board;
 mod html;
 
 use crate::backoff::Backoff;
-use crate::kafka::claims::{Polled, Start};
+use crate::kafka::claims_reader::{Polled, Start};
 use crate::kafka::tools::{Source, ToolClient};
 use crate::record::OrderId;
 use anyhow::Context;
@@ -55,7 +55,7 @@ pub(crate) struct ServeArgs {
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
 pub(crate) struct ServeEnv {
-    #[serde(deserialize_with = "crate::config::parse::text")]
+    #[serde(deserialize_with = "crate::env::parse::text")]
     pub(crate) serve_listen: Option<String>,
 }
 
@@ -75,7 +75,7 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
         if let Ok(c) = src.consumer() {
             if let Ok(Err(problem)) = src.check_topics(&c, Duration::from_secs(5)) {
                 eprintln!("pool_worker: {problem}");
-                std::process::exit(crate::exit::Exit::Failure.code());
+                std::process::exit(crate::process_exit::Exit::Failure.code());
             }
         }
         let opened = src
@@ -105,10 +105,10 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
                 Polled::Record(pos, r) => b.apply(pos, r),
                 Polled::End => b.caught_up = true,
                 Polled::Nothing => {}
-                Polled::Error(e) => crate::kafka::claims::say_error(&e),
+                Polled::Error(e) => crate::kafka::claims_reader::say_error(&e),
                 Polled::Broken(p) => {
                     eprintln!("pool_worker: {p}");
-                    std::process::exit(crate::exit::Exit::Failure.code());
+                    std::process::exit(crate::process_exit::Exit::Failure.code());
                 }
             }
             b.caught_up
@@ -171,7 +171,7 @@ struct App {
     src: Source,
 }
 
-pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::exit::Exit> {
+pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::process_exit::Exit> {
     // Configuration errors (a bad key, a rejected property) before listening.
     args.source.gate()?;
     args.source.client_config()?;
@@ -222,7 +222,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::exit::Exit> {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;
-    Ok(crate::exit::Exit::Ok)
+    Ok(crate::process_exit::Exit::Ok)
 }
 
 const STYLE: &str = include_str!("serve/style.css");

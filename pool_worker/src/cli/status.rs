@@ -2,7 +2,7 @@
 //! topic tells it.
 //!
 //! Both read the claims topic from its beginning to its end with the pool's
-//! one claims reader ([`crate::kafka::claims`]), and fold it into the same
+//! one claims reader ([`crate::kafka::claims_reader`]), and fold it into the same
 //! [`View`] a worker builds at boot, so what they show is what the workers
 //! themselves conclude. `status` adds the orders topic's offsets, to count
 //! what is waiting. Neither writes anything.
@@ -21,8 +21,8 @@
 use crate::boot::View;
 use crate::cli::show::{escape_controls, json_line};
 use crate::erased::Erased;
-use crate::exit::Exit;
 use crate::kafka::tools::Source;
+use crate::process_exit::Exit;
 use crate::record::{Event, OrderId, Position, Record, Status};
 use serde_json::json;
 use std::collections::BTreeMap;

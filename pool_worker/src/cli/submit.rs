@@ -11,15 +11,15 @@
 //! malformed order is refused here with the reason instead of being completed
 //! as an error later. It prints the order's `PARTITION:OFFSET` (its identity
 //! in the pool). `--wait` then reads the claims topic (from its newest
-//! checkpoint, [`crate::kafka::claims`]) until the order's `completed` record
+//! checkpoint, [`crate::kafka::claims_reader`]) until the order's `completed` record
 //! appears, prints the outcome, and exits with the job's
 //! exit code (1 when the order did not run to an exit code, for example a
 //! time-out or a refusal).
 
 use crate::cli::blocking;
-use crate::exit::Exit;
-use crate::kafka::claims::{Polled, Start};
+use crate::kafka::claims_reader::{Polled, Start};
 use crate::kafka::tools::Source;
+use crate::process_exit::Exit;
 use crate::record::{Event, OrderId, Outcome, Position, Record};
 use anyhow::{bail, Context};
 use serde_json::json;

@@ -1,8 +1,8 @@
 //! `pool_worker supervise`: the supervisor ([`crate::supervise`]) as a
 //! command; its events on stdout, one line each (text or `--json`).
 
-use crate::exit::Exit;
-use crate::exit::Signals;
+use crate::process_exit::Exit;
+use crate::process_exit::Signals;
 use crate::supervise::{
     ChildOutput, Instances, SupEvent, Supervisor, SupervisorConfig, DEFAULT_MAX_RESTART_DELAY,
     DEFAULT_RESTART_DELAY,

@@ -272,7 +272,7 @@ impl Broker {
 
     /// Broker `broker` (1, 2, ...) tells clients to reach it at
     /// `host:port` instead of where it listens: for a TLS terminator in
-    /// front of it (tests/tls.rs), whose address clients must use for every
+    /// front of it (pool_worker/tests/live/e2e.rs, `the_pool_runs_orders_over_tls`), whose address clients must use for every
     /// connection, not only the first.
     pub(crate) fn advertise(&self, broker: i32, host: &str, port: u16) -> anyhow::Result<()> {
         if !(1..=self.broker_count).contains(&broker) {

@@ -2,9 +2,9 @@
 //! the same variables as the worker's), and the Kafka clients they use.
 
 use crate::boot::View;
-use crate::config::ConfigError;
-use crate::kafka::claims::{self, ClaimsReader, Gate, Start};
-use crate::kafka::settings::{blocking, client_config, KafkaSettings, Silent};
+use crate::env::ConfigError;
+use crate::kafka::claims_reader::{self, ClaimsReader, Gate, Start};
+use crate::kafka::client_config::{blocking, client_config, KafkaSettings, Silent};
 use crate::kafka::topics::partitions_now;
 use crate::record::{Foreign, OrderId, Position, Record};
 use anyhow::{bail, Context};
@@ -16,7 +16,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 
 /// Where to read from: the same variables as the worker's. Each flag falls
-/// back to its variable (read by [`crate::config::read`], see
+/// back to its variable (read by [`crate::env::read`], see
 /// `Source::apply_env`), then to its default.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Source {
@@ -43,13 +43,13 @@ pub struct Source {
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
 pub(crate) struct SourceEnv {
-    #[serde(deserialize_with = "crate::config::parse::text")]
+    #[serde(deserialize_with = "crate::env::parse::text")]
     pub(crate) kafka_brokers: Option<String>,
-    #[serde(deserialize_with = "crate::config::parse::text")]
+    #[serde(deserialize_with = "crate::env::parse::text")]
     pub(crate) orders_topic: Option<String>,
-    #[serde(deserialize_with = "crate::config::parse::text")]
+    #[serde(deserialize_with = "crate::env::parse::text")]
     pub(crate) coordination_topic: Option<String>,
-    #[serde(deserialize_with = "crate::config::parse::text")]
+    #[serde(deserialize_with = "crate::env::parse::text")]
     pub(crate) claims_key_file: Option<String>,
     /// A secret: never in a Debug or an error.
     pub(crate) claims_key: Option<String>,
@@ -61,8 +61,8 @@ impl Source {
     pub(crate) fn apply_env(
         &mut self,
         m: &clap::ArgMatches,
-    ) -> Result<(), crate::config::ConfigError> {
-        self.apply_vars(m, crate::config::env_vars())
+    ) -> Result<(), crate::env::ConfigError> {
+        self.apply_vars(m, crate::env::env_vars())
     }
 
     /// [`Source::apply_env`] with these variables.
@@ -70,9 +70,9 @@ impl Source {
         &mut self,
         m: &clap::ArgMatches,
         vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<(), crate::config::ConfigError> {
-        use crate::config::flag_or_env;
-        let env: SourceEnv = crate::config::read(vars)?;
+    ) -> Result<(), crate::env::ConfigError> {
+        use crate::env::flag_or_env;
+        let env: SourceEnv = crate::env::read(vars)?;
         flag_or_env(m, "brokers", &mut self.brokers, env.kafka_brokers);
         flag_or_env(m, "orders_topic", &mut self.orders_topic, env.orders_topic);
         flag_or_env(
@@ -93,7 +93,7 @@ impl Source {
     /// What decides which claims records are the pool's, as a worker with
     /// the same `CLAIMS_KEY` / `CLAIMS_KEY_FILE` decides it.
     pub(crate) fn gate(&self) -> anyhow::Result<Gate> {
-        let value = crate::config::read_env::<SourceEnv>()?.claims_key;
+        let value = crate::env::read_env::<SourceEnv>()?.claims_key;
         let file = self
             .claims_key_file
             .as_deref()
@@ -108,17 +108,17 @@ impl Source {
 /// Flag over variable over default for a tool with a [`Source`] and one
 /// setting of its own: the source's flags, then the flag `id` (`field`)
 /// from its variable, which `var` takes out of the variables `E` (read as
-/// [`crate::config::read_env`] reads them).
+/// [`crate::env::read_env`] reads them).
 pub(crate) fn apply_env_with<E: serde::de::DeserializeOwned, T>(
     src: &mut Source,
     m: &clap::ArgMatches,
     id: &str,
     field: &mut T,
     var: impl FnOnce(E) -> Option<T>,
-) -> Result<(), crate::config::ConfigError> {
+) -> Result<(), crate::env::ConfigError> {
     src.apply_env(m)?;
-    let env: E = crate::config::read_env()?;
-    crate::config::flag_or_env(m, id, field, var(env));
+    let env: E = crate::env::read_env()?;
+    crate::env::flag_or_env(m, id, field, var(env));
     Ok(())
 }
 
@@ -234,7 +234,7 @@ impl Source {
 
     /// The client settings every command shares (`KAFKA_<PROPERTY>`, and
     /// `KAFKA_<PROPERTY>_FILE`, as the worker reads them), with these
-    /// brokers. A rejected property is a [`crate::config::ConfigError`]
+    /// brokers. A rejected property is a [`crate::env::ConfigError`]
     /// (exit 2).
     pub(crate) fn client_config(&self) -> anyhow::Result<rdkafka::ClientConfig> {
         let settings = kafka_settings()?;
@@ -536,7 +536,7 @@ fn borrowed_at<'c>(
 /// The `KAFKA_*` settings of the process environment, as the worker reads
 /// them ([`KafkaSettings`]); a rejected one is a [`ConfigError`] (exit 2).
 pub(crate) fn kafka_settings() -> Result<KafkaSettings, ConfigError> {
-    Ok(KafkaSettings::from_vars(&crate::config::env_vars())?)
+    Ok(KafkaSettings::from_vars(&crate::env::env_vars())?)
 }
 
 impl Source {
@@ -548,7 +548,7 @@ impl Source {
         let gate = self.gate()?;
         let settings = kafka_settings()?;
         ClaimsReader::open(
-            &claims::config(&self.brokers, &settings.props, "pool_worker-status"),
+            &claims_reader::config(&self.brokers, &settings.props, "pool_worker-status"),
             &self.coordination_topic,
             gate,
             start,
@@ -582,13 +582,13 @@ mod tests {
     use super::*;
     use crate::checkpoint::test_record as rec;
     use crate::kafka::broker::Broker;
-    use crate::kafka::claims::CHECKPOINT_WINDOW;
+    use crate::kafka::claims_reader::CHECKPOINT_WINDOW;
     use crate::record::{Event, OrderId, Status};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     use rdkafka::ClientConfig;
 
     /// Issue 20: a flag over its variable over its default, the variable
-    /// read through `config::read` (an empty one is unset).
+    /// read through `env::read` (an empty one is unset).
     #[test]
     fn a_flag_overrides_its_variable_which_overrides_the_default() {
         use clap::{CommandFactory, FromArgMatches};

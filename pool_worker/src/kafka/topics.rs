@@ -16,7 +16,7 @@
 //!   what orders exist from them, would idle with orders waiting.
 //!
 //! Each problem is one line (its `Display`); the worker exits
-//! [`crate::exit::Exit::Config`] on it, a tool exits non-zero.
+//! [`crate::process_exit::Exit::Config`] on it, a tool exits non-zero.
 
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;

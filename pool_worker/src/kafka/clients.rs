@@ -27,9 +27,8 @@
 
 use crate::backoff;
 use crate::checkpoint::Snapshot;
-use crate::config::Config;
-use crate::kafka::claims::{ClaimsReader, Gate, Polled, CHECKPOINT_WINDOW};
-use crate::kafka::settings::{blocking, client_config, FETCH_WAIT_MS};
+use crate::kafka::claims_reader::{ClaimsReader, Gate, Polled, CHECKPOINT_WINDOW};
+use crate::kafka::client_config::{blocking, client_config, FETCH_WAIT_MS};
 use crate::kafka::topics::{partitions_now, Asks};
 use crate::record::{Foreign, OrderId, Record};
 use anyhow::Context;
@@ -244,8 +243,36 @@ impl Payloads {
     }
 }
 
+/// What the worker's clients are made from: the part of the worker's
+/// configuration (pool_worker/src/config.rs, `Config::kafka_setup`) that
+/// Kafka needs, so that this module need not know the configuration.
+#[derive(Clone, Debug)]
+pub(crate) struct Setup {
+    /// `KAFKA_BROKERS`.
+    pub(crate) brokers: String,
+    /// `ORDERS_TOPIC`.
+    pub(crate) orders_topic: String,
+    /// `COORDINATION_TOPIC`.
+    pub(crate) claims_topic: String,
+    /// `RESULTS_TOPIC`.
+    pub(crate) results_topic: Option<String>,
+    /// `INSTANCE_NUMBER`.
+    pub(crate) instance: u32,
+    /// The `KAFKA_<PROPERTY>` properties.
+    pub(crate) props: BTreeMap<String, String>,
+    /// `CLAIMS_FENCE=transactions`: the claims producer is transactional
+    /// under [`transactional_id`] (docs/protocol.md R16).
+    pub(crate) transactions: bool,
+    /// `CLAIMS_KEY`: what decides which claims records are the pool's.
+    pub(crate) claims_key: Option<crate::sign::ClaimsKey>,
+    /// `CHECKPOINT_MAX_AGE_MS` (docs/protocol.md R24).
+    pub(crate) checkpoint_max_age_ms: u64,
+    /// A standby started by `supervise`: no admin client until it is live.
+    pub(crate) standby: bool,
+}
+
 /// `wait_ms`: the consumer's `fetch.wait.max.ms` (see [`FETCH_WAIT_MS`]).
-fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
+fn consumer_config(cfg: &Setup, eof: bool, wait_ms: u32) -> ClientConfig {
     let mut c = client_config(&cfg.brokers, &BTreeMap::new());
     c.set("group.id", format!("pool_worker-{}", cfg.instance))
         .set("enable.auto.commit", "false")
@@ -254,14 +281,14 @@ fn consumer_config(cfg: &Config, eof: bool, wait_ms: u32) -> ClientConfig {
         .set("fetch.wait.max.ms", wait_ms.to_string())
         .set("fetch.error.backoff.ms", "50")
         .set("auto.offset.reset", "earliest");
-    for (k, v) in &cfg.kafka_props {
+    for (k, v) in &cfg.props {
         c.set(k, v);
     }
     c
 }
 
-/// Why [`Kafka::open`] failed. The worker exits [`crate::exit::Exit::Config`]
-/// on a topic the operator must fix, and [`crate::exit::Exit::Failure`]
+/// Why [`Kafka::open`] failed. The worker exits [`crate::process_exit::Exit::Config`]
+/// on a topic the operator must fix, and [`crate::process_exit::Exit::Failure`]
 /// (restarted) when the brokers could not be reached.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum OpenError {
@@ -330,12 +357,12 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync +
     }
 }
 
-/// The claims consumer's settings: the readers' own ([`crate::kafka::claims::config`]),
+/// The claims consumer's settings: the readers' own ([`crate::kafka::claims_reader::config`]),
 /// named after the instance.
-fn claims_config(cfg: &Config) -> ClientConfig {
-    crate::kafka::claims::config(
+fn claims_config(cfg: &Setup) -> ClientConfig {
+    crate::kafka::claims_reader::config(
         &cfg.brokers,
-        &cfg.kafka_props,
+        &cfg.props,
         &format!("pool_worker-{}", cfg.instance),
     )
 }
@@ -378,7 +405,7 @@ fn read_claims(reader: &ClaimsReader<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>,
 /// meet the same broker).
 fn broken(instance: u32, problem: &crate::kafka::topics::TopicProblem) -> ! {
     tracing::error!(instance, "pool_worker: {problem}");
-    std::process::exit(crate::exit::Exit::Config.code());
+    std::process::exit(crate::process_exit::Exit::Config.code());
 }
 
 /// Whether a produce failed because the record is larger than the client
@@ -397,10 +424,10 @@ fn too_large(e: &KafkaError) -> bool {
 /// 249 characters of `[a-zA-Z0-9._-]`) keep it well within the id's limit
 /// (a string of up to 32,767 bytes) and make it easy to grant by prefix
 /// (`pool_worker.<claims topic>.`; docs/deploy.md).
-pub(crate) fn transactional_id(cfg: &Config) -> String {
+pub(crate) fn transactional_id(cfg: &Setup) -> String {
     format!(
         "pool_worker.{}.{}.{}",
-        cfg.coordination_topic, cfg.orders_topic, cfg.instance
+        cfg.claims_topic, cfg.orders_topic, cfg.instance
     )
 }
 
@@ -548,8 +575,8 @@ impl Kafka {
         self.fence().await
     }
 
-    pub(crate) fn connect(cfg: &Config) -> anyhow::Result<Kafka> {
-        let mut pc = client_config(&cfg.brokers, &cfg.kafka_props);
+    pub(crate) fn connect(cfg: &Setup) -> anyhow::Result<Kafka> {
+        let mut pc = client_config(&cfg.brokers, &cfg.props);
         pc.set("acks", "all")
             .set("linger.ms", "0")
             .set("message.timeout.ms", "10000");
@@ -559,10 +586,10 @@ impl Kafka {
         // default), and this one also answers the questions about the
         // orders topic: a misspelt ORDERS_TOPIC became a topic instead of
         // exit 2. KAFKA_ALLOW_AUTO_CREATE_TOPICS still decides.
-        if !cfg.kafka_props.contains_key("allow.auto.create.topics") {
+        if !cfg.props.contains_key("allow.auto.create.topics") {
             pc.set("allow.auto.create.topics", "false");
         }
-        let transactional = cfg.fence == crate::config::Fence::Transactions;
+        let transactional = cfg.transactions;
         if transactional {
             // Set after the user's KAFKA_* properties: the fence needs this
             // id and no other (docs/protocol.md R16).
@@ -574,7 +601,7 @@ impl Kafka {
         let claims = ClaimsReader::new(
             &claims_config(cfg),
             Quiet,
-            &cfg.coordination_topic,
+            &cfg.claims_topic,
             gate.clone(),
             // The producer answers the reader's questions (it never
             // fetches); a client of its own cost each process ~2 ms of CPU
@@ -598,7 +625,7 @@ impl Kafka {
             }),
             claims_tx: std::sync::Mutex::new(Some(tx)),
             orders: Arc::new(orders),
-            claims_topic: cfg.coordination_topic.clone(),
+            claims_topic: cfg.claims_topic.clone(),
             orders_topic: cfg.orders_topic.clone(),
             results_topic: cfg.results_topic.clone(),
             instance: cfg.instance,
@@ -606,8 +633,8 @@ impl Kafka {
             checkpoint_max_age_ms: cfg.checkpoint_max_age_ms,
             order_partitions: Arc::new(std::sync::Mutex::new(None)),
             payloads: std::sync::Mutex::new(Payloads::default()),
-            props: Arc::new(cfg.kafka_props.clone()),
-            admin_config: (!cfg.standby).then(|| client_config(&cfg.brokers, &cfg.kafka_props)),
+            props: Arc::new(cfg.props.clone()),
+            admin_config: (!cfg.standby).then(|| client_config(&cfg.brokers, &cfg.props)),
         })
     }
 
@@ -962,7 +989,7 @@ impl Kafka {
                         principal: crate::kafka::topics::principal(&self.props),
                     };
                     tracing::error!(instance = self.instance, "pool_worker: {problem}");
-                    std::process::exit(crate::exit::Exit::Config.code());
+                    std::process::exit(crate::process_exit::Exit::Config.code());
                 }
                 Err(e) => {
                     // Not assumed written, not assumed lost: append again; a

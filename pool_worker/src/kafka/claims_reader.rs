@@ -1,5 +1,5 @@
 //! The one reader of the claims topic (issue 20, "one claims reader"): the
-//! worker's boot replay and live tail (pool_worker/src/kafka/worker.rs), and every tool —
+//! worker's boot replay and live tail (pool_worker/src/kafka/clients.rs), and every tool —
 //! `status`, `history`, `audit`, `serve`, `submit --wait`, `retry`,
 //! `cancel` and `dev`'s live trail — read the claims topic through
 //! [`ClaimsReader`]:
@@ -22,7 +22,7 @@
 use crate::backoff;
 use crate::boot::View;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
-use crate::kafka::settings::{client_config, Silent, CLAIMS_FETCH_WAIT_MS};
+use crate::kafka::client_config::{client_config, Silent, CLAIMS_FETCH_WAIT_MS};
 use crate::kafka::topics::{order_ends_now, Asks};
 use crate::record::{Foreign, Record};
 use anyhow::{bail, Context};

@@ -19,7 +19,7 @@ mod supervise; // keep N instances running
 pub(crate) mod show; // text from orders and records made safe to show
 
 use crate::kafka::tools::apply_env_with;
-use crate::{config::Config, exit::Exit, run};
+use crate::{config::Config, process_exit::Exit, run};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -81,8 +81,8 @@ fn init_logs(json: bool) {
 impl Command {
     /// Flag over variable over default: fills the flags that were not
     /// given (`m`, the subcommand's matches) from the environment, read by
-    /// `config::read` as the worker's settings are.
-    fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::config::ConfigError> {
+    /// `env::read` as the worker's settings are.
+    fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::env::ConfigError> {
         match self {
             Command::Dev(a) => a.topics.apply_env(m),
             Command::Broker(a) => a.topics.apply_env(m),
@@ -151,7 +151,7 @@ pub fn main() -> ExitCode {
     if let (Some(command), Some((_, m))) = (cli.command.as_mut(), matches.subcommand()) {
         if let Err(e) = command.apply_env(m) {
             eprintln!("pool_worker: {e}");
-            return crate::exit::process_code(Exit::Config);
+            return crate::process_exit::process_code(Exit::Config);
         }
     }
     // The guard: a blocking loop, no runtime, no logging set-up.
@@ -167,7 +167,7 @@ pub fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("pool_worker: cannot start the async runtime: {e}");
-            return crate::exit::process_code(Exit::Failure);
+            return crate::process_exit::process_code(Exit::Failure);
         }
     };
     let Some(command) = cli.command else {
@@ -175,12 +175,12 @@ pub fn main() -> ExitCode {
     };
     init_logs(false);
     match command.run(&runtime) {
-        Ok(code) => crate::exit::process_code(code),
+        Ok(code) => crate::process_exit::process_code(code),
         Err(e) => {
             eprintln!("pool_worker: {e:#}");
-            match e.downcast_ref::<crate::config::ConfigError>() {
-                Some(_) => crate::exit::process_code(Exit::Config),
-                None => crate::exit::process_code(Exit::Failure),
+            match e.downcast_ref::<crate::env::ConfigError>() {
+                Some(_) => crate::process_exit::process_code(Exit::Config),
+                None => crate::process_exit::process_code(Exit::Failure),
             }
         }
     }
@@ -230,9 +230,9 @@ fn worker_mode(runtime: &tokio::runtime::Runtime) -> ! {
 }
 
 /// Runs `f` (blocking Kafka client calls) off the async threads
-/// ([`crate::kafka::settings::blocking`]), with its own error and the task's as one.
+/// ([`crate::kafka::client_config::blocking`]), with its own error and the task's as one.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
-    crate::kafka::settings::blocking(f).await?
+    crate::kafka::client_config::blocking(f).await?
 }

@@ -5,9 +5,10 @@
 //! context ([`Silent`]), and how a blocking client call is run off the async
 //! threads ([`blocking`]).
 //!
-//! The bottom of the Kafka module: it imports nothing of the project's, so
-//! that the worker's configuration (pool_worker/src/config.rs) can check the `KAFKA_*`
-//! properties here without a circle.
+//! The bottom of the Kafka module: of the project's, it names only the
+//! configuration error (pool_worker/src/env.rs, below it), so that the
+//! worker's configuration (pool_worker/src/config.rs) can check the
+//! `KAFKA_*` properties here without a circle.
 
 use anyhow::Context;
 use rdkafka::config::RDKafkaLogLevel;
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 
 /// A `KAFKA_*` variable that cannot be used: the one line naming it (never
 /// its value). The worker's configuration and the tools turn it into a
-/// [`crate::config::ConfigError`] (exit 2).
+/// [`crate::env::ConfigError`] (exit 2).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct SettingsError(pub String);
@@ -179,7 +180,7 @@ pub(crate) fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> 
 pub const FETCH_WAIT_MS: u32 = 500;
 
 /// `fetch.wait.max.ms` of the claims consumers (every reader of the claims
-/// topic, pool_worker/src/kafka/claims.rs): shorter than [`FETCH_WAIT_MS`] because with
+/// topic, pool_worker/src/kafka/claims_reader.rs): shorter than [`FETCH_WAIT_MS`] because with
 /// transactions (docs/protocol.md R16) a read_committed fetch waiting at the
 /// last stable offset is not answered when a commit marker moves it: Apache
 /// Kafka 4.4 holds it for the whole wait (measured in
@@ -214,4 +215,11 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .context("blocking task failed")
+}
+
+/// A rejected `KAFKA_*` variable (`KafkaSettings`) is a configuration error.
+impl From<SettingsError> for crate::env::ConfigError {
+    fn from(e: SettingsError) -> crate::env::ConfigError {
+        crate::env::ConfigError(e.0)
+    }
 }
