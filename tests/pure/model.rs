@@ -1639,7 +1639,7 @@ fn defer_forever_is_caught() {
 /// commit, or in a process that read the cancel ([`RUN_CANCELLED`]); every
 /// other property holds, and every order is still completed (a cancelled
 /// one as `cancelled`). With leases, bounded: a cancel around a takeover.
-/// A cancel depends on every record (tests/world/commute.rs), so it costs
+/// A cancel depends on every record (tests/pure/world/commute.rs), so it costs
 /// the commuting reduction much: 2 × 1 with a crash has 24,729 states
 /// (2,534 without the cancel). Left out of CI, by hand: 2 × 1 with a
 /// crash and a duplicate (867,036 states, 22 s) and 3 × 1 with a crash

@@ -85,7 +85,7 @@ pub struct Config {
     /// `zombie_fence_erased_by_the_next_boot` in tests/pure/model.rs show what
     /// happens then).
     pub settle: bool,
-    /// The fence (docs/protocol.md R16; pool_worker/src/kafka/worker.rs `Kafka::fence`):
+    /// The fence (docs/protocol.md R16; pool_worker/src/kafka/clients.rs `Kafka::fence`):
     /// processes start in `Phase::Fence`, and a step of its own
     /// ([`Step::Fence`]) fences the instance's older processes: every orphan
     /// of the instance is dropped (Kafka aborts the dead process's open
@@ -787,7 +787,7 @@ impl World {
     }
 
     /// The record at `pos` as a reader takes it: the pool's, or foreign —
-    /// through the shell's own decoding (pool_worker/src/kafka/claims.rs, `Gate`): the value's
+    /// through the shell's own decoding (pool_worker/src/kafka/claims_reader.rs, `Gate`): the value's
     /// bytes and its signature header as they would be in Kafka, the
     /// verdict on the signature (src/sign.rs), `Record::decode_with`, and
     /// `Record::impossible` against the orders' end offsets.
@@ -1004,7 +1004,7 @@ impl World {
                     }
                 }
                 // Boot from the newest checkpoint the log still holds, as
-                // the shell does (pool_worker/src/kafka/worker.rs).
+                // the shell does (pool_worker/src/kafka/clients.rs).
                 let snap = self
                     .log
                     .iter()
