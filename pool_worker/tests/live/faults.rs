@@ -803,9 +803,11 @@ fn a_stopped_workers_job_is_frozen_before_its_order_runs_again() {
         broker.opts.coordination_topic.clone(),
     );
     let b = shq(&beats);
-    // About 4 s of heartbeats, one every 0.1 s: attempt, pid, wall time (ns).
+    // About 8 s of heartbeats, one every 0.1 s: attempt, pid, wall time (ns).
+    // (Longer than the 4 s after which the guard freezes it, with margin
+    // on a loaded machine.)
     let script = format!(
-        "i=0; while [ $i -lt 40 ]; do echo beat $ORDER_PARTITION:$ORDER_OFFSET $INSTANCE_NUMBER $ORDER_ATTEMPT $$ $(date +%s%N) >> {b}; \
+        "i=0; while [ $i -lt 80 ]; do echo beat $ORDER_PARTITION:$ORDER_OFFSET $INSTANCE_NUMBER $ORDER_ATTEMPT $$ $(date +%s%N) >> {b}; \
          sleep 0.1; i=$((i+1)); done; echo end $ORDER_ATTEMPT >> {b}"
     );
     let order = produce_orders(
@@ -818,7 +820,10 @@ fn a_stopped_workers_job_is_frozen_before_its_order_runs_again() {
     let env = |n: &str| {
         let mut env = broker.env();
         env.push(("INSTANCE_NUMBER".into(), n.into()));
-        env.push(("LEASE_MS".into(), "3000".into()));
+        // 6 s: the guard freezes the job 4 s after the last renewal read
+        // back, two seconds before anyone may revoke (wide enough on a
+        // loaded machine).
+        env.push(("LEASE_MS".into(), "6000".into()));
         env
     };
     // (attempt, job pid, time in ns) of each heartbeat.
