@@ -734,23 +734,30 @@ fn broken_guards_are_caught_by_the_simulation() {
         ),
     ];
     for (name, cfg) in cases {
-        let t = Instant::now();
-        let caught = (0..100).find_map(|seed| run(seed, &cfg).failure.map(|f| (seed, f)));
-        let Some((seed, f)) = caught else {
-            panic!("broken {name}: 100 seeds and no violation: the check does not bite");
-        };
-        let first = f.lines().next().unwrap_or_default().to_string();
-        let line = format!(
-            "simulation, broken {name}: caught at seed {seed} in {:.1}s: {first}",
-            t.elapsed().as_secs_f64()
-        );
-        println!("{line}");
-        crate::world::record_figures(&line);
-        assert!(
-            f.contains(RUN_CONCURRENTLY),
-            "broken {name}: another property broke first:\n{f}"
-        );
+        caught_as_concurrent_runs(&format!("broken {name}"), &cfg);
     }
+}
+
+/// Runs seeds 0 to 99 of `cfg` until one fails; records the figure and
+/// asserts that it failed as two live runs of one order
+/// (`RUN_CONCURRENTLY`), not on another property first.
+fn caught_as_concurrent_runs(name: &str, cfg: &Config) {
+    let t = Instant::now();
+    let caught = (0..100).find_map(|seed| run(seed, cfg).failure.map(|f| (seed, f)));
+    let Some((seed, f)) = caught else {
+        panic!("{name}: 100 seeds and no violation: the check does not bite");
+    };
+    let first = f.lines().next().unwrap_or_default().to_string();
+    let line = format!(
+        "simulation, {name}: caught at seed {seed} in {:.1}s: {first}",
+        t.elapsed().as_secs_f64()
+    );
+    println!("{line}");
+    crate::world::record_figures(&line);
+    assert!(
+        f.contains(RUN_CONCURRENTLY),
+        "{name}: another property broke first:\n{f}"
+    );
 }
 
 /// The margin's assumption bites: with clock rates off by up to ±45 %
@@ -767,22 +774,7 @@ fn clock_rates_beyond_the_margin_are_caught() {
         orders: 100,
         ..config_clocks()
     };
-    let t = Instant::now();
-    let caught = (0..100).find_map(|seed| run(seed, &cfg).failure.map(|f| (seed, f)));
-    let Some((seed, f)) = caught else {
-        panic!("clock rates ±45 %: 100 seeds and no violation: the check does not bite");
-    };
-    let first = f.lines().next().unwrap_or_default().to_string();
-    let line = format!(
-        "simulation, clock rates ±45 %: caught at seed {seed} in {:.1}s: {first}",
-        t.elapsed().as_secs_f64()
-    );
-    println!("{line}");
-    crate::world::record_figures(&line);
-    assert!(
-        f.contains(RUN_CONCURRENTLY),
-        "clock rates ±45 %: another property broke first:\n{f}"
-    );
+    caught_as_concurrent_runs("clock rates ±45 %", &cfg);
 }
 
 /// The settle rule bites (docs/protocol.md R16, I7): where a dead
