@@ -266,7 +266,8 @@ async fn state(State(app): State<App>) -> Response {
         .iter()
         .map(|r| {
             json!({"instance": r.instance, "state": r.state, "order": r.order.map(|o| o.to_string()),
-                   "since_ts": r.since_ts, "lease_ts": r.lease_ts, "attempt": r.attempt})
+                   "since_ts": r.since_ts, "lease_ts": r.lease_ts, "attempt": r.attempt,
+                   "clock_ahead_ms": crate::cli::status::clock_ahead(r.newest_ts, now)})
         })
         .collect();
     let done = |d: &Done| {

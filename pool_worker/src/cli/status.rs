@@ -163,6 +163,15 @@ impl Tally {
 /// by more than this (ms): its clock runs ahead by at least that much.
 const CLOCK_AHEAD_MS: u64 = 2_000;
 
+/// By how much at least an instance's clock runs ahead of this host's,
+/// when its newest record's `ts` (`newest_ts`) is more than
+/// [`CLOCK_AHEAD_MS`] in this host's future (`status`, `serve`).
+pub(crate) fn clock_ahead(newest_ts: u64, now_ms: u64) -> Option<u64> {
+    newest_ts
+        .checked_sub(now_ms)
+        .filter(|d| *d > CLOCK_AHEAD_MS)
+}
+
 /// Each instance as `status` shows it, with its newest completion, and by
 /// how much at least its clock runs ahead of this host's (`clock_ahead_ms`:
 /// its newest record's `ts` is in this host's future). Leases do not read
@@ -189,7 +198,7 @@ fn instance_rows(
                 "attempt": s.hold.as_ref().map(|h| h.attempt),
                 "incarnation": s.booted.as_ref().map(|b| b.incarnation.clone()),
                 "last_completion": last_completion.get(&i.get()),
-                "clock_ahead_ms": s.last_ts.checked_sub(now_ms).filter(|d| *d > CLOCK_AHEAD_MS),
+                "clock_ahead_ms": clock_ahead(s.last_ts, now_ms),
             })
         })
         .collect()

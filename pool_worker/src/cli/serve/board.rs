@@ -396,6 +396,7 @@ impl Board {
                     order,
                     since_ts: since,
                     lease_ts: last,
+                    newest_ts: s.last_ts,
                     attempt: s.hold.as_ref().map(|h| h.attempt.get()),
                     last: s
                         .last_completed
@@ -480,6 +481,9 @@ pub(crate) struct InstanceRow {
     pub(crate) order: Option<OrderId>,
     pub(crate) since_ts: Option<u64>,
     pub(crate) lease_ts: Option<u64>,
+    /// The `ts` of the instance's newest record: in this host's future,
+    /// its clock runs ahead (shown; leases do not read it, R36).
+    pub(crate) newest_ts: u64,
     pub(crate) attempt: Option<u32>,
     pub(crate) last: Option<(OrderId, Status)>,
 }

@@ -235,9 +235,15 @@ fn instances_panel(s: &mut String, rows: &[InstanceRow], now: u64) {
                 age(now.saturating_sub(t))
             )
         });
-        let lease = r
+        let mut lease = r
             .lease_ts
             .map_or("–".into(), |t| age(now.saturating_sub(t)));
+        if let Some(ahead) = crate::cli::status::clock_ahead(r.newest_ts, now) {
+            lease.push_str(&format!(
+                " <small class=\"warn\">(its clock runs {} ahead of this host's)</small>",
+                age(ahead)
+            ));
+        }
         let order = r.order.map_or("–".into(), |o| {
             format!(
                 "{}{}",
@@ -396,4 +402,35 @@ pub(crate) fn render_order(
     }
     s.push_str("</main>");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(newest_ts: u64) -> InstanceRow {
+        InstanceRow {
+            instance: 2,
+            state: "running",
+            order: Some(OrderId::new(0, 7)),
+            since_ts: Some(1_000),
+            lease_ts: Some(1_000),
+            newest_ts,
+            attempt: Some(1),
+            last: None,
+        }
+    }
+
+    /// The instances' table says when an instance's clock runs ahead of
+    /// this host's (its newest record's time in the future), and only then.
+    #[test]
+    fn the_instances_table_says_when_a_clock_runs_ahead() {
+        let now = 10_000;
+        let mut s = String::new();
+        instances_panel(&mut s, &[row(now + 90_000)], now);
+        assert!(s.contains("its clock runs"), "{s}");
+        let mut s = String::new();
+        instances_panel(&mut s, &[row(now + 500)], now);
+        assert!(!s.contains("its clock runs"), "{s}");
+    }
 }
