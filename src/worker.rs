@@ -477,6 +477,8 @@ impl Worker {
         #[cfg(any(test, feature = "testing"))]
         let keep = self.view.keep_duplicates;
         self.view = View::from_snapshot(snapshot);
+        // The snapshot's holds are read now: their ages count from here.
+        self.hear();
         #[cfg(any(test, feature = "testing"))]
         {
             self.view.keep_duplicates = keep;
@@ -684,23 +686,45 @@ impl Worker {
     }
 
     /// Notes, for every hold in the View, when we first read it at its
-    /// newest record (R36); forgets instances that hold nothing.
+    /// newest record (R36); forgets instances that hold nothing. For a View
+    /// that did not come record by record (a checkpoint's snapshot), and on
+    /// every Tick.
     fn hear(&mut self) {
         if self.settings.lease_ms.is_none() {
             return;
         }
-        let now = self.now;
-        let mut heard = std::mem::take(&mut self.heard);
-        heard.retain(|j, _| self.view.hold(*j).is_some());
-        for (j, s) in self.view.instances() {
-            if let Some(h) = &s.hold {
-                let e = heard.entry(j).or_insert((h.last_pos, now));
-                if e.0 != h.last_pos {
-                    *e = (h.last_pos, now);
+        let all: Vec<InstanceNo> = self
+            .heard
+            .keys()
+            .copied()
+            .chain(self.view.instances().map(|(j, _)| j))
+            .collect();
+        for j in all {
+            self.hear_of(j);
+        }
+    }
+
+    /// [`Worker::hear`] for instance `j` alone: when we first read its hold
+    /// at the hold's newest record; forgotten if it holds nothing. A record
+    /// changes the holds of its key's instance and its writer only (a
+    /// revocation closes the holder's and opens its writer's), so reading
+    /// one needs only theirs noted.
+    fn hear_of(&mut self, j: InstanceNo) {
+        if self.settings.lease_ms.is_none() {
+            return;
+        }
+        match self.view.hold(j).map(|h| h.last_pos) {
+            Some(pos) => {
+                let now = self.now;
+                let e = self.heard.entry(j).or_insert((pos, now));
+                if e.0 != pos {
+                    *e = (pos, now);
                 }
             }
+            None => {
+                self.heard.remove(&j);
+            }
         }
-        self.heard = heard;
     }
 
     /// Our record at `pos` was read back: if it is a record of our hold and
@@ -896,7 +920,8 @@ impl Worker {
         if applied && revokes_us && rec.instance == self.me {
             return self.finish(Exit::Revoked);
         }
-        self.hear();
+        self.hear_of(rec.instance);
+        self.hear_of(rec.writer());
         // R53: the guard's new deadline goes first, before the job it
         // guards is started below.
         let guard = self.renew_guard(pos, &rec, applied);
