@@ -218,13 +218,22 @@ impl Auditor {
                     .entry(order.partition)
                     .or_default()
                     .insert(order.offset);
-                Vec::new()
+                // A claim that met no rival is its writer's commit (R34).
+                self.committed(pos, order, rec)
             }
             Event::Committed => self.committed(pos, order, rec),
             Event::Completed => self.completed(pos, order, rec, writer_hold),
             // A valid revocation ends the holder's run: a taker may run
             // the order again (a retry).
             Event::Revoked if trail.runner == Some(rec.instance.get()) => {
+                trail.runner = None;
+                trail.runner_commit = None;
+                Vec::new()
+            }
+            // A valid yield of the runner: its claim had looked like its
+            // own commit only because compaction erased the rival before
+            // it (R11, R34); it never ran.
+            Event::Yielded if trail.runner == Some(rec.instance.get()) => {
                 trail.runner = None;
                 trail.runner_commit = None;
                 Vec::new()
@@ -489,18 +498,20 @@ mod tests {
             "{:?}",
             r.violations
         );
-        assert_eq!(r.violations[0].pos, Some(5));
+        // Instance 1's claim met no rival: it was its commit (R34), so
+        // instance 2's commit is the second.
+        assert_eq!(r.violations[0].pos, Some(4));
     }
 
     #[test]
     fn a_job_run_after_a_preceding_cancel_is_caught() {
         let cancel = Record::cancel(OrderId::new(0, 0), "op", 0, "no");
         let mut done = rec(1, Event::Completed, "a", 4, 0);
+        // The claim, which met no rival, is the commit (R34).
         let log = [
             rec(1, Event::Booted, "a", 1, 0),
-            rec(1, Event::Claimed, "a", 2, 0),
             cancel.clone(),
-            rec(1, Event::Committed, "a", 3, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
             done.clone(),
         ];
         let r = check(&log);
@@ -511,7 +522,7 @@ mod tests {
             "cancelled before it ran",
         )));
         let mut log = log.to_vec();
-        log[4] = done;
+        log[3] = done;
         assert!(check(&log).holds());
         // A cancel after the commit (the job ran, then was killed or had
         // ended): whatever the completion says, nothing ran that should not.
@@ -524,8 +535,9 @@ mod tests {
     fn a_completion_without_commit_and_too_many_attempts_are_caught() {
         let mut retry = rec(1, Event::Committed, "a2", 2, 0);
         retry.set_attempt(4);
+        // Instance 2's claim came first: instance 1's claim is undecided.
         let log = [
-            rec(1, Event::Booted, "a", 1, 0),
+            rec(2, Event::Claimed, "b", 1, 0),
             rec(1, Event::Claimed, "a", 2, 0),
             rec(1, Event::Completed, "a", 3, 0),
             rec(1, Event::Booted, "a2", 1, 1),
@@ -683,14 +695,28 @@ mod tests {
         // A completion whose commit compaction erased (a newer
         // `1:committed`, a retry's, survives) is no violation; without the
         // newer record it is one.
+        // Instance 2's claim came first, so instance 1's is no commit of
+        // its own (R34): its `committed` (at 5) is. Instance 2's yield (at
+        // 4) is what a compacted log shows when the rival before its claim
+        // was erased (R11).
         let mut retry = rec(1, Event::Committed, "a", 5, 0);
         retry.set_attempt(2);
-        let log = [one_run(), vec![rec(1, Event::Completed, "a", 4, 0), retry]].concat();
-        assert!(compacted(&log, &[]).holds());
-        let r = compacted(&log, &[2]);
+        let log = vec![
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(2, Event::Booted, "b", 1, 0),
+            rec(2, Event::Claimed, "b", 2, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(2, Event::Yielded, "b", 3, 0),
+            rec(1, Event::Committed, "a", 3, 0),
+            rec(1, Event::Completed, "a", 4, 0),
+            retry,
+        ];
+        let r = compacted(&log, &[]);
+        assert!(r.holds(), "{:?}", r.violations);
+        let r = compacted(&log, &[5]);
         assert!(r.holds(), "a false alarm: {:?}", r.violations);
         assert_eq!(r.unjudged.len(), 1, "{:?}", r.unjudged);
-        let r = compacted(&log[..4], &[2]);
+        let r = compacted(&log[..7], &[5]);
         assert_eq!(
             rules(&r),
             vec![Rule::CompletedWithoutCommit],

@@ -97,6 +97,21 @@ impl Contest {
         self.late && !self.heirs.contains(&i)
     }
 
+    /// Whether instance `i`'s claim met no rival: the order is neither
+    /// completed nor finished, the claim is not late, and every other
+    /// claimant has yielded (or completed). Then R32 commits at once, and a
+    /// first claim is its own decision (R34; `claim::decide` answers
+    /// `Commit` exactly then).
+    pub fn unrivalled_for(&self, i: InstanceNo) -> bool {
+        !self.late_for(i)
+            && self.completed_at.is_none()
+            && self.finished.is_none()
+            && self
+                .stances
+                .iter()
+                .all(|(j, (_, s))| *j == i || matches!(s, Stance::Yielded | Stance::Completed))
+    }
+
     /// Whether nobody is still deciding or running this order.
     fn settled(&self) -> bool {
         (self.completed_at.is_some() || self.finished.is_some())
@@ -428,8 +443,11 @@ mod tests {
             rec(1, Event::Claimed, "a", 0),
         ];
         let v = view(&log);
-        assert_eq!(v.hold(n(1)).unwrap().committed, None);
+        // R34: the claim met no rival, it is the commit.
+        assert_eq!(v.hold(n(1)).unwrap().committed, Some(p(1)));
         assert_eq!(v.next_offset(0), 1);
+        // A `committed` after it (an older writer's, or a retry's) is the
+        // hold's own decision record from then on.
         log.push(rec(1, Event::Committed, "a", 0));
         assert_eq!(view(&log).hold(n(1)).unwrap().committed, Some(p(2)));
         log.push(rec(1, Event::Completed, "a", 0));
@@ -536,6 +554,32 @@ mod tests {
             rec(2, Event::Committed, "a", 0),
         ];
         assert!(view(&log).hold(n(2)).is_none());
+    }
+
+    /// R11, R34: a claim that met no rival commits itself; its writer's
+    /// own yield right after it (met only in a compacted log, where the
+    /// rival it met was erased) is the decision after all, and closes the
+    /// hold; after an explicit `committed`, a yield is stray.
+    #[test]
+    fn a_yield_undoes_a_claim_read_as_its_own_commit() {
+        let log = vec![rec(2, Event::Claimed, "a", 0)];
+        let v = view(&log);
+        assert_eq!(v.hold(n(2)).unwrap().committed, Some(p(0)));
+        assert_eq!(
+            v.contest(OrderId::new(0, 0)).unwrap().stances[&n(2)].1,
+            Stance::Committed
+        );
+        let log = vec![
+            rec(2, Event::Claimed, "a", 0),
+            rec(2, Event::Yielded, "a", 0),
+        ];
+        let v = view(&log);
+        assert!(v.hold(n(2)).is_none());
+        assert_eq!(
+            v.contest(OrderId::new(0, 0)).unwrap().stances[&n(2)].1,
+            Stance::Yielded
+        );
+        assert_eq!(v.void, 0);
     }
 
     #[test]

@@ -77,9 +77,19 @@ mod tests {
         Decision::Wait { on }
     }
 
+    /// A record of instance `i` about order `0:o`. Its claims are takeover
+    /// claims (of instance 9's hold), which are never their own decision
+    /// (R34), so that these tests see undecided rivals; a first claim that
+    /// met no rival is committed at once (`a_first_claim_is_its_own_commit`).
     fn rec(i: u32, ev: Event, o: i64) -> Record {
         let mut r = Record::of(i, ev, "x", 0).with_order(OrderId::new(0, o));
         r.set_attempt(1);
+        if ev == Event::Claimed {
+            r.set_takeover_of(vec![crate::record::Cite {
+                instance: InstanceNo::new(9),
+                incarnation: "z".into(),
+            }]);
+        }
         if ev == Event::Completed {
             r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
         }
@@ -95,6 +105,21 @@ mod tests {
     }
 
     use Event::*;
+
+    #[test]
+    fn a_first_claim_is_its_own_commit() {
+        let mut v = View::new();
+        let o = OrderId::new(0, 0);
+        let claim = |i: u32| Record::of(i, Claimed, "x", 0).with_order(o);
+        let _ = v.apply(Position::new(0), &claim(2));
+        let _ = v.apply(Position::new(1), &claim(1));
+        let h = v.hold(InstanceNo::new(2)).unwrap();
+        assert_eq!(h.committed, Some(h.claim_pos));
+        assert_eq!(v.hold(InstanceNo::new(1)).unwrap().committed, None);
+        assert!(
+            matches!(decide(&v, InstanceNo::new(1), o), Decision::Yield(r) if r.contains("instance 2 committed"))
+        );
+    }
 
     #[test]
     fn no_rival_commits() {

@@ -276,6 +276,9 @@ pub enum Flaw {
     /// No jeopardy (R53): never ask the guard to freeze the job, so a cut
     /// off or stopped holder's job runs on beside its takeover.
     NoJeopardy,
+    /// A claim read back commits itself (R34) although a rival's claim came
+    /// first: the claimant runs the order without negotiating.
+    FuseDespiteRival,
 }
 
 /// Whether the broken rule `Flaw::$flaw` is on in `$settings`: never
@@ -951,6 +954,25 @@ impl Worker {
                 if let Err(void) = result {
                     return self.own_record_void(void);
                 }
+                // R34: a claim that met no rival is its own commit.
+                let fused = self
+                    .view
+                    .hold(self.me)
+                    .is_some_and(|h| h.order == order && h.committed == Some(h.claim_pos));
+                if fused {
+                    return self.after_decision(order);
+                }
+                if flawed!(self.settings, FuseDespiteRival) {
+                    // The broken rule: run as if the claim were its own
+                    // commit although a rival's claim came first.
+                    let attempt = Attempt::FIRST;
+                    self.phase = Phase::Run { order, attempt };
+                    return vec![Action::Run {
+                        order,
+                        attempt,
+                        retry: false,
+                    }];
+                }
                 self.phase = Phase::Negotiate { order };
                 self.negotiate(order)
             }
@@ -1455,10 +1477,10 @@ mod tests {
         let a = log.feed(&mut w, &mut cur);
         assert_eq!(a, vec![Action::FindOrder]);
         let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
+        assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Claimed));
         log.append(&a);
-        let a = log.feed(&mut w, &mut cur);
-        assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed));
-        log.append(&a);
+        // R34: the claim met no rival, so it is the commit: the order runs
+        // once it is read back.
         let a = log.feed(&mut w, &mut cur);
         assert_eq!(a, run((0, 0), 1, false));
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
@@ -1487,8 +1509,6 @@ mod tests {
         let mut cur = 0;
         log.feed(&mut w, &mut cur);
         let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
-        log.append(&a);
-        let a = log.feed(&mut w, &mut cur);
         log.append(&a);
         assert_eq!(log.feed(&mut w, &mut cur), run((0, 0), 1, false));
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
@@ -1529,18 +1549,17 @@ mod tests {
         })
     }
 
-    /// A worker that has booted, claimed order 0:0 and appended its commit
-    /// (not yet read back), with `cancel_first` appended before the commit.
+    /// A worker that has booted and appended its claim of order 0:0 (not
+    /// yet read back; it met no rival, so it is the commit, R34), with
+    /// `cancel_first` appended before the claim.
     fn committing(log: &mut Log, flaw: Option<Flaw>, cancel_first: bool) -> (Worker, usize) {
         let settings = Settings {
             flaw,
             ..Settings::default()
         };
-        let (mut w, mut cur) = boot_in(log, 1, "i1", settings);
+        let (mut w, cur) = boot_in(log, 1, "i1", settings);
         let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
-        log.append(&a);
-        let a = log.feed(&mut w, &mut cur);
-        assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Committed));
+        assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Claimed));
         if cancel_first {
             log.0
                 .push(Record::cancel(OrderId::new(0, 0), "op", 0, "not wanted"));
@@ -1647,9 +1666,7 @@ mod tests {
                 "{a:?}"
             );
             log.append(&a);
-            let a = log.feed(&mut w, &mut cur);
-            assert!(commits(&a, 1), "{a:?}");
-            log.append(&a);
+            // R34: the claim, unrivalled, is the commit.
             assert_eq!(log.feed(&mut w, &mut cur), run((0, offset), 1, false));
             let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
             // The completion says whether the process exits after it.
@@ -1678,15 +1695,15 @@ mod tests {
                 );
             }
         }
-        // One incarnation, one booted, records numbered 1..=7 in order, each
-        // order claimed, committed and completed once.
+        // One incarnation, one booted, records numbered 1..=5 in order, each
+        // order claimed and completed once (its claim is its commit, R34).
         assert_eq!(
             log.0.iter().filter(|r| r.event() == Event::Booted).count(),
             1
         );
         assert_eq!(
             log.0.iter().map(|r| r.seq).collect::<Vec<_>>(),
-            (1..=7).collect::<Vec<_>>()
+            (1..=5).collect::<Vec<_>>()
         );
         for o in 0..2 {
             let n = |ev| {
@@ -1697,7 +1714,7 @@ mod tests {
             };
             assert_eq!(
                 (n(Event::Claimed), n(Event::Committed), n(Event::Completed)),
-                (1, 1, 1)
+                (1, 0, 1)
             );
         }
     }
@@ -1764,14 +1781,12 @@ mod tests {
         let (mut w1, mut c1) = booted(log, 1, "one", 0);
         let a = w1.handle(Input::Orders(BTreeMap::from([(0, 2)])), 0);
         log.append(&a);
-        let a = log.feed(&mut w1, &mut c1);
-        log.append(&a);
-        // With leases, the guard's deadline (R53) came with the claim read
-        // back (its time plus two thirds of the lease); the commit, made at
-        // the same time, does not move it.
+        // With leases, the guard's deadline (R53) comes with the claim read
+        // back (its time plus two thirds of the lease), before the run: the
+        // claim met no rival, so it is the commit (R34).
         assert!(matches!(
             &log.feed(&mut w1, &mut c1)[..],
-            [Action::Run { .. }]
+            [Action::Guard(666), Action::Run { .. }]
         ));
         assert_eq!(w1.safe_until, 666);
         (w1, c1)
@@ -1979,13 +1994,12 @@ mod tests {
         assert!(commits(&a, 2), "{a:?}");
     }
 
-    /// Runs one worker of a fresh incarnation through claim and commit of
-    /// the next order, then reports `id`; returns what it does next.
+    /// Runs one worker of a fresh incarnation through the claim (its
+    /// commit, R34) of the next order, then reports `id`; returns what it
+    /// does next.
     fn run_with_id(log: &mut Log, me: u32, inc: &str, id: &str, ends: i64) -> Vec<Action> {
         let (mut w, mut cur) = boot_in(log, me, inc, Settings::default());
         let a = w.handle(Input::Orders(BTreeMap::from([(0, ends)])), 0);
-        log.append(&a);
-        let a = log.feed(&mut w, &mut cur);
         log.append(&a);
         assert!(matches!(
             &log.feed(&mut w, &mut cur)[..],
@@ -2127,7 +2141,7 @@ mod tests {
         assert!(log
             .feed(w2, c2)
             .iter()
-            .any(|a| matches!(a, Action::Append(r) if r.event() == Event::Committed)));
+            .any(|a| matches!(a, Action::Run { .. })));
         // Instance 3 had seen 0:0 at 0 (two ahead: until 2000); once 2's
         // claim is read, 1 is passed over and 2 holds: 0:1 is its at once.
         let (w3, c3) = &mut ws[2];

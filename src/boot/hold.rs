@@ -52,13 +52,19 @@ impl View {
         } else {
             contest.heirs.remove(&i);
         }
+        // R34: a first claim that met no rival is its own decision, a
+        // commit at the claim's own position (no `committed` follows it).
+        let fused = !takeover && contest.unrivalled_for(i);
+        if fused {
+            contest.stances.insert(i, (pos, Stance::Committed));
+        }
         raise(&mut self.frontier, order.partition, order.offset + 1);
         let inst = self.instances.entry(i).or_default();
         inst.hold = Some(Hold {
             order,
             claim_pos: pos,
             attempt: (*attempt).max(Attempt::FIRST),
-            committed: None,
+            committed: fused.then_some(pos),
             order_id: order_id.clone(),
             last_ts: rec.ts,
             last_pos: pos,
@@ -168,7 +174,13 @@ impl Instance {
             // The first decision after a claim is the decision; a later
             // `committed` is a new attempt of the same run, a later
             // `yielded` nothing.
-            (Event::Committed, Some(_)) => {
+            (Event::Committed, Some(c)) => {
+                // After a claim that was its own decision (R34), the first
+                // `committed` marks the hold as decided by a record of its
+                // own (a yield no longer undoes it, below).
+                if c == hold.claim_pos {
+                    hold.committed = Some(pos);
+                }
                 hold.attempt = hold.attempt.max(rec.attempt());
                 return Ok(None);
             }
@@ -177,7 +189,17 @@ impl Instance {
                 hold.attempt = hold.attempt.max(rec.attempt());
                 Stance::Committed
             }
+            // R11: the writer's own yield after a claim read as its own
+            // decision (R34) is the decision after all. A live writer never
+            // writes it (its claim met no rival, so it runs the order); a
+            // replay of a compacted log does meet it, where the rival
+            // before the claim was erased (R42) and the writer, having
+            // met that rival, yielded.
             (Event::Yielded, None) => {
+                self.hold = None;
+                Stance::Yielded
+            }
+            (Event::Yielded, Some(c)) if c == hold.claim_pos => {
                 self.hold = None;
                 Stance::Yielded
             }

@@ -1072,7 +1072,7 @@ fn audit_catches_the_logs_of_the_broken_rules() {
     }
     for flaw in [
         Flaw::DecideWithoutReading,
-        Flaw::IgnoreHigherRivals,
+        Flaw::FuseDespiteRival,
         Flaw::SkipAnOrder,
     ] {
         let cfg = Config {

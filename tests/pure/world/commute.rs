@@ -70,6 +70,17 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
     if a.order_id().is_some() && a.order_id() == b.order_id() {
         return true;
     }
+    // R34: whether a first claim is its own commit depends on the rivals'
+    // stances when it lands: on another claim of the order (undecided
+    // then), and on another's yield of it (the rival is out then).
+    let fuses = |c: &Record, x: &Record| {
+        c.event() == Event::Claimed
+            && c.takeover_of().is_empty()
+            && matches!(x.event(), Event::Claimed | Event::Yielded)
+    };
+    if a.order().is_some() && a.order() == b.order() && (fuses(a, b) || fuses(b, a)) {
+        return true;
+    }
     if a.order().is_some()
         && a.order() == b.order()
         && !(plain(a) && plain(b))

@@ -1639,7 +1639,20 @@ impl World {
                 format!("#{pos}: a record about order {o}, which does not exist"),
             );
         }
+        // R34: a claim that met no rival is its writer's commit (the
+        // referee, which has read it, says so).
+        let fused = r.event() == Event::Claimed
+            && self
+                .referee
+                .hold(r.instance)
+                .is_some_and(|h| h.order == o && h.committed == Some(Position::new(pos as u64)));
         let og = &mut self.orders[o.offset as usize];
+        if fused {
+            og.first_commit.get_or_insert(pos);
+            if !og.committed_by.contains(&r.instance.get()) {
+                og.committed_by.push(r.instance.get());
+            }
+        }
         match r.event() {
             Event::Claimed => {
                 if !og.claimed {
