@@ -890,6 +890,36 @@ fn defer_forever_is_caught_by_the_simulation() {
     panic!("300 seeds with DeferForever and instances gone while idle, and no violation: the check does not bite");
 }
 
+/// R34's broken variant (`Flaw::FuseDespiteRival`: a claimant runs on
+/// reading its claim back although a rival's claim came first) is caught
+/// by the simulation as two runs of one order, and the same seed holds
+/// without it.
+#[test]
+fn fusing_despite_a_rival_is_caught_by_the_simulation() {
+    let cfg = Config {
+        flaw: Some(pool_worker_core::worker::Flaw::FuseDespiteRival),
+        orders: 100,
+        compaction: false,
+        ..config()
+    };
+    for seed in 0..300 {
+        if let Some(f) = run(seed, &cfg).failure {
+            assert!(f.contains("run by two"), "seed {seed}: {f}");
+            let fixed = Config {
+                flaw: None,
+                ..cfg.clone()
+            };
+            assert!(
+                run(seed, &fixed).failure.is_none(),
+                "seed {seed} fails without the flaw too"
+            );
+            println!("caught at seed {seed}");
+            return;
+        }
+    }
+    panic!("300 seeds with FuseDespiteRival and no violation: the check does not bite");
+}
+
 /// `pool_worker cancel` (docs/protocol.md R51, R52): up to
 /// 20 cancels per seed (half of them of an order whose job runs then, the
 /// others of random orders), at random moments, without and
@@ -1072,7 +1102,10 @@ fn audit_catches_the_logs_of_the_broken_rules() {
     }
     for flaw in [
         Flaw::DecideWithoutReading,
-        Flaw::FuseDespiteRival,
+        // Not Flaw::FuseDespiteRival: the referee stops the run when the
+        // second job starts, when the log holds only its writer's
+        // undecided claim; the evidence an audit reads (its completion on
+        // that claim, CompletedWithoutCommit) would come later.
         Flaw::SkipAnOrder,
     ] {
         let cfg = Config {
