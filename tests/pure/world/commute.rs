@@ -20,7 +20,9 @@ use std::hash::{Hash, Hasher};
 /// (fences, duplicates, holds; a revocation also its writer's), of the same
 /// order (its contest: but two holders' claims and decisions each touch only
 /// their own stance, see [`plain`], and so does a decision against another's
-/// completion, see [`stance`]), with the same order id, or a claim and
+/// completion, see [`stance`]; except that which of two claims lands first,
+/// and whether a rival's yield lands before a claim, decides whether that
+/// claim is its own commit, R34), with the same order id, or a claim and
 /// a record whose frontier passes the claim's order (the claim's lateness);
 /// a checkpoint carries the whole view. Records that are related in none of
 /// these ways *commute*: a view that reads them in either order is the
