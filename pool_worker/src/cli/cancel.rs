@@ -95,7 +95,7 @@ pub(crate) fn find(
 
 /// What [`cancel`] did.
 #[derive(Debug, PartialEq)]
-pub(crate) enum Cancelled {
+pub(crate) enum CancelOutcome {
     /// Nothing written: the order does not exist (why).
     NoSuchOrder(String),
     /// Nothing written: the order is already completed (its status, its
@@ -114,12 +114,12 @@ pub(crate) async fn cancel(
     src: &Source,
     order: OrderId,
     reason: &str,
-) -> anyhow::Result<(Cancelled, i64)> {
+) -> anyhow::Result<(CancelOutcome, i64)> {
     // A bad CLAIMS_KEY is refused before anything is read or sent.
     let gate = src.gate()?;
     let s = src.clone();
     if let Err(why) = blocking(move || s.find_order(&s.consumer()?, order)).await? {
-        return Ok((Cancelled::NoSuchOrder(why), 0));
+        return Ok((CancelOutcome::NoSuchOrder(why), 0));
     }
     // Completions are looked for from the claims topic's end as it is now,
     // before the replay: none can be missed between the two.
@@ -128,9 +128,9 @@ pub(crate) async fn cancel(
     let s = src.clone();
     let records = blocking(move || crate::kafka::tools::read_all(&s)).await?;
     let done = match find(&records, order) {
-        Found::Completed(status, pos) => Cancelled::AlreadyCompleted(status, pos),
-        Found::Cancelled(pos) => Cancelled::AlreadyCancelled(pos),
-        Found::Open => Cancelled::Recorded(write_cancel(src, &gate, order, reason).await?),
+        Found::Completed(status, pos) => CancelOutcome::AlreadyCompleted(status, pos),
+        Found::Cancelled(pos) => CancelOutcome::AlreadyCancelled(pos),
+        Found::Open => CancelOutcome::Recorded(write_cancel(src, &gate, order, reason).await?),
     };
     Ok((done, from))
 }
@@ -139,19 +139,19 @@ pub(crate) async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
     let order = args.order;
     let (done, from) = cancel(&args.source, order, &args.reason).await?;
     let at = match done {
-        Cancelled::NoSuchOrder(why) => {
+        CancelOutcome::NoSuchOrder(why) => {
             eprintln!("pool_worker cancel: {why}; nothing written");
             return Ok(Exit::Failure);
         }
-        Cancelled::AlreadyCompleted(status, pos) => {
+        CancelOutcome::AlreadyCompleted(status, pos) => {
             println!("order {order} is already completed ({status}, claims #{pos}): left as it is");
             return Ok(Exit::Ok);
         }
-        Cancelled::AlreadyCancelled(pos) => {
+        CancelOutcome::AlreadyCancelled(pos) => {
             println!("order {order} was already cancelled (claims #{pos}); nothing written");
             pos
         }
-        Cancelled::Recorded(pos) => {
+        CancelOutcome::Recorded(pos) => {
             println!("order {order}: cancel recorded (claims #{pos})");
             pos
         }

@@ -42,14 +42,7 @@ use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Read-only unless a token is set (SERVE_TOKEN, or SERVE_TOKEN_FILE: a file
-/// holding it that only its owner may read, `chmod 600`; one of them, at
-/// least 32 bytes, e.g. `openssl rand -base64 32`). Then a person who logs
-/// in on the page by pasting the token can submit orders, and cancel or
-/// retry one from its page, as `submit`, `cancel` and `retry` do; every
-/// action is logged with its session. `serve` speaks plain HTTP: off
-/// loopback, put it behind a proxy that ends TLS (the session cookie is then
-/// marked Secure).
+// Its --help: the doc of `Command::Serve` (pool_worker/src/cli.rs).
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct ServeArgs {
     /// Address to listen on (port 0: any free port). The bound address is

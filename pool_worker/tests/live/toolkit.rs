@@ -2714,7 +2714,8 @@ fn serve_acts_only_behind_its_token() {
     let cancel_url = format!("{base}/action/cancel");
     let order = pos(waiting);
     let evil = "http://evil.example";
-    let forged: Vec<(&str, Vec<(&str, &str)>, Vec<(&str, &str)>)> = vec![
+    type Pairs<'a> = Vec<(&'a str, &'a str)>;
+    let forged: Vec<(&str, Pairs, Pairs)> = vec![
         (
             "no CSRF token",
             vec![("cookie", cookie.as_str())],

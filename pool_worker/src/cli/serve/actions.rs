@@ -18,7 +18,7 @@
 use super::auth::{self, Auth, Flash, Session, FLASH_COOKIE, SESSION_COOKIE};
 use super::html::{esc, layout};
 use super::App;
-use crate::cli::cancel::Cancelled;
+use crate::cli::cancel::CancelOutcome;
 use crate::record::OrderId;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
@@ -261,6 +261,9 @@ fn fields(h: &HeaderMap, body: &Bytes) -> HashMap<String, String> {
     out
 }
 
+/// A form's fields by name.
+type Fields = HashMap<String, String>;
+
 /// A POST's checks before anything is done: where it comes from, its
 /// session, its CSRF token. The token, the session and the form's fields;
 /// or the 403 (404 without a token: no such route then, but kept safe).
@@ -270,13 +273,13 @@ fn guard(
     path: &str,
     h: &HeaderMap,
     body: &Bytes,
-) -> Result<(Arc<Auth>, Session, HashMap<String, String>), Response> {
+) -> Result<(Arc<Auth>, Session, Fields), Box<Response>> {
     let Some(a) = app.auth.clone() else {
-        return Err(StatusCode::NOT_FOUND.into_response());
+        return Err(Box::new(StatusCode::NOT_FOUND.into_response()));
     };
-    auth::same_origin(h).map_err(|why| refused(peer, path, &why))?;
+    auth::same_origin(h).map_err(|why| Box::new(refused(peer, path, &why)))?;
     let Some(s) = auth::cookie(h, SESSION_COOKIE).and_then(|c| a.session(c, now())) else {
-        return Err(refused(peer, path, "no live session cookie"));
+        return Err(Box::new(refused(peer, path, "no live session cookie")));
     };
     let f = fields(h, body);
     let given = f.get("csrf").map(String::as_str).unwrap_or_default();
@@ -286,7 +289,7 @@ fn guard(
             if given.is_empty() { "no" } else { "a wrong" },
             s.id()
         );
-        return Err(refused(peer, path, &why));
+        return Err(Box::new(refused(peer, path, &why)));
     }
     Ok((a, s, f))
 }
@@ -368,7 +371,7 @@ async fn logout(
 ) -> Response {
     let (a, s, _) = match guard(&app, peer, "/logout", &h, &body) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     tracing::info!(session = %s.id(), %peer, "serve: logged out");
     let mut r = redirect(
@@ -406,7 +409,7 @@ async fn submit(
 ) -> Response {
     let (a, s, f) = match guard(&app, peer, "/action/submit", &h, &body) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let csrf = a.csrf(&s);
     let text = f.get("order").map(String::as_str).unwrap_or_default();
@@ -443,14 +446,14 @@ async fn submit(
 }
 
 /// The order a cancel or retry names; or the 400 that says why not.
-fn order_field(f: &HashMap<String, String>) -> Result<OrderId, Response> {
+fn order_field(f: &Fields) -> Result<OrderId, Box<Response>> {
     let given = f.get("order").map(String::as_str).unwrap_or_default();
-    given.trim().parse().map_err(|e| {
-        message_page(
+    given.trim().parse().map_err(|e: String| {
+        Box::new(message_page(
             StatusCode::BAD_REQUEST,
             "bad order",
-            &format!("<p class=\"err\" id=\"flash\">{}; nothing done</p><p><a href=\"/\">back to the pool</a></p>", esc(&format!("{e}"))),
-        )
+            &format!("<p class=\"err\" id=\"flash\">{}; nothing done</p><p><a href=\"/\">back to the pool</a></p>", esc(&e)),
+        ))
     })
 }
 
@@ -489,11 +492,11 @@ async fn cancel(
 ) -> Response {
     let (a, s, f) = match guard(&app, peer, "/action/cancel", &h, &body) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let order = match order_field(&f) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if f.get("confirm").map(String::as_str) != Some("yes") {
         let q = format!(
@@ -509,10 +512,10 @@ async fn cancel(
         ),
     };
     let (ok, text) = match crate::cli::cancel::cancel(&app.src, order, &reason).await {
-        Ok((Cancelled::Recorded(pos), _)) => (true, format!("order {order}: cancel recorded (claims #{pos}); it ends `cancelled` when an instance reaches it")),
-        Ok((Cancelled::AlreadyCancelled(pos), _)) => (true, format!("order {order} was already cancelled (claims #{pos}); nothing written")),
-        Ok((Cancelled::AlreadyCompleted(status, pos), _)) => (false, format!("order {order} is already completed ({status}, claims #{pos}): left as it is")),
-        Ok((Cancelled::NoSuchOrder(why), _)) => (false, format!("{why}; nothing written")),
+        Ok((CancelOutcome::Recorded(pos), _)) => (true, format!("order {order}: cancel recorded (claims #{pos}); it ends `cancelled` when an instance reaches it")),
+        Ok((CancelOutcome::AlreadyCancelled(pos), _)) => (true, format!("order {order} was already cancelled (claims #{pos}); nothing written")),
+        Ok((CancelOutcome::AlreadyCompleted(status, pos), _)) => (false, format!("order {order} is already completed ({status}, claims #{pos}): left as it is")),
+        Ok((CancelOutcome::NoSuchOrder(why), _)) => (false, format!("{why}; nothing written")),
         Err(e) => (false, format!("cannot cancel order {order}: {e:#}")),
     };
     let flash = done(&s, peer, "cancel", &order.to_string(), ok, text);
@@ -527,11 +530,11 @@ async fn retry(
 ) -> Response {
     let (a, s, f) = match guard(&app, peer, "/action/retry", &h, &body) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let order = match order_field(&f) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if f.get("confirm").map(String::as_str) != Some("yes") {
         let q = format!("Send order {order} again, as a new order that names it?");
