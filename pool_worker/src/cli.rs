@@ -54,7 +54,17 @@ enum Command {
     Cancel(cancel::CancelArgs),
     /// Replay the claims topic from its beginning and check every invariant the model checks (exit 1 with the offending records if one breaks).
     Audit(audit::AuditArgs),
-    /// A live web page of the pool, Prometheus /metrics, /healthz and /readyz (read-only; prints the bound address first).
+    /// A live web page of the pool, Prometheus /metrics, /healthz and /readyz (prints the bound address first); read-only unless SERVE_TOKEN or SERVE_TOKEN_FILE is set.
+    ///
+    /// Read-only unless a token is set: SERVE_TOKEN (the token), or
+    /// SERVE_TOKEN_FILE (a file holding it that only its owner may read:
+    /// `chmod 600`); one of them, at least 32 bytes (`openssl rand -base64
+    /// 32`). Then a person who logs in on the page by pasting the token can
+    /// submit orders, and cancel or retry one from its page, as `submit`,
+    /// `cancel` and `retry` do; every action is logged with its session.
+    /// serve speaks plain HTTP: off loopback, put it behind a proxy that ends
+    /// TLS (the session cookie is then marked Secure). See docs/deploy.md,
+    /// "Acting from the page".
     Serve(serve::ServeArgs),
     /// Internal: a running job's guard, started by the worker (pool_worker/src/guard.rs).
     #[command(hide = true)]

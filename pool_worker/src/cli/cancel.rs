@@ -93,14 +93,33 @@ pub(crate) fn find(
     }
 }
 
-pub(crate) async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
-    let (order, src) = (args.order, args.source.clone());
+/// What [`cancel`] did.
+#[derive(Debug, PartialEq)]
+pub(crate) enum CancelOutcome {
+    /// Nothing written: the order does not exist (why).
+    NoSuchOrder(String),
+    /// Nothing written: the order is already completed (its status, its
+    /// completion's position).
+    AlreadyCompleted(crate::record::Status, u64),
+    /// Nothing written again: a cancel of it is at this position.
+    AlreadyCancelled(u64),
+    /// The cancel was written at this position.
+    Recorded(u64),
+}
+
+/// Cancels `order` (see the module doc): what was done, and the claims
+/// topic's end before the replay (its completion is looked for from
+/// there). `cancel` and `serve`'s cancel button.
+pub(crate) async fn cancel(
+    src: &Source,
+    order: OrderId,
+    reason: &str,
+) -> anyhow::Result<(CancelOutcome, i64)> {
     // A bad CLAIMS_KEY is refused before anything is read or sent.
     let gate = src.gate()?;
     let s = src.clone();
     if let Err(why) = blocking(move || s.find_order(&s.consumer()?, order)).await? {
-        eprintln!("pool_worker cancel: {why}; nothing written");
-        return Ok(Exit::Failure);
+        return Ok((CancelOutcome::NoSuchOrder(why), 0));
     }
     // Completions are looked for from the claims topic's end as it is now,
     // before the replay: none can be missed between the two.
@@ -108,16 +127,34 @@ pub(crate) async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
     let from = blocking(move || s.claims_end()).await?;
     let s = src.clone();
     let records = blocking(move || crate::kafka::tools::read_all(&s)).await?;
-    let at = match find(&records, order) {
-        Found::Completed(status, pos) => {
+    let done = match find(&records, order) {
+        Found::Completed(status, pos) => CancelOutcome::AlreadyCompleted(status, pos),
+        Found::Cancelled(pos) => CancelOutcome::AlreadyCancelled(pos),
+        Found::Open => CancelOutcome::Recorded(write_cancel(src, &gate, order, reason).await?),
+    };
+    Ok((done, from))
+}
+
+pub(crate) async fn run(args: CancelArgs) -> anyhow::Result<Exit> {
+    let order = args.order;
+    let (done, from) = cancel(&args.source, order, &args.reason).await?;
+    let at = match done {
+        CancelOutcome::NoSuchOrder(why) => {
+            eprintln!("pool_worker cancel: {why}; nothing written");
+            return Ok(Exit::Failure);
+        }
+        CancelOutcome::AlreadyCompleted(status, pos) => {
             println!("order {order} is already completed ({status}, claims #{pos}): left as it is");
             return Ok(Exit::Ok);
         }
-        Found::Cancelled(pos) => {
+        CancelOutcome::AlreadyCancelled(pos) => {
             println!("order {order} was already cancelled (claims #{pos}); nothing written");
             pos
         }
-        Found::Open => write_cancel(&src, &gate, order, &args.reason).await?,
+        CancelOutcome::Recorded(pos) => {
+            println!("order {order}: cancel recorded (claims #{pos})");
+            pos
+        }
     };
     follow(&args, from, at).await
 }
@@ -142,7 +179,6 @@ async fn write_cancel(
     let offset = src
         .send_to_claims("the cancel", &key, &value, sig.as_deref())
         .await?;
-    println!("order {order}: cancel recorded (claims #{offset})");
     Ok(offset.max(0) as u64)
 }
 

@@ -53,21 +53,32 @@ pub(crate) struct RetryArgs {
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) async fn run(args: RetryArgs) -> anyhow::Result<Exit> {
-    let (src, order) = (args.source.clone(), args.order);
-    let (payload, header) = blocking(move || read_order(&src, order)).await?;
-    let src = args.source.clone();
-    if let Some(why) = blocking(move || where_is(&src, order)).await? {
-        eprintln!("pool_worker retry: order {order} {why}; nothing sent");
-        return Ok(Exit::Failure);
-    }
-    let payload = match retry_payload(payload.as_deref(), order, header.as_deref()) {
-        Ok(p) => p,
+    let order = args.order;
+    match prepare(&args.source, order).await? {
+        Ok(payload) => crate::cli::submit::send(&args.source, payload, &args.wait).await,
         Err(why) => {
-            eprintln!("pool_worker retry: order {order} cannot be sent again: {why}");
-            return Ok(Exit::Failure);
+            eprintln!("pool_worker retry: order {order} {why}");
+            Ok(Exit::Failure)
         }
-    };
-    crate::cli::submit::send(&args.source, payload, &args.wait).await
+    }
+}
+
+/// The payload of the retry of `order`, read from the orders topic, or
+/// why it must not be sent again now (it waits, it is held, it is not a
+/// valid order; the words follow "order P:O"). `retry` and `serve`'s retry
+/// button; [`crate::cli::submit::check_and_send`] sends it.
+pub(crate) async fn prepare(
+    src: &Source,
+    order: OrderId,
+) -> anyhow::Result<Result<Vec<u8>, String>> {
+    let s = src.clone();
+    let (payload, header) = blocking(move || read_order(&s, order)).await?;
+    let s = src.clone();
+    if let Some(why) = blocking(move || where_is(&s, order)).await? {
+        return Ok(Err(format!("{why}; nothing sent")));
+    }
+    Ok(retry_payload(payload.as_deref(), order, header.as_deref())
+        .map_err(|why| format!("cannot be sent again: {why}")))
 }
 
 /// Why `order` must not be sent again now, from the claims topic: it waits

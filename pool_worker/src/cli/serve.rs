@@ -21,6 +21,8 @@
 //! HTML-escaped) before it is written into a page. The page's script only
 //! fetches server-made HTML: it builds nothing from data.
 
+mod actions;
+mod auth;
 mod board;
 mod html;
 
@@ -30,7 +32,7 @@ use crate::kafka::tools::{Source, ToolClient};
 use crate::record::OrderId;
 use anyhow::Context;
 use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -40,6 +42,7 @@ use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+// Its --help: the doc of `Command::Serve` (pool_worker/src/cli.rs).
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct ServeArgs {
     /// Address to listen on (port 0: any free port). The bound address is
@@ -57,6 +60,12 @@ pub(crate) struct ServeArgs {
 pub(crate) struct ServeEnv {
     #[serde(deserialize_with = "crate::env::parse::text")]
     pub(crate) serve_listen: Option<String>,
+    /// The token that lets a person act from the page (auth.rs). A secret:
+    /// never in a Debug or an error.
+    pub(crate) serve_token: Option<String>,
+    /// A file holding it (not both).
+    #[serde(deserialize_with = "crate::env::parse::text")]
+    pub(crate) serve_token_file: Option<String>,
 }
 
 /// How often the orders topic's offsets are read.
@@ -169,12 +178,18 @@ fn read_message(
 struct App {
     board: Arc<Mutex<Board>>,
     src: Source,
+    /// The token, when one is set: the page can act (actions.rs).
+    auth: Option<Arc<auth::Auth>>,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::process_exit::Exit> {
     // Configuration errors (a bad key, a rejected property) before listening.
     args.source.gate()?;
     args.source.client_config()?;
+    let env: ServeEnv = crate::env::read_env()?;
+    let auth =
+        auth::Auth::from_sources(env.serve_token.as_deref(), env.serve_token_file.as_deref())?
+            .map(Arc::new);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -186,16 +201,22 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::process_exit::
         let _ = out.flush();
     }
     tracing::info!("serve: http://{addr}/ (metrics: /metrics, health: /healthz, /readyz)");
+    match &auth {
+        Some(_) => tracing::info!("serve: a token is set: who logs in with it can submit, cancel and retry orders from the page"),
+        None => tracing::info!("serve: no SERVE_TOKEN nor SERVE_TOKEN_FILE: the page is read-only"),
+    }
     let board = Arc::new(Mutex::new(Board::new()));
     let (src, b) = (args.source.clone(), board.clone());
     std::thread::Builder::new()
         .name("claims-tail".into())
         .spawn(move || tail(src, b))?;
+    let with_actions = auth.is_some();
     let app = App {
         board,
         src: args.source,
+        auth,
     };
-    let router = Router::new()
+    let mut router = Router::new()
         .route("/", get(page))
         .route("/live", get(live))
         .route("/api/state", get(state))
@@ -215,18 +236,59 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::process_exit::
                     SCRIPT,
                 )
             }),
-        )
+        );
+    // Without a token, no route acts: a POST anywhere is 404 or 405.
+    if with_actions {
+        router = router.merge(actions::routes()).route(
+            "/actions.js",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+                    ACTIONS_SCRIPT,
+                )
+            }),
+        );
+    }
+    let router = router
+        .layer(axum::middleware::map_response(security_headers))
         .with_state(app);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
     Ok(crate::process_exit::Exit::Ok)
 }
 
 const STYLE: &str = include_str!("serve/style.css");
 const SCRIPT: &str = include_str!("serve/live.js");
+const ACTIONS_SCRIPT: &str = include_str!("serve/actions.js");
+
+/// On every answer: no framing (a page with buttons must not be clickable
+/// through another site's frame), nothing but this server's own scripts,
+/// styles and forms.
+async fn security_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+        ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    r
+}
 
 async fn metrics(State(app): State<App>) -> Response {
     let text = lock(&app.board).metrics_text(crate::clock::wall_ms());
@@ -296,21 +358,25 @@ async fn state(State(app): State<App>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
 }
 
-async fn page(State(app): State<App>) -> Html<String> {
+async fn page(State(app): State<App>, h: HeaderMap) -> Response {
+    let (viewer, flash) = actions::viewer(&app, &h);
+    let (head, controls) = actions::main_controls(&viewer);
     let body = {
         let b = lock(&app.board);
         render_live(&b, crate::clock::wall_ms())
     };
-    Html(layout(
+    let html = layout(
         "pool_worker",
         &format!(
-            "<header><h1>pool_worker</h1><span class=\"src\">{} · orders <b>{}</b> · claims <b>{}</b></span></header>\
-             <main id=\"live\">{body}</main><script src=\"/live.js\"></script>",
+            "<header><h1>pool_worker</h1><span class=\"src\">{} · orders <b>{}</b> · claims <b>{}</b></span>{head}</header>\
+             {}{controls}<main id=\"live\">{body}</main><script src=\"/live.js\"></script>",
             esc(&app.src.brokers),
             esc(&app.src.orders_topic),
-            esc(&app.src.coordination_topic)
+            esc(&app.src.coordination_topic),
+            actions::flash_html(flash.as_ref()),
         ),
-    ))
+    );
+    actions::page_response(&viewer, flash.is_some(), html)
 }
 
 async fn live(State(app): State<App>) -> Html<String> {
@@ -318,7 +384,7 @@ async fn live(State(app): State<App>) -> Html<String> {
     Html(render_live(&b, crate::clock::wall_ms()))
 }
 
-async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response {
+async fn order_page(State(app): State<App>, Path(id): Path<String>, h: HeaderMap) -> Response {
     let order: OrderId = match id.parse() {
         Ok(o) => o,
         Err(e) => {
@@ -398,20 +464,29 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response 
     } else {
         StatusCode::OK
     };
-    (
-        code,
-        Html(layout(
-            &format!("order {order}"),
-            &render_order(
-                order,
-                &story,
-                text.as_ref().map(|t| t.1.as_slice()),
-                note.as_deref(),
-                now,
-            ),
-        )),
-    )
-        .into_response()
+    let (viewer, flash) = actions::viewer(&app, &h);
+    let completed = story
+        .iter()
+        .any(|(_, r)| r.event() == crate::record::Event::Completed);
+    let controls = format!(
+        "{}{}",
+        actions::flash_html(flash.as_ref()),
+        actions::order_controls(&viewer, order, completed)
+    );
+    let html = layout(
+        &format!("order {order}"),
+        &render_order(
+            order,
+            &story,
+            text.as_ref().map(|t| t.1.as_slice()),
+            note.as_deref(),
+            now,
+            &controls,
+        ),
+    );
+    let mut r = actions::page_response(&viewer, flash.is_some(), html);
+    *r.status_mut() = code;
+    r
 }
 
 #[cfg(test)]
@@ -529,7 +604,7 @@ mod tests {
         // Order 0:1 was claimed (the frontier is 8), nothing of it survives.
         let gone = OrderId::new(0, 1);
         let note = crate::cli::status::compaction_note(gone, &[], &b.view, &b.erased);
-        let page = render_order(gone, &[], None, note.as_deref(), 10_000);
+        let page = render_order(gone, &[], None, note.as_deref(), 10_000, "");
         assert!(
             page.contains("id=\"order-status\">erased<")
                 && page.contains("no record about order 0:1 survives"),
@@ -549,7 +624,7 @@ mod tests {
         let live = render_live(&b, 10_000);
         let story: Vec<(u64, Record)> = b.story(o).unwrap().to_vec();
         assert_eq!(story.len(), 3, "claim, commit, completion");
-        let order = render_order(o, &story, Some(EVIL.as_bytes()), None, 10_000);
+        let order = render_order(o, &story, Some(EVIL.as_bytes()), None, 10_000, "");
         for page in [&live, &order] {
             assert!(
                 !page.contains("<script")

@@ -85,17 +85,13 @@ pub(crate) async fn run(args: SubmitArgs) -> anyhow::Result<Exit> {
 /// (`submit`, `retry`). Returns the exit status: with `--wait`, the job's
 /// own ([`Exit::Job`]; or [`Exit::WaitTimedOut`]).
 pub(crate) async fn send(src: &Source, payload: Vec<u8>, wait: &WaitArgs) -> anyhow::Result<Exit> {
-    if let Err(e) = crate::orders::parse(Some(&payload)) {
-        eprintln!("pool_worker submit: not a valid order: {e}");
-        return Ok(Exit::Config);
-    }
-    // A bad CLAIMS_KEY is refused before anything is sent.
-    src.gate()?;
-    // Start reading the claims topic at its current end *before* sending, so
-    // that no completion can be missed.
-    let s = src.clone();
-    let claims_from = blocking(move || s.claims_end()).await?;
-    let order = src.send_order(&payload).await?;
+    let (order, claims_from) = match check_and_send(src, &payload).await? {
+        Ok(sent) => sent,
+        Err(e) => {
+            eprintln!("pool_worker submit: {e}");
+            return Ok(Exit::Config);
+        }
+    };
     if src.json {
         println!(
             "{}",
@@ -121,6 +117,28 @@ pub(crate) async fn send(src: &Source, payload: Vec<u8>, wait: &WaitArgs) -> any
         Some(c) => Exit::Job(c.clamp(0, 255) as u8),
         None => Exit::Failure,
     })
+}
+
+/// Checks `payload` with the workers' own parser and sends it to the
+/// orders topic: the order (its position) and the claims topic's end just
+/// before it was sent (its completion is looked for from there), or why it
+/// is not a valid order (nothing sent). `submit`, `retry` and `serve`'s
+/// submit and retry buttons.
+pub(crate) async fn check_and_send(
+    src: &Source,
+    payload: &[u8],
+) -> anyhow::Result<Result<(OrderId, i64), String>> {
+    if let Err(e) = crate::orders::parse(Some(payload)) {
+        return Ok(Err(format!("not a valid order: {e}")));
+    }
+    // A bad CLAIMS_KEY is refused before anything is sent.
+    src.gate()?;
+    // Start reading the claims topic at its current end *before* sending, so
+    // that no completion can be missed.
+    let s = src.clone();
+    let claims_from = blocking(move || s.claims_end()).await?;
+    let order = src.send_order(payload).await?;
+    Ok(Ok((order, claims_from)))
 }
 
 /// Waits at most `timeout` for `order`'s completion (see

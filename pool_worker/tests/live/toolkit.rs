@@ -2266,6 +2266,662 @@ fn serve_shows_the_pool_in_a_browser_and_in_metrics() {
     drop(sup);
 }
 
+// ------------------------------------ 10b. the page that acts (issue 36, 5)
+
+/// Headless Chromium driven through the DevTools protocol on a pipe
+/// (`--remote-debugging-pipe`: it reads commands on its fd 3 and writes
+/// answers and events on its fd 4, each a JSON text ended by a NUL byte),
+/// for a test that uses a page as a person does: types into its forms,
+/// clicks its buttons, answers its `confirm()` dialogs (each accepted; the
+/// questions are kept in `dialogs`).
+struct Browser {
+    child: std::process::Child,
+    to: std::process::ChildStdin,
+    from: std::sync::mpsc::Receiver<serde_json::Value>,
+    next: u64,
+    session: String,
+    dialogs: Vec<String>,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let profile = tempfile::tempdir().unwrap();
+        // The shell gives chromium our pipes as its fds 3 and 4.
+        let spawned = std::process::Command::new("sh")
+            .args(["-c", "exec \"$@\" 3<&0 4>&1 0</dev/null 1>/dev/null", "sh"])
+            .args([
+                "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--remote-debugging-pipe",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn();
+        let mut child = spawned.unwrap_or_else(|e| panic!("cannot start sh: {e}"));
+        let (to, out) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
+        let (tx, from) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = std::io::BufReader::new(out);
+            loop {
+                let mut buf = Vec::new();
+                match std::io::BufRead::read_until(&mut r, 0, &mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        if buf.last() == Some(&0) {
+                            buf.pop();
+                        }
+                        if let Ok(v) = serde_json::from_slice(&buf) {
+                            if tx.send(v).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        let mut b = Browser {
+            child,
+            to,
+            from,
+            next: 0,
+            session: String::new(),
+            dialogs: Vec::new(),
+            _profile: profile,
+        };
+        let target = b
+            .call(
+                "Target.createTarget",
+                serde_json::json!({"url": "about:blank"}),
+            )
+            .unwrap_or_else(|e| {
+                panic!("{e} (this test needs Chromium: Debian: apt-get install chromium)")
+            });
+        let attached = b
+            .call(
+                "Target.attachToTarget",
+                serde_json::json!({"targetId": target["targetId"], "flatten": true}),
+            )
+            .unwrap();
+        b.session = attached["sessionId"].as_str().unwrap().to_string();
+        b.call("Page.enable", serde_json::json!({})).unwrap();
+        b
+    }
+
+    fn send(&mut self, msg: &serde_json::Value) {
+        let mut bytes = msg.to_string().into_bytes();
+        bytes.push(0);
+        self.to
+            .write_all(&bytes)
+            .and_then(|_| self.to.flush())
+            .unwrap_or_else(|e| panic!("chromium's pipe: {e}"));
+    }
+
+    /// One command (on the page, once attached); its result. Dialogs that
+    /// open meanwhile are accepted.
+    fn call(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
+        self.next += 1;
+        let id = self.next;
+        let mut msg = serde_json::json!({"id": id, "method": method, "params": params});
+        if !self.session.is_empty() {
+            msg["sessionId"] = self.session.clone().into();
+        }
+        self.send(&msg);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let m = self
+                .from
+                .recv_timeout(left)
+                .map_err(|e| format!("{method}: no answer from chromium ({e})"))?;
+            if m["id"] == id {
+                return match m.get("error") {
+                    Some(e) => Err(format!("{method}: {e}")),
+                    None => Ok(m["result"].clone()),
+                };
+            }
+            if m["method"] == "Page.javascriptDialogOpening" {
+                let ask = m["params"]["message"].as_str().unwrap_or_default();
+                self.dialogs.push(ask.to_string());
+                self.next += 1;
+                let answer = serde_json::json!({"id": self.next, "method": "Page.handleJavaScriptDialog",
+                    "params": {"accept": true}, "sessionId": m["sessionId"]});
+                self.send(&answer);
+            }
+        }
+    }
+
+    /// `js`'s value on the page; `None` if it threw or the page was
+    /// between two documents.
+    fn eval(&mut self, js: &str) -> Option<serde_json::Value> {
+        let r = self
+            .call(
+                "Runtime.evaluate",
+                serde_json::json!({"expression": js, "returnByValue": true}),
+            )
+            .ok()?;
+        r.get("exceptionDetails")
+            .is_none()
+            .then(|| r["result"]["value"].clone())
+    }
+
+    /// Waits (at most T) until `js` is true on the page.
+    fn until(&mut self, js: &str) -> bool {
+        poll_until(T, Duration::from_millis(100), || {
+            self.eval(js) == Some(serde_json::Value::Bool(true))
+        })
+    }
+
+    fn goto(&mut self, url: &str) {
+        self.call("Page.navigate", serde_json::json!({"url": url}))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// The text of the element `id`, "" when there is none.
+    fn text(&mut self, id: &str) -> String {
+        let js = format!("(document.getElementById({id:?}) || {{}}).textContent || ''");
+        self.eval(&js)
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    fn dom(&mut self) -> String {
+        self.text_of("document.documentElement.outerHTML")
+    }
+
+    fn text_of(&mut self, js: &str) -> String {
+        self.eval(js)
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of a form's hidden `csrf` field in a page.
+fn csrf_of(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .unwrap_or_else(|| panic!("no CSRF field in {page}"));
+    let rest = &page[at + "name=\"csrf\" value=\"".len()..];
+    rest[..rest.find('"').unwrap()].to_string()
+}
+
+/// `serve` acts only behind its token (issue 36, 5). Without one: no
+/// form on the page (as Chromium renders it), no action route. With one
+/// (a token file; a group-readable one is refused): in Chromium, a wrong
+/// token is refused, the right one logs in (a session cookie the page's
+/// script cannot read), an order submitted from the page is in the orders
+/// topic, its cancel (after the page's confirm() dialog) is in the claims
+/// topic, and once the pool ran, retrying it from its page sends it again.
+/// Forged requests (no or a wrong CSRF token, another session's, a foreign
+/// Origin, cross-site, no cookie, GET) are 403 and write nothing; a cancel
+/// without `confirm=yes` only asks; bad input is a clear 400 that keeps
+/// what was typed.
+#[test]
+fn serve_acts_only_behind_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker();
+    let bootstrap = broker.bootstrap().to_string();
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    // POST a form: (status, Location, Set-Cookie headers, body).
+    let post = |url: &str, headers: &[(&str, &str)], form: &[(&str, &str)]| {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form)
+            .finish();
+        let mut req = http
+            .post(url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        rt.block_on(async {
+            let r = req
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+            let h = r.headers();
+            let location = h
+                .get("location")
+                .map(|v| v.to_str().unwrap().to_string())
+                .unwrap_or_default();
+            let cookies: Vec<String> = h
+                .get_all("set-cookie")
+                .iter()
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect();
+            (
+                r.status().as_u16(),
+                location,
+                cookies,
+                r.text().await.unwrap_or_default(),
+            )
+        })
+    };
+    let get = |url: &str, cookie: &str| {
+        rt.block_on(async {
+            let r = http
+                .get(url)
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+            (r.status().as_u16(), r.text().await.unwrap_or_default())
+        })
+    };
+    let cancels = || -> Vec<String> {
+        decoded_claims(&bootstrap, &claims)
+            .into_iter()
+            .filter(|(_, r)| r.event() == Event::Cancelled)
+            .map(|(_, r)| r.key())
+            .collect()
+    };
+    let orders_in_topic = || read_topic(&bootstrap, &topic, 0);
+    // An order that waits (no pool yet), for the forged cancels.
+    let waiting = produce_orders(&bootstrap, &topic, &["true"], Some(0))[0];
+    let ready = |served: &Served| {
+        let ok = poll_until(TOOL, Duration::from_millis(100), || {
+            served.get(&rt, "/readyz").0 == 200
+        });
+        assert!(ok, "/readyz never 200: {}", served.logs());
+    };
+
+    // (a) No token: the page only shows; no route acts.
+    {
+        let served = Served::start(&broker.env(), dir.path());
+        ready(&served);
+        for path in ["/".to_string(), format!("/order/{}", pos(waiting))] {
+            let dom = chromium(&["--dump-dom".into(), format!("{}{path}", served.base)]);
+            assert!(dom.contains("pool_worker"), "{dom}");
+            assert!(
+                !dom.contains("<form") && !dom.contains("<button") && !dom.contains("actions.js"),
+                "{path} has forms without a token: {dom}"
+            );
+        }
+        let origin = served.base.clone();
+        for path in [
+            "/action/cancel",
+            "/action/submit",
+            "/action/retry",
+            "/login",
+        ] {
+            let (code, ..) = post(
+                &format!("{}{path}", served.base),
+                &[("origin", origin.as_str())],
+                &[
+                    ("order", pos(waiting).as_str()),
+                    ("confirm", "yes"),
+                    ("token", "x"),
+                ],
+            );
+            assert_eq!(code, 404, "POST {path} without a token");
+        }
+        assert!(cancels().is_empty());
+    }
+
+    // A token file that group can read is refused, at start.
+    const TOKEN: &str = "the-operators-token-0123456789-abcdefghij";
+    let token_file = dir.path().join("serve-token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let mut env = broker.env();
+    env.push(("SERVE_TOKEN_FILE".into(), token_file.display().to_string()));
+    let r = tool(&env, &["serve", "--listen", "127.0.0.1:0"], None, TOOL);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(
+        r.stderr.contains("SERVE_TOKEN_FILE") && r.stderr.contains("chmod 600"),
+        "{r:?}"
+    );
+    assert!(!r.stderr.contains(TOKEN), "{r:?}");
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    // (b) With the token, in a browser.
+    let served = Served::start(&env, dir.path());
+    ready(&served);
+    let base = served.base.clone();
+    let mut b = Browser::start();
+    b.goto(&format!("{base}/"));
+    assert!(
+        b.until("!!document.getElementById('token')"),
+        "no login form: {}",
+        b.dom()
+    );
+    assert_eq!(
+        b.eval("document.getElementById('order-input') === null"),
+        Some(true.into()),
+        "a form to submit before logging in: {}",
+        b.dom()
+    );
+    b.eval("document.getElementById('token').value = 'not-the-token-but-long-enough-0123456789'; document.getElementById('login').click(); 1");
+    assert!(
+        b.until("(document.getElementById('refused') || {}).textContent === 'wrong token'"),
+        "{}",
+        b.dom()
+    );
+    b.goto(&format!("{base}/"));
+    assert!(b.until("!!document.getElementById('token')"), "{}", b.dom());
+    b.eval(&format!(
+        "document.getElementById('token').value = {TOKEN:?}; document.getElementById('login').click(); 1"
+    ));
+    assert!(
+        b.until("(document.getElementById('flash') || {}).textContent.startsWith('logged in')"),
+        "not logged in: {}\n{}",
+        b.dom(),
+        served.logs()
+    );
+    assert!(
+        !b.text_of("document.cookie").contains("pw_session"),
+        "the session cookie is HttpOnly"
+    );
+    // Submit an order from the page: it is the orders topic's next one.
+    let before = orders_in_topic().len();
+    b.eval("document.getElementById('order-input').value = 'true'; document.getElementById('submit').click(); 1");
+    assert!(
+        b.until("location.pathname.startsWith('/order/') && (document.getElementById('flash') || {}).textContent.endsWith('submitted')"),
+        "{}\n{}",
+        b.dom(),
+        served.logs()
+    );
+    let path = b.text_of("location.pathname");
+    let submitted = (0, before as i64);
+    assert_eq!(path, format!("/order/{}", pos(submitted)));
+    assert_eq!(
+        b.text("flash"),
+        format!("order {} submitted", pos(submitted))
+    );
+    let sent = orders_in_topic();
+    assert_eq!(sent.len(), before + 1);
+    assert_eq!(sent[before].2.as_deref(), Some(&b"true"[..]));
+    // Cancel it from its page, after the page's question.
+    assert!(
+        b.until("!!document.getElementById('cancel')"),
+        "{}",
+        b.dom()
+    );
+    b.eval("document.getElementById('reason').value = 'from the page'; document.getElementById('cancel').click(); 1");
+    assert!(
+        b.until("(document.getElementById('flash') || {}).textContent.includes('cancel recorded')"),
+        "{}\n{}",
+        b.dom(),
+        served.logs()
+    );
+    assert_eq!(
+        b.dialogs,
+        vec![format!(
+            "Cancel order {}? If it runs, its job is killed.",
+            pos(submitted)
+        )]
+    );
+    assert_eq!(cancels(), vec![format!("cancel:{}", pos(submitted))]);
+
+    // (c) Forged requests, with a session of their own (logged in by a
+    // script, as curl would).
+    let (code, location, cookies, _) = post(
+        &format!("{base}/login"),
+        &[("origin", base.as_str())],
+        &[("token", TOKEN)],
+    );
+    assert_eq!((code, location.as_str()), (303, "/"));
+    let session = cookies
+        .iter()
+        .find(|c| c.starts_with("pw_session="))
+        .unwrap_or_else(|| panic!("no session cookie: {cookies:?}"));
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(session.contains(attr), "{session}");
+    }
+    assert!(
+        !session.contains(TOKEN) && !session.contains("Secure"),
+        "{session}"
+    );
+    let cookie = session.split(';').next().unwrap().to_string();
+    let (_, page) = get(&format!("{base}/"), cookie.as_str());
+    let csrf = csrf_of(&page);
+    // The browser's session has its own.
+    let browser_csrf = csrf_of(&b.dom());
+    assert_ne!(browser_csrf, csrf);
+    let cancel_url = format!("{base}/action/cancel");
+    let order = pos(waiting);
+    let evil = "http://evil.example";
+    type Pairs<'a> = Vec<(&'a str, &'a str)>;
+    let forged: Vec<(&str, Pairs, Pairs)> = vec![
+        (
+            "no CSRF token",
+            vec![("cookie", cookie.as_str())],
+            vec![("order", order.as_str()), ("confirm", "yes")],
+        ),
+        (
+            "a wrong CSRF token",
+            vec![("cookie", cookie.as_str())],
+            vec![
+                ("csrf", "00ff"),
+                ("order", order.as_str()),
+                ("confirm", "yes"),
+            ],
+        ),
+        (
+            "the browser's CSRF token",
+            vec![("cookie", cookie.as_str())],
+            vec![
+                ("csrf", browser_csrf.as_str()),
+                ("order", order.as_str()),
+                ("confirm", "yes"),
+            ],
+        ),
+        (
+            "a foreign Origin",
+            vec![("cookie", cookie.as_str()), ("origin", evil)],
+            vec![
+                ("csrf", csrf.as_str()),
+                ("order", order.as_str()),
+                ("confirm", "yes"),
+            ],
+        ),
+        (
+            "a foreign Referer",
+            vec![
+                ("cookie", cookie.as_str()),
+                ("referer", "http://evil.example/x"),
+            ],
+            vec![
+                ("csrf", csrf.as_str()),
+                ("order", order.as_str()),
+                ("confirm", "yes"),
+            ],
+        ),
+        (
+            "cross-site",
+            vec![
+                ("cookie", cookie.as_str()),
+                ("sec-fetch-site", "cross-site"),
+            ],
+            vec![
+                ("csrf", csrf.as_str()),
+                ("order", order.as_str()),
+                ("confirm", "yes"),
+            ],
+        ),
+        (
+            "no cookie",
+            vec![("origin", base.as_str())],
+            vec![
+                ("csrf", csrf.as_str()),
+                ("order", order.as_str()),
+                ("confirm", "yes"),
+            ],
+        ),
+    ];
+    for (what, headers, form) in &forged {
+        let (code, _, _, body) = post(&cancel_url, headers, form);
+        assert_eq!(code, 403, "{what}: {body}");
+        assert!(body.contains("id=\"refused\""), "{what}: {body}");
+    }
+    let (code, ..) = post(
+        &format!("{base}/action/submit"),
+        &[("cookie", cookie.as_str()), ("origin", evil)],
+        &[("csrf", csrf.as_str()), ("order", "true")],
+    );
+    assert_eq!(code, 403, "a forged submit");
+    let (code, ..) = post(
+        &format!("{base}/login"),
+        &[("origin", evil)],
+        &[("token", TOKEN)],
+    );
+    assert_eq!(code, 403, "a login from another site");
+    let (code, _) = get(
+        &format!("{cancel_url}?csrf={csrf}&order={order}&confirm=yes"),
+        &cookie,
+    );
+    assert_eq!(code, 403, "GET of an action");
+    // Without confirm=yes the server only asks.
+    let (code, _, _, body) = post(
+        &cancel_url,
+        &[("cookie", cookie.as_str()), ("origin", base.as_str())],
+        &[("csrf", csrf.as_str()), ("order", order.as_str())],
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("id=\"confirm-yes\"") && body.contains("name=\"confirm\" value=\"yes\""),
+        "{body}"
+    );
+    // Bad input: a clear 400, what was typed kept, nothing sent.
+    let (code, _, _, body) = post(
+        &format!("{base}/action/submit"),
+        &[("cookie", cookie.as_str()), ("origin", base.as_str())],
+        &[
+            ("csrf", csrf.as_str()),
+            ("order", "{\"cmd\": 5, \"keep\": \"<me>\"}"),
+        ],
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("not a valid order"), "{body}");
+    assert!(
+        body.contains("{\"cmd\": 5, \"keep\": \"&lt;me&gt;\"}</textarea>"),
+        "the text is kept: {body}"
+    );
+    let (code, _, _, body) = post(
+        &cancel_url,
+        &[("cookie", cookie.as_str()), ("origin", base.as_str())],
+        &[
+            ("csrf", csrf.as_str()),
+            ("order", "zero:one"),
+            ("confirm", "yes"),
+        ],
+    );
+    assert_eq!(code, 400, "{body}");
+    let big = "x".repeat(100 * 1024);
+    let (code, ..) = post(
+        &format!("{base}/action/submit"),
+        &[("cookie", cookie.as_str()), ("origin", base.as_str())],
+        &[("csrf", csrf.as_str()), ("order", &big)],
+    );
+    assert_eq!(code, 413, "a body past the limit");
+    assert_eq!(orders_in_topic().len(), before + 1, "nothing sent");
+    assert_eq!(
+        cancels(),
+        vec![format!("cancel:{}", pos(submitted))],
+        "nothing written"
+    );
+    // The same request, made right, acts.
+    let (code, location, ..) = post(
+        &cancel_url,
+        &[("cookie", cookie.as_str()), ("origin", base.as_str())],
+        &[
+            ("csrf", csrf.as_str()),
+            ("order", order.as_str()),
+            ("confirm", "yes"),
+        ],
+    );
+    assert_eq!((code, location), (303, format!("/order/{order}")));
+    assert_eq!(
+        cancels(),
+        vec![
+            format!("cancel:{}", pos(submitted)),
+            format!("cancel:{order}")
+        ]
+    );
+
+    // The pool ends both `cancelled`; the browser retries one from its page.
+    let sup = pool(&broker, "1", &[]);
+    for o in outcomes(&broker, &[submitted, waiting]) {
+        assert_eq!(o.status, Status::Cancelled, "{o:?}");
+    }
+    let url = format!("{base}/order/{}", pos(submitted));
+    let shown = poll_until(T, Duration::from_millis(200), || {
+        b.goto(&url);
+        b.until("document.readyState === 'complete'")
+            && b.eval("!!document.getElementById('retry')") == Some(true.into())
+    });
+    assert!(shown, "no retry button: {}", b.dom());
+    b.eval("document.getElementById('retry').click(); 1");
+    assert!(
+        b.until(
+            "(document.getElementById('flash') || {}).textContent.includes('sent again as order')"
+        ),
+        "{}\n{}",
+        b.dom(),
+        served.logs()
+    );
+    assert_eq!(
+        b.dialogs.last().map(String::as_str),
+        Some(format!("Send order {} again, as a new order?", pos(submitted)).as_str())
+    );
+    let sent = orders_in_topic();
+    let retried = (0, sent.len() as i64 - 1);
+    let payload: serde_json::Value =
+        serde_json::from_slice(sent.last().unwrap().2.as_deref().unwrap()).unwrap();
+    assert_eq!(payload["retry_of"], pos(submitted), "{payload}");
+    assert_eq!(
+        b.text_of("location.pathname"),
+        format!("/order/{}", pos(retried))
+    );
+    assert_eq!(outcomes(&broker, &[retried])[0].status, Status::Ok);
+    drop(sup);
+
+    // Every action is in the log, with its session; so are the refusals.
+    let logs = served.logs();
+    for line in [
+        "serve: logged in",
+        "serve: login refused (wrong token)",
+        "serve: action",
+        "serve: request refused",
+    ] {
+        assert!(logs.contains(line), "no {line:?} in\n{logs}");
+    }
+    assert!(!logs.contains(TOKEN), "the token is in the log:\n{logs}");
+}
+
 // ------------------------------------- 11. retry and trace context (issue 19)
 
 /// Produces one order with a `traceparent` header; where it landed.

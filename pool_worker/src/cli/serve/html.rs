@@ -339,6 +339,7 @@ pub(crate) fn render_order(
     text: Option<&[u8]>,
     note: Option<&str>,
     now: u64,
+    actions: &str,
 ) -> String {
     let mut s =
         format!("<header><h1><a href=\"/\">pool_worker</a> › order {order}</h1></header><main>");
@@ -375,6 +376,8 @@ pub(crate) fn render_order(
         None if story.is_empty() => s.push_str("<p class=\"statuses\"><span class=\"pill idle\" id=\"order-status\">no record</span> no record about this order in the claims topic</p>"),
         None => s.push_str("<p class=\"statuses\"><span class=\"pill run\" id=\"order-status\">not completed</span></p>"),
     }
+    // The message of an action and its forms (logged in; see actions.rs).
+    s.push_str(actions);
     s.push_str("<section class=\"panel\"><h2>Order</h2>");
     match text {
         Some(t) => {
