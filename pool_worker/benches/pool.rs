@@ -103,7 +103,10 @@
 //! or smoke run". BENCH_SECTIONS (default `throughput,matrix,idle,history`) picks
 //! the sections: `throughput` (pool, baseline and share group per N above),
 //! `matrix` (the peers), `idle` (the idle pool), `history` (boot time
-//! against history).
+//! against history), and `account`, not in the default: where one order's
+//! wall and CPU time go, phase by phase, in the pool's processes and in the
+//! broker (issue 35; pool_worker/benches/pool/account.rs:
+//! `BENCH_BROKER=apache BENCH_SECTIONS=account cargo bench --bench pool`).
 //!
 //! Knobs (environment): BENCH_NS (default `1,4,8`), BENCH_MS (orders per
 //! burst for each N, default `60,150,250`, sized so that each burst fits
@@ -129,6 +132,9 @@
 //! boot replays all of it; default 1, checkpoints as the pool leaves them),
 //! BENCH_PREFILL_COMPRESSION (compression of the history pre-fill, default
 //! `lz4`: the mock broker keeps only 5 MB per partition, see history_case).
+
+#[path = "pool/account.rs"]
+mod account; // the `account` section: where one order's milliseconds go
 
 use pool_worker::record::{Event, OrderId, Outcome, Position, Record, Status};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -2960,6 +2966,18 @@ fn main() {
             idle.push(r);
         }
     }
+    let mut accounts = Vec::new();
+    if section("account") {
+        let account_ns = env_list("BENCH_ACCOUNT_NS", "1,8");
+        for (i, &n) in account_ns.iter().enumerate() {
+            check_broker(&mut bench, &format!("account N={n}"));
+            progress(format!("=== account N={n}"));
+            accounts.push(bench.account_case(n, i == 0, false));
+        }
+        check_broker(&mut bench, "account, threads");
+        progress("=== account N=1, threads listed");
+        accounts.push(bench.account_case(1, false, true));
+    }
     let mut hist = Vec::new();
     for &k in ks.iter().filter(|_| section("history")) {
         check_broker(&mut bench, &format!("history K={k}"));
@@ -3113,6 +3131,10 @@ fn main() {
     if !matrix.is_empty() {
         r.push('\n');
         r.push_str(&matrix_report(&matrix, &on, &date, apache));
+    }
+    if !accounts.is_empty() {
+        r.push('\n');
+        r.push_str(&account::account_report(&accounts, &on, &date));
     }
     for note in &broker_notes {
         let _ = writeln!(r, "\nNote: {note}.");

@@ -156,6 +156,7 @@ impl Command {
 /// The binary: parses the command line and runs worker mode or a
 /// subcommand.
 pub fn main() -> ExitCode {
+    crate::account::init();
     let matches = Cli::command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let (Some(command), Some((_, m))) = (cli.command.as_mut(), matches.subcommand()) {
@@ -167,6 +168,7 @@ pub fn main() -> ExitCode {
     // The guard: a blocking loop, no runtime, no logging set-up.
     if let Some(Command::Guard(args)) = &cli.command {
         let code = crate::guard::main(args.clone());
+        crate::account::mark_exit();
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -227,6 +229,7 @@ fn worker_mode(runtime: &tokio::runtime::Runtime) -> ! {
         }
     };
     init_logs(cfg.log_json);
+    crate::account::mark("configured");
     // Exit at once: tearing down the runtime and the Kafka clients would
     // only delay the supervisor's restart (see run::run).
     let code = match runtime.block_on(run::run(cfg)) {
@@ -236,6 +239,7 @@ fn worker_mode(runtime: &tokio::runtime::Runtime) -> ! {
             Exit::Failure
         }
     };
+    crate::account::mark_exit();
     std::process::exit(code.code())
 }
 

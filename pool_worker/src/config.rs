@@ -40,6 +40,7 @@
 //! | `CLAIM_DEFER_MS` | how long an idle instance defers to each idle instance ahead of it in an order's line before it claims the order anyway (docs/protocol.md R29); at most `LEASE_MS`/3; 0: every idle instance claims at once (the herd) | 1000, or `LEASE_MS`/3 if less |
 //! | `STATE_DIR` | where a clean exit leaves its marker (pool_worker/src/settle.rs); must be the worker user's own and not group/world-writable (created 0700) | `$STATE_DIRECTORY` (systemd), else `$XDG_RUNTIME_DIR/pool_worker`, else `$TMPDIR/pool_worker-<uid>` |
 //! | `LOG_FORMAT` | `text` or `json` | `text` |
+//! | `POOL_WORKER_ACCOUNT` | a file: every `pool_worker` process that reads it (the supervisor, each worker and standby, each job's guard) appends a line at each point of an order's way, with its wall clock and CPU time (pool_worker/src/account.rs); a measuring aid for the bench's `account` section (read by `account::init` through the same env path, before the rest) | unset: off, nothing read or written |
 //! | `KAFKA_<PROPERTY>` | any librdkafka property: strip `KAFKA_`, lower-case, `_` → `.` (`KAFKA_SASL_PASSWORD` → `sasl.password`) | |
 
 use crate::env::{env_vars, flag_or_env, read, read_env, ConfigError};

@@ -78,6 +78,7 @@ const DOCKER_WAIT: Duration = Duration::from_secs(10);
 /// Variables the guard keeps from the worker's environment (for the
 /// docker CLI).
 const KEPT_ENV: &[&str] = &[
+    crate::account::VAR,
     "PATH",
     "HOME",
     "XDG_RUNTIME_DIR",
@@ -99,6 +100,7 @@ pub fn main(args: GuardArgs) -> i32 {
         return 2;
     }
     prepare_process();
+    crate::account::init_guard();
     let job = Target {
         pgid: nix::unistd::Pid::from_raw(args.pgid),
         docker: args.docker.zip(args.container),

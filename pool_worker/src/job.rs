@@ -237,7 +237,10 @@ pub(crate) async fn run(
     }
     let mut cmd = command(spec, ctx, &path, &program, &args);
     let started = Instant::now();
-    let mut child = match cmd.spawn() {
+    crate::account::mark("job_spawn");
+    let spawned = cmd.spawn();
+    crate::account::mark("job_started");
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             let mut o = Outcome::not_run(Status::Error, format!("cannot run '{program}': {e}"));
@@ -257,6 +260,7 @@ pub(crate) async fn run(
         .checked_add(limit)
         .unwrap_or_else(|| started + Duration::from_secs(30 * 365 * 86400));
     let guard = start_guard(ctx, group.as_ref(), spec, &path);
+    crate::account::mark("guard_started");
     let (end, out, err) = wait(
         &mut child,
         group.as_ref(),
@@ -270,6 +274,7 @@ pub(crate) async fn run(
         ctx,
     )
     .await;
+    crate::account::mark("job_reaped");
     // Kills whatever the job left behind. The main process is reaped by
     // now, but Linux does not reuse a pid while a group of that id has members.
     drop(group);

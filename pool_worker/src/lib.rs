@@ -9,7 +9,7 @@
 //! | part | modules | may use |
 //! |------|---------|---------|
 //! | the core: the package `pool_worker_core`, the repository's top (`Cargo.toml`, `src/`, its proof in `tests/pure`) | `record` (with `record/`), `boot` (with `boot/`), `claim`, `checkpoint`, `worker`, `exit_status`, `erased`, `orders`, `sign`, `audit` | the core and crates that do no I/O (serde, hmac, ...); no I/O, no clock, no randomness: no rdkafka, tokio, nix, `std::fs`, `std::net`, `std::process` |
-//! | the shells | `run` (with `run/`: `job_runner`, `appender`), `clock`, `guard`, `kafka` (with `kafka/`: `clients`, `tools`, `claims_reader`, `topics`, `client_config`, `broker`; the only modules that name the rdkafka crate), `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `env`, `process_exit`, `backoff` | the core, each other, and the world |
+//! | the shells | `run` (with `run/`: `job_runner`, `appender`), `account`, `clock`, `guard`, `kafka` (with `kafka/`: `clients`, `tools`, `claims_reader`, `topics`, `client_config`, `broker`; the only modules that name the rdkafka crate), `settle`, `supervise`, `job`, `isolate`, `fetch`, `policy`, `config`, `env`, `process_exit`, `backoff` | the core, each other, and the world |
 //! | the command line | `cli` (and `pool_worker/src/main.rs`) | everything |
 //!
 //! This package is the folder `pool_worker/`; the core is the package at
@@ -34,6 +34,7 @@ pub use pool_worker_core::{
 };
 
 // The shells: Kafka, processes, the environment.
+pub mod account; // opt-in accounting points (POOL_WORKER_ACCOUNT), for the bench
 pub mod backoff; // the retry loops' delays
 pub mod clock; // the worker's one clock (CLOCK_BOOTTIME-based) and the tools' wall clock
 pub mod config; // the worker's configuration, from the environment

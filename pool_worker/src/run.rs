@@ -87,8 +87,12 @@ async fn connect(cfg: &Config) -> anyhow::Result<Option<&'static Kafka>> {
     // after `run` returns, with every append and result already
     // acknowledged. The OS reclaims the rest.
     let kafka: &'static Kafka = Box::leak(Box::new(Kafka::connect(&cfg.kafka_setup())?));
+    crate::account::mark("clients");
     match kafka.open(BROKER_PATIENCE).await {
-        Ok(()) => Ok(Some(kafka)),
+        Ok(()) => {
+            crate::account::mark("open");
+            Ok(Some(kafka))
+        }
         // Brokers down for the whole patience: an error like any other
         // (exit 1), restarted by the supervisor.
         Err(e @ (OpenError::Unreachable { .. } | OpenError::Task(_))) => Err(e.into()),
@@ -250,9 +254,11 @@ impl Shell {
                         let _ = tx.send(None);
                         return;
                     }
+                    crate::account::mark("go");
                 }
                 let t = std::time::Instant::now();
                 let r = kafka.fence().await;
+                crate::account::mark("fenced");
                 tracing::info!(
                     instance = me,
                     ms = t.elapsed().as_millis() as u64,
@@ -267,6 +273,7 @@ impl Shell {
             _ => 0,
         };
         kafka.read_claims_from(from)?;
+        crate::account::mark("replay");
         tracing::info!(instance = me, incarnation = %w.incarnation, pid = std::process::id(), from, "booting: replaying the claims topic");
         Ok(Shell {
             cfg,
@@ -380,6 +387,7 @@ impl Shell {
     async fn find_order(&mut self) -> anyhow::Result<()> {
         let me = self.cfg.instance;
         let ends = self.kafka.order_ends().await;
+        crate::account::mark("order_ends");
         tracing::debug!(instance = me, ?ends, "orders' end offsets");
         let frontier = self.w.view.frontier_for(&ends);
         self.todo
@@ -405,6 +413,7 @@ impl Shell {
     /// Fetches the order claimed ([`Action::Run`]).
     fn fetch(&mut self, order: OrderId, attempt: u32, retry: bool) {
         self.idle = false;
+        crate::account::mark("fetch");
         tracing::info!(instance = self.cfg.instance, %order, attempt, retry, "running");
         let timeout = fetch_timeout(self.cfg.lease_ms);
         let allowed_urls = self.cfg.allowed_urls.clone();
@@ -415,6 +424,7 @@ impl Shell {
     /// [`Action::Exit`]: stops the job, waits for every append, leaves the
     /// clean-exit marker.
     async fn exit(&mut self, code: Exit) -> Exit {
+        crate::account::mark("exit_begin");
         self.job.stop().await;
         // Every append acknowledged before exiting, unless a signal says
         // stop (brokers unreachable for good): then as on any signal.
@@ -422,6 +432,7 @@ impl Shell {
             _ = self.appender.flush(None) => {}
             code = self.signals.recv() => return self.on_signal(code).await,
         }
+        crate::account::mark("flushed");
         // Every append acknowledged: the next process of our number need
         // not wait (a fenced one is not ours to vouch for: another process
         // holds the number).
@@ -469,10 +480,14 @@ impl Shell {
             ev = kafka.next_claim() => Next::Input(self.claim_input(ev)),
             Some((order, attempt, spec)) = self.job.prep_rx.recv() => self.prepared(order, attempt, spec),
             Some(outcome) = self.job.out_rx.recv() => {
+                crate::account::mark("job_done");
                 self.job.ended();
                 Next::Input(Input::JobDone(outcome))
             }
-            _ = kafka.order_arrived(), if self.idle => Next::Input(Input::OrdersMoved),
+            _ = kafka.order_arrived(), if self.idle => {
+                crate::account::mark("order_arrived");
+                Next::Input(Input::OrdersMoved)
+            }
             _ = tokio::time::sleep(IDLE_RECHECK), if self.idle => Next::Input(Input::OrdersMoved),
             _ = self.ticks.tick() => Next::Input(Input::Tick),
             _ = tokio::time::sleep(wake_in), if self.wake.is_some() => {
@@ -560,6 +575,7 @@ impl Shell {
         spec: Result<orders::OrderSpec, Outcome>,
     ) -> Next {
         self.job.prep_task = None;
+        crate::account::mark("fetched");
         if std::mem::take(&mut self.job.killed) {
             return Next::Input(Input::JobDone(Outcome::not_run(
                 Status::Cancelled,
@@ -594,6 +610,9 @@ impl Shell {
             |p: &Phase| matches!(p, Phase::Fence | Phase::Settle { .. } | Phase::Boot { .. });
         loop {
             if let Input::CaughtUp = input {
+                if !std::mem::replace(&mut self.replay.caught_up, true) {
+                    crate::account::mark("caught_up");
+                }
                 tracing::debug!(
                     instance = self.cfg.instance,
                     end = self.w.view.end().get(),
@@ -606,6 +625,7 @@ impl Shell {
             let was_booting = booting(&self.w.phase);
             self.todo.extend(self.w.handle(input, now_ms()));
             if was_booting && !booting(&self.w.phase) {
+                crate::account::mark("boot_done");
                 self.replay.report(&self.w);
             }
             if self.w.phase != Phase::Choose {
@@ -624,7 +644,17 @@ impl Shell {
     /// The machine's input for an event of the claims reader.
     fn claim_input(&mut self, ev: ClaimEvent) -> Input {
         match ev {
-            ClaimEvent::Record(pos, rec) => Input::Record(Position::new(pos), rec),
+            ClaimEvent::Record(pos, rec) => {
+                crate::account::mark_with("read", || {
+                    let own = rec.incarnation == self.w.incarnation;
+                    format!(
+                        "{} {}",
+                        rec.event().as_str(),
+                        if own { "own" } else { "other" }
+                    )
+                });
+                Input::Record(Position::new(pos), rec)
+            }
             ClaimEvent::Foreign(pos, why) => {
                 tracing::warn!(
                     instance = self.cfg.instance,
@@ -685,6 +715,8 @@ struct Replay {
     started: std::time::Instant,
     records: u64,
     first: Option<u64>,
+    /// The first "caught up" was marked (crate::account).
+    caught_up: bool,
 }
 
 impl Replay {
@@ -693,6 +725,7 @@ impl Replay {
             started: std::time::Instant::now(),
             records: 0,
             first: None,
+            caught_up: false,
         }
     }
 

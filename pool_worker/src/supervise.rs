@@ -645,11 +645,12 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
         };
         let child = match promoted {
             Some(c) => Ok((c, true)),
-            None => sh
-                .spawner
-                .spawn(sh.command(instance, false))
-                .await
-                .map(|c| (c, false)),
+            None => {
+                crate::account::mark("spawn");
+                let c = sh.spawner.spawn(sh.command(instance, false)).await;
+                crate::account::mark_with("spawned", || spawned_pid(&c));
+                c.map(|c| (c, false))
+            }
         };
         let delay = match child {
             Err(e) => {
@@ -684,7 +685,10 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
 /// relayed like any child's; `None` (the next start is a plain one) if it
 /// cannot be started.
 async fn start_standby(instance: u32, sh: &Shared) -> Option<Child> {
-    let mut child = sh.spawner.spawn(sh.command(instance, true)).await.ok()?;
+    crate::account::mark("spawn_standby");
+    let child = sh.spawner.spawn(sh.command(instance, true)).await;
+    crate::account::mark_with("spawned_standby", || spawned_pid(&child));
+    let mut child = child.ok()?;
     sh.emit(SupEvent::Standby {
         instance,
         pid: child.id().unwrap_or(0),
@@ -693,6 +697,11 @@ async fn start_standby(instance: u32, sh: &Shared) -> Option<Child> {
         relay_output(instance, &mut child);
     }
     Some(child)
+}
+
+/// A spawned child's pid, for crate::account (0: none).
+fn spawned_pid(c: &io::Result<Child>) -> String {
+    c.as_ref().ok().and_then(Child::id).unwrap_or(0).to_string()
 }
 
 /// Tells a standby to take over (`go`); `None` if it has exited meanwhile
@@ -705,6 +714,7 @@ async fn promote(mut child: Child) -> Option<Child> {
     let mut input = child.stdin.take()?;
     input.write_all(b"go\n").await.ok()?;
     input.flush().await.ok()?;
+    crate::account::mark_with("go_sent", || child.id().unwrap_or(0).to_string());
     // Dropping the pipe after `go` is harmless: the worker reads no more.
     Some(child)
 }
@@ -731,6 +741,7 @@ async fn run_child(
         status = child.wait() => status,
         () = stopped(stop) => terminate(&mut child, sh.cfg.stop_grace).await,
     };
+    crate::account::mark_with("reaped", || pid.to_string());
     let (code, signal) = match &status {
         Ok(s) => (s.code(), s.signal()),
         Err(_) => (None, None),

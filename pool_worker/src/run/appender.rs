@@ -48,11 +48,16 @@ impl Appender {
             while let Some(out) = rx.recv().await {
                 let r = match out {
                     Out::Result(msg) => kafka.publish_result(msg).await,
-                    Out::Record(rec) => kafka.append(&rec).await.map(|pos| {
-                        if let Some(pos) = pos {
-                            log_step(&rec, pos)
-                        }
-                    }),
+                    Out::Record(rec) => {
+                        crate::account::mark_with("append", || rec.event().as_str().into());
+                        let r = kafka.append(&rec).await;
+                        crate::account::mark_with("acked", || rec.event().as_str().into());
+                        r.map(|pos| {
+                            if let Some(pos) = pos {
+                                log_step(&rec, pos)
+                            }
+                        })
+                    }
                 };
                 match r {
                     Ok(()) => {}
