@@ -674,7 +674,7 @@ fn compaction_erases_while_the_pool_works() {
         hanging,
     );
 
-    let longest_open = longest_negotiation_ms(&history);
+    let longest_open = longest_negotiation_ms(&history, &audit);
     let line = format!(
         "apache compaction: orders {} (lag {LAG_MS} ms), kills {} ({kills_while_cleaning} while the cleaner erased), \
          claims records written {} (positions {end}), erased by the cleaner {erased} ({:.0} %, {seq_erased} known from seqs \
@@ -706,17 +706,23 @@ fn compaction_erases_while_the_pool_works() {
 /// The longest a claim stayed undecided, counted from the first record
 /// about its order to the claim's decision (its writer's first
 /// `committed` or `yielded` of the order after it, by any process of the
-/// instance), in `ts` milliseconds: what R43 needs the lag to exceed.
-fn longest_negotiation_ms(history: &[(i64, Record)]) -> u64 {
+/// instance), in `ts` milliseconds: what R43 needs the lag to exceed. A
+/// claim that met no rival is its own decision (R34; `audit` of the same
+/// history says which) and was never open.
+fn longest_negotiation_ms(history: &[(i64, Record)], audit: &Audit) -> u64 {
     let mut first: BTreeMap<OrderId, u64> = BTreeMap::new();
     let mut open: BTreeMap<(u32, OrderId), ()> = BTreeMap::new();
     let mut longest = 0;
-    for (_, r) in history {
+    for (pos, r) in history {
         let Some(o) = r.order() else { continue };
         let f = *first.entry(o).or_insert(r.ts);
         let i = r.instance.get();
+        let own_commit = audit
+            .orders
+            .get(&o)
+            .is_some_and(|t| t.unrivalled_claims.contains(pos));
         match r.event() {
-            Event::Claimed if r.by().is_none() => {
+            Event::Claimed if r.by().is_none() && !own_commit => {
                 open.insert((i, o), ());
             }
             Event::Committed | Event::Yielded if open.remove(&(i, o)).is_some() => {
