@@ -218,8 +218,17 @@ impl Auditor {
                     .entry(order.partition)
                     .or_default()
                     .insert(order.offset);
-                // A claim that met no rival is its writer's commit (R34).
-                self.committed(pos, order, rec)
+                // A claim that met no rival is its writer's commit (R34);
+                // any other claim commits nothing.
+                let fused = self
+                    .view
+                    .hold(rec.instance)
+                    .is_some_and(|h| h.order == order && h.committed == Some(Position::new(pos)));
+                if fused {
+                    self.committed(pos, order, rec)
+                } else {
+                    Vec::new()
+                }
             }
             Event::Committed => self.committed(pos, order, rec),
             Event::Completed => self.completed(pos, order, rec, writer_hold),

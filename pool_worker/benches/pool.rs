@@ -1286,7 +1286,7 @@ impl Bench {
         }
         progress(format!(
             "history K={k}: pre-filling {k} orders and {} claims records",
-            4 * k
+            HISTORY_RECORDS_PER_ORDER * k
         ));
         let t = Instant::now();
         let producer: BaseProducer = ClientConfig::new()
@@ -1461,12 +1461,15 @@ impl Bench {
                 "history K={k} run {run}: worker replayed {replay:?}"
             ));
             // With checkpoints the worker replays only the tail after one.
-            let short = !self.checkpoints && replay.records.is_some_and(|n| n < 4 * k as u64);
+            let short = !self.checkpoints
+                && replay
+                    .records
+                    .is_some_and(|n| n < (HISTORY_RECORDS_PER_ORDER * k) as u64);
             if short || replay.foreign.is_some_and(|n| n > 0) || replay.void.is_some_and(|n| n > 0)
             {
                 res.incomplete.get_or_insert(format!(
                     "run {run}: the worker replayed {replay:?}, not the {} records of the history",
-                    4 * k
+                    HISTORY_RECORDS_PER_ORDER * k
                 ));
             }
             if !exited {
@@ -1563,9 +1566,13 @@ fn trace_burst(
         .and_then(|mut f| f.write_all(out.as_bytes()));
 }
 
+/// Claims records per completed order in [`history_records`]: `booted`,
+/// `claimed` (its own commit, R34), `completed`.
+const HISTORY_RECORDS_PER_ORDER: usize = 3;
+
 fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>)> {
     use pool_worker::checkpoint::DEFAULT_CHECKPOINT_EVERY;
-    let mut out = Vec::with_capacity(4 * k);
+    let mut out = Vec::with_capacity(HISTORY_RECORDS_PER_ORDER * k);
     let mut view = pool_worker::boot::View::new();
     let mut cp_seq = 0;
     for i in 0..k {
@@ -1592,12 +1599,9 @@ fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>
         c.seq = 2;
         c.set_attempt(1);
         c.next.insert(0, i as i64 + 1);
-        let mut cm = Record::of(inst, Event::Committed, &inc, ts).with_order(order);
-        cm.seq = 3;
-        cm.set_attempt(1);
-        cm.next = c.next.clone();
+        // The claim met no rival: it is the commit (R34), no `committed`.
         let mut d = Record::of(inst, Event::Completed, &inc, ts).with_order(order);
-        d.seq = 4;
+        d.seq = 3;
         d.set_attempt(1);
         d.next = c.next.clone();
         d.set_outcome(Some(Outcome {
@@ -1610,7 +1614,7 @@ fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>
             traceparent: None,
             retry_of: None,
         }));
-        for r in [b, c, cm, d] {
+        for r in [b, c, d] {
             if checkpoints {
                 let _ = view.apply(Position::new(out.len() as u64), &r);
             }
@@ -2999,7 +3003,7 @@ fn main() {
     use std::fmt::Write as _;
     if !idle.is_empty() {
         let _ = writeln!(r, "## Idle pool: one order at a time{on}\n");
-        let _ = writeln!(r, "Measured {date}. N instances (`pool_worker supervise --instances 1-N`, no other flag) idle on one orders partition; CPU of each idle instance over {idle_secs} s of quiet (utime + stime from /proc/<pid>/stat), and of the embedded broker process over the same interval; then orders sent one at a time, each once the previous one completed and the instance that ran it was started again and booted. Claims records per order: every record of the claims topic that names the order (`claimed`, `committed`, `completed`, and a rival's `yielded`, `lease`, `revoked`), counted after the last order, not the `booted` records of the processes started after each order; claimants: instances that appended `claimed` for it. Latency: send → the `completed` record's ts. Targets (issue 16): records per order ≤ 3.3 at every N, p50 at N=16 within 1.5x of N=1, idle CPU ≤ 1 % of a core with the defaults.\n");
+        let _ = writeln!(r, "Measured {date}. N instances (`pool_worker supervise --instances 1-N`, no other flag) idle on one orders partition; CPU of each idle instance over {idle_secs} s of quiet (utime + stime from /proc/<pid>/stat), and of the embedded broker process over the same interval; then orders sent one at a time, each once the previous one completed and the instance that ran it was started again and booted. Claims records per order: every record of the claims topic that names the order (`claimed`, `completed`, a `committed` only where a claim met a rival or a run resumed (R34), and a rival's `yielded`, `lease`, `revoked`), counted after the last order, not the `booted` records of the processes started after each order; claimants: instances that appended `claimed` for it. Latency: send → the `completed` record's ts. Targets (issue 16): records per order ≤ 3.3 at every N, p50 at N=16 within 1.5x of N=1, idle CPU ≤ 1 % of a core with the defaults.\n");
         let _ = writeln!(r, "| N idle | worker settings | orders | done | claims records per order, mean / max | claimants per order, mean / max | send→completed p50 ms | p99 ms | idle CPU per instance, % of a core, mean / max | broker CPU % (all N) | note |");
         let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|");
         for c in &idle {
@@ -3152,7 +3156,7 @@ fn main() {
         let _ = writeln!(doc, "Setup: for each N, `pool_worker supervise --instances 1-N --json --child-output null{restart_flag}` (clean exits restarted at once, as the shipped compose file and systemd unit run it) with the embedded broker's worker settings (`{}`) on a fresh orders topic (N partitions) and claims topic; orders are the plain-text order `{PAYLOAD}`. A burst of M orders is produced at once (orders/s = M / (first send → last `completed` record); burst latency includes queueing behind the burst), then {seq} orders are sent one at a time, each after the previous completed (\"1-at-a-time\" latency: an idle pool's latency). Completion time of a pool order is the `ts` of its `completed` record (the worker's wall clock; same machine). Rows \"pool, ORDERS_PER_PROCESS=K\": the same with each worker process completing up to K orders before it exits.", pool_worker::kafka::broker::worker_env_line());
         let _ = writeln!(doc, "Baseline: N rdkafka `BaseConsumer` threads in the bench process, one shared `group.id`, `enable.auto.commit=false`, `fetch.wait.max.ms={}` (as the pool's consumers against this broker), each message run with `std::process::Command` (`{PAYLOAD}`) and its offset committed synchronously afterwards; same broker, a fresh topic with the same payloads and partitions; the burst starts once every member has a partition.", EMBEDDED_FETCH_WAIT_MS);
         let _ = writeln!(doc, "Each section says when it was measured: a run of a subset of the cases (see the knobs in pool_worker/benches/pool.rs) replaces only its own sections.\n");
-        let _ = writeln!(doc, "History: one worker (instance 1) boots on a claims topic pre-filled with K completed orders (booted/claimed/committed/completed each, as the pool writes them, lz4-compressed so that the mock broker, which keeps 5 MB per partition, keeps them); `log start` > 0 means the broker dropped the oldest records, `records replayed` is the worker's own count (its \"replayed the claims topic\" log line), `in-process replay` is decode + `View::apply` of the same records in the bench process, without Kafka.");
+        let _ = writeln!(doc, "History: one worker (instance 1) boots on a claims topic pre-filled with K completed orders (booted/claimed/completed each, as the pool writes them: an unrivalled claim is its own commit, R34; lz4-compressed so that the mock broker, which keeps 5 MB per partition, keeps them); `log start` > 0 means the broker dropped the oldest records, `records replayed` is the worker's own count (its \"replayed the claims topic\" log line), `in-process replay` is decode + `View::apply` of the same records in the bench process, without Kafka.");
         let _ = writeln!(doc, "Boot: per worker process started during the burst: supervisor's `started` event (read by the bench) → the incarnation's `booted` record ts (process up, Kafka clients connected, topics checked, the claims topic read to its end and the predecessor's clean exit confirmed there: docs/protocol.md R16–R18; `SETTLE_MS=1000`, `STATE_DIR` per case) and → its first `claimed` record ts (replay caught up, order chosen: ready to claim). Peak RSS: VmHWM of every instance process, sampled from /proc every 5 ms.\n");
         if let Some(dir) = std::path::Path::new(&out).parent() {
             let _ = std::fs::create_dir_all(dir);

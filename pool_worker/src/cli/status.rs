@@ -25,7 +25,7 @@ use crate::kafka::tools::Source;
 use crate::process_exit::Exit;
 use crate::record::{Event, OrderId, Position, Record, Status};
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -467,8 +467,51 @@ pub(crate) fn compaction_note(
     })
 }
 
+/// Positions of the claims among `mine` (the records about one order, in
+/// log order) that were their writer's commit: a first claim that met no
+/// rival, which no `committed` follows (docs/protocol.md R34). Judged by a
+/// View of these records alone (all that `history` and the dashboard's
+/// story hold): a claim its writer yielded right after (a late claim, or
+/// one whose rival compaction erased) is none.
+pub(crate) fn own_commits(mine: &[(u64, Record)]) -> BTreeSet<u64> {
+    let mut view = View::new();
+    // Instance → its claim read as its commit, with no decision since.
+    let mut open = BTreeMap::new();
+    let mut own = BTreeSet::new();
+    for (p, r) in mine {
+        if view.apply(Position::new(*p), r).is_err() {
+            continue;
+        }
+        let i = r.instance;
+        match r.event() {
+            Event::Claimed => {
+                open.remove(&i);
+                if view
+                    .hold(i)
+                    .is_some_and(|h| h.claim_pos.get() == *p && h.committed == Some(h.claim_pos))
+                {
+                    own.insert(*p);
+                    open.insert(i, *p);
+                }
+            }
+            Event::Committed | Event::Completed => {
+                open.remove(&i);
+            }
+            // The writer's yield is the decision after all (R11).
+            Event::Yielded => {
+                if let Some(c) = open.remove(&i) {
+                    own.remove(&c);
+                }
+            }
+            _ => {}
+        }
+    }
+    own
+}
+
 /// Prints the records about one order (`history`): a JSON line, or a line
-/// per record with its fields' control characters escaped.
+/// per record with its fields' control characters escaped; a claim that
+/// was its own commit ([`own_commits`]) says so (`own_commit` in JSON).
 /// `retries`: the completions of the orders that ran it again; `note`:
 /// what compaction took of the story ([`compaction_note`]).
 pub(crate) fn print_history(
@@ -479,17 +522,29 @@ pub(crate) fn print_history(
     retries: &[(u64, Record)],
     note: Option<&str>,
 ) {
+    let own = own_commits(mine);
     let line = |(p, r): &(u64, Record)| {
         format!(
-            "#{p:<6} {:<13} {}",
+            "#{p:<6} {:<13} {}{}",
             r.key(),
-            escape_controls(&crate::record::describe(r), false)
+            escape_controls(&crate::record::describe(r), false),
+            if own.contains(p) {
+                " (its own commit: it met no rival, R34)"
+            } else {
+                ""
+            }
         )
     };
     if json {
         let list = |l: &[(u64, Record)]| -> Vec<serde_json::Value> {
             l.iter()
-                .map(|(p, r)| json!({"pos": p, "key": r.key(), "record": r}))
+                .map(|(p, r)| {
+                    let mut v = json!({"pos": p, "key": r.key(), "record": r});
+                    if r.event() == Event::Claimed {
+                        v["own_commit"] = own.contains(p).into();
+                    }
+                    v
+                })
                 .collect()
         };
         let v = json!({"order": order.to_string(), "records": list(mine), "retries": list(retries), "compaction": note});
@@ -650,6 +705,49 @@ mod tests {
             compaction_note(OrderId::new(0, 7), &[], &view, &erased),
             None
         );
+    }
+
+    /// `history` marks a claim that met no rival as its own commit (R34),
+    /// not a claim that met a committed rival, nor one its writer yielded
+    /// right after.
+    #[test]
+    fn history_marks_a_claim_that_was_its_own_commit() {
+        let o = OrderId::new(0, 3);
+        let rec = |i: u32, ev: Event, seq: u64| {
+            let mut r = Record::of(i, ev, &format!("inc{i}"), 1).with_order(o);
+            r.seq = seq;
+            r
+        };
+        let mut done = rec(1, Event::Completed, 3);
+        done.set_outcome(Some(Outcome::not_run(Status::Ok, "")));
+        let mine = [
+            (4, rec(1, Event::Claimed, 2)),
+            (5, rec(2, Event::Claimed, 2)),
+            (6, rec(2, Event::Yielded, 3)),
+            (7, done),
+        ];
+        assert_eq!(own_commits(&mine), BTreeSet::from([4]));
+        let mut out = Vec::new();
+        print_history(&mut out, false, o, &mine, &[], None);
+        let out = String::from_utf8(out).unwrap();
+        let marked: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("its own commit"))
+            .collect();
+        assert_eq!(marked.len(), 1, "{out}");
+        assert!(marked[0].starts_with("#4 "), "{out}");
+        let mut out = Vec::new();
+        print_history(&mut out, true, o, &mine, &[], None);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["records"][0]["own_commit"], true);
+        assert_eq!(v["records"][1]["own_commit"], false);
+        assert!(v["records"][2].get("own_commit").is_none());
+        // Its writer's yield right after makes it none (R11).
+        let undone = [
+            (4, rec(1, Event::Claimed, 2)),
+            (5, rec(1, Event::Yielded, 3)),
+        ];
+        assert!(own_commits(&undone).is_empty());
     }
 
     /// `history` and `status`: record fields reach the terminal escaped.

@@ -15,8 +15,10 @@
 //! 1. the holder of a long order cut off for 2×LEASE_MS, then healed;
 //! 2. every instance cut off for 1.5×LEASE_MS, then healed;
 //! 3. an instance cut off while idle, then one cut off between its claim
-//!    and its decision (its packets carrying `1:committed` dropped from the
-//!    start, all its packets once its `claimed` is read);
+//!    and its decision: a takeover claim, which (unlike a first claim that
+//!    met no rival, its own commit since R34) is followed by an explicit
+//!    decision (its packets carrying `1:committed` dropped from the start,
+//!    all its packets once its `claimed` is read);
 //! 4. the holder's worker process SIGSTOPped (its job untouched) for
 //!    2×LEASE_MS, then SIGCONT;
 //! 5. one instance's clock 2×LEASE_MS ahead, one's 2×LEASE_MS behind
@@ -256,6 +258,19 @@ fn first_beat_after(dir: &Path, order: &str, instance: u32, from_ms: u64) -> Opt
         .min()
 }
 
+/// The records a dead incarnation `inc` of `instance` leaves holding
+/// `order`: its `booted` and its claim, which met no rival (its commit,
+/// R34), as after a crash while running.
+fn dead_holder(instance: u32, inc: &str, order: OrderId) -> [Record; 2] {
+    let mut booted = Record::of(instance, Event::Booted, inc, now_ms());
+    booted.seq = 1;
+    let mut claim = Record::of(instance, Event::Claimed, inc, now_ms()).with_order(order);
+    claim.seq = 2;
+    claim.set_attempt(1);
+    claim.next.insert(order.partition, order.offset + 1);
+    [booted, claim]
+}
+
 /// The revocations in the claims topic.
 fn revocations(recs: &[(i64, Record)]) -> usize {
     recs.iter()
@@ -406,10 +421,17 @@ scenario!(
 scenario!(
     /// 3. An instance cut off while idle (another does the orders sent
     /// meanwhile), then, healed, the same instance cut off between its
-    /// claim and its decision: its packets carrying `1:committed` are
-    /// dropped from before the order is sent, and all its packets once its
-    /// `claimed` is read. Another instance revokes its claim and runs the
-    /// order; instance 1 never decided and never ran it.
+    /// claim and its decision. Since R34 a first claim that met no rival is
+    /// its own commit, with no decision record to cut (the claimant runs
+    /// the order once it reads the claim back); a takeover claim is never
+    /// its own decision. So here the order is held by a dead incarnation
+    /// of instance 3 (its booted and claim written by the test, as a crash
+    /// leaves them): instance 1, idle, revokes that hold once its lease
+    /// expired and appends a takeover claim, then its `committed`. Its
+    /// packets carrying `1:committed` are dropped from before it starts,
+    /// and all its packets once its takeover claim is read. Instance 2
+    /// revokes instance 1's claim and runs the order; instance 1 never
+    /// decided and never ran it.
     cut_idle_then_between_claim_and_decision,
     || {
         let net = Net::start();
@@ -427,16 +449,29 @@ scenario!(
         let idle_cut = cut.heal() - cut.at_ms;
         let idle_restarts = sup1.snapshot().starts(1) - 1;
 
-        // (b) Instance 1 alone, cut off between its claim and its decision:
-        // a rule drops its packets that carry the key of its decision
-        // (`1:committed`) before the order is sent; once its claim is read,
-        // the whole cut. Its claim goes out, its decision never does.
+        // (b) Instance 1 alone, cut off between its takeover claim and its
+        // decision. No instance runs while the order is sent and a dead
+        // incarnation of instance 3 is written holding it (its claim met no
+        // rival: its commit, R34). A rule drops instance 1's packets that
+        // carry the key of its decision (`1:committed`) before it starts
+        // again; it revokes 3's expired hold, claims the order as its
+        // taker, and once that claim is read, the whole cut. Its claim goes
+        // out, its decision never does.
         drop(sup2);
-        let mut decision = Cut::carrying(who.uid, "1:committed");
+        drop(sup1);
         let b = net.send(&[heartbeat_order(&net.hb, 60)])[0];
         orders.push(b);
-        let (claim_pos, claim_ms) =
-            net.expect("instance 1's claim", BOOT, |r| is(r, Event::Claimed, 1, Some(b)));
+        let id = OrderId::new(b.0, b.1);
+        for r in dead_holder(3, "dead-3", id) {
+            produce_record(&net.kafka.bootstrap, &net.claims, &r);
+        }
+        let mut decision = Cut::carrying(who.uid, "1:committed");
+        let sup1 = net.pool("1", Some(who), &[]);
+        let (claim_pos, claim_ms) = net.expect(
+            "instance 1's takeover claim",
+            BOOT + 2 * lease(),
+            |r| is(r, Event::Claimed, 1, Some(b)) && !r.takeover_of().is_empty(),
+        );
         let mut cut = Cut::user(who.uid);
         decision.heal();
         let cut_after_claim = cut.at_ms.saturating_sub(claim_ms);
@@ -448,6 +483,14 @@ scenario!(
         let (audit, beats) = net.judge(&orders);
         let recs = net.records();
         let revoked_pos = revoked.map_or(i64::MAX, |(p, _)| p);
+        // Instance 1's claim took over the dead holder's, revoked by 1.
+        assert!(
+            recs.iter().any(|(p, r)| *p < claim_pos
+                && is(r, Event::Revoked, 3, Some(b))
+                && r.by().map(|w| w.get()) == Some(1)),
+            "no revocation of instance 3's hold by instance 1 before its claim:\n{}",
+            audit.show(b)
+        );
         // Its decision before its revocation (one after it, sent when
         // healed, is void).
         let committed_first = recs.iter().any(|(p, r)| {
@@ -468,7 +511,7 @@ scenario!(
         report(&format!(
             "apache_network cut_idle_then_between_claim_and_decision: LEASE_MS {LEASE_MS}: \
              idle cut {idle_cut} ms, instance 1 restarted {idle_restarts} times meanwhile; \
-             instance 1 cut {cut_after_claim} ms after its claim was read, for {} ms, \
+             instance 1 cut {cut_after_claim} ms after its takeover claim was read, for {} ms, \
              its committed before its revocation: {committed_first} (after it, void: {committed_late}), \
              its job started: {ran_by_1}; \
              order completed by instance {completer}; overlaps {}; frozen {frozen}, resumed {resumed}, killed {killed}; \

@@ -32,7 +32,7 @@
 //! honoured by the CI test too to replay a run's schedule of kills).
 
 use crate::common::*;
-use pool_worker::record::{Event, OrderId, Status};
+use pool_worker::record::{Event, OrderId, Record, Status};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -490,11 +490,22 @@ fn run_chaos(c: Chaos) {
         };
         *exit_kinds.entry(k).or_default() += 1;
     }
-    // Where the kills landed: the killed incarnation's last valid record.
+    // Where the kills landed: the killed incarnation's last valid record;
+    // a claim that was its own commit (it met no rival, R34) counts as a
+    // commit (the job phase).
+    let own_commit = |p: &i64, r: &Record| {
+        r.order()
+            .and_then(|o| audit.orders.get(&o))
+            .is_some_and(|t| t.unrivalled_claims.contains(p))
+    };
     let mut last_of: BTreeMap<&str, Event> = BTreeMap::new();
-    for (_, r) in &recs {
+    for (p, r) in &recs {
         if r.by().is_none() {
-            last_of.insert(r.incarnation.as_str(), r.event());
+            let ev = match r.event() {
+                Event::Claimed if own_commit(p, r) => Event::Committed,
+                ev => ev,
+            };
+            last_of.insert(r.incarnation.as_str(), ev);
         }
     }
     let mut landed: BTreeMap<&str, usize> = BTreeMap::new();
@@ -675,9 +686,14 @@ fn a_lost_instance_order_is_taken_over() {
     )[0];
     let id = OrderId::new(order.0, order.1);
     let mut w1 = WorkerProc::start("worker1", &env(1));
-    wait_record_within(&broker, &claims, "commit by instance 1", T, |r| {
-        r.instance.get() == 1 && r.event() == Event::Committed && r.order() == Some(id)
-    });
+    // The claim met no rival: it is instance 1's commit (R34).
+    wait_record_within(
+        &broker,
+        &claims,
+        "claim (the commit) by instance 1",
+        T,
+        |r| r.instance.get() == 1 && r.event() == Event::Claimed && r.order() == Some(id),
+    );
     let job_pid = |attempt: u32| {
         ledger(&ledger_path).iter().find_map(|l| {
             let rest = l.strip_prefix(&format!("start:{attempt}:"))?;

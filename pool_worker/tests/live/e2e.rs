@@ -256,11 +256,12 @@ fn race_8_instances_few_orders() {
     );
     // Every instance that claimed and did not commit yielded (nobody is
     // left undecided once the orders are done, and nobody ran without a
-    // decision).
+    // decision): a claim is decided by its writer's `committed` or
+    // `yielded`, or is its own commit (it met no rival, R34).
     for (id, t) in &audit.orders {
-        for (_, i, _) in &t.claims {
+        for (pos, i, _) in &t.claims {
             assert!(
-                t.decisions.iter().any(|d| d.1 == *i),
+                t.unrivalled_claims.contains(pos) || t.decisions.iter().any(|d| d.1 == *i),
                 "{id}: instance {i} never decided\n{}",
                 t.lines.join("\n")
             );
@@ -376,8 +377,9 @@ fn killed_while_running_resumes_as_retry() {
         Some(0),
     )[0];
     let id = OrderId::new(order.0, order.1);
-    wait_record(&broker, &claims, "commit of attempt 1", |r| {
-        r.event() == Event::Committed && r.order() == Some(id) && r.attempt().get() == 1
+    // The claim met no rival: it is the commit of attempt 1 (R34).
+    wait_record(&broker, &claims, "claim (the commit) of attempt 1", |r| {
+        r.event() == Event::Claimed && r.order() == Some(id) && r.attempt().get() == 1
     });
     assert!(
         poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1)
@@ -447,13 +449,23 @@ fn killed_while_running_resumes_as_retry() {
         audit.show(order)
     );
     assert_eq!(done.outcome().unwrap().status, Status::Ok);
-    let commits: Vec<u32> = t
+    // Attempt 1 was committed by its claim (R34), the retry by an explicit
+    // `committed` of attempt 2 (R21).
+    let commits: Vec<u32> = t.commits.iter().map(|c| c.3).collect();
+    assert_eq!(commits, vec![1, 2], "{}", audit.show(order));
+    assert_eq!(
+        t.unrivalled_claims,
+        vec![t.claims[0].0],
+        "{}",
+        audit.show(order)
+    );
+    let explicit: Vec<u32> = t
         .decisions
         .iter()
         .filter(|d| d.2 == Event::Committed)
         .map(|d| d.3)
         .collect();
-    assert_eq!(commits, vec![1, 2], "{}", audit.show(order));
+    assert_eq!(explicit, vec![2], "{}", audit.show(order));
     let ran: Vec<String> = crate::common::ledger(&ledger)
         .into_iter()
         .filter(|l| l.starts_with("ran:"))
@@ -562,8 +574,16 @@ fn expect_exit(w: &mut WorkerProc, code: i32, what: &str) {
     assert_eq!(status.code(), Some(code), "{what}:\n{}", w.stderr.last(20));
 }
 
+/// An incarnation killed right after its claim was read back. Before R34
+/// that was "between claim and decision", and the next incarnation
+/// negotiated attempt 1 again; since R34 a first claim that met no rival is
+/// itself the commit (the job may have started), so the next incarnation
+/// resumes a committed hold, as a retry (R21; docs/protocol-proofs.md, "The
+/// uncontested path"). A claimant killed before its decision on a
+/// *contested* claim resumes the negotiation:
+/// `killed_between_claim_and_decision_yields_to_a_committed_rival`.
 #[test]
-fn killed_between_claim_and_decision_resumes_negotiation() {
+fn killed_after_an_unrivalled_claim_resumes_it_as_a_retry() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger");
     let broker = broker(1);
@@ -578,7 +598,7 @@ fn killed_between_claim_and_decision_resumes_negotiation() {
         Some(0),
     )[0];
     let id = OrderId::new(order.0, order.1);
-    // A dead incarnation of 1 claimed 0:0 and never decided.
+    // A dead incarnation of 1 claimed 0:0, with no rival: its commit.
     produce_record(broker.bootstrap(), &claims, &booted(1, "dead-1"));
     produce_record(broker.bootstrap(), &claims, &old_claim(1, "dead-1", 2, id));
     let mut w = WorkerProc::start("worker1", &worker_env(&broker, 1));
@@ -600,13 +620,26 @@ fn killed_between_claim_and_decision_resumes_negotiation() {
     assert_eq!(
         mine,
         vec![(Event::Booted, None), (Event::Committed, Some(id)), (Event::Completed, Some(id))],
-        "the new incarnation must decide on the old claim (no new claim, no run without a decision):\n{}",
+        "the new incarnation must resume the old claim's commit (no new claim, no run without a commit of its own attempt):\n{}",
         show_all(&recs)
     );
+    let attempts: Vec<u32> = recs
+        .iter()
+        .filter(|(_, r)| r.incarnation == inc && r.order() == Some(id))
+        .map(|(_, r)| r.attempt().get())
+        .collect();
+    assert_eq!(attempts, vec![2, 2], "a retry:\n{}", show_all(&recs));
     let audit = Audit::of(&recs);
     audit
         .check_exactly_once(&[order])
         .unwrap_or_else(|e| panic!("{e}"));
+    let t = &audit.orders[&id];
+    assert_eq!(
+        t.commits.iter().map(|c| c.3).collect::<Vec<_>>(),
+        vec![1, 2],
+        "{}",
+        audit.show(order)
+    );
     assert_ledger_once(&ledger, &[order], &audit);
 }
 
@@ -626,16 +659,13 @@ fn killed_between_claim_and_decision_yields_to_a_committed_rival() {
         Some(0),
     )[0];
     let id = OrderId::new(first.0, first.1);
-    // 2 claimed, then 1 claimed, then 2 committed (it had read past its own
-    // claim before 1's landed); then 1 died, and 2 died while running.
+    // 2 claimed, with no rival: its claim is its commit (R34). Then 1
+    // claimed, which met 2's commit and is undecided until 1 yields; but 1
+    // died before its decision, and 2 died while running.
     produce_record(broker.bootstrap(), &claims, &booted(1, "dead-1"));
     produce_record(broker.bootstrap(), &claims, &booted(2, "dead-2"));
     produce_record(broker.bootstrap(), &claims, &old_claim(2, "dead-2", 2, id));
     produce_record(broker.bootstrap(), &claims, &old_claim(1, "dead-1", 2, id));
-    let mut commit = Record::of(2, Event::Committed, "dead-2", now_ms()).with_order(id);
-    commit.seq = 3;
-    commit.set_attempt(1);
-    produce_record(broker.bootstrap(), &claims, &commit);
 
     // Instance 1 must yield, then take the next order (not 0:0 again).
     let mut w1 = WorkerProc::start("worker1", &worker_env(&broker, 1));
@@ -677,13 +707,16 @@ fn killed_between_claim_and_decision_yields_to_a_committed_rival() {
         "{}",
         audit.show(first)
     );
-    let commits: Vec<(u32, u32)> = t
-        .decisions
-        .iter()
-        .filter(|d| d.2 == Event::Committed)
-        .map(|d| (d.1, d.3))
-        .collect();
+    // Attempt 1 committed by 2's claim (R34), attempt 2 by its `committed`
+    // (R21); none by 1.
+    let commits: Vec<(u32, u32)> = t.commits.iter().map(|c| (c.1, c.3)).collect();
     assert_eq!(commits, vec![(2, 1), (2, 2)], "{}", audit.show(first));
+    assert_eq!(
+        t.unrivalled_claims,
+        vec![t.claims[0].0],
+        "{}",
+        audit.show(first)
+    );
     assert_eq!(
         audit.orders[&OrderId::new(second.0, second.1)].completions[0]
             .1
@@ -772,7 +805,9 @@ fn a_claims_topic_with_3_partitions_is_a_config_error() {
 /// Instances 1-4 each find a committed, uncompleted hold of a dead
 /// incarnation (as after `kill -9` while running) and resume it as attempt
 /// 2; the job is quick. Each `completed` must say attempt 2, like the
-/// `committed` it follows and the job's ORDER_ATTEMPT.
+/// `committed` it follows and the job's ORDER_ATTEMPT. The holds of 1 and
+/// 2 are a claim alone (its own commit, R34), those of 3 and 4 a claim and
+/// an explicit `committed` (as written before R34).
 ///
 /// Regression test: before ca01b48 the machine appended `committed`
 /// (attempt 2) and started the job at once, and `complete` took the attempt
@@ -804,10 +839,12 @@ fn a_resumed_run_completes_with_its_attempt() {
         let id = OrderId::new(p, o);
         produce_record(broker.bootstrap(), &claims, &booted(i, &inc));
         produce_record(broker.bootstrap(), &claims, &old_claim(i, &inc, 2, id));
-        let mut commit = Record::of(i, Event::Committed, &inc, now_ms()).with_order(id);
-        commit.seq = 3;
-        commit.set_attempt(1);
-        produce_record(broker.bootstrap(), &claims, &commit);
+        if i >= 3 {
+            let mut commit = Record::of(i, Event::Committed, &inc, now_ms()).with_order(id);
+            commit.seq = 3;
+            commit.set_attempt(1);
+            produce_record(broker.bootstrap(), &claims, &commit);
+        }
     }
     let mut workers: Vec<WorkerProc> = (1..=4)
         .map(|i| WorkerProc::start(&format!("worker{i}"), &worker_env(&broker, i)))
@@ -1287,8 +1324,12 @@ fn the_pool_runs_orders_over_tls() {
     assert_eq!(v["by_status"]["ok"], 3, "{v}");
     let (code, out, err) = tool(&["history", &orders[1]], &env);
     assert_eq!(code, Some(0), "history over TLS: {err}");
+    // The commit: the claim, which met no rival (R34), or a `committed`
+    // after a contest.
     assert!(
-        out.contains("committed") && out.contains("completed"),
+        out.contains(":claimed")
+            && (out.contains("its own commit") || out.contains(":committed"))
+            && out.contains(":completed"),
         "{out}"
     );
     let plain = plain

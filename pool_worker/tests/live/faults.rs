@@ -270,8 +270,9 @@ fn zombie_is_fenced() {
     )[0];
     let id = OrderId::new(order.0, order.1);
     let mut old = WorkerProc::start("old5", &env);
-    wait_record(&broker, &claims, "commit by instance 5", |r| {
-        r.event() == Event::Committed && r.order() == Some(id)
+    // The claim met no rival: it is instance 5's commit (R34).
+    wait_record(&broker, &claims, "claim (the commit) by instance 5", |r| {
+        r.event() == Event::Claimed && r.order() == Some(id)
     });
     assert!(
         poll_until(T, Duration::from_millis(50), || started_pid(&ledger, 1)
@@ -745,11 +746,11 @@ fn a_producer_failed_for_good_is_replaced_and_the_outcome_kept() {
         &[ledger_order(&ledger)],
         Some(0),
     );
-    // The worker's transactions: `booted`, `claimed`, `committed`, then
-    // the completion (no results topic here).
+    // The worker's transactions: `booted`, `claimed` (its own commit: it
+    // meets no rival, R34), then the completion (no results topic here).
     assert!(broker.opts.results_topic.is_none());
     broker
-        .command("errors EndTxn NO_ERROR NO_ERROR NO_ERROR INVALID_TXN_STATE")
+        .command("errors EndTxn NO_ERROR NO_ERROR INVALID_TXN_STATE")
         .expect("the broker takes the faults");
     let mut env = broker.env();
     env.push(("CLAIMS_FENCE".into(), "transactions".into()));

@@ -298,13 +298,31 @@ fn status_and_history_report_a_run() {
     let o = pos(orders[3]);
     let r = tool(&env, &["history", &o], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
-    for ev in ["claimed", "committed", "completed"] {
+    for ev in ["claimed", "completed"] {
         assert!(
             r.stdout.contains(&format!(":{ev}")),
             "history lacks {ev}:\n{}",
             r.stdout
         );
     }
+    // The commit: the completer's claim, which met no rival (its own
+    // commit, R34), or its `committed` after a contest; the claims the
+    // checker reads as their own commits are those history marks.
+    let trail = &audit.orders[&pool_worker::record::OrderId::new(orders[3].0, orders[3].1)];
+    let completer = trail.completions[0].1.instance.get();
+    assert!(
+        shows_commit_by(&r.stdout, completer),
+        "history shows no commit by {completer}:\n{}\n{}",
+        r.stdout,
+        audit.show(orders[3])
+    );
+    assert_eq!(
+        r.stdout.matches("its own commit").count(),
+        trail.unrivalled_claims.len(),
+        "{}\n{}",
+        r.stdout,
+        audit.show(orders[3])
+    );
     assert!(r.stdout.contains("failed exit 3"), "{}", r.stdout);
     let r = tool(&env, &["history", &o, "--json"], None, TOOL);
     assert_eq!(r.code, Some(0), "{r:?}");
@@ -316,10 +334,18 @@ fn status_and_history_report_a_run() {
         .iter()
         .filter_map(|r| r["record"]["event"].as_str())
         .collect();
-    for ev in ["claimed", "committed", "completed"] {
+    for ev in ["claimed", "completed"] {
         assert!(events.contains(&ev), "{events:?}");
     }
-    let c = events.iter().position(|e| *e == "committed").unwrap();
+    // The completer's commit (its claim marked `own_commit`, R34, or its
+    // `committed`) comes before the completion.
+    let c = records
+        .iter()
+        .position(|r| {
+            r["record"]["instance"] == serde_json::json!(completer)
+                && (r["record"]["event"] == "committed" || r["own_commit"] == true)
+        })
+        .unwrap_or_else(|| panic!("no commit by {completer}: {records:?}"));
     let d = events.iter().position(|e| *e == "completed").unwrap();
     assert!(c < d, "{events:?}");
     for rec in records {
@@ -2065,7 +2091,8 @@ fn serve_shows_the_pool_in_a_browser_and_in_metrics() {
         Some(0),
     ));
     let sup = pool(&broker, "2", &[]);
-    wait_and_audit(broker.bootstrap(), &claims, &orders, T)
+    let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
+    audit
         .check_exactly_once(&orders)
         .unwrap_or_else(|e| panic!("{e}"));
     // The pool stops: the claims topic holds still, so counts are exact.
@@ -2173,12 +2200,22 @@ fn serve_shows_the_pool_in_a_browser_and_in_metrics() {
         format!("{}/order/{failed}", served.base),
     ]);
     assert!(dom.contains("id=\"order-status\">failed<"), "{dom}");
-    for ev in ["claimed", "committed", "completed"] {
+    for ev in ["claimed", "completed"] {
         assert!(
             dom.contains(&format!(":{ev}")),
             "the story lacks {ev}: {dom}"
         );
     }
+    let completer = audit.orders[&pool_worker::record::OrderId::new(orders[3].0, orders[3].1)]
+        .completions[0]
+        .1
+        .instance
+        .get();
+    assert!(
+        shows_commit_by(&dom, completer),
+        "the story shows no commit by {completer}: {dom}\n{}",
+        audit.show(orders[3])
+    );
     assert!(dom.contains("failed exit 3"), "{dom}");
     assert!(
         dom.contains("id=\"order-text\">{&quot;cmd&quot;")
@@ -3304,4 +3341,14 @@ fn readyz_is_503_until_serve_has_caught_up() {
         1.0,
         "{m:#?}"
     );
+}
+
+/// Whether `story` (`history`'s text, or the dashboard's story) shows
+/// `instance`'s commit of its order: its claim marked as its own commit (it
+/// met no rival, docs/protocol.md R34), or its `committed` after a contest.
+fn shows_commit_by(story: &str, instance: u32) -> bool {
+    story.lines().any(|l| {
+        l.contains(&format!(" {instance}:committed"))
+            || (l.contains(&format!(" {instance}:claimed")) && l.contains("its own commit"))
+    })
 }

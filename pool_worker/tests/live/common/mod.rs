@@ -1027,7 +1027,9 @@ pub struct OrderTrail {
     /// `yielded` written by the instance itself.
     pub decisions: Vec<(i64, u32, Event, u32)>,
     /// Instances whose *first* decision after their claim was `committed`
-    /// (the effective commits), with the position of that decision.
+    /// (the effective commits), with the position of that decision: the
+    /// claim's own position for a first claim that met no rival, which is
+    /// its own commit (docs/protocol.md R34).
     pub effective_commits: Vec<(i64, u32)>,
     /// Every valid `completed` (duplicates by incarnation+seq dropped).
     pub completions: Vec<(i64, Record)>,
@@ -1037,8 +1039,12 @@ pub struct OrderTrail {
     /// Every record of the order, for error messages: "#pos inst:event attempt".
     pub lines: Vec<String>,
     /// (position, instance, incarnation, attempt) of every valid
-    /// `committed` (first decisions and retries alike).
+    /// `committed` (first decisions and retries alike), and of every claim
+    /// that was its own commit (R34).
     pub commits: Vec<(i64, u32, String, u32)>,
+    /// Positions of the claims that were their own commit (R34) and not
+    /// undone by their writer's yield.
+    pub unrivalled_claims: Vec<i64>,
     /// Valid revocations of a hold on this order (docs/protocol.md R37,
     /// R38): (position, holder, holder's fenced incarnation, revoker).
     pub revocations: Vec<(i64, u32, String, u32)>,
@@ -1095,7 +1101,18 @@ impl Audit {
     /// Reads the claims records in order and applies the rules: fences
     /// (only the newest incarnation of an instance number speaks),
     /// duplicates (a repeated incarnation+seq is dropped), first decision
-    /// after a claim counts.
+    /// after a claim counts, and a first claim that met no rival is that
+    /// decision, a commit (docs/protocol.md R34).
+    ///
+    /// R34 is judged here on this checker's own bookkeeping, not the
+    /// product's View: a claim without `takeover_of` is its own commit when,
+    /// at its position, the order has no completion (valid or void), the
+    /// claim is not late (the order behind the frontier the records' `next`
+    /// fields raised, with no claim of it seen before), and every other
+    /// instance that claimed the order has since yielded (explicitly, or by
+    /// a valid revocation of its hold) or completed it. A `yielded` by the
+    /// writer after such a claim, before any `committed` of its own, is
+    /// that claim's decision after all and undoes the commit (R11).
     pub fn of(records: &[(i64, Record)]) -> Audit {
         use pool_worker::record::OrderId;
         let mut audit = Audit::default();
@@ -1109,14 +1126,29 @@ impl Audit {
             .collect();
         let mut current: BTreeMap<u32, String> = BTreeMap::new();
         let mut seen: std::collections::BTreeSet<(String, u64)> = Default::default();
-        // Instance → (order of its newest claim, first decision seen?, committed?)
-        let mut holds: BTreeMap<u32, (OrderId, Option<Event>)> = BTreeMap::new();
+        // Instance → (order of its newest claim, its first decision, whether
+        // that decision is the claim itself (R34) with no `committed` since).
+        let mut holds: BTreeMap<u32, (OrderId, Option<Event>, bool)> = BTreeMap::new();
+        // Order → instance → its stance (`Claimed` for undecided), and the
+        // orders with a `completed` record of any validity (R15).
+        let mut stances: BTreeMap<OrderId, BTreeMap<u32, Event>> = BTreeMap::new();
+        let mut finished: std::collections::BTreeSet<OrderId> = Default::default();
+        // Partition → the frontier the valid records' `next` raised (R13);
+        // orders with a late first claim (R14).
+        let mut frontier: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut late: std::collections::BTreeSet<OrderId> = Default::default();
         // Instance → its open hold as the replay sees it (order, position of
         // the hold's newest claim/commit/lease, incarnation), for judging
         // revocations; and the incarnation a valid revocation fenced.
         let mut live: BTreeMap<u32, (OrderId, i64, String)> = BTreeMap::new();
         let mut fenced: BTreeMap<u32, String> = BTreeMap::new();
         for (pos, rec) in records {
+            if rec.event() == Event::Completed {
+                // Even a void completion ends the order (R15).
+                if let Some(o) = rec.order() {
+                    finished.insert(o);
+                }
+            }
             // The harness keeps bare numbers and names.
             let instance = rec.instance.get();
             let incarnation = rec.incarnation.to_string();
@@ -1170,6 +1202,10 @@ impl Audit {
                     t.revocations.push((*pos, instance, inc.clone(), writer));
                     fenced.insert(instance, inc);
                     holds.remove(&instance);
+                    // The holder counts as yielded in the contest (R38).
+                    if let Some(s) = stances.entry(order).or_default().get_mut(&instance) {
+                        *s = Event::Yielded;
+                    }
                 } else {
                     audit.void += 1;
                 }
@@ -1178,6 +1214,15 @@ impl Audit {
             if rec.by().is_none() && rec.seq > 0 && !seen.insert((incarnation.clone(), rec.seq)) {
                 audit.void += 1;
                 continue;
+            }
+            // Whether a claim's order was behind the frontier before this
+            // record (its own `next` counts the claim itself).
+            let behind = rec
+                .order()
+                .is_some_and(|o| frontier.get(&o.partition).is_some_and(|f| o.offset < *f));
+            for (&p, &o) in &rec.next {
+                let f = frontier.entry(p).or_insert(o);
+                *f = (*f).max(o);
             }
             let Some(order) = rec.order() else { continue };
             let t = audit.orders.entry(order).or_default();
@@ -1196,7 +1241,38 @@ impl Audit {
             match rec.event() {
                 Event::Claimed => {
                     t.claims.push((*pos, i, attempt));
-                    holds.insert(i, (order, None));
+                    let takeover = !rec.takeover_of().is_empty();
+                    let known = stances.contains_key(&order) || finished.contains(&order);
+                    if !takeover && !known && behind {
+                        late.insert(order);
+                    }
+                    let contest = stances.entry(order).or_default();
+                    // R34: a first claim that met no rival is its own commit.
+                    let unrivalled = !takeover
+                        && !late.contains(&order)
+                        && !finished.contains(&order)
+                        && contest.iter().all(|(j, s)| {
+                            *j == i || matches!(s, Event::Yielded | Event::Completed)
+                        });
+                    contest.insert(
+                        i,
+                        if unrivalled {
+                            Event::Committed
+                        } else {
+                            Event::Claimed
+                        },
+                    );
+                    if unrivalled {
+                        if let Some(l) = t.lines.last_mut() {
+                            l.push_str(" (its own commit, R34)");
+                        }
+                        t.effective_commits.push((*pos, i));
+                        t.commits.push((*pos, i, incarnation.clone(), attempt));
+                        t.unrivalled_claims.push(*pos);
+                        holds.insert(i, (order, Some(Event::Committed), true));
+                    } else {
+                        holds.insert(i, (order, None, false));
+                    }
                     live.insert(i, (order, *pos, incarnation.clone()));
                 }
                 Event::Committed | Event::Yielded => {
@@ -1210,15 +1286,35 @@ impl Audit {
                             }
                         }
                     }
-                    if let Some((o, first @ None)) = holds.get_mut(&i) {
-                        if *o == order {
+                    match holds.get_mut(&i) {
+                        Some((o, first @ None, _)) if *o == order => {
                             *first = Some(rec.event());
                             if rec.event() == Event::Committed {
                                 t.effective_commits.push((*pos, i));
                             } else {
                                 live.remove(&i);
                             }
+                            stances.entry(order).or_default().insert(i, rec.event());
                         }
+                        Some((o, first, unrivalled @ true)) if *o == order => {
+                            // After a claim that was its own commit: an
+                            // explicit `committed` (a retry's, or an older
+                            // writer's) is its decision record from now on;
+                            // a `yielded` is the decision after all (R11,
+                            // R34, met in compacted logs), and undoes it.
+                            *unrivalled = false;
+                            if rec.event() == Event::Yielded {
+                                *first = Some(Event::Yielded);
+                                let claim = t.claims.iter().rev().find(|c| c.1 == i).map(|c| c.0);
+                                t.effective_commits
+                                    .retain(|c| !(c.1 == i && Some(c.0) == claim));
+                                t.commits.retain(|c| !(c.1 == i && Some(c.0) == claim));
+                                t.unrivalled_claims.retain(|p| Some(*p) != claim);
+                                live.remove(&i);
+                                stances.entry(order).or_default().insert(i, Event::Yielded);
+                            }
+                        }
+                        _ => {}
                     }
                 }
                 Event::Lease => {
@@ -1230,8 +1326,15 @@ impl Audit {
                     }
                 }
                 Event::Completed => {
-                    let committed =
-                        matches!(holds.get(&i), Some((o, Some(Event::Committed))) if *o == order);
+                    let committed = matches!(holds.get(&i), Some((o, Some(Event::Committed), _)) if *o == order);
+                    // A completion closes its writer's hold of the order
+                    // (whether or not its commit is in the log).
+                    if holds.get(&i).is_some_and(|h| h.0 == order) {
+                        stances
+                            .entry(order)
+                            .or_default()
+                            .insert(i, Event::Completed);
+                    }
                     if !committed {
                         t.completed_without_commit.push(*pos);
                     } else if live.get(&i).is_some_and(|(o, _, _)| *o == order) {
