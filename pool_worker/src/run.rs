@@ -266,7 +266,7 @@ impl Shell {
             Some(snap) if w.load(&snap) => snap.at.get(),
             _ => 0,
         };
-        kafka.read_claims_from(from)?;
+        kafka.read_claims_from(from).await?;
         tracing::info!(instance = me, incarnation = %w.incarnation, pid = std::process::id(), from, "booting: replaying the claims topic");
         Ok(Shell {
             cfg,
@@ -389,7 +389,7 @@ impl Shell {
             self.idle = false;
         } else if !self.idle {
             self.idle = true;
-            self.kafka.watch_orders(&frontier)?;
+            self.kafka.watch_orders(frontier).await?;
             match self.w.deferring() {
                 Some(until) => tracing::info!(
                     instance = me,
