@@ -412,7 +412,7 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
                 Polled::Error(e) => {
                     tracing::warn!(instance, error = %e, "reading the claims topic");
                     // librdkafka retries by itself; no loop of warnings.
-                    kafka.wake.wait(|| false, READER_IDLE);
+                    std::thread::sleep(READER_IDLE);
                     break;
                 }
             }
@@ -460,13 +460,20 @@ impl Wake {
         self.cv.notify_one();
     }
 
-    /// Waits at most `limit` for a ring, unless one came since the last
-    /// wait or `empty` says there is something to read. `empty` is asked
-    /// under the lock a ring takes, so a ring cannot fall between it and
-    /// the wait.
+    /// Waits at most `limit` for a ring, unless `empty` says there is
+    /// something to read or a ring came since the last wait. A queue that
+    /// gets something after `empty` looked goes from empty to not empty,
+    /// which rings: before the wait (it does not wait) or during it.
+    ///
+    /// `empty` is asked without the lock: librdkafka rings holding the
+    /// queue's lock, which `empty` takes; asked under this one, a ring
+    /// and the wait deadlocked (the consumer's broker thread stuck).
     fn wait(&self, empty: impl Fn() -> bool, limit: Duration) {
+        if !empty() {
+            return;
+        }
         let mut rung = self.rung.lock().unwrap_or_else(|p| p.into_inner());
-        if !std::mem::take(&mut *rung) && empty() {
+        if !std::mem::take(&mut *rung) {
             let (mut r, _) = self
                 .cv
                 .wait_timeout(rung, limit)
