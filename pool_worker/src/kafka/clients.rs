@@ -22,7 +22,7 @@
 //! * **one order's payload**: [`Kafka::fetch_order`].
 //!
 //! Offsets are controlled by hand, as seed 002 asks, and more strictly: the
-//! consumers never commit an offset (`enable.auto.commit=false` and no
+//! consumer never commits an offset (`enable.auto.commit=false` and no
 //! commit call). Where a worker reads orders from is derived from the claims
 //! topic (the frontier), which is the one record of truth.
 
