@@ -1740,8 +1740,7 @@ impl IdleResult {
             )
         } else {
             format!(
-                "defaults (`fetch.wait.max.ms`: orders {}, claims {})",
-                pool_worker::kafka::client_config::FETCH_WAIT_MS,
+                "defaults (`fetch.wait.max.ms` {}, one consumer for both topics)",
                 pool_worker::kafka::client_config::CLAIMS_FETCH_WAIT_MS
             )
         }

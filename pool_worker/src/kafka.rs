@@ -5,7 +5,7 @@
 //!
 //! | file | what |
 //! |------|------|
-//! | `clients.rs` | the worker's clients ([`clients::Kafka`]): the claims producer (appends, fencing, transactions), the claims reader's thread, the orders consumer |
+//! | `clients.rs` | the worker's two clients ([`clients::Kafka`]): the claims producer (appends, fencing, transactions; it also answers the questions: metadata, watermarks) and one consumer for the claims and orders topics, polled by one thread that routes by topic |
 //! | `tools.rs` | where the tools (pool_worker/src/cli/) connect ([`tools::Source`]): their clients, the one order or cancel they send, the messages they read |
 //! | `claims_reader.rs` | the one reader of the claims topic ([`claims_reader::ClaimsReader`]) and what decides which records are the pool's ([`claims_reader::Gate`]) |
 //! | `topics.rs` | what the pool needs of its broker and topics, checked; partitions and end offsets asked now, of a client that never fetches ([`topics::Asks`]: the tools' own consumer, the worker's producer) |

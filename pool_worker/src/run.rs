@@ -272,7 +272,7 @@ impl Shell {
             Some(snap) if w.load(&snap) => snap.at.get(),
             _ => 0,
         };
-        kafka.read_claims_from(from)?;
+        kafka.read_claims_from(from).await?;
         crate::account::mark("replay");
         tracing::info!(instance = me, incarnation = %w.incarnation, pid = std::process::id(), from, "booting: replaying the claims topic");
         Ok(Shell {
@@ -397,7 +397,7 @@ impl Shell {
             self.idle = false;
         } else if !self.idle {
             self.idle = true;
-            self.kafka.watch_orders(&frontier)?;
+            self.kafka.watch_orders(frontier).await?;
             match self.w.deferring() {
                 Some(until) => tracing::info!(
                     instance = me,

@@ -26,8 +26,10 @@ use crate::kafka::client_config::{client_config, Silent, CLAIMS_FETCH_WAIT_MS};
 use crate::kafka::topics::{order_ends_now, Asks};
 use crate::record::{Foreign, Record};
 use anyhow::{bail, Context};
+use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
+use rdkafka::error::KafkaResult;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -170,7 +172,18 @@ impl Gate {
 
 /// A reader of the claims topic's one partition: see the module doc.
 pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
-    consumer: BaseConsumer<X>,
+    consumer: Arc<BaseConsumer<X>>,
+    /// The claims partition's own queue when the consumer is shared with
+    /// other topics ([`ClaimsReader::sharing`]): the worker's one consumer
+    /// also reads the orders topic, whose messages and end-of-partition
+    /// events stay on the consumer's main queue. (rdkafka's end-of-partition
+    /// error names the partition, not the topic: on one queue, the orders'
+    /// partition 0 and the claims partition could not be told apart.)
+    queue: Option<PartitionQueue<X>>,
+    /// Whether the claims partition is in the consumer's assignment (a
+    /// shared consumer's is changed incrementally, and the partition is
+    /// assigned once: later starts seek).
+    assigned: AtomicBool,
     /// The consumer's configuration, for the checkpoint search's own
     /// consumer ([`ClaimsReader::find_checkpoint`]).
     config: ClientConfig,
@@ -244,7 +257,43 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             }
         };
         Ok(ClaimsReader {
+            consumer: Arc::new(consumer),
+            queue: None,
+            assigned: AtomicBool::new(false),
+            config: config.clone(),
+            gate,
+            topic: topic.to_string(),
+            from: AtomicU64::new(0),
+            end_next: AtomicBool::new(false),
+            asks,
+            slack: 1,
+        })
+    }
+
+    /// A reader on `consumer`, which other topics' partitions share (the
+    /// worker's one consumer, pool_worker/src/kafka/clients.rs): the claims
+    /// partition gets a queue of its own, and `wake` is called whenever that
+    /// queue goes from empty to not empty (the thread polling it may be
+    /// waiting on something else). The consumer's assignment is only ever
+    /// changed incrementally; the checkpoint search reads through this
+    /// consumer too ([`ClaimsReader::find_checkpoint`]). `config`: the
+    /// consumer's settings ([`config`]).
+    pub fn sharing(
+        consumer: Arc<BaseConsumer<X>>,
+        config: &ClientConfig,
+        topic: &str,
+        gate: Gate,
+        asks: Arc<dyn Asks>,
+        wake: impl Fn() + Send + Sync + 'static,
+    ) -> anyhow::Result<ClaimsReader<X>> {
+        let mut queue = consumer
+            .split_partition_queue(topic, 0)
+            .with_context(|| format!("cannot read topic '{topic}' on a queue of its own"))?;
+        queue.set_nonempty_callback(wake);
+        Ok(ClaimsReader {
             consumer,
+            queue: Some(queue),
+            assigned: AtomicBool::new(false),
             config: config.clone(),
             gate,
             topic: topic.to_string(),
@@ -284,14 +333,48 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// rather than "beginning", which costs an offset query; should the log
     /// no longer start there, `auto.offset.reset=earliest` starts at its
     /// first record.
+    ///
+    /// A shared consumer's claims partition is assigned once, incrementally
+    /// (the orders partitions beside it stay as they are); a later start
+    /// (after the checkpoint search) seeks, which drops whatever was
+    /// fetched for the old position (librdkafka's version barrier).
     pub fn start_at(&self, pos: u64) -> anyhow::Result<()> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.topic, 0, Offset::Offset(pos as i64))?;
         self.from.store(pos, Ordering::Relaxed);
-        self.consumer
-            .assign(&tpl)
-            .context("cannot assign the claims topic")?;
+        self.end_next.store(false, Ordering::Relaxed);
+        self.go_to(pos as i64)
+    }
+
+    /// Points the consumer's claims partition at `offset`.
+    fn go_to(&self, offset: i64) -> anyhow::Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, 0, Offset::Offset(offset))?;
+        if self.queue.is_none() {
+            self.consumer
+                .assign(&tpl)
+                .context("cannot assign the claims topic")?;
+        } else if self.assigned.swap(true, Ordering::Relaxed) {
+            self.consumer
+                .seek_partitions(tpl, REQUEST_TIMEOUT)
+                .context("cannot seek the claims topic")?
+                .elements()
+                .iter()
+                .find_map(|e| e.error().err())
+                .map_or(Ok(()), Err)
+                .context("cannot seek the claims topic")?;
+        } else {
+            self.consumer
+                .incremental_assign(&tpl)
+                .context("cannot assign the claims topic")?;
+        }
         Ok(())
+    }
+
+    /// The next message or event of the claims partition.
+    fn next(&self, wait: Duration) -> Option<KafkaResult<BorrowedMessage<'_>>> {
+        match &self.queue {
+            Some(q) => q.poll(wait),
+            None => self.consumer.poll(wait),
+        }
     }
 
     /// The claims topic's end offset now.
@@ -329,7 +412,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         if self.end_next.swap(false, Ordering::Relaxed) {
             return Polled::End;
         }
-        match self.consumer.poll(wait) {
+        match self.next(wait) {
             None => Polled::Nothing,
             Some(Ok(m)) => {
                 // Asked through `asks`: on the fetching consumer the
@@ -372,11 +455,14 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// longer than the window (replaying it all costs no more), holds no
     /// such checkpoint there, or the search takes longer than a few seconds.
     ///
-    /// The search reads with a consumer of its own, dropped after it, so
-    /// that the reader's consumer is assigned once ([`ClaimsReader::start_at`]):
+    /// A tool's search reads with a consumer of its own, dropped after it,
+    /// so that the reader's consumer is assigned once ([`ClaimsReader::start_at`]):
     /// librdkafka (2.x) can abort on `rktp->rktp_started` when one consumer
     /// is assigned again while its previous assignment is still stopping
-    /// (confluentinc/librdkafka#5573).
+    /// (confluentinc/librdkafka#5573). A shared consumer's ([`ClaimsReader::sharing`],
+    /// the worker's) is never unassigned: the search assigns the claims
+    /// partition where it starts, and [`ClaimsReader::start_at`] then seeks
+    /// it, so the worker's boot needs no client of its own for the search.
     ///
     /// Only a checkpoint written less than `max_age_ms` ago counts
     /// ([`crate::checkpoint::DEFAULT_CHECKPOINT_MAX_AGE_MS`], R24).
@@ -392,17 +478,30 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         if high - low <= window {
             return None;
         }
-        let search: BaseConsumer<Silent> = self.config.create_with_context(Silent).ok()?;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.topic, 0, Offset::Offset(high - window))
-            .ok()?;
-        search.assign(&tpl).ok()?;
+        let own: Option<BaseConsumer<Silent>> = match self.queue {
+            Some(_) => {
+                self.go_to(high - window).ok()?;
+                None
+            }
+            None => {
+                let search: BaseConsumer<Silent> = self.config.create_with_context(Silent).ok()?;
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition_offset(&self.topic, 0, Offset::Offset(high - window))
+                    .ok()?;
+                search.assign(&tpl).ok()?;
+                Some(search)
+            }
+        };
+        let poll = |wait: Duration| match &own {
+            Some(search) => search.poll(wait),
+            None => self.next(wait),
+        };
         let mut best: Option<Snapshot> = None;
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         loop {
             // Too slow: replay from the beginning instead.
             let left = deadline.checked_duration_since(Instant::now())?;
-            match search.poll(left.min(Duration::from_millis(100))) {
+            match poll(left.min(Duration::from_millis(100))) {
                 None => {}
                 Some(Ok(m)) => {
                     if m.key().is_some_and(|k| k.ends_with(b":checkpoint")) {

@@ -1,7 +1,7 @@
 //! How every Kafka client of pool_worker is made: the settings they share
 //! ([`client_config`]: the bootstrap servers, the settings of every client,
 //! then the user's `KAFKA_<PROPERTY>` properties, read and checked by
-//! [`KafkaSettings`]), the consumers' fetch waits, the tools' quiet client
+//! [`KafkaSettings`]), the consumers' fetch wait, the tools' quiet client
 //! context ([`Silent`]), and how a blocking client call is run off the async
 //! threads ([`blocking`]).
 //!
@@ -162,33 +162,33 @@ pub(crate) fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> 
     c
 }
 
-/// How long the broker may hold an empty fetch of the claims and orders
-/// consumers (`fetch.wait.max.ms`): Kafka's own default. A Kafka broker
-/// answers a waiting fetch as soon as data arrives, so the wait costs no
-/// latency, and an idle worker's two consumers send about four fetch
-/// requests a second, as plain consumers do. `KAFKA_FETCH_WAIT_MAX_MS`
-/// overrides it (the user's properties are applied last).
+/// `fetch.wait.max.ms` of every reader of the claims topic
+/// (pool_worker/src/kafka/claims_reader.rs), the worker's one consumer
+/// included, which reads the orders topic with it too.
+///
+/// Shorter than Kafka's default (500 ms) because with transactions
+/// (docs/protocol.md R16) a read_committed fetch waiting at the last stable
+/// offset is not answered when a commit marker moves it: Apache Kafka 4.4
+/// holds it for the whole wait (measured in
+/// `pool_worker/tests/live/fence.rs` `kill_storm_on_apache_kafka`, 6
+/// instances under kills: a boot's replay took 1.3 s at the median with
+/// 500 ms, 0.33 s with 100 ms, 0.17 s with 20 ms). For the orders topic the
+/// wait costs no latency at any value (a Kafka broker answers a waiting
+/// fetch as soon as an order arrives; orders are written without
+/// transactions); when the worker had a consumer per topic, the orders one
+/// waited 500 ms. One consumer sends one fetch per broker for both topics'
+/// partitions, so an idle worker on a broker that leads both asks about ten
+/// times a second, not ten plus two. `KAFKA_FETCH_WAIT_MAX_MS` overrides it
+/// (the user's properties are applied last).
 ///
 /// librdkafka's mock cluster (the embedded broker, `pool_worker broker` and
 /// `dev`) holds an empty fetch for the whole wait instead, and an order
 /// waits on such fetches about five times (its arrival at an idle worker,
 /// the read-back of the claim, of the decision and of the completion, the
 /// fetch of its payload): against it the workers run with
-/// [`crate::kafka::broker::WORKER_ENV`] (2 ms), set by `dev`, the tests and the
-/// bench, never by default (bench/RESULTS.md, "Idle pool": idle CPU and
+/// [`crate::kafka::broker::WORKER_ENV`] (2 ms), set by `dev`, the tests and
+/// the bench, never by default (bench/RESULTS.md, "Idle pool": idle CPU and
 /// latency with both).
-pub const FETCH_WAIT_MS: u32 = 500;
-
-/// `fetch.wait.max.ms` of the claims consumers (every reader of the claims
-/// topic, pool_worker/src/kafka/claims_reader.rs): shorter than [`FETCH_WAIT_MS`] because with
-/// transactions (docs/protocol.md R16) a read_committed fetch waiting at the
-/// last stable offset is not answered when a commit marker moves it: Apache
-/// Kafka 4.4 holds it for the whole wait (measured in
-/// `pool_worker/tests/live/fence.rs` `kill_storm_on_apache_kafka`, 6 instances under
-/// kills: a boot's replay took 1.3 s at the median with 500 ms, 0.33 s with
-/// 100 ms, 0.17 s with 20 ms). The cost: an idle worker's claims consumer
-/// asks about ten times a second instead of twice. `KAFKA_FETCH_WAIT_MAX_MS`
-/// overrides it too.
 pub const CLAIMS_FETCH_WAIT_MS: u32 = 100;
 
 /// The tools' client context: librdkafka's own log and error callbacks

@@ -1,6 +1,7 @@
-//! The worker's Kafka clients ([`Kafka`]): the claims producer, the claims
-//! reader's thread and queue, the orders consumer and the client for
-//! questions (metadata, watermarks).
+//! The worker's Kafka clients ([`Kafka`]): two per process, the claims
+//! producer, which also answers every question (metadata, watermarks), and
+//! one consumer, which reads the claims topic and the orders topic, polled by
+//! one thread ([`read_topics`]) that routes what it reads by topic.
 //!
 //! It offers the worker loop ([`crate::run`]) four things, each of them a
 //! thin wrapper with the retry policy written down in one place:
@@ -14,31 +15,31 @@
 //!   the reader reaches the end — librdkafka's partition EOF event);
 //! * **the orders' ends**: [`Kafka::order_ends`], the high watermark of every
 //!   orders partition;
-//! * **waiting for orders**: [`Kafka::watch_orders`] assigns the orders
+//! * **waiting for orders**: [`Kafka::watch_orders`] points the orders
 //!   partitions at the frontier and [`Kafka::order_arrived`] wakes when a
 //!   message arrives, so an idle worker sleeps in the broker's long poll
 //!   instead of polling;
 //! * **one order's payload**: [`Kafka::fetch_order`].
 //!
 //! Offsets are controlled by hand, as seed 002 asks, and more strictly: the
-//! consumers never commit an offset (`enable.auto.commit=false` and no
+//! consumer never commits an offset (`enable.auto.commit=false` and no
 //! commit call). Where a worker reads orders from is derived from the claims
 //! topic (the frontier), which is the one record of truth.
 
 use crate::backoff;
 use crate::checkpoint::Snapshot;
 use crate::kafka::claims_reader::{ClaimsReader, Gate, Polled, CHECKPOINT_WINDOW};
-use crate::kafka::client_config::{blocking, client_config, FETCH_WAIT_MS};
+use crate::kafka::client_config::{blocking, client_config};
 use crate::kafka::topics::{partitions_now, Asks};
 use crate::record::{Foreign, OrderId, Record};
 use anyhow::Context;
-use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -124,11 +125,31 @@ pub(crate) struct Kafka {
     /// `transactional.id` (`CLAIMS_FENCE=transactions`, docs/protocol.md
     /// R16): every record it produces is a transaction of its own.
     transactional: bool,
-    /// The claims reader, polled by a thread of its own ([`read_claims`]).
+    /// The one consumer: the claims partition (on a queue of its own,
+    /// [`ClaimsReader::sharing`]) and the orders partitions (on its main
+    /// queue), read_committed for both. One thread polls both queues
+    /// ([`read_topics`]).
+    consumer: Arc<BaseConsumer<Quiet>>,
+    /// The claims reader on [`Kafka::consumer`].
     claims: Arc<ClaimsReader<Quiet>>,
     claims_rx: tokio::sync::Mutex<ClaimsQueue>,
     claims_tx: std::sync::Mutex<Option<mpsc::Sender<Vec<ClaimEvent>>>>,
-    orders: Arc<StreamConsumer<Quiet>>,
+    /// Rung when either of the consumer's queues has something
+    /// ([`read_topics`] waits on it).
+    wake: Arc<Wake>,
+    /// The consumer's two queues' lengths, for [`read_topics`]'s wait.
+    queues: Queues,
+    /// The orders partitions in the consumer's assignment, and which of them
+    /// are fetching (the others are paused).
+    orders: std::sync::Mutex<OrdersAssigned>,
+    /// The order [`Kafka::fetch_order`] waits for, as the reader thread
+    /// found it.
+    wanted: std::sync::Mutex<Wanted>,
+    /// How many orders messages the reader thread has read.
+    arrivals: tokio::sync::watch::Sender<u64>,
+    /// [`Kafka::arrivals`] as [`Kafka::order_arrived`] last answered it (or
+    /// [`Kafka::watch_orders`] started watching).
+    arrivals_seen: std::sync::atomic::AtomicU64,
     claims_topic: String,
     orders_topic: String,
     results_topic: Option<String>,
@@ -271,22 +292,6 @@ pub(crate) struct Setup {
     pub(crate) standby: bool,
 }
 
-/// `wait_ms`: the consumer's `fetch.wait.max.ms` (see [`FETCH_WAIT_MS`]).
-fn consumer_config(cfg: &Setup, eof: bool, wait_ms: u32) -> ClientConfig {
-    let mut c = client_config(&cfg.brokers, &BTreeMap::new());
-    c.set("group.id", format!("pool_worker-{}", cfg.instance))
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", if eof { "true" } else { "false" })
-        .set("fetch.wait.max.ms", wait_ms.to_string())
-        .set("fetch.error.backoff.ms", "50")
-        .set("auto.offset.reset", "earliest");
-    for (k, v) in &cfg.props {
-        c.set(k, v);
-    }
-    c
-}
-
 /// Why [`Kafka::open`] failed. The worker exits [`crate::process_exit::Exit::Config`]
 /// on a topic the operator must fix, and [`crate::process_exit::Exit::Failure`]
 /// (restarted) when the brokers could not be reached.
@@ -357,9 +362,17 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync +
     }
 }
 
-/// The claims consumer's settings: the readers' own ([`crate::kafka::claims_reader::config`]),
-/// named after the instance.
-fn claims_config(cfg: &Setup) -> ClientConfig {
+/// The consumer's settings: the claims readers' own ([`crate::kafka::claims_reader::config`]:
+/// read_committed whatever the user's properties say, partition EOF, the
+/// fetch sizes of a replay, `fetch.wait.max.ms` [`crate::kafka::client_config::CLAIMS_FETCH_WAIT_MS`]),
+/// named after the instance. The orders partitions are read with them too:
+/// read_committed changes nothing for orders written without transactions
+/// (their last stable offset is their high watermark, which is also the end
+/// the pool learns orders from: the producer's ListOffsets are
+/// read_committed, librdkafka's default, which the orders consumer had
+/// too), and an order written in a transaction is read once it is committed
+/// and never if it is aborted.
+fn consumer_config(cfg: &Setup) -> ClientConfig {
     crate::kafka::claims_reader::config(
         &cfg.brokers,
         &cfg.props,
@@ -367,17 +380,30 @@ fn claims_config(cfg: &Setup) -> ClientConfig {
     )
 }
 
-/// The claims reader thread: polls the reader, which decodes records (so
-/// that decoding runs beside the worker's fold of the previous batch), and
-/// hands them over in batches. Ends when the worker's end is gone.
-fn read_claims(reader: &ClaimsReader<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>, instance: u32) {
+/// Most orders messages the reader thread takes from the main queue before
+/// it looks at the claims queue again.
+const ORDERS_BATCH: usize = 256;
+
+/// How long the reader thread waits for its queues before it looks again
+/// whether the worker still listens (the queues' callbacks wake it sooner).
+const READER_IDLE: Duration = Duration::from_millis(100);
+
+/// The reader thread: polls the consumer's two queues and routes what they
+/// hold by topic. The claims partition's queue: its reader decodes the
+/// records (so that decoding runs beside the worker's fold of the previous
+/// batch), handed over in batches, and "caught up" at its end; the main
+/// queue: orders messages ([`Kafka::order_message`]), the orders
+/// partitions' end-of-partition events (not needed: dropped) and the
+/// client's errors (already logged by [`Quiet`]). When both are empty it
+/// waits on [`Kafka::wake`]. Ends when the worker's end is gone.
+fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
+    let instance = kafka.instance;
     let live = || !tx.is_closed();
     let mut batch = Vec::with_capacity(CLAIMS_BATCH);
     while !tx.is_closed() {
-        // Block for the first event, then take whatever is already queued.
-        let mut wait = Duration::from_millis(100);
+        let mut busy = false;
         while batch.len() < CLAIMS_BATCH {
-            match reader.poll(wait, &live) {
+            match kafka.claims.poll(Duration::ZERO, &live) {
                 Polled::Nothing => break,
                 Polled::Record(pos, Ok(r)) => batch.push(ClaimEvent::Record(pos, r)),
                 Polled::Record(pos, Err(why)) => batch.push(ClaimEvent::Foreign(pos, why)),
@@ -385,11 +411,12 @@ fn read_claims(reader: &ClaimsReader<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>,
                 Polled::Broken(p) => broken(instance, &p),
                 Polled::Error(e) => {
                     tracing::warn!(instance, error = %e, "reading the claims topic");
-                    std::thread::sleep(Duration::from_millis(100));
+                    // librdkafka retries by itself; no loop of warnings.
+                    std::thread::sleep(READER_IDLE);
                     break;
                 }
             }
-            wait = Duration::ZERO;
+            busy = true;
         }
         if !batch.is_empty() {
             let full = std::mem::replace(&mut batch, Vec::with_capacity(CLAIMS_BATCH));
@@ -397,7 +424,138 @@ fn read_claims(reader: &ClaimsReader<Quiet>, tx: &mpsc::Sender<Vec<ClaimEvent>>,
                 return;
             }
         }
+        for _ in 0..ORDERS_BATCH {
+            match kafka.consumer.poll(Duration::ZERO) {
+                None => break,
+                Some(Ok(m)) => {
+                    if m.topic() == kafka.orders_topic {
+                        kafka.order_message(&m);
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => {}
+                Some(Err(e)) => tracing::debug!(instance, error = %e, "reading the orders topic"),
+            }
+            busy = true;
+        }
+        if !busy {
+            // A poll that served an event of another kind (a log line) says
+            // nothing too: the queues' lengths tell whether to wait.
+            kafka.wake.wait(|| kafka.queues.empty(), READER_IDLE);
+        }
     }
+}
+
+/// What wakes the reader thread: librdkafka calls [`Wake::ring`] when one of
+/// the consumer's queues goes from empty to not empty.
+#[derive(Default)]
+struct Wake {
+    rung: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl Wake {
+    fn ring(&self) {
+        let mut rung = self.rung.lock().unwrap_or_else(|p| p.into_inner());
+        *rung = true;
+        self.cv.notify_one();
+    }
+
+    /// Waits at most `limit` for a ring, unless `empty` says there is
+    /// something to read or a ring came since the last wait. A queue that
+    /// gets something after `empty` looked goes from empty to not empty,
+    /// which rings: before the wait (it does not wait) or during it.
+    ///
+    /// `empty` is asked without the lock: librdkafka rings holding the
+    /// queue's lock, which `empty` takes; asked under this one, a ring
+    /// and the wait deadlocked (the consumer's broker thread stuck).
+    fn wait(&self, empty: impl Fn() -> bool, limit: Duration) {
+        if !empty() {
+            return;
+        }
+        let mut rung = self.rung.lock().unwrap_or_else(|p| p.into_inner());
+        if !std::mem::take(&mut *rung) {
+            let (mut r, _) = self
+                .cv
+                .wait_timeout(rung, limit)
+                .unwrap_or_else(|p| p.into_inner());
+            *r = false;
+        }
+    }
+}
+
+/// librdkafka handles on the consumer's main queue and its claims
+/// partition's queue, to ask their lengths ([`Queues::empty`]); rdkafka
+/// does not say whether a poll that returned nothing left the queue empty.
+struct Queues {
+    main: *mut rdkafka::bindings::rd_kafka_queue_t,
+    claims: *mut rdkafka::bindings::rd_kafka_queue_t,
+}
+
+// SAFETY: librdkafka's queue handles may be used from any thread
+// (rd_kafka_queue_length locks the queue).
+unsafe impl Send for Queues {}
+unsafe impl Sync for Queues {}
+
+impl Queues {
+    fn of(consumer: &BaseConsumer<Quiet>, claims_topic: &str) -> anyhow::Result<Queues> {
+        let topic = std::ffi::CString::new(claims_topic)?;
+        let rk = consumer.client().native_ptr();
+        // SAFETY: `rk` is a live consumer handle; both calls return a new
+        // reference to a queue (NULL on error), destroyed in `drop`; `topic`
+        // is NUL-terminated and outlives the call.
+        let (main, claims) = unsafe {
+            (
+                rdkafka::bindings::rd_kafka_queue_get_consumer(rk),
+                rdkafka::bindings::rd_kafka_queue_get_partition(rk, topic.as_ptr(), 0),
+            )
+        };
+        let q = Queues { main, claims };
+        if main.is_null() || claims.is_null() {
+            anyhow::bail!("cannot get the consumer's queues");
+        }
+        Ok(q)
+    }
+
+    /// Whether both queues are empty.
+    fn empty(&self) -> bool {
+        // SAFETY: both handles are live until `drop`.
+        unsafe {
+            rdkafka::bindings::rd_kafka_queue_length(self.main) == 0
+                && rdkafka::bindings::rd_kafka_queue_length(self.claims) == 0
+        }
+    }
+}
+
+impl Drop for Queues {
+    fn drop(&mut self) {
+        for q in [self.main, self.claims] {
+            if !q.is_null() {
+                // SAFETY: a reference this value took, dropped once.
+                unsafe { rdkafka::bindings::rd_kafka_queue_destroy(q) };
+            }
+        }
+    }
+}
+
+/// The orders partitions in the consumer's assignment. They are assigned
+/// once each (incrementally, beside the claims partition) and then sought
+/// and paused or resumed, never unassigned: no assignment change can race
+/// another one's stop (confluentinc/librdkafka#5573), and the claims
+/// partition is never touched.
+#[derive(Default)]
+struct OrdersAssigned {
+    assigned: BTreeSet<i32>,
+    fetching: BTreeSet<i32>,
+}
+
+/// The order [`Kafka::fetch_order`] waits for, as the reader thread saw it.
+#[derive(Default)]
+struct Wanted {
+    order: Option<OrderId>,
+    /// Its message, once read.
+    got: Option<OrderMessage>,
+    /// A later message of its partition came instead of it.
+    passed: bool,
 }
 
 /// A broker the pool cannot work with (its watermarks do not count
@@ -598,33 +756,47 @@ impl Kafka {
         }
         let producer = Kafka::new_producer(&pc)?;
         let gate = Gate::new(cfg.claims_key.clone(), &cfg.orders_topic);
-        let claims = ClaimsReader::new(
-            &claims_config(cfg),
-            Quiet,
+        let wake = Arc::new(Wake::default());
+        let cc = consumer_config(cfg);
+        let mut consumer: BaseConsumer<Quiet> = cc
+            .create_with_context(Quiet)
+            .context("cannot create the Kafka consumer")?;
+        let ring = wake.clone();
+        consumer.set_nonempty_callback(move || ring.ring());
+        let consumer = Arc::new(consumer);
+        let ring = wake.clone();
+        let claims = ClaimsReader::sharing(
+            consumer.clone(),
+            &cc,
             &cfg.claims_topic,
             gate.clone(),
             // The producer answers the reader's questions (it never
             // fetches); a client of its own cost each process ~2 ms of CPU
             // and connections to the brokers (issue 27).
-            Some(producer.clone() as Arc<dyn Asks>),
+            producer.clone() as Arc<dyn Asks>,
+            move || ring.ring(),
         )?
         .marker_slack();
+        let queues = Queues::of(&consumer, &cfg.claims_topic)?;
         let (tx, rx) = mpsc::channel(CLAIMS_BATCHES);
-        let orders: StreamConsumer<Quiet> = consumer_config(cfg, false, FETCH_WAIT_MS)
-            .create_with_context(Quiet)
-            .context("cannot create a Kafka consumer")?;
         Ok(Kafka {
             producer: std::sync::RwLock::new(producer),
             producer_config: pc,
             renewals: std::sync::atomic::AtomicU32::new(Self::RENEWALS),
             transactional,
+            consumer,
             claims: Arc::new(claims),
             claims_rx: tokio::sync::Mutex::new(ClaimsQueue {
                 rx,
                 buf: VecDeque::new(),
             }),
             claims_tx: std::sync::Mutex::new(Some(tx)),
-            orders: Arc::new(orders),
+            wake,
+            queues,
+            orders: std::sync::Mutex::default(),
+            wanted: std::sync::Mutex::default(),
+            arrivals: tokio::sync::watch::Sender::new(0),
+            arrivals_seen: std::sync::atomic::AtomicU64::new(0),
             claims_topic: cfg.claims_topic.clone(),
             orders_topic: cfg.orders_topic.clone(),
             results_topic: cfg.results_topic.clone(),
@@ -641,11 +813,11 @@ impl Kafka {
     /// Checks the topics (the claims topic must have exactly one partition);
     /// [`Kafka::read_claims_from`] then starts the claims reader.
     ///
-    /// The three clients connect in parallel: the two consumers ask for
-    /// their topic's partitions, and the producer learns both topics (it
-    /// appends to the claims topic and answers the questions about the
-    /// orders topic; otherwise the first append, `booted`, waited ~15 ms for
-    /// the producer's connection and metadata, on every boot).
+    /// The two clients connect in parallel: the consumer asks for both
+    /// topics' partitions, and the producer learns both topics (it appends
+    /// to the claims topic and answers the questions about the orders topic;
+    /// otherwise the first append, `booted`, waited ~15 ms for the
+    /// producer's connection and metadata, on every boot).
     pub(crate) async fn open(&self, patience: Duration) -> Result<(), OpenError> {
         for topic in [self.claims_topic.clone(), self.orders_topic.clone()] {
             let producer = self.producer();
@@ -654,15 +826,15 @@ impl Kafka {
         let principal = crate::kafka::topics::principal(&self.props);
         let (n, _, warning) = tokio::try_join!(
             partitions(
-                self.claims.clone(),
-                ClaimsReader::consumer,
+                self.consumer.clone(),
+                |c| c,
                 self.claims_topic.clone(),
                 self.props.clone(),
                 patience
             ),
             partitions(
-                self.orders.clone(),
-                |o| o,
+                self.consumer.clone(),
+                |c| c,
                 self.orders_topic.clone(),
                 self.props.clone(),
                 patience
@@ -695,16 +867,16 @@ impl Kafka {
     }
 
     /// Starts reading the claims topic at `pos` (0: from its beginning), on
-    /// the claims reader thread. Once only.
-    pub(crate) fn read_claims_from(&self, pos: u64) -> anyhow::Result<()> {
-        self.claims.start_at(pos)?;
+    /// the reader thread ([`read_topics`]), which also reads the orders
+    /// partitions from then on. Once only.
+    pub(crate) async fn read_claims_from(&'static self, pos: u64) -> anyhow::Result<()> {
+        let claims = self.claims.clone();
+        blocking(move || claims.start_at(pos)).await??;
         if let Some(tx) = self.claims_tx.lock().ok().and_then(|mut t| t.take()) {
-            let reader = self.claims.clone();
-            let instance = self.instance;
             std::thread::Builder::new()
-                .name("claims-reader".into())
-                .spawn(move || read_claims(&reader, &tx, instance))
-                .context("cannot start the claims reader thread")?;
+                .name("kafka-reader".into())
+                .spawn(move || read_topics(self, &tx))
+                .context("cannot start the Kafka reader thread")?;
         }
         Ok(())
     }
@@ -1194,36 +1366,146 @@ impl Kafka {
 
     /// Reads the orders partitions from the given offsets, so that
     /// [`Kafka::order_arrived`] wakes when a new order comes.
-    pub(crate) fn watch_orders(&self, from: &BTreeMap<i32, i64>) -> anyhow::Result<()> {
-        let mut tpl = TopicPartitionList::new();
-        for (&p, &o) in from {
-            tpl.add_partition_offset(&self.orders_topic, p, Offset::Offset(o))?;
+    pub(crate) async fn watch_orders(
+        &'static self,
+        from: BTreeMap<i32, i64>,
+    ) -> anyhow::Result<()> {
+        // Messages read before this do not wake the watch.
+        self.arrivals_seen.store(
+            *self.arrivals.borrow(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        // Off the async threads: a seek waits until the consumer has
+        // dropped what it fetched before.
+        blocking(move || self.read_orders_at(&from))
+            .await?
+            .context("cannot read the orders topic")
+    }
+
+    /// Points the consumer's orders partitions at `from` and fetches them,
+    /// pausing the other orders partitions it has. A partition new to the
+    /// consumer is assigned (incrementally: the claims partition stays as it
+    /// is); one it has is sought, which drops whatever was fetched before
+    /// (and waits until it is dropped), and then resumed.
+    fn read_orders_at(&self, from: &BTreeMap<i32, i64>) -> Result<(), KafkaError> {
+        let mut st = self.orders.lock().unwrap_or_else(|p| p.into_inner());
+        let tpl = |parts: &mut dyn Iterator<Item = (i32, Offset)>| -> Result<TopicPartitionList, KafkaError> {
+            let mut tpl = TopicPartitionList::new();
+            for (p, o) in parts {
+                tpl.add_partition_offset(&self.orders_topic, p, o)?;
+            }
+            Ok(tpl)
+        };
+        let others: Vec<i32> = st
+            .fetching
+            .iter()
+            .copied()
+            .filter(|p| !from.contains_key(p))
+            .collect();
+        if !others.is_empty() {
+            self.consumer
+                .pause(&tpl(&mut others.iter().map(|&p| (p, Offset::Invalid)))?)?;
+            for p in others {
+                st.fetching.remove(&p);
+            }
         }
-        self.orders
-            .assign(&tpl)
-            .context("cannot assign the orders topic")?;
+        let (known, new): (Vec<_>, Vec<_>) =
+            from.iter().partition(|(p, _)| st.assigned.contains(p));
+        if !known.is_empty() {
+            let sought = self.consumer.seek_partitions(
+                tpl(&mut known.iter().map(|(&p, &o)| (p, Offset::Offset(o))))?,
+                REQUEST_TIMEOUT,
+            )?;
+            if let Some(e) = sought.elements().iter().find_map(|e| e.error().err()) {
+                return Err(e);
+            }
+            let paused: Vec<_> = known
+                .iter()
+                .map(|(&p, _)| p)
+                .filter(|p| !st.fetching.contains(p))
+                .collect();
+            if !paused.is_empty() {
+                self.consumer
+                    .resume(&tpl(&mut paused.iter().map(|&p| (p, Offset::Invalid)))?)?;
+            }
+        }
+        if !new.is_empty() {
+            self.consumer.incremental_assign(&tpl(&mut new
+                .iter()
+                .map(|(&p, &o)| (p, Offset::Offset(o))))?)?;
+            st.assigned.extend(new.iter().map(|(&p, _)| p));
+        }
+        st.fetching.extend(from.keys());
         Ok(())
     }
 
+    /// Stops fetching the orders partitions (paused, not unassigned: see
+    /// [`OrdersAssigned`]). While a worker negotiates and runs an order it
+    /// has no use for them, and a fetching partition keeps a fetch waiting
+    /// at the broker.
+    fn pause_orders(&self) {
+        let mut st = self.orders.lock().unwrap_or_else(|p| p.into_inner());
+        if st.fetching.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for &p in &st.fetching {
+            let _ = tpl.add_partition_offset(&self.orders_topic, p, Offset::Invalid);
+        }
+        match self.consumer.pause(&tpl) {
+            Ok(()) => st.fetching.clear(),
+            Err(e) => tracing::debug!(error = %e, "pausing the orders topic"),
+        }
+    }
+
     /// Waits until a message arrives on a watched orders partition.
+    /// Cancel-safe: a message read while nobody waited wakes the next wait.
     pub(crate) async fn order_arrived(&self) {
+        use std::sync::atomic::Ordering;
+        let mut rx = self.arrivals.subscribe();
         loop {
-            match self.orders.recv().await {
-                Ok(m) => {
-                    self.check_order_watermark(m.partition(), m.offset());
-                    self.gate
-                        .saw_ends(&BTreeMap::from([(m.partition(), m.offset() + 1)]));
-                    if let Ok(mut c) = self.payloads.lock() {
-                        c.put(m.partition(), m.offset(), OrderMessage::of(&m));
-                    }
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "watching the orders topic");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+            let n = *rx.borrow_and_update();
+            if n > self.arrivals_seen.load(Ordering::Relaxed) {
+                self.arrivals_seen.store(n, Ordering::Relaxed);
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return std::future::pending().await;
             }
         }
+    }
+
+    /// An orders message, as the reader thread reads it: checked against
+    /// its partition's watermark, its end noted for the [`Gate`], and kept:
+    /// for [`Kafka::fetch_order`] if it is the order it waits for, else
+    /// among the [`Payloads`] (the next order this worker claims is often
+    /// one already read); then [`Kafka::order_arrived`] is woken.
+    fn order_message(&self, m: &impl Message) {
+        let (partition, offset) = (m.partition(), m.offset());
+        self.check_order_watermark(partition, offset);
+        self.gate
+            .saw_ends(&BTreeMap::from([(partition, offset + 1)]));
+        let msg = OrderMessage::of(m);
+        let msg = {
+            let mut w = self.wanted.lock().unwrap_or_else(|p| p.into_inner());
+            match w.order {
+                Some(o) if o.partition == partition && o.offset == offset => {
+                    w.got = Some(msg);
+                    None
+                }
+                Some(o) if o.partition == partition && o.offset < offset && w.got.is_none() => {
+                    w.passed = true;
+                    Some(msg)
+                }
+                _ => Some(msg),
+            }
+        };
+        if let Some(msg) = msg {
+            if let Ok(mut c) = self.payloads.lock() {
+                c.put(partition, offset, msg);
+            }
+        }
+        self.arrivals.send_modify(|n| *n += 1);
     }
 
     /// An order message read at `offset` of `partition`, checked against
@@ -1239,7 +1521,7 @@ impl Kafka {
                 .map(|(_, high)| high)
         };
         if let Err(p) = crate::kafka::topics::check_watermark(
-            self.orders.client(),
+            self.consumer.client(),
             &self.orders_topic,
             partition,
             offset,
@@ -1253,15 +1535,17 @@ impl Kafka {
     /// payload). [`Unreadable::Deleted`] at once when the order is below its
     /// partition's log start (the broker deleted it: retention,
     /// DeleteRecords).
-    pub(crate) async fn fetch_order(&self, order: OrderId) -> Result<OrderMessage, Unreadable> {
+    pub(crate) async fn fetch_order(
+        &'static self,
+        order: OrderId,
+    ) -> Result<OrderMessage, Unreadable> {
         if let Some(p) = self.payloads.lock().ok().and_then(|mut c| c.take(order)) {
             return Ok(p);
         }
-        let r = self.fetch_order_assigned(order).await;
-        // Stop fetching orders until the next wait for one (watch_orders):
-        // while it negotiates and runs, a worker has no use for them, and an
-        // assigned consumer keeps a fetch waiting at the broker.
-        let _ = self.orders.unassign();
+        let r = self.fetch_order_read(order).await;
+        *self.wanted.lock().unwrap_or_else(|p| p.into_inner()) = Wanted::default();
+        // Stop fetching orders until the next wait for one (watch_orders).
+        self.pause_orders();
         r
     }
 
@@ -1285,64 +1569,58 @@ impl Kafka {
         (order.offset < log_start).then_some(Unreadable::Deleted { log_start })
     }
 
-    async fn fetch_order_assigned(&self, order: OrderId) -> Result<OrderMessage, Unreadable> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(
-            &self.orders_topic,
-            order.partition,
-            Offset::Offset(order.offset),
-        )
-        .map_err(|e| Unreadable::Failed(e.to_string()))?;
-        self.orders
-            .assign(&tpl)
-            .map_err(|e| Unreadable::Failed(format!("cannot assign the orders topic: {e}")))?;
+    /// Reads the order's partition from the order on (the reader thread
+    /// hands the order over: [`Kafka::order_message`]) and waits for it.
+    async fn fetch_order_read(&'static self, order: OrderId) -> Result<OrderMessage, Unreadable> {
+        *self.wanted.lock().unwrap_or_else(|p| p.into_inner()) = Wanted {
+            order: Some(order),
+            ..Wanted::default()
+        };
+        let from = BTreeMap::from([(order.partition, order.offset)]);
+        let mut rx = self.arrivals.subscribe();
+        match blocking(move || self.read_orders_at(&from)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(Unreadable::Failed(format!(
+                    "cannot read the orders topic: {e}"
+                )))
+            }
+            Err(e) => {
+                return Err(Unreadable::Failed(format!(
+                    "cannot read the orders topic: {e:#}"
+                )))
+            }
+        }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
+            let (got, passed) = {
+                let mut w = self.wanted.lock().unwrap_or_else(|p| p.into_inner());
+                (w.got.take(), std::mem::take(&mut w.passed))
+            };
+            if let Some(m) = got {
+                return Ok(m);
+            }
+            // An order the broker deleted never arrives: the consumer
+            // starts again at the log start, past it, or (everything after
+            // it deleted too) waits for new orders. A later message of its
+            // partition instead of it, or a quiet spell, makes us look at
+            // the log start.
+            if passed {
+                return Err(self.deleted(order).await.unwrap_or_else(|| {
+                    Unreadable::Failed(format!(
+                        "order {order} is no longer in the orders topic: its consumer skipped to a later offset"
+                    ))
+                }));
+            }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 return Err(Unreadable::Failed(format!(
                     "order {order} could not be read from the orders topic in 120 s"
                 )));
             }
-            // An order the broker deleted never arrives: the consumer
-            // starts again at the log start, past it, or (everything after
-            // it deleted too) waits for new orders. Whatever comes instead
-            // of it, or a quiet spell, makes us look at the log start.
-            match tokio::time::timeout(left.min(DELETED_CHECK), self.orders.recv()).await {
-                Ok(Ok(m)) if m.partition() == order.partition && m.offset() == order.offset => {
-                    let payload = OrderMessage::of(&m);
-                    drop(m);
-                    // Keep the orders that came in the same fetch: the next
-                    // order this worker claims is often the next one.
-                    for _ in 0..PAYLOADS_MAX {
-                        let Ok(Ok(m)) =
-                            tokio::time::timeout(Duration::ZERO, self.orders.recv()).await
-                        else {
-                            break;
-                        };
-                        self.check_order_watermark(m.partition(), m.offset());
-                        if let Ok(mut c) = self.payloads.lock() {
-                            c.put(m.partition(), m.offset(), OrderMessage::of(&m));
-                        }
-                    }
-                    return Ok(payload);
-                }
-                Ok(Ok(m)) if m.partition() == order.partition && m.offset() > order.offset => {
-                    drop(m);
-                    return Err(self.deleted(order).await.unwrap_or_else(|| {
-                        Unreadable::Failed(format!(
-                            "order {order} is no longer in the orders topic: its consumer skipped to a later offset"
-                        ))
-                    }));
-                }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, %order, "reading the order");
-                    if let Some(d) = self.deleted(order).await {
-                        return Err(d);
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+            match tokio::time::timeout(left.min(DELETED_CHECK), rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return std::future::pending().await,
                 Err(_) => {
                     if let Some(d) = self.deleted(order).await {
                         return Err(d);

@@ -870,6 +870,82 @@ fn a_resumed_run_completes_with_its_attempt() {
 /// (src/checkpoint.rs), not from position 0, and orders still run once:
 /// over a history longer than the checkpoint window, the first worker finds
 /// no checkpoint, replays it all and leaves one; the second boots from it.
+/// The names of a process's threads that librdkafka gives the main thread
+/// of each client it creates (`rdk:main`), one per client.
+fn kafka_clients(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process's threads");
+    tasks
+        .filter_map(|t| {
+            let t = t.ok()?;
+            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            (comm.trim() == "rdk:main").then(|| t.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// A worker process has two Kafka clients (issue 35, 3): the transactional
+/// producer, which answers the questions (metadata, watermarks), and one
+/// consumer, which reads the claims partition and the orders partitions.
+/// Counted while it idles, watching three orders partitions beside the
+/// claims partition (the checkpoint search through the same consumer:
+/// `boot_starts_from_the_newest_checkpoint`); then an order arriving on
+/// partition 2 wakes it through that consumer and runs once. Three clients
+/// (a consumer per topic) fail it.
+#[test]
+fn an_idle_worker_has_two_kafka_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let broker = broker(3);
+    let (topic, claims) = (
+        broker.opts.orders_topic.clone(),
+        broker.opts.coordination_topic.clone(),
+    );
+    let first = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(0),
+    )[0];
+    let mut w = WorkerProc::start("worker1", &worker_env(&broker, 1));
+    expect_exit(&mut w, 0, "instance 1 completes the first order");
+    let mut w = WorkerProc::start("worker1", &worker_env(&broker, 1));
+    let idle = |w: &WorkerProc| {
+        w.stderr
+            .lines()
+            .iter()
+            .any(|l| l.contains("no order waiting; idle"))
+    };
+    assert!(
+        poll_until(T, Duration::from_millis(20), || idle(&w)),
+        "the worker never idled:\n{}",
+        w.stderr.last(20)
+    );
+    let clients = kafka_clients(w.pid());
+    assert_eq!(
+        clients.len(),
+        2,
+        "an idle worker has two Kafka clients (rdk:main threads {clients:?}):\n{}",
+        w.stderr.last(20)
+    );
+    let second = produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[ledger_order(&ledger)],
+        Some(2),
+    )[0];
+    expect_exit(
+        &mut w,
+        0,
+        "the idle worker completes the order that arrives",
+    );
+    let recs = decoded_claims(broker.bootstrap(), &claims);
+    let audit = Audit::of(&recs);
+    audit
+        .check_exactly_once(&[first, second])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_ledger_once(&ledger, &[first, second], &audit);
+}
+
 #[test]
 fn boot_starts_from_the_newest_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
