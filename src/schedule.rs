@@ -14,12 +14,16 @@
 //! * a due firing is **on time** while younger than the schedule's grace
 //!   (`grace_secs`, 60 s by default), else **missed** (nobody idle produced
 //!   it in time: the pool was down, or busy); missed ones follow the
-//!   schedule's `catch_up` policy ([`CatchUp`]);
+//!   schedule's `catch_up` policy ([`CatchUp`]); a schedule with no firing
+//!   known starts with its newest firing within the grace;
 //! * *turns*, as R28–R29 for orders: an idle instance `k`-th in the idle
-//!   queue (R26, 0 = first) produces a firing at `t + k` turns if it was
-//!   idle at `t`; one that became idle after `t` (a boot, a job's end) at
-//!   `idle_since + (k + 1)` turns, so that a firing produced just before by
-//!   someone else has a whole turn to be announced first. A turn is
+//!   queue (R26, 0 = first) when it first sees the firing due produces it
+//!   at `t + k` turns if it was idle and looking at `t`; one that became
+//!   idle after `t` (a boot, a job's end) or looked late, at `s + 1 + k`
+//!   turns from when it saw it (`s`), so that a firing produced just before
+//!   by someone else has a whole turn to be announced first. The place is
+//!   the one at first sight: the first in line leaves the queue when it
+//!   claims the firing it produced, and the others must not move up. A turn is
 //!   `CLAIM_DEFER_MS`, at least [`MIN_TURN_MS`]. Anyone but the first in
 //!   line at `t` also waits while an order waits at the claim frontier: the
 //!   firing may be it, not announced yet.
@@ -280,6 +284,11 @@ pub struct Scheduler {
     /// Per schedule, the firings this process produced (or is producing):
     /// known to it before the log announces them.
     produced: BTreeMap<String, BTreeSet<DateTime<Utc>>>,
+    /// Per firing this process saw due: when its turns start and its place
+    /// in the idle queue then. Kept, not looked up again: once the first in
+    /// line claims the firing it produced, it leaves the queue, and the
+    /// others must not move up for that firing.
+    seen: BTreeMap<(String, DateTime<Utc>), (u64, u64)>,
 }
 
 impl Scheduler {
@@ -287,6 +296,7 @@ impl Scheduler {
         Scheduler {
             schedules,
             produced: BTreeMap::new(),
+            seen: BTreeMap::new(),
         }
     }
 
@@ -315,11 +325,19 @@ impl Scheduler {
             // covers.
             if let Some(l) = logged {
                 mine.retain(|t| *t > l);
+                self.seen.retain(|(n, t), _| *n != s.name || *t > l);
             }
-            let last = logged.max(mine.last().copied());
+            // Only what the log knows bounds the due firings: those this
+            // process produced are left out one by one below (an older one
+            // may still be its turn).
+            let last = logged;
             let grace_start = now.saturating_sub(s.grace_ms);
-            let after = last.or_else(|| utc(grace_start));
-            let due = s.due(after, now_t, DUE_MAX);
+            // A schedule with no firing known starts with its newest one
+            // within the grace, not with every one of them.
+            let due = match last {
+                Some(_) => s.due(last, now_t, DUE_MAX),
+                None => s.due(utc(grace_start), now_t, 1),
+            };
             let (on_time, missed): (Vec<_>, Vec<_>) =
                 due.into_iter().partition(|t| ms(*t) > grace_start);
             let caught: Vec<DateTime<Utc>> = match s.catch_up {
@@ -331,12 +349,19 @@ impl Scheduler {
             chosen.sort();
             for t in chosen {
                 let t_ms = ms(t);
-                let first_at_t = place == 0 && idle.since <= t_ms;
-                let at = if idle.since <= t_ms {
-                    t_ms + place * turn
-                } else {
-                    idle.since + (place + 1) * turn
-                };
+                // Idle at `t` and looking then (within half a turn): turns
+                // count from `t`; else from a turn after now.
+                let (base, k) = *self.seen.entry((s.name.clone(), t)).or_insert_with(|| {
+                    match idle.since <= t_ms && now <= t_ms + turn / 2 {
+                        true => (t_ms, place),
+                        false => (now.max(idle.since) + turn, place),
+                    }
+                });
+                let first_at_t = base == t_ms && k == 0;
+                let at = base + k * turn;
+                if mine.contains(&t) {
+                    continue;
+                }
                 if at > now {
                     wake(at);
                 } else if first_at_t || !idle.waiting {
@@ -344,8 +369,9 @@ impl Scheduler {
                     plan.produce.push(s.firing(t));
                 }
             }
+            // Everyone idle looks at `t` itself, to note its place then.
             if let Some(next) = s.next_after(now, 1).first() {
-                wake(ms(*next) + place * turn);
+                wake(ms(*next));
             }
         }
         plan
@@ -363,6 +389,22 @@ impl Scheduler {
 /// `t` as a firing id writes it: RFC 3339, UTC, to the second.
 pub fn id_time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// The id of schedule `name`'s firing at `at_ms` (ms since the epoch; to
+/// the second).
+pub fn firing_id(name: &str, at_ms: u64) -> String {
+    let at = utc(at_ms - at_ms % 1000).unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
+    format!("{ID_PREFIX}{name}:{}", id_time(at))
+}
+
+/// The time (ms) of schedule `name`'s firing `id`, if it is one.
+pub fn firing_time(name: &str, id: &str) -> Option<u64> {
+    let t = id
+        .strip_prefix(ID_PREFIX)?
+        .strip_prefix(name)?
+        .strip_prefix(':')?;
+    parse_id_time(t).map(ms)
 }
 
 fn parse_id_time(s: &str) -> Option<DateTime<Utc>> {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::record::{Attempt, Body, Event, Incarnation, Outcome, Position, Record, Status};
+use crate::record::{Attempt, Body, Incarnation, Outcome, Position, Record, Status};
 
 /// A claims log under construction: each instance's records numbered.
 #[derive(Default)]
@@ -176,8 +176,23 @@ fn the_first_in_the_idle_queue_produces_at_once_the_others_a_turn_apart() {
     let p1 = s[0].plan(&log.view, idle(1, since), noon);
     assert_eq!(ids(&p1), ["schedule:m:2026-05-01T12:00:00Z"]);
     assert_eq!(p1.wake_at, Some(noon + 60_000), "the next firing");
+    // Instance 1 claims the order it produced and leaves the queue: the
+    // second keeps its place for this firing.
+    let mut busy = pool();
+    busy.push(1, Body::claim(OrderId::new(0, 0)), 10);
+    assert_eq!(
+        busy.view.idle_queue(),
+        [InstanceNo::new(2), InstanceNo::new(3)]
+    );
     let p2 = s[1].plan(&log.view, idle(2, since), noon);
     assert_eq!((ids(&p2).len(), p2.wake_at), (0, Some(noon + 1_000)));
+    let p2 = s[1].plan(&busy.view, idle(2, since), noon + 20);
+    assert_eq!((ids(&p2).len(), p2.wake_at), (0, Some(noon + 1_000)));
+    // One that looks only late (a slow wake-up) counts from then, a turn
+    // more.
+    let mut slow = Scheduler::new(parse(MINUTELY).unwrap());
+    let p = slow.plan(&busy.view, idle(3, since), noon + 600);
+    assert_eq!(p.wake_at, Some(noon + 600 + 2_000));
     let p3 = s[2].plan(&log.view, idle(3, since), noon + 10);
     assert_eq!((ids(&p3).len(), p3.wake_at), (0, Some(noon + 2_000)));
     // The first never produces its firing twice.
@@ -270,6 +285,15 @@ fn hourly(policy: &str) -> Scheduler {
     )
 }
 
+/// The plan of the first in the queue, looking at `now` for the first
+/// time and again a turn later.
+fn a_turn_later(mut s: Scheduler, view: &View, idle: Idle, now: u64) -> Plan {
+    let first = s.plan(view, idle, now);
+    assert!(first.produce.is_empty(), "{first:?}");
+    assert_eq!(first.wake_at, Some(now + 1_000));
+    s.plan(view, idle, now + 1_000)
+}
+
 #[test]
 fn catch_up_policies() {
     // The pool ran 10:00 and was down until 15:30.
@@ -282,15 +306,22 @@ fn catch_up_policies() {
     let now = at("2026-05-01T15:30:00Z");
     // Everyone became idle after the missed firings: a turn first.
     let since = now;
-    assert!(hourly("none")
-        .plan(&log.view, idle(2, since), now + 1_000)
-        .produce
-        .is_empty());
+    let none = hourly("none").plan(&log.view, idle(2, since), now);
     assert_eq!(
-        ids(&hourly("latest").plan(&log.view, idle(2, since), now + 1_000)),
+        none.wake_at,
+        Some(at("2026-05-01T16:00:00Z")),
+        "nothing to do"
+    );
+    assert_eq!(
+        ids(&a_turn_later(
+            hourly("latest"),
+            &log.view,
+            idle(2, since),
+            now
+        )),
         ["schedule:h:2026-05-01T15:00:00Z"]
     );
-    let all = hourly("all").plan(&log.view, idle(2, since), now + 1_000);
+    let all = a_turn_later(hourly("all"), &log.view, idle(2, since), now);
     assert_eq!(
         ids(&all),
         ["11", "12", "13", "14", "15"].map(|h| format!("schedule:h:2026-05-01T{h}:00:00Z"))
@@ -299,18 +330,21 @@ fn catch_up_policies() {
     // waits one turn; the second two.
     let p = hourly("all").plan(&log.view, idle(2, since), now);
     assert_eq!((p.produce.len(), p.wake_at), (0, Some(now + 1_000)));
-    let p = hourly("all").plan(&log.view, idle(3, since), now + 1_000);
+    let p = hourly("all").plan(&log.view, idle(3, since), now);
     assert_eq!((p.produce.len(), p.wake_at), (0, Some(now + 2_000)));
     // A firing within the grace is on time, whatever the policy.
-    let p = hourly("none").plan(
-        &log.view,
-        idle(2, at("2026-05-01T14:00:00Z")),
-        at("2026-05-01T15:00:30Z"),
-    );
+    // (Seen first 30 s late: a turn from then.)
+    let mut s = hourly("none");
+    let since = idle(2, at("2026-05-01T14:00:00Z"));
+    let p = s.plan(&log.view, since, at("2026-05-01T15:00:30Z"));
+    assert_eq!(p.wake_at, Some(at("2026-05-01T15:00:31Z")));
+    let p = s.plan(&log.view, since, at("2026-05-01T15:00:31Z"));
     assert_eq!(ids(&p), ["schedule:h:2026-05-01T15:00:00Z"]);
+    let since = now;
     // Once the catch-up firings are known (here: produced by this
     // process), the policy does not choose again.
     let mut s = hourly("latest");
+    s.plan(&log.view, idle(2, since), now);
     assert_eq!(
         s.plan(&log.view, idle(2, since), now + 1_000).produce.len(),
         1
@@ -329,7 +363,9 @@ fn catch_up_all_is_bounded() {
         parse(r#"[{"name":"m","cron":"* * * * *","catch_up":"all","order_text":"x"}]"#).unwrap(),
     );
     let now = at("2026-05-02T00:00:00Z") + 30_000;
-    let p = s.plan(&log.view, idle(2, 0), now);
+    // Seen first now: a turn from now.
+    assert!(s.plan(&log.view, idle(1, 0), now).produce.is_empty());
+    let p = s.plan(&log.view, idle(1, 0), now + 1_000);
     // The newest 100 missed, and 00:00, on time (within the grace).
     assert_eq!(p.produce.len(), CATCH_UP_MAX + 1);
     assert_eq!(p.produce[0].at, t("2026-05-01T22:20:00Z"));
@@ -343,7 +379,7 @@ fn a_schedule_never_fired_starts_with_its_firings_on_time() {
     let p = s.plan(&log.view, idle(1, 0), at("2026-05-01T15:30:00Z"));
     assert!(p.produce.is_empty());
     assert_eq!(p.wake_at, Some(at("2026-05-01T16:00:00Z")));
-    let p = s.plan(&log.view, idle(1, 0), at("2026-05-01T16:00:20Z"));
+    let p = s.plan(&log.view, idle(1, 0), at("2026-05-01T16:00:00Z"));
     assert_eq!(ids(&p), ["schedule:h:2026-05-01T16:00:00Z"]);
 }
 
@@ -354,14 +390,25 @@ fn seconds_and_a_time_within_a_second() {
         parse(r#"[{"name":"s","cron":"* * * * * *","grace_secs":5,"order_text":"x"}]"#).unwrap(),
     );
     let noon = at("2026-05-01T12:00:00Z");
+    // No firing known: the newest within the grace only.
     let p = s.plan(&log.view, idle(1, noon - 10_000), noon + 2_500);
+    assert_eq!(ids(&p), ["schedule:s:2026-05-01T12:00:02Z"]);
+    let mut log = pool();
+    log.run(3, "schedule:s:2026-05-01T11:59:50Z", 10);
+    let mut s = Scheduler::new(
+        parse(r#"[{"name":"s","cron":"* * * * * *","grace_secs":5,"order_text":"x"}]"#).unwrap(),
+    );
+    // Those seen more than half a turn late wait a turn from now.
+    let p = s.plan(&log.view, idle(1, noon - 10_000), noon + 2_500);
+    assert_eq!(ids(&p), ["schedule:s:2026-05-01T12:00:02Z"]);
+    let p = s.plan(&log.view, idle(1, noon - 10_000), noon + 3_500);
     assert_eq!(
         ids(&p),
-        ["11:59:58", "11:59:59", "12:00:00", "12:00:01", "12:00:02"]
+        ["11:59:58", "11:59:59", "12:00:00", "12:00:01", "12:00:03"]
             .map(|x| format!("schedule:s:2026-05-01T{x}Z")),
-        "from the grace's start to now, the firing at the whole second included"
+        "within the grace, to now (the firing at the whole second included), and the newest missed (catch_up: latest): 11:59:58 by now"
     );
-    assert_eq!(p.wake_at, Some(noon + 3_000));
+    assert_eq!(p.wake_at, Some(noon + 4_000));
 }
 
 #[test]
