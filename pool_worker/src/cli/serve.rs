@@ -169,12 +169,15 @@ fn read_message(
 struct App {
     board: Arc<Mutex<Board>>,
     src: Source,
+    /// `SCHEDULE_FILE`'s schedules: their next firings are shown.
+    schedules: Arc<Vec<crate::schedule::Schedule>>,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::process_exit::Exit> {
     // Configuration errors (a bad key, a rejected property) before listening.
     args.source.gate()?;
     args.source.client_config()?;
+    let schedules = Arc::new(args.source.schedules()?);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -194,6 +197,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::process_exit::
     let app = App {
         board,
         src: args.source,
+        schedules,
     };
     let router = Router::new()
         .route("/", get(page))
@@ -292,6 +296,7 @@ async fn state(State(app): State<App>) -> Response {
         "newest": b.newest.iter().map(done).collect::<Vec<_>>(),
         "failed": b.failed.iter().map(done).collect::<Vec<_>>(),
         "per_minute": b.per_minute(now).iter().map(|(m, n)| json!([m * 60_000, n])).collect::<Vec<_>>(),
+        "schedules": crate::schedule_file::rows(&app.schedules, &b.view, now),
     });
     ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
 }
@@ -299,7 +304,8 @@ async fn state(State(app): State<App>) -> Response {
 async fn page(State(app): State<App>) -> Html<String> {
     let body = {
         let b = lock(&app.board);
-        render_live(&b, crate::clock::wall_ms())
+        let now = crate::clock::wall_ms();
+        render_live(&b, now) + &schedules_panel(&app.schedules, &b.view, now)
     };
     Html(layout(
         "pool_worker",
@@ -315,7 +321,52 @@ async fn page(State(app): State<App>) -> Html<String> {
 
 async fn live(State(app): State<App>) -> Html<String> {
     let b = lock(&app.board);
-    Html(render_live(&b, crate::clock::wall_ms()))
+    let now = crate::clock::wall_ms();
+    Html(render_live(&b, now) + &schedules_panel(&app.schedules, &b.view, now))
+}
+
+/// The schedules' table: each one's next firings and the last one the log
+/// announced (none without `SCHEDULE_FILE`).
+fn schedules_panel(
+    schedules: &[crate::schedule::Schedule],
+    view: &crate::boot::View,
+    now: u64,
+) -> String {
+    if schedules.is_empty() {
+        return String::new();
+    }
+    let rows = crate::schedule_file::rows(schedules, view, now);
+    let mut s = String::from(
+        "<section><div class=\"panel\"><h2>Schedules</h2><table><thead><tr><th>name</th><th>cron</th><th>zone</th><th>catch-up</th><th>next (UTC)</th><th>last run</th></tr></thead><tbody>",
+    );
+    for r in rows.as_array().into_iter().flatten() {
+        let text = |k: &str| esc(r[k].as_str().unwrap_or(""));
+        let next: Vec<String> = r["next"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(esc))
+            .collect();
+        let last = match (r["last"]["at"].as_str(), r["last"]["order"].as_str()) {
+            (Some(at), Some(order)) => format!(
+                "{} (<a href=\"/order/{}\">{}</a>)",
+                esc(at),
+                esc(order),
+                esc(order)
+            ),
+            _ => "none known".to_string(),
+        };
+        s.push_str(&format!(
+            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{last}</td></tr>",
+            text("name"),
+            text("cron"),
+            text("zone"),
+            text("catch_up"),
+            next.join("<br>")
+        ));
+    }
+    s.push_str("</tbody></table></div></section>");
+    s
 }
 
 async fn order_page(State(app): State<App>, Path(id): Path<String>) -> Response {
