@@ -216,4 +216,25 @@ fn catch_up_after_the_whole_pool_was_down() {
             "{n}: the last one before"
         );
     }
+    // `status` shows each schedule's next firings and the last one run.
+    let out = command()
+        .args(["status", "--json"])
+        .envs(broker.env())
+        .env("SCHEDULE_FILE", &file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = status["schedules"].as_array().expect("schedules shown");
+    assert_eq!(rows.len(), 3);
+    for r in rows {
+        let n = r["name"].as_str().unwrap();
+        let last = r["last"]["id"].as_str().unwrap();
+        assert!(firing_time(n, last).unwrap() >= next, "{r}");
+        assert_eq!(r["next"].as_array().unwrap().len(), 3, "{r}");
+    }
 }
