@@ -369,6 +369,22 @@ impl View {
         self.ids.get(id).map(|owner| owner.order)
     }
 
+    /// The ids announced that start with `prefix`, in the ids' order, and
+    /// the order that first announced each (R46; a schedule's firings,
+    /// src/schedule.rs).
+    pub fn ids_with_prefix<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a str, OrderId)> + 'a {
+        self.ids
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(move |(id, _)| id.starts_with(prefix))
+            .map(|(id, owner)| (id.as_str(), owner.order))
+    }
+
     pub fn contest(&self, order: OrderId) -> Option<&Contest> {
         self.contests.get(&order)
     }

@@ -2,7 +2,8 @@
 //! decisions out), the package at the top of the repository. It does no
 //! I/O, reads no clock and draws no randomness, and the compiler guards it:
 //! its manifest (the top `Cargo.toml`) depends only on crates that do no I/O
-//! (serde, serde_json, hmac, sha2, shell-words), so a core module cannot
+//! (serde, serde_json, hmac, sha2, shell-words; croner, chrono without its
+//! clock and chrono-tz for schedules), so a core module cannot
 //! name rdkafka, tokio, nix or any shell; and it must not use `std::fs`,
 //! `std::net`, `std::process`, `std::time`'s clocks or randomness. See
 //! docs/protocol.md for the rules (R1 …) that comments cite by number.
@@ -26,5 +27,6 @@ pub mod erased; // what compaction erased, as a reader sees it
 pub mod exit_status; // every exit status, named and numbered
 pub mod orders; // parsing work orders
 pub mod record; // what a claims record is
+pub mod schedule; // periodic orders: who produces each firing (SCHEDULE_FILE)
 pub mod sign; // signed records, `CLAIMS_KEY`
 pub mod worker; // one incarnation's life as a state machine

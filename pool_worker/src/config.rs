@@ -96,6 +96,8 @@ struct WorkerEnv {
     claims_key: Option<String>,
     #[serde(deserialize_with = "parse::text")]
     claims_key_file: Option<String>,
+    #[serde(deserialize_with = "parse::text")]
+    schedule_file: Option<String>,
     #[serde(deserialize_with = "parse::list")]
     order_env_allow: Option<Vec<String>>,
     #[serde(deserialize_with = "parse::list")]
@@ -287,6 +289,9 @@ pub struct Config {
     /// A standby started by `supervise` ([`crate::supervise::STANDBY`]):
     /// fence and append only after `go` on standard input.
     pub(crate) standby: bool,
+    /// `SCHEDULE_FILE`: the periodic orders this worker produces when it is
+    /// its turn (src/schedule.rs; none without the variable).
+    pub schedules: Vec<crate::schedule::Schedule>,
 }
 
 /// The job-isolation settings: `ORDER_ENV_ALLOW`, `ALLOWED_IMAGES`,
@@ -444,6 +449,10 @@ impl Config {
             jobs: JobSettings::from_env(&mut raw)?,
             open_commands_warned: raw.pool_worker_warned_open_commands.is_some(),
             standby: raw.pool_worker_standby.as_deref() == Some("1"),
+            schedules: match raw.schedule_file.as_deref() {
+                Some(path) => crate::schedule_file::load(path)?,
+                None => Vec::new(),
+            },
         })
     }
 }

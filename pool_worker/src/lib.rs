@@ -29,6 +29,7 @@ pub use pool_worker_core::{
     exit_status, // every exit status, named and numbered
     orders,      // parsing work orders
     record,      // what a claims record is
+    schedule,    // periodic orders: who produces each firing
     sign,        // signed records, `CLAIMS_KEY`
     worker,      // one incarnation's life as a state machine
 };
@@ -47,6 +48,7 @@ pub mod kafka; // everything Kafka: the worker's and the tools' clients, the cla
 pub mod policy; // the allow lists: what an order may run, set, pull and fetch
 pub mod process_exit; // a status as the process's exit code, and the signals that stop it
 pub mod run; // drives the worker machine with Kafka and jobs
+pub mod schedule_file; // SCHEDULE_FILE: the schedules, read at start and shown by the tools
 pub mod settle; // booting only after a dead predecessor's appends settled
 pub mod supervise; // the dev-mode supervisor
 

@@ -28,6 +28,7 @@ use crate::kafka::{ClaimEvent, Kafka, OpenError, Stopped};
 use crate::orders;
 use crate::process_exit::{Exit, Signals};
 use crate::record::{Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Status};
+use crate::schedule::{Firing, Idle, Scheduler};
 use crate::worker::{Action, Input, Phase, Settings, Worker};
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -185,6 +186,17 @@ struct Shell {
     /// The newest [`Action::Guard`] deadline, on `CLOCK_BOOTTIME`: every job
     /// starts with it, and its guard gets each new one (R53).
     guard: watch::Sender<Option<u64>>,
+    /// `SCHEDULE_FILE`'s schedules and the firings this process produced
+    /// (src/schedule.rs).
+    scheduler: Scheduler,
+    /// Since when this process is idle (ms), while [`Shell::idle`].
+    idle_since: u64,
+    /// When to plan the schedules again (while idle).
+    sched_wake: Option<u64>,
+    /// Firings produced to the orders topic come back here with the
+    /// outcome.
+    fired_tx: tokio::sync::mpsc::UnboundedSender<(Firing, Result<OrderId, String>)>,
+    fired_rx: tokio::sync::mpsc::UnboundedReceiver<(Firing, Result<OrderId, String>)>,
 }
 
 impl Shell {
@@ -276,6 +288,8 @@ impl Shell {
         kafka.read_claims_from(from).await?;
         crate::account::mark("replay");
         tracing::info!(instance = me, incarnation = %w.incarnation, pid = std::process::id(), from, "booting: replaying the claims topic");
+        let scheduler = Scheduler::new(cfg.schedules.clone());
+        let (fired_tx, fired_rx) = tokio::sync::mpsc::unbounded_channel();
         Ok(Shell {
             cfg,
             kafka,
@@ -295,6 +309,11 @@ impl Shell {
             appender: Appender::start(kafka),
             wake: None,
             guard,
+            scheduler,
+            idle_since: 0,
+            sched_wake: None,
+            fired_tx,
+            fired_rx,
         })
     }
 
@@ -305,6 +324,7 @@ impl Shell {
             if let Some(code) = self.act().await? {
                 return Ok(code);
             }
+            self.schedule();
             match self.next().await {
                 Next::Input(input) => self.fold(input),
                 Next::Again => {}
@@ -398,6 +418,7 @@ impl Shell {
             self.idle = false;
         } else if !self.idle {
             self.idle = true;
+            self.idle_since = now_ms();
             self.kafka.watch_orders(frontier).await?;
             match self.w.deferring() {
                 Some(until) => tracing::info!(
@@ -409,6 +430,58 @@ impl Shell {
             }
         }
         Ok(())
+    }
+
+    /// While idle, produces the schedules' firings that are this process's
+    /// turn (src/schedule.rs), each in a task of its own (the loop goes on
+    /// reading the log meanwhile), and notes when to look again.
+    fn schedule(&mut self) {
+        if !self.idle || self.scheduler.schedules().is_empty() {
+            self.sched_wake = None;
+            return;
+        }
+        let idle = Idle {
+            me: self.w.me,
+            since: self.idle_since,
+            waiting: self.w.deferring().is_some(),
+            defer_ms: self.cfg.claim_defer_ms,
+        };
+        let plan = self.scheduler.plan(&self.w.view, idle, now_ms());
+        self.sched_wake = plan.wake_at;
+        for firing in plan.produce {
+            tracing::debug!(instance = self.cfg.instance, id = %firing.id, since = self.idle_since, "producing a schedule's firing (its turn)");
+            let src = crate::kafka::tools::Source {
+                brokers: self.cfg.brokers.clone(),
+                orders_topic: self.cfg.orders_topic.clone(),
+                coordination_topic: self.cfg.coordination_topic.clone(),
+                json: false,
+                claims_key_file: None,
+                schedule_file: None,
+            };
+            let tx = self.fired_tx.clone();
+            tokio::spawn(async move {
+                let r = src
+                    .send_order(firing.order.as_bytes())
+                    .await
+                    .map_err(|e| format!("{e:#}"));
+                let _ = tx.send((firing, r));
+            });
+        }
+    }
+
+    /// A firing's produce ended: logged; one that failed is produced again
+    /// at a later plan, by this process or another.
+    fn fired(&mut self, firing: Firing, r: Result<OrderId, String>) {
+        let me = self.cfg.instance;
+        match r {
+            Ok(order) => {
+                tracing::info!(instance = me, id = %firing.id, %order, "produced a schedule's firing")
+            }
+            Err(e) => {
+                tracing::warn!(instance = me, id = %firing.id, error = %e, "producing a schedule's firing failed; trying again later");
+                self.scheduler.failed(&firing);
+            }
+        }
     }
 
     /// Fetches the order claimed ([`Action::Run`]).
@@ -477,6 +550,7 @@ impl Shell {
     async fn next(&mut self) -> Next {
         let kafka = self.kafka;
         let wake_in = Duration::from_millis(self.wake.unwrap_or(0).saturating_sub(now_ms()));
+        let sched_in = Duration::from_millis(self.sched_wake.unwrap_or(0).saturating_sub(now_ms()));
         tokio::select! {
             ev = kafka.next_claim() => Next::Input(self.claim_input(ev)),
             Some((order, attempt, spec)) = self.job.prep_rx.recv() => self.prepared(order, attempt, spec),
@@ -491,6 +565,15 @@ impl Shell {
             }
             _ = tokio::time::sleep(IDLE_RECHECK), if self.idle => Next::Input(Input::OrdersMoved),
             _ = self.ticks.tick() => Next::Input(Input::Tick),
+            // A schedule's firing is due: plan again (Shell::schedule).
+            _ = tokio::time::sleep(sched_in), if self.idle && self.sched_wake.is_some() => {
+                self.sched_wake = None;
+                Next::Again
+            }
+            Some((firing, r)) = self.fired_rx.recv() => {
+                self.fired(firing, r);
+                Next::Again
+            }
             _ = tokio::time::sleep(wake_in), if self.wake.is_some() => {
                 self.wake = None;
                 Next::Input(Input::Tick)

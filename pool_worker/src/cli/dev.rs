@@ -125,6 +125,7 @@ impl DevArgs {
             coordination_topic: self.topics.coordination_topic.clone(),
             json: self.json,
             claims_key_file: crate::env::read_env::<SourceEnv>()?.claims_key_file,
+            schedule_file: None,
         })
     }
 

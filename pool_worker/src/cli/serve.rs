@@ -180,6 +180,8 @@ struct App {
     src: Source,
     /// The token, when one is set: the page can act (actions.rs).
     auth: Option<Arc<auth::Auth>>,
+    /// `SCHEDULE_FILE`'s schedules: their next firings are shown.
+    schedules: Arc<Vec<crate::schedule::Schedule>>,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::process_exit::Exit> {
@@ -190,6 +192,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::process_exit::
     let auth =
         auth::Auth::from_sources(env.serve_token.as_deref(), env.serve_token_file.as_deref())?
             .map(Arc::new);
+    let schedules = Arc::new(args.source.schedules()?);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -215,6 +218,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<crate::process_exit::
         board,
         src: args.source,
         auth,
+        schedules,
     };
     let mut router = Router::new()
         .route("/", get(page))
@@ -354,6 +358,7 @@ async fn state(State(app): State<App>) -> Response {
         "newest": b.newest.iter().map(done).collect::<Vec<_>>(),
         "failed": b.failed.iter().map(done).collect::<Vec<_>>(),
         "per_minute": b.per_minute(now).iter().map(|(m, n)| json!([m * 60_000, n])).collect::<Vec<_>>(),
+        "schedules": crate::schedule_file::rows(&app.schedules, &b.view, now),
     });
     ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
 }
@@ -363,7 +368,8 @@ async fn page(State(app): State<App>, h: HeaderMap) -> Response {
     let (head, controls) = actions::main_controls(&viewer);
     let body = {
         let b = lock(&app.board);
-        render_live(&b, crate::clock::wall_ms())
+        let now = crate::clock::wall_ms();
+        render_live(&b, now) + &schedules_panel(&app.schedules, &b.view, now)
     };
     let html = layout(
         "pool_worker",
@@ -381,7 +387,52 @@ async fn page(State(app): State<App>, h: HeaderMap) -> Response {
 
 async fn live(State(app): State<App>) -> Html<String> {
     let b = lock(&app.board);
-    Html(render_live(&b, crate::clock::wall_ms()))
+    let now = crate::clock::wall_ms();
+    Html(render_live(&b, now) + &schedules_panel(&app.schedules, &b.view, now))
+}
+
+/// The schedules' table: each one's next firings and the last one the log
+/// announced (none without `SCHEDULE_FILE`).
+fn schedules_panel(
+    schedules: &[crate::schedule::Schedule],
+    view: &crate::boot::View,
+    now: u64,
+) -> String {
+    if schedules.is_empty() {
+        return String::new();
+    }
+    let rows = crate::schedule_file::rows(schedules, view, now);
+    let mut s = String::from(
+        "<section><div class=\"panel\"><h2>Schedules</h2><table><thead><tr><th>name</th><th>cron</th><th>zone</th><th>catch-up</th><th>next (UTC)</th><th>last run</th></tr></thead><tbody>",
+    );
+    for r in rows.as_array().into_iter().flatten() {
+        let text = |k: &str| esc(r[k].as_str().unwrap_or(""));
+        let next: Vec<String> = r["next"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(esc))
+            .collect();
+        let last = match (r["last"]["at"].as_str(), r["last"]["order"].as_str()) {
+            (Some(at), Some(order)) => format!(
+                "{} (<a href=\"/order/{}\">{}</a>)",
+                esc(at),
+                esc(order),
+                esc(order)
+            ),
+            _ => "none known".to_string(),
+        };
+        s.push_str(&format!(
+            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{last}</td></tr>",
+            text("name"),
+            text("cron"),
+            text("zone"),
+            text("catch_up"),
+            next.join("<br>")
+        ));
+    }
+    s.push_str("</tbody></table></div></section>");
+    s
 }
 
 async fn order_page(State(app): State<App>, Path(id): Path<String>, h: HeaderMap) -> Response {

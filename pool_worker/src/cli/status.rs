@@ -53,6 +53,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// The pool's state as one JSON value (the `--json` form; the text form is
 /// made from it).
 pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::Value> {
+    let schedules = src.schedules()?;
     let records = crate::kafka::tools::read_all(src)?;
     let mut view = View::new();
     let mut tally = Tally::default();
@@ -112,6 +113,8 @@ pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::
         "oldest_waiting_age_ms": orders.oldest_ts.map(|t| (now_ms as i64 - t).max(0)),
         "instances": instances,
         "not_ok_orders": not_ok,
+        // SCHEDULE_FILE's schedules: next firings, the last one announced.
+        "schedules": crate::schedule_file::rows(&schedules, &view, now_ms),
     }))
 }
 
@@ -326,6 +329,7 @@ pub(crate) fn render(s: &serde_json::Value) -> String {
             ));
         }
     }
+    out.push_str(&crate::schedule_file::render(&s["schedules"]));
     if n("foreign_records") > 0 {
         out.push_str(&format!(
             "{} foreign records skipped\n",

@@ -37,6 +37,10 @@ pub struct Source {
     /// [env: CLAIMS_KEY_FILE]
     #[arg(long, value_name = "FILE")]
     pub(crate) claims_key_file: Option<String>,
+    /// The pool's schedules, whose next firings `status` and `serve` show
+    /// [env: SCHEDULE_FILE]
+    #[arg(long, value_name = "FILE")]
+    pub(crate) schedule_file: Option<String>,
 }
 
 /// The variables [`Source`]'s flags fall back to, and `CLAIMS_KEY`.
@@ -51,6 +55,8 @@ pub(crate) struct SourceEnv {
     pub(crate) coordination_topic: Option<String>,
     #[serde(deserialize_with = "crate::env::parse::text")]
     pub(crate) claims_key_file: Option<String>,
+    #[serde(deserialize_with = "crate::env::parse::text")]
+    pub(crate) schedule_file: Option<String>,
     /// A secret: never in a Debug or an error.
     pub(crate) claims_key: Option<String>,
 }
@@ -87,7 +93,26 @@ impl Source {
             &mut self.claims_key_file,
             env.claims_key_file.map(Some),
         );
+        flag_or_env(
+            m,
+            "schedule_file",
+            &mut self.schedule_file,
+            env.schedule_file.map(Some),
+        );
         Ok(())
+    }
+
+    /// The schedules of `--schedule-file` / `SCHEDULE_FILE` (none without
+    /// it); a bad file is a [`ConfigError`] (exit 2).
+    pub(crate) fn schedules(&self) -> Result<Vec<crate::schedule::Schedule>, ConfigError> {
+        match self
+            .schedule_file
+            .as_deref()
+            .filter(|f| !f.trim().is_empty())
+        {
+            Some(path) => crate::schedule_file::load(path),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// What decides which claims records are the pool's, as a worker with
@@ -723,6 +748,7 @@ mod tests {
             coordination_topic: claims,
             json: false,
             claims_key_file: None,
+            schedule_file: None,
         };
 
         let all = read_all(&src).unwrap();

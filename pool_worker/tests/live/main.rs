@@ -20,5 +20,6 @@ mod e2e;
 mod faults;
 mod fence;
 mod harness_smoke;
+mod schedule;
 mod toolkit;
 mod trust;
