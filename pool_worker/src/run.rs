@@ -267,7 +267,6 @@ impl Shell {
                         return;
                     }
                     crate::account::mark("go");
-                    kafka.standby_go();
                 }
                 let t = std::time::Instant::now();
                 let r = kafka.fence().await;
@@ -696,11 +695,6 @@ impl Shell {
             if let Input::CaughtUp = input {
                 if !std::mem::replace(&mut self.replay.caught_up, true) {
                     crate::account::mark("caught_up");
-                }
-                // A standby stops fetching until its `go` (a no-op for
-                // any other process, and after `go`).
-                if self.w.phase == Phase::Fence {
-                    self.kafka.standby_caught_up();
                 }
                 tracing::debug!(
                     instance = self.cfg.instance,

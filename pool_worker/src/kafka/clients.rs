@@ -171,25 +171,6 @@ pub(crate) struct Kafka {
     /// process of the instance checked it: the admin client (a Kafka client
     /// of its own, ~2 ms of CPU) is spared on every later start.
     admin_config: Option<ClientConfig>,
-    /// A standby's reading of the claims topic before `go`
-    /// ([`Kafka::standby_caught_up`], [`Kafka::standby_go`]).
-    standby: std::sync::Mutex<StandbyReading>,
-}
-
-/// Where a standby's reading of the claims topic stands (issue 35, item 4).
-/// A standby replays the log once, to its end, then stops fetching it until
-/// its supervisor says `go`: the records its predecessor writes meanwhile
-/// (two per order) are read once, at `go`, instead of by a fetch each, and
-/// an idle standby sends the brokers no fetch at all.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum StandbyReading {
-    /// Reading (every process until it is told otherwise).
-    #[default]
-    Reading,
-    /// Caught up before `go`: the claims partition is paused.
-    Paused,
-    /// `go` came: reading for good.
-    Gone,
 }
 
 /// Why an order's payload could not be read.
@@ -826,11 +807,6 @@ impl Kafka {
             payloads: std::sync::Mutex::new(Payloads::default()),
             props: Arc::new(cfg.props.clone()),
             admin_config: (!cfg.standby).then(|| client_config(&cfg.brokers, &cfg.props)),
-            standby: std::sync::Mutex::new(if cfg.standby {
-                StandbyReading::Reading
-            } else {
-                StandbyReading::Gone
-            }),
         })
     }
 
@@ -1461,56 +1437,6 @@ impl Kafka {
         }
         st.fetching.extend(from.keys());
         Ok(())
-    }
-
-    /// A standby that caught up with the claims topic before its `go` stops
-    /// fetching it ([`StandbyReading`]); a no-op for any other process, and
-    /// after `go`.
-    pub(crate) fn standby_caught_up(&self) {
-        let mut st = self.standby.lock().unwrap_or_else(|p| p.into_inner());
-        if *st == StandbyReading::Reading && self.claims_partition(|c, t| c.pause(t)) {
-            *st = StandbyReading::Paused;
-            tracing::debug!(
-                instance = self.instance,
-                "standby caught up: the claims topic is paused until go"
-            );
-        }
-    }
-
-    /// A standby's `go`: reading the claims topic again, for good (what
-    /// was written while it was paused is read now, before its fence
-    /// completes). Under the same lock as [`Kafka::standby_caught_up`], so
-    /// the two cannot cross.
-    pub(crate) fn standby_go(&self) {
-        let mut st = self.standby.lock().unwrap_or_else(|p| p.into_inner());
-        if *st == StandbyReading::Paused && !self.claims_partition(|c, t| c.resume(t)) {
-            tracing::warn!(
-                instance = self.instance,
-                "standby: cannot resume reading the claims topic"
-            );
-        }
-        *st = StandbyReading::Gone;
-    }
-
-    /// Pauses or resumes (`f`) the claims partition; whether it worked.
-    fn claims_partition(
-        &self,
-        f: impl FnOnce(&BaseConsumer<Quiet>, &TopicPartitionList) -> rdkafka::error::KafkaResult<()>,
-    ) -> bool {
-        let mut tpl = TopicPartitionList::new();
-        if tpl
-            .add_partition_offset(&self.claims_topic, 0, Offset::Invalid)
-            .is_err()
-        {
-            return false;
-        }
-        match f(&self.consumer, &tpl) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::debug!(error = %e, "pausing or resuming the claims topic");
-                false
-            }
-        }
     }
 
     /// Stops fetching the orders partitions (paused, not unassigned: see
