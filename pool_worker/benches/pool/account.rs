@@ -681,7 +681,7 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
     let specs: &[(&str, &str, bool, bool)] = &[
         ("standby: process start (fork + exec → main)", "supervisor's mark before the spawn → the process's first mark; CPU: the process's CPU time at main (exec, dynamic linking, Rust start-up)", true, false),
         ("standby: runtime, configuration, logging", "main → configured (tokio runtime, environment read, tracing set up)", true, false),
-        ("standby: Kafka clients created", "configured → clients (job base, isolation, the three librdkafka clients and their threads)", true, false),
+        ("standby: Kafka clients created", "configured → clients (job base, isolation, the two librdkafka clients and their threads)", true, false),
         ("standby: connection and topic checks (open)", "clients → open (connections, metadata, the topics' checks)", true, false),
         ("standby: replay of the claims topic", "open → first caught up (checkpoint lookup, assign, read to the end)", true, false),
         ("standby: standing by, reading others' records", "caught up → `go` (wall: waiting for the previous process; CPU: the records it reads meanwhile)", true, false),
@@ -692,8 +692,8 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         ("the order reaches the worker", "bench's send → the orders consumer's wake-up (the bench's produce, the held fetch's answer)", false, false),
         ("claim decision", "order arrived → `claimed` appended (ListOffsets, the machine)", false, false),
         ("append `claimed` and read it back", "append → own record read back", false, false),
-        ("append `committed` and read it back", "own `claimed` read → own `committed` read", false, false),
-        ("fetch the order's message", "own `committed` read → order fetched and parsed", false, false),
+        ("append `committed` and read it back", "own `claimed` read → own `committed` read (none where the claim met no rival: it is the commit, R34)", false, false),
+        ("fetch the order's message", "own commit read (the claim, or a `committed`) → order fetched and parsed", false, false),
         ("job start: spawn job and guard", "fetched → guard started (worker side)", false, false),
         ("job runs (`true`), reaped", "guard started → job done (worker side; job's and guard's own CPU below)", false, false),
         ("append `completed` and read it back", "job done → own `completed` read", false, false),
@@ -778,8 +778,10 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         ) else {
             continue;
         };
-        let (Some(committed_read), Some(fetched), Some(guard_started), Some(job_done)) = (
-            find("read", "committed own"),
+        // R34: an uncontested claim is its own commit; a `committed` is
+        // read back only where the claim met a rival.
+        let committed_read = find("read", "committed own");
+        let (Some(fetched), Some(guard_started), Some(job_done)) = (
             find("fetched", ""),
             find("guard_started", ""),
             find("job_done", ""),
@@ -900,17 +902,20 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
             Some(d(app_claimed, claimed_read)),
             bw(app_claimed.wall, claimed_read.wall),
         );
-        put(
-            13,
-            Some(committed_read.wall - claimed_read.wall),
-            Some(d(claimed_read, committed_read)),
-            bw(claimed_read.wall, committed_read.wall),
-        );
+        if let Some(committed_read) = committed_read {
+            put(
+                13,
+                Some(committed_read.wall - claimed_read.wall),
+                Some(d(claimed_read, committed_read)),
+                bw(claimed_read.wall, committed_read.wall),
+            );
+        }
+        let decided = committed_read.unwrap_or(claimed_read);
         put(
             14,
-            Some(fetched.wall - committed_read.wall),
-            Some(d(committed_read, fetched)),
-            bw(committed_read.wall, fetched.wall),
+            Some(fetched.wall - decided.wall),
+            Some(d(decided, fetched)),
+            bw(decided.wall, fetched.wall),
         );
         put(
             15,
