@@ -33,7 +33,7 @@ mod relabel;
 mod revoke;
 mod snapshot;
 
-pub use queue::{turns, Turn};
+pub use queue::{turns, turns_with, Turn};
 #[cfg(any(test, feature = "testing"))]
 pub use relabel::{Relabel, Summary, SummaryHold};
 
@@ -72,6 +72,9 @@ pub struct Contest {
     /// Takeover claimants whose claims are not late even though the contest
     /// is: heirs of a committed hold, or of a claim that was not late.
     pub heirs: BTreeSet<InstanceNo>,
+    /// The order was parked once (R54): every record about it is keyed
+    /// `park:P:O` from then on.
+    pub parked_once: bool,
 }
 
 impl Contest {
@@ -149,6 +152,25 @@ pub struct Hold {
     pub pending: bool,
     /// The hold this one took over, if it is a takeover.
     pub took_over: Option<Cite>,
+    /// The order's key and the position that gave it to the hold: the
+    /// lease announcing it, or the claim of a parked order that had it
+    /// (docs/protocol.md R56).
+    pub key: Option<(String, Position)>,
+}
+
+/// An order parked (docs/protocol.md R54): held by nobody until an
+/// instance claims it again, once it is due and its key has room.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Parked {
+    /// Position of the `parked` record.
+    pub at: Position,
+    /// The attempt a claim of it carries on.
+    pub attempt: Attempt,
+    /// Not before this time (ms since the UNIX epoch, by the claimant's
+    /// clock).
+    pub until: Option<u64>,
+    /// The order's key (R56).
+    pub key: Option<String>,
 }
 
 /// What the replay knows of one instance number.
@@ -270,6 +292,8 @@ pub struct View {
     /// (docs/protocol.md R51, R52). Forgotten with the
     /// order's settled contest.
     cancels: BTreeMap<OrderId, Cancel>,
+    /// Orders parked and not claimed since (docs/protocol.md R54).
+    parked: BTreeMap<OrderId, Parked>,
 }
 
 impl View {
@@ -333,6 +357,7 @@ impl View {
                 Ok(())
             }
             Body::Revoked { .. } => self.apply_revoke(pos, rec, order),
+            Body::Parked { .. } => self.apply_park(pos, rec, order),
             Body::Committed { .. }
             | Body::Yielded { .. }
             | Body::Completed { .. }

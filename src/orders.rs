@@ -87,6 +87,12 @@ pub struct OrderSpec {
     /// The order this one runs again (`retry_of`, written by `pool_worker
     /// retry`): shown in its completion and its history.
     pub retry_of: Option<crate::record::OrderId>,
+    /// Not run before this time (`not_before`, RFC 3339; ms since the UNIX
+    /// epoch): docs/protocol.md R54.
+    pub not_before: Option<u64>,
+    /// At most `KEY_CONCURRENCY` orders of one `key` run at once across
+    /// the pool (docs/protocol.md R56).
+    pub key: Option<String>,
 }
 
 /// Why a payload is not a runnable order.
@@ -188,6 +194,8 @@ struct JsonOrder {
     shell: bool,
     traceparent: Option<String>,
     retry_of: Option<String>,
+    not_before: Option<String>,
+    key: Option<String>,
 }
 
 fn parse_json(text: &str) -> Result<OrderSpec, OrderError> {
@@ -211,6 +219,14 @@ fn parse_json(text: &str) -> Result<OrderSpec, OrderError> {
                 .map_err(|e| OrderError::Invalid(format!("'retry_of': {e}")))?,
         ),
     };
+    let not_before = raw
+        .not_before
+        .as_deref()
+        .map(check_not_before)
+        .transpose()?;
+    if let Some(k) = &raw.key {
+        check_key(k)?;
+    }
     Ok(OrderSpec {
         kind,
         env: raw.env,
@@ -219,7 +235,34 @@ fn parse_json(text: &str) -> Result<OrderSpec, OrderError> {
         shell: raw.shell,
         traceparent: raw.traceparent,
         retry_of,
+        not_before,
+        key: raw.key,
     })
+}
+
+/// `not_before`: an RFC 3339 time (`2026-11-26T18:00:00Z`,
+/// `2026-11-26T19:00:00+01:00`), as ms since the UNIX epoch.
+pub fn check_not_before(t: &str) -> Result<u64, OrderError> {
+    let at = chrono::DateTime::parse_from_rfc3339(t).map_err(|e| {
+        OrderError::Invalid(format!(
+            "'not_before' {t:?} is not an RFC 3339 time (like 2026-11-26T18:00:00Z): {e}"
+        ))
+    })?;
+    u64::try_from(at.timestamp_millis())
+        .map_err(|_| OrderError::Invalid(format!("'not_before' {t:?} is before 1970")))
+}
+
+/// `key`: not empty, and at most [`crate::record::MAX_ORDER_KEY_BYTES`] as
+/// written in a claims record.
+fn check_key(k: &str) -> Result<(), OrderError> {
+    if k.is_empty() {
+        return invalid("'key' is empty");
+    }
+    let max = crate::record::MAX_ORDER_KEY_BYTES;
+    if crate::record::json_len(k) > max {
+        return invalid(format!("'key' is longer than {max} bytes as JSON"));
+    }
+    Ok(())
 }
 
 impl JsonOrder {
@@ -378,6 +421,18 @@ impl OrderSpec {
             shell: false,
             traceparent: None,
             retry_of: None,
+            not_before: None,
+            key: None,
+        }
+    }
+
+    /// What the protocol reads of the order before its job starts
+    /// (docs/protocol.md R46, R54, R56).
+    pub fn terms(&self) -> crate::worker::Terms {
+        crate::worker::Terms {
+            id: self.id.clone(),
+            not_before: self.not_before,
+            key: self.key.clone(),
         }
     }
 

@@ -39,6 +39,14 @@ pub const MAX_INSTANCE: u32 = 1_000_000;
 /// The prefix of a cancel's key: `cancel:P:O` ([`Record::key`]).
 pub const CANCEL_KEY: &str = "cancel:";
 
+/// The key prefix of the records about an order once parked:
+/// `park:P:O` (docs/protocol.md R54).
+pub const PARK_KEY: &str = "park:";
+
+/// The longest order `key` a record carries, as written in JSON
+/// (docs/protocol.md R56); an order with a longer one is refused.
+pub const MAX_ORDER_KEY_BYTES: usize = 256;
+
 /// Most instances one claim may name in `passed_over` (a claim names those
 /// ahead of its writer in one order's line, docs/protocol.md R30; the
 /// writer names at most this many).
@@ -108,10 +116,14 @@ pub enum Event {
     /// to run no longer). Written by no instance: its `instance` is 0 and
     /// its key `cancel:P:O` (see [`Record::key`]); docs/protocol.md R51.
     Cancelled,
+    /// "This order cannot run yet": its holder passes it over until it is
+    /// due (`until`) or its key has room (`order_key`), and closes its
+    /// hold. Keyed `park:P:O` (docs/protocol.md R54).
+    Parked,
 }
 
 impl Event {
-    pub const ALL: [Event; 9] = [
+    pub const ALL: [Event; 10] = [
         Event::Booted,
         Event::Claimed,
         Event::Committed,
@@ -121,6 +133,7 @@ impl Event {
         Event::Completed,
         Event::Checkpoint,
         Event::Cancelled,
+        Event::Parked,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -134,11 +147,26 @@ impl Event {
             Event::Completed => "completed",
             Event::Checkpoint => "checkpoint",
             Event::Cancelled => "cancelled",
+            Event::Parked => "parked",
         }
     }
 
     fn parse(s: &str) -> Option<Event> {
         Event::ALL.into_iter().find(|e| e.as_str() == s)
+    }
+
+    /// Events that may be keyed by their order once it was parked
+    /// (`park:P:O`, [`Record::key`]); a `parked` always is.
+    pub fn order_keyed(self) -> bool {
+        matches!(
+            self,
+            Event::Claimed
+                | Event::Committed
+                | Event::Yielded
+                | Event::Lease
+                | Event::Completed
+                | Event::Parked
+        )
     }
 
     /// Events that concern one order and must name it.
@@ -328,6 +356,14 @@ struct Flat {
     /// Human reason (yields, revocations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    /// On `parked`: not before this time (ms since the UNIX epoch), the
+    /// order's `not_before` (docs/protocol.md R54).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    until: Option<u64>,
+    /// On `parked` and on a `lease` announcing it: the order's `key`
+    /// (docs/protocol.md R56).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    order_key: Option<String>,
     /// On `completed`: how the order ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     outcome: Option<Outcome>,
@@ -429,6 +465,13 @@ impl Flat {
         {
             return Err(Foreign::BadValue("revoked without fences/by/seen".into()));
         }
+        if self
+            .order_key
+            .as_deref()
+            .is_some_and(|k| k.is_empty() || json_len(k) > MAX_ORDER_KEY_BYTES)
+        {
+            return Err(Foreign::Range("order_key".into()));
+        }
         Ok(())
     }
 }
@@ -459,6 +502,10 @@ pub struct Record {
     pub next: BTreeMap<i32, i64>,
     /// The event and its fields.
     pub body: Body,
+    /// Keyed by its order (`park:P:O`), as every record about an order
+    /// once parked is (docs/protocol.md R54); not in the value, the key
+    /// says it ([`Record::key`]).
+    pub order_keyed: bool,
 }
 
 /// What a record says: one variant per event, with that event's fields.
@@ -500,6 +547,8 @@ pub enum Body {
         order: OrderId,
         attempt: Attempt,
         order_id: Option<String>,
+        /// The order's `key`, announced (docs/protocol.md R56).
+        order_key: Option<String>,
     },
     /// A hold whose lease expired is closed by another instance, `by`; the
     /// record's `instance` is the holder's.
@@ -539,6 +588,15 @@ pub enum Body {
         order: OrderId,
         reason: Option<String>,
     },
+    /// "Not yet": the order waits, held by nobody, until `until` (its
+    /// `not_before`) and until its `order_key` has room (docs/protocol.md
+    /// R54–R56).
+    Parked {
+        order: OrderId,
+        attempt: Attempt,
+        until: Option<u64>,
+        order_key: Option<String>,
+    },
 }
 
 impl Body {
@@ -554,6 +612,7 @@ impl Body {
             Body::Completed { .. } => Event::Completed,
             Body::Checkpoint { .. } => Event::Checkpoint,
             Body::Cancelled { .. } => Event::Cancelled,
+            Body::Parked { .. } => Event::Parked,
         }
     }
 
@@ -567,7 +626,8 @@ impl Body {
             | Body::Lease { order, .. }
             | Body::Revoked { order, .. }
             | Body::Completed { order, .. }
-            | Body::Cancelled { order, .. } => Some(*order),
+            | Body::Cancelled { order, .. }
+            | Body::Parked { order, .. } => Some(*order),
         }
     }
 
@@ -616,6 +676,8 @@ impl From<Record> for Flat {
             exits: false,
             order_id: None,
             reason: None,
+            until: None,
+            order_key: None,
             outcome: None,
             snapshot: None,
         };
@@ -653,9 +715,12 @@ impl Flat {
                 (f.attempt, f.reason) = (attempt, reason);
             }
             Body::Lease {
-                attempt, order_id, ..
+                attempt,
+                order_id,
+                order_key,
+                ..
             } => {
-                (f.attempt, f.order_id) = (attempt, order_id);
+                (f.attempt, f.order_id, f.order_key) = (attempt, order_id, order_key);
             }
             Body::Revoked {
                 by,
@@ -685,6 +750,14 @@ impl Flat {
             Body::Cancelled { reason, .. } => {
                 f.reason = reason;
             }
+            Body::Parked {
+                attempt,
+                until,
+                order_key,
+                ..
+            } => {
+                (f.attempt, f.until, f.order_key) = (attempt, until, order_key);
+            }
         }
     }
 }
@@ -707,6 +780,7 @@ impl TryFrom<Flat> for Record {
             seq,
             next,
             body: f.into_body()?,
+            order_keyed: false,
         })
     }
 }
@@ -731,6 +805,8 @@ impl Flat {
             ("exits", f.exits),
             ("order_id", f.order_id.is_some()),
             ("reason", f.reason.is_some()),
+            ("until", f.until.is_some()),
+            ("order_key", f.order_key.is_some()),
             ("outcome", f.outcome.is_some()),
             ("snapshot", f.snapshot.is_some()),
         ];
@@ -740,11 +816,12 @@ impl Flat {
             Event::Claimed => &["attempt", "takeover_of", "rank", "passed_over", "order_id"],
             Event::Committed => &["attempt"],
             Event::Yielded => &["attempt", "reason"],
-            Event::Lease => &["attempt", "order_id"],
+            Event::Lease => &["attempt", "order_id", "order_key"],
             Event::Revoked => &["by", "fences", "seen", "rank", "attempt", "reason"],
             Event::Completed => &["attempt", "exits", "order_id", "outcome"],
             Event::Checkpoint => &["snapshot"],
             Event::Cancelled => &["reason"],
+            Event::Parked => &["attempt", "until", "order_key"],
         };
         let needs_order = ev.needs_order();
         if let Some((field, _)) = carried
@@ -788,6 +865,7 @@ impl Flat {
                 order: order()?,
                 attempt: f.attempt,
                 order_id: f.order_id,
+                order_key: f.order_key,
             },
             Event::Revoked => Body::Revoked {
                 order: order()?,
@@ -812,6 +890,12 @@ impl Flat {
                 order: order()?,
                 reason: f.reason,
             },
+            Event::Parked => Body::Parked {
+                order: order()?,
+                attempt: f.attempt,
+                until: f.until,
+                order_key: f.order_key,
+            },
         };
         Ok(body)
     }
@@ -828,6 +912,7 @@ impl Record {
             seq: 0,
             next: BTreeMap::new(),
             body,
+            order_keyed: false,
         }
     }
 
@@ -953,9 +1038,20 @@ impl Record {
     /// `cancel:<partition>:<offset>`, one key per order, so that compaction
     /// never erases a cancel for another order's (docs/protocol.md
     /// R51).
+    ///
+    /// A `parked` record, and every claim, decision, lease and completion
+    /// of an order once parked ([`Record::order_keyed`]), is keyed
+    /// `park:<partition>:<offset>`: compaction keeps the newest record
+    /// about that order, never a `parked` that a later claim of it
+    /// superseded (docs/protocol.md R54).
     pub fn key(&self) -> String {
         match &self.body {
             Body::Cancelled { order, .. } => format!("{CANCEL_KEY}{order}"),
+            Body::Parked { order, .. } => format!("{PARK_KEY}{order}"),
+            b if self.order_keyed => match b.order() {
+                Some(order) => format!("{PARK_KEY}{order}"),
+                None => format!("{}:{}", self.instance, self.event()),
+            },
             _ => format!("{}:{}", self.instance, self.event()),
         }
     }
@@ -1075,11 +1171,32 @@ impl Record {
     pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Record, Foreign> {
         let key = key.ok_or(Foreign::NoKey)?;
         let key = std::str::from_utf8(key).map_err(|_| Foreign::BadKey(lossy(key)))?;
-        // `cancel:P:O` (an operator's cancel), else `<instance>:<event>`.
+        // `cancel:P:O` (an operator's cancel), `park:P:O` (a record about
+        // an order once parked: its instance and event are the value's),
+        // else `<instance>:<event>`.
+        let parked_key = match key.strip_prefix(PARK_KEY) {
+            Some(o) => Some(
+                o.parse::<OrderId>()
+                    .map_err(|_| Foreign::BadKey(key.into()))?,
+            ),
+            None => None,
+        };
         let (inst, ev, order) = match key.strip_prefix(CANCEL_KEY) {
             Some(o) => {
                 let o: OrderId = o.parse().map_err(|_| Foreign::BadKey(key.into()))?;
                 (InstanceNo::new(0), Event::Cancelled, Some(o))
+            }
+            None if parked_key.is_some() => {
+                let v = value.ok_or(Foreign::NoValue)?;
+                if v.len() > MAX_RECORD_BYTES {
+                    return Err(Foreign::BadValue(format!("{} bytes", v.len())));
+                }
+                let peek: Flat =
+                    serde_json::from_slice(v).map_err(|e| Foreign::BadValue(e.to_string()))?;
+                if !peek.event.order_keyed() {
+                    return Err(Foreign::Mismatch(key.into()));
+                }
+                (peek.instance, peek.event, parked_key)
             }
             None => {
                 let (inst, ev) = key
@@ -1087,7 +1204,7 @@ impl Record {
                     .ok_or_else(|| Foreign::BadKey(key.into()))?;
                 let inst = InstanceNo::new(inst.parse().map_err(|_| Foreign::BadKey(key.into()))?);
                 let ev = Event::parse(ev)
-                    .filter(|e| *e != Event::Cancelled)
+                    .filter(|e| !matches!(e, Event::Cancelled | Event::Parked))
                     .ok_or_else(|| Foreign::BadKey(key.into()))?;
                 (inst, ev, None)
             }
@@ -1102,7 +1219,9 @@ impl Record {
         {
             return Err(Foreign::Mismatch(key.into()));
         }
-        Record::try_from(rec)
+        let mut rec = Record::try_from(rec)?;
+        rec.order_keyed = parked_key.is_some() && rec.event() != Event::Parked;
+        Ok(rec)
     }
 }
 
@@ -1157,6 +1276,7 @@ impl Record {
                 order,
                 attempt: Attempt::default(),
                 order_id: None,
+                order_key: None,
             },
             Event::Revoked => Body::Revoked {
                 order,
@@ -1182,11 +1302,18 @@ impl Record {
                     contests: Vec::new(),
                     ids: Vec::new(),
                     cancels: Vec::new(),
+                    parked: Vec::new(),
                 }),
             },
             Event::Cancelled => Body::Cancelled {
                 order,
                 reason: None,
+            },
+            Event::Parked => Body::Parked {
+                order,
+                attempt: Attempt::default(),
+                until: None,
+                order_key: None,
             },
         };
         Record::new(InstanceNo::new(instance), body, &incarnation.into(), ts)
@@ -1202,7 +1329,8 @@ impl Record {
             | Body::Lease { order, .. }
             | Body::Revoked { order, .. }
             | Body::Completed { order, .. }
-            | Body::Cancelled { order, .. } => *order = to,
+            | Body::Cancelled { order, .. }
+            | Body::Parked { order, .. } => *order = to,
         }
         self
     }
@@ -1219,12 +1347,15 @@ impl Record {
             | Body::Yielded { attempt, .. }
             | Body::Lease { attempt, .. }
             | Body::Revoked { attempt, .. }
-            | Body::Completed { attempt, .. } => *attempt = to,
+            | Body::Completed { attempt, .. }
+            | Body::Parked { attempt, .. } => *attempt = to,
             _ => self.no_field("attempt"),
         }
     }
 
     setter!(set_rank, rank: Option<u32>, Claimed | Revoked);
+    setter!(set_until, until: Option<u64>, Parked);
+    setter!(set_order_key, order_key: Option<String>, Lease | Parked);
     setter!(set_reason, reason: Option<String>, Yielded | Revoked | Cancelled);
     setter!(set_order_id, order_id: Option<String>, Claimed | Lease | Completed);
     setter!(set_takeover_of, takeover_of: Vec<Cite>, Claimed);
@@ -1528,6 +1659,8 @@ mod tests {
             ("takeover_of", r#"[{"instance":1,"incarnation":"a"}]"#),
             ("outcome", r#"{"status":"ok","duration_ms":0}"#),
             ("partition", "0"),
+            ("until", "1"),
+            ("order_key", r#""k""#),
         ];
         let mut refused = 0;
         for line in text.lines() {
@@ -1544,6 +1677,8 @@ mod tests {
                         "order_id" | "rank" | "attempt" | "takeover_of" | "passed_over",
                     ) => true,
                     (Event::Lease | Event::Completed, "order_id") => true,
+                    (Event::Lease | Event::Parked, "order_key") => true,
+                    (Event::Parked, "until") => true,
                     (Event::Yielded | Event::Cancelled, "reason") => true,
                     (Event::Cancelled, "attempt") => false,
                     (_, "attempt") => r.order().is_some(),
@@ -1623,6 +1758,7 @@ mod tests {
             contests: Vec::new(),
             ids: Vec::new(),
             cancels: Vec::new(),
+            parked: Vec::new(),
         };
         cp.set_snapshot(Some(Box::new(snap)));
         assert!(
@@ -1680,6 +1816,42 @@ mod tests {
             events.insert(r.event());
         }
         assert_eq!(events.len(), Event::ALL.len(), "every event: {events:?}");
+    }
+
+    /// A `parked` is keyed by its order and by nothing else; a record about
+    /// an order once parked may be keyed by that order, but not by
+    /// another, and never a cancel, a revocation or a checkpoint.
+    #[test]
+    fn park_keys_name_their_order() {
+        let o = OrderId::new(0, 17);
+        let mut p = Record::of(3, Event::Parked, "a1", 5).with_order(o);
+        p.set_attempt(1);
+        p.set_until(Some(99));
+        p.set_order_key(Some("k".into()));
+        assert_eq!(p.key(), "park:0:17");
+        let v = p.encode();
+        assert_eq!(Record::decode(Some(b"park:0:17"), Some(&v)), Ok(p.clone()));
+        for key in [&b"park:0:18"[..], b"3:parked", b"park:x"] {
+            assert!(Record::decode(Some(key), Some(&v)).is_err(), "{key:?}");
+        }
+        let mut c = claim();
+        c.order_keyed = true;
+        assert_eq!(c.key(), "park:0:17");
+        assert_eq!(
+            Record::decode(Some(b"park:0:17"), Some(&c.encode())),
+            Ok(c.clone())
+        );
+        assert!(Record::decode(Some(b"park:0:16"), Some(&c.encode())).is_err());
+        let mut r = Record::of(3, Event::Revoked, "b1", 5).with_order(o);
+        r.set_by(Some(4));
+        r.set_fences(Some("a1".into()));
+        r.set_seen(Some(1));
+        assert!(Record::decode(Some(b"park:0:17"), Some(&r.encode())).is_err());
+        let long = "k".repeat(MAX_ORDER_KEY_BYTES + 1);
+        p.set_order_key(Some(long));
+        assert!(Record::decode(Some(b"park:0:17"), Some(&p.encode())).is_err());
+        p.set_order_key(Some(String::new()));
+        assert!(Record::decode(Some(b"park:0:17"), Some(&p.encode())).is_err());
     }
 
     #[test]

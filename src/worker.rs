@@ -27,7 +27,7 @@
 
 #[cfg(any(test, feature = "testing"))]
 use crate::boot::Relabel;
-use crate::boot::{turns, Hold, Turn, View, Void};
+use crate::boot::{turns_with, Hold, Turn, View, Void};
 use crate::claim::{decide, Decision};
 use crate::exit_status::Exit;
 use crate::record::{
@@ -62,13 +62,32 @@ pub enum Input {
     /// Time passed (the shell sends one every lease/3): renew our lease,
     /// look for expired ones.
     Tick,
-    /// The order being run (after [`Action::Run`]) names this `id`; the
-    /// shell waits for [`Action::Start`] before running it.
-    OrderId(String),
+    /// The order being run (after [`Action::Run`]) has these terms (an
+    /// `id`, a `not_before`, a `key`); the shell waits for
+    /// [`Action::Start`] before running it, or [`Action::Release`].
+    Terms(Terms),
     /// The shell fenced the instance's previous processes
     /// (docs/protocol.md R16): whatever they appended has landed or never
     /// will. Ends [`Phase::Fence`].
     Fenced,
+}
+
+/// What an order's body says that the protocol reads: its `id` (R46),
+/// `not_before` (ms since the UNIX epoch; R54) and `key` (R56). The shell
+/// reads them from a JSON order and refuses one whose terms are malformed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Terms {
+    pub id: Option<String>,
+    pub not_before: Option<u64>,
+    pub key: Option<String>,
+}
+
+impl Terms {
+    /// Whether the order has any term, so that the shell must ask before
+    /// it runs the job.
+    pub fn any(&self) -> bool {
+        self.id.is_some() || self.not_before.is_some() || self.key.is_some()
+    }
 }
 
 /// What the machine asks the shell to do.
@@ -102,6 +121,9 @@ pub enum Action {
     /// job (its process group), or do not start it if it has not started,
     /// and report the end with [`Input::JobDone`] as usual.
     Kill { order: OrderId },
+    /// The order being run (after [`Action::Run`]) is parked (R54): do
+    /// not start its job, end its guard, and report nothing.
+    Release { order: OrderId },
     /// Send [`Input::Tick`] when the clock reaches this time (ms).
     WakeAt(u64),
     /// The job of the order we hold may run until this time (our clock,
@@ -159,13 +181,15 @@ pub enum Phase {
     },
     /// The job runs (or is being fetched).
     Run { order: OrderId, attempt: Attempt },
-    /// The order's `id` is announced; waiting to read it back.
+    /// The order's `id` or `key` is announced; waiting to read it back.
     Announce {
         order: OrderId,
         attempt: Attempt,
-        id: String,
+        terms: Terms,
         seq: u64,
     },
+    /// Our `parked` is appended; waiting to read it (R54).
+    Park { order: OrderId, seq: u64 },
     /// Our `completed` is appended; waiting to read it.
     Complete { order: OrderId, seq: u64 },
     /// Finished (the shell exits with the status).
@@ -213,6 +237,10 @@ pub struct Settings {
     /// Publish each completion's result ([`Action::PublishResult`]) before
     /// appending its `completed` (`RESULTS_TOPIC`; docs/protocol.md R47).
     pub publish_results: bool,
+    /// Runs of one order key live at once across the pool, at most
+    /// (`KEY_CONCURRENCY`, 1 by default; docs/protocol.md R56). The same
+    /// in every instance.
+    pub key_concurrency: u32,
 }
 
 impl Settings {
@@ -239,6 +267,7 @@ impl Default for Settings {
             fence: false,
             claim_defer_ms: 0,
             publish_results: false,
+            key_concurrency: 1,
         }
     }
 }
@@ -279,6 +308,10 @@ pub enum Flaw {
     /// A claim read back commits itself (R34) although a rival's claim came
     /// first: the claimant runs the order without negotiating.
     FuseDespiteRival,
+    /// Run an order whose `not_before` is still ahead (R54).
+    StartEarly,
+    /// Run an order with a key whatever the key's other holds (R56).
+    IgnoreKeyLimit,
 }
 
 /// Whether the broken rule `Flaw::$flaw` is on in `$settings`: never
@@ -583,6 +616,9 @@ impl Worker {
         // dead incarnation's claim landing late), so the frontier must not
         // live in claims alone (tests/pure/model.rs found the double run).
         r.next = self.view.frontier().clone();
+        // R54: about an order once parked, keyed by the order.
+        r.order_keyed =
+            r.event().order_keyed() && r.order().is_some_and(|o| self.view.parked_once(o));
         r
     }
 
@@ -624,7 +660,7 @@ impl Worker {
             Input::OrdersMoved => self.look_again(),
             Input::JobDone(outcome) => self.on_job_done(outcome),
             Input::Tick => self.on_tick(),
-            Input::OrderId(id) => self.on_order_id(id),
+            Input::Terms(terms) => self.on_terms(terms),
             Input::Fenced => match self.phase {
                 Phase::Fence => self.boot(),
                 _ => Vec::new(),
@@ -632,25 +668,69 @@ impl Worker {
         }
     }
 
-    /// Announce the order's id in the log; the first order to announce an id
-    /// owns it (docs/protocol.md R46).
-    fn on_order_id(&mut self, id: String) -> Vec<Action> {
+    /// The order's terms, before its job starts: park it while it is not
+    /// due (R54); announce its id (R46) and its key (R56) in the log, the
+    /// first order to announce an id owns it; or start it.
+    fn on_terms(&mut self, terms: Terms) -> Vec<Action> {
         let Phase::Run { order, attempt } = self.phase else {
             return Vec::new();
         };
+        if terms.not_before.is_some_and(|t| t > self.now) && !flawed!(self.settings, StartEarly) {
+            return self.park(order, attempt, &terms);
+        }
+        let keyed = self.view.hold(self.me).is_some_and(|h| h.key.is_some());
+        let order_key = terms.key.clone().filter(|_| !keyed);
+        if terms.id.is_none() && order_key.is_none() {
+            return self.start_job(order, attempt, &terms);
+        }
         let r = self.record(Body::Lease {
             order,
             attempt,
-            order_id: Some(id.clone()),
+            order_id: terms.id.clone(),
+            order_key,
         });
         self.renewed = self.now;
         self.phase = Phase::Announce {
             order,
             attempt,
-            id,
+            terms,
             seq: r.seq,
         };
         vec![Action::Append(r)]
+    }
+
+    /// The order's job may start but for its key: park it if the key has
+    /// no room (`key_concurrency` holds of it went before ours, R56) or a
+    /// parked order of its key that is due goes before it; else start it.
+    fn start_job(&mut self, order: OrderId, attempt: Attempt, terms: &Terms) -> Vec<Action> {
+        if let Some(k) = terms.key.as_deref() {
+            let at = self
+                .view
+                .hold(self.me)
+                .and_then(|h| h.key.as_ref())
+                .map_or(Position::new(u64::MAX), |(_, at)| *at);
+            let full =
+                self.view.key_ahead(self.me, k, at) >= self.settings.key_concurrency as usize;
+            let behind = self.view.parked_ahead(order, k, self.now);
+            if (full || behind) && !flawed!(self.settings, IgnoreKeyLimit) {
+                return self.park(order, attempt, terms);
+            }
+        }
+        self.phase = Phase::Run { order, attempt };
+        vec![Action::Start { order }]
+    }
+
+    /// Park the order we hold committed, before its job starts (R54): it
+    /// waits, held by nobody, until it is due and its key has room.
+    fn park(&mut self, order: OrderId, attempt: Attempt, terms: &Terms) -> Vec<Action> {
+        let r = self.record(Body::Parked {
+            order,
+            attempt,
+            until: terms.not_before.filter(|&t| t > self.now),
+            order_key: terms.key.clone(),
+        });
+        self.phase = Phase::Park { order, seq: r.seq };
+        vec![Action::Release { order }, Action::Append(r)]
     }
 
     /// The order we hold, in the phases where our hold is in the log.
@@ -660,6 +740,7 @@ impl Worker {
             | Phase::Decide { order, .. }
             | Phase::Retry { order, .. }
             | Phase::Announce { order, .. }
+            | Phase::Park { order, .. }
             | Phase::Run { order, .. } => Some(order),
             _ => None,
         }
@@ -790,6 +871,7 @@ impl Worker {
                     order,
                     attempt,
                     order_id,
+                    order_key: None,
                 })));
             }
         }
@@ -981,11 +1063,19 @@ impl Worker {
             Phase::Announce {
                 order,
                 attempt,
-                id,
+                terms,
                 seq,
             } if self.is_ours(&rec, seq) => self
                 .before_start(result, order, attempt)
-                .unwrap_or_else(|| self.after_announce(order, attempt, &id)),
+                .unwrap_or_else(|| self.after_announce(order, attempt, &terms)),
+            // Our park closed our hold: choose again, as after a yield.
+            Phase::Park { seq, .. } if self.is_ours(&rec, seq) => match result {
+                Err(void) => self.own_record_void(void),
+                Ok(()) => {
+                    self.phase = Phase::Choose;
+                    vec![Action::FindOrder]
+                }
+            },
             Phase::Retry {
                 order,
                 attempt,
@@ -1037,16 +1127,17 @@ impl Worker {
     /// Our announcement of the order's `id` is read back: run the order if
     /// it is the first to announce the id, else complete it `duplicate`
     /// (R46).
-    fn after_announce(&mut self, order: OrderId, attempt: Attempt, id: &str) -> Vec<Action> {
-        match self.view.id_owner(id) {
-            Some(first) if first != order => {
+    fn after_announce(&mut self, order: OrderId, attempt: Attempt, terms: &Terms) -> Vec<Action> {
+        let first = terms
+            .id
+            .as_deref()
+            .and_then(|id| Some((id, self.view.id_owner(id)?)));
+        match first {
+            Some((id, first)) if first != order => {
                 let reason = format!("duplicate: order {first} has the same id '{id}'");
                 self.complete(order, attempt, Outcome::not_run(Status::Duplicate, reason))
             }
-            _ => {
-                self.phase = Phase::Run { order, attempt };
-                vec![Action::Start { order }]
-            }
+            _ => self.start_job(order, attempt, terms),
         }
     }
 
@@ -1200,15 +1291,20 @@ impl Worker {
         if flawed!(self.settings, SkipAnOrder) && order.offset + 1 < ends[&order.partition] {
             order.offset += 1;
         }
+        // R55: a parked order is claimed again at the attempt it waits
+        // with; it is behind the frontier already.
+        let parked = self.view.parked_order(order).map(|p| p.attempt);
         let mut claim = self.record(Body::Claimed {
             order,
-            attempt: Attempt::FIRST,
+            attempt: parked.unwrap_or(Attempt::FIRST),
             takeover_of: Vec::new(),
             rank: None,
             passed_over,
             order_id: None,
         });
-        claim.next.insert(order.partition, order.offset + 1);
+        if parked.is_none() {
+            claim.next.insert(order.partition, order.offset + 1);
+        }
         self.phase = Phase::Claim {
             order,
             seq: claim.seq,
@@ -1243,7 +1339,8 @@ impl Worker {
     fn choose(&mut self, ends: &BTreeMap<i32, i64>) -> Option<(OrderId, Vec<InstanceNo>)> {
         let over = std::mem::take(&mut self.defer_over);
         self.defer_until = None;
-        let turns = turns(&self.view, ends, self.me);
+        let ready = self.view.ready(self.now, self.settings.key_concurrency);
+        let turns = turns_with(&self.view, &ready, ends, self.me);
         self.waiting_since
             .retain(|o, _| turns.iter().any(|t| t.order == *o));
         let now = self.now;
@@ -1278,7 +1375,9 @@ impl Worker {
                 Some((t.order, passed))
             }
             None => {
-                self.defer_until = turns.iter().filter(|_| !never).map(until).min();
+                // A parked order falls due (R55): look again then.
+                let due = self.view.next_due(now);
+                self.defer_until = turns.iter().filter(|_| !never).map(until).chain(due).min();
                 None
             }
         }
@@ -2005,7 +2104,11 @@ mod tests {
             &log.feed(&mut w, &mut cur)[..],
             [Action::Run { .. }]
         ));
-        let a = w.handle(Input::OrderId(id.into()), 0);
+        let terms = Terms {
+            id: Some(id.into()),
+            ..Terms::default()
+        };
+        let a = w.handle(Input::Terms(terms), 0);
         assert!(matches!(&a[..], [Action::Append(r)] if r.order_id() == Some(id)));
         log.append(&a);
         log.feed(&mut w, &mut cur)

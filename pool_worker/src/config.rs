@@ -89,6 +89,8 @@ struct WorkerEnv {
     claims_fence: Option<Fence>,
     #[serde(deserialize_with = "parse::whole")]
     claim_defer_ms: Option<u64>,
+    #[serde(deserialize_with = "parse::whole")]
+    key_concurrency: Option<u32>,
     #[serde(deserialize_with = "parse::text")]
     state_dir: Option<String>,
     state_directory: Option<String>,
@@ -273,6 +275,9 @@ pub struct Config {
     /// `CLAIM_DEFER_MS`: an idle instance's deferral, per instance ahead of
     /// it in an order's line.
     pub claim_defer_ms: u64,
+    /// `KEY_CONCURRENCY`: runs of one order `key` live at once across the
+    /// pool, at most (docs/protocol.md R56); the same in every instance.
+    pub key_concurrency: u32,
     /// `STATE_DIR`: where the clean-exit marker lives (pool_worker/src/settle.rs).
     pub state_dir: std::path::PathBuf,
     /// `CLAIMS_KEY` or `CLAIMS_KEY_FILE`: the pool signs its claims records
@@ -407,6 +412,7 @@ impl Config {
             instance,
             lease_ms,
             claim_defer_ms: claim_defer_ms(raw.claim_defer_ms, lease_ms)?,
+            key_concurrency: number("KEY_CONCURRENCY", raw.key_concurrency, 1u32, (1, 10_000))?,
             max_attempts: number(
                 "MAX_ATTEMPTS",
                 raw.max_attempts,

@@ -136,6 +136,7 @@ fn settings(cfg: &Config) -> Settings {
         fence: cfg.fence == Fence::Transactions,
         claim_defer_ms: cfg.claim_defer_ms,
         publish_results: cfg.results_topic.is_some(),
+        key_concurrency: cfg.key_concurrency,
         ..Settings::default()
     }
 }
@@ -358,6 +359,11 @@ impl Shell {
                     self.job.kill();
                 }
                 Action::Start { .. } => self.job.start_prepared(),
+                // R54: parked, its job never starts here.
+                Action::Release { order } => {
+                    tracing::info!(instance = self.cfg.instance, %order, "parked: it waits, held by nobody, until it is due and its key has room");
+                    self.job.prepared = None;
+                }
                 // R53: the job may run until then; its guard freezes it
                 // after (pool_worker/src/guard.rs).
                 Action::Guard(until) => {
@@ -649,8 +655,9 @@ impl Shell {
         }
     }
 
-    /// A fetched order: its job starts now, or once the log says its `id`
-    /// is the first (Action::Start); a bad one is its own outcome.
+    /// A fetched order: its job starts now, or, with terms (an `id`, a
+    /// `not_before`, a `key`), once the machine says so (Action::Start,
+    /// or Action::Release: parked); a bad one is its own outcome.
     fn prepared(
         &mut self,
         order: OrderId,
@@ -670,12 +677,12 @@ impl Shell {
             log_order(self.cfg.instance, order, attempt, spec);
         }
         match spec {
-            // An order with an id runs only once the log says it
-            // is the first with that id (Action::Start).
-            Ok(spec) if spec.id.is_some() => {
-                let id = spec.id.clone().unwrap_or_default();
+            // An order with terms runs only once the machine says so: its
+            // id is the first, it is due, its key has room (Action::Start).
+            Ok(spec) if spec.terms().any() => {
+                let terms = spec.terms();
                 self.job.prepared = Some((spec, ctx));
-                Next::Input(Input::OrderId(id))
+                Next::Input(Input::Terms(terms))
             }
             Ok(spec) => {
                 self.job.start(spec, ctx);

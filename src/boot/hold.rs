@@ -2,7 +2,7 @@
 //! R11–R15), order ids (R46).
 
 use super::{
-    raise, Completion, Contest, Hold, IdOwner, Instance, Settled, Stance, View, Void,
+    raise, Completion, Contest, Hold, IdOwner, Instance, Parked, Settled, Stance, View, Void,
     CONTEST_MEMORY,
 };
 use crate::record::{Attempt, Body, Event, OrderId, Outcome, Position, Record, Status};
@@ -59,6 +59,13 @@ impl View {
             contest.stances.insert(i, (pos, Stance::Committed));
         }
         raise(&mut self.frontier, order.partition, order.offset + 1);
+        // R55: a claim of a parked order takes it out of the park; the key
+        // it was parked with is the hold's from the claim on (R56).
+        let key = self
+            .parked
+            .remove(&order)
+            .and_then(|p| p.key)
+            .map(|k| (k, pos));
         let inst = self.instances.entry(i).or_default();
         inst.hold = Some(Hold {
             order,
@@ -72,7 +79,72 @@ impl View {
             rank,
             pending: false,
             took_over: takeover_of.first().cloned(),
+            key,
         });
+    }
+
+    /// A `parked` of `order` at `pos` (R54): it closes its writer's
+    /// committed hold of the order, which counts as yielded, and the order
+    /// waits, held by nobody, until an instance claims it again (R55). One
+    /// that matches no hold (a replay of a compacted log, whose claim of
+    /// the order an older record of its writer's superseded) still parks
+    /// the order if nobody holds it and it is not completed; one that
+    /// matches an undecided hold is stray.
+    pub(super) fn apply_park(
+        &mut self,
+        pos: Position,
+        rec: &Record,
+        order: OrderId,
+    ) -> Result<(), Void> {
+        let Body::Parked {
+            attempt,
+            until,
+            order_key,
+            ..
+        } = &rec.body
+        else {
+            return Ok(());
+        };
+        let i = rec.instance;
+        let held = self
+            .instances
+            .get(&i)
+            .and_then(|s| s.hold.as_ref())
+            .filter(|h| h.order == order)
+            .map(|h| (h.claim_pos, h.committed.is_some()));
+        let contest = self.contests.entry(order).or_default();
+        let done = contest.completed_at.is_some() || contest.finished.is_some();
+        match held {
+            Some((claim_pos, true)) if !done => {
+                contest.stances.insert(i, (claim_pos, Stance::Yielded));
+                if let Some(s) = self.instances.get_mut(&i) {
+                    s.hold = None;
+                }
+            }
+            Some(_) => return Err(Void::Stray),
+            None => {
+                let someone_holds = self
+                    .instances
+                    .values()
+                    .any(|s| s.hold.as_ref().is_some_and(|h| h.order == order));
+                if done || someone_holds {
+                    return Err(Void::Stray);
+                }
+            }
+        }
+        if let Some(c) = self.contests.get_mut(&order) {
+            c.parked_once = true;
+        }
+        self.parked.insert(
+            order,
+            Parked {
+                at: pos,
+                attempt: (*attempt).max(Attempt::FIRST),
+                until: *until,
+                key: order_key.clone(),
+            },
+        );
+        Ok(())
     }
 
     /// A `committed`, `yielded`, `completed` or `lease` of `order` at `pos`:
@@ -103,6 +175,18 @@ impl View {
             self.ids
                 .entry(id.to_string())
                 .or_insert(IdOwner { order, at: pos });
+        }
+        // The order's key, announced by the holder of a committed order
+        // (R56): the hold's place among the key's from here, kept on.
+        if let (
+            Body::Lease {
+                order_key: Some(k), ..
+            },
+            Some(_),
+            None,
+        ) = (&rec.body, hold.committed, &hold.key)
+        {
+            hold.key = Some((k.clone(), pos));
         }
         let claim_pos = hold.claim_pos;
         let Some(stance) = inst.decide(pos, rec)? else {
@@ -225,5 +309,89 @@ impl Instance {
             }
         };
         Ok(Some(stance))
+    }
+}
+
+/// Parked orders and keys (docs/protocol.md R54–R56): what a holder and an
+/// idle instance ask of the View.
+impl View {
+    /// The orders parked and not claimed since, in order.
+    pub fn parked(&self) -> impl Iterator<Item = (OrderId, &Parked)> {
+        self.parked.iter().map(|(o, p)| (*o, p))
+    }
+
+    /// `order`, if it is parked.
+    pub fn parked_order(&self, order: OrderId) -> Option<&Parked> {
+        self.parked.get(&order)
+    }
+
+    /// Whether the order was ever parked: records about it are keyed
+    /// `park:P:O` (R54).
+    pub fn parked_once(&self, order: OrderId) -> bool {
+        self.parked.contains_key(&order) || self.contests.get(&order).is_some_and(|c| c.parked_once)
+    }
+
+    /// How many holds of other instances than `me` have `key`, from a
+    /// position before `at` (R56): those that go before a hold that got
+    /// the key at `at`.
+    pub fn key_ahead(&self, me: crate::record::InstanceNo, key: &str, at: Position) -> usize {
+        self.instances
+            .iter()
+            .filter(|(i, _)| **i != me)
+            .filter_map(|(_, s)| s.hold.as_ref()?.key.as_ref())
+            .filter(|(k, p)| k == key && *p < at)
+            .count()
+    }
+
+    /// Whether a parked order of `key` due at `now` goes before `order`
+    /// (a lower partition and offset): `order` waits behind it (R56).
+    pub fn parked_ahead(&self, order: OrderId, key: &str, now: u64) -> bool {
+        self.parked
+            .range(..order)
+            .any(|(_, p)| p.key.as_deref() == Some(key) && p.until.is_none_or(|u| u <= now))
+    }
+
+    /// The parked orders that an idle instance may claim at `now` (R55),
+    /// in order: due (`until` passed), and, of a key, no more than it has
+    /// room for (`limit` less its holds), first in order.
+    pub fn ready(&self, now: u64, limit: u32) -> Vec<OrderId> {
+        let mut room: std::collections::BTreeMap<&str, usize> = Default::default();
+        let mut out = Vec::new();
+        for (o, p) in &self.parked {
+            if p.until.is_some_and(|u| u > now) {
+                continue;
+            }
+            if let Some(k) = p.key.as_deref() {
+                let left = room.entry(k).or_insert_with(|| {
+                    let held = self
+                        .instances
+                        .values()
+                        .filter(|s| {
+                            s.hold
+                                .as_ref()
+                                .and_then(|h| h.key.as_ref())
+                                .is_some_and(|(hk, _)| hk == k)
+                        })
+                        .count();
+                    (limit as usize).saturating_sub(held)
+                });
+                if *left == 0 {
+                    continue;
+                }
+                *left -= 1;
+            }
+            out.push(*o);
+        }
+        out
+    }
+
+    /// The earliest `until` of a parked order still ahead of `now`: when
+    /// an idle instance looks again (R55).
+    pub fn next_due(&self, now: u64) -> Option<u64> {
+        self.parked
+            .values()
+            .filter_map(|p| p.until)
+            .filter(|&u| u > now)
+            .min()
     }
 }

@@ -28,7 +28,7 @@ impl View {
         }
         let closes = matches!(
             rec.event(),
-            Event::Booted | Event::Yielded | Event::Completed | Event::Revoked
+            Event::Booted | Event::Yielded | Event::Completed | Event::Revoked | Event::Parked
         );
         if let Some(inst) = self
             .instances
@@ -91,11 +91,26 @@ pub struct Turn {
 /// claim, never safety: any set of claimants is settled by
 /// [`crate::claim::decide`].
 pub fn turns(view: &View, ends: &BTreeMap<i32, i64>, me: InstanceNo) -> Vec<Turn> {
-    let waiting: Vec<OrderId> = ends
+    turns_with(view, &[], ends, me)
+}
+
+/// [`turns`], with the parked orders `ready` to be claimed again (R55)
+/// waiting ahead of the orders at the frontier.
+pub fn turns_with(
+    view: &View,
+    ready: &[OrderId],
+    ends: &BTreeMap<i32, i64>,
+    me: InstanceNo,
+) -> Vec<Turn> {
+    let waiting: Vec<OrderId> = ready
         .iter()
-        .map(|(&p, &end)| (OrderId::new(p, view.next_offset(p)), end))
-        .filter(|(o, end)| o.offset < *end)
-        .map(|(o, _)| o)
+        .copied()
+        .chain(
+            ends.iter()
+                .map(|(&p, &end)| (OrderId::new(p, view.next_offset(p)), end))
+                .filter(|(o, end)| o.offset < *end)
+                .map(|(o, _)| o),
+        )
         .collect();
     if waiting.is_empty() {
         return Vec::new();

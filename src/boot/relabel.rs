@@ -63,6 +63,9 @@ impl View {
                 h.claim_pos = f(h.claim_pos);
                 h.last_pos = f(h.last_pos);
                 h.committed = h.committed.map(f);
+                if let Some((_, at)) = &mut h.key {
+                    *at = f(*at);
+                }
             }
             if let Some(c) = &mut s.last_completed {
                 c.at = f(c.at);
@@ -88,6 +91,9 @@ impl View {
         for c in self.cancels.values_mut() {
             c.at = f(c.at);
         }
+        for p in self.parked.values_mut() {
+            p.at = f(p.at);
+        }
     }
 
     /// Feeds `h` exactly what hashing a copy of the view after
@@ -112,6 +118,7 @@ impl View {
             ids,
             checkpoint,
             cancels,
+            parked,
         } = self;
         let f = r.position;
         (keep_duplicates, end, foreign, void, completions).hash(h);
@@ -136,6 +143,10 @@ impl View {
         cancels.len().hash(h);
         for (o, c) in cancels {
             (o, (f(c.at), &c.reason)).hash(h);
+        }
+        parked.len().hash(h);
+        for (o, p) in parked {
+            (o, (f(p.at), p.attempt, p.until, &p.key)).hash(h);
         }
     }
 
@@ -194,6 +205,7 @@ impl Hold {
             claim_pos: f(self.claim_pos),
             last_pos: f(self.last_pos),
             committed: self.committed.map(f),
+            key: self.key.as_ref().map(|(k, at)| (k.clone(), f(*at))),
             ..self.clone()
         }
     }
@@ -209,6 +221,7 @@ impl Contest {
             finished,
             ranks,
             heirs,
+            parked_once,
         } = self;
         let f = r.position;
         stances.len().hash(h);
@@ -221,6 +234,6 @@ impl Contest {
             .as_ref()
             .map(|(p, out)| (f(*p), r.outcome(out)))
             .hash(h);
-        (ranks, heirs).hash(h);
+        (ranks, heirs, parked_once).hash(h);
     }
 }

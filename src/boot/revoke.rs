@@ -66,6 +66,8 @@ impl View {
                 instance: i,
                 incarnation: hold.incarnation,
             }),
+            // The taker announces the key again before it runs (R56).
+            key: None,
         });
         contest.claim(*by, pos, rank);
         if late {

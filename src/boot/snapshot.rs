@@ -4,7 +4,9 @@
 //! sides, so that a field added to the View or to the wire does not compile
 //! until it is decided whether, and how, a checkpoint carries it.
 
-use super::{Booted, Cancel, Completion, Contest, Hold, IdOwner, Instance, LastSeq, Stance, View};
+use super::{
+    Booted, Cancel, Completion, Contest, Hold, IdOwner, Instance, LastSeq, Parked, Stance, View,
+};
 use crate::record::wire::{self, Snapshot, ID_MEMORY, ID_MEMORY_BYTES};
 use crate::record::{OrderId, Position};
 
@@ -38,6 +40,11 @@ impl View {
             contests,
             ids: self.newest_ids(),
             cancels,
+            parked: self
+                .parked
+                .iter()
+                .map(|(o, p)| (*o, wire::Parked::from(p)))
+                .collect(),
         }
     }
 
@@ -95,6 +102,11 @@ impl View {
                     let reason = reason.clone();
                     (*o, Cancel { at: *at, reason })
                 })
+                .collect(),
+            parked: snap
+                .parked
+                .iter()
+                .map(|(o, p)| (*o, Parked::from(p)))
                 .collect(),
             ..View::default()
         }
@@ -188,6 +200,7 @@ impl From<&Hold> for wire::Hold {
             rank,
             pending,
             took_over,
+            key,
         } = h;
         wire::Hold {
             order: *order,
@@ -201,6 +214,7 @@ impl From<&Hold> for wire::Hold {
             rank: *rank,
             pending: *pending,
             took_over: took_over.clone(),
+            key: key.clone(),
         }
     }
 }
@@ -219,6 +233,7 @@ impl From<&wire::Hold> for Hold {
             rank,
             pending,
             took_over,
+            key,
         } = h;
         Hold {
             order: *order,
@@ -232,6 +247,41 @@ impl From<&wire::Hold> for Hold {
             rank: *rank,
             pending: *pending,
             took_over: took_over.clone(),
+            key: key.clone(),
+        }
+    }
+}
+
+impl From<&Parked> for wire::Parked {
+    fn from(p: &Parked) -> Self {
+        let Parked {
+            at,
+            attempt,
+            until,
+            key,
+        } = p;
+        wire::Parked {
+            at: *at,
+            attempt: *attempt,
+            until: *until,
+            key: key.clone(),
+        }
+    }
+}
+
+impl From<&wire::Parked> for Parked {
+    fn from(p: &wire::Parked) -> Self {
+        let wire::Parked {
+            at,
+            attempt,
+            until,
+            key,
+        } = p;
+        Parked {
+            at: *at,
+            attempt: *attempt,
+            until: *until,
+            key: key.clone(),
         }
     }
 }
@@ -245,6 +295,7 @@ impl From<&Contest> for wire::Contest {
             finished,
             ranks,
             heirs,
+            parked_once,
         } = c;
         wire::Contest {
             stances: stances
@@ -258,6 +309,7 @@ impl From<&Contest> for wire::Contest {
                 .map(|(at, outcome)| (*at, outcome.without_output())),
             ranks: ranks.clone(),
             heirs: heirs.clone(),
+            parked_once: *parked_once,
         }
     }
 }
@@ -271,6 +323,7 @@ impl From<&wire::Contest> for Contest {
             finished,
             ranks,
             heirs,
+            parked_once,
         } = c;
         Contest {
             stances: stances
@@ -282,6 +335,7 @@ impl From<&wire::Contest> for Contest {
             finished: finished.clone(),
             ranks: ranks.clone(),
             heirs: heirs.clone(),
+            parked_once: *parked_once,
         }
     }
 }

@@ -27,7 +27,14 @@ pub fn describe(rec: &Record) -> String {
             None => format!("order {order}"),
         },
         Event::Checkpoint => describe_checkpoint(rec),
+        Event::Parked => describe_park(rec, &order),
     };
+    if let Body::Lease {
+        order_key: Some(k), ..
+    } = &rec.body
+    {
+        s.push_str(&format!(" (key {})", clip(k, 40)));
+    }
     if let Some(id) = &rec.order_id() {
         s.push_str(&format!(" (id {})", clip(id, 40)));
     }
@@ -39,6 +46,25 @@ pub fn describe(rec: &Record) -> String {
         .or(rec.outcome().and_then(|o| o.reason.as_deref()));
     if let Some(r) = reason {
         s.push_str(&format!(": {}", clip(r, 80)));
+    }
+    s
+}
+
+/// A park's description: until when, and behind which key.
+fn describe_park(rec: &Record, order: &str) -> String {
+    let mut s = format!("order {order} attempt {}, waits", rec.attempt());
+    if let Body::Parked {
+        until, order_key, ..
+    } = &rec.body
+    {
+        if let Some(u) = until {
+            let at = chrono::DateTime::from_timestamp_millis(*u as i64)
+                .map_or_else(|| u.to_string(), |t| t.to_rfc3339());
+            s.push_str(&format!(" until {at}"));
+        }
+        if let Some(k) = order_key {
+            s.push_str(&format!(" for room on key {}", clip(k, 40)));
+        }
     }
     s
 }

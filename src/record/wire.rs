@@ -37,6 +37,22 @@ pub struct Snapshot {
     /// so that older readers still read such a checkpoint.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cancels: Vec<(OrderId, Position, String)>,
+    /// Orders parked, waiting to be claimed again (docs/protocol.md R54).
+    /// Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parked: Vec<(OrderId, Parked)>,
+}
+
+/// A parked order: where, its attempt, until when, its key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Parked {
+    pub at: Position,
+    pub attempt: Attempt,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// What the log says of one instance number.
@@ -85,6 +101,10 @@ pub struct Hold {
     pub rank: u32,
     pub pending: bool,
     pub took_over: Option<Cite>,
+    /// The order's key and where the hold announced it (R56). Absent:
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<(String, Position)>,
 }
 
 /// Every instance's stance on one order.
@@ -100,6 +120,9 @@ pub struct Contest {
     pub finished: Option<(Position, Outcome)>,
     pub ranks: BTreeMap<InstanceNo, u32>,
     pub heirs: BTreeSet<InstanceNo>,
+    /// The order was parked once (R54). Absent when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub parked_once: bool,
 }
 
 /// An instance's stance on one order.

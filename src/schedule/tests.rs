@@ -42,6 +42,7 @@ impl Log {
         self.push(
             i,
             Body::Lease {
+                order_key: None,
                 order,
                 attempt: Attempt::FIRST,
                 order_id: Some(id.to_string()),

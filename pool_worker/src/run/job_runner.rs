@@ -38,7 +38,8 @@ pub(super) struct Job {
     prep_tx: mpsc::Sender<Prepared>,
     pub(super) prep_rx: mpsc::Receiver<Prepared>,
     pub(super) prep_task: Option<JoinHandle<()>>,
-    /// An order with an `id`, parsed, waiting for [`Action::Start`].
+    /// An order with terms, parsed, waiting for [`Action::Start`] (or
+    /// [`Action::Release`]: parked).
     pub(super) prepared: Option<(orders::OrderSpec, JobContext)>,
     /// The order being fetched was cancelled (Action::Kill): its job is not
     /// started when the fetch ends.

@@ -623,8 +623,9 @@ fn hash_record(r: &Record, f: &dyn Fn(Position) -> Position, h: &mut Mix) {
         seq,
         next,
         body,
+        order_keyed,
     } = r;
-    (instance, incarnation, ts, seq, next).hash(h);
+    (instance, incarnation, ts, seq, next, order_keyed).hash(h);
     std::mem::discriminant(body).hash(h);
     let outcome = match body {
         Body::Booted => None,
@@ -655,8 +656,18 @@ fn hash_record(r: &Record, f: &dyn Fn(Position) -> Position, h: &mut Mix) {
             order,
             attempt,
             order_id,
+            order_key,
         } => {
-            (order, attempt, order_id).hash(h);
+            (order, attempt, order_id, order_key).hash(h);
+            None
+        }
+        Body::Parked {
+            order,
+            attempt,
+            until,
+            order_key,
+        } => {
+            (order, attempt, until, order_key).hash(h);
             None
         }
         Body::Revoked {

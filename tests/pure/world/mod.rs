@@ -1364,9 +1364,9 @@ impl World {
                         self.violate(RUN_TWICE, format!("instance {i} runs order {order} for the {runs}th time (attempt {attempt}) but died running it only {deaths} times"));
                     }
                 }
-                // Only after Input::OrderId, which the model does not send
-                // (orders here carry no id).
-                Action::Start { .. } => {}
+                // Only after Input::Terms, which the model does not send
+                // (orders here carry no terms).
+                Action::Start { .. } | Action::Release { .. } => {}
                 // The job ends at a JobDone step, which may come at any
                 // moment: killed or not, every timing is explored; but a
                 // killed job is no longer live (RUN_CONCURRENTLY).
