@@ -223,7 +223,7 @@ impl Auditor {
                 let fused = self
                     .view
                     .hold(rec.instance)
-                    .is_some_and(|h| h.order == order && h.committed == Some(Position::new(pos)));
+                    .is_some_and(|h| h.fused_at(order, Position::new(pos)));
                 if fused {
                     self.committed(pos, order, rec)
                 } else {
@@ -235,6 +235,13 @@ impl Auditor {
             // A valid revocation ends the holder's run: a taker may run
             // the order again (a retry).
             Event::Revoked if trail.runner == Some(rec.instance.get()) => {
+                trail.runner = None;
+                trail.runner_commit = None;
+                Vec::new()
+            }
+            // A valid park by the runner (R54): its job never started,
+            // and the order is claimed again, by anyone.
+            Event::Parked if trail.runner == Some(rec.instance.get()) => {
                 trail.runner = None;
                 trail.runner_commit = None;
                 Vec::new()

@@ -75,6 +75,10 @@ pub struct Contest {
     /// The order was parked once (R54): every record about it is keyed
     /// `park:P:O` from then on.
     pub parked_once: bool,
+    /// Position of the order's newest valid `parked`: the claims before it
+    /// are of an earlier round, which the park ended (R55): they yield,
+    /// and no claim after it counts them as rivals.
+    pub round: Option<Position>,
 }
 
 impl Contest {
@@ -109,10 +113,24 @@ impl Contest {
         !self.late_for(i)
             && self.completed_at.is_none()
             && self.finished.is_none()
-            && self
-                .stances
-                .iter()
-                .all(|(j, (_, s))| *j == i || matches!(s, Stance::Yielded | Stance::Completed))
+            && self.rivals(i).all(|(_, (_, s))| matches!(s, Stance::Yielded | Stance::Completed))
+    }
+
+    /// The stances of `i`'s rivals in the current round (R55): every
+    /// other claimant whose claim is not before the order's newest park.
+    pub fn rivals(
+        &self,
+        i: InstanceNo,
+    ) -> impl Iterator<Item = (&InstanceNo, &(Position, Stance))> + '_ {
+        self.stances
+            .iter()
+            .filter(move |(j, (at, _))| **j != i && self.round.is_none_or(|r| *at > r))
+    }
+
+    /// Whether `i`'s claim is of a round that a park ended (R55).
+    pub fn outrun(&self, i: InstanceNo) -> Option<Position> {
+        let (at, _) = self.stances.get(&i)?;
+        self.round.filter(|r| at < r)
     }
 
     /// Whether nobody is still deciding or running this order.
@@ -152,8 +170,7 @@ pub struct Hold {
     pub pending: bool,
     /// The hold this one took over, if it is a takeover.
     pub took_over: Option<Cite>,
-    /// The order's key and the position that gave it to the hold: the
-    /// lease announcing it, or the claim of a parked order that had it
+    /// The order's key and the position of the lease that announced it
     /// (docs/protocol.md R56).
     pub key: Option<(String, Position)>,
 }
@@ -171,6 +188,14 @@ pub struct Parked {
     pub until: Option<u64>,
     /// The order's key (R56).
     pub key: Option<String>,
+}
+
+impl Hold {
+    /// Whether the hold's claim at `pos` is its own commit: a first claim
+    /// that met no rival (R34), read so by every reader.
+    pub fn fused_at(&self, order: OrderId, pos: Position) -> bool {
+        self.order == order && self.claim_pos == pos && self.committed == Some(pos)
+    }
 }
 
 /// What the replay knows of one instance number.

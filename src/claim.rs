@@ -42,7 +42,13 @@ pub fn decide(view: &View, me: InstanceNo, order: OrderId) -> Decision {
             "order already ran to its end (claims #{at}, a void completion)"
         ));
     }
-    let rivals = || contest.stances.iter().filter(|(i, _)| **i != me);
+    // R55: a claim made before the order was parked ended with that round.
+    if let Some(at) = contest.outrun(me) {
+        return Decision::Yield(format!(
+            "the order was parked after this claim (claims #{at}); it is claimed again"
+        ));
+    }
+    let rivals = || contest.rivals(me);
     if let Some((i, _)) = rivals().find(|(_, (_, s))| *s == Stance::Committed) {
         return Decision::Yield(format!("instance {i} committed first"));
     }

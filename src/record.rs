@@ -155,18 +155,11 @@ impl Event {
         Event::ALL.into_iter().find(|e| e.as_str() == s)
     }
 
-    /// Events that may be keyed by their order once it was parked
-    /// (`park:P:O`, [`Record::key`]); a `parked` always is.
+    /// Events keyed by their order once it was parked (`park:P:O`,
+    /// [`Record::key`]): a `parked` always, a `completed` of an order
+    /// once parked.
     pub fn order_keyed(self) -> bool {
-        matches!(
-            self,
-            Event::Claimed
-                | Event::Committed
-                | Event::Yielded
-                | Event::Lease
-                | Event::Completed
-                | Event::Parked
-        )
+        matches!(self, Event::Completed | Event::Parked)
     }
 
     /// Events that concern one order and must name it.
@@ -502,9 +495,9 @@ pub struct Record {
     pub next: BTreeMap<i32, i64>,
     /// The event and its fields.
     pub body: Body,
-    /// Keyed by its order (`park:P:O`), as every record about an order
-    /// once parked is (docs/protocol.md R54); not in the value, the key
-    /// says it ([`Record::key`]).
+    /// Keyed by its order (`park:P:O`), as the completion of an order once
+    /// parked is (docs/protocol.md R54); not in the value, the key says it
+    /// ([`Record::key`]).
     pub order_keyed: bool,
 }
 
@@ -934,7 +927,8 @@ impl Record {
             | Body::Yielded { attempt, .. }
             | Body::Lease { attempt, .. }
             | Body::Revoked { attempt, .. }
-            | Body::Completed { attempt, .. } => *attempt,
+            | Body::Completed { attempt, .. }
+            | Body::Parked { attempt, .. } => *attempt,
             _ => Attempt::default(),
         }
     }
@@ -1039,11 +1033,11 @@ impl Record {
     /// never erases a cancel for another order's (docs/protocol.md
     /// R51).
     ///
-    /// A `parked` record, and every claim, decision, lease and completion
-    /// of an order once parked ([`Record::order_keyed`]), is keyed
-    /// `park:<partition>:<offset>`: compaction keeps the newest record
-    /// about that order, never a `parked` that a later claim of it
-    /// superseded (docs/protocol.md R54).
+    /// A `parked` record, and the completion of an order once parked
+    /// ([`Record::order_keyed`]), is keyed `park:<partition>:<offset>`:
+    /// compaction erases a `parked` only for a newer one of its order or
+    /// for its completion, never for another order's (docs/protocol.md
+    /// R54).
     pub fn key(&self) -> String {
         match &self.body {
             Body::Cancelled { order, .. } => format!("{CANCEL_KEY}{order}"),
@@ -1818,9 +1812,9 @@ mod tests {
         assert_eq!(events.len(), Event::ALL.len(), "every event: {events:?}");
     }
 
-    /// A `parked` is keyed by its order and by nothing else; a record about
-    /// an order once parked may be keyed by that order, but not by
-    /// another, and never a cancel, a revocation or a checkpoint.
+    /// A `parked` is keyed by its order and by nothing else; the completion
+    /// of an order once parked may be keyed by that order, but not by
+    /// another; no other record is.
     #[test]
     fn park_keys_name_their_order() {
         let o = OrderId::new(0, 17);
@@ -1834,7 +1828,8 @@ mod tests {
         for key in [&b"park:0:18"[..], b"3:parked", b"park:x"] {
             assert!(Record::decode(Some(key), Some(&v)).is_err(), "{key:?}");
         }
-        let mut c = claim();
+        let mut c = Record::of(4, Event::Completed, "b1", 6).with_order(o);
+        c.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
         c.order_keyed = true;
         assert_eq!(c.key(), "park:0:17");
         assert_eq!(
@@ -1842,6 +1837,8 @@ mod tests {
             Ok(c.clone())
         );
         assert!(Record::decode(Some(b"park:0:16"), Some(&c.encode())).is_err());
+        // A claim about it keeps its instance's key.
+        assert!(Record::decode(Some(b"park:0:17"), Some(&claim().encode())).is_err());
         let mut r = Record::of(3, Event::Revoked, "b1", 5).with_order(o);
         r.set_by(Some(4));
         r.set_fences(Some("a1".into()));

@@ -711,7 +711,10 @@ impl Worker {
                 .map_or(Position::new(u64::MAX), |(_, at)| *at);
             let full =
                 self.view.key_ahead(self.me, k, at) >= self.settings.key_concurrency as usize;
-            let behind = self.view.parked_ahead(order, k, self.now);
+            // Fairness, for a first run only: a retry's first run may have
+            // started (a resumed hold keeps its place, R21).
+            let behind =
+                attempt == Attempt::FIRST && self.view.parked_ahead(order, k, self.now);
             if (full || behind) && !flawed!(self.settings, IgnoreKeyLimit) {
                 return self.park(order, attempt, terms);
             }
@@ -1040,7 +1043,7 @@ impl Worker {
                 let fused = self
                     .view
                     .hold(self.me)
-                    .is_some_and(|h| h.order == order && h.committed == Some(h.claim_pos));
+                    .is_some_and(|h| h.fused_at(order, h.claim_pos));
                 if fused {
                     return self.after_decision(order);
                 }

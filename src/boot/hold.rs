@@ -59,13 +59,9 @@ impl View {
             contest.stances.insert(i, (pos, Stance::Committed));
         }
         raise(&mut self.frontier, order.partition, order.offset + 1);
-        // R55: a claim of a parked order takes it out of the park; the key
-        // it was parked with is the hold's from the claim on (R56).
-        let key = self
-            .parked
-            .remove(&order)
-            .and_then(|p| p.key)
-            .map(|k| (k, pos));
+        // R55: a claim of a parked order takes it out of the park (its
+        // holder announces its key again, R56).
+        self.parked.remove(&order);
         let inst = self.instances.entry(i).or_default();
         inst.hold = Some(Hold {
             order,
@@ -79,7 +75,7 @@ impl View {
             rank,
             pending: false,
             took_over: takeover_of.first().cloned(),
-            key,
+            key: None,
         });
     }
 
@@ -134,6 +130,7 @@ impl View {
         }
         if let Some(c) = self.contests.get_mut(&order) {
             c.parked_once = true;
+            c.round = Some(pos);
         }
         self.parked.insert(
             order,

@@ -77,6 +77,7 @@ impl View {
                 *p = f(*p);
             }
             c.completed_at = c.completed_at.map(f);
+            c.round = c.round.map(f);
             if let Some((p, o)) = &mut c.finished {
                 *p = f(*p);
                 (r.outcome)(o);
@@ -222,6 +223,7 @@ impl Contest {
             ranks,
             heirs,
             parked_once,
+            round,
         } = self;
         let f = r.position;
         stances.len().hash(h);
@@ -234,6 +236,6 @@ impl Contest {
             .as_ref()
             .map(|(p, out)| (f(*p), r.outcome(out)))
             .hash(h);
-        (ranks, heirs, parked_once).hash(h);
+        (ranks, heirs, parked_once, round.map(f)).hash(h);
     }
 }

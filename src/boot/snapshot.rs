@@ -296,6 +296,7 @@ impl From<&Contest> for wire::Contest {
             ranks,
             heirs,
             parked_once,
+            round,
         } = c;
         wire::Contest {
             stances: stances
@@ -310,6 +311,7 @@ impl From<&Contest> for wire::Contest {
             ranks: ranks.clone(),
             heirs: heirs.clone(),
             parked_once: *parked_once,
+            round: *round,
         }
     }
 }
@@ -324,6 +326,7 @@ impl From<&wire::Contest> for Contest {
             ranks,
             heirs,
             parked_once,
+            round,
         } = c;
         Contest {
             stances: stances
@@ -336,6 +339,7 @@ impl From<&wire::Contest> for Contest {
             ranks: ranks.clone(),
             heirs: heirs.clone(),
             parked_once: *parked_once,
+            round: *round,
         }
     }
 }

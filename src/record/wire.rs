@@ -123,6 +123,9 @@ pub struct Contest {
     /// The order was parked once (R54). Absent when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub parked_once: bool,
+    /// Position of its newest park (R55). Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<Position>,
 }
 
 /// An instance's stance on one order.

@@ -396,7 +396,7 @@
 use crate::world::*;
 use pool_worker_core::boot::turns;
 use pool_worker_core::record::Event;
-use pool_worker_core::worker::{Flaw, Phase};
+use pool_worker_core::worker::{Flaw, Phase, Terms};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -916,6 +916,12 @@ impl Model for Pool {
                     .as_ref()
                     .is_none_or(|v| v.0 != RUN_CONCURRENTLY)
             }),
+            Property::always(RUN_EARLY, |_, s: &S| {
+                s.w.violation.as_ref().is_none_or(|v| v.0 != RUN_EARLY)
+            }),
+            Property::always(KEY_LIMIT, |_, s: &S| {
+                s.w.violation.as_ref().is_none_or(|v| v.0 != KEY_LIMIT)
+            }),
             Property::always(SETTLED, |_, s: &S| {
                 s.w.violation.as_ref().is_none_or(|v| v.0 != SETTLED)
             }),
@@ -975,6 +981,8 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
         judge_leases: true,
         random_clocks: None,
         cut_offs: false,
+        terms: Vec::new(),
+        key_concurrency: 1,
     }
 }
 
@@ -2373,4 +2381,72 @@ fn trusting(cfg: Config) -> Pool {
         canonical: true,
         ..p
     }
+}
+
+/// Issue 36 (docs/protocol.md R54–R56): orders that cannot run yet are
+/// parked and claimed again. `delayed`: order 0 is not to start before
+/// 1 ms on its starter's clock, order 1 has no terms; the clock starts at
+/// 0 and may move on by 1 ms once (a step of its own), so a process may
+/// see order 0 early, park it, and claim it again once due.
+fn delayed(instances: u32, crashes: u32, flaw: Option<Flaw>) -> Config {
+    let later = Terms {
+        not_before: Some(1),
+        ..Terms::default()
+    };
+    Config {
+        terms: vec![later, Terms::default()],
+        max_jumps: 1,
+        jump_ms: Some(1),
+        max_crashes: crashes,
+        max_dups: 0,
+        ..config(instances, 2, flaw)
+    }
+}
+
+/// `keyed`: `orders` orders, all of key "a", at most one live at once
+/// (`KEY_CONCURRENCY` 1); a job ends at any moment (its JobDone step).
+fn keyed(instances: u32, orders: u32, crashes: u32, flaw: Option<Flaw>) -> Config {
+    let a = Terms {
+        key: Some("a".into()),
+        ..Terms::default()
+    };
+    Config {
+        terms: vec![a; orders as usize],
+        key_concurrency: 1,
+        max_crashes: crashes,
+        max_dups: 0,
+        ..config(instances, orders, flaw)
+    }
+}
+
+#[test]
+fn delayed_orders_never_start_early_and_hold_nothing_up() {
+    assert_holds(Pool::new(delayed(2, 0, None)));
+    assert_holds(Pool::new(delayed(2, 1, None)));
+}
+
+#[test]
+fn keyed_orders_never_run_beyond_the_limit() {
+    assert_holds(Pool::new(keyed(2, 2, 0, None)));
+    assert_holds(Pool::new(keyed(2, 2, 1, None)));
+}
+
+/// R54's broken variant: a holder runs an order whose `not_before` is
+/// still ahead on its clock.
+#[test]
+fn start_early_is_caught() {
+    assert_caught(
+        Pool::new(delayed(2, 0, Some(Flaw::StartEarly))),
+        &[RUN_EARLY],
+    );
+}
+
+/// R56's broken variant: a holder runs an order of a key whatever the
+/// key's other holds.
+#[test]
+fn ignore_key_limit_is_caught() {
+    assert_caught(
+        Pool::new(keyed(2, 2, 0, Some(Flaw::IgnoreKeyLimit))),
+        &[KEY_LIMIT],
+    );
 }

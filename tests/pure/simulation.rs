@@ -184,6 +184,8 @@ fn config() -> Config {
         judge_leases: true,
         random_clocks: None,
         cut_offs: false,
+        terms: Vec::new(),
+        key_concurrency: 1,
     }
 }
 

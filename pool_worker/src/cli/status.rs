@@ -492,7 +492,7 @@ pub(crate) fn own_commits(mine: &[(u64, Record)]) -> BTreeSet<u64> {
                 open.remove(&i);
                 if view
                     .hold(i)
-                    .is_some_and(|h| h.claim_pos.get() == *p && h.committed == Some(h.claim_pos))
+                    .is_some_and(|h| h.fused_at(h.order, Position::new(*p)))
                 {
                     own.insert(*p);
                     open.insert(i, *p);

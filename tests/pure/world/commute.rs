@@ -72,6 +72,19 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
     if a.order_id().is_some() && a.order_id() == b.order_id() {
         return true;
     }
+    // R54–R56: a holder's key check, as it reads back its lease that
+    // announces the key, counts the holds of its key (opened by such a
+    // lease, closed by any completion, yield, park or revocation) and the
+    // parked orders of its key (parked, claimed again): such a lease, and
+    // a park, depend on every record about an order. (Coarse: the records
+    // do not all say their key.)
+    let keyed = |r: &Record| {
+        r.order_keyed
+            || matches!(&r.body, Body::Parked { .. } | Body::Lease { order_key: Some(_), .. })
+    };
+    if (keyed(a) && b.order().is_some()) || (keyed(b) && a.order().is_some()) {
+        return true;
+    }
     // R34: whether a first claim is its own commit depends on the rivals'
     // stances when it lands: on another claim of the order (undecided
     // then), and on another's yield of it (the rival is out then).
@@ -459,6 +472,10 @@ impl World {
             cuts,
             freezes,
             thaws,
+            terms,
+            key_concurrency,
+            parks,
+            unparked_runs,
         } = self;
 
         let n = order.len();
@@ -476,6 +493,7 @@ impl World {
         // them without this reduction.
         (forged, cancels, shared_cancel_key, trust, fence).hash(&mut h);
         (clocks, guard_in_loop, judge_leases, cuts, freezes, thaws).hash(&mut h);
+        (terms, key_concurrency, parks, unparked_runs).hash(&mut h);
         for &p in order {
             // The key is the record's hash, unless it names a position.
             match log[p].rec.seen() {
@@ -493,6 +511,7 @@ impl World {
                 pending,
                 asked,
                 running,
+                fetched,
                 ran,
                 starts,
                 crashed,
@@ -510,6 +529,7 @@ impl World {
                 cut_until,
                 deaths,
             } = inst;
+            fetched.hash(&mut h);
             match worker {
                 Some(w) if by_copy => {
                     let mut w = w.clone();

@@ -37,7 +37,7 @@ use pool_worker_core::record::describe as describe_record;
 use pool_worker_core::record::{
     Body, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record, Status,
 };
-use pool_worker_core::worker::{Action, Flaw, Input, Phase, Settings, Worker};
+use pool_worker_core::worker::{Action, Flaw, Input, Phase, Settings, Terms, Worker};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -213,6 +213,13 @@ pub struct Config {
     pub random_clocks: Option<(u64, i64)>,
     /// Simulation: some pauses are cut-offs instead ([`Step::Cut`]).
     pub cut_offs: bool,
+    /// Issue 36: each order's terms (its body's `not_before`, on the
+    /// instances' clocks, and `key`), by offset; missing: none. A process
+    /// told to run an order with terms is told them at once
+    /// (`Input::Terms`) and starts the job on `Action::Start`.
+    pub terms: Vec<Terms>,
+    /// `Settings::key_concurrency` (R56).
+    pub key_concurrency: u32,
 }
 
 impl Config {
@@ -245,6 +252,7 @@ impl Config {
             settle_ms: self.settle_ms.unwrap_or(0),
             fence: self.fence,
             claim_defer_ms: self.claim_defer_ms,
+            key_concurrency: self.key_concurrency,
             ..Settings::default()
         }
     }
@@ -318,6 +326,9 @@ pub struct Inst {
     pub asked: bool,
     /// The job the process runs.
     pub running: Option<OrderId>,
+    /// The order the process was told to run, whose job waits for
+    /// `Action::Start` (it has terms), and its attempt.
+    pub fetched: Option<(OrderId, u32)>,
     /// Ghost: the order the process was told to run, until it dies or exits
     /// (a run is over only once its `completed` is read back).
     pub ran: Option<OrderId>,
@@ -490,6 +501,12 @@ pub struct World {
     pub now: u64,
     /// Clock jumps taken (model check, bounded by `Config::max_jumps`).
     pub jumps: u32,
+    /// Copied from the config: `Config::terms`, `Config::key_concurrency`.
+    terms: Arc<Vec<Terms>>,
+    key_concurrency: u32,
+    /// Parked records the referee accepted, and jobs started after a park.
+    pub parks: u32,
+    pub unparked_runs: u32,
     /// Pauses and outages so far (simulation).
     pub pauses: u32,
     pub outages: u32,
@@ -576,7 +593,11 @@ pub const RUN_CANCELLED: &str =
 /// [`Config::guard_in_loop`], only once the worker's loop has run past
 /// it). Checked after every step.
 pub const RUN_CONCURRENTLY: &str = "no two jobs of one order are live at the same time";
-pub const SAFETY: [&str; 10] = [
+/// Issue 36, R54: by its starter's clock.
+pub const RUN_EARLY: &str = "no order's job starts before its not_before";
+/// Issue 36, R56: live as in [`RUN_CONCURRENTLY`].
+pub const KEY_LIMIT: &str = "no more than KEY_CONCURRENCY jobs of one key are live at once";
+pub const SAFETY: [&str; 12] = [
     RUN_BY_TWO,
     RUN_TWICE,
     COMPLETED_TWICE,
@@ -587,6 +608,8 @@ pub const SAFETY: [&str; 10] = [
     LEASE_RESPECTED,
     RUN_CANCELLED,
     RUN_CONCURRENTLY,
+    RUN_EARLY,
+    KEY_LIMIT,
 ];
 
 fn ok_outcome() -> Outcome {
@@ -619,6 +642,10 @@ impl World {
             violation: None,
             now: 0,
             jumps: 0,
+            terms: Arc::new(cfg.terms.clone()),
+            key_concurrency: cfg.key_concurrency,
+            parks: 0,
+            unparked_runs: 0,
             pauses: 0,
             outages: 0,
             takeovers: 0,
@@ -696,12 +723,38 @@ impl World {
         (!frozen).then_some(order)
     }
 
-    /// [`RUN_CONCURRENTLY`], after every step.
+    /// The terms of `order` (none if the config gives none).
+    pub fn terms_of(&self, order: OrderId) -> Terms {
+        self.terms
+            .get(order.offset as usize)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// [`RUN_CONCURRENTLY`] and [`KEY_LIMIT`], after every step.
     fn judge_live(&mut self) {
         let n = self.insts.len() as u32;
         let live: Vec<(u32, OrderId)> = (1..=n)
             .filter_map(|i| self.live_job(i).map(|o| (i, o)))
             .collect();
+        let mut per_key: BTreeMap<String, Vec<(u32, OrderId)>> = BTreeMap::new();
+        for &(i, o) in &live {
+            if let Some(k) = self.terms_of(o).key {
+                per_key.entry(k).or_default().push((i, o));
+            }
+        }
+        if let Some((k, jobs)) = per_key
+            .into_iter()
+            .find(|(_, jobs)| jobs.len() > self.key_concurrency as usize)
+        {
+            let what = format!(
+                "at {} ms, {} jobs of key {k:?} are live at once: {jobs:?} (KEY_CONCURRENCY {})",
+                self.now,
+                jobs.len(),
+                self.key_concurrency
+            );
+            return self.violate(KEY_LIMIT, what);
+        }
         for (k, &(i, o)) in live.iter().enumerate() {
             if let Some(&(j, _)) = live[k + 1..].iter().find(|(_, p)| *p == o) {
                 let (gi, gj) = (self.inst(i).guard, self.inst(j).guard);
@@ -910,6 +963,9 @@ impl World {
             if self.jumps < cfg.max_jumps {
                 out.push(Step::Advance(cfg.jump_ms.unwrap_or(lease + 1)));
             }
+        } else if self.jumps < cfg.max_jumps && cfg.terms.iter().any(|t| t.not_before.is_some()) {
+            // Delayed orders: time passes without leases too.
+            out.push(Step::Advance(cfg.jump_ms.unwrap_or(1)));
         }
         for k in 0..self.orphans.len() {
             // Identical orphans give identical successors.
@@ -1250,6 +1306,7 @@ impl World {
         inst.cursor = 0;
         inst.asked = false;
         inst.running = None;
+        inst.fetched = None;
         inst.ran = None;
         inst.guard = None;
         inst.killed = false;
@@ -1336,37 +1393,22 @@ impl World {
                     let inst = self.inst_mut(i);
                     inst.asked = true;
                     inst.running = None;
+                    inst.fetched = None;
                     inst.ran = None;
                 }
-                Action::Run { order, attempt, .. } => {
-                    self.inst_mut(i).killed = false;
-                    self.inst_mut(i).running = Some(order);
-                    self.inst_mut(i).ran = Some(order);
-                    self.judge_cancel(i, order);
-                    if let Some(w) = &self.inst(i).worker {
-                        let own = w.view.instance(i.into()).and_then(|s| s.revoked.as_ref());
-                        if own == Some(&w.incarnation) {
-                            let what = format!("instance {i} ({}) runs order {order} after reading its own revocation", w.incarnation);
-                            self.violate(RUN_AFTER_REVOKED, what);
-                        }
-                    }
-                    if self.leases {
-                        self.leased_run(i, order, attempt.get());
-                        continue;
-                    }
-                    let og = &mut self.orders[order.offset as usize];
-                    og.runs += 1;
-                    let (prev, runs, deaths) = (og.runner, og.runs, og.deaths_running);
-                    og.runner = Some(i);
-                    if let Some(j) = prev.filter(|j| *j != i) {
-                        self.violate(RUN_BY_TWO, format!("instance {i} runs order {order} (attempt {attempt}), which instance {j} ran"));
-                    } else if runs > 1 + deaths {
-                        self.violate(RUN_TWICE, format!("instance {i} runs order {order} for the {runs}th time (attempt {attempt}) but died running it only {deaths} times"));
+                Action::Run { order, attempt, .. } if self.terms_of(order).any() => {
+                    // The shell fetches the order and reports its terms.
+                    self.inst_mut(i).fetched = Some((order, attempt.get()));
+                    self.feed(i, Input::Terms(self.terms_of(order)));
+                }
+                Action::Start { order } => {
+                    if let Some((o, attempt)) = self.inst_mut(i).fetched.take() {
+                        debug_assert_eq!(o, order);
+                        self.start_job(i, order, attempt);
                     }
                 }
-                // Only after Input::Terms, which the model does not send
-                // (orders here carry no terms).
-                Action::Start { .. } | Action::Release { .. } => {}
+                Action::Release { .. } => self.inst_mut(i).fetched = None,
+                Action::Run { order, attempt, .. } => self.start_job(i, order, attempt.get()),
                 // The job ends at a JobDone step, which may come at any
                 // moment: killed or not, every timing is explored; but a
                 // killed job is no longer live (RUN_CONCURRENTLY).
@@ -1420,6 +1462,44 @@ impl World {
                     self.inst_mut(i).marker = clean.then_some(inc);
                 }
             }
+        }
+    }
+
+    /// Instance `i`'s process starts the job of `order` (attempt
+    /// `attempt`): the run's ghost history and its checks.
+    fn start_job(&mut self, i: u32, order: OrderId, attempt: u32) {
+        self.inst_mut(i).killed = false;
+        if let Some(nb) = self.terms_of(order).not_before {
+            if self.local(i) < nb {
+                let what = format!("instance {i} starts order {order}'s job at {} ms on its clock, before its not_before {nb}", self.local(i));
+                self.violate(RUN_EARLY, what);
+            }
+        }
+        if self.referee.contest(order).is_some_and(|c| c.parked_once) {
+            self.unparked_runs += 1;
+        }
+        self.inst_mut(i).running = Some(order);
+        self.inst_mut(i).ran = Some(order);
+        self.judge_cancel(i, order);
+        if let Some(w) = &self.inst(i).worker {
+            let own = w.view.instance(i.into()).and_then(|s| s.revoked.as_ref());
+            if own == Some(&w.incarnation) {
+                let what = format!("instance {i} ({}) runs order {order} after reading its own revocation", w.incarnation);
+                self.violate(RUN_AFTER_REVOKED, what);
+            }
+        }
+        if self.leases {
+            self.leased_run(i, order, attempt);
+            return;
+        }
+        let og = &mut self.orders[order.offset as usize];
+        og.runs += 1;
+        let (prev, runs, deaths) = (og.runner, og.runs, og.deaths_running);
+        og.runner = Some(i);
+        if let Some(j) = prev.filter(|j| *j != i) {
+            self.violate(RUN_BY_TWO, format!("instance {i} runs order {order} (attempt {attempt}), which instance {j} ran"));
+        } else if runs > 1 + deaths {
+            self.violate(RUN_TWICE, format!("instance {i} runs order {order} for the {runs}th time (attempt {attempt}) but died running it only {deaths} times"));
         }
     }
 
@@ -1556,6 +1636,9 @@ impl World {
             self.strays += 1;
         }
         let accepted = verdict.is_ok();
+        if accepted && r.event() == Event::Parked {
+            self.parks += 1;
+        }
         if let (false, Event::Completed, Some(o)) = (accepted, r.event(), r.order()) {
             if let Some(og) = self.orders.get_mut(o.offset as usize) {
                 if og.completions == 0 && !og.finished_void {
@@ -1645,7 +1728,7 @@ impl World {
             && self
                 .referee
                 .hold(r.instance)
-                .is_some_and(|h| h.order == o && h.committed == Some(Position::new(pos as u64)));
+                .is_some_and(|h| h.fused_at(o, Position::new(pos as u64)));
         let og = &mut self.orders[o.offset as usize];
         if fused {
             og.first_commit.get_or_insert(pos);
@@ -1787,12 +1870,17 @@ impl World {
     /// For each position, whether its record is present and a newer present
     /// record has the same key (what compaction may erase, horizon aside).
     pub fn superseded(&self) -> Vec<bool> {
-        // key() is `<instance>:<event>`, or `cancel:P:O` for a cancel:
-        // (instance, event, the cancel's order) is the same key. With
+        // key() is `<instance>:<event>`, `cancel:P:O` for a cancel, or
+        // `park:P:O`: (instance, event, the cancel's order) is the same key. With
         // `Config::shared_cancel_key` (broken on purpose) every cancel has
         // one key, as `0:cancelled` would.
         let shared = self.shared_cancel_key;
         let key = |e: &Entry| {
+            // `park:P:O`: every record about an order once parked, of any
+            // instance and event (R54).
+            if e.rec.order_keyed || e.rec.event() == Event::Parked {
+                return (InstanceNo::new(0), Event::Parked, e.rec.order());
+            }
             let order = (e.rec.event() == Event::Cancelled && !shared)
                 .then(|| e.rec.order())
                 .flatten();
@@ -1847,6 +1935,13 @@ impl World {
         if !self.orphans.is_empty() {
             return Some(Step::Land(0));
         }
+        // A parked order falls due later (R55): when nothing but a
+        // deferral is left to do, the clock moves on to it.
+        if steps.iter().all(|s| rank(s) >= 6) {
+            if let Some(to) = self.next_due() {
+                return Some(Step::Advance(to - self.now));
+            }
+        }
         if let Some(s) = steps.iter().min_by_key(|s| rank(s)) {
             return Some(s.clone());
         }
@@ -1856,6 +1951,19 @@ impl World {
         ids.into_iter()
             .find(|&i| self.startable(cfg, i) && !self.stays_down(cfg, i))
             .map(Step::Start)
+    }
+
+    /// The world's earliest time at which a parked order falls due on the
+    /// clock of a live process that is choosing (R55), if one is ahead.
+    pub fn next_due(&self) -> Option<u64> {
+        (1..=self.insts.len() as u32)
+            .filter_map(|i| {
+                let w = self.inst(i).worker.as_ref()?;
+                let due = w.view.next_due(self.local(i))?;
+                (w.phase == Phase::Choose).then(|| self.global_of(i, due))
+            })
+            .filter(|&g| g > self.now)
+            .min()
     }
 
     /// Whether instance `i` has no process and may start one now.
