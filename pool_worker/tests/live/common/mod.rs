@@ -135,6 +135,17 @@ impl Tail {
             .collect()
     }
 
+    /// Whether a line holds `needle`.
+    pub fn has(&self, needle: &str) -> bool {
+        self.lines().iter().any(|l| l.contains(needle))
+    }
+
+    /// Waits until a line holds `needle`; false if none did within
+    /// `timeout`.
+    pub fn wait_for(&self, needle: &str, timeout: Duration) -> bool {
+        poll_until(timeout, Duration::from_millis(20), || self.has(needle))
+    }
+
     /// The last `n` lines joined, for error messages.
     pub fn last(&self, n: usize) -> String {
         let lines = self.lines();
@@ -309,6 +320,13 @@ impl BrokerProc {
             stderr,
             state,
         }
+    }
+
+    /// [`Self::env`] for a worker run by hand: with `INSTANCE_NUMBER`.
+    pub fn instance_env(&self, instance: u32) -> Vec<(String, String)> {
+        let mut env = self.env();
+        env.push(("INSTANCE_NUMBER".into(), instance.to_string()));
+        env
     }
 
     pub fn bootstrap(&self) -> &str {
@@ -1432,6 +1450,14 @@ pub fn wait_and_audit(
         panic!("{e}");
     }
     Audit::of(&decoded_claims(bootstrap, topic))
+}
+
+/// An order that appends "$ORDER_PARTITION:$ORDER_OFFSET" to `ledger`.
+pub fn ledger_order(ledger: &Path) -> String {
+    sh_order(
+        &format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)),
+        None,
+    )
 }
 
 /// A JSON order running `script` with `sh -c` (as an argv, so no word
