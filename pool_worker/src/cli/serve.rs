@@ -668,6 +668,76 @@ mod tests {
         );
     }
 
+    /// The schedules' table: each schedule's next firings after `now`, in
+    /// UTC from its own zone, and the last firing the log announced,
+    /// linked to its order; nothing at all without schedules.
+    #[test]
+    fn the_schedules_table_shows_next_firings_and_the_last_run() {
+        let schedules = crate::schedule::parse(
+            r#"[{"name":"nightly","cron":"30 2 * * *","zone":"Europe/Paris","order":{"cmd":["true"]}},
+                {"name":"hourly","cron":"0 * * * *","catch_up":"all","order":{"cmd":["true"]}}]"#,
+        )
+        .unwrap();
+        // Order 0:7, the firing of 28 February (02:30 in Paris, UTC+1),
+        // committed and completed by instance 1, which announced its id.
+        let o = OrderId::new(0, 7);
+        let mut b = Board::new();
+        b.apply(0, Ok(Record::of(1, Event::Booted, "inc", 1_000)));
+        let mut claim = Record::of(1, Event::Claimed, "inc", 2_000).with_order(o);
+        claim.seq = 1;
+        claim.set_attempt(1);
+        claim.next = BTreeMap::from([(0, 8)]);
+        b.apply(1, Ok(claim));
+        let mut commit = Record::of(1, Event::Committed, "inc", 2_100).with_order(o);
+        commit.seq = 2;
+        commit.set_attempt(1);
+        b.apply(2, Ok(commit));
+        let mut done = Record::of(1, Event::Completed, "inc", 3_000).with_order(o);
+        done.seq = 3;
+        done.set_attempt(1);
+        done.set_order_id(Some("schedule:nightly:2026-02-28T01:30:00Z".into()));
+        done.set_outcome(Some(Outcome::not_run(Status::Ok, "")));
+        b.apply(3, Ok(done));
+
+        // 1 March 2026, 00:10 UTC (01:10 in Paris).
+        let now = 1_772_323_800_000;
+        let html = schedules_panel(&schedules, &b.view, now);
+        let row = |name: &str| {
+            let at = html
+                .find(&format!("<tr><td>{name}</td>"))
+                .unwrap_or_else(|| panic!("no row of {name}: {html}"));
+            let end = at + html[at..].find("</tr>").unwrap();
+            html[at..end].to_string()
+        };
+        let nightly = row("nightly");
+        assert!(
+            nightly.contains(
+                "<td>2026-03-01T01:30:00Z<br>2026-03-02T01:30:00Z<br>2026-03-03T01:30:00Z</td>"
+            ),
+            "{nightly}"
+        );
+        assert!(
+            nightly.contains("<td>Europe/Paris</td><td>latest</td>"),
+            "{nightly}"
+        );
+        assert!(
+            nightly.contains("2026-02-28T01:30:00Z (<a href=\"/order/0:7\">0:7</a>)"),
+            "{nightly}"
+        );
+        let hourly = row("hourly");
+        assert!(
+            hourly.contains(
+                "<td>2026-03-01T01:00:00Z<br>2026-03-01T02:00:00Z<br>2026-03-01T03:00:00Z</td>"
+            ),
+            "{hourly}"
+        );
+        assert!(
+            hourly.contains("<td>all</td>") && hourly.contains("none known"),
+            "{hourly}"
+        );
+        assert_eq!(schedules_panel(&[], &b.view, now), "");
+    }
+
     /// Job output and reasons reach the page as text, never as markup.
     #[test]
     fn job_output_is_escaped_on_every_page() {

@@ -1612,7 +1612,16 @@ pub fn broker(partitions: i32) -> BrokerProc {
 /// A supervised pool of `instances` (e.g. "4" or "1-3") in worker mode
 /// against `broker`, with `extra` environment.
 pub fn pool(broker: &BrokerProc, instances: &str, extra: &[(&str, &str)]) -> SupervisorProc {
-    let mut env = broker.env();
+    pool_with(broker.env(), instances, extra)
+}
+
+/// [`pool`] with the environment `env` (any broker's, e.g. Apache Kafka's)
+/// and `extra`.
+pub fn pool_with(
+    mut env: Vec<(String, String)>,
+    instances: &str,
+    extra: &[(&str, &str)],
+) -> SupervisorProc {
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     SupervisorProc::start_with(SupervisorOpts {
         instances: instances.into(),
