@@ -136,6 +136,7 @@
 #[path = "pool/account.rs"]
 mod account; // the `account` section: where one order's milliseconds go
 
+use pool_worker::account::{cpu_ticks, tree_ticks};
 use pool_worker::record::{Event, OrderId, Outcome, Position, Record, Status};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -1679,16 +1680,6 @@ struct HistResult {
     incomplete: Option<String>,
 }
 
-/// CPU time (user + system) of a process so far, in clock ticks.
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces) in parentheses:
-    // state is field 3, utime 14 and stime 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
 fn clock_ticks_per_sec() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -1875,44 +1866,6 @@ impl Bench {
 }
 
 // ---------------------------------------------------------------- peers (issue 27)
-
-/// CPU time so far, in clock ticks, of `root` and of every live process
-/// under it: utime + stime + cutime + cstime of each (cutime and cstime
-/// hold a process's reaped descendants; a live child's own times are not
-/// in them yet, so nothing is counted twice).
-fn tree_ticks(root: u32) -> Option<u64> {
-    let mut table: HashMap<u32, (u32, u64)> = HashMap::new();
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(i) = stat.rfind(')') else { continue };
-        // Fields from 3 (state) on, after the command name.
-        let f: Vec<&str> = stat[i + 2..].split_whitespace().collect();
-        let num = |k: usize| f.get(k - 3).and_then(|x| x.parse::<u64>().ok());
-        if let (Some(ppid), Some(u), Some(s), Some(cu), Some(cs)) =
-            (num(4), num(14), num(15), num(16), num(17))
-        {
-            table.insert(pid, (ppid as u32, u + s + cu + cs));
-        }
-    }
-    table.get(&root)?;
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for (&pid, &(ppid, _)) in &table {
-        children.entry(ppid).or_default().push(pid);
-    }
-    let (mut total, mut stack) = (0, vec![root]);
-    while let Some(p) = stack.pop() {
-        total += table.get(&p).map_or(0, |t| t.1);
-        if let Some(c) = children.get(&p) {
-            stack.extend(c);
-        }
-    }
-    Some(total)
-}
 
 /// A peer run as a child process that prints `ready` once its members have
 /// joined and `done PARTITION OFFSET EPOCH_MS` per order whose job ended

@@ -23,6 +23,7 @@
 
 use crate::env::parse;
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::sync::OnceLock;
 
@@ -157,19 +158,128 @@ pub fn mark_exit() {
     if THREADS.get() != Some(&true) {
         return;
     }
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return;
-    };
     let mut detail = String::new();
+    for (_, name, ns) in thread_cpu("self") {
+        detail.push_str(&format!("{}={} ", name.replace(' ', "_"), ns / 1000));
+    }
+    write("threads", detail.trim_end());
+}
+
+// ------------------------------------------------- CPU time from /proc
+// Read by the accounting above and by the bench (pool_worker/benches), so
+// that both parse /proc the same way.
+
+/// The fields of `/proc/PID/stat` this crate reads (clock ticks).
+struct Stat {
+    ppid: u32,
+    /// utime + stime: the process's own CPU so far.
+    own: u64,
+    /// cutime + cstime: its reaped descendants'.
+    reaped: u64,
+}
+
+/// Parses a `/proc/PID/stat` line; `None` if it is not one.
+fn parse_stat(stat: &str) -> Option<Stat> {
+    // The fields after the command name (which may hold spaces and
+    // parentheses), from field 3 (state) on.
+    let f: Vec<&str> = stat
+        .get(stat.rfind(')')? + 2..)?
+        .split_whitespace()
+        .collect();
+    let num = |k: usize| f.get(k - 3)?.parse::<u64>().ok();
+    Some(Stat {
+        ppid: u32::try_from(num(4)?).ok()?,
+        own: num(14)? + num(15)?,
+        reaped: num(16)? + num(17)?,
+    })
+}
+
+fn read_stat(pid: u32) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// CPU time (user + system) of process `pid` so far, in clock ticks
+/// (`/proc/PID/stat`); `None` once it is gone.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    read_stat(pid).map(|s| s.own)
+}
+
+/// CPU time so far, in clock ticks, of `root` and of every live process
+/// under it: utime + stime + cutime + cstime of each (cutime and cstime
+/// hold a process's reaped descendants; a live child's own times are not
+/// in them yet, so nothing is counted twice). `None` if `root` is gone.
+pub fn tree_ticks(root: u32) -> Option<u64> {
+    let mut table: HashMap<u32, (u32, u64)> = HashMap::new();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(s) = read_stat(pid) {
+            table.insert(pid, (s.ppid, s.own + s.reaped));
+        }
+    }
+    table.get(&root)?;
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (&pid, &(ppid, _)) in &table {
+        children.entry(ppid).or_default().push(pid);
+    }
+    let (mut total, mut stack) = (0, vec![root]);
+    while let Some(p) = stack.pop() {
+        total += table.get(&p).map_or(0, |t| t.1);
+        if let Some(c) = children.get(&p) {
+            stack.extend(c);
+        }
+    }
+    Some(total)
+}
+
+/// Each thread of process `pid` (a number, or `self`): its id, its kernel
+/// name (`comm`, at most 15 characters) and its CPU time so far in
+/// nanoseconds (`/proc/PID/task/TID/schedstat`; 0 when unreadable). Empty
+/// if the process is gone.
+pub fn thread_cpu(pid: impl std::fmt::Display) -> Vec<(u32, String, u64)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
     for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
         let p = e.path();
         let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
         let ns = std::fs::read_to_string(p.join("schedstat"))
             .ok()
             .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
             .unwrap_or(0);
-        let name: String = comm.trim().replace(' ', "_");
-        detail.push_str(&format!("{name}={} ", ns / 1000));
+        out.push((tid, comm.trim().to_string(), ns));
     }
-    write("threads", detail.trim_end());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_is_read_past_a_command_name_with_parentheses() {
+        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
+        // majflt cmajflt utime stime cutime cstime ...
+        let line = "42 (a (b) c) S 7 42 42 0 -1 4194560 10 0 0 0 5 3 11 13 20 0 1 0";
+        let s = parse_stat(line).unwrap();
+        assert_eq!((s.ppid, s.own, s.reaped), (7, 8, 24));
+        assert!(parse_stat("42 (cut short) S 7").is_none());
+        assert!(parse_stat("no parenthesis").is_none());
+    }
+
+    #[test]
+    fn this_process_and_its_threads_are_found() {
+        let me = std::process::id();
+        let own = cpu_ticks(me).unwrap();
+        assert!(tree_ticks(me).unwrap() >= own);
+        let threads = thread_cpu("self");
+        assert!(threads.iter().any(|(tid, _, _)| *tid == me));
+        assert!(!thread_cpu(me).is_empty());
+        assert!(cpu_ticks(u32::MAX).is_none() && tree_ticks(u32::MAX).is_none());
+    }
 }

@@ -205,23 +205,10 @@ fn jvm_thread_names(pid: u32) -> HashMap<u32, String> {
 /// CPU time so far of each thread of `pid`, ns (schedstat), with its
 /// kernel name.
 fn thread_ns(pid: u32) -> HashMap<u32, (String, u64)> {
-    let mut out = HashMap::new();
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let p = e.path();
-        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
-        let ns = std::fs::read_to_string(p.join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0);
-        out.insert(tid, (comm.trim().to_string(), ns));
-    }
-    out
+    pool_worker::account::thread_cpu(pid)
+        .into_iter()
+        .map(|(tid, name, ns)| (tid, (name, ns)))
+        .collect()
 }
 
 /// A broker thread's group, by its full name (or its kernel name).

@@ -548,14 +548,15 @@ mod tests {
 
     const EVIL: &str = "<script>alert(1)</script>\"'&<img src=x onerror=alert(2)>\x1b[2J\u{202e}";
 
-    fn board_with_a_failure() -> (Board, OrderId) {
-        let o = OrderId::new(0, 7);
+    /// A board of order `o` run by instance 1: booted, claimed, committed,
+    /// completed at 5 s with `outcome`, announcing `id`.
+    fn board_with_a_run(o: OrderId, id: Option<&str>, outcome: Outcome) -> Board {
         let mut b = Board::new();
         b.apply(0, Ok(Record::of(1, Event::Booted, "inc", 1_000)));
         let mut claim = Record::of(1, Event::Claimed, "inc", 2_000).with_order(o);
         claim.seq = 1;
         claim.set_attempt(1);
-        claim.next = BTreeMap::from([(0, 8)]);
+        claim.next = BTreeMap::from([(o.partition, o.offset + 1)]);
         b.apply(1, Ok(claim));
         let mut commit = Record::of(1, Event::Committed, "inc", 2_100).with_order(o);
         commit.seq = 2;
@@ -564,17 +565,28 @@ mod tests {
         let mut done = Record::of(1, Event::Completed, "inc", 5_000).with_order(o);
         done.seq = 3;
         done.set_attempt(1);
-        done.set_outcome(Some(Outcome {
-            status: Status::Failed,
-            exit_code: Some(3),
-            duration_ms: 2_800,
-            reason: None,
-            stdout_tail: EVIL.into(),
-            stderr_tail: EVIL.into(),
-            traceparent: None,
-            retry_of: None,
-        }));
+        done.set_order_id(id.map(str::to_string));
+        done.set_outcome(Some(outcome));
         b.apply(3, Ok(done));
+        b
+    }
+
+    fn board_with_a_failure() -> (Board, OrderId) {
+        let o = OrderId::new(0, 7);
+        let mut b = board_with_a_run(
+            o,
+            None,
+            Outcome {
+                status: Status::Failed,
+                exit_code: Some(3),
+                duration_ms: 2_800,
+                reason: None,
+                stdout_tail: EVIL.into(),
+                stderr_tail: EVIL.into(),
+                traceparent: None,
+                retry_of: None,
+            },
+        );
         b.apply(4, Err(Foreign::BadSignature));
         (b, o)
     }
@@ -666,6 +678,63 @@ mod tests {
             crate::cli::status::compaction_note(OrderId::new(0, 8), &[], &b.view, &b.erased),
             None
         );
+    }
+
+    /// The schedules' table: each schedule's next firings after `now`, in
+    /// UTC from its own zone, and the last firing the log announced,
+    /// linked to its order; nothing at all without schedules.
+    #[test]
+    fn the_schedules_table_shows_next_firings_and_the_last_run() {
+        let schedules = crate::schedule::parse(
+            r#"[{"name":"nightly","cron":"30 2 * * *","zone":"Europe/Paris","order":{"cmd":["true"]}},
+                {"name":"hourly","cron":"0 * * * *","catch_up":"all","order":{"cmd":["true"]}}]"#,
+        )
+        .unwrap();
+        // Order 0:7, the firing of 28 February (02:30 in Paris, UTC+1),
+        // committed and completed by instance 1, which announced its id.
+        let b = board_with_a_run(
+            OrderId::new(0, 7),
+            Some("schedule:nightly:2026-02-28T01:30:00Z"),
+            Outcome::not_run(Status::Ok, ""),
+        );
+
+        // 1 March 2026, 00:10 UTC (01:10 in Paris).
+        let now = 1_772_323_800_000;
+        let html = schedules_panel(&schedules, &b.view, now);
+        let row = |name: &str| {
+            let at = html
+                .find(&format!("<tr><td>{name}</td>"))
+                .unwrap_or_else(|| panic!("no row of {name}: {html}"));
+            let end = at + html[at..].find("</tr>").unwrap();
+            html[at..end].to_string()
+        };
+        let nightly = row("nightly");
+        assert!(
+            nightly.contains(
+                "<td>2026-03-01T01:30:00Z<br>2026-03-02T01:30:00Z<br>2026-03-03T01:30:00Z</td>"
+            ),
+            "{nightly}"
+        );
+        assert!(
+            nightly.contains("<td>Europe/Paris</td><td>latest</td>"),
+            "{nightly}"
+        );
+        assert!(
+            nightly.contains("2026-02-28T01:30:00Z (<a href=\"/order/0:7\">0:7</a>)"),
+            "{nightly}"
+        );
+        let hourly = row("hourly");
+        assert!(
+            hourly.contains(
+                "<td>2026-03-01T01:00:00Z<br>2026-03-01T02:00:00Z<br>2026-03-01T03:00:00Z</td>"
+            ),
+            "{hourly}"
+        );
+        assert!(
+            hourly.contains("<td>all</td>") && hourly.contains("none known"),
+            "{hourly}"
+        );
+        assert_eq!(schedules_panel(&[], &b.view, now), "");
     }
 
     /// Job output and reasons reach the page as text, never as markup.

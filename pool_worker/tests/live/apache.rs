@@ -5,7 +5,7 @@
 
 use crate::common::apache::{shared, Apache};
 use crate::common::*;
-use crate::e2e::{assert_completed_ok_by_committer, assert_ledger_once, ledger_order};
+use crate::e2e::{assert_completed_ok_by_committer, assert_ledger_once};
 use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(240);

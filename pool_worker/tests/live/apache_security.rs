@@ -10,7 +10,7 @@
 use crate::apache::orders_of;
 use crate::common::apache::{Apache, ApacheOpts};
 use crate::common::*;
-use crate::e2e::{assert_completed_ok_by_committer, assert_ledger_once, ledger_order};
+use crate::e2e::{assert_completed_ok_by_committer, assert_ledger_once};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -16,14 +16,6 @@ use std::time::{Duration, Instant};
 const LONG: Duration = Duration::from_secs(240);
 const T: Duration = Duration::from_secs(60);
 
-/// An order that appends "$ORDER_PARTITION:$ORDER_OFFSET" to `ledger`.
-pub(crate) fn ledger_order(ledger: &std::path::Path) -> String {
-    sh_order(
-        &format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)),
-        None,
-    )
-}
-
 /// Ledger lines counted.
 fn counts(lines: &[String]) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
@@ -491,9 +483,7 @@ fn killed_worker_takes_its_job_with_it() {
     let (ledger, flag) = (dir.path().join("ledger"), dir.path().join("flag"));
     let broker = broker(1);
     let topic = broker.opts.orders_topic.clone();
-    let mut env = broker.env();
-    env.push(("INSTANCE_NUMBER".into(), "1".into()));
-    let mut worker = WorkerProc::start("worker1", &env);
+    let mut worker = WorkerProc::start("worker1", &broker.instance_env(1));
     produce_orders(
         broker.bootstrap(),
         &topic,
@@ -547,8 +537,7 @@ fn booted(instance: u32, inc: &str) -> Record {
 }
 
 fn worker_env(broker: &BrokerProc, instance: u32) -> Vec<(String, String)> {
-    let mut env = broker.env();
-    env.push(("INSTANCE_NUMBER".into(), instance.to_string()));
+    let mut env = broker.instance_env(instance);
     env.push(("ALLOWED_COMMANDS".into(), "sh".into()));
     env
 }
@@ -909,14 +898,8 @@ fn an_idle_worker_has_two_kafka_clients() {
     let mut w = WorkerProc::start("worker1", &worker_env(&broker, 1));
     expect_exit(&mut w, 0, "instance 1 completes the first order");
     let mut w = WorkerProc::start("worker1", &worker_env(&broker, 1));
-    let idle = |w: &WorkerProc| {
-        w.stderr
-            .lines()
-            .iter()
-            .any(|l| l.contains("no order waiting; idle"))
-    };
     assert!(
-        poll_until(T, Duration::from_millis(20), || idle(&w)),
+        w.stderr.wait_for("no order waiting; idle", T),
         "the worker never idled:\n{}",
         w.stderr.last(20)
     );
@@ -1097,7 +1080,7 @@ fn a_process_settles_after_a_kill_but_not_after_a_clean_exit() {
     let a_booted = booted_of(&broker, 1, &a);
     expect_exit(&mut a, 0, "the first process completes its order");
     assert!(
-        a.stderr.lines().iter().any(|l| l.contains("settling")),
+        a.stderr.has("settling"),
         "no marker: it waited\n{}",
         a.stderr.last(20)
     );
@@ -1111,11 +1094,7 @@ fn a_process_settles_after_a_kill_but_not_after_a_clean_exit() {
     let mut b = WorkerProc::start("worker1b", &env);
     let b_booted = booted_of(&broker, 1, &b);
     assert!(markers().is_empty(), "the marker is taken");
-    assert!(
-        !b.stderr.lines().iter().any(|l| l.contains("settling")),
-        "{}",
-        b.stderr.last(20)
-    );
+    assert!(!b.stderr.has("settling"), "{}", b.stderr.last(20));
 
     // Killed outright (idle, no order waiting): it leaves no marker, and
     // its successor boots only after SETTLE_MS of its own.
@@ -1129,11 +1108,7 @@ fn a_process_settles_after_a_kill_but_not_after_a_clean_exit() {
         "booted {} ms after the start, before SETTLE_MS ({SETTLE_MS})",
         c_booted.ts - started
     );
-    assert!(
-        c.stderr.lines().iter().any(|l| l.contains("settling")),
-        "{}",
-        c.stderr.last(20)
-    );
+    assert!(c.stderr.has("settling"), "{}", c.stderr.last(20));
     assert_ne!(b_booted.incarnation, c_booted.incarnation);
 
     // And it works normally from there.
@@ -1160,11 +1135,7 @@ fn a_process_stopped_while_settling_hands_on_its_marker() {
     pool_worker::settle::leave(&marker, "gone-1");
     let mut w = WorkerProc::start("worker1", &env);
     assert!(
-        poll_until(T, Duration::from_millis(20), || w
-            .stderr
-            .lines()
-            .iter()
-            .any(|l| l.contains("settling"))),
+        w.stderr.wait_for("settling", T),
         "the process did not settle:\n{}",
         w.stderr.last(20)
     );

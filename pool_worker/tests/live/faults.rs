@@ -12,13 +12,6 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(180);
 
-fn ledger_order(ledger: &Path) -> String {
-    sh_order(
-        &format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)),
-        None,
-    )
-}
-
 fn ledger_counts(ledger: &Path) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
     for l in crate::common::ledger(ledger) {

@@ -121,14 +121,6 @@ fn outcomes(broker: &BrokerProc, orders: &[(i32, i64)]) -> Vec<Outcome> {
     .collect()
 }
 
-/// An order that appends "$ORDER_PARTITION:$ORDER_OFFSET" to `ledger`.
-fn ledger_order(ledger: &Path) -> String {
-    sh_order(
-        &format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)),
-        None,
-    )
-}
-
 /// Writes an executable script.
 fn script(path: &Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
@@ -1045,15 +1037,9 @@ fn allowed_commands_refuse_other_programs() {
 #[test]
 fn unset_allowed_commands_warns_once_at_start() {
     let broker = broker();
-    let mut env = broker.env();
-    env.push(("INSTANCE_NUMBER".into(), "1".into()));
-    let mut w = WorkerProc::start("worker", &env);
+    let mut w = WorkerProc::start("worker", &broker.instance_env(1));
     assert!(
-        poll_until(T, Duration::from_millis(50), || w
-            .stderr
-            .lines()
-            .iter()
-            .any(|l| l.contains("idle"))),
+        w.stderr.wait_for("idle", T),
         "the worker did not get idle:\n{}",
         w.stderr.last(20)
     );
@@ -1085,8 +1071,7 @@ fn unset_allowed_commands_warns_once_at_start() {
 #[test]
 fn unset_allowed_commands_is_said_again_only_after_an_unclean_exit() {
     let broker = broker();
-    let mut env = broker.env();
-    env.push(("INSTANCE_NUMBER".into(), "1".into()));
+    let env = broker.instance_env(1);
     let said = |w: &WorkerProc| {
         w.stderr
             .lines()
@@ -1094,11 +1079,7 @@ fn unset_allowed_commands_is_said_again_only_after_an_unclean_exit() {
             .filter(|l| l.contains("ALLOWED_COMMANDS is not set"))
             .count()
     };
-    let idle = |w: &WorkerProc| {
-        poll_until(T, Duration::from_millis(50), || {
-            w.stderr.lines().iter().any(|l| l.contains("idle"))
-        })
-    };
+    let idle = |w: &WorkerProc| w.stderr.wait_for("idle", T);
     produce_orders(
         broker.bootstrap(),
         &broker.opts.orders_topic,
@@ -1243,8 +1224,7 @@ fn log_format_json_is_json_lines() {
         &["echo hi".to_string()],
         Some(0),
     );
-    let mut env = broker.env();
-    env.push(("INSTANCE_NUMBER".into(), "1".into()));
+    let mut env = broker.instance_env(1);
     env.push(("LOG_FORMAT".into(), "json".into()));
     let mut w = WorkerProc::start("worker", &env);
     let status = w

@@ -484,26 +484,41 @@ fn confirm_step(
     )
 }
 
+/// A cancel's or retry's checks before it acts: the [`guard`], the order
+/// its form names, and `confirm=yes`. The token, the session, the fields
+/// and the order; or the response instead (the 403, the 400, or the
+/// confirmation step that asks `question` of the order).
+fn confirmed(
+    app: &App,
+    peer: SocketAddr,
+    action: &str,
+    h: &HeaderMap,
+    body: &Bytes,
+    question: impl FnOnce(OrderId) -> String,
+) -> Result<(Arc<Auth>, Session, Fields, OrderId), Box<Response>> {
+    let (a, s, f) = guard(app, peer, &format!("/action/{action}"), h, body)?;
+    let order = order_field(&f)?;
+    if f.get("confirm").map(String::as_str) != Some("yes") {
+        let step = confirm_step(action, order, &a.csrf(&s), &f, &question(order));
+        return Err(Box::new(step));
+    }
+    Ok((a, s, f, order))
+}
+
 async fn cancel(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     h: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (a, s, f) = match guard(&app, peer, "/action/cancel", &h, &body) {
+    let (a, s, f, order) = match confirmed(&app, peer, "cancel", &h, &body, |order| {
+        format!(
+            "Cancel order {order}? If it runs, its job is killed; either way it ends `cancelled`."
+        )
+    }) {
         Ok(x) => x,
         Err(r) => return *r,
     };
-    let order = match order_field(&f) {
-        Ok(o) => o,
-        Err(r) => return *r,
-    };
-    if f.get("confirm").map(String::as_str) != Some("yes") {
-        let q = format!(
-            "Cancel order {order}? If it runs, its job is killed; either way it ends `cancelled`."
-        );
-        return confirm_step("cancel", order, &a.csrf(&s), &f, &q);
-    }
     let reason = match f.get("reason").map(|r| r.trim()).filter(|r| !r.is_empty()) {
         Some(r) => r.chars().take(MAX_REASON).collect(),
         None => format!(
@@ -528,18 +543,12 @@ async fn retry(
     h: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (a, s, f) = match guard(&app, peer, "/action/retry", &h, &body) {
+    let (a, s, _, order) = match confirmed(&app, peer, "retry", &h, &body, |order| {
+        format!("Send order {order} again, as a new order that names it?")
+    }) {
         Ok(x) => x,
         Err(r) => return *r,
     };
-    let order = match order_field(&f) {
-        Ok(o) => o,
-        Err(r) => return *r,
-    };
-    if f.get("confirm").map(String::as_str) != Some("yes") {
-        let q = format!("Send order {order} again, as a new order that names it?");
-        return confirm_step("retry", order, &a.csrf(&s), &f, &q);
-    }
     let sent = match crate::cli::retry::prepare(&app.src, order).await {
         Ok(Ok(payload)) => crate::cli::submit::check_and_send(&app.src, &payload).await,
         Ok(Err(why)) => Ok(Err(why)),

@@ -135,6 +135,17 @@ impl Tail {
             .collect()
     }
 
+    /// Whether a line holds `needle`.
+    pub fn has(&self, needle: &str) -> bool {
+        self.lines().iter().any(|l| l.contains(needle))
+    }
+
+    /// Waits until a line holds `needle`; false if none did within
+    /// `timeout`.
+    pub fn wait_for(&self, needle: &str, timeout: Duration) -> bool {
+        poll_until(timeout, Duration::from_millis(20), || self.has(needle))
+    }
+
     /// The last `n` lines joined, for error messages.
     pub fn last(&self, n: usize) -> String {
         let lines = self.lines();
@@ -309,6 +320,13 @@ impl BrokerProc {
             stderr,
             state,
         }
+    }
+
+    /// [`Self::env`] for a worker run by hand: with `INSTANCE_NUMBER`.
+    pub fn instance_env(&self, instance: u32) -> Vec<(String, String)> {
+        let mut env = self.env();
+        env.push(("INSTANCE_NUMBER".into(), instance.to_string()));
+        env
     }
 
     pub fn bootstrap(&self) -> &str {
@@ -1434,6 +1452,14 @@ pub fn wait_and_audit(
     Audit::of(&decoded_claims(bootstrap, topic))
 }
 
+/// An order that appends "$ORDER_PARTITION:$ORDER_OFFSET" to `ledger`.
+pub fn ledger_order(ledger: &Path) -> String {
+    sh_order(
+        &format!("echo $ORDER_PARTITION:$ORDER_OFFSET >> {}", shq(ledger)),
+        None,
+    )
+}
+
 /// A JSON order running `script` with `sh -c` (as an argv, so no word
 /// splitting surprises), with an optional time limit.
 pub fn sh_order(script: &str, timeout_secs: Option<u64>) -> String {
@@ -1586,7 +1612,16 @@ pub fn broker(partitions: i32) -> BrokerProc {
 /// A supervised pool of `instances` (e.g. "4" or "1-3") in worker mode
 /// against `broker`, with `extra` environment.
 pub fn pool(broker: &BrokerProc, instances: &str, extra: &[(&str, &str)]) -> SupervisorProc {
-    let mut env = broker.env();
+    pool_with(broker.env(), instances, extra)
+}
+
+/// [`pool`] with the environment `env` (any broker's, e.g. Apache Kafka's)
+/// and `extra`.
+pub fn pool_with(
+    mut env: Vec<(String, String)>,
+    instances: &str,
+    extra: &[(&str, &str)],
+) -> SupervisorProc {
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     SupervisorProc::start_with(SupervisorOpts {
         instances: instances.into(),
