@@ -268,6 +268,8 @@ impl Shell {
                         return;
                     }
                     crate::account::mark("go");
+                    // Reading again, beside the fence.
+                    tokio::spawn(kafka.standby_go());
                 }
                 let t = std::time::Instant::now();
                 let r = kafka.fence().await;

@@ -671,7 +671,7 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         ("standby: Kafka clients created", "configured → clients (job base, isolation, the two librdkafka clients and their threads)", true, false),
         ("standby: connection and topic checks (open)", "clients → open (connections, metadata, the topics' checks)", true, false),
         ("standby: replay of the claims topic", "open → first caught up (checkpoint lookup, assign, read to the end)", true, false),
-        ("standby: standing by, reading others' records", "caught up → `go` (wall: waiting for the previous process; CPU: the records it reads meanwhile)", true, false),
+        ("standby: standing by (paused once caught up)", "caught up → `go` (wall: waiting for the previous process; CPU: its idle threads, and any record read before its pause)", true, false),
         ("fence (init_transactions)", "`go` → fenced", false, false),
         ("append `booted` and read it back", "fenced → own `booted` read back", false, false),
         ("choose: the orders' end offsets, go idle", "`booted` read back → first ListOffsets answered", false, false),
@@ -1040,7 +1040,7 @@ pub(super) fn account_report(results: &[Account], on: &str, date: &str) -> Strin
         let opt = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.1}"));
         let _ = writeln!(r, "| whole interval, less idle | | {} | {} | the supervisor's process tree (utime + stime + cutime + cstime, /proc) and the broker's, over the {:.0} s batch ÷ orders ({} and {}), less the idle rates measured before it × the batch's time ({} and {} ms/s) |",
             opt(bp), opt(bb), a.batch_secs, opt(a.tree_per_order), opt(a.broker_per_order), opt(a.idle_pool_ms_per_s), opt(a.idle_broker_ms_per_s));
-        let _ = writeln!(r, "\nsend → `completed` acknowledged: p50 {} ms, p99 {} ms. Standing by, a standby spends {} ms of CPU per record it reads (its CPU from catching up to `go` ÷ the records it read meanwhile, its idle polling included).\n",
+        let _ = writeln!(r, "\nsend → `completed` acknowledged: p50 {} ms, p99 {} ms. Standing by, a standby spends {} ms of CPU per record it reads (its CPU from catching up to `go` ÷ the records it read meanwhile, its idle polling included; `-`: it read none, its claims partition paused once caught up).\n",
             fmt_ms(pct(&a.send_to_completed, 50.0)), fmt_ms(pct(&a.send_to_completed, 99.0)), f(&a.standby_reads));
         if !a.broker_groups.is_empty() {
             let _ = writeln!(r, "The broker's CPU per order by thread group (ms; /proc/PID/task/*/schedstat over the batch ÷ orders, then less each group's idle rate from the quiet interval before it; names from `jcmd PID Thread.print`):\n");

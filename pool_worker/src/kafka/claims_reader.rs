@@ -195,6 +195,10 @@ pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
     /// The last record read was the last of the topic: the next poll says
     /// [`Polled::End`] at once.
     end_next: AtomicBool,
+    /// The position after the last record [`ClaimsReader::poll`] returned
+    /// (where the reader was started before that): where
+    /// [`ClaimsReader::resume_where_read`] goes on.
+    next: AtomicU64,
     /// A client that never fetches, for the reader's questions (the topic's
     /// end, the orders' ends the [`Gate`] checks records against). Asked on
     /// the fetching consumer, they waited behind its fetch, which Apache
@@ -265,6 +269,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             topic: topic.to_string(),
             from: AtomicU64::new(0),
             end_next: AtomicBool::new(false),
+            next: AtomicU64::new(0),
             asks,
             slack: 1,
         })
@@ -299,6 +304,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             topic: topic.to_string(),
             from: AtomicU64::new(0),
             end_next: AtomicBool::new(false),
+            next: AtomicU64::new(0),
             asks,
             slack: 1,
         })
@@ -340,8 +346,48 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// fetched for the old position (librdkafka's version barrier).
     pub fn start_at(&self, pos: u64) -> anyhow::Result<()> {
         self.from.store(pos, Ordering::Relaxed);
+        self.next.store(pos, Ordering::Relaxed);
         self.end_next.store(false, Ordering::Relaxed);
         self.go_to(pos as i64)
+    }
+
+    /// Stops fetching the claims partition (a standby that caught up,
+    /// until its `go`: pool_worker/src/kafka/clients.rs). What was fetched
+    /// and not yet polled is dropped (librdkafka's version barrier): the
+    /// next poll returns nothing until [`ClaimsReader::resume_where_read`].
+    pub fn pause(&self) -> anyhow::Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, 0, Offset::Invalid)?;
+        self.consumer
+            .pause(&tpl)
+            .context("cannot pause the claims topic")
+    }
+
+    /// Fetches the claims partition again after [`ClaimsReader::pause`],
+    /// from the position after the last record polled; returns that
+    /// position.
+    ///
+    /// Resumed, then sought there, in this order (both are operations of
+    /// librdkafka's main thread, served in turn). A resume alone leaves the
+    /// consumer's broker thread asleep: it has had nothing to fetch since
+    /// the pause, and only an operation of its own, a socket's event or its
+    /// one-second timeout wakes it, so the first fetch waited up to a
+    /// second (bench/RESULTS.md, issue 35: the reverted attempt's slow
+    /// `booted`). The seek's fetch state going back to active wakes it,
+    /// and a resume after the seek came too late for that wake-up. The
+    /// position sought is librdkafka's own resume position too (the last
+    /// message consumed, plus one), made explicit. (A seek to position 0
+    /// changes no fetch state and wakes nothing: only a standby that found
+    /// the log empty may wait for that timeout.)
+    pub fn resume_where_read(&self) -> anyhow::Result<u64> {
+        let next = self.next.load(Ordering::Relaxed);
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, 0, Offset::Invalid)?;
+        self.consumer
+            .resume(&tpl)
+            .context("cannot resume the claims topic")?;
+        self.go_to(next as i64)?;
+        Ok(next)
     }
 
     /// Points the consumer's claims partition at `offset`.
@@ -441,6 +487,8 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                 if end > 0 && m.offset() + self.slack >= end {
                     self.end_next.store(true, Ordering::Relaxed);
                 }
+                self.next
+                    .store(m.offset().max(0) as u64 + 1, Ordering::Relaxed);
                 Polled::Record(m.offset().max(0) as u64, f(&m))
             }
             Some(Err(KafkaError::PartitionEOF(_))) => Polled::End,

@@ -171,6 +171,26 @@ pub(crate) struct Kafka {
     /// process of the instance checked it: the admin client (a Kafka client
     /// of its own, ~2 ms of CPU) is spared on every later start.
     admin_config: Option<ClientConfig>,
+    /// A standby's reading of the claims topic before `go`
+    /// ([`Kafka::standby_caught_up`], [`Kafka::standby_go`]).
+    standby: std::sync::Mutex<StandbyReading>,
+}
+
+/// Where a standby's reading of the claims topic stands (issue 35). A
+/// standby replays the log to its end, then stops fetching it until its
+/// supervisor says `go`: the records the rest of the pool writes meanwhile
+/// (every instance's, two or three per order) are read once, after `go`,
+/// instead of a fetch and a read each, and a caught-up standby sends the
+/// brokers no fetch at all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum StandbyReading {
+    /// Reading (every process until it is told otherwise).
+    #[default]
+    Reading,
+    /// Caught up before `go`: the claims partition is paused.
+    Paused,
+    /// `go` came (or the process is no standby): reading for good.
+    Gone,
 }
 
 /// Why an order's payload could not be read.
@@ -407,7 +427,12 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
                 Polled::Nothing => break,
                 Polled::Record(pos, Ok(r)) => batch.push(ClaimEvent::Record(pos, r)),
                 Polled::Record(pos, Err(why)) => batch.push(ClaimEvent::Foreign(pos, why)),
-                Polled::End => batch.push(ClaimEvent::CaughtUp),
+                Polled::End => {
+                    batch.push(ClaimEvent::CaughtUp);
+                    // A standby stops fetching until its `go` (a no-op
+                    // for any other process, and after `go`).
+                    kafka.standby_caught_up();
+                }
                 Polled::Broken(p) => broken(instance, &p),
                 Polled::Error(e) => {
                     tracing::warn!(instance, error = %e, "reading the claims topic");
@@ -807,6 +832,11 @@ impl Kafka {
             payloads: std::sync::Mutex::new(Payloads::default()),
             props: Arc::new(cfg.props.clone()),
             admin_config: (!cfg.standby).then(|| client_config(&cfg.brokers, &cfg.props)),
+            standby: std::sync::Mutex::new(if cfg.standby {
+                StandbyReading::Reading
+            } else {
+                StandbyReading::Gone
+            }),
         })
     }
 
@@ -1437,6 +1467,53 @@ impl Kafka {
         }
         st.fetching.extend(from.keys());
         Ok(())
+    }
+
+    /// A standby that caught up with the claims topic before its `go` stops
+    /// fetching it ([`StandbyReading`]); a no-op for any other process, and
+    /// after `go`. Called by the reader thread at the end of the log, so
+    /// that what it polled and what it will poll next meet exactly.
+    fn standby_caught_up(&self) {
+        let mut st = self.standby.lock().unwrap_or_else(|p| p.into_inner());
+        if *st != StandbyReading::Reading {
+            return;
+        }
+        match self.claims.pause() {
+            Ok(()) => {
+                *st = StandbyReading::Paused;
+                crate::account::mark("paused");
+                tracing::debug!(
+                    instance = self.instance,
+                    "standby caught up: the claims topic is paused until go"
+                );
+            }
+            // Reading on costs only the fetches.
+            Err(e) => {
+                *st = StandbyReading::Gone;
+                tracing::debug!(instance = self.instance, error = %e, "standby: cannot pause the claims topic");
+            }
+        }
+    }
+
+    /// A standby's `go`: it reads the claims topic again, for good, from
+    /// the position after the last record it read (what the pool wrote
+    /// since it caught up is read now, while its fence runs). Under the
+    /// same lock as [`Kafka::standby_caught_up`], so the two cannot cross.
+    pub(crate) async fn standby_go(&'static self) {
+        let r = blocking(move || {
+            let mut st = self.standby.lock().unwrap_or_else(|p| p.into_inner());
+            let was = std::mem::replace(&mut *st, StandbyReading::Gone);
+            if was != StandbyReading::Paused {
+                return Ok(());
+            }
+            let next = self.claims.resume_where_read()?;
+            crate::account::mark_with("resumed", || next.to_string());
+            Ok::<_, anyhow::Error>(())
+        })
+        .await;
+        if let Err(e) = r.and_then(|r| r) {
+            tracing::warn!(instance = self.instance, error = %format!("{e:#}"), "standby: cannot read the claims topic again where it stopped");
+        }
     }
 
     /// Stops fetching the orders partitions (paused, not unassigned: see
