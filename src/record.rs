@@ -337,6 +337,9 @@ struct Flat {
     /// record (docs/protocol.md R30).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     passed_over: Vec<InstanceNo>,
+    /// On a claim of a parked order (docs/protocol.md R55). Absent: false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    unpark: bool,
     /// On `completed`: its writer's process exits after it (it has
     /// completed its `ORDERS_PER_PROCESS`). Readers leave the instance out
     /// of the idle queue until its next `booted` (docs/protocol.md
@@ -525,6 +528,9 @@ pub enum Body {
         passed_over: Vec<InstanceNo>,
         /// The order's `id`, on a takeover of a hold that announced it.
         order_id: Option<String>,
+        /// A claim of a parked order (docs/protocol.md R55): behind the
+        /// frontier by design, never late.
+        unpark: bool,
     },
     /// "I won this order and run it", or a new attempt of that run.
     Committed { order: OrderId, attempt: Attempt },
@@ -633,6 +639,7 @@ impl Body {
             rank: None,
             passed_over: Vec::new(),
             order_id: None,
+            unpark: false,
         }
     }
 
@@ -666,6 +673,7 @@ impl From<Record> for Flat {
             seen: None,
             next: r.next,
             passed_over: Vec::new(),
+            unpark: false,
             exits: false,
             order_id: None,
             reason: None,
@@ -694,10 +702,11 @@ impl Flat {
                 rank,
                 passed_over,
                 order_id,
+                unpark,
                 ..
             } => {
                 (f.attempt, f.takeover_of, f.rank) = (attempt, takeover_of, rank);
-                (f.passed_over, f.order_id) = (passed_over, order_id);
+                (f.passed_over, f.order_id, f.unpark) = (passed_over, order_id, unpark);
             }
             Body::Committed { attempt, .. } => {
                 f.attempt = attempt;
@@ -795,6 +804,7 @@ impl Flat {
             ("fences", f.fences.is_some()),
             ("seen", f.seen.is_some()),
             ("passed_over", !f.passed_over.is_empty()),
+            ("unpark", f.unpark),
             ("exits", f.exits),
             ("order_id", f.order_id.is_some()),
             ("reason", f.reason.is_some()),
@@ -806,7 +816,14 @@ impl Flat {
         let order = ["partition", "offset"].as_slice();
         let own: &[&str] = match ev {
             Event::Booted => &[],
-            Event::Claimed => &["attempt", "takeover_of", "rank", "passed_over", "order_id"],
+            Event::Claimed => &[
+                "attempt",
+                "takeover_of",
+                "rank",
+                "passed_over",
+                "order_id",
+                "unpark",
+            ],
             Event::Committed => &["attempt"],
             Event::Yielded => &["attempt", "reason"],
             Event::Lease => &["attempt", "order_id", "order_key"],
@@ -844,6 +861,7 @@ impl Flat {
                 rank: f.rank,
                 passed_over: f.passed_over,
                 order_id: f.order_id,
+                unpark: f.unpark,
             },
             Event::Committed => Body::Committed {
                 order: order()?,
@@ -1256,6 +1274,7 @@ impl Record {
                 rank: None,
                 passed_over: Vec::new(),
                 order_id: None,
+                unpark: false,
             },
             Event::Committed => Body::Committed {
                 order,
@@ -1348,6 +1367,7 @@ impl Record {
     }
 
     setter!(set_rank, rank: Option<u32>, Claimed | Revoked);
+    setter!(set_unpark, unpark: bool, Claimed);
     setter!(set_until, until: Option<u64>, Parked);
     setter!(set_order_key, order_key: Option<String>, Lease | Parked);
     setter!(set_reason, reason: Option<String>, Yielded | Revoked | Cancelled);
@@ -1655,6 +1675,7 @@ mod tests {
             ("partition", "0"),
             ("until", "1"),
             ("order_key", r#""k""#),
+            ("unpark", "true"),
         ];
         let mut refused = 0;
         for line in text.lines() {
@@ -1668,7 +1689,7 @@ mod tests {
                 let own = match (r.event(), field) {
                     (
                         Event::Claimed,
-                        "order_id" | "rank" | "attempt" | "takeover_of" | "passed_over",
+                        "order_id" | "rank" | "attempt" | "takeover_of" | "passed_over" | "unpark",
                     ) => true,
                     (Event::Lease | Event::Completed, "order_id") => true,
                     (Event::Lease | Event::Parked, "order_key") => true,

@@ -713,8 +713,7 @@ impl Worker {
                 self.view.key_ahead(self.me, k, at) >= self.settings.key_concurrency as usize;
             // Fairness, for a first run only: a retry's first run may have
             // started (a resumed hold keeps its place, R21).
-            let behind =
-                attempt == Attempt::FIRST && self.view.parked_ahead(order, k, self.now);
+            let behind = attempt == Attempt::FIRST && self.view.parked_ahead(order, k, self.now);
             if (full || behind) && !flawed!(self.settings, IgnoreKeyLimit) {
                 return self.park(order, attempt, terms);
             }
@@ -970,6 +969,7 @@ impl Worker {
             takeover_of: h.took_over.iter().cloned().collect(),
             passed_over: Vec::new(),
             order_id: h.order_id.clone(),
+            unpark: false,
         });
         self.phase = Phase::Claim {
             order: h.order,
@@ -1304,6 +1304,7 @@ impl Worker {
             rank: None,
             passed_over,
             order_id: None,
+            unpark: parked.is_some(),
         });
         if parked.is_none() {
             claim.next.insert(order.partition, order.offset + 1);

@@ -26,6 +26,7 @@ impl View {
             takeover_of,
             rank,
             order_id,
+            unpark,
             ..
         } = &rec.body
         else {
@@ -39,8 +40,10 @@ impl View {
                 .get(&i)
                 .and_then(|s| s.hold.as_ref())
                 .is_some_and(|h| h.pending && h.order == order);
+        // A takeover follows a revocation, a claim of a parked order a park
+        // (R55): both are behind the frontier by design, never late.
         let contest = self.contests.entry(order).or_insert_with(|| Contest {
-            late: behind && !takeover,
+            late: behind && !takeover && !unpark,
             ..Contest::default()
         });
         let rank = rank.unwrap_or(i.get());

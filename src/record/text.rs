@@ -84,6 +84,9 @@ fn describe_claim_or_commit(rec: &Record, order: &str) -> String {
     if let Some(r) = rec.rank() {
         s.push_str(&format!(", rank {r}"));
     }
+    if matches!(rec.body, Body::Claimed { unpark: true, .. }) {
+        s.push_str(", out of the park");
+    }
     if !rec.passed_over().is_empty() {
         let who: Vec<String> = rec.passed_over().iter().map(|i| i.to_string()).collect();
         s.push_str(&format!(", passing over instance {}", who.join(", ")));

@@ -63,7 +63,7 @@
 //! `POOL_SIM_SEED=<seed> cargo test --test pure simulation::replay -- --nocapture`.
 
 use crate::world::*;
-use pool_worker_core::worker::Phase;
+use pool_worker_core::worker::{Phase, Terms};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -204,6 +204,9 @@ struct Outcome {
     thaws: u32,
     starts_marked: u32,
     starts_unmarked: u32,
+    /// Parks (valid `parked` records) and jobs started after one.
+    parks: u32,
+    unparked_runs: u32,
     clock_ms: u64,
     /// Orders, the records of the claims log that name one (claims,
     /// decisions, revocations, completions, void ones included; lease
@@ -288,6 +291,8 @@ fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
         thaws: w.thaws,
         starts_marked: w.starts_marked,
         starts_unmarked: w.starts_unmarked,
+        parks: w.parks,
+        unparked_runs: w.unparked_runs,
         clock_ms: w.now,
         orders: cfg.orders as u64,
         order_records: w
@@ -599,6 +604,8 @@ fn run_seeds(cfg: &Config, first: u64, seeds: u64) -> (u64, Outcome, Vec<String>
                 tot.thaws += out.thaws;
                 tot.starts_marked += out.starts_marked;
                 tot.starts_unmarked += out.starts_unmarked;
+                tot.parks += out.parks;
+                tot.unparked_runs += out.unparked_runs;
                 tot.clock_ms += out.clock_ms;
                 tot.orders += out.orders;
                 tot.order_records += out.order_records;
@@ -1171,6 +1178,78 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
         t.elapsed().as_secs_f64()
     );
     report(&line, &failures);
+}
+
+/// Issue 36 (docs/protocol.md R54–R56): the simulation with clocks,
+/// cut-offs, pauses, outages and leases, where a fifth of the orders are
+/// delayed by one to seven leases (`not_before` on the instances' own
+/// clocks, which disagree by up to four leases) and half carry a key ("a"
+/// or "b", at most one live run each). Checked after every step besides
+/// every other property: no job starts before its `not_before` on its
+/// starter's clock (`RUN_EARLY`), never two live runs of a key
+/// (`KEY_LIMIT`); every order is completed. `POOL_SIM_PARK_SEEDS` changes
+/// the seeds.
+fn config_parking() -> Config {
+    let base = config_clocks();
+    let terms = (0..base.orders as u64)
+        .map(|o| Terms {
+            id: None,
+            not_before: (o % 5 == 0).then(|| (o % 7 + 1) * LEASE_MS),
+            key: match o % 4 {
+                0 => Some("a".into()),
+                1 => Some("b".into()),
+                _ => None,
+            },
+        })
+        .collect();
+    Config {
+        terms,
+        key_concurrency: 1,
+        ..base
+    }
+}
+
+#[test]
+fn simulation_with_delays_and_keys() {
+    let cfg = config_parking();
+    let seeds = env("POOL_SIM_PARK_SEEDS", 60);
+    let (ran, tot, failures) = run_seeds(&cfg, env("POOL_SIM_FIRST", 0), seeds);
+    let line = format!(
+        "simulation with delays and keys: {ran} seeds ({} instances, {} orders each), {} parks, {} jobs started after a park, {} crashes, {} pauses, {} cut-offs, {} takeovers, {} failing",
+        cfg.instances,
+        cfg.orders,
+        tot.parks,
+        tot.unparked_runs,
+        tot.crashes,
+        tot.pauses,
+        tot.cuts,
+        tot.takeovers,
+        failures.len()
+    );
+    report(&line, &failures);
+    assert!(
+        tot.unparked_runs > 0,
+        "no job ran after a park: the check does not exercise parking"
+    );
+}
+
+/// The broken rules of R54 and R56 are caught by that simulation.
+#[test]
+fn starting_early_and_ignoring_keys_are_caught_by_the_simulation() {
+    use pool_worker_core::worker::Flaw;
+    for (flaw, prop) in [
+        (Flaw::StartEarly, crate::world::RUN_EARLY),
+        (Flaw::IgnoreKeyLimit, crate::world::KEY_LIMIT),
+    ] {
+        let cfg = Config {
+            flaw: Some(flaw),
+            ..config_parking()
+        };
+        let caught = (0..20).find_map(|seed| run(seed, &cfg).failure);
+        let f = caught.unwrap_or_else(|| panic!("{flaw:?} not caught in 20 seeds"));
+        assert!(f.contains(prop), "{flaw:?}: {f}");
+        println!("{flaw:?} caught: {}", f.lines().next().unwrap_or_default());
+    }
 }
 
 /// Replays one seed: `POOL_SIM_SEED=1234 cargo test --test pure simulation::replay -- --nocapture`

@@ -80,7 +80,14 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
     // do not all say their key.)
     let keyed = |r: &Record| {
         r.order_keyed
-            || matches!(&r.body, Body::Parked { .. } | Body::Lease { order_key: Some(_), .. })
+            || matches!(
+                &r.body,
+                Body::Parked { .. }
+                    | Body::Lease {
+                        order_key: Some(_),
+                        ..
+                    }
+            )
     };
     if (keyed(a) && b.order().is_some()) || (keyed(b) && a.order().is_some()) {
         return true;
@@ -656,8 +663,18 @@ fn hash_record(r: &Record, f: &dyn Fn(Position) -> Position, h: &mut Mix) {
             rank,
             passed_over,
             order_id,
+            unpark,
         } => {
-            (order, attempt, takeover_of, rank, passed_over, order_id).hash(h);
+            (
+                order,
+                attempt,
+                takeover_of,
+                rank,
+                passed_over,
+                order_id,
+                unpark,
+            )
+                .hash(h);
             None
         }
         Body::Committed { order, attempt } => {
