@@ -81,7 +81,8 @@ fn stamps(file: &Path) -> Vec<(String, u32, u32, u64)> {
 /// then 5 plain orders: the plain ones complete before the delayed one
 /// starts (it does not hold them up), it starts no earlier than its
 /// `not_before` by its job's own clock, and every order completes
-/// exactly once, its job run once.
+/// exactly once, its job run once. Then an order due in an hour (`submit
+/// --in 1h --key later`) is parked, and `status` and `history` say so.
 #[test]
 fn apache_delayed_order_waits_without_holding_up_the_rest() {
     let started = std::time::Instant::now();
@@ -173,6 +174,69 @@ fn apache_delayed_order_waits_without_holding_up_the_rest() {
         !parks.is_empty() && parks.iter().all(|o| *o == delayed),
         "parked records: {parks:?}\n{}",
         show_all(&records)
+    );
+    // An order due in an hour, with a key: parked, `status` and `history`
+    // show it, not due, with its time and key.
+    let out = command()
+        .args(["submit", "--in", "1h", "--key", "later", "--", "true"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("pool_worker submit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let later: OrderId = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("submit prints the order");
+    let parked = poll_until(LONG, Duration::from_millis(100), || {
+        decoded_claims(&kafka.bootstrap, &claims)
+            .iter()
+            .any(|(_, r)| r.event() == Event::Parked && r.order() == Some(later))
+    });
+    assert!(
+        parked,
+        "order {later} was not parked: {}",
+        sup.stderr.last(30)
+    );
+    let out = command()
+        .args(["status", "--json"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("pool_worker status");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "status --json: {e}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let rows = status["parked"].as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 1, "{status}");
+    let row = &rows[0];
+    assert_eq!(row["order"], later.to_string(), "{row}");
+    assert_eq!(
+        (row["due"].as_bool(), row["key"].as_str()),
+        (Some(false), Some("later")),
+        "{row}"
+    );
+    let until = row["until_ms"].as_u64().expect("until_ms");
+    assert!(
+        until > not_before + 3_000_000,
+        "due in about an hour: {row}"
+    );
+    let out = command()
+        .args(["history", &later.to_string()])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("pool_worker history");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("parked now, held by nobody until due and its key has room: due ")
+            && text.contains(", key later, attempt 1")
+            && !text.contains("(due)"),
+        "{text}"
     );
     drop(sup);
     eprintln!(
