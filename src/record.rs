@@ -934,6 +934,7 @@ impl Record {
             | Body::Yielded { attempt, .. }
             | Body::Lease { attempt, .. }
             | Body::Revoked { attempt, .. }
+            | Body::Parked { attempt, .. }
             | Body::Completed { attempt, .. } => *attempt,
             _ => Attempt::default(),
         }
