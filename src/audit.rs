@@ -496,6 +496,38 @@ mod tests {
         assert!(r.whole);
     }
 
+    /// A parked order (R54) is run by the instance that claims it again:
+    /// its commit is not a second one beside the parker's.
+    #[test]
+    fn a_parked_order_is_run_by_its_next_claimant() {
+        let mut parked = rec(1, Event::Parked, "a", 3, 0);
+        parked.set_until(Some(5));
+        let mut again = rec(2, Event::Claimed, "b", 2, 0);
+        again.order_keyed = true;
+        let mut done = rec(2, Event::Completed, "b", 3, 0);
+        done.order_keyed = true;
+        let log = [
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            parked,
+            rec(2, Event::Booted, "b", 1, 0),
+            again.clone(),
+            done.clone(),
+        ];
+        let r = check(&log);
+        assert!(r.holds(), "{:?}", r.violations);
+        assert_eq!(r.completed.get("ok"), Some(&1));
+        // Without the park, instance 1 still holds it committed.
+        let log = [
+            rec(1, Event::Booted, "a", 1, 0),
+            rec(1, Event::Claimed, "a", 2, 0),
+            rec(2, Event::Booted, "b", 1, 0),
+            rec(2, Event::Claimed, "b", 2, 0),
+            rec(2, Event::Committed, "b", 3, 0),
+        ];
+        assert_eq!(rules(&check(&log)), vec![Rule::CommittedByTwo]);
+    }
+
     #[test]
     fn a_double_commit_and_a_double_completion_are_caught() {
         // Both decided on a log read before the other's claim

@@ -776,6 +776,94 @@ mod tests {
     }
 
     #[test]
+    fn not_before_is_an_rfc3339_time() {
+        let at = |t: &str| ok(&format!(r#"{{"cmd":["x"],"not_before":"{t}"}}"#)).not_before;
+        // 2026-11-26T18:00:00Z is 1_795_716_000 s after the epoch.
+        assert_eq!(at("2026-11-26T18:00:00Z"), Some(1_795_716_000_000));
+        assert_eq!(at("2026-11-26T18:00:00.250Z"), Some(1_795_716_000_250));
+        // The same instant written with offsets, and a lower-case separator.
+        assert_eq!(at("2026-11-26T19:00:00+01:00"), Some(1_795_716_000_000));
+        assert_eq!(at("2026-11-26T12:30:00-05:30"), Some(1_795_716_000_000));
+        assert_eq!(at("2026-11-26t18:00:00z"), Some(1_795_716_000_000));
+        assert_eq!(at("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(ok(r#"{"cmd":["x"]}"#).not_before, None);
+        assert_eq!(check_not_before("1970-01-01T01:00:00+01:00"), Ok(0));
+    }
+
+    #[test]
+    fn not_before_refuses_garbage_and_times_before_1970() {
+        for bad in [
+            "tomorrow",
+            "",
+            "2026-11-26",
+            "2026-11-26T18:00:00",
+            "2026-11-26 18:00",
+            "2026-13-01T00:00:00Z",
+            "1795716000000",
+        ] {
+            let order = format!(r#"{{"cmd":["x"],"not_before":"{bad}"}}"#);
+            match err(&order) {
+                OrderError::Invalid(m) => assert!(
+                    m.contains("'not_before'") && m.contains("is not an RFC 3339 time"),
+                    "{order}: {m}"
+                ),
+                other => panic!("{order}: {other:?}"),
+            }
+        }
+        // A number, not a string: the JSON is not an order's shape.
+        assert!(parse(Some(br#"{"cmd":["x"],"not_before":17}"#)).is_err());
+        for early in ["1969-12-31T23:59:59Z", "1970-01-01T00:59:59+01:00"] {
+            let order = format!(r#"{{"cmd":["x"],"not_before":"{early}"}}"#);
+            assert_eq!(
+                err(&order),
+                OrderError::Invalid(format!("'not_before' {early:?} is before 1970")),
+            );
+        }
+    }
+
+    #[test]
+    fn keys_are_not_empty_and_fit_a_record() {
+        let order = |k: &str| format!(r#"{{"cmd":["x"],"key":{}}}"#, serde_json::json!(k));
+        assert_eq!(ok(&order("a")).key.as_deref(), Some("a"));
+        assert_eq!(ok(r#"{"cmd":["x"]}"#).key, None);
+        let just_fits = "k".repeat(crate::record::MAX_ORDER_KEY_BYTES);
+        assert_eq!(ok(&order(&just_fits)).key, Some(just_fits.clone()));
+        let too_long = "k".repeat(crate::record::MAX_ORDER_KEY_BYTES + 1);
+        assert_eq!(
+            err(&order(&too_long)),
+            OrderError::Invalid("'key' is longer than 256 bytes as JSON".into())
+        );
+        // Counted as written in a record: 255 bytes and one quote (2 as
+        // JSON) do not fit; multi-byte characters count their bytes.
+        let escaped = format!("{}\"", "k".repeat(255));
+        assert!(matches!(err(&order(&escaped)), OrderError::Invalid(m) if m.contains("'key'")));
+        let wide = "é".repeat(128);
+        assert_eq!(ok(&order(&wide)).key, Some(wide));
+        let too_wide = format!("{}k", "é".repeat(128));
+        assert!(matches!(err(&order(&too_wide)), OrderError::Invalid(m) if m.contains("'key'")));
+        assert_eq!(
+            err(&order("")),
+            OrderError::Invalid("'key' is empty".into())
+        );
+    }
+
+    #[test]
+    fn terms_carry_id_not_before_and_key() {
+        let spec = ok(r#"{"cmd":["x"],"id":"i","not_before":"1970-01-01T00:00:01Z","key":"k"}"#);
+        let t = spec.terms();
+        assert_eq!(
+            (t.id.as_deref(), t.not_before, t.key.as_deref()),
+            (Some("i"), Some(1000), Some("k"))
+        );
+        assert!(t.any());
+        assert!(!ok(r#"{"cmd":["x"]}"#).terms().any());
+        assert!(ok(r#"{"cmd":["x"],"key":"k"}"#).terms().any());
+        assert!(ok(r#"{"cmd":["x"],"not_before":"1970-01-01T00:00:00Z"}"#)
+            .terms()
+            .any());
+    }
+
+    #[test]
     fn url_bodies() {
         assert_eq!(argv(&parse_url_body(b"echo hi").unwrap()), ["echo", "hi"]);
         assert!(parse_url_body(br#"{"image":"alpine"}"#).is_ok());

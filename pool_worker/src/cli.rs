@@ -46,7 +46,7 @@ enum Command {
     Status(status::StatusArgs),
     /// Every claims record about one order (PARTITION:OFFSET), in log order.
     History(status::HistoryArgs),
-    /// Send one order (`-- prog args`, --text or --json-file); --wait for its result.
+    /// Send one order (`-- prog args`, --text or --json-file); --at/--in: not before then, --key: its key; --wait for its result.
     Submit(submit::SubmitArgs),
     /// Send an ended order (PARTITION:OFFSET) again, as a new order that names it (`retry_of`).
     Retry(retry::RetryArgs),

@@ -157,4 +157,23 @@ mod tests {
         assert_eq!(clip("abcd", 3), "ab…");
         assert_eq!(clip("a\nb", 5), "a b");
     }
+
+    /// A park says its attempt, until when and behind which key.
+    #[test]
+    fn parks() {
+        let mut p =
+            Record::of(3, Event::Parked, "a1", 5).with_order(crate::record::OrderId::new(0, 17));
+        p.set_attempt(2);
+        p.set_until(Some(1_795_716_000_000));
+        p.set_order_key(Some("k".into()));
+        assert_eq!(
+            describe(&p),
+            "order 0:17 attempt 2, waits until 2026-11-26T18:00:00+00:00 for room on key k"
+        );
+        p.set_until(None);
+        assert_eq!(
+            describe(&p),
+            "order 0:17 attempt 2, waits for room on key k"
+        );
+    }
 }

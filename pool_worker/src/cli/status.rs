@@ -112,6 +112,9 @@ pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::
         "waiting": orders.waiting,
         "oldest_waiting_age_ms": orders.oldest_ts.map(|t| (now_ms as i64 - t).max(0)),
         "instances": instances,
+        // Orders parked (docs/protocol.md R54): not due yet, or waiting
+        // for room on their key, held by nobody.
+        "parked": parked_rows(&view, now_ms),
         "not_ok_orders": not_ok,
         // SCHEDULE_FILE's schedules: next firings, the last one announced.
         "schedules": crate::schedule_file::rows(&schedules, &view, now_ms),
@@ -205,6 +208,82 @@ fn instance_rows(
             })
         })
         .collect()
+}
+
+/// `ms` since the epoch as RFC 3339 (ms, UTC), as `not_before` is written.
+pub(crate) fn rfc3339_ms(ms: u64) -> String {
+    std::time::UNIX_EPOCH
+        .checked_add(Duration::from_millis(ms))
+        .filter(|t| *t < std::time::UNIX_EPOCH + Duration::from_secs(253_402_300_800))
+        .map_or_else(
+            || format!("{ms} ms"),
+            |t| humantime::format_rfc3339_millis(t).to_string(),
+        )
+}
+
+/// The parked orders (docs/protocol.md R54–R56), in order: each with its
+/// due time (`until`: RFC 3339; `until_ms`), whether it is due at
+/// `now_ms` (no `not_before`, or one past: it waits only for room on its
+/// key, or for an idle instance), its key and the attempt a claim of it
+/// carries on (`status`, `history`, the dashboard).
+pub(crate) fn parked_rows(view: &View, now_ms: u64) -> Vec<serde_json::Value> {
+    view.parked()
+        .map(|(order, p)| {
+            json!({
+                "order": order.to_string(),
+                "until_ms": p.until,
+                "until": p.until.map(rfc3339_ms),
+                "due": p.until.is_none_or(|u| u <= now_ms),
+                "key": p.key,
+                "attempt": p.attempt,
+            })
+        })
+        .collect()
+}
+
+/// A parked order's due time ([`parked_rows`]): RFC 3339, with "(due)"
+/// once it has passed; "- (due)" without one.
+fn parked_when(p: &serde_json::Value) -> String {
+    let due = p["due"].as_bool().unwrap_or(true);
+    match p["until"].as_str() {
+        Some(t) if due => format!("{t} (due)"),
+        Some(t) => t.to_string(),
+        None => "- (due)".to_string(),
+    }
+}
+
+/// One parked order ([`parked_rows`]) as a row of `status`'s table. The
+/// key is the order author's text: escaped.
+pub(crate) fn parked_line(p: &serde_json::Value) -> String {
+    escape_controls(
+        &format!(
+            "{:<10} {:<32} {:<16} {}",
+            p["order"].as_str().unwrap_or("?"),
+            parked_when(p),
+            p["key"].as_str().unwrap_or("-"),
+            p["attempt"]
+        ),
+        false,
+    )
+}
+
+/// The parked orders' table (`status`); nothing when there is none.
+pub(crate) fn render_parked(rows: &[serde_json::Value]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "{} parked orders (held by nobody until due and their key has room):\n{:<10} {:<32} {:<16} attempt\n",
+        rows.len(),
+        "order",
+        "due",
+        "key"
+    );
+    for p in rows {
+        out.push_str(&parked_line(p));
+        out.push('\n');
+    }
+    out
 }
 
 /// The text form of `status --failed`: one line per order that did not
@@ -329,6 +408,9 @@ pub(crate) fn render(s: &serde_json::Value) -> String {
             ));
         }
     }
+    out.push_str(&render_parked(
+        s["parked"].as_array().map_or(&[][..], Vec::as_slice),
+    ));
     out.push_str(&crate::schedule_file::render(&s["schedules"]));
     if n("foreign_records") > 0 {
         out.push_str(&format!(
@@ -407,6 +489,9 @@ pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
         })
         .collect();
     let note = compaction_note(args.order, &mine, &view, &erased);
+    let parked = parked_rows(&view, crate::clock::wall_ms())
+        .into_iter()
+        .find(|p| p["order"] == args.order.to_string());
     print_history(
         &mut std::io::stdout(),
         args.source.json,
@@ -414,6 +499,7 @@ pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<Exit> {
         &mine,
         &retries,
         note.as_deref(),
+        parked.as_ref(),
     );
     // An order with no record to show is an error for a script (a mistyped
     // PARTITION:OFFSET, or one whose records compaction erased); the line
@@ -517,7 +603,8 @@ pub(crate) fn own_commits(mine: &[(u64, Record)]) -> BTreeSet<u64> {
 /// per record with its fields' control characters escaped; a claim that
 /// was its own commit ([`own_commits`]) says so (`own_commit` in JSON).
 /// `retries`: the completions of the orders that ran it again; `note`:
-/// what compaction took of the story ([`compaction_note`]).
+/// what compaction took of the story ([`compaction_note`]); `parked`:
+/// the order's row if it is parked now ([`parked_rows`]).
 pub(crate) fn print_history(
     out: &mut impl std::io::Write,
     json: bool,
@@ -525,6 +612,7 @@ pub(crate) fn print_history(
     mine: &[(u64, Record)],
     retries: &[(u64, Record)],
     note: Option<&str>,
+    parked: Option<&serde_json::Value>,
 ) {
     let own = own_commits(mine);
     let line = |(p, r): &(u64, Record)| {
@@ -551,7 +639,7 @@ pub(crate) fn print_history(
                 })
                 .collect()
         };
-        let v = json!({"order": order.to_string(), "records": list(mine), "retries": list(retries), "compaction": note});
+        let v = json!({"order": order.to_string(), "records": list(mine), "retries": list(retries), "compaction": note, "parked": parked});
         let _ = writeln!(out, "{}", json_line(&v));
         return;
     }
@@ -563,6 +651,15 @@ pub(crate) fn print_history(
     for r in mine {
         let _ = writeln!(out, "{}", line(r));
     }
+    if let Some(p) = parked {
+        let line = format!(
+            "parked now, held by nobody until due and its key has room: due {}, key {}, attempt {}",
+            parked_when(p),
+            p["key"].as_str().unwrap_or("-"),
+            p["attempt"]
+        );
+        let _ = writeln!(out, "{}", escape_controls(&line, false));
+    }
     for r in retries {
         let retry = r.1.order().map_or_else(|| "?".into(), |o| o.to_string());
         let _ = writeln!(out, "retried as {retry}: {}", line(r));
@@ -570,7 +667,7 @@ pub(crate) fn print_history(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cli::show::tests::{no_controls_but_newlines_and_tabs, NASTY};
     use crate::record::{Outcome, Status};
@@ -589,6 +686,145 @@ mod tests {
         let mut r = Record::of(2, Event::Completed, "inc\x1b[1A", 1).with_order(OrderId::new(0, 4));
         r.set_outcome(Some(outcome.clone()));
         (r, outcome)
+    }
+
+    /// A View of instance 1 parking 0:0 (until 1_795_716_000_000, key
+    /// "a"), 0:1 (no time: its key, with a control character, had no
+    /// room) and 0:2 (until 1_795_716_060_000, no key, attempt 2), then
+    /// holding 0:3.
+    pub(crate) fn parking_view() -> View {
+        let lines = [
+            (
+                "1:booted",
+                r#"{"instance":1,"event":"booted","incarnation":"a","ts":1,"seq":1,"next":{"0":0}}"#,
+            ),
+            (
+                "1:claimed",
+                r#"{"instance":1,"event":"claimed","partition":0,"offset":0,"incarnation":"a","ts":2,"seq":2,"attempt":1,"next":{"0":1}}"#,
+            ),
+            (
+                "park:0:0",
+                r#"{"instance":1,"event":"parked","partition":0,"offset":0,"incarnation":"a","ts":3,"seq":3,"attempt":1,"next":{"0":1},"until":1795716000000,"order_key":"a"}"#,
+            ),
+            (
+                "1:claimed",
+                r#"{"instance":1,"event":"claimed","partition":0,"offset":1,"incarnation":"a","ts":4,"seq":4,"attempt":1,"next":{"0":2}}"#,
+            ),
+            (
+                "park:0:1",
+                r#"{"instance":1,"event":"parked","partition":0,"offset":1,"incarnation":"a","ts":5,"seq":5,"attempt":1,"next":{"0":2},"order_key":"b\u001b[2J"}"#,
+            ),
+            (
+                "1:claimed",
+                r#"{"instance":1,"event":"claimed","partition":0,"offset":2,"incarnation":"a","ts":6,"seq":6,"attempt":1,"next":{"0":3}}"#,
+            ),
+            (
+                "park:0:2",
+                r#"{"instance":1,"event":"parked","partition":0,"offset":2,"incarnation":"a","ts":7,"seq":7,"attempt":2,"next":{"0":3},"until":1795716060000}"#,
+            ),
+            (
+                "1:claimed",
+                r#"{"instance":1,"event":"claimed","partition":0,"offset":3,"incarnation":"a","ts":8,"seq":8,"attempt":1,"next":{"0":4}}"#,
+            ),
+        ];
+        let mut view = View::new();
+        for (p, (k, v)) in lines.iter().enumerate() {
+            let rec = Record::decode(Some(k.as_bytes()), Some(v.as_bytes()))
+                .unwrap_or_else(|e| panic!("{v}: {e:?}"));
+            view.apply(Position::new(p as u64), &rec)
+                .unwrap_or_else(|e| panic!("{v}: {e:?}"));
+        }
+        assert_eq!(view.parked().count(), 3);
+        view
+    }
+
+    /// `status` lists the parked orders with their due time ("(due)" once
+    /// past), key and attempt, in JSON and as text (the key escaped).
+    #[test]
+    fn status_lists_parked_orders() {
+        let view = parking_view();
+        // Between the two times: 0:0 is due, 0:2 is not.
+        let now = 1_795_716_030_000;
+        let rows = parked_rows(&view, now);
+        assert_eq!(
+            rows,
+            vec![
+                json!({"order": "0:0", "until_ms": 1_795_716_000_000u64,
+                    "until": "2026-11-26T18:00:00.000Z", "due": true, "key": "a", "attempt": 1}),
+                json!({"order": "0:1", "until_ms": null, "until": null, "due": true,
+                    "key": "b\u{1b}[2J", "attempt": 1}),
+                json!({"order": "0:2", "until_ms": 1_795_716_060_000u64,
+                    "until": "2026-11-26T18:01:00.000Z", "due": false, "key": null, "attempt": 2}),
+            ]
+        );
+        let text = render(&json!({"instances": [], "parked": rows}));
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.contains("parked orders"))
+            .collect();
+        assert_eq!(
+            table[0],
+            "3 parked orders (held by nobody until due and their key has room):"
+        );
+        assert!(
+            table[1].starts_with("order")
+                && table[1].contains("due")
+                && table[1].ends_with("attempt")
+        );
+        let cells = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(
+            cells(table[2]),
+            ["0:0", "2026-11-26T18:00:00.000Z", "(due)", "a", "1"]
+        );
+        assert_eq!(cells(table[3]), ["0:1", "-", "(due)", "b\\x1b[2J", "1"]);
+        assert_eq!(
+            cells(table[4]),
+            ["0:2", "2026-11-26T18:01:00.000Z", "-", "2"]
+        );
+        no_controls_but_newlines_and_tabs(&text);
+        // Later, both times have passed.
+        let later = parked_rows(&view, 1_795_716_060_000);
+        assert!(later.iter().all(|r| r["due"] == true), "{later:?}");
+        // None parked: no table.
+        assert!(!render(&json!({"instances": [], "parked": []})).contains("parked"));
+    }
+
+    /// `history` of a parked order says so, in text and in JSON.
+    #[test]
+    fn history_says_an_order_is_parked() {
+        let view = parking_view();
+        let rows = parked_rows(&view, 1_795_715_000_000);
+        let mut out = Vec::new();
+        print_history(
+            &mut out,
+            false,
+            OrderId::new(0, 2),
+            &[],
+            &[],
+            None,
+            Some(&rows[2]),
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("parked now, held by nobody until due and its key has room: due 2026-11-26T18:01:00.000Z, key -, attempt 2"),
+            "{text}"
+        );
+        let mut out = Vec::new();
+        print_history(
+            &mut out,
+            true,
+            OrderId::new(0, 0),
+            &[],
+            &[],
+            None,
+            Some(&rows[0]),
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["parked"]["key"], "a");
+        assert_eq!(v["parked"]["due"], false);
+        let mut out = Vec::new();
+        print_history(&mut out, false, OrderId::new(0, 3), &[], &[], None, None);
+        assert!(!String::from_utf8(out).unwrap().contains("parked"));
     }
 
     /// An instance whose newest record's `ts` is in this host's future is
@@ -702,7 +938,15 @@ mod tests {
             "{note}"
         );
         let mut out = Vec::new();
-        print_history(&mut out, false, OrderId::new(0, 2), &[], &[], Some(&note));
+        print_history(
+            &mut out,
+            false,
+            OrderId::new(0, 2),
+            &[],
+            &[],
+            Some(&note),
+            None,
+        );
         let out = String::from_utf8(out).unwrap();
         assert_eq!(out.trim_end(), note);
         assert_eq!(
@@ -732,7 +976,7 @@ mod tests {
         ];
         assert_eq!(own_commits(&mine), BTreeSet::from([4]));
         let mut out = Vec::new();
-        print_history(&mut out, false, o, &mine, &[], None);
+        print_history(&mut out, false, o, &mine, &[], None, None);
         let out = String::from_utf8(out).unwrap();
         let marked: Vec<&str> = out
             .lines()
@@ -741,7 +985,7 @@ mod tests {
         assert_eq!(marked.len(), 1, "{out}");
         assert!(marked[0].starts_with("#4 "), "{out}");
         let mut out = Vec::new();
-        print_history(&mut out, true, o, &mine, &[], None);
+        print_history(&mut out, true, o, &mine, &[], None, None);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["records"][0]["own_commit"], true);
         assert_eq!(v["records"][1]["own_commit"], false);
@@ -763,7 +1007,7 @@ mod tests {
         let mine = [(3, booted), (7, rec)];
         for json in [false, true] {
             let mut out = Vec::new();
-            print_history(&mut out, json, OrderId::new(0, 4), &mine, &[], None);
+            print_history(&mut out, json, OrderId::new(0, 4), &mine, &[], None, None);
             let out = String::from_utf8(out).unwrap();
             no_controls_but_newlines_and_tabs(&out);
             assert_eq!(out.lines().count(), if json { 1 } else { 2 }, "{out}");

@@ -5,7 +5,14 @@
 //! pool_worker submit --text 'echo hi'          # a plain-text command line
 //! pool_worker submit --json order.json         # a JSON order from a file (- for stdin)
 //! pool_worker submit --wait -- make test       # wait, print the result, exit with the job's code
+//! pool_worker submit --in 10m -- make report    # not run before ten minutes from now
+//! pool_worker submit --at 2026-11-27T06:00:00+01:00 --key db -- make backup
 //! ```
+//!
+//! `--at` and `--in` set the order's `not_before`, `--key` its `key`
+//! (docs/protocol.md R54, R56): the order is sent as JSON, a plain-text
+//! command line (`--text`, or a `--json-file` that holds one) as
+//! `{"cmd": [...]}`, which runs the same words the same way.
 //!
 //! The order is checked with the workers' own parser before it is sent, so a
 //! malformed order is refused here with the reason instead of being completed
@@ -33,6 +40,19 @@ pub(crate) struct SubmitArgs {
     /// A JSON order from this file (`-` for standard input).
     #[arg(long = "json-file", value_name = "FILE", conflicts_with = "argv")]
     pub(crate) json_file: Option<String>,
+    /// Not run before this time (RFC 3339: 2026-11-27T06:00:00Z,
+    /// 2026-11-27T07:00:00+01:00): the order's `not_before`. The instance
+    /// that claims the order judges it by its own clock.
+    #[arg(long, value_name = "TIME", value_parser = parse_at, conflicts_with = "in_")]
+    pub(crate) at: Option<String>,
+    /// Not run before this long from now (90s, 15m, 2h, 1d, 1h30m): the
+    /// order's `not_before`, this machine's clock plus DURATION.
+    #[arg(long = "in", id = "in_", value_name = "DURATION", value_parser = parse_in)]
+    pub(crate) in_: Option<Duration>,
+    /// The order's `key`: at most KEY_CONCURRENCY orders of one key run at
+    /// once across the pool (not empty; at most 256 bytes).
+    #[arg(long, value_name = "KEY")]
+    pub(crate) key: Option<String>,
     #[command(flatten)]
     pub(crate) wait: WaitArgs,
     #[command(flatten)]
@@ -53,8 +73,100 @@ pub(crate) struct WaitArgs {
     pub(crate) wait_timeout_secs: u64,
 }
 
+/// `--at`: an RFC 3339 time, kept as written.
+fn parse_at(t: &str) -> Result<String, String> {
+    crate::orders::check_not_before(t)
+        .map(|_| t.to_string())
+        .map_err(|_| {
+            format!("{t:?} is not an RFC 3339 time at or after 1970 (like 2026-11-27T06:00:00Z)")
+        })
+}
+
+/// `--in`: a duration like `90s`, `15m`, `2h`, `1d` (humantime's).
+fn parse_in(d: &str) -> Result<Duration, String> {
+    humantime::parse_duration(d)
+        .map_err(|e| format!("{d:?} is not a duration like 90s, 15m, 2h, 1d: {e}"))
+}
+
+/// `payload` with `not_before` and `key` set (none: unchanged). A JSON
+/// order gets the fields (refused if it has one already, whose value the
+/// option would silently replace); a plain-text command line becomes
+/// `{"cmd": [its words]}`: a plain-text order is exactly that, a program
+/// and its arguments, run without a shell. An invalid order is refused
+/// with the parser's reason.
+pub(crate) fn with_terms(
+    payload: Vec<u8>,
+    not_before: Option<&str>,
+    key: Option<&str>,
+) -> Result<Vec<u8>, String> {
+    if not_before.is_none() && key.is_none() {
+        return Ok(payload);
+    }
+    let spec =
+        crate::orders::parse(Some(&payload)).map_err(|e| format!("not a valid order: {e}"))?;
+    let text = String::from_utf8_lossy(&payload);
+    let mut order = if text.trim_start().starts_with('{') {
+        match serde_json::from_str::<serde_json::Value>(text.trim()) {
+            Ok(serde_json::Value::Object(o)) => o,
+            _ => return Err("not a valid order: not a JSON object".into()),
+        }
+    } else {
+        let crate::orders::OrderKind::Command { argv } = spec.kind else {
+            return Err("not a valid order: a plain-text order is a command line".into());
+        };
+        let mut o = serde_json::Map::new();
+        o.insert("cmd".into(), json!(argv));
+        o
+    };
+    for (field, value, option) in [
+        ("not_before", not_before, "--at/--in"),
+        ("key", key, "--key"),
+    ] {
+        let Some(value) = value else { continue };
+        if order.contains_key(field) {
+            return Err(format!(
+                "the order has '{field}' already: give it there or with {option}, not both"
+            ));
+        }
+        order.insert(field.into(), json!(value));
+    }
+    let out = serde_json::Value::Object(order).to_string().into_bytes();
+    crate::orders::parse(Some(&out)).map_err(|e| format!("not a valid order: {e}"))?;
+    Ok(out)
+}
+
+/// `now` plus `d` as RFC 3339 (ms), if it is a time RFC 3339 can write
+/// (up to the year 9999).
+fn in_from(now: std::time::SystemTime, d: Duration) -> Result<String, String> {
+    const YEAR_10000: Duration = Duration::from_secs(253_402_300_800);
+    match now.checked_add(d) {
+        Some(t)
+            if t.duration_since(std::time::UNIX_EPOCH)
+                .is_ok_and(|s| s < YEAR_10000) =>
+        {
+            Ok(humantime::format_rfc3339_millis(t).to_string())
+        }
+        _ => Err(format!(
+            "--in {}: too far ahead",
+            humantime::format_duration(d)
+        )),
+    }
+}
+
 impl SubmitArgs {
-    fn payload(&self) -> anyhow::Result<Vec<u8>> {
+    /// The order's `not_before` from `--at`, or `--in` from `now` (this
+    /// machine's clock), as RFC 3339.
+    fn not_before(&self, now: std::time::SystemTime) -> Result<Option<String>, String> {
+        if let Some(at) = &self.at {
+            return Ok(Some(at.clone()));
+        }
+        let Some(d) = self.in_ else {
+            return Ok(None);
+        };
+        in_from(now, d).map(Some)
+    }
+
+    fn base_payload(&self) -> anyhow::Result<Vec<u8>> {
         if let Some(t) = &self.text {
             return Ok(t.clone().into_bytes());
         }
@@ -76,7 +188,17 @@ impl SubmitArgs {
 }
 
 pub(crate) async fn run(args: SubmitArgs) -> anyhow::Result<Exit> {
-    let payload = args.payload()?;
+    let base = args.base_payload()?;
+    let terms = args
+        .not_before(std::time::SystemTime::now())
+        .and_then(|nb| with_terms(base, nb.as_deref(), args.key.as_deref()));
+    let payload = match terms {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("pool_worker submit: {e}");
+            return Ok(Exit::Config);
+        }
+    };
     send(&args.source, payload, &args.wait).await
 }
 
@@ -259,4 +381,147 @@ pub(crate) fn wait_completed(
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use serde_json::Value;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        submit: SubmitArgs,
+    }
+
+    fn args(a: &[&str]) -> Result<SubmitArgs, String> {
+        Cli::try_parse_from(std::iter::once("submit").chain(a.iter().copied()))
+            .map(|c| c.submit)
+            .map_err(|e| e.to_string())
+    }
+
+    fn json(p: &[u8]) -> Value {
+        serde_json::from_slice(p).unwrap()
+    }
+
+    #[test]
+    fn without_terms_the_payload_is_unchanged() {
+        assert_eq!(
+            with_terms(b"echo hi".to_vec(), None, None).unwrap(),
+            b"echo hi"
+        );
+        // Even an invalid one: check_and_send refuses it with the reason.
+        assert_eq!(with_terms(b"{".to_vec(), None, None).unwrap(), b"{");
+    }
+
+    #[test]
+    fn a_plain_text_order_becomes_its_words_in_json() {
+        let p = with_terms(
+            br#"sh -c "echo 'a b'" # note"#.to_vec(),
+            Some("2026-11-27T06:00:00Z"),
+            Some("db"),
+        )
+        .unwrap();
+        assert_eq!(
+            json(&p),
+            serde_json::json!({"cmd": ["sh", "-c", "echo 'a b'"],
+                "not_before": "2026-11-27T06:00:00Z", "key": "db"})
+        );
+        // The same program and arguments, run the same way (no shell).
+        let before = crate::orders::parse(Some(br#"sh -c "echo 'a b'" # note"#)).unwrap();
+        let after = crate::orders::parse(Some(&p)).unwrap();
+        assert_eq!((after.kind, after.shell), (before.kind, before.shell));
+        assert_eq!(after.not_before, Some(1_795_759_200_000));
+        assert_eq!(after.key.as_deref(), Some("db"));
+    }
+
+    #[test]
+    fn a_json_order_keeps_its_fields() {
+        let order = br#"{"cmd":["make"],"id":"n-1","env":{"A":"1"},"timeout_secs":5}"#;
+        let p = with_terms(order.to_vec(), None, Some("k")).unwrap();
+        assert_eq!(
+            json(&p),
+            serde_json::json!({"cmd": ["make"], "id": "n-1", "env": {"A": "1"},
+                "timeout_secs": 5, "key": "k"})
+        );
+        let p = with_terms(order.to_vec(), Some("2026-11-27T07:00:00+01:00"), None).unwrap();
+        assert_eq!(json(&p)["not_before"], "2026-11-27T07:00:00+01:00");
+        assert_eq!(json(&p).get("key"), None);
+    }
+
+    #[test]
+    fn terms_refused_with_a_reason() {
+        // The order says it already: the option would replace it silently.
+        let e = with_terms(br#"{"cmd":["x"],"key":"a"}"#.to_vec(), None, Some("b")).unwrap_err();
+        assert_eq!(
+            e,
+            "the order has 'key' already: give it there or with --key, not both"
+        );
+        let e = with_terms(
+            br#"{"cmd":["x"],"not_before":"2026-11-27T06:00:00Z"}"#.to_vec(),
+            Some("2026-11-28T06:00:00Z"),
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("'not_before' already") && e.contains("--at/--in"),
+            "{e}"
+        );
+        // Invalid orders and keys: the parser's reason.
+        let e = with_terms(b"echo 'unclosed".to_vec(), None, Some("k")).unwrap_err();
+        assert!(e.starts_with("not a valid order: "), "{e}");
+        let e = with_terms(b"true".to_vec(), None, Some("")).unwrap_err();
+        assert_eq!(e, "not a valid order: bad order: 'key' is empty");
+        let long = "k".repeat(257);
+        let e = with_terms(b"true".to_vec(), None, Some(&long)).unwrap_err();
+        assert!(e.contains("'key' is longer than 256 bytes"), "{e}");
+        let e = with_terms(b"{\"cmd\":[\"x\"],".to_vec(), None, Some("k")).unwrap_err();
+        assert!(e.starts_with("not a valid order: "), "{e}");
+    }
+
+    #[test]
+    fn in_is_from_now() {
+        let now = std::time::UNIX_EPOCH + Duration::from_millis(1_795_716_000_123);
+        let at = |d: &str| in_from(now, parse_in(d).unwrap()).unwrap();
+        assert_eq!(at("90s"), "2026-11-26T18:01:30.123Z");
+        assert_eq!(at("15m"), "2026-11-26T18:15:00.123Z");
+        assert_eq!(at("2h"), "2026-11-26T20:00:00.123Z");
+        assert_eq!(at("1d"), "2026-11-27T18:00:00.123Z");
+        assert_eq!(at("1h 30m"), "2026-11-26T19:30:00.123Z");
+        // What the workers read back.
+        assert_eq!(
+            crate::orders::check_not_before(&at("90s")),
+            Ok(1_795_716_090_123)
+        );
+        let e = in_from(now, Duration::from_secs(9000 * 365 * 86_400)).unwrap_err();
+        assert!(e.contains("too far ahead"), "{e}");
+        assert!(in_from(now, Duration::MAX).is_err());
+    }
+
+    #[test]
+    fn options() {
+        let a = args(&["--in", "15m", "--key", "db", "--", "make"]).unwrap();
+        assert_eq!(
+            (a.in_, a.key.as_deref()),
+            (Some(Duration::from_secs(900)), Some("db"))
+        );
+        let a = args(&["--at", "2026-11-27T06:00:00+01:00", "--text", "make"]).unwrap();
+        assert_eq!(a.at.as_deref(), Some("2026-11-27T06:00:00+01:00"));
+        assert_eq!(
+            a.not_before(std::time::UNIX_EPOCH).unwrap().as_deref(),
+            Some("2026-11-27T06:00:00+01:00")
+        );
+        let e = args(&["--at", "2026-11-27T06:00:00Z", "--in", "1m", "--", "x"]).unwrap_err();
+        assert!(e.contains("cannot be used with"), "{e}");
+        let e = args(&["--at", "tomorrow", "--", "x"]).unwrap_err();
+        assert!(e.contains("\"tomorrow\" is not an RFC 3339 time"), "{e}");
+        let e = args(&["--at", "1969-12-31T23:59:59Z", "--", "x"]).unwrap_err();
+        assert!(e.contains("at or after 1970"), "{e}");
+        let e = args(&["--in", "soon", "--", "x"]).unwrap_err();
+        assert!(e.contains("\"soon\" is not a duration like 90s"), "{e}");
+        assert!(args(&["--in", "-5m", "--", "x"]).is_err());
+        let a = args(&["--", "x"]).unwrap();
+        assert_eq!(a.not_before(std::time::SystemTime::now()), Ok(None));
+    }
 }

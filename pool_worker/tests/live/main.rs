@@ -14,6 +14,7 @@ mod apache_brokers;
 mod apache_compaction;
 mod apache_faults;
 mod apache_network;
+mod apache_parking;
 mod apache_security;
 mod chaos;
 mod e2e;

@@ -121,6 +121,7 @@ pub(crate) fn render_live(b: &Board, now: u64) -> String {
     instances_panel(&mut s, &rows, now);
     newest_panel(&mut s, b);
     failed_panel(&mut s, b);
+    parked_panel(&mut s, b, now);
     if b.view.foreign > 0 {
         let _ = write!(
             s,
@@ -313,6 +314,34 @@ fn failed_panel(s: &mut String, b: &Board) {
     s.push_str("</tbody></table></section>");
 }
 
+/// The parked orders' table (docs/protocol.md R54–R56: not due yet, or
+/// waiting for room on their key, held by nobody), as `status` lists
+/// them; nothing when there is none.
+fn parked_panel(s: &mut String, b: &Board, now: u64) {
+    let rows = crate::cli::status::parked_rows(&b.view, now);
+    if rows.is_empty() {
+        return;
+    }
+    let _ = write!(s, "<section class=\"panel\"><h2>Parked orders <small>{} held by nobody until due and their key has room</small></h2><table id=\"parked\"><thead><tr><th>order</th><th>due</th><th>key</th><th>attempt</th></tr></thead><tbody>", rows.len());
+    for p in &rows {
+        let order = p["order"].as_str().and_then(|o| o.parse::<OrderId>().ok());
+        let due = p["due"].as_bool().unwrap_or(true);
+        let when = match p["until"].as_str() {
+            Some(t) if due => format!("{} <span class=\"pill ok\">due</span>", esc(t)),
+            Some(t) => esc(t),
+            None => "– <span class=\"pill ok\">due</span>".into(),
+        };
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{when}</td><td>{}</td><td>{}</td></tr>",
+            order.map_or_else(|| "?".into(), order_link),
+            esc(&clip(p["key"].as_str().unwrap_or("–"), 80)),
+            p["attempt"].as_u64().unwrap_or(0)
+        );
+    }
+    s.push_str("</tbody></table></section>");
+}
+
 fn short_secs(s: f64) -> String {
     if s >= 60.0 {
         format!("{}m", s / 60.0)
@@ -390,7 +419,7 @@ pub(crate) fn render_order(
     }
     s.push_str("</section><section class=\"panel\"><h2>Story <small>as <code>pool_worker history</code> prints it</small></h2>");
     let mut out = Vec::new();
-    crate::cli::status::print_history(&mut out, false, order, story, &[], note);
+    crate::cli::status::print_history(&mut out, false, order, story, &[], note, None);
     let _ = write!(
         s,
         "<pre id=\"story\">{}</pre></section>",
@@ -422,6 +451,34 @@ mod tests {
             attempt: Some(1),
             last: None,
         }
+    }
+
+    /// The page lists the parked orders: due time, "due" once past, key
+    /// (escaped), attempt; no table when none is parked.
+    #[test]
+    fn the_page_lists_parked_orders() {
+        let mut b = Board::new();
+        let mut s = String::new();
+        parked_panel(&mut s, &b, 0);
+        assert_eq!(s, "");
+        b.view = crate::cli::status::tests::parking_view();
+        let mut s = String::new();
+        parked_panel(&mut s, &b, 1_795_716_030_000);
+        let rows: Vec<&str> = s.split("<tr>").skip(2).collect();
+        assert_eq!(rows.len(), 3, "{s}");
+        assert_eq!(
+            rows[0],
+            "<td><a href=\"/order/0:0\">0:0</a></td><td>2026-11-26T18:00:00.000Z <span class=\"pill ok\">due</span></td><td>a</td><td>1</td></tr>"
+        );
+        assert_eq!(
+            rows[1],
+            "<td><a href=\"/order/0:1\">0:1</a></td><td>– <span class=\"pill ok\">due</span></td><td>b\\x1b[2J</td><td>1</td></tr>"
+        );
+        assert!(
+            rows[2].starts_with("<td><a href=\"/order/0:2\">0:2</a></td><td>2026-11-26T18:01:00.000Z</td><td>–</td><td>2</td></tr>"),
+            "{s}"
+        );
+        assert!(s.contains("3 held by nobody"), "{s}");
     }
 
     /// The instances' table says when an instance's clock runs ahead of

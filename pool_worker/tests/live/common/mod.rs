@@ -1066,6 +1066,9 @@ pub struct OrderTrail {
     /// Valid revocations of a hold on this order (docs/protocol.md R37,
     /// R38): (position, holder, holder's fenced incarnation, revoker).
     pub revocations: Vec<(i64, u32, String, u32)>,
+    /// `parked` records about this order (docs/protocol.md R54): (position,
+    /// parker). A park releases the parker's hold as a yield would.
+    pub parks: Vec<(i64, u32)>,
 }
 
 impl OrderTrail {
@@ -1073,7 +1076,8 @@ impl OrderTrail {
     /// once: (earlier committer, later committer). A commit stops being valid
     /// when the committer's hold is revoked (a lease takeover): an effective
     /// commit by B after A's is legitimate only if a valid revocation of A's
-    /// hold on this order lies between A's commit and B's claim.
+    /// hold on this order lies between A's commit and B's claim, or A
+    /// parked the order (R54) between A's commit and B's.
     pub fn committed_by_two(&self) -> Vec<(u32, u32)> {
         let claim_before = |i: u32, pos: i64| {
             self.claims
@@ -1094,7 +1098,8 @@ impl OrderTrail {
                     .revocations
                     .iter()
                     .any(|r| r.1 == a && r.0 > pa && r.0 < b_claim);
-                if !revoked {
+                let parked = self.parks.iter().any(|p| p.1 == a && p.0 > pa && p.0 < pb);
+                if !revoked && !parked {
                     pairs.push((a, b));
                 }
             }
@@ -1360,6 +1365,20 @@ impl Audit {
                     }
                     t.completions.push((*pos, rec.clone()));
                 }
+                // R54: the parker's committed hold ends, as yielded; the
+                // order waits, held by nobody, for a claim (not late).
+                Event::Parked => {
+                    t.parks.push((*pos, i));
+                    if holds.get(&i).is_some_and(|h| h.0 == order) {
+                        holds.remove(&i);
+                    }
+                    if live.get(&i).is_some_and(|(o, _, _)| *o == order) {
+                        live.remove(&i);
+                    }
+                    if let Some(s) = stances.entry(order).or_default().get_mut(&i) {
+                        *s = Event::Yielded;
+                    }
+                }
                 _ => {}
             }
         }
@@ -1541,9 +1560,16 @@ pub use figures::record_figures;
 pub fn show_all(recs: &[(i64, Record)]) -> String {
     recs.iter()
         .map(|(p, r)| {
+            // Records about a parked order are keyed `park:P:O` (R54):
+            // their writer and event are said beside the key.
+            let key = r.key();
+            let who = if key.starts_with("park:") {
+                format!(" {}:{}", r.instance, r.event())
+            } else {
+                String::new()
+            };
             format!(
-                "  #{p} {}{} {} {:?} attempt {} seq {}",
-                r.key(),
+                "  #{p} {key}{who}{} {} {:?} attempt {} seq {}",
                 r.by().map(|b| format!(" by {b}")).unwrap_or_default(),
                 r.incarnation,
                 r.order(),
