@@ -113,7 +113,9 @@ impl Contest {
         !self.late_for(i)
             && self.completed_at.is_none()
             && self.finished.is_none()
-            && self.rivals(i).all(|(_, (_, s))| matches!(s, Stance::Yielded | Stance::Completed))
+            && self
+                .rivals(i)
+                .all(|(_, (_, s))| matches!(s, Stance::Yielded | Stance::Completed))
     }
 
     /// The stances of `i`'s rivals in the current round (R55): every

@@ -713,8 +713,7 @@ impl Worker {
                 self.view.key_ahead(self.me, k, at) >= self.settings.key_concurrency as usize;
             // Fairness, for a first run only: a retry's first run may have
             // started (a resumed hold keeps its place, R21).
-            let behind =
-                attempt == Attempt::FIRST && self.view.parked_ahead(order, k, self.now);
+            let behind = attempt == Attempt::FIRST && self.view.parked_ahead(order, k, self.now);
             if (full || behind) && !flawed!(self.settings, IgnoreKeyLimit) {
                 return self.park(order, attempt, terms);
             }

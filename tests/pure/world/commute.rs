@@ -80,7 +80,14 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
     // do not all say their key.)
     let keyed = |r: &Record| {
         r.order_keyed
-            || matches!(&r.body, Body::Parked { .. } | Body::Lease { order_key: Some(_), .. })
+            || matches!(
+                &r.body,
+                Body::Parked { .. }
+                    | Body::Lease {
+                        order_key: Some(_),
+                        ..
+                    }
+            )
     };
     if (keyed(a) && b.order().is_some()) || (keyed(b) && a.order().is_some()) {
         return true;

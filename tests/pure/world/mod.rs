@@ -1484,7 +1484,10 @@ impl World {
         if let Some(w) = &self.inst(i).worker {
             let own = w.view.instance(i.into()).and_then(|s| s.revoked.as_ref());
             if own == Some(&w.incarnation) {
-                let what = format!("instance {i} ({}) runs order {order} after reading its own revocation", w.incarnation);
+                let what = format!(
+                    "instance {i} ({}) runs order {order} after reading its own revocation",
+                    w.incarnation
+                );
                 self.violate(RUN_AFTER_REVOKED, what);
             }
         }
@@ -1497,7 +1500,12 @@ impl World {
         let (prev, runs, deaths) = (og.runner, og.runs, og.deaths_running);
         og.runner = Some(i);
         if let Some(j) = prev.filter(|j| *j != i) {
-            self.violate(RUN_BY_TWO, format!("instance {i} runs order {order} (attempt {attempt}), which instance {j} ran"));
+            self.violate(
+                RUN_BY_TWO,
+                format!(
+                    "instance {i} runs order {order} (attempt {attempt}), which instance {j} ran"
+                ),
+            );
         } else if runs > 1 + deaths {
             self.violate(RUN_TWICE, format!("instance {i} runs order {order} for the {runs}th time (attempt {attempt}) but died running it only {deaths} times"));
         }
