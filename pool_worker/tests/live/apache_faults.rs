@@ -3,14 +3,26 @@
 //! `min.insync.replicas=2` (what it recommends), three instances with the
 //! workers' defaults. Mid-run the leader of the claims partition is
 //! SIGKILLed (and stays dead); later the claims partition's new leader is
-//! SIGSTOPped for 10 s and resumed. 0 orders lost, 0 completed twice. How
-//! long the pool stalled around each fault (the longest gap between
-//! completions) is printed and written with `record_figures`, not asserted.
+//! SIGSTOPped for 10 s and resumed. 0 orders lost, 0 completed twice, none
+//! committed by two instances at once. How long the pool stalled around
+//! each fault (the longest gap between completions) is printed and written
+//! with `record_figures`, not asserted.
+//!
+//! Under heavy load a hold can go unrenewed for `LEASE_MS` on a reader's
+//! clock around the faults (appends stall while the claims partition has no
+//! leader or too few in-sync replicas): then it is validly revoked and taken
+//! over (docs/protocol.md R36-R40), its first effective commit is not the
+//! completer's and its job may have run twice. The checks allow exactly
+//! that, no more: each change of hands after a valid revocation, the
+//! completion by the newest committer, at most one run per commit. (To see
+//! takeovers here without the load, point `POOL_WORKER_BIN` at a wrapper
+//! script that exports `LEASE_MS=8000` and runs the binary: the faults'
+//! ~10 s stalls then outlast a lease.)
 
 use crate::apache::orders_of;
 use crate::common::apache::{Apache, ApacheOpts};
 use crate::common::*;
-use crate::e2e::{assert_completed_ok_by_committer, assert_ledger_once};
+use crate::e2e::{assert_completed_ok_by_committer, assert_ledger_runs};
 use pool_worker::record::{Event, Record};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
@@ -188,7 +200,7 @@ fn apache_faults_leader_killed_and_broker_paused_lose_nothing_and_run_nothing_tw
     drop(sup);
     audit.check_exactly_once(&orders).unwrap();
     assert_completed_ok_by_committer(&audit);
-    assert_ledger_once(&ledger, &orders, &audit);
+    assert_ledger_runs(&ledger, &orders, &audit);
 
     let times = seen.lock().unwrap().clone();
     let (kill_gap, kill_first) = stall(&times, killed_at, stopped_at);
@@ -197,11 +209,16 @@ fn apache_faults_leader_killed_and_broker_paused_lose_nothing_and_run_nothing_tw
         "apache_faults: {ORDERS} orders, 3 instances, RF 3, min.insync.replicas=2: \
          leader SIGKILL: longest gap between completions {} ms, first completion {} ms after; \
          leader SIGSTOP 10 s: longest gap {} ms, first completion {} ms after; \
-         0 lost, 0 twice",
+         0 lost, 0 completed twice, {} taken over",
         kill_gap.as_millis(),
         kill_first.as_millis(),
         stop_gap.as_millis(),
-        stop_first.as_millis()
+        stop_first.as_millis(),
+        audit
+            .orders
+            .values()
+            .filter(|t| !t.revocations.is_empty())
+            .count()
     );
     eprintln!("{line}");
     record_figures(&line);

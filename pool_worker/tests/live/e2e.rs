@@ -25,22 +25,96 @@ fn counts(lines: &[String]) -> BTreeMap<String, usize> {
     m
 }
 
-/// Asserts that the ledger holds exactly one line "P:O" per order.
-/// Every order's commit precedes its completion, by the same instance, and
-/// the job succeeded.
+/// Every order's first completion comes after its effective commits, is by
+/// the instance holding the newest of them, and its job succeeded.
+///
+/// The first effective commit need not be the completer's: a hold whose
+/// lease lapsed (its process stalled, or dead and not yet resumed, for
+/// `LEASE_MS` on a reader's clock: R36) may be validly revoked by an idle
+/// instance, which then claims the order itself and commits it as a retry
+/// (docs/protocol.md R37-R40). So between any two consecutive effective
+/// commits there must be a valid revocation (R37, R38) of the earlier
+/// committer's hold, after its commit and before the later committer's
+/// claim (I1: a second commit only after the first hold was revoked); no
+/// effective commit may follow the completion (R32.1); and the completer's
+/// own hold must not have been revoked between its commit and the
+/// completion (R38: it would be void). How many times the jobs ran, at
+/// most once per commit, is [`assert_ledger_runs`]' business. (Parked
+/// orders, R54, which change hands without a revocation, are not among the
+/// orders the callers send.)
 pub(crate) fn assert_completed_ok_by_committer(audit: &Audit) {
     for (id, t) in &audit.orders {
+        let show = || audit.show((id.partition, id.offset));
         let (pos, done) = &t.completions[0];
-        let (cpos, ci) = t.effective_commits[0];
         assert!(
-            cpos < *pos && ci == done.instance.get(),
-            "{id}: {}",
-            audit.show((id.partition, id.offset))
+            !t.effective_commits.is_empty() && t.effective_commits.iter().all(|c| c.0 < *pos),
+            "{id}: effective commits {:?}, first completion at #{pos}\n{}",
+            t.effective_commits,
+            show()
+        );
+        // The position of `i`'s newest claim at or before `pos` (a claim that
+        // was its own commit, R34, is at the commit's position).
+        let claim_at = |i: u32, pos: i64| {
+            t.claims
+                .iter()
+                .filter(|c| c.1 == i && c.0 <= pos)
+                .map(|c| c.0)
+                .max()
+                .unwrap_or(pos)
+        };
+        for w in t.effective_commits.windows(2) {
+            let ((pa, a), (pb, b)) = (w[0], w[1]);
+            let b_claim = claim_at(b, pb);
+            assert!(
+                t.revocations
+                    .iter()
+                    .any(|r| r.1 == a && pa < r.0 && r.0 < b_claim),
+                "{id}: instance {b} committed at #{pb} (claim #{b_claim}) with no valid \
+                 revocation of instance {a}'s hold committed at #{pa} between them\n{}",
+                show()
+            );
+        }
+        let (cpos, ci) = *t.effective_commits.last().expect("checked above");
+        assert!(
+            ci == done.instance.get()
+                && !t
+                    .revocations
+                    .iter()
+                    .any(|r| r.1 == ci && cpos < r.0 && r.0 < *pos),
+            "{id}: completed at #{pos} by {}, but the newest effective commit is #{cpos} by {ci} \
+             (or its hold was revoked before the completion)\n{}",
+            done.instance,
+            show()
         );
         assert_eq!(done.outcome().map(|o| o.status), Some(Status::Ok), "{id}");
     }
 }
 
+/// Asserts that the ledger holds, per order, one line "P:O" per run its
+/// claims trail allows: exactly one where the order was committed once; at
+/// least one (the completer's run, whose job succeeded) and at most one per
+/// commit before its completion where it was committed again, which only a
+/// takeover after a valid revocation (R37-R40) or a retry after its
+/// runner's death (R21) does (I5: a second run only after a death or a
+/// revocation). A run of a revoked hold may or may not have reached its
+/// job's side effect before it was frozen (R53) or killed (R38).
+pub(crate) fn assert_ledger_runs(ledger: &std::path::Path, orders: &[(i32, i64)], audit: &Audit) {
+    let c = counts(&crate::common::ledger(ledger));
+    for &(p, o) in orders {
+        let n = c.get(&format!("{p}:{o}")).copied().unwrap_or(0);
+        let t = &audit.orders[&OrderId::new(p, o)];
+        let done = t.completions[0].0;
+        let runs = t.commits.iter().filter(|c| c.0 < done).count();
+        assert!(
+            (1..=runs.max(1)).contains(&n),
+            "order {p}:{o} ran {n} times, its claims trail shows {runs} commits\n{}",
+            audit.show((p, o))
+        );
+    }
+    assert_eq!(c.len(), orders.len(), "unexpected ledger lines: {c:?}");
+}
+
+/// Asserts that the ledger holds exactly one line "P:O" per order.
 pub(crate) fn assert_ledger_once(ledger: &std::path::Path, orders: &[(i32, i64)], audit: &Audit) {
     let c = counts(&crate::common::ledger(ledger));
     for &(p, o) in orders {
