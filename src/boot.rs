@@ -79,6 +79,10 @@ pub struct Contest {
     /// are of an earlier round, which the park ended (R55): they yield,
     /// and no claim after it counts them as rivals.
     pub round: Option<Position>,
+    /// Claimants whose claim came after the order's park but without
+    /// `unpark` (made before its writer read the park): of the round the
+    /// park ended, like the claims before it (R55).
+    pub stale: BTreeSet<InstanceNo>,
 }
 
 impl Contest {
@@ -124,15 +128,17 @@ impl Contest {
         &self,
         i: InstanceNo,
     ) -> impl Iterator<Item = (&InstanceNo, &(Position, Stance))> + '_ {
-        self.stances
-            .iter()
-            .filter(move |(j, (at, _))| **j != i && self.round.is_none_or(|r| *at > r))
+        self.stances.iter().filter(move |(j, (at, _))| {
+            **j != i && !self.stale.contains(j) && self.round.is_none_or(|r| *at > r)
+        })
     }
 
-    /// Whether `i`'s claim is of a round that a park ended (R55).
+    /// Whether `i`'s claim is of a round that a park ended (R55): made
+    /// before the order's newest park, or after it without `unpark`. The
+    /// position of that park.
     pub fn outrun(&self, i: InstanceNo) -> Option<Position> {
         let (at, _) = self.stances.get(&i)?;
-        self.round.filter(|r| at < r)
+        self.round.filter(|r| at < r || self.stale.contains(&i))
     }
 
     /// Whether nobody is still deciding or running this order.

@@ -48,6 +48,14 @@ impl View {
         });
         let rank = rank.unwrap_or(i.get());
         contest.claim(i, pos, rank);
+        // R55: a first claim of an order parked since, made before its
+        // writer read the park, is of the round the park ended.
+        let stale = contest.round.is_some() && !takeover && !unpark;
+        if stale {
+            contest.stale.insert(i);
+        } else {
+            contest.stale.remove(&i);
+        }
         if continues {
             // As the pending hold was.
         } else if takeover {
@@ -57,7 +65,7 @@ impl View {
         }
         // R34: a first claim that met no rival is its own decision, a
         // commit at the claim's own position (no `committed` follows it).
-        let fused = !takeover && contest.unrivalled_for(i);
+        let fused = !takeover && !stale && contest.unrivalled_for(i);
         if fused {
             contest.stances.insert(i, (pos, Stance::Committed));
         }

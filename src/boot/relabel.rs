@@ -224,6 +224,7 @@ impl Contest {
             heirs,
             parked_once,
             round,
+            stale,
         } = self;
         let f = r.position;
         stances.len().hash(h);
@@ -236,6 +237,6 @@ impl Contest {
             .as_ref()
             .map(|(p, out)| (f(*p), r.outcome(out)))
             .hash(h);
-        (ranks, heirs, parked_once, round.map(f)).hash(h);
+        (ranks, heirs, parked_once, round.map(f), stale).hash(h);
     }
 }

@@ -297,6 +297,7 @@ impl From<&Contest> for wire::Contest {
             heirs,
             parked_once,
             round,
+            stale,
         } = c;
         wire::Contest {
             stances: stances
@@ -312,6 +313,7 @@ impl From<&Contest> for wire::Contest {
             heirs: heirs.clone(),
             parked_once: *parked_once,
             round: *round,
+            stale: stale.clone(),
         }
     }
 }
@@ -327,6 +329,7 @@ impl From<&wire::Contest> for Contest {
             heirs,
             parked_once,
             round,
+            stale,
         } = c;
         Contest {
             stances: stances
@@ -340,6 +343,7 @@ impl From<&wire::Contest> for Contest {
             heirs: heirs.clone(),
             parked_once: *parked_once,
             round: *round,
+            stale: stale.clone(),
         }
     }
 }

@@ -126,6 +126,9 @@ pub struct Contest {
     /// Position of its newest park (R55). Absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<Position>,
+    /// Claimants after the park without `unpark` (R55). Absent: none.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub stale: BTreeSet<InstanceNo>,
 }
 
 /// An instance's stance on one order.
