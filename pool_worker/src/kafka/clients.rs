@@ -854,7 +854,7 @@ impl Kafka {
             std::thread::spawn(move || drop(producer.ask_metadata(&topic, REQUEST_TIMEOUT)));
         }
         let principal = crate::kafka::topics::principal(&self.props);
-        let (n, _, warning) = tokio::try_join!(
+        let (n, orders, warning) = tokio::try_join!(
             partitions(
                 self.consumer.clone(),
                 |c| c,
@@ -890,6 +890,13 @@ impl Kafka {
             },
         )?;
         crate::kafka::topics::one_partition(&self.claims_topic, n)?;
+        // The orders topic's partitions (Kafka numbers them 0..n), just
+        // asked: [`Kafka::order_ends`] reuses them for PARTITIONS_REFRESH
+        // instead of asking again, on every boot (issue 35).
+        if let Ok(mut c) = self.order_partitions.lock() {
+            *c = Some((std::time::Instant::now(), (0..orders).collect()));
+        }
+        self.gate.saw_partitions(0..orders);
         if let Some(w) = warning {
             tracing::warn!(instance = self.instance, "{w}");
         }
@@ -1339,9 +1346,8 @@ impl Kafka {
             let cache = self.order_partitions.clone();
             let r = blocking(move || -> Result<BTreeMap<i32, i64>, KafkaError> {
                 // The partition list (a metadata request) at most every
-                // PARTITIONS_REFRESH; then the partitions' ends (one request
-                // each) in parallel: ~1 ms per order saved at N=1 and more
-                // with more partitions.
+                // PARTITIONS_REFRESH; then the partitions' ends, one
+                // ListOffsets request per leader (`ask_ends`).
                 let cached = cache
                     .lock()
                     .ok()
@@ -1358,19 +1364,7 @@ impl Kafka {
                         parts
                     }
                 };
-                let high = |p: i32| {
-                    meta.ask_watermarks(&topic, p, REQUEST_TIMEOUT)
-                        .map(|(_, h)| (p, h))
-                };
-                if parts.len() <= 1 {
-                    return parts.into_iter().map(high).collect();
-                }
-                std::thread::scope(|sc| {
-                    let asks: Vec<_> = parts.iter().map(|&p| sc.spawn(move || high(p))).collect();
-                    asks.into_iter()
-                        .map(|a| a.join().unwrap_or(Err(KafkaError::Canceled)))
-                        .collect()
-                })
+                meta.ask_ends(&topic, &parts, REQUEST_TIMEOUT)
             })
             .await;
             if !matches!(r, Ok(Ok(_))) {
@@ -1593,9 +1587,9 @@ impl Kafka {
     fn check_order_watermark(&self, partition: i32, offset: i64) {
         let ask = || {
             self.producer()
-                .ask_watermarks(&self.orders_topic, partition, REQUEST_TIMEOUT)
+                .ask_ends(&self.orders_topic, &[partition], REQUEST_TIMEOUT)
                 .ok()
-                .map(|(_, high)| high)
+                .and_then(|ends| ends.get(&partition).copied())
         };
         if let Err(p) = crate::kafka::topics::check_watermark(
             self.consumer.client(),
