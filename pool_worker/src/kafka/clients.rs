@@ -1409,8 +1409,8 @@ impl Kafka {
     /// Points the consumer's orders partitions at `from` and fetches them,
     /// pausing the other orders partitions it has. A partition new to the
     /// consumer is assigned (incrementally: the claims partition stays as it
-    /// is); one it has is sought, which drops whatever was fetched before
-    /// (and waits until it is dropped), and then resumed.
+    /// is); one it has is resumed and then sought, which drops whatever
+    /// was fetched before (and waits until it is dropped).
     fn read_orders_at(&self, from: &BTreeMap<i32, i64>) -> Result<(), KafkaError> {
         let mut st = self.orders.lock().unwrap_or_else(|p| p.into_inner());
         let tpl = |parts: &mut dyn Iterator<Item = (i32, Offset)>| -> Result<TopicPartitionList, KafkaError> {
@@ -1436,13 +1436,13 @@ impl Kafka {
         let (known, new): (Vec<_>, Vec<_>) =
             from.iter().partition(|(p, _)| st.assigned.contains(p));
         if !known.is_empty() {
-            let sought = self.consumer.seek_partitions(
-                tpl(&mut known.iter().map(|(&p, &o)| (p, Offset::Offset(o))))?,
-                REQUEST_TIMEOUT,
-            )?;
-            if let Some(e) = sought.elements().iter().find_map(|e| e.error().err()) {
-                return Err(e);
-            }
+            // Resumed first, then sought, as the claims partition is at a
+            // standby's `go` ([`ClaimsReader::resume_where_read`]): a
+            // resume does not wake the consumer's broker thread, asleep
+            // for up to a second when it had nothing to fetch, and the
+            // seek's return to an active fetch state does only when it
+            // comes after the resume. Whatever is fetched between the two
+            // is dropped by the seek.
             let paused: Vec<_> = known
                 .iter()
                 .map(|(&p, _)| p)
@@ -1451,6 +1451,14 @@ impl Kafka {
             if !paused.is_empty() {
                 self.consumer
                     .resume(&tpl(&mut paused.iter().map(|&p| (p, Offset::Invalid)))?)?;
+                st.fetching.extend(paused);
+            }
+            let sought = self.consumer.seek_partitions(
+                tpl(&mut known.iter().map(|(&p, &o)| (p, Offset::Offset(o))))?,
+                REQUEST_TIMEOUT,
+            )?;
+            if let Some(e) = sought.elements().iter().find_map(|e| e.error().err()) {
+                return Err(e);
             }
         }
         if !new.is_empty() {
