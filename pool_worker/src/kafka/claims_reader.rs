@@ -96,6 +96,10 @@ pub struct Gate {
     orders_topic: String,
     /// The highest end offset known of each orders partition.
     known: Arc<std::sync::Mutex<BTreeMap<i32, i64>>>,
+    /// Orders partitions known to exist (a partition is never removed):
+    /// a record these ends, asked fresh, find possible is the pool's
+    /// without asking for the topic's metadata again.
+    partitions: Arc<std::sync::Mutex<Vec<i32>>>,
 }
 
 impl Gate {
@@ -104,6 +108,16 @@ impl Gate {
             key,
             orders_topic: orders_topic.to_string(),
             known: Arc::default(),
+            partitions: Arc::default(),
+        }
+    }
+
+    /// Notes that the orders topic has (at least) `partitions`.
+    pub(crate) fn saw_partitions(&self, partitions: impl IntoIterator<Item = i32>) {
+        if let Ok(mut k) = self.partitions.lock() {
+            k.extend(partitions);
+            k.sort_unstable();
+            k.dedup();
         }
     }
 
@@ -141,6 +155,23 @@ impl Gate {
         {
             return Ok(rec);
         }
+        // Ends asked now for the partitions known to exist: a record they
+        // find possible is (a partition the record names is among them, and
+        // its end is fresh). Only one they refuse is judged on the topic's
+        // metadata too (a partition added since, or a foreign record).
+        let parts = self
+            .partitions
+            .lock()
+            .map(|k| k.clone())
+            .unwrap_or_default();
+        if !parts.is_empty() {
+            if let Ok(ends) = client.ask_ends(&self.orders_topic, &parts, REQUEST_TIMEOUT) {
+                self.saw_ends(&ends);
+                if rec.impossible(&ends).is_none() {
+                    return Ok(rec);
+                }
+            }
+        }
         let mut backoff = backoff::REQUEST;
         let fresh = loop {
             match order_ends_now(client, &self.orders_topic) {
@@ -158,6 +189,7 @@ impl Gate {
             backoff.wait_blocking();
         };
         self.saw_ends(&fresh);
+        self.saw_partitions(fresh.keys().copied());
         match rec.impossible(&fresh) {
             Some(why) => Err(Foreign::Impossible(why)),
             None => Ok(rec),
@@ -425,10 +457,13 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
 
     /// The claims topic's end offset now.
     pub fn end(&self, timeout: Duration) -> anyhow::Result<u64> {
-        let (_, high) = self
+        let high = self
             .asks
-            .ask_watermarks(&self.topic, 0, timeout)
-            .with_context(|| format!("cannot read topic '{}'", self.topic))?;
+            .ask_ends(&self.topic, &[0], timeout)
+            .with_context(|| format!("cannot read topic '{}'", self.topic))?
+            .get(&0)
+            .copied()
+            .unwrap_or(0);
         Ok(high.max(0) as u64)
     }
 
@@ -465,9 +500,9 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                 // request would wait behind its held fetch.
                 let ask = || {
                     self.asks
-                        .ask_watermarks(&self.topic, m.partition(), REQUEST_TIMEOUT)
+                        .ask_ends(&self.topic, &[m.partition()], REQUEST_TIMEOUT)
                         .ok()
-                        .map(|(_, high)| high)
+                        .and_then(|ends| ends.get(&m.partition()).copied())
                 };
                 let end = crate::kafka::topics::cached_high(
                     self.consumer.client(),

@@ -854,7 +854,7 @@ impl Kafka {
             std::thread::spawn(move || drop(producer.ask_metadata(&topic, REQUEST_TIMEOUT)));
         }
         let principal = crate::kafka::topics::principal(&self.props);
-        let (n, _, warning) = tokio::try_join!(
+        let (n, orders, warning) = tokio::try_join!(
             partitions(
                 self.consumer.clone(),
                 |c| c,
@@ -890,6 +890,13 @@ impl Kafka {
             },
         )?;
         crate::kafka::topics::one_partition(&self.claims_topic, n)?;
+        // The orders topic's partitions (Kafka numbers them 0..n), just
+        // asked: [`Kafka::order_ends`] reuses them for PARTITIONS_REFRESH
+        // instead of asking again, on every boot (issue 35).
+        if let Ok(mut c) = self.order_partitions.lock() {
+            *c = Some((std::time::Instant::now(), (0..orders).collect()));
+        }
+        self.gate.saw_partitions(0..orders);
         if let Some(w) = warning {
             tracing::warn!(instance = self.instance, "{w}");
         }
@@ -1339,9 +1346,8 @@ impl Kafka {
             let cache = self.order_partitions.clone();
             let r = blocking(move || -> Result<BTreeMap<i32, i64>, KafkaError> {
                 // The partition list (a metadata request) at most every
-                // PARTITIONS_REFRESH; then the partitions' ends (one request
-                // each) in parallel: ~1 ms per order saved at N=1 and more
-                // with more partitions.
+                // PARTITIONS_REFRESH; then the partitions' ends, one
+                // ListOffsets request per leader (`ask_ends`).
                 let cached = cache
                     .lock()
                     .ok()
@@ -1358,19 +1364,7 @@ impl Kafka {
                         parts
                     }
                 };
-                let high = |p: i32| {
-                    meta.ask_watermarks(&topic, p, REQUEST_TIMEOUT)
-                        .map(|(_, h)| (p, h))
-                };
-                if parts.len() <= 1 {
-                    return parts.into_iter().map(high).collect();
-                }
-                std::thread::scope(|sc| {
-                    let asks: Vec<_> = parts.iter().map(|&p| sc.spawn(move || high(p))).collect();
-                    asks.into_iter()
-                        .map(|a| a.join().unwrap_or(Err(KafkaError::Canceled)))
-                        .collect()
-                })
+                meta.ask_ends(&topic, &parts, REQUEST_TIMEOUT)
             })
             .await;
             if !matches!(r, Ok(Ok(_))) {
@@ -1415,8 +1409,8 @@ impl Kafka {
     /// Points the consumer's orders partitions at `from` and fetches them,
     /// pausing the other orders partitions it has. A partition new to the
     /// consumer is assigned (incrementally: the claims partition stays as it
-    /// is); one it has is sought, which drops whatever was fetched before
-    /// (and waits until it is dropped), and then resumed.
+    /// is); one it has is resumed and then sought, which drops whatever
+    /// was fetched before (and waits until it is dropped).
     fn read_orders_at(&self, from: &BTreeMap<i32, i64>) -> Result<(), KafkaError> {
         let mut st = self.orders.lock().unwrap_or_else(|p| p.into_inner());
         let tpl = |parts: &mut dyn Iterator<Item = (i32, Offset)>| -> Result<TopicPartitionList, KafkaError> {
@@ -1442,13 +1436,13 @@ impl Kafka {
         let (known, new): (Vec<_>, Vec<_>) =
             from.iter().partition(|(p, _)| st.assigned.contains(p));
         if !known.is_empty() {
-            let sought = self.consumer.seek_partitions(
-                tpl(&mut known.iter().map(|(&p, &o)| (p, Offset::Offset(o))))?,
-                REQUEST_TIMEOUT,
-            )?;
-            if let Some(e) = sought.elements().iter().find_map(|e| e.error().err()) {
-                return Err(e);
-            }
+            // Resumed first, then sought, as the claims partition is at a
+            // standby's `go` ([`ClaimsReader::resume_where_read`]): a
+            // resume does not wake the consumer's broker thread, asleep
+            // for up to a second when it had nothing to fetch, and the
+            // seek's return to an active fetch state does only when it
+            // comes after the resume. Whatever is fetched between the two
+            // is dropped by the seek.
             let paused: Vec<_> = known
                 .iter()
                 .map(|(&p, _)| p)
@@ -1457,6 +1451,14 @@ impl Kafka {
             if !paused.is_empty() {
                 self.consumer
                     .resume(&tpl(&mut paused.iter().map(|&p| (p, Offset::Invalid)))?)?;
+                st.fetching.extend(paused);
+            }
+            let sought = self.consumer.seek_partitions(
+                tpl(&mut known.iter().map(|(&p, &o)| (p, Offset::Offset(o))))?,
+                REQUEST_TIMEOUT,
+            )?;
+            if let Some(e) = sought.elements().iter().find_map(|e| e.error().err()) {
+                return Err(e);
             }
         }
         if !new.is_empty() {
@@ -1593,9 +1595,9 @@ impl Kafka {
     fn check_order_watermark(&self, partition: i32, offset: i64) {
         let ask = || {
             self.producer()
-                .ask_watermarks(&self.orders_topic, partition, REQUEST_TIMEOUT)
+                .ask_ends(&self.orders_topic, &[partition], REQUEST_TIMEOUT)
                 .ok()
-                .map(|(_, high)| high)
+                .and_then(|ends| ends.get(&partition).copied())
         };
         if let Err(p) = crate::kafka::topics::check_watermark(
             self.consumer.client(),

@@ -291,6 +291,12 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// process, issue 27). Watermarks are the `isolation.level`'s (the
 /// default, read_committed, for both: a producer's configuration has it
 /// too, and librdkafka's ListOffsets sends it).
+///
+/// A partition's end alone is [`Asks::ask_ends`]: one ListOffsets request
+/// per leader for all the partitions asked, where librdkafka's
+/// `fetch_watermarks` ([`Asks::ask_watermarks`]) sends two per partition
+/// (one for the log start, one for the end: KAFKA-1588); half the
+/// ListOffsets of a worker process (issue 35, bench/RESULTS.md).
 pub trait Asks: Send + Sync {
     fn ask_metadata(&self, topic: &str, timeout: Duration) -> Result<Metadata, KafkaError>;
     fn ask_watermarks(
@@ -299,6 +305,54 @@ pub trait Asks: Send + Sync {
         partition: i32,
         timeout: Duration,
     ) -> Result<(i64, i64), KafkaError>;
+    fn ask_ends(
+        &self,
+        topic: &str,
+        partitions: &[i32],
+        timeout: Duration,
+    ) -> Result<BTreeMap<i32, i64>, KafkaError>;
+}
+
+/// The end offsets of `partitions` of `topic`, asked through `client`: the
+/// high watermark `fetch_watermarks` gives (the same ListOffsets request for
+/// the latest offset, at the client's `isolation.level`: the last stable
+/// offset under read_committed), without the request for the log start.
+/// `rd_kafka_offsets_for_times` with `RD_KAFKA_OFFSET_END` (-1, "latest")
+/// as the timestamp sends one request per partition leader.
+pub fn ends_of<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+    partitions: &[i32],
+    timeout: Duration,
+) -> Result<BTreeMap<i32, i64>, KafkaError> {
+    use rdkafka::{Offset, TopicPartitionList};
+    if partitions.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let mut tpl = TopicPartitionList::new();
+    for &p in partitions {
+        tpl.add_partition_offset(topic, p, Offset::End)?;
+    }
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: the client pointer is live for `client`'s lifetime and `tpl`
+    // is a valid list it owns; librdkafka only updates the list's offsets
+    // and errors in place (rd_kafka_offsets_for_times, rdkafka.h).
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_offsets_for_times(client.native_ptr(), tpl.ptr(), ms)
+    };
+    if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
+        return Err(KafkaError::MetadataFetch(err.into()));
+    }
+    tpl.elements()
+        .iter()
+        .map(|e| {
+            e.error()?;
+            match e.offset() {
+                Offset::Offset(o) => Ok((e.partition(), o)),
+                _ => Err(KafkaError::MetadataFetch(RDKafkaErrorCode::Fail)),
+            }
+        })
+        .collect()
 }
 
 impl<C: ConsumerContext> Asks for BaseConsumer<C> {
@@ -312,6 +366,14 @@ impl<C: ConsumerContext> Asks for BaseConsumer<C> {
         timeout: Duration,
     ) -> Result<(i64, i64), KafkaError> {
         self.client().fetch_watermarks(topic, partition, timeout)
+    }
+    fn ask_ends(
+        &self,
+        topic: &str,
+        partitions: &[i32],
+        timeout: Duration,
+    ) -> Result<BTreeMap<i32, i64>, KafkaError> {
+        ends_of(self.client(), topic, partitions, timeout)
     }
 }
 
@@ -328,6 +390,15 @@ impl<C: rdkafka::producer::ProducerContext> Asks for rdkafka::producer::BaseProd
     ) -> Result<(i64, i64), KafkaError> {
         use rdkafka::producer::Producer as _;
         self.client().fetch_watermarks(topic, partition, timeout)
+    }
+    fn ask_ends(
+        &self,
+        topic: &str,
+        partitions: &[i32],
+        timeout: Duration,
+    ) -> Result<BTreeMap<i32, i64>, KafkaError> {
+        use rdkafka::producer::Producer as _;
+        ends_of(self.client(), topic, partitions, timeout)
     }
 }
 
@@ -350,14 +421,7 @@ pub(crate) fn order_ends_now<A: Asks + ?Sized>(
     client: &A,
     topic: &str,
 ) -> Result<BTreeMap<i32, i64>, KafkaError> {
-    partitions_now(client, topic)?
-        .into_iter()
-        .map(|p| {
-            client
-                .ask_watermarks(topic, p, REQUEST_TIMEOUT)
-                .map(|(_, h)| (p, h))
-        })
-        .collect()
+    client.ask_ends(topic, &partitions_now(client, topic)?, REQUEST_TIMEOUT)
 }
 
 /// How long the DescribeConfigs request may take.
