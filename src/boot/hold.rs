@@ -56,6 +56,11 @@ impl View {
         } else {
             contest.stale.remove(&i);
         }
+        // R55: any other claim of a parked order takes it out of the park
+        // (its holder announces its key again, R56).
+        if !stale {
+            self.parked.remove(&order);
+        }
         if continues {
             // As the pending hold was.
         } else if takeover {
@@ -70,9 +75,6 @@ impl View {
             contest.stances.insert(i, (pos, Stance::Committed));
         }
         raise(&mut self.frontier, order.partition, order.offset + 1);
-        // R55: a claim of a parked order takes it out of the park (its
-        // holder announces its key again, R56).
-        self.parked.remove(&order);
         let inst = self.instances.entry(i).or_default();
         inst.hold = Some(Hold {
             order,
