@@ -502,8 +502,9 @@ mod tests {
     fn a_parked_order_is_run_by_its_next_claimant() {
         let mut parked = rec(1, Event::Parked, "a", 3, 0);
         parked.set_until(Some(5));
+        // Its claim out of the park (R55).
         let mut again = rec(2, Event::Claimed, "b", 2, 0);
-        again.order_keyed = true;
+        again.set_unpark(true);
         let mut done = rec(2, Event::Completed, "b", 3, 0);
         done.order_keyed = true;
         let log = [
