@@ -542,6 +542,46 @@ mod tests {
         );
     }
 
+    /// R55: a parked order is ready once due and while its key has room;
+    /// cancelled, at once (R52 then completes it without running it).
+    #[test]
+    fn a_parked_order_is_ready_when_due_with_room_or_cancelled() {
+        let o0 = OrderId::new(0, 0);
+        let mut park = rec(1, Event::Parked, "a", 0);
+        park.set_until(Some(1_000));
+        park.set_order_key(Some("k".into()));
+        let mut c1 = rec(2, Event::Claimed, "b", 1);
+        c1.next.insert(0, 2);
+        let mut lease = rec(2, Event::Lease, "b", 1);
+        lease.set_order_key(Some("k".into()));
+        let log = vec![
+            rec(1, Event::Booted, "a", 0),
+            rec(1, Event::Claimed, "a", 0),
+            park,
+            rec(2, Event::Booted, "b", 0),
+            c1,
+            lease,
+        ];
+        let v = view(&log);
+        assert_eq!(v.parked_order(o0).map(|p| p.until), Some(Some(1_000)));
+        assert!(v.ready(999, 2).is_empty(), "not due");
+        assert_eq!(v.ready(1_000, 2), vec![o0], "due, and key k has room for 2");
+        assert!(v.ready(1_000, 1).is_empty(), "key k is full: 0:1 holds it");
+        assert_eq!(v.next_due(0), Some(1_000));
+        let mut cancelled = log.clone();
+        cancelled.push(Record::cancel(o0, "op", 0, "not wanted"));
+        assert_eq!(view(&cancelled).ready(0, 1), vec![o0], "cancelled: at once");
+        // A claim out of the park takes it out; the park survives a
+        // checkpoint.
+        let back = View::from_snapshot(&v.snapshot());
+        assert_eq!(back.parked_order(o0), v.parked_order(o0));
+        let mut again = rec(2, Event::Claimed, "b", 0);
+        again.set_unpark(true);
+        let mut l = log;
+        l.push(again);
+        assert!(view(&l).parked_order(o0).is_none());
+    }
+
     #[test]
     fn a_cancel_is_noted_only_for_an_order_not_completed() {
         let (o0, o1, o5) = (OrderId::new(0, 0), OrderId::new(0, 1), OrderId::new(0, 5));

@@ -363,11 +363,18 @@ impl View {
 
     /// The parked orders that an idle instance may claim at `now` (R55),
     /// in order: due (`until` passed), and, of a key, no more than it has
-    /// room for (`limit` less its holds), first in order.
+    /// room for (`limit` less its holds), first in order; and, at once,
+    /// every one cancelled since (R52 completes it without running it).
     pub fn ready(&self, now: u64, limit: u32) -> Vec<OrderId> {
         let mut room: std::collections::BTreeMap<&str, usize> = Default::default();
         let mut out = Vec::new();
         for (o, p) in &self.parked {
+            // Cancelled (R51): claimed again at once, to be completed
+            // `cancelled` without running (R52), whatever it waits for.
+            if self.cancels.contains_key(o) {
+                out.push(*o);
+                continue;
+            }
             if p.until.is_some_and(|u| u > now) {
                 continue;
             }
