@@ -46,7 +46,7 @@
 
 use crate::boot::View;
 use crate::erased::Erased;
-use crate::record::{Event, OrderId, Position, Record};
+use crate::record::{Event, Lane, OrderId, Position, Record};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -104,7 +104,7 @@ pub struct Auditor {
     view: View,
     max_attempts: u32,
     orders: BTreeMap<OrderId, Trail>,
-    claimed: BTreeMap<i32, BTreeSet<i64>>,
+    claimed: BTreeMap<Lane, BTreeSet<i64>>,
     violations: Vec<Violation>,
     records: u64,
     /// Whether positions ran 0, 1, 2, ... with no gap (nothing compacted).
@@ -215,7 +215,7 @@ impl Auditor {
         let broken: Vec<(Rule, String, bool)> = match rec.event() {
             Event::Claimed => {
                 self.claimed
-                    .entry(order.partition)
+                    .entry(order.lane())
                     .or_default()
                     .insert(order.offset);
                 // A claim that met no rival is its writer's commit (R34);
@@ -388,7 +388,7 @@ impl Auditor {
                     self.violations.push(Violation {
                         rule: Rule::UnclaimedBehindFrontier,
                         pos: None,
-                        order: Some(OrderId::new(p, o).to_string()),
+                        order: Some(p.at(o).to_string()),
                         detail: format!("the frontier of partition {p} is {next}"),
                     });
                 }
@@ -444,7 +444,7 @@ mod tests {
         if ev != Event::Booted {
             r = r.with_order(OrderId::new(0, o));
             r.set_attempt(1);
-            r.next.insert(0, o + 1);
+            r.next.insert(0.into(), o + 1);
         }
         if ev == Event::Completed {
             r.set_outcome(Some(crate::record::Outcome::not_run(
@@ -649,7 +649,7 @@ mod tests {
         assert!(r.holds() && r.whole, "{:?}", r.violations);
         // The frontier moved past 0:1 without a claim of it.
         let mut skip = rec(1, Event::Lease, "a", one.len() as u64 + 1, 0);
-        skip.next.insert(0, 2);
+        skip.next.insert(0.into(), 2);
         log.push((100, Some(&skip)));
         let r = audit(log, 3);
         assert!(r.whole);

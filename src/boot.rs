@@ -20,7 +20,7 @@
 //! `relabel`.
 
 use crate::record::{
-    Attempt, Body, Cite, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record,
+    Attempt, Body, Cite, Event, Incarnation, InstanceNo, Lane, OrderId, Outcome, Position, Record,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -33,7 +33,7 @@ mod relabel;
 mod revoke;
 mod snapshot;
 
-pub use queue::{turns, turns_with, Turn};
+pub use queue::{priority, turns, turns_with, Turn};
 #[cfg(any(test, feature = "testing"))]
 pub use relabel::{Relabel, Summary, SummaryHold};
 
@@ -310,7 +310,7 @@ pub struct View {
     /// may have erased older ones).
     pub completions: u64,
     instances: BTreeMap<InstanceNo, Instance>,
-    frontier: BTreeMap<i32, i64>,
+    frontier: BTreeMap<Lane, i64>,
     contests: BTreeMap<OrderId, Contest>,
     /// Settled contests, oldest first.
     settled: VecDeque<Settled>,
@@ -374,7 +374,7 @@ impl View {
         // record (its own `next` counts the claim itself).
         let behind = rec
             .order()
-            .is_some_and(|o| o.offset < self.next_offset(o.partition));
+            .is_some_and(|o| o.offset < self.next_offset(o.lane()));
         for (&p, &o) in &rec.next {
             raise(&mut self.frontier, p, o);
         }
@@ -449,16 +449,17 @@ impl View {
 
     /// The claim frontier: per orders partition, the lowest offset no claim
     /// has reached (docs/protocol.md R13).
-    pub fn frontier(&self) -> &BTreeMap<i32, i64> {
+    pub fn frontier(&self) -> &BTreeMap<Lane, i64> {
         &self.frontier
     }
 
-    pub fn next_offset(&self, partition: i32) -> i64 {
-        self.frontier.get(&partition).copied().unwrap_or(0)
+    /// The frontier of `lane`.
+    pub fn next_offset(&self, lane: Lane) -> i64 {
+        self.frontier.get(&lane).copied().unwrap_or(0)
     }
 
     /// The frontier of each partition named in `ends` (0 where none).
-    pub fn frontier_for(&self, ends: &BTreeMap<i32, i64>) -> BTreeMap<i32, i64> {
+    pub fn frontier_for(&self, ends: &BTreeMap<Lane, i64>) -> BTreeMap<Lane, i64> {
         ends.keys().map(|&p| (p, self.next_offset(p))).collect()
     }
 
@@ -468,7 +469,7 @@ impl View {
     }
 }
 
-fn raise(f: &mut BTreeMap<i32, i64>, p: i32, o: i64) {
+fn raise(f: &mut BTreeMap<Lane, i64>, p: Lane, o: i64) {
     let e = f.entry(p).or_insert(0);
     *e = (*e).max(o);
 }
@@ -519,7 +520,7 @@ mod tests {
         let v = view(&log);
         // R34: the claim met no rival, it is the commit.
         assert_eq!(v.hold(n(1)).unwrap().committed, Some(p(1)));
-        assert_eq!(v.next_offset(0), 1);
+        assert_eq!(v.next_offset(0.into()), 1);
         // A `committed` after it (an older writer's, or a retry's) is the
         // hold's own decision record from then on.
         log.push(rec(1, Event::Committed, "a", 0));
@@ -551,7 +552,7 @@ mod tests {
         park.set_until(Some(1_000));
         park.set_order_key(Some("k".into()));
         let mut c1 = rec(2, Event::Claimed, "b", 1);
-        c1.next.insert(0, 2);
+        c1.next.insert(0.into(), 2);
         let mut lease = rec(2, Event::Lease, "b", 1);
         lease.set_order_key(Some("k".into()));
         let log = vec![
@@ -586,7 +587,7 @@ mod tests {
     fn a_cancel_is_noted_only_for_an_order_not_completed() {
         let (o0, o1, o5) = (OrderId::new(0, 0), OrderId::new(0, 1), OrderId::new(0, 5));
         let mut c1 = rec(1, Event::Claimed, "a", 1);
-        c1.next.insert(0, 2);
+        c1.next.insert(0.into(), 2);
         let log = vec![
             rec(1, Event::Booted, "a", 0),
             rec(1, Event::Claimed, "a", 0),
@@ -614,7 +615,7 @@ mod tests {
         assert_eq!(v.hold(n(1)).unwrap().order, o1, "the hold is untouched");
         // Behind the frontier with nothing known: settled and forgotten.
         let mut c = rec(1, Event::Claimed, "a", 9);
-        c.next.insert(0, 10);
+        c.next.insert(0.into(), 10);
         let v = view(&[c, Record::cancel(OrderId::new(0, 3), "op", 0, "x")]);
         assert_eq!(v.cancel(OrderId::new(0, 3)), None);
         // Checkpoints carry the cancels still to act on.
@@ -636,7 +637,7 @@ mod tests {
             v.hold(n(1)).is_none(),
             "a claim by the fenced incarnation counts for nothing"
         );
-        assert_eq!(v.next_offset(0), 0);
+        assert_eq!(v.next_offset(0.into()), 0);
         assert_eq!(v.void, 1);
     }
 
@@ -699,15 +700,15 @@ mod tests {
     #[test]
     fn frontier_survives_a_superseded_claim() {
         let mut c2 = rec(1, Event::Claimed, "a", 3);
-        c2.next.insert(0, 8);
+        c2.next.insert(0.into(), 8);
         // Compaction kept only the newer claim; its `next` remembers 0..8.
-        assert_eq!(view(&[c2]).next_offset(0), 8);
+        assert_eq!(view(&[c2]).next_offset(0.into()), 8);
     }
 
     #[test]
     fn a_claim_behind_the_frontier_with_no_contest_is_late() {
         let mut c = rec(1, Event::Claimed, "a", 9);
-        c.next.insert(0, 10);
+        c.next.insert(0.into(), 10);
         let v = view(&[c, rec(2, Event::Claimed, "b", 4)]);
         assert!(v.contest(OrderId::new(0, 4)).unwrap().late);
         assert!(!v.contest(OrderId::new(0, 9)).unwrap().late);
@@ -738,7 +739,7 @@ mod tests {
                     r.set_attempt(attempt);
                     r.set_fences(Some(if seq % 2 == 0 { "a".into() } else { "b".into() }));
                     if let Some(n) = next {
-                        r.next.insert(0, n);
+                        r.next.insert(0.into(), n);
                     }
                     if ev == Event::Lease && seq == 3 {
                         r.set_order_id(Some("id".into()));
@@ -759,7 +760,7 @@ mod tests {
                 let mut last = 0;
                 for (i, r) in log.iter().enumerate() {
                     let _ = v.apply(p(i as u64), r);
-                    let f = v.next_offset(0);
+                    let f = v.next_offset(0.into());
                     prop_assert!(f >= last);
                     last = f;
                 }
@@ -803,7 +804,7 @@ mod tests {
         log.push(at(rec(2, Event::Claimed, "b", 0), 40));
         let v = view(&log);
         assert_eq!(v.idle_queue(), ns(&[3, 1]));
-        let ends = BTreeMap::from([(0, 5)]);
+        let ends = BTreeMap::from([(0.into(), 5)]);
         let waiting = OrderId::new(0, 1);
         assert_eq!(
             turns(&v, &ends, n(3)),
@@ -827,7 +828,7 @@ mod tests {
             }]
         );
         assert!(
-            turns(&v, &BTreeMap::from([(0, 1)]), n(3)).is_empty(),
+            turns(&v, &BTreeMap::from([(0.into(), 1)]), n(3)).is_empty(),
             "nothing waiting"
         );
         // 2 completes: back in the queue, at its end.
@@ -884,7 +885,7 @@ mod tests {
             "1's process is exiting: not the head (the old rule: [1, 2, 3])"
         );
         assert!(v.instance(n(1)).unwrap().exiting);
-        let ends = BTreeMap::from([(0, 5)]);
+        let ends = BTreeMap::from([(0.into(), 5)]);
         let first = |v: &View| {
             (1..=3)
                 .find(|&i| turns(v, &ends, n(i))[0].ahead.is_empty())
@@ -923,7 +924,7 @@ mod tests {
             rec(3, Event::Booted, "c", 0),
         ];
         let v = view(&log);
-        let ends = BTreeMap::from([(0, 1), (1, 1), (2, 0)]);
+        let ends = BTreeMap::from([(0.into(), 1), (1.into(), 1), (2.into(), 0)]);
         let (p0, p1) = (OrderId::new(0, 0), OrderId::new(1, 0));
         let ahead = |me| {
             turns(&v, &ends, me)
@@ -935,7 +936,7 @@ mod tests {
         assert_eq!(ahead(n(2)), vec![(p0, ns(&[1])), (p1, ns(&[]))]);
         assert_eq!(ahead(n(3)), vec![(p0, ns(&[1, 2])), (p1, ns(&[2]))]);
         // More orders waiting than idle instances: lines wrap around.
-        let ends = BTreeMap::from([(0, 1), (1, 1), (2, 1), (3, 1)]);
+        let ends = BTreeMap::from([(0.into(), 1), (1.into(), 1), (2.into(), 1), (3.into(), 1)]);
         let firsts: Vec<usize> = turns(&v, &ends, n(1))
             .iter()
             .map(|t| t.ahead.len())

@@ -40,7 +40,7 @@ pub fn test_record(
     if ev.needs_order() {
         r = r.with_order(OrderId::new(0, o));
         r.set_attempt(1);
-        r.next.insert(0, o + 1);
+        r.next.insert(0.into(), o + 1);
     }
     if ev == Event::Completed {
         r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));

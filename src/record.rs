@@ -21,11 +21,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 mod ids;
+mod order_id;
 mod result;
 pub mod size;
 pub mod text;
 pub mod wire;
 pub use ids::{Attempt, Incarnation, InstanceNo, Position};
+pub use order_id::{Lane, OrderId, Topic, MAX_TOPICS, MAX_TOPIC_BYTES};
 pub use result::ResultMessage;
 pub use size::{
     fit_json, json_len, MAX_REASON_BYTES, MAX_RECORD_BYTES, MAX_TAIL_BYTES, RECORD_LIMIT,
@@ -51,44 +53,6 @@ pub const MAX_ORDER_KEY_BYTES: usize = 256;
 /// ahead of its writer in one order's line, docs/protocol.md R30; the
 /// writer names at most this many).
 pub const MAX_PASSED_OVER: usize = 1_000;
-
-/// An order's identity: its partition and offset in the orders topic.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
-pub struct OrderId {
-    pub partition: i32,
-    pub offset: i64,
-}
-
-impl OrderId {
-    pub fn new(partition: i32, offset: i64) -> Self {
-        OrderId { partition, offset }
-    }
-}
-
-impl fmt::Display for OrderId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.partition, self.offset)
-    }
-}
-
-impl std::str::FromStr for OrderId {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (p, o) = s
-            .split_once(':')
-            .ok_or_else(|| format!("order '{s}' is not PARTITION:OFFSET"))?;
-        let partition = p
-            .parse()
-            .map_err(|_| format!("bad partition in '{s}' (give PARTITION:OFFSET, e.g. 0:17)"))?;
-        let offset = o
-            .parse()
-            .map_err(|_| format!("bad offset in '{s}' (give PARTITION:OFFSET, e.g. 0:17)"))?;
-        if partition < 0 || offset < 0 {
-            return Err(format!("order '{s}' has a negative partition or offset"));
-        }
-        Ok(OrderId { partition, offset })
-    }
-}
 
 /// The event types. The first four are seed 002's; the others are the fixes
 /// and additions of docs/protocol.md §2.
@@ -287,6 +251,10 @@ struct Flat {
     /// The instance whose story this is (the key's instance).
     instance: InstanceNo,
     event: Event,
+    /// The order's topic, when it is not the main one (docs/protocol.md
+    /// R57).
+    #[serde(default, skip_serializing_if = "Topic::is_main")]
+    topic: Topic,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     partition: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -330,7 +298,7 @@ struct Flat {
     /// the lowest offset nobody has claimed yet. Carried by every record so
     /// that compaction never loses it (docs/protocol.md R8).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    next: BTreeMap<i32, i64>,
+    next: BTreeMap<Lane, i64>,
     /// On a claim made after its writer deferred to other idle instances
     /// for the claim deferral time (`CLAIM_DEFER_MS`): those instances.
     /// Readers leave them out of the idle queue until they next write a
@@ -391,7 +359,7 @@ fn is_zero64(n: &u64) -> bool {
 
 impl Flat {
     fn order(&self) -> Option<OrderId> {
-        Some(OrderId::new(self.partition?, self.offset?))
+        Some(Lane::new(self.topic, self.partition?).at(self.offset?))
     }
 
     /// The checks of a record as a whole (the old flat `Record`'s, with
@@ -442,7 +410,7 @@ impl Flat {
                 }
             }
         }
-        if self.next.iter().any(|(&p, &o)| p < 0 || o < 0) {
+        if self.next.iter().any(|(l, &o)| l.partition < 0 || o < 0) {
             return Err(Foreign::Range("negative frontier".into()));
         }
         if self.event == Event::Checkpoint && self.snapshot.is_none() {
@@ -495,7 +463,7 @@ pub struct Record {
     /// The writer's knowledge of the claim frontier: per orders partition,
     /// the lowest offset nobody has claimed yet. Carried by every record so
     /// that compaction never loses it (docs/protocol.md R8).
-    pub next: BTreeMap<i32, i64>,
+    pub next: BTreeMap<Lane, i64>,
     /// The event and its fields.
     pub body: Body,
     /// Keyed by its order (`park:P:O`), as the completion of an order once
@@ -660,6 +628,7 @@ impl From<Record> for Flat {
         let mut f = Flat {
             instance: r.instance,
             event: r.body.event(),
+            topic: Topic::MAIN,
             partition: None,
             offset: None,
             by: None,
@@ -691,7 +660,8 @@ impl Flat {
     /// Writes the fields of `body` (its order, and its event's own).
     fn put_body(&mut self, body: Body) {
         if let Some(o) = body.order() {
-            (self.partition, self.offset) = (Some(o.partition), Some(o.offset));
+            (self.topic, self.partition, self.offset) =
+                (o.topic, Some(o.partition), Some(o.offset));
         }
         let f = self;
         match body {
@@ -795,6 +765,7 @@ impl Flat {
         let ev = f.event;
         // The fields it carries (as written: a default is not written).
         let carried = [
+            ("topic", !f.topic.is_main()),
             ("partition", f.partition.is_some()),
             ("offset", f.offset.is_some()),
             ("by", f.by.is_some()),
@@ -813,7 +784,7 @@ impl Flat {
             ("outcome", f.outcome.is_some()),
             ("snapshot", f.snapshot.is_some()),
         ];
-        let order = ["partition", "offset"].as_slice();
+        let order = ["topic", "partition", "offset"].as_slice();
         let own: &[&str] = match ev {
             Event::Booted => &[],
             Event::Claimed => &[
@@ -1139,43 +1110,37 @@ impl Record {
     /// the orders it names, and an end offset never falls. Such a record is
     /// foreign ([`Foreign::Impossible`]): it would otherwise make every
     /// reader skip orders that are yet to come.
-    pub fn impossible(&self, ends: &BTreeMap<i32, i64>) -> Option<String> {
-        let end = |p: i32| ends.get(&p).copied();
-        if let Some(o) = self.order() {
-            match end(o.partition) {
-                None => {
-                    return Some(format!(
-                        "order {o}: the orders topic has no partition {}",
-                        o.partition
-                    ))
-                }
-                Some(e) if o.offset >= e => {
-                    return Some(format!("order {o} is past the end of its partition ({e})"))
-                }
-                _ => {}
+    pub fn impossible(&self, ends: &BTreeMap<Lane, i64>) -> Option<String> {
+        // A topic the reader does not read is not judged: `ends` holds
+        // every partition of each topic it reads, so only a partition
+        // missing from one of those is.
+        let read = |l: Lane| ends.keys().any(|k| k.topic == l.topic);
+        let judge = |l: Lane, o: i64, order: bool| -> Option<String> {
+            let what = if order { "order" } else { "frontier" };
+            let at = l.at(o);
+            match ends.get(&l) {
+                None if read(l) => Some(format!(
+                    "{what} {at}: the orders topic has no partition {}",
+                    l.partition
+                )),
+                Some(&e) if (order && o >= e) || o > e => Some(format!(
+                    "{what} {at} is past the end of its partition ({e})"
+                )),
+                _ => None,
             }
+        };
+        if let Some(why) = self.order().and_then(|o| judge(o.lane(), o.offset, true)) {
+            return Some(why);
         }
         let frontier = match &self.body {
             Body::Checkpoint { snapshot } => Some(&snapshot.frontier),
             _ => None,
         };
         let frontier = frontier.into_iter().flatten();
-        for (&p, &o) in self.next.iter().chain(frontier) {
-            match end(p) {
-                None => {
-                    return Some(format!(
-                        "frontier {p}:{o}: the orders topic has no partition {p}"
-                    ))
-                }
-                Some(e) if o > e => {
-                    return Some(format!(
-                        "frontier {p}:{o} is past the end of its partition ({e})"
-                    ))
-                }
-                _ => {}
-            }
-        }
-        None
+        self.next
+            .iter()
+            .chain(frontier)
+            .find_map(|(&l, &o)| judge(l, o, false))
     }
 
     /// Parses a record from its key and value, refusing anything pool_worker
@@ -1492,7 +1457,7 @@ mod tests {
         let mut r = Record::of(MAX_INSTANCE, Event::Completed, &"i".repeat(64), u64::MAX)
             .with_order(OrderId::new(i32::MAX, i64::MAX));
         r.set_order_id(Some("\u{1}".repeat(256)));
-        r.next = (0..100).map(|p| (p, i64::MAX)).collect();
+        r.next = (0..100).map(|p| (Lane::from(p), i64::MAX)).collect();
         r.set_exits(true);
         r.set_outcome(Some(
             Outcome {
@@ -1539,7 +1504,7 @@ mod tests {
     fn claim() -> Record {
         let mut r = Record::of(3, Event::Claimed, "a1", 1000).with_order(OrderId::new(0, 17));
         r.set_attempt(1);
-        r.next.insert(0, 18);
+        r.next.insert(0.into(), 18);
         r
     }
 
@@ -1581,7 +1546,7 @@ mod tests {
         bad.instance = InstanceNo::new(3);
         assert!(Record::decode(Some(b"cancel:2:40"), Some(&bad.encode())).is_err());
         let mut bad = c.clone();
-        bad.next.insert(2, 99);
+        bad.next.insert(2.into(), 99);
         assert!(Record::decode(Some(b"cancel:2:40"), Some(&bad.encode())).is_err());
         let mut bad = c;
         bad.set_reason(Some("x".repeat(MAX_REASON_BYTES + 1)));
@@ -1737,7 +1702,7 @@ mod tests {
 
     #[test]
     fn claims_past_the_orders_end_are_impossible() {
-        let ends = BTreeMap::from([(0, 18), (1, 5)]);
+        let ends = BTreeMap::from([(0.into(), 18), (1.into(), 5)]);
         assert_eq!(
             claim().impossible(&ends),
             None,
@@ -1748,28 +1713,28 @@ mod tests {
         let r = claim().with_order(OrderId::new(2, 17));
         assert!(r.impossible(&ends).unwrap().contains("no partition 2"));
         let mut r = claim();
-        r.next.insert(0, 19);
+        r.next.insert(0.into(), 19);
         assert!(r.impossible(&ends).unwrap().contains("frontier 0:19"));
         let mut r = claim();
-        r.next.insert(7, 0);
+        r.next.insert(7.into(), 0);
         assert!(
             r.impossible(&ends).is_some(),
             "a frontier in a partition that does not exist"
         );
         let mut b = Record::of(3, Event::Booted, "a", 1);
-        b.next.insert(1, 5);
+        b.next.insert(1.into(), 5);
         assert_eq!(
             b.impossible(&ends),
             None,
             "a frontier at the end is possible"
         );
-        b.next.insert(1, i64::MAX);
+        b.next.insert(1.into(), i64::MAX);
         assert!(b.impossible(&ends).is_some());
         let mut cp = Record::of(3, Event::Checkpoint, "a", 1);
         let snap = wire::Snapshot {
             at: Position::new(0),
             instances: BTreeMap::new(),
-            frontier: BTreeMap::from([(0, 1000)]),
+            frontier: BTreeMap::from([(0.into(), 1000)]),
             contests: Vec::new(),
             ids: Vec::new(),
             cancels: Vec::new(),

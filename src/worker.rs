@@ -27,12 +27,12 @@
 
 #[cfg(any(test, feature = "testing"))]
 use crate::boot::Relabel;
-use crate::boot::{turns_with, Hold, Turn, View, Void};
+use crate::boot::{priority, turns_with, Hold, Turn, View, Void};
 use crate::claim::{decide, Decision};
 use crate::exit_status::Exit;
 use crate::record::{
-    Attempt, Body, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record,
-    ResultMessage, Status,
+    Attempt, Body, Event, Incarnation, InstanceNo, Lane, OrderId, Outcome, Position, Record,
+    ResultMessage, Status, Topic,
 };
 use std::collections::BTreeMap;
 use std::hash::Hash;
@@ -52,7 +52,7 @@ pub enum Input {
     CaughtUp,
     /// The orders topic's end offsets (per partition), asked for by
     /// [`Action::FindOrder`].
-    Orders(BTreeMap<i32, i64>),
+    Orders(BTreeMap<Lane, i64>),
     /// The orders topic may have moved (an order arrived, or the shell's
     /// periodic recheck while idle): a machine that is looking asks for the
     /// end offsets again.
@@ -241,6 +241,11 @@ pub struct Settings {
     /// (`KEY_CONCURRENCY`, 1 by default; docs/protocol.md R56). The same
     /// in every instance.
     pub key_concurrency: u32,
+    /// The orders topics in priority order (`ORDERS_TOPIC`, a list; the
+    /// last is [`Topic::MAIN`]; docs/protocol.md R57): an idle instance
+    /// takes the waiting order of the first topic it may take one of.
+    /// Orders of other topics are not taken.
+    pub topics: Vec<Topic>,
 }
 
 impl Settings {
@@ -268,6 +273,7 @@ impl Default for Settings {
             claim_defer_ms: 0,
             publish_results: false,
             key_concurrency: 1,
+            topics: vec![Topic::MAIN],
         }
     }
 }
@@ -1278,7 +1284,7 @@ impl Worker {
         vec![Action::Append(commit)]
     }
 
-    fn on_orders(&mut self, ends: &BTreeMap<i32, i64>) -> Vec<Action> {
+    fn on_orders(&mut self, ends: &BTreeMap<Lane, i64>) -> Vec<Action> {
         if self.phase != Phase::Choose {
             return Vec::new();
         }
@@ -1291,7 +1297,7 @@ impl Worker {
             self.looking = true;
             return self.defer_until.map(Action::WakeAt).into_iter().collect();
         };
-        if flawed!(self.settings, SkipAnOrder) && order.offset + 1 < ends[&order.partition] {
+        if flawed!(self.settings, SkipAnOrder) && order.offset + 1 < ends[&order.lane()] {
             order.offset += 1;
         }
         // R55: a parked order is claimed again at the attempt it waits
@@ -1307,7 +1313,7 @@ impl Worker {
             unpark: parked.is_some(),
         });
         if parked.is_none() {
-            claim.next.insert(order.partition, order.offset + 1);
+            claim.next.insert(order.lane(), order.offset + 1);
         }
         self.phase = Phase::Claim {
             order,
@@ -1339,12 +1345,14 @@ impl Worker {
     /// once an order it is first in line for; any other order waiting once
     /// it has seen it waiting for `claim_defer_ms` per instance ahead of it
     /// in the order's line (it then names them in `passed_over`); of the
-    /// orders it may claim, the one it has seen waiting longest.
-    fn choose(&mut self, ends: &BTreeMap<i32, i64>) -> Option<(OrderId, Vec<InstanceNo>)> {
+    /// orders it may claim, one of the first topic (R57) with one, the one
+    /// it has seen waiting longest.
+    fn choose(&mut self, ends: &BTreeMap<Lane, i64>) -> Option<(OrderId, Vec<InstanceNo>)> {
         let over = std::mem::take(&mut self.defer_over);
         self.defer_until = None;
         let ready = self.view.ready(self.now, self.settings.key_concurrency);
-        let turns = turns_with(&self.view, &ready, ends, self.me);
+        let topics = &self.settings.topics;
+        let turns = turns_with(&self.view, &ready, ends, topics, self.me);
         self.waiting_since
             .retain(|o, _| turns.iter().any(|t| t.order == *o));
         let now = self.now;
@@ -1361,11 +1369,14 @@ impl Worker {
             )
         };
         let due = |t: &&Turn| t.ahead.is_empty() || (!never && (over || now >= until(t)));
-        match turns
-            .iter()
-            .filter(due)
-            .min_by_key(|t| (since(t), t.ahead.len(), t.order))
-        {
+        match turns.iter().filter(due).min_by_key(|t| {
+            (
+                priority(topics, t.order.topic),
+                since(t),
+                t.ahead.len(),
+                t.order,
+            )
+        }) {
             Some(t) => {
                 self.waiting_since.clear();
                 // Without deferral nobody waited for its turn: nobody was
@@ -1579,7 +1590,7 @@ mod tests {
         let mut cur = 0;
         let a = log.feed(&mut w, &mut cur);
         assert_eq!(a, vec![Action::FindOrder]);
-        let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
+        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
         assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Claimed));
         log.append(&a);
         // R34: the claim met no rival, so it is the commit: the order runs
@@ -1611,7 +1622,7 @@ mod tests {
         log.append(&a);
         let mut cur = 0;
         log.feed(&mut w, &mut cur);
-        let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
+        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
         log.append(&a);
         assert_eq!(log.feed(&mut w, &mut cur), run((0, 0), 1, false));
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
@@ -1661,7 +1672,7 @@ mod tests {
             ..Settings::default()
         };
         let (mut w, cur) = boot_in(log, 1, "i1", settings);
-        let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
+        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
         assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Claimed));
         if cancel_first {
             log.0
@@ -1762,7 +1773,7 @@ mod tests {
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::FindOrder]);
         for offset in 0..2 {
             let order = OrderId::new(0, offset);
-            let a = w.handle(Input::Orders(BTreeMap::from([(0, 3)])), 0);
+            let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 3)])), 0);
             assert!(
                 matches!(&a[..], [Action::Append(r)]
                 if r.event() == Event::Claimed && r.order() == Some(order) && r.attempt().get() == 1),
@@ -1826,7 +1837,7 @@ mod tests {
     fn a_committed_hold_is_run_again_as_a_retry_then_given_up() {
         let mut log = Log(Vec::new());
         let (mut w, mut cur) = boot_in(&mut log, 1, "i1", Settings::default());
-        let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
+        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
         log.append(&a);
@@ -1882,7 +1893,7 @@ mod tests {
     /// Instance 1 claims and commits order 0:0 at time 0, then goes silent.
     fn silent_holder(log: &mut Log) -> (Worker, usize) {
         let (mut w1, mut c1) = booted(log, 1, "one", 0);
-        let a = w1.handle(Input::Orders(BTreeMap::from([(0, 2)])), 0);
+        let a = w1.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), 0);
         log.append(&a);
         // With leases, the guard's deadline (R53) comes with the claim read
         // back (its time plus two thirds of the lease), before the run: the
@@ -1907,7 +1918,7 @@ mod tests {
         assert_eq!(a, vec![Action::FindOrder]);
         // Idle with an expired hold in sight: revoke it; read back, claim
         // its order in the hold's place.
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 7000);
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
         assert!(
             matches!(&a[..], [Action::Append(r), Action::WakeAt(_)]
             if r.event() == Event::Revoked && r.instance.get() == 1 && r.rank() == Some(0) && r.attempt().get() == 2),
@@ -1947,7 +1958,7 @@ mod tests {
         let far = 3_600_000; // an hour ahead of instance 1's clock
         let (mut w2, _) = booted(&mut log, 2, "two", far);
         // No order waits but the held one: idle, it looks for expired holds.
-        let orders = || Input::Orders(BTreeMap::from([(0, 1)]));
+        let orders = || Input::Orders(BTreeMap::from([(0.into(), 1)]));
         let a = w2.handle(orders(), far + 1000);
         assert!(
             !a.iter()
@@ -1977,7 +1988,7 @@ mod tests {
         log.append(&a);
         let mut c2 = 0;
         log.feed(&mut w2, &mut c2);
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), far);
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), far);
         assert!(
             matches!(&a[..], [Action::Append(r)] if r.event() == Event::Revoked),
             "{a:?}"
@@ -2007,7 +2018,7 @@ mod tests {
         // Without leases there is no guard at all.
         let mut log = Log(Vec::new());
         let (mut w, mut cur) = boot_in(&mut log, 1, "i1", Settings::default());
-        let a = w.handle(Input::Orders(BTreeMap::from([(0, 1)])), 0);
+        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
         log.append(&a);
@@ -2027,7 +2038,7 @@ mod tests {
         let retry = log.feed(&mut w1, &mut c1);
         assert!(commits(&retry, 2));
         let (mut w2, _) = booted(&mut log, 2, "two", 5000);
-        let takeover = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 7000);
+        let takeover = w2.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
         log.append(&takeover);
         log.append(&retry);
         assert_eq!(
@@ -2043,7 +2054,7 @@ mod tests {
         let mut log = Log(Vec::new());
         let (mut w1, mut c1) = silent_holder(&mut log);
         let (mut w2, mut c2) = booted(&mut log, 2, "two", 5000);
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 7000);
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
         // Instance 1 renews its lease before the revocation lands.
         let renew = w1.handle(Input::Tick, 7000);
         assert!(
@@ -2074,7 +2085,7 @@ mod tests {
         let mut log = Log(Vec::new());
         let (_w1, _) = silent_holder(&mut log);
         let (mut w2, _) = booted(&mut log, 2, "two", 5000);
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 2)])), 7000);
+        let a = w2.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
         log.append(&a);
         // Instance 2 dies with only its revocation in the log: it holds the
         // order nonetheless (nobody else may take it but by its lease).
@@ -2102,7 +2113,7 @@ mod tests {
     /// does next.
     fn run_with_id(log: &mut Log, me: u32, inc: &str, id: &str, ends: i64) -> Vec<Action> {
         let (mut w, mut cur) = boot_in(log, me, inc, Settings::default());
-        let a = w.handle(Input::Orders(BTreeMap::from([(0, ends)])), 0);
+        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), ends)])), 0);
         log.append(&a);
         assert!(matches!(
             &log.feed(&mut w, &mut cur)[..],
@@ -2187,7 +2198,7 @@ mod tests {
     fn idle_instances_claim_in_turn() {
         let mut log = Log(Vec::new());
         let mut ws = three_idle(&mut log, None);
-        let ends = BTreeMap::from([(0, 2)]);
+        let ends = BTreeMap::from([(0.into(), 2)]);
         assert_eq!(
             ws[1].0.handle(Input::Orders(ends.clone()), 0),
             vec![Action::WakeAt(1000)]
@@ -2234,7 +2245,7 @@ mod tests {
     fn a_dead_first_in_line_only_delays() {
         let mut log = Log(Vec::new());
         let mut ws = three_idle(&mut log, None);
-        let ends = BTreeMap::from([(0, 2)]);
+        let ends = BTreeMap::from([(0.into(), 2)]);
         let (w2, c2) = &mut ws[1];
         assert_eq!(
             w2.handle(Input::Orders(ends.clone()), 0),
@@ -2272,19 +2283,35 @@ mod tests {
         let w2 = &mut ws[1].0;
         // Only 0:0 waits; 1 is first in its line, 2 behind it.
         assert_eq!(
-            w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 0)])), 0),
+            w2.handle(
+                Input::Orders(BTreeMap::from([(0.into(), 1), (1.into(), 0)])),
+                0
+            ),
             vec![Action::WakeAt(1000)]
         );
         // 1:0 arrives, and 2 is first in its line; but 0:0 has waited its turn.
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1)])), 1500);
+        let a = w2.handle(
+            Input::Orders(BTreeMap::from([(0.into(), 1), (1.into(), 1)])),
+            1500,
+        );
         assert!(claims(&a, (0, 0), &[1]), "{a:?}");
         // Before the deadline, its own turn comes first.
         let w3 = &mut ws[2].0;
         assert_eq!(
-            w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 0)])), 0),
+            w3.handle(
+                Input::Orders(BTreeMap::from([(0.into(), 1), (1.into(), 0)])),
+                0
+            ),
             vec![Action::WakeAt(2000)]
         );
-        let a = w3.handle(Input::Orders(BTreeMap::from([(0, 1), (1, 1), (2, 1)])), 10);
+        let a = w3.handle(
+            Input::Orders(BTreeMap::from([
+                (0.into(), 1),
+                (1.into(), 1),
+                (2.into(), 1),
+            ])),
+            10,
+        );
         assert!(claims(&a, (2, 0), &[]), "{a:?}");
     }
 
@@ -2292,7 +2319,7 @@ mod tests {
     fn defer_forever_never_claims_out_of_turn() {
         let mut log = Log(Vec::new());
         let mut ws = three_idle(&mut log, Some(Flaw::DeferForever));
-        let ends = BTreeMap::from([(0, 1)]);
+        let ends = BTreeMap::from([(0.into(), 1)]);
         let w2 = &mut ws[1].0;
         assert!(w2.handle(Input::Orders(ends.clone()), 0).is_empty());
         assert!(w2.handle(Input::Tick, 1_000_000).is_empty());

@@ -17,7 +17,7 @@ impl View {
         let Some(order) = rec.order() else { return };
         let done = match self.contests.get(&order) {
             Some(c) => c.completed_at.is_some() || c.finished.is_some(),
-            None => order.offset < self.next_offset(order.partition),
+            None => order.offset < self.next_offset(order.lane()),
         };
         if !done {
             let reason = rec.reason().unwrap_or_default().to_string();

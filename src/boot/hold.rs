@@ -74,7 +74,7 @@ impl View {
         if fused {
             contest.stances.insert(i, (pos, Stance::Committed));
         }
-        raise(&mut self.frontier, order.partition, order.offset + 1);
+        raise(&mut self.frontier, order.lane(), order.offset + 1);
         let inst = self.instances.entry(i).or_default();
         inst.hold = Some(Hold {
             order,

@@ -2,7 +2,7 @@
 //! R26–R30).
 
 use super::View;
-use crate::record::{Body, Event, InstanceNo, OrderId, Record};
+use crate::record::{Body, Event, InstanceNo, Lane, OrderId, Record, Topic};
 use std::collections::BTreeMap;
 
 impl View {
@@ -90,28 +90,35 @@ pub struct Turn {
 /// which is what keeps the herd away; disagreement costs time or a rival
 /// claim, never safety: any set of claimants is settled by
 /// [`crate::claim::decide`].
-pub fn turns(view: &View, ends: &BTreeMap<i32, i64>, me: InstanceNo) -> Vec<Turn> {
-    turns_with(view, &[], ends, me)
+pub fn turns(view: &View, ends: &BTreeMap<Lane, i64>, me: InstanceNo) -> Vec<Turn> {
+    turns_with(view, &[], ends, &[], me)
 }
 
 /// [`turns`], with the parked orders `ready` to be claimed again (R55)
-/// waiting ahead of the orders at the frontier.
+/// and the orders topics in priority order (`topics`; R57): the orders
+/// waiting are listed by their topic's place in `topics` (an order of a
+/// topic not in it is left out; no topics: every topic alike), and in
+/// each topic the parked orders ready come before those at the frontier.
 pub fn turns_with(
     view: &View,
     ready: &[OrderId],
-    ends: &BTreeMap<i32, i64>,
+    ends: &BTreeMap<Lane, i64>,
+    topics: &[Topic],
     me: InstanceNo,
 ) -> Vec<Turn> {
-    let waiting: Vec<OrderId> = ready
+    let fresh = ends
+        .iter()
+        .map(|(&l, &end)| (l.at(view.next_offset(l)), end))
+        .filter(|(o, end)| o.offset < *end)
+        .map(|(o, _)| o);
+    let mut waiting: Vec<(usize, OrderId)> = ready
         .iter()
         .copied()
-        .chain(
-            ends.iter()
-                .map(|(&p, &end)| (OrderId::new(p, view.next_offset(p)), end))
-                .filter(|(o, end)| o.offset < *end)
-                .map(|(o, _)| o),
-        )
+        .chain(fresh)
+        .filter_map(|o| priority(topics, o.topic).map(|r| (r, o)))
         .collect();
+    // Stable: in one topic, ready parked orders stay ahead of new ones.
+    waiting.sort_by_key(|&(r, _)| r);
     if waiting.is_empty() {
         return Vec::new();
     }
@@ -124,7 +131,7 @@ pub fn turns_with(
     waiting
         .into_iter()
         .enumerate()
-        .map(|(j, order)| {
+        .map(|(j, (_, order))| {
             let start = j % n;
             let place = (k + n - start) % n;
             Turn {
@@ -133,4 +140,13 @@ pub fn turns_with(
             }
         })
         .collect()
+}
+
+/// A topic's place in the priority list `topics` (0 first); `None` for a
+/// topic not in it. No topics: every topic is first.
+pub fn priority(topics: &[Topic], topic: Topic) -> Option<usize> {
+    if topics.is_empty() {
+        return Some(0);
+    }
+    topics.iter().position(|&t| t == topic)
 }

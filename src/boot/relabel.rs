@@ -3,7 +3,7 @@
 //! compare.
 
 use super::{Contest, Hold, Instance, Settled, View};
-use crate::record::{Incarnation, InstanceNo, OrderId, Outcome, Position};
+use crate::record::{Incarnation, InstanceNo, Lane, OrderId, Outcome, Position};
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
 
@@ -22,7 +22,7 @@ pub struct SummaryHold {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Summary {
     pub holds: BTreeMap<InstanceNo, SummaryHold>,
-    pub frontier: BTreeMap<i32, i64>,
+    pub frontier: BTreeMap<Lane, i64>,
 }
 
 /// A renaming of log positions (`position`) and a pass over every stored

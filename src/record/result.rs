@@ -37,6 +37,7 @@ impl ResultMessage {
         };
         serde_json::json!({
             "order": order.to_string(),
+            "topic": order.topic.name(),
             "partition": order.partition,
             "offset": order.offset,
             "instance": rec.instance,

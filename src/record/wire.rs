@@ -7,7 +7,7 @@
 //! Checkpoints written before these structs existed decode and encode byte
 //! for byte the same (testdata/records.txt).
 
-use super::{Attempt, Cite, Incarnation, InstanceNo, OrderId, Outcome, Position};
+use super::{Attempt, Cite, Incarnation, InstanceNo, Lane, OrderId, Outcome, Position};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,7 +27,7 @@ pub struct Snapshot {
     /// Every instance number the log mentions.
     pub instances: BTreeMap<InstanceNo, Instance>,
     /// The claim frontier, per orders partition.
-    pub frontier: BTreeMap<i32, i64>,
+    pub frontier: BTreeMap<Lane, i64>,
     /// Contests not settled yet.
     pub contests: Vec<(OrderId, Contest)>,
     /// The newest order ids announced: id, order, position.

@@ -22,7 +22,7 @@ impl Log {
         );
         r.seq = *seq;
         if let Some(o) = r.order() {
-            r.next.insert(0, o.offset + 1);
+            r.next.insert(0.into(), o.offset + 1);
         }
         let pos = Position::new(self.at);
         self.at += 1;

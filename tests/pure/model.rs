@@ -2060,7 +2060,7 @@ mod commuting {
                     r.seq = seq;
                     r.set_attempt(attempt);
                     if let Some(n) = next {
-                        r.next.insert(0, n);
+                        r.next.insert(0.into(), n);
                     }
                     if ev == Event::Completed {
                         r.set_outcome(Some(Outcome::not_run(status, "x")));
@@ -2185,8 +2185,10 @@ mod commuting {
                 let mut r = Record::of(i, ev, "a", 0).with_order(OrderId::new(0, o));
                 r.seq = *s;
                 r.set_attempt(1);
-                r.next
-                    .insert(0, next.max(if ev == Event::Claimed { o + 1 } else { 0 }));
+                r.next.insert(
+                    0.into(),
+                    next.max(if ev == Event::Claimed { o + 1 } else { 0 }),
+                );
                 if ev == Event::Completed {
                     r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
                 }
@@ -2246,7 +2248,7 @@ mod commuting {
                 let mut r = Record::of(i, ev, "a", 0).with_order(OrderId::new(0, order));
                 r.seq = seq[k];
                 r.set_attempt(1);
-                r.next.insert(0, next[k]);
+                r.next.insert(0.into(), next[k]);
                 if ev == Event::Completed {
                     r.set_outcome(Some(Outcome::not_run(Status::Ok, "x")));
                 }

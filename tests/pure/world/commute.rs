@@ -160,9 +160,9 @@ fn passes(c: &Record, x: &Record, unerased: bool) -> bool {
     }
     let own = x
         .order()
-        .filter(|xo| x.event() == Event::Claimed && xo.partition == o.partition)
+        .filter(|xo| x.event() == Event::Claimed && xo.lane() == o.lane())
         .map(|xo| xo.offset + 1);
-    let next = x.next.get(&o.partition).copied();
+    let next = x.next.get(&o.lane()).copied();
     own.into_iter().chain(next).any(|f| f > o.offset)
 }
 

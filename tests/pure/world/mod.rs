@@ -35,7 +35,7 @@
 use pool_worker_core::boot::{Relabel, View};
 use pool_worker_core::record::describe as describe_record;
 use pool_worker_core::record::{
-    Body, Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Record, Status,
+    Body, Event, Incarnation, InstanceNo, Lane, OrderId, Outcome, Position, Record, Status,
 };
 use pool_worker_core::worker::{Action, Flaw, Input, Phase, Settings, Terms, Worker};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -239,8 +239,8 @@ impl Config {
 
     /// The orders topic's end offsets, as Answer reports them: the orders,
     /// all present from the start, in partition 0.
-    pub fn order_ends(&self) -> BTreeMap<i32, i64> {
-        BTreeMap::from([(0, self.orders as i64)])
+    pub fn order_ends(&self) -> BTreeMap<Lane, i64> {
+        BTreeMap::from([(0.into(), self.orders as i64)])
     }
 
     pub fn settings(&self) -> Settings {
@@ -792,7 +792,7 @@ impl World {
                 r.seq = seq;
                 r.set_attempt(1);
                 r.set_outcome(Some(ok_outcome()));
-                r.next.insert(0, 1);
+                r.next.insert(0.into(), 1);
                 (r, Sig::Unsigned)
             }
             1 => {
@@ -801,7 +801,7 @@ impl World {
                 r.seq = seq;
                 r.set_attempt(1);
                 r.set_rank(Some(0));
-                r.next.insert(0, 1);
+                r.next.insert(0.into(), 1);
                 (r, Sig::OtherKey)
             }
             _ => {
@@ -809,7 +809,7 @@ impl World {
                     Record::of(2, Event::Claimed, &inc(2), self.now).with_order(OrderId::new(0, n));
                 r.seq = seq;
                 r.set_attempt(1);
-                r.next.insert(0, n + 1);
+                r.next.insert(0.into(), n + 1);
                 (r, Sig::Unsigned)
             }
         }
@@ -864,7 +864,7 @@ impl World {
             sig.as_deref().map(str::as_bytes),
         );
         let rec = Record::decode_with(Some(e.rec.key().as_bytes()), Some(&value), verdict)?;
-        match rec.impossible(&BTreeMap::from([(0, *n)])) {
+        match rec.impossible(&BTreeMap::from([(0.into(), *n)])) {
             Some(why) => Err(pool_worker_core::record::Foreign::Impossible(why)),
             None => Ok(rec),
         }
