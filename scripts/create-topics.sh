@@ -2,7 +2,9 @@
 # Creates the Kafka topics of a pool_worker pool:
 #
 #   * the orders topic (ORDERS_TOPIC, default work_orders): ORDERS_PARTITIONS
-#     partitions (default 3), cleanup.policy=delete;
+#     partitions (default 3), cleanup.policy=delete; ORDERS_TOPIC may be a
+#     comma-separated list in priority order, as the pool takes it
+#     (urgent,work_orders): every topic of it is created alike;
 #   * the coordination ("claims") topic (COORDINATION_TOPIC, default
 #     work_claims): EXACTLY ONE partition, cleanup.policy=compact;
 #   * optionally the results topic (RESULTS_TOPIC, unset = not created):
@@ -138,15 +140,25 @@ done
 [ "$CLAIMS_MAX_COMPACTION_LAG_MS" -ge "$CLAIMS_MIN_COMPACTION_LAG_MS" ] ||
     die "CLAIMS_MAX_COMPACTION_LAG_MS must be >= CLAIMS_MIN_COMPACTION_LAG_MS"
 
-for t in "$ORDERS_TOPIC" "$COORDINATION_TOPIC" ${RESULTS_TOPIC:+"$RESULTS_TOPIC"}; do
+# ORDERS_TOPIC: one topic, or a comma-separated list in priority order
+# (docs/deploy.md, "Priorities").
+IFS=, read -r -a order_topics <<<"$ORDERS_TOPIC"
+[ ${#order_topics[@]} -ge 1 ] || die "ORDERS_TOPIC names no topic"
+for i in "${!order_topics[@]}"; do
+    t=${order_topics[$i]}
+    t=${t#"${t%%[![:space:]]*}"}
+    order_topics[$i]=${t%"${t##*[![:space:]]}"}
+done
+for t in "${order_topics[@]}" "$COORDINATION_TOPIC" ${RESULTS_TOPIC:+"$RESULTS_TOPIC"}; do
     [[ $t =~ ^[A-Za-z0-9._-]{1,249}$ ]] || die "'$t' is not a valid Kafka topic name"
 done
-[ "$ORDERS_TOPIC" != "$COORDINATION_TOPIC" ] || die "the orders and coordination topics must differ"
-if [ -n "$RESULTS_TOPIC" ]; then
-    if [ "$RESULTS_TOPIC" = "$ORDERS_TOPIC" ] || [ "$RESULTS_TOPIC" = "$COORDINATION_TOPIC" ]; then
-        die "the results topic must differ from the orders and coordination topics"
-    fi
-fi
+[ "$(printf '%s\n' "${order_topics[@]}" | sort | uniq -d)" = "" ] || die "ORDERS_TOPIC names a topic twice"
+for t in "${order_topics[@]}"; do
+    [ "$t" != "$COORDINATION_TOPIC" ] || die "the orders and coordination topics must differ"
+    [ "$t" != "$RESULTS_TOPIC" ] || die "the results topic must differ from the orders and coordination topics"
+done
+[ "$RESULTS_TOPIC" != "$COORDINATION_TOPIC" ] || [ -z "$RESULTS_TOPIC" ] ||
+    die "the results topic must differ from the orders and coordination topics"
 
 # Find kafka-topics.sh (Apache tarball / apache/kafka image) or kafka-topics
 # (Confluent packages).
@@ -166,7 +178,7 @@ common=(--bootstrap-server "$BOOTSTRAP")
 
 # --- the topics -------------------------------------------------------------
 
-orders=(--create --if-not-exists --topic "$ORDERS_TOPIC"
+orders=(--create --if-not-exists --topic ORDERS
     --partitions "$ORDERS_PARTITIONS" --replication-factor "$REPLICATION_FACTOR"
     --config cleanup.policy=delete
     --config min.insync.replicas="$MIN_INSYNC_REPLICAS")
@@ -239,7 +251,9 @@ show() {
 
 print_all() {
     local tool=$1
-    show "$tool" "${common[@]}" "${orders[@]}"
+    for t in "${order_topics[@]}"; do
+        show "$tool" "${common[@]}" "${orders[@]/#ORDERS/$t}"
+    done
     show "$tool" "${common[@]}" "${claims[@]}"
     [ ${#results[@]} -eq 0 ] || show "$tool" "${common[@]}" "${results[@]}"
 }
@@ -264,7 +278,9 @@ if [ -n "$ACLS" ]; then
     add=("$acl_tool" "${common[@]}" --add --allow-principal "$pool")
     echo "# The pool ($pool): every worker, and the status/history tools."
     echo "# Orders: read them and their end offsets (Read implies Describe)."
-    show "${add[@]}" --operation Read --operation Describe --topic "$ORDERS_TOPIC"
+    for t in "${order_topics[@]}"; do
+        show "${add[@]}" --operation Read --operation Describe --topic "$t"
+    done
     echo "# Claims: the only principal that writes them; DescribeConfigs: a worker checks at boot"
     echo "# that the topic is compacted (without it, it warns and cannot tell)."
     show "${add[@]}" --operation Read --operation Write --operation Describe --operation DescribeConfigs --topic "$COORDINATION_TOPIC"
@@ -287,7 +303,9 @@ if [ -n "$ACLS" ]; then
         adds=("$acl_tool" "${common[@]}" --add --allow-principal "$sub")
         echo "# Whoever sends orders ($sub): anyone who can write the orders topic makes the pool run"
         echo "# what the allow lists allow."
-        show "${adds[@]}" --operation Write --operation Describe --topic "$ORDERS_TOPIC"
+        for t in "${order_topics[@]}"; do
+            show "${adds[@]}" --operation Write --operation Describe --topic "$t"
+        done
         echo "# ...and, for submit --wait, reads the claims topic (never writes it):"
         show "${adds[@]}" --operation Read --operation Describe --topic "$COORDINATION_TOPIC"
         show "${adds[@]}" --operation Describe --group pool_worker- --resource-pattern-type prefixed
@@ -318,7 +336,9 @@ if [ -z "$TOOL" ]; then
 fi
 
 echo "$prog: using $TOOL against $BOOTSTRAP"
-"$TOOL" "${common[@]}" "${orders[@]}"
+for t in "${order_topics[@]}"; do
+    "$TOOL" "${common[@]}" "${orders[@]/#ORDERS/$t}"
+done
 "$TOOL" "${common[@]}" "${claims[@]}"
 [ ${#results[@]} -eq 0 ] || "$TOOL" "${common[@]}" "${results[@]}"
 
@@ -336,4 +356,4 @@ if ! printf '%s\n' "$desc" | grep -q 'cleanup\.policy=compact'; then
     show "$configs_tool" "${common[@]}" --alter --entity-type topics \
         --entity-name "$COORDINATION_TOPIC" --add-config cleanup.policy=compact >&2
 fi
-echo "$prog: topics ready: $ORDERS_TOPIC, $COORDINATION_TOPIC${RESULTS_TOPIC:+, $RESULTS_TOPIC}"
+echo "$prog: topics ready: ${order_topics[*]}, $COORDINATION_TOPIC${RESULTS_TOPIC:+, $RESULTS_TOPIC}"
