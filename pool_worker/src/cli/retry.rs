@@ -86,7 +86,7 @@ pub(crate) async fn prepare(
 fn where_is(src: &Source, order: OrderId) -> anyhow::Result<Option<String>> {
     // Only the current view is needed: from the newest checkpoint.
     let view = crate::kafka::tools::current_view(src)?;
-    if order.offset >= view.next_offset(order.partition) {
+    if order.offset >= view.next_offset(order.lane()) {
         return Ok(Some("has not been claimed yet (it waits)".into()));
     }
     let holder = view

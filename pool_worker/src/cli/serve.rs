@@ -457,7 +457,7 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>, h: HeaderMap
         match b.story(order) {
             Some(s) => Some(with_note(s.to_vec())),
             // Not claimed yet: nothing to read.
-            None if order.offset >= b.view.next_offset(order.partition) => Some((Vec::new(), None)),
+            None if order.offset >= b.view.next_offset(order.lane()) => Some((Vec::new(), None)),
             None => None,
         }
     };
@@ -556,7 +556,7 @@ mod tests {
         let mut claim = Record::of(1, Event::Claimed, "inc", 2_000).with_order(o);
         claim.seq = 1;
         claim.set_attempt(1);
-        claim.next = BTreeMap::from([(o.partition, o.offset + 1)]);
+        claim.next = BTreeMap::from([(o.lane(), o.offset + 1)]);
         b.apply(1, Ok(claim));
         let mut commit = Record::of(1, Event::Committed, "inc", 2_100).with_order(o);
         commit.seq = 2;
@@ -635,7 +635,7 @@ mod tests {
         let mut claim = Record::of(1, Event::Claimed, "inc", 2_000).with_order(o);
         claim.seq = 8;
         claim.set_attempt(1);
-        claim.next = BTreeMap::from([(0, 8)]);
+        claim.next = BTreeMap::from([(0.into(), 8)]);
         b.apply(7, Ok(claim));
         let mut commit = Record::of(1, Event::Committed, "inc", 2_100).with_order(o);
         commit.seq = 9;

@@ -522,7 +522,7 @@ pub(crate) fn compaction_note(
     erased: &Erased,
 ) -> Option<String> {
     let (first, before) = (erased.first?, erased.before?);
-    let claimed = order.offset < view.next_offset(order.partition);
+    let claimed = order.offset < view.next_offset(order.lane());
     if !claimed {
         return None;
     }
@@ -535,7 +535,7 @@ pub(crate) fn compaction_note(
         erased.records,
         before - 1
     );
-    let frontier = view.next_offset(order.partition);
+    let frontier = view.next_offset(order.lane());
     let holder = if held {
         "an instance holds it now"
     } else {
@@ -927,7 +927,7 @@ pub(crate) mod tests {
         let mut erased = Erased::new();
         let mut b = Record::of(1, Event::Booted, "a", 1);
         b.seq = 7;
-        b.next = BTreeMap::from([(0, 5)]);
+        b.next = BTreeMap::from([(0.into(), 5)]);
         erased.note(6, Some(&b));
         view.apply(Position::new(6), &b).unwrap();
         let note = compaction_note(OrderId::new(0, 2), &[], &view, &erased).unwrap();
