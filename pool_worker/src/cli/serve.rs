@@ -365,7 +365,12 @@ async fn state(State(app): State<App>) -> Response {
 
 async fn page(State(app): State<App>, h: HeaderMap) -> Response {
     let (viewer, flash) = actions::viewer(&app, &h);
-    let (head, controls) = actions::main_controls(&viewer);
+    let topics = app
+        .src
+        .orders()
+        .map(|o| o.names().to_vec())
+        .unwrap_or_default();
+    let (head, controls) = actions::main_controls(&viewer, &topics);
     let body = {
         let b = lock(&app.board);
         let now = crate::clock::wall_ms();
@@ -436,7 +441,12 @@ fn schedules_panel(
 }
 
 async fn order_page(State(app): State<App>, Path(id): Path<String>, h: HeaderMap) -> Response {
-    let order: OrderId = match id.parse() {
+    let parsed = app
+        .src
+        .orders()
+        .map_err(|e| e.0)
+        .and_then(|o| o.parse_order(&id));
+    let order: OrderId = match parsed {
         Ok(o) => o,
         Err(e) => {
             let body = format!(
@@ -488,7 +498,8 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>, h: HeaderMap
             }
         };
         let c = src.consumer()?;
-        let text = read_message(&c, &src.orders_topic, order.partition, order.offset);
+        let topic = src.topic_name(order.topic)?;
+        let text = read_message(&c, &topic, order.partition, order.offset);
         Ok((story, note, text))
     })
     .await;

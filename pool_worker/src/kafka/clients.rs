@@ -604,6 +604,19 @@ fn too_large(e: &KafkaError) -> bool {
     )
 }
 
+/// A result message's value (`ResultMessage::value`) with its `topic` the
+/// main orders topic's name where the core leaves it null (an order of the
+/// main topic, R57): a subscriber reads every order's topic by its name.
+fn with_main_topic(value: String, main: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(&value) {
+        Ok(mut v) if v.get("topic").is_some_and(serde_json::Value::is_null) => {
+            v["topic"] = main.into();
+            v.to_string()
+        }
+        _ => value,
+    }
+}
+
 /// The claims producer's `transactional.id` (docs/protocol.md R16): one per
 /// pool and instance, so that a new process of the instance fences every
 /// older one. The pool is named by its topics; Kafka's topic names (at most
@@ -1308,7 +1321,7 @@ impl Kafka {
         };
         let mut backoff = backoff::APPEND;
         loop {
-            let value = msg.value();
+            let value = with_main_topic(msg.value(), self.orders.main_name());
             match self
                 .produce(topic, None, &msg.key, value.as_bytes(), None)
                 .await?
@@ -1766,6 +1779,16 @@ impl Kafka {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_result_names_the_main_topic() {
+        assert_eq!(
+            with_main_topic(r#"{"order":"0:1","topic":null}"#.into(), "work"),
+            r#"{"order":"0:1","topic":"work"}"#
+        );
+        let named = r#"{"order":"urgent:0:1","topic":"urgent"}"#;
+        assert_eq!(with_main_topic(named.into(), "work"), named);
+    }
 
     #[test]
     fn payloads_are_taken_once_and_older_ones_forgotten() {

@@ -147,10 +147,10 @@ impl Source {
     /// An order id as a tool's user gave it, checked against the orders
     /// topics (its topic must be one of them; the main one's name may be
     /// written or left out): the id as the core has it.
-    pub(crate) fn listed(&self, order: OrderId) -> anyhow::Result<OrderId> {
+    pub(crate) fn listed(&self, order: OrderId) -> Result<OrderId, ConfigError> {
         self.orders()?
             .listed(order)
-            .map_err(|e| anyhow::Error::new(ConfigError(format!("order {order}: {e}"))))
+            .map_err(|e| ConfigError(format!("order {order}: {e}")))
     }
 
     /// The Kafka name of `topic` (an orders topic).
