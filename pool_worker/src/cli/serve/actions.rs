@@ -626,3 +626,30 @@ async fn retry(
     let flash = done(&s, peer, "retry", &order.to_string(), ok, text);
     redirect(&a, &format!("/order/{to}"), flash, auth::over_https(&h))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// R57: with several orders topics the submit form offers them, in
+    /// priority order, the main one (the last) chosen unless another was;
+    /// with one topic it offers no choice.
+    #[test]
+    fn the_submit_form_offers_a_topic_when_there_are_several() {
+        let one = submit_form("c", "", &["work".to_string()], None);
+        assert!(!one.contains("<select"), "{one}");
+        let topics = ["urgent".to_string(), "work".to_string()];
+        let form = submit_form("c", "", &topics, None);
+        assert!(
+            form.contains(
+                "<select name=\"topic\" id=\"topic\"><option value=\"urgent\">urgent</option><option value=\"work\" selected>work</option></select>"
+            ),
+            "{form}"
+        );
+        let again = submit_form("c", "echo hi", &topics, Some("urgent"));
+        assert!(
+            again.contains("<option value=\"urgent\" selected>"),
+            "{again}"
+        );
+    }
+}
