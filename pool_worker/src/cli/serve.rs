@@ -156,6 +156,7 @@ fn refresh_orders(src: &Source, c: &ToolClient, board: &Mutex<Board>) {
     b.orders_in_topic = w.in_topic;
     b.waiting = w.waiting;
     b.oldest_waiting_ts = w.oldest_ts;
+    b.waiting_by_topic = w.by_topic;
     b.orders_read |= caught_up;
 }
 
@@ -345,6 +346,10 @@ async fn state(State(app): State<App>) -> Response {
         "claims_records": b.records,
         "orders_in_topic": b.orders_in_topic,
         "waiting": b.waiting,
+        // Each orders topic in priority order (R57), as `status` says it.
+        "orders_by_topic": b.waiting_by_topic.iter().map(|(topic, held, waiting)| json!({
+            "topic": topic, "in_topic": held, "waiting": waiting,
+        })).collect::<Vec<_>>(),
         "running": instances.iter().filter(|i| i["state"] == "running").count(),
         "completed": b.completed_total(),
         "not_ok": b.not_ok_total(),

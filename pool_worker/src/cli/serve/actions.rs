@@ -646,6 +646,14 @@ mod tests {
             ),
             "{form}"
         );
+        let mut b = super::super::board::Board::new();
+        b.waiting_by_topic = vec![("urgent".into(), 2, 1), ("work".into(), 9, 4)];
+        let live = super::super::html::render_live(&b, 10_000);
+        assert!(
+            live.contains("id=\"waiting-0\">1</div><div class=\"k\">waiting in urgent</div>")
+                && live.contains("id=\"waiting-1\">4</div><div class=\"k\">waiting in work</div>"),
+            "{live}"
+        );
         let again = submit_form("c", "echo hi", &topics, Some("urgent"));
         assert!(
             again.contains("<option value=\"urgent\" selected>"),
