@@ -152,10 +152,13 @@ impl Gate {
         });
         let verdict = crate::sign::verdict(self.key.as_ref(), m.payload(), sig);
         let rec = Record::decode_with(m.key(), m.payload(), verdict)?;
+        // Ends judge a record only about the topics they have lanes of
+        // (R57: a record of a topic not read is not judged), so only ends
+        // of every orders topic may pass one.
         if self
             .known
             .lock()
-            .is_ok_and(|k| rec.impossible(&k).is_none())
+            .is_ok_and(|k| self.covers(&k) && rec.impossible(&k).is_none())
         {
             return Ok(rec);
         }
@@ -171,7 +174,7 @@ impl Gate {
         if !parts.is_empty() {
             if let Ok(ends) = lane_ends(client, &self.orders, &parts, REQUEST_TIMEOUT) {
                 self.saw_ends(&ends);
-                if rec.impossible(&ends).is_none() {
+                if self.covers(&ends) && rec.impossible(&ends).is_none() {
                     return Ok(rec);
                 }
             }
@@ -198,6 +201,13 @@ impl Gate {
             Some(why) => Err(Foreign::Impossible(why)),
             None => Ok(rec),
         }
+    }
+
+    /// Whether `ends` have a lane of every orders topic.
+    fn covers(&self, ends: &BTreeMap<Lane, i64>) -> bool {
+        self.orders
+            .iter()
+            .all(|(t, _)| ends.keys().any(|l| l.topic == t))
     }
 
     /// The signature header of a record's value, if the pool has a key.

@@ -794,6 +794,8 @@ fn image_orders_run_docker_from_path() {
         "-e",
         "GREETING",
         "-e",
+        "ORDER_TOPIC",
+        "-e",
         "ORDER_PARTITION",
         "-e",
         "ORDER_OFFSET",
