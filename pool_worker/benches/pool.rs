@@ -1595,11 +1595,11 @@ fn history_records(k: usize, ts: u64, checkpoints: bool) -> Vec<(String, Vec<u8>
         let ts = ts + i as u64;
         let mut b = Record::of(inst, Event::Booted, &inc, ts);
         b.seq = 1;
-        b.next.insert(0, i as i64);
+        b.next.insert(0.into(), i as i64);
         let mut c = Record::of(inst, Event::Claimed, &inc, ts).with_order(order);
         c.seq = 2;
         c.set_attempt(1);
-        c.next.insert(0, i as i64 + 1);
+        c.next.insert(0.into(), i as i64 + 1);
         // The claim met no rival: it is the commit (R34), no `committed`.
         let mut d = Record::of(inst, Event::Completed, &inc, ts).with_order(order);
         d.seq = 3;

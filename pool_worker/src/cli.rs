@@ -92,7 +92,27 @@ impl Command {
     /// Flag over variable over default: fills the flags that were not
     /// given (`m`, the subcommand's matches) from the environment, read by
     /// `env::read` as the worker's settings are.
+    /// Flags over variables, then the orders topics (`ORDERS_TOPIC`, R57)
+    /// and the order ids typed against them: a bad list, or an order of a
+    /// topic not in it, is exit 2 before anything is asked of Kafka.
     fn apply_env(&mut self, m: &clap::ArgMatches) -> Result<(), crate::env::ConfigError> {
+        self.apply_vars(m)?;
+        match self {
+            Command::Dev(a) => drop(a.topics.orders()?),
+            Command::Broker(a) => drop(a.topics.orders()?),
+            Command::History(a) => a.order = a.source.listed(a.order)?,
+            Command::Retry(a) => a.order = a.source.listed(a.order)?,
+            Command::Cancel(a) => a.order = a.source.listed(a.order)?,
+            Command::Submit(a) => a.check_topic()?,
+            Command::Status(a) => drop(a.source.orders()?),
+            Command::Audit(a) => drop(a.source.orders()?),
+            Command::Serve(a) => drop(a.source.orders()?),
+            Command::Supervise(_) | Command::Guard(_) => {}
+        }
+        Ok(())
+    }
+
+    fn apply_vars(&mut self, m: &clap::ArgMatches) -> Result<(), crate::env::ConfigError> {
         match self {
             Command::Dev(a) => a.topics.apply_env(m),
             Command::Broker(a) => a.topics.apply_env(m),

@@ -16,7 +16,7 @@
 //! | variable | meaning | default |
 //! | --- | --- | --- |
 //! | `KAFKA_BROKERS` | bootstrap servers | `localhost:9092` |
-//! | `ORDERS_TOPIC` | the orders topic | required |
+//! | `ORDERS_TOPIC` | the orders topics, comma-separated, in priority order (docs/protocol.md R57): an idle instance takes a waiting order of the first that has one; the last is the main topic (at most 16; pool_worker/src/orders_topics.rs) | required |
 //! | `COORDINATION_TOPIC` | the claims topic (one partition, compacted) | required |
 //! | `INSTANCE_NUMBER` | this instance's number, 1 to 1,000,000, unique in the pool | required |
 //! | `LEASE_MS` | an instance that writes nothing about the order it holds for this long loses it to another | 30000 |
@@ -45,6 +45,7 @@
 
 use crate::env::{env_vars, flag_or_env, read, read_env, ConfigError};
 use crate::kafka::client_config::KafkaSettings;
+use crate::orders_topics::OrdersTopics;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -249,7 +250,8 @@ fn env_deny(v: Option<Vec<String>>) -> Vec<String> {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub brokers: String,
-    pub orders_topic: String,
+    /// `ORDERS_TOPIC`: the orders topics in priority order.
+    pub orders_topics: crate::orders_topics::OrdersTopics,
     pub coordination_topic: String,
     pub instance: u32,
     pub max_attempts: u32,
@@ -406,7 +408,7 @@ impl Config {
         let lease_ms = number("LEASE_MS", raw.lease_ms, 30_000u64, (300, 24 * 3600 * 1000))?;
         Ok(Config {
             brokers,
-            orders_topic: topics.orders,
+            orders_topics: topics.orders,
             coordination_topic: topics.coordination,
             results_topic: topics.results,
             instance,
@@ -469,7 +471,7 @@ impl Config {
     pub(crate) fn kafka_setup(&self) -> crate::kafka::Setup {
         crate::kafka::Setup {
             brokers: self.brokers.clone(),
-            orders_topic: self.orders_topic.clone(),
+            orders: self.orders_topics.clone(),
             claims_topic: self.coordination_topic.clone(),
             results_topic: self.results_topic.clone(),
             instance: self.instance,
@@ -483,9 +485,9 @@ impl Config {
 }
 
 /// `ORDERS_TOPIC`, `COORDINATION_TOPIC` and `RESULTS_TOPIC`: valid names,
-/// three different topics.
+/// all different topics.
 struct Topics {
-    orders: String,
+    orders: OrdersTopics,
     coordination: String,
     results: Option<String>,
 }
@@ -493,26 +495,19 @@ struct Topics {
 impl Topics {
     fn from_env(raw: &mut WorkerEnv) -> Result<Topics, ConfigError> {
         let orders = required("ORDERS_TOPIC", raw.orders_topic.take())?;
+        let orders = OrdersTopics::parse("ORDERS_TOPIC", &orders)?;
         let coordination = required("COORDINATION_TOPIC", raw.coordination_topic.take())?;
-        for (name, t) in [
-            ("ORDERS_TOPIC", &orders),
-            ("COORDINATION_TOPIC", &coordination),
-        ] {
-            crate::kafka::broker::check_topic_name(t)
-                .map_err(|e| ConfigError(format!("{name}: {e}")))?;
-        }
-        if orders == coordination {
-            return Err(ConfigError(
-                "ORDERS_TOPIC and COORDINATION_TOPIC name the same topic".into(),
-            ));
-        }
+        crate::kafka::broker::check_topic_name(&coordination)
+            .map_err(|e| ConfigError(format!("COORDINATION_TOPIC: {e}")))?;
+        orders.check_apart("ORDERS_TOPIC", "COORDINATION_TOPIC", &coordination)?;
         let results = raw.results_topic.take();
         if let Some(t) = &results {
             crate::kafka::broker::check_topic_name(t)
                 .map_err(|e| ConfigError(format!("RESULTS_TOPIC: {e}")))?;
-            if *t == orders || *t == coordination {
+            if orders.names().contains(t) || *t == coordination {
                 return Err(ConfigError(
-                    "RESULTS_TOPIC must differ from ORDERS_TOPIC and COORDINATION_TOPIC".into(),
+                    "RESULTS_TOPIC must differ from ORDERS_TOPIC's topics and COORDINATION_TOPIC"
+                        .into(),
                 ));
             }
         }
@@ -604,6 +599,45 @@ mod tests {
         );
         assert_eq!(vars(&OK[..2]).unwrap_err().0, "INSTANCE_NUMBER is not set");
         assert_eq!(vars(&OK[1..]).unwrap_err().0, "ORDERS_TOPIC is not set");
+    }
+
+    /// R57: `ORDERS_TOPIC` lists the orders topics in priority order, the
+    /// main topic last; none may be the claims or the results topic.
+    #[test]
+    fn orders_topic_is_a_priority_list() {
+        let mut v = OK.to_vec();
+        v[0] = ("ORDERS_TOPIC", " urgent , o ");
+        let c = vars(&v).unwrap();
+        assert_eq!(c.orders_topics.names(), ["urgent", "o"]);
+        assert_eq!(
+            c.orders_topics.topics(),
+            vec![
+                crate::record::Topic::named("urgent").unwrap(),
+                crate::record::Topic::MAIN
+            ]
+        );
+        assert_eq!(
+            crate::kafka::transactional_id(&c.kafka_setup()),
+            "pool_worker.c.o.3",
+            "named after the main topic: priority topics in front change nothing"
+        );
+        for (list, says) in [
+            (
+                "urgent,c",
+                "ORDERS_TOPIC and COORDINATION_TOPIC both name the topic 'c'",
+            ),
+            ("a,a", "ORDERS_TOPIC lists 'a' twice"),
+            (" ", "ORDERS_TOPIC is empty"),
+        ] {
+            v[0] = ("ORDERS_TOPIC", list);
+            assert_eq!(vars(&v).unwrap_err().0, says, "{list}");
+        }
+        v[0] = ("ORDERS_TOPIC", "r,o");
+        v.push(("RESULTS_TOPIC", "r"));
+        assert!(vars(&v)
+            .unwrap_err()
+            .0
+            .starts_with("RESULTS_TOPIC must differ"));
     }
 
     #[test]

@@ -42,9 +42,11 @@
 //!
 //! The job's environment is the worker's, minus the operator's deny list
 //! (so that, for example, the worker's Kafka credentials do not leak into
-//! jobs), plus the order's `env` (as checked), plus five variables that tell
-//! the job who it is (`ORDER_PARTITION`, `ORDER_OFFSET`, `INSTANCE_NUMBER`,
-//! `ORDER_ATTEMPT`, `ORDER_RETRY`), set last so an order cannot forge them.
+//! jobs), plus the order's `env` (as checked), plus six variables that tell
+//! the job who it is (`ORDER_TOPIC`, `ORDER_PARTITION`, `ORDER_OFFSET`,
+//! `INSTANCE_NUMBER`, `ORDER_ATTEMPT`, `ORDER_RETRY`), set last so an order
+//! cannot forge them (`ORDER_TOPIC:ORDER_PARTITION:ORDER_OFFSET` is the
+//! order's idempotency key, R45).
 //! With a job user (`JOB_USER`), `HOME`, `USER` and `LOGNAME` are the job
 //! user's, and the job runs with that user's uid, gid and groups and the
 //! per-job limits (`isolate`).
@@ -96,6 +98,9 @@ const END_DESCENDANTS: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug)]
 pub(crate) struct JobContext {
     pub(crate) order: OrderId,
+    /// The Kafka name of the order's topic (`ORDER_TOPIC`; R57: the main
+    /// topic's too, which the order id leaves unnamed).
+    pub(crate) order_topic: String,
     /// This worker's instance number (`INSTANCE_NUMBER`).
     pub(crate) instance: u32,
     /// Which run of the order this is, 1 for the first (`ORDER_ATTEMPT`).
@@ -136,6 +141,7 @@ impl JobContext {
     pub(crate) fn new(order: OrderId, instance: u32, attempt: u32) -> Self {
         JobContext {
             order,
+            order_topic: String::new(),
             instance,
             attempt,
             default_timeout: DEFAULT_TIMEOUT,
@@ -155,8 +161,14 @@ impl JobContext {
     /// The container name of an `image` order: unique per order and attempt,
     /// so that a timed-out container can be found and killed.
     fn container_name(&self) -> String {
+        // An order of a priority topic (R57) has its topic in the name: the
+        // same partition and offset in two topics are two orders.
+        let topic = match self.order.topic.name() {
+            Some(t) => format!("{t}-"),
+            None => String::new(),
+        };
         format!(
-            "pool_worker-{}-{}-{}-a{}",
+            "pool_worker-{}-{topic}{}-{}-a{}",
             self.instance, self.order.partition, self.order.offset, self.attempt
         )
     }
@@ -613,8 +625,9 @@ fn job_env(
 pub(crate) const TRACEPARENT: &str = "TRACEPARENT";
 
 /// The variables that tell a job which order and run it is.
-fn own_vars(ctx: &JobContext) -> [(&'static str, String); 5] {
+fn own_vars(ctx: &JobContext) -> [(&'static str, String); 6] {
     [
+        ("ORDER_TOPIC", ctx.order_topic.clone()),
         ("ORDER_PARTITION", ctx.order.partition.to_string()),
         ("ORDER_OFFSET", ctx.order.offset.to_string()),
         ("INSTANCE_NUMBER", ctx.instance.to_string()),
@@ -868,8 +881,10 @@ mod tests {
         let mut spec = cmd(&["x"]);
         spec.env.insert("FOO".into(), "bar".into());
         spec.env.insert("ORDER_ATTEMPT".into(), "99".into());
+        spec.env.insert("ORDER_TOPIC".into(), "forged".into());
         spec.env.insert("KAFKA_FROM_ORDER".into(), "x".into());
         let mut c = JobContext::new(OrderId::new(2, 40), 3, 2);
+        c.order_topic = "work_orders".into();
         c.env_deny = vec!["KAFKA_*".into(), "SECRET".into()];
         let env = job_env(inherited, &spec, &c);
         let get = |k: &str| env.get(OsStr::new(k)).map(|v| v.to_str().unwrap());
@@ -879,6 +894,7 @@ mod tests {
         for gone in ["KAFKA_PASSWORD", "KAFKA_X", "SECRET", "KAFKA_FROM_ORDER"] {
             assert_eq!(get(gone), None, "{gone}");
         }
+        assert_eq!(get("ORDER_TOPIC"), Some("work_orders"), "R45's key");
         assert_eq!(get("ORDER_PARTITION"), Some("2"));
         assert_eq!(get("ORDER_OFFSET"), Some("40"));
         assert_eq!(get("INSTANCE_NUMBER"), Some("3"));
@@ -1252,6 +1268,8 @@ exec sleep 30
             "no-new-privileges",
             "-e",
             "A",
+            "-e",
+            "ORDER_TOPIC",
             "-e",
             "ORDER_PARTITION",
             "-e",

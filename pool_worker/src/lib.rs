@@ -45,6 +45,7 @@ pub mod guard; // the job's dead man's switch: frozen when its hold's deadline p
 pub mod isolate; // what keeps a job away from the worker
 pub mod job; // running a job with tokio::process
 pub mod kafka; // everything Kafka: the worker's and the tools' clients, the claims reader, the embedded broker
+pub mod orders_topics; // ORDERS_TOPIC: the orders topics in priority order, Kafka names and the core's topics
 pub mod policy; // the allow lists: what an order may run, set, pull and fetch
 pub mod process_exit; // a status as the process's exit code, and the signals that stop it
 pub mod run; // drives the worker machine with Kafka and jobs

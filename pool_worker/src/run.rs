@@ -137,6 +137,7 @@ fn settings(cfg: &Config) -> Settings {
         claim_defer_ms: cfg.claim_defer_ms,
         publish_results: cfg.results_topic.is_some(),
         key_concurrency: cfg.key_concurrency,
+        topics: cfg.orders_topics.topics(),
         ..Settings::default()
     }
 }
@@ -459,7 +460,7 @@ impl Shell {
             tracing::debug!(instance = self.cfg.instance, id = %firing.id, since = self.idle_since, "producing a schedule's firing (its turn)");
             let src = crate::kafka::tools::Source {
                 brokers: self.cfg.brokers.clone(),
-                orders_topic: self.cfg.orders_topic.clone(),
+                orders_topic: self.cfg.orders_topics.to_var(),
                 coordination_topic: self.cfg.coordination_topic.clone(),
                 json: false,
                 claims_key_file: None,
@@ -674,7 +675,12 @@ impl Shell {
                 "cancelled before its job started",
             )));
         }
-        let ctx = job_context(&self.job_base, order, attempt);
+        let topic = self
+            .cfg
+            .orders_topics
+            .name_of(order.topic)
+            .unwrap_or_default();
+        let ctx = job_context(&self.job_base, order, topic, attempt);
         if let Ok(spec) = &spec {
             log_order(self.cfg.instance, order, attempt, spec);
         }

@@ -35,10 +35,11 @@ use std::time::Duration;
 /// The pool's topics, as `broker` and `dev` create them.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct TopicArgs {
-    /// The orders topic to create [env: ORDERS_TOPIC]
-    #[arg(long, default_value = "work_orders")]
+    /// The orders topics to create, comma-separated, in priority order
+    /// (the last is the main topic, R57) [env: ORDERS_TOPIC]
+    #[arg(long, default_value = "work_orders", value_name = "TOPICS")]
     pub(crate) orders_topic: String,
-    /// Partitions of the orders topic.
+    /// Partitions of each orders topic.
     #[arg(long, default_value_t = 1)]
     pub(crate) orders_partitions: i32,
     /// The coordination (claims) topic to create; always one partition
@@ -65,6 +66,19 @@ impl TopicArgs {
         )
     }
 
+    /// The orders topics (`--orders-topic` / `ORDERS_TOPIC`), checked.
+    pub(crate) fn orders(
+        &self,
+    ) -> Result<crate::orders_topics::OrdersTopics, crate::env::ConfigError> {
+        let t = crate::orders_topics::OrdersTopics::parse("ORDERS_TOPIC", &self.orders_topic)?;
+        t.check_apart(
+            "ORDERS_TOPIC",
+            "COORDINATION_TOPIC",
+            &self.coordination_topic,
+        )?;
+        Ok(t)
+    }
+
     /// The results topic, if one is named.
     pub(crate) fn results_topic(&self) -> Option<&str> {
         self.results_topic.as_deref().filter(|t| !t.is_empty())
@@ -72,10 +86,21 @@ impl TopicArgs {
 
     /// The topics to create: (name, partitions).
     pub(crate) fn to_create(&self) -> Vec<(String, i32)> {
-        let mut topics = vec![
-            (self.orders_topic.clone(), self.orders_partitions),
-            (self.coordination_topic.clone(), 1),
-        ];
+        // Every orders topic of the list (a bad list is `check`'s to refuse:
+        // its names are created as given and refused there).
+        let orders: Vec<String> = match self.orders() {
+            Ok(o) => o.names().to_vec(),
+            Err(_) => self
+                .orders_topic
+                .split(',')
+                .map(|t| t.trim().to_string())
+                .collect(),
+        };
+        let mut topics: Vec<(String, i32)> = orders
+            .into_iter()
+            .map(|t| (t, self.orders_partitions))
+            .collect();
+        topics.push((self.coordination_topic.clone(), 1));
         if let Some(r) = self.results_topic() {
             topics.push((r.to_string(), 1));
         }

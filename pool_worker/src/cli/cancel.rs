@@ -37,7 +37,8 @@ use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct CancelArgs {
-    /// The order to cancel, as PARTITION:OFFSET.
+    /// The order to cancel, as PARTITION:OFFSET (main orders topic) or
+    /// TOPIC:PARTITION:OFFSET (its cancel's key is `cancel:TOPIC:P:O`).
     pub(crate) order: OrderId,
     /// Why (kept in the order's `completed` record; at most 2 KiB as written).
     #[arg(long, default_value = "cancelled by an operator")]

@@ -304,7 +304,9 @@ impl Demo {
     /// Sends [`DEMO_ORDERS`] and says so.
     async fn send(out: &Out, addr: &str, args: &DevArgs) -> anyhow::Result<Demo> {
         let mut orders = BTreeMap::new();
-        for (order, (_, payload)) in produce_demo(addr, &args.topics.orders_topic)
+        // To the main orders topic (the list's last, R57).
+        let main = args.topics.orders()?.main_name().to_string();
+        for (order, (_, payload)) in produce_demo(addr, &main)
             .await?
             .into_iter()
             .zip(DEMO_ORDERS)

@@ -41,7 +41,8 @@ use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct RetryArgs {
-    /// The order to send again, as PARTITION:OFFSET.
+    /// The order to send again, as PARTITION:OFFSET (main orders topic) or
+    /// TOPIC:PARTITION:OFFSET; it is sent again to its own topic.
     pub(crate) order: OrderId,
     #[command(flatten)]
     pub(crate) wait: WaitArgs,
@@ -55,7 +56,10 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) async fn run(args: RetryArgs) -> anyhow::Result<Exit> {
     let order = args.order;
     match prepare(&args.source, order).await? {
-        Ok(payload) => crate::cli::submit::send(&args.source, payload, &args.wait).await,
+        // To the original's own topic (R57): a retry keeps its priority.
+        Ok(payload) => {
+            crate::cli::submit::send(&args.source, order.topic, payload, &args.wait).await
+        }
         Err(why) => {
             eprintln!("pool_worker retry: order {order} {why}");
             Ok(Exit::Failure)
@@ -86,7 +90,7 @@ pub(crate) async fn prepare(
 fn where_is(src: &Source, order: OrderId) -> anyhow::Result<Option<String>> {
     // Only the current view is needed: from the newest checkpoint.
     let view = crate::kafka::tools::current_view(src)?;
-    if order.offset >= view.next_offset(order.partition) {
+    if order.offset >= view.next_offset(order.lane()) {
         return Ok(Some("has not been claimed yet (it waits)".into()));
     }
     let holder = view
@@ -99,30 +103,23 @@ fn where_is(src: &Source, order: OrderId) -> anyhow::Result<Option<String>> {
 /// the orders topic.
 fn read_order(src: &Source, order: OrderId) -> anyhow::Result<(Option<Vec<u8>>, Option<String>)> {
     let c = src.consumer()?;
+    let topic = src.topic_name(order.topic)?;
     let low = match src.find_order(&c, order)? {
         Ok(low) => low,
         Err(why) => bail!(why),
     };
     if order.offset < low {
-        bail!("order {order} is no longer in '{}' (retention or DeleteRecords: the partition starts at {low})", src.orders_topic);
+        bail!("order {order} is no longer in '{topic}' (retention or DeleteRecords: the partition starts at {low})");
     }
-    let Some(m) = message_at(
-        &c,
-        &src.orders_topic,
-        order.partition,
-        order.offset,
-        READ_TIMEOUT,
-    ) else {
+    let Some(m) = message_at(&c, &topic, order.partition, order.offset, READ_TIMEOUT) else {
         bail!(
-            "order {order} could not be read from '{}' within {} s",
-            src.orders_topic,
+            "order {order} could not be read from '{topic}' within {} s",
             READ_TIMEOUT.as_secs()
         )
     };
     if m.offset > order.offset {
         bail!(
-            "order {order} is no longer in '{}' (the next message read is at {})",
-            src.orders_topic,
+            "order {order} is no longer in '{topic}' (the next message read is at {})",
             m.offset
         )
     }

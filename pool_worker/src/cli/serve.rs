@@ -156,6 +156,7 @@ fn refresh_orders(src: &Source, c: &ToolClient, board: &Mutex<Board>) {
     b.orders_in_topic = w.in_topic;
     b.waiting = w.waiting;
     b.oldest_waiting_ts = w.oldest_ts;
+    b.waiting_by_topic = w.by_topic;
     b.orders_read |= caught_up;
 }
 
@@ -345,6 +346,10 @@ async fn state(State(app): State<App>) -> Response {
         "claims_records": b.records,
         "orders_in_topic": b.orders_in_topic,
         "waiting": b.waiting,
+        // Each orders topic in priority order (R57), as `status` says it.
+        "orders_by_topic": b.waiting_by_topic.iter().map(|(topic, held, waiting)| json!({
+            "topic": topic, "in_topic": held, "waiting": waiting,
+        })).collect::<Vec<_>>(),
         "running": instances.iter().filter(|i| i["state"] == "running").count(),
         "completed": b.completed_total(),
         "not_ok": b.not_ok_total(),
@@ -365,7 +370,12 @@ async fn state(State(app): State<App>) -> Response {
 
 async fn page(State(app): State<App>, h: HeaderMap) -> Response {
     let (viewer, flash) = actions::viewer(&app, &h);
-    let (head, controls) = actions::main_controls(&viewer);
+    let topics = app
+        .src
+        .orders()
+        .map(|o| o.names().to_vec())
+        .unwrap_or_default();
+    let (head, controls) = actions::main_controls(&viewer, &topics);
     let body = {
         let b = lock(&app.board);
         let now = crate::clock::wall_ms();
@@ -436,7 +446,12 @@ fn schedules_panel(
 }
 
 async fn order_page(State(app): State<App>, Path(id): Path<String>, h: HeaderMap) -> Response {
-    let order: OrderId = match id.parse() {
+    let parsed = app
+        .src
+        .orders()
+        .map_err(|e| e.0)
+        .and_then(|o| o.parse_order(&id));
+    let order: OrderId = match parsed {
         Ok(o) => o,
         Err(e) => {
             let body = format!(
@@ -457,7 +472,7 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>, h: HeaderMap
         match b.story(order) {
             Some(s) => Some(with_note(s.to_vec())),
             // Not claimed yet: nothing to read.
-            None if order.offset >= b.view.next_offset(order.partition) => Some((Vec::new(), None)),
+            None if order.offset >= b.view.next_offset(order.lane()) => Some((Vec::new(), None)),
             None => None,
         }
     };
@@ -488,7 +503,8 @@ async fn order_page(State(app): State<App>, Path(id): Path<String>, h: HeaderMap
             }
         };
         let c = src.consumer()?;
-        let text = read_message(&c, &src.orders_topic, order.partition, order.offset);
+        let topic = src.topic_name(order.topic)?;
+        let text = read_message(&c, &topic, order.partition, order.offset);
         Ok((story, note, text))
     })
     .await;
@@ -556,7 +572,7 @@ mod tests {
         let mut claim = Record::of(1, Event::Claimed, "inc", 2_000).with_order(o);
         claim.seq = 1;
         claim.set_attempt(1);
-        claim.next = BTreeMap::from([(o.partition, o.offset + 1)]);
+        claim.next = BTreeMap::from([(o.lane(), o.offset + 1)]);
         b.apply(1, Ok(claim));
         let mut commit = Record::of(1, Event::Committed, "inc", 2_100).with_order(o);
         commit.seq = 2;
@@ -635,7 +651,7 @@ mod tests {
         let mut claim = Record::of(1, Event::Claimed, "inc", 2_000).with_order(o);
         claim.seq = 8;
         claim.set_attempt(1);
-        claim.next = BTreeMap::from([(0, 8)]);
+        claim.next = BTreeMap::from([(0.into(), 8)]);
         b.apply(7, Ok(claim));
         let mut commit = Record::of(1, Event::Committed, "inc", 2_100).with_order(o);
         commit.seq = 9;

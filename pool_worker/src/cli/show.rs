@@ -165,7 +165,7 @@ pub(crate) mod tests {
 
         let mut cp = Record::of(3, Event::Checkpoint, "a1", 0);
         cp.set_snapshot(Some(Box::new(crate::boot::View::new().snapshot())));
-        cp.next.insert(0, 18);
+        cp.next.insert(0.into(), 18);
         assert_eq!(
             describe_record(&cp),
             "the log before #0: 0 instances, 0 open contests, 0 ids; frontier 0:18"

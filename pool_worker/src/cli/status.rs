@@ -42,7 +42,8 @@ pub(crate) struct StatusArgs {
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct HistoryArgs {
-    /// The order, as PARTITION:OFFSET.
+    /// The order, as PARTITION:OFFSET (main orders topic) or
+    /// TOPIC:PARTITION:OFFSET.
     pub(crate) order: OrderId,
     #[command(flatten)]
     pub(crate) source: Source,
@@ -110,6 +111,11 @@ pub(crate) fn snapshot(src: &Source, now_ms: u64) -> anyhow::Result<serde_json::
         "cancelled": count(Status::Cancelled),
         "by_status": by_status,
         "waiting": orders.waiting,
+        // Each orders topic in priority order (R57): what it holds and
+        // what of it waits.
+        "orders_by_topic": orders.by_topic.iter().map(|(topic, held, waiting)| json!({
+            "topic": topic, "in_topic": held, "waiting": waiting,
+        })).collect::<Vec<_>>(),
         "oldest_waiting_age_ms": orders.oldest_ts.map(|t| (now_ms as i64 - t).max(0)),
         "instances": instances,
         // Orders parked (docs/protocol.md R54): not due yet, or waiting
@@ -347,6 +353,24 @@ pub(crate) fn render(s: &serde_json::Value) -> String {
         out.push_str(&format!(", oldest waiting {:.1} s", age as f64 / 1000.0));
     }
     out.push('\n');
+    // With priority topics (R57), what waits in each, first topic first.
+    if let Some(topics) = s["orders_by_topic"].as_array().filter(|t| t.len() > 1) {
+        let each: Vec<String> = topics
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} {} waiting of {}",
+                    t["topic"].as_str().unwrap_or("?"),
+                    t["waiting"].as_i64().unwrap_or(0),
+                    t["in_topic"].as_i64().unwrap_or(0)
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "by topic, in priority order: {}\n",
+            each.join(", ")
+        ));
+    }
     if n("deleted") > 0 {
         out.push_str(&format!(
             "{} orders deleted by the broker (retention or DeleteRecords) before they ran: completed `deleted`\n",
@@ -522,7 +546,7 @@ pub(crate) fn compaction_note(
     erased: &Erased,
 ) -> Option<String> {
     let (first, before) = (erased.first?, erased.before?);
-    let claimed = order.offset < view.next_offset(order.partition);
+    let claimed = order.offset < view.next_offset(order.lane());
     if !claimed {
         return None;
     }
@@ -535,7 +559,7 @@ pub(crate) fn compaction_note(
         erased.records,
         before - 1
     );
-    let frontier = view.next_offset(order.partition);
+    let frontier = view.next_offset(order.lane());
     let holder = if held {
         "an instance holds it now"
     } else {
@@ -790,6 +814,30 @@ pub(crate) mod tests {
     }
 
     /// `history` of a parked order says so, in text and in JSON.
+    /// R57: with priority topics, `status` says what waits in each, in
+    /// priority order; with one topic it says nothing more.
+    #[test]
+    fn status_shows_waiting_orders_per_topic_in_priority_order() {
+        let text = render(&json!({
+            "instances": [], "parked": [], "waiting": 5, "orders_in_topic": 9,
+            "orders_by_topic": [
+                {"topic": "urgent", "in_topic": 2, "waiting": 1},
+                {"topic": "work", "in_topic": 7, "waiting": 4},
+            ],
+        }));
+        assert!(
+            text.contains(
+                "by topic, in priority order: urgent 1 waiting of 2, work 4 waiting of 7\n"
+            ),
+            "{text}"
+        );
+        let one = render(&json!({
+            "instances": [], "parked": [],
+            "orders_by_topic": [{"topic": "work", "in_topic": 7, "waiting": 4}],
+        }));
+        assert!(!one.contains("by topic"), "{one}");
+    }
+
     #[test]
     fn history_says_an_order_is_parked() {
         let view = parking_view();
@@ -927,7 +975,7 @@ pub(crate) mod tests {
         let mut erased = Erased::new();
         let mut b = Record::of(1, Event::Booted, "a", 1);
         b.seq = 7;
-        b.next = BTreeMap::from([(0, 5)]);
+        b.next = BTreeMap::from([(0.into(), 5)]);
         erased.note(6, Some(&b));
         view.apply(Position::new(6), &b).unwrap();
         let note = compaction_note(OrderId::new(0, 2), &[], &view, &erased).unwrap();

@@ -7,7 +7,12 @@
 //! pool_worker submit --wait -- make test       # wait, print the result, exit with the job's code
 //! pool_worker submit --in 10m -- make report    # not run before ten minutes from now
 //! pool_worker submit --at 2026-11-27T06:00:00+01:00 --key db -- make backup
+//! pool_worker submit --topic urgent -- make hotfix  # to a priority topic (R57)
 //! ```
+//!
+//! `--topic` names one of `ORDERS_TOPIC`'s topics; the default is the main
+//! one (the list's last), so that a priority is asked for, never given by
+//! mistake.
 //!
 //! `--at` and `--in` set the order's `not_before`, `--key` its `key`
 //! (docs/protocol.md R54, R56): the order is sent as JSON, a plain-text
@@ -17,7 +22,7 @@
 //! The order is checked with the workers' own parser before it is sent, so a
 //! malformed order is refused here with the reason instead of being completed
 //! as an error later. It prints the order's `PARTITION:OFFSET` (its identity
-//! in the pool). `--wait` then reads the claims topic (from its newest
+//! in the pool; `TOPIC:PARTITION:OFFSET` in a priority topic). `--wait` then reads the claims topic (from its newest
 //! checkpoint, [`crate::kafka::claims_reader`]) until the order's `completed` record
 //! appears, prints the outcome, and exits with the job's
 //! exit code (1 when the order did not run to an exit code, for example a
@@ -27,7 +32,7 @@ use crate::cli::blocking;
 use crate::kafka::claims_reader::{Polled, Start};
 use crate::kafka::tools::Source;
 use crate::process_exit::Exit;
-use crate::record::{Event, OrderId, Outcome, Position, Record};
+use crate::record::{Event, OrderId, Outcome, Position, Record, Topic};
 use anyhow::{bail, Context};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -53,6 +58,11 @@ pub(crate) struct SubmitArgs {
     /// once across the pool (not empty; at most 256 bytes).
     #[arg(long, value_name = "KEY")]
     pub(crate) key: Option<String>,
+    /// The orders topic to send it to: one of ORDERS_TOPIC's (R57: an idle
+    /// instance takes an order of the first topic that has one). Default:
+    /// the main topic, the list's last.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) topic: Option<String>,
     #[command(flatten)]
     pub(crate) wait: WaitArgs,
     #[command(flatten)]
@@ -154,6 +164,24 @@ fn in_from(now: std::time::SystemTime, d: Duration) -> Result<String, String> {
 }
 
 impl SubmitArgs {
+    /// `--topic` must be one of the orders topics (exit 2 otherwise).
+    pub(crate) fn check_topic(&self) -> Result<(), crate::env::ConfigError> {
+        self.topic().map(drop)
+    }
+
+    /// The orders topic `--topic` names (the main one without it).
+    fn topic(&self) -> Result<Topic, crate::env::ConfigError> {
+        let orders = self.source.orders()?;
+        match &self.topic {
+            None => Ok(Topic::MAIN),
+            Some(name) => orders.topic_of(name.trim()).ok_or_else(|| {
+                crate::env::ConfigError(format!(
+                    "--topic {name}: not one of ORDERS_TOPIC ({orders})"
+                ))
+            }),
+        }
+    }
+
     /// The order's `not_before` from `--at`, or `--in` from `now` (this
     /// machine's clock), as RFC 3339.
     fn not_before(&self, now: std::time::SystemTime) -> Result<Option<String>, String> {
@@ -199,15 +227,21 @@ pub(crate) async fn run(args: SubmitArgs) -> anyhow::Result<Exit> {
             return Ok(Exit::Config);
         }
     };
-    send(&args.source, payload, &args.wait).await
+    send(&args.source, args.topic()?, payload, &args.wait).await
 }
 
-/// Sends one order (checked first: [`Exit::Config`] if invalid), prints
-/// its `PARTITION:OFFSET`, and with `--wait` waits for its completion
-/// (`submit`, `retry`). Returns the exit status: with `--wait`, the job's
-/// own ([`Exit::Job`]; or [`Exit::WaitTimedOut`]).
-pub(crate) async fn send(src: &Source, payload: Vec<u8>, wait: &WaitArgs) -> anyhow::Result<Exit> {
-    let (order, claims_from) = match check_and_send(src, &payload).await? {
+/// Sends one order to the orders topic `topic` (checked first:
+/// [`Exit::Config`] if invalid), prints its `PARTITION:OFFSET`
+/// (`TOPIC:PARTITION:OFFSET` outside the main topic), and with `--wait`
+/// waits for its completion (`submit`, `retry`). Returns the exit status:
+/// with `--wait`, the job's own ([`Exit::Job`]; or [`Exit::WaitTimedOut`]).
+pub(crate) async fn send(
+    src: &Source,
+    topic: Topic,
+    payload: Vec<u8>,
+    wait: &WaitArgs,
+) -> anyhow::Result<Exit> {
+    let (order, claims_from) = match check_and_send(src, topic, &payload).await? {
         Ok(sent) => sent,
         Err(e) => {
             eprintln!("pool_worker submit: {e}");
@@ -242,12 +276,13 @@ pub(crate) async fn send(src: &Source, payload: Vec<u8>, wait: &WaitArgs) -> any
 }
 
 /// Checks `payload` with the workers' own parser and sends it to the
-/// orders topic: the order (its position) and the claims topic's end just
+/// orders topic `topic`: the order (its position) and the claims topic's end just
 /// before it was sent (its completion is looked for from there), or why it
 /// is not a valid order (nothing sent). `submit`, `retry` and `serve`'s
 /// submit and retry buttons.
 pub(crate) async fn check_and_send(
     src: &Source,
+    topic: Topic,
     payload: &[u8],
 ) -> anyhow::Result<Result<(OrderId, i64), String>> {
     if let Err(e) = crate::orders::parse(Some(payload)) {
@@ -259,7 +294,7 @@ pub(crate) async fn check_and_send(
     // that no completion can be missed.
     let s = src.clone();
     let claims_from = blocking(move || s.claims_end()).await?;
-    let order = src.send_order(payload).await?;
+    let order = src.send_order_to(topic, payload).await?;
     Ok(Ok((order, claims_from)))
 }
 

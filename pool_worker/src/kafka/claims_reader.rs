@@ -23,7 +23,9 @@ use crate::backoff;
 use crate::boot::View;
 use crate::checkpoint::{Snapshot, DEFAULT_CHECKPOINT_EVERY};
 use crate::kafka::client_config::{client_config, Silent, CLAIMS_FETCH_WAIT_MS};
-use crate::kafka::topics::{order_ends_now, Asks};
+use crate::kafka::topics::{lane_ends, order_ends_now, Asks};
+use crate::orders_topics::OrdersTopics;
+use crate::record::Lane;
 use crate::record::{Foreign, Record};
 use anyhow::{bail, Context};
 use rdkafka::consumer::base_consumer::PartitionQueue;
@@ -93,27 +95,29 @@ pub fn config(brokers: &str, props: &BTreeMap<String, String>, group: &str) -> C
 #[derive(Clone)]
 pub struct Gate {
     key: Option<crate::sign::ClaimsKey>,
-    orders_topic: String,
+    /// The orders topics (R57): a record about a topic not among them is
+    /// not judged ([`Record::impossible`]).
+    orders: OrdersTopics,
     /// The highest end offset known of each orders partition.
-    known: Arc<std::sync::Mutex<BTreeMap<i32, i64>>>,
+    known: Arc<std::sync::Mutex<BTreeMap<Lane, i64>>>,
     /// Orders partitions known to exist (a partition is never removed):
     /// a record these ends, asked fresh, find possible is the pool's
     /// without asking for the topic's metadata again.
-    partitions: Arc<std::sync::Mutex<Vec<i32>>>,
+    partitions: Arc<std::sync::Mutex<Vec<Lane>>>,
 }
 
 impl Gate {
-    pub fn new(key: Option<crate::sign::ClaimsKey>, orders_topic: &str) -> Gate {
+    pub fn new(key: Option<crate::sign::ClaimsKey>, orders: &OrdersTopics) -> Gate {
         Gate {
             key,
-            orders_topic: orders_topic.to_string(),
+            orders: orders.clone(),
             known: Arc::default(),
             partitions: Arc::default(),
         }
     }
 
     /// Notes that the orders topic has (at least) `partitions`.
-    pub(crate) fn saw_partitions(&self, partitions: impl IntoIterator<Item = i32>) {
+    pub(crate) fn saw_partitions(&self, partitions: impl IntoIterator<Item = Lane>) {
         if let Ok(mut k) = self.partitions.lock() {
             k.extend(partitions);
             k.sort_unstable();
@@ -122,7 +126,7 @@ impl Gate {
     }
 
     /// Raises the known end offsets (an end offset never falls).
-    pub(crate) fn saw_ends(&self, ends: &BTreeMap<i32, i64>) {
+    pub(crate) fn saw_ends(&self, ends: &BTreeMap<Lane, i64>) {
         if let Ok(mut k) = self.known.lock() {
             for (&p, &e) in ends {
                 let v = k.entry(p).or_insert(e);
@@ -148,10 +152,13 @@ impl Gate {
         });
         let verdict = crate::sign::verdict(self.key.as_ref(), m.payload(), sig);
         let rec = Record::decode_with(m.key(), m.payload(), verdict)?;
+        // Ends judge a record only about the topics they have lanes of
+        // (R57: a record of a topic not read is not judged), so only ends
+        // of every orders topic may pass one.
         if self
             .known
             .lock()
-            .is_ok_and(|k| rec.impossible(&k).is_none())
+            .is_ok_and(|k| self.covers(&k) && rec.impossible(&k).is_none())
         {
             return Ok(rec);
         }
@@ -165,16 +172,16 @@ impl Gate {
             .map(|k| k.clone())
             .unwrap_or_default();
         if !parts.is_empty() {
-            if let Ok(ends) = client.ask_ends(&self.orders_topic, &parts, REQUEST_TIMEOUT) {
+            if let Ok(ends) = lane_ends(client, &self.orders, &parts, REQUEST_TIMEOUT) {
                 self.saw_ends(&ends);
-                if rec.impossible(&ends).is_none() {
+                if self.covers(&ends) && rec.impossible(&ends).is_none() {
                     return Ok(rec);
                 }
             }
         }
         let mut backoff = backoff::REQUEST;
         let fresh = loop {
-            match order_ends_now(client, &self.orders_topic) {
+            match order_ends_now(client, &self.orders) {
                 Ok(ends) if !ends.is_empty() => break ends,
                 Ok(_) => tracing::warn!("the orders topic has no partitions yet"),
                 Err(e) => {
@@ -194,6 +201,13 @@ impl Gate {
             Some(why) => Err(Foreign::Impossible(why)),
             None => Ok(rec),
         }
+    }
+
+    /// Whether `ends` have a lane of every orders topic.
+    fn covers(&self, ends: &BTreeMap<Lane, i64>) -> bool {
+        self.orders
+            .iter()
+            .all(|(t, _)| ends.keys().any(|l| l.topic == t))
     }
 
     /// The signature header of a record's value, if the pool has a key.

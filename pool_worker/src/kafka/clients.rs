@@ -30,7 +30,9 @@ use crate::backoff;
 use crate::checkpoint::Snapshot;
 use crate::kafka::claims_reader::{ClaimsReader, Gate, Polled, CHECKPOINT_WINDOW};
 use crate::kafka::client_config::{blocking, client_config};
-use crate::kafka::topics::{partitions_now, Asks};
+use crate::kafka::topics::{lane_ends, partitions_now, Asks};
+use crate::orders_topics::OrdersTopics;
+use crate::record::Lane;
 use crate::record::{Foreign, OrderId, Record};
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -60,7 +62,7 @@ struct ClaimsQueue {
 }
 
 /// The orders topic's partitions, and when they were asked for.
-type PartitionsSeen = (std::time::Instant, Vec<i32>);
+type PartitionsSeen = (std::time::Instant, Vec<Lane>);
 
 /// How long one metadata or watermark request may take before it is retried.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -141,7 +143,7 @@ pub(crate) struct Kafka {
     queues: Queues,
     /// The orders partitions in the consumer's assignment, and which of them
     /// are fetching (the others are paused).
-    orders: std::sync::Mutex<OrdersAssigned>,
+    orders_assigned: std::sync::Mutex<OrdersAssigned>,
     /// The order [`Kafka::fetch_order`] waits for, as the reader thread
     /// found it.
     wanted: std::sync::Mutex<Wanted>,
@@ -151,7 +153,8 @@ pub(crate) struct Kafka {
     /// [`Kafka::watch_orders`] started watching).
     arrivals_seen: std::sync::atomic::AtomicU64,
     claims_topic: String,
-    orders_topic: String,
+    /// `ORDERS_TOPIC`: the orders topics in priority order (R57).
+    orders: OrdersTopics,
     results_topic: Option<String>,
     instance: u32,
     /// Which claims records are the pool's ([`Gate`]).
@@ -245,32 +248,32 @@ impl OrderMessage {
     }
 }
 
-/// Orders' messages by (partition, offset). Kafka never changes a message,
-/// so a message received once is the order's.
+/// Orders' messages by order (topic, partition, offset). Kafka never
+/// changes a message, so a message received once is the order's.
 #[derive(Default)]
 struct Payloads {
-    map: BTreeMap<(i32, i64), OrderMessage>,
+    map: BTreeMap<OrderId, OrderMessage>,
     bytes: usize,
 }
 
 impl Payloads {
-    fn put(&mut self, partition: i32, offset: i64, m: OrderMessage) {
+    fn put(&mut self, order: OrderId, m: OrderMessage) {
         let n = m.bytes();
         if self.map.len() < PAYLOADS_MAX
             && self.bytes + n <= PAYLOADS_MAX_BYTES
-            && !self.map.contains_key(&(partition, offset))
+            && !self.map.contains_key(&order)
         {
             self.bytes += n;
-            self.map.insert((partition, offset), m);
+            self.map.insert(order, m);
         }
     }
 
     /// Takes the order's message, forgetting those before it in its
     /// partition (orders are claimed in offset order).
     fn take(&mut self, order: OrderId) -> Option<OrderMessage> {
-        let older: Vec<(i32, i64)> = self
+        let older: Vec<OrderId> = self
             .map
-            .range((order.partition, 0)..(order.partition, order.offset))
+            .range(order.lane().at(0)..order)
             .map(|(k, _)| *k)
             .collect();
         for k in older {
@@ -278,7 +281,7 @@ impl Payloads {
                 self.bytes -= p.bytes();
             }
         }
-        let p = self.map.remove(&(order.partition, order.offset))?;
+        let p = self.map.remove(&order)?;
         self.bytes -= p.bytes();
         Some(p)
     }
@@ -291,8 +294,8 @@ impl Payloads {
 pub(crate) struct Setup {
     /// `KAFKA_BROKERS`.
     pub(crate) brokers: String,
-    /// `ORDERS_TOPIC`.
-    pub(crate) orders_topic: String,
+    /// `ORDERS_TOPIC`: the orders topics in priority order.
+    pub(crate) orders: OrdersTopics,
     /// `COORDINATION_TOPIC`.
     pub(crate) claims_topic: String,
     /// `RESULTS_TOPIC`.
@@ -453,8 +456,8 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
             match kafka.consumer.poll(Duration::ZERO) {
                 None => break,
                 Some(Ok(m)) => {
-                    if m.topic() == kafka.orders_topic {
-                        kafka.order_message(&m);
+                    if let Some(lane) = kafka.orders.lane_of(m.topic(), m.partition()) {
+                        kafka.order_message(lane, &m);
                     }
                 }
                 Some(Err(KafkaError::PartitionEOF(_))) => {}
@@ -569,8 +572,8 @@ impl Drop for Queues {
 /// partition is never touched.
 #[derive(Default)]
 struct OrdersAssigned {
-    assigned: BTreeSet<i32>,
-    fetching: BTreeSet<i32>,
+    assigned: BTreeSet<Lane>,
+    fetching: BTreeSet<Lane>,
 }
 
 /// The order [`Kafka::fetch_order`] waits for, as the reader thread saw it.
@@ -601,16 +604,33 @@ fn too_large(e: &KafkaError) -> bool {
     )
 }
 
+/// A result message's value (`ResultMessage::value`) with its `topic` the
+/// main orders topic's name where the core leaves it null (an order of the
+/// main topic, R57): a subscriber reads every order's topic by its name.
+fn with_main_topic(value: String, main: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(&value) {
+        Ok(mut v) if v.get("topic").is_some_and(serde_json::Value::is_null) => {
+            v["topic"] = main.into();
+            v.to_string()
+        }
+        _ => value,
+    }
+}
+
 /// The claims producer's `transactional.id` (docs/protocol.md R16): one per
 /// pool and instance, so that a new process of the instance fences every
 /// older one. The pool is named by its topics; Kafka's topic names (at most
 /// 249 characters of `[a-zA-Z0-9._-]`) keep it well within the id's limit
 /// (a string of up to 32,767 bytes) and make it easy to grant by prefix
-/// (`pool_worker.<claims topic>.`; docs/deploy.md).
+/// (`pool_worker.<claims topic>.`; docs/deploy.md). The orders topic in it
+/// is the main one (`ORDERS_TOPIC`'s last, R57): priority topics put in
+/// front of it leave the id as it was.
 pub(crate) fn transactional_id(cfg: &Setup) -> String {
     format!(
         "pool_worker.{}.{}.{}",
-        cfg.claims_topic, cfg.orders_topic, cfg.instance
+        cfg.claims_topic,
+        cfg.orders.main_name(),
+        cfg.instance
     )
 }
 
@@ -780,7 +800,7 @@ impl Kafka {
                 .set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string());
         }
         let producer = Kafka::new_producer(&pc)?;
-        let gate = Gate::new(cfg.claims_key.clone(), &cfg.orders_topic);
+        let gate = Gate::new(cfg.claims_key.clone(), &cfg.orders);
         let wake = Arc::new(Wake::default());
         let cc = consumer_config(cfg);
         let mut consumer: BaseConsumer<Quiet> = cc
@@ -818,12 +838,12 @@ impl Kafka {
             claims_tx: std::sync::Mutex::new(Some(tx)),
             wake,
             queues,
-            orders: std::sync::Mutex::default(),
+            orders_assigned: std::sync::Mutex::default(),
             wanted: std::sync::Mutex::default(),
             arrivals: tokio::sync::watch::Sender::new(0),
             arrivals_seen: std::sync::atomic::AtomicU64::new(0),
             claims_topic: cfg.claims_topic.clone(),
-            orders_topic: cfg.orders_topic.clone(),
+            orders: cfg.orders.clone(),
             results_topic: cfg.results_topic.clone(),
             instance: cfg.instance,
             gate,
@@ -849,11 +869,28 @@ impl Kafka {
     /// otherwise the first append, `booted`, waited ~15 ms for the
     /// producer's connection and metadata, on every boot).
     pub(crate) async fn open(&self, patience: Duration) -> Result<(), OpenError> {
-        for topic in [self.claims_topic.clone(), self.orders_topic.clone()] {
+        for topic in
+            std::iter::once(self.claims_topic.clone()).chain(self.orders.names().iter().cloned())
+        {
             let producer = self.producer();
             std::thread::spawn(move || drop(producer.ask_metadata(&topic, REQUEST_TIMEOUT)));
         }
         let principal = crate::kafka::topics::principal(&self.props);
+        // Every orders topic's partitions, asked in parallel (R57).
+        let orders_asked: Vec<_> = self
+            .orders
+            .names()
+            .iter()
+            .map(|name| {
+                tokio::spawn(partitions(
+                    self.consumer.clone(),
+                    |c| c,
+                    name.clone(),
+                    self.props.clone(),
+                    patience,
+                ))
+            })
+            .collect();
         let (n, orders, warning) = tokio::try_join!(
             partitions(
                 self.consumer.clone(),
@@ -862,13 +899,13 @@ impl Kafka {
                 self.props.clone(),
                 patience
             ),
-            partitions(
-                self.consumer.clone(),
-                |c| c,
-                self.orders_topic.clone(),
-                self.props.clone(),
-                patience
-            ),
+            async {
+                let mut counts = Vec::with_capacity(orders_asked.len());
+                for h in orders_asked {
+                    counts.push(h.await.map_err(|e| OpenError::Task(e.into()))??);
+                }
+                Ok::<_, OpenError>(counts)
+            },
             async {
                 let Some(admin_config) = &self.admin_config else {
                     return Ok(None);
@@ -890,13 +927,20 @@ impl Kafka {
             },
         )?;
         crate::kafka::topics::one_partition(&self.claims_topic, n)?;
-        // The orders topic's partitions (Kafka numbers them 0..n), just
+        // The orders topics' partitions (Kafka numbers them 0..n), just
         // asked: [`Kafka::order_ends`] reuses them for PARTITIONS_REFRESH
         // instead of asking again, on every boot (issue 35).
+        let lanes: Vec<Lane> = self
+            .orders
+            .topics()
+            .into_iter()
+            .zip(orders)
+            .flat_map(|(t, n)| (0..n).map(move |p| Lane::new(t, p)))
+            .collect();
         if let Ok(mut c) = self.order_partitions.lock() {
-            *c = Some((std::time::Instant::now(), (0..orders).collect()));
+            *c = Some((std::time::Instant::now(), lanes.clone()));
         }
-        self.gate.saw_partitions(0..orders);
+        self.gate.saw_partitions(lanes);
         if let Some(w) = warning {
             tracing::warn!(instance = self.instance, "{w}");
         }
@@ -1277,7 +1321,7 @@ impl Kafka {
         };
         let mut backoff = backoff::APPEND;
         loop {
-            let value = msg.value();
+            let value = with_main_topic(msg.value(), self.orders.main_name());
             match self
                 .produce(topic, None, &msg.key, value.as_bytes(), None)
                 .await?
@@ -1337,17 +1381,19 @@ impl Kafka {
         q.buf.pop_front()
     }
 
-    /// The end offset (high watermark) of every orders partition.
-    pub(crate) async fn order_ends(&self) -> BTreeMap<i32, i64> {
+    /// The end offset (high watermark) of every partition of every orders
+    /// topic (R57).
+    pub(crate) async fn order_ends(&self) -> BTreeMap<Lane, i64> {
         let mut backoff = backoff::REQUEST;
         loop {
             let meta = self.producer();
-            let topic = self.orders_topic.clone();
+            let orders = self.orders.clone();
             let cache = self.order_partitions.clone();
-            let r = blocking(move || -> Result<BTreeMap<i32, i64>, KafkaError> {
+            let r = blocking(move || -> Result<BTreeMap<Lane, i64>, KafkaError> {
                 // The partition list (a metadata request) at most every
-                // PARTITIONS_REFRESH; then the partitions' ends, one
-                // ListOffsets request per leader (`ask_ends`).
+                // PARTITIONS_REFRESH (one per orders topic); then the
+                // partitions' ends, of every topic at once, one ListOffsets
+                // request per leader (`lane_ends`).
                 let cached = cache
                     .lock()
                     .ok()
@@ -1357,14 +1403,21 @@ impl Kafka {
                 let parts = match cached {
                     Some(parts) => parts,
                     None => {
-                        let parts = partitions_now(&*meta, &topic)?;
+                        let mut parts = Vec::new();
+                        for (t, name) in orders.iter() {
+                            parts.extend(
+                                partitions_now(&*meta, name)?
+                                    .into_iter()
+                                    .map(|p| Lane::new(t, p)),
+                            );
+                        }
                         if let Ok(mut c) = cache.lock() {
                             *c = Some((std::time::Instant::now(), parts.clone()));
                         }
                         parts
                     }
                 };
-                meta.ask_ends(&topic, &parts, REQUEST_TIMEOUT)
+                lane_ends(&*meta, &orders, &parts, REQUEST_TIMEOUT)
             })
             .await;
             if !matches!(r, Ok(Ok(_))) {
@@ -1392,7 +1445,7 @@ impl Kafka {
     /// [`Kafka::order_arrived`] wakes when a new order comes.
     pub(crate) async fn watch_orders(
         &'static self,
-        from: BTreeMap<i32, i64>,
+        from: BTreeMap<Lane, i64>,
     ) -> anyhow::Result<()> {
         // Messages read before this do not wake the watch.
         self.arrivals_seen.store(
@@ -1411,16 +1464,21 @@ impl Kafka {
     /// consumer is assigned (incrementally: the claims partition stays as it
     /// is); one it has is resumed and then sought, which drops whatever
     /// was fetched before (and waits until it is dropped).
-    fn read_orders_at(&self, from: &BTreeMap<i32, i64>) -> Result<(), KafkaError> {
-        let mut st = self.orders.lock().unwrap_or_else(|p| p.into_inner());
-        let tpl = |parts: &mut dyn Iterator<Item = (i32, Offset)>| -> Result<TopicPartitionList, KafkaError> {
+    fn read_orders_at(&self, from: &BTreeMap<Lane, i64>) -> Result<(), KafkaError> {
+        let mut st = self
+            .orders_assigned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let tpl = |parts: &mut dyn Iterator<Item = (Lane, Offset)>| -> Result<TopicPartitionList, KafkaError> {
             let mut tpl = TopicPartitionList::new();
-            for (p, o) in parts {
-                tpl.add_partition_offset(&self.orders_topic, p, o)?;
+            for (l, o) in parts {
+                if let Some((topic, p)) = self.orders.kafka_lane(l) {
+                    tpl.add_partition_offset(topic, p, o)?;
+                }
             }
             Ok(tpl)
         };
-        let others: Vec<i32> = st
+        let others: Vec<Lane> = st
             .fetching
             .iter()
             .copied()
@@ -1523,13 +1581,18 @@ impl Kafka {
     /// has no use for them, and a fetching partition keeps a fetch waiting
     /// at the broker.
     fn pause_orders(&self) {
-        let mut st = self.orders.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self
+            .orders_assigned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if st.fetching.is_empty() {
             return;
         }
         let mut tpl = TopicPartitionList::new();
-        for &p in &st.fetching {
-            let _ = tpl.add_partition_offset(&self.orders_topic, p, Offset::Invalid);
+        for &l in &st.fetching {
+            if let Some((topic, p)) = self.orders.kafka_lane(l) {
+                let _ = tpl.add_partition_offset(topic, p, Offset::Invalid);
+            }
         }
         match self.consumer.pause(&tpl) {
             Ok(()) => st.fetching.clear(),
@@ -1559,20 +1622,19 @@ impl Kafka {
     /// for [`Kafka::fetch_order`] if it is the order it waits for, else
     /// among the [`Payloads`] (the next order this worker claims is often
     /// one already read); then [`Kafka::order_arrived`] is woken.
-    fn order_message(&self, m: &impl Message) {
-        let (partition, offset) = (m.partition(), m.offset());
-        self.check_order_watermark(partition, offset);
-        self.gate
-            .saw_ends(&BTreeMap::from([(partition, offset + 1)]));
+    fn order_message(&self, lane: Lane, m: &impl Message) {
+        let offset = m.offset();
+        self.check_order_watermark(lane, offset);
+        self.gate.saw_ends(&BTreeMap::from([(lane, offset + 1)]));
         let msg = OrderMessage::of(m);
         let msg = {
             let mut w = self.wanted.lock().unwrap_or_else(|p| p.into_inner());
             match w.order {
-                Some(o) if o.partition == partition && o.offset == offset => {
+                Some(o) if o.lane() == lane && o.offset == offset => {
                     w.got = Some(msg);
                     None
                 }
-                Some(o) if o.partition == partition && o.offset < offset && w.got.is_none() => {
+                Some(o) if o.lane() == lane && o.offset < offset && w.got.is_none() => {
                     w.passed = true;
                     Some(msg)
                 }
@@ -1581,7 +1643,7 @@ impl Kafka {
         };
         if let Some(msg) = msg {
             if let Ok(mut c) = self.payloads.lock() {
-                c.put(partition, offset, msg);
+                c.put(lane.at(offset), msg);
             }
         }
         self.arrivals.send_modify(|n| *n += 1);
@@ -1592,16 +1654,19 @@ impl Kafka {
     /// the pool learns which orders exist from the orders' ends, so a broker
     /// whose watermarks do not count records would leave orders waiting
     /// forever (issue 25 §4: tansu 0.6 said 1 after 5 records). Exits 2.
-    fn check_order_watermark(&self, partition: i32, offset: i64) {
+    fn check_order_watermark(&self, lane: Lane, offset: i64) {
+        let Some((topic, partition)) = self.orders.kafka_lane(lane) else {
+            return;
+        };
         let ask = || {
             self.producer()
-                .ask_ends(&self.orders_topic, &[partition], REQUEST_TIMEOUT)
+                .ask_ends(topic, &[partition], REQUEST_TIMEOUT)
                 .ok()
                 .and_then(|ends| ends.get(&partition).copied())
         };
         if let Err(p) = crate::kafka::topics::check_watermark(
             self.consumer.client(),
-            &self.orders_topic,
+            topic,
             partition,
             offset,
             ask,
@@ -1630,8 +1695,9 @@ impl Kafka {
 
     /// The first offset still in an orders partition (its log start), if
     /// the broker says.
-    async fn log_start(&self, partition: i32) -> Option<i64> {
-        let (meta, topic) = (self.producer(), self.orders_topic.clone());
+    async fn log_start(&self, lane: Lane) -> Option<i64> {
+        let (topic, partition) = self.orders.kafka_lane(lane)?;
+        let (meta, topic) = (self.producer(), topic.to_string());
         blocking(move || {
             meta.ask_watermarks(&topic, partition, REQUEST_TIMEOUT)
                 .ok()
@@ -1644,7 +1710,7 @@ impl Kafka {
 
     /// [`Unreadable::Deleted`] if `order` is below its partition's log start.
     async fn deleted(&self, order: OrderId) -> Option<Unreadable> {
-        let log_start = self.log_start(order.partition).await?;
+        let log_start = self.log_start(order.lane()).await?;
         (order.offset < log_start).then_some(Unreadable::Deleted { log_start })
     }
 
@@ -1655,7 +1721,7 @@ impl Kafka {
             order: Some(order),
             ..Wanted::default()
         };
-        let from = BTreeMap::from([(order.partition, order.offset)]);
+        let from = BTreeMap::from([(order.lane(), order.offset)]);
         let mut rx = self.arrivals.subscribe();
         match blocking(move || self.read_orders_at(&from)).await {
             Ok(Ok(())) => {}
@@ -1715,23 +1781,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_result_names_the_main_topic() {
+        assert_eq!(
+            with_main_topic(r#"{"order":"0:1","topic":null}"#.into(), "work"),
+            r#"{"order":"0:1","topic":"work"}"#
+        );
+        let named = r#"{"order":"urgent:0:1","topic":"urgent"}"#;
+        assert_eq!(with_main_topic(named.into(), "work"), named);
+    }
+
+    #[test]
     fn payloads_are_taken_once_and_older_ones_forgotten() {
         let msg = |p: Option<&[u8]>| OrderMessage {
             payload: p.map(<[u8]>::to_vec),
             traceparent: None,
         };
         let mut c = Payloads::default();
-        c.put(0, 5, msg(Some(b"five")));
-        c.put(0, 6, msg(None));
+        c.put(OrderId::new(0, 5), msg(Some(b"five")));
+        c.put(OrderId::new(0, 6), msg(None));
         c.put(
-            0,
-            7,
+            OrderId::new(0, 7),
             OrderMessage {
                 traceparent: Some("tp".into()),
                 ..msg(Some(b"seven"))
             },
         );
-        c.put(1, 1, msg(Some(b"one")));
+        c.put(OrderId::new(1, 1), msg(Some(b"one")));
         assert_eq!(c.bytes, 14);
         assert_eq!(
             c.take(OrderId::new(0, 6)),
@@ -1754,7 +1829,7 @@ mod tests {
         assert_eq!(c.take(OrderId::new(1, 1)), Some(msg(Some(b"one"))));
         assert_eq!((c.map.len(), c.bytes), (0, 0));
         for o in 0..(PAYLOADS_MAX as i64 + 10) {
-            c.put(2, o, msg(Some(b"x")));
+            c.put(OrderId::new(2, o), msg(Some(b"x")));
         }
         assert_eq!(c.map.len(), PAYLOADS_MAX, "bounded");
     }

@@ -6,7 +6,8 @@ use crate::env::ConfigError;
 use crate::kafka::claims_reader::{self, ClaimsReader, Gate, Start};
 use crate::kafka::client_config::{blocking, client_config, KafkaSettings, Silent};
 use crate::kafka::topics::partitions_now;
-use crate::record::{Foreign, OrderId, Position, Record};
+use crate::orders_topics::OrdersTopics;
+use crate::record::{Foreign, Lane, OrderId, Position, Record, Topic};
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -23,8 +24,9 @@ pub struct Source {
     /// Bootstrap servers [env: KAFKA_BROKERS]
     #[arg(long, default_value = "localhost:9092")]
     pub(crate) brokers: String,
-    /// The orders topic [env: ORDERS_TOPIC]
-    #[arg(long, default_value = "work_orders")]
+    /// The orders topics, comma-separated, in priority order; the last is
+    /// the main topic (R57) [env: ORDERS_TOPIC]
+    #[arg(long, default_value = "work_orders", value_name = "TOPICS")]
     pub(crate) orders_topic: String,
     /// The claims topic [env: COORDINATION_TOPIC]
     #[arg(long, default_value = "work_claims")]
@@ -126,7 +128,38 @@ impl Source {
             .map(|f| (f, std::fs::read(f)));
         let key = crate::sign::ClaimsKey::from_sources(value.as_deref(), file)
             .map_err(anyhow::Error::msg)?;
-        Ok(Gate::new(key, &self.orders_topic))
+        Ok(Gate::new(key, &self.orders()?))
+    }
+
+    /// `--orders-topic` / `ORDERS_TOPIC`: the orders topics in priority
+    /// order (pool_worker/src/orders_topics.rs), none of them the claims
+    /// topic. A bad list is a [`ConfigError`] (exit 2).
+    pub(crate) fn orders(&self) -> Result<OrdersTopics, ConfigError> {
+        let t = OrdersTopics::parse("ORDERS_TOPIC", &self.orders_topic)?;
+        t.check_apart(
+            "ORDERS_TOPIC",
+            "COORDINATION_TOPIC",
+            &self.coordination_topic,
+        )?;
+        Ok(t)
+    }
+
+    /// An order id as a tool's user gave it, checked against the orders
+    /// topics (its topic must be one of them; the main one's name may be
+    /// written or left out): the id as the core has it.
+    pub(crate) fn listed(&self, order: OrderId) -> Result<OrderId, ConfigError> {
+        self.orders()?
+            .listed(order)
+            .map_err(|e| ConfigError(format!("order {order}: {e}")))
+    }
+
+    /// The Kafka name of `topic` (an orders topic).
+    pub(crate) fn topic_name(&self, topic: Topic) -> anyhow::Result<String> {
+        Ok(self
+            .orders()?
+            .kafka_name(topic)
+            .map_err(anyhow::Error::msg)?
+            .to_string())
     }
 }
 
@@ -159,6 +192,7 @@ impl Source {
     /// ([`Source::check_topics`]): a topic the principal may not describe
     /// (no ACL) or a claims topic with several partitions is one line too.
     pub(crate) fn probe(&self) -> anyhow::Result<()> {
+        self.orders()?;
         let c: BaseConsumer<Silent> = self
             .client_config()?
             .create_with_context(Silent)
@@ -200,7 +234,16 @@ impl Source {
         if claims > 1 {
             return Ok(one_partition(&self.coordination_topic, claims));
         }
-        Ok(judge(&self.orders_topic)?.map(|_| ()))
+        // A bad list is [`Source::probe`]'s to refuse, before it asks.
+        let Ok(orders) = self.orders() else {
+            return Ok(Ok(()));
+        };
+        for name in orders.names() {
+            if let Err(p) = judge(name)? {
+                return Ok(Err(p));
+            }
+        }
+        Ok(Ok(()))
     }
 
     /// What a tool says when the brokers refuse its record to `topic`
@@ -299,19 +342,29 @@ impl Source {
             .context("cannot create a Kafka producer")
     }
 
-    /// Sends one order (`payload`, no key) to the orders topic with a
-    /// new [`Source::producer`]; where it landed. A refusal is
+    /// Sends one order (`payload`, no key) to the main orders topic with
+    /// a new [`Source::producer`]; where it landed. A refusal is
     /// [`Source::write_error`]'s line.
     pub(crate) async fn send_order(&self, payload: &[u8]) -> anyhow::Result<OrderId> {
+        self.send_order_to(Topic::MAIN, payload).await
+    }
+
+    /// [`Source::send_order`] to the orders topic `topic` (one of the list).
+    pub(crate) async fn send_order_to(
+        &self,
+        topic: Topic,
+        payload: &[u8],
+    ) -> anyhow::Result<OrderId> {
+        let name = self.topic_name(topic)?;
         let d = self
             .producer()?
             .send(
-                FutureRecord::<(), [u8]>::to(&self.orders_topic).payload(payload),
+                FutureRecord::<(), [u8]>::to(&name).payload(payload),
                 Duration::from_secs(30),
             )
             .await
-            .map_err(|(e, _)| self.write_error("the order", &self.orders_topic, &e))?;
-        Ok(OrderId::new(d.partition, d.offset))
+            .map_err(|(e, _)| self.write_error("the order", &name, &e))?;
+        Ok(Lane::new(topic, d.partition).at(d.offset))
     }
 
     /// Writes one record to the claims topic's partition with a new
@@ -361,7 +414,7 @@ impl Source {
         c: &ToolClient,
         order: OrderId,
     ) -> anyhow::Result<Result<i64, String>> {
-        let topic = &self.orders_topic;
+        let topic = &self.topic_name(order.topic)?;
         let md =
             c.0.fetch_metadata(Some(topic), TIMEOUT)
                 .with_context(|| format!("cannot read topic '{topic}'"))?;
@@ -392,63 +445,74 @@ impl Source {
     }
 }
 
-/// The orders topic against the pool's frontier (`status`, `serve`).
+/// The orders topics against the pool's frontier (`status`, `serve`).
+#[derive(Default)]
 pub(crate) struct Waiting {
-    /// Orders the topic holds (all partitions).
+    /// Orders the topics hold (all partitions).
     pub(crate) in_topic: i64,
     /// Orders beyond the frontier.
     pub(crate) waiting: i64,
     /// The oldest waiting order's timestamp.
     pub(crate) oldest_ts: Option<i64>,
+    /// Each orders topic's name, with the orders it holds and those of
+    /// them waiting, in priority order (R57).
+    pub(crate) by_topic: Vec<(String, i64, i64)>,
 }
 
 impl Source {
-    /// Each partition of the orders topic: (partition, first offset, end).
+    /// Each partition of each orders topic, in priority order: (lane,
+    /// first offset, end).
     pub(crate) fn order_offsets(
         &self,
         c: &ToolClient,
         timeout: Duration,
-    ) -> anyhow::Result<Vec<(i32, i64, i64)>> {
-        let topic = &self.orders_topic;
-        let parts =
-            partitions_now(&c.0, topic).with_context(|| format!("cannot read topic '{topic}'"))?;
-        // One request per partition gives both its first offset and its end.
-        parts
-            .into_iter()
-            .map(|p| {
+    ) -> anyhow::Result<Vec<(Lane, i64, i64)>> {
+        let orders = self.orders()?;
+        let mut out = Vec::new();
+        for (t, topic) in orders.iter() {
+            let parts = partitions_now(&c.0, topic)
+                .with_context(|| format!("cannot read topic '{topic}'"))?;
+            // One request per partition gives both its first offset and its end.
+            for p in parts {
                 let (low, high) =
                     c.0.fetch_watermarks(topic, p, timeout)
                         .with_context(|| format!("cannot read partition {p} of topic '{topic}'"))?;
-                Ok((p, low, high))
-            })
-            .collect()
+                out.push((Lane::new(t, p), low, high));
+            }
+        }
+        Ok(out)
     }
 
     /// What waits in `offsets` ([`Source::order_offsets`]) at or beyond
-    /// `next(p)`, each partition's frontier, and the oldest waiting
+    /// `next(lane)`, each partition's frontier, and the oldest waiting
     /// order's timestamp (read with `c`, if it can be read quickly).
     pub(crate) fn waiting(
         &self,
         c: &ToolClient,
-        offsets: &[(i32, i64, i64)],
-        next: impl Fn(i32) -> i64,
+        offsets: &[(Lane, i64, i64)],
+        next: impl Fn(Lane) -> i64,
     ) -> Waiting {
-        let mut w = Waiting {
-            in_topic: 0,
-            waiting: 0,
-            oldest_ts: None,
+        let mut w = Waiting::default();
+        let Ok(orders) = self.orders() else {
+            return w;
         };
-        for &(p, low, high) in offsets {
-            w.in_topic += high - low;
-            let from = next(p).max(low);
-            if from < high {
-                w.waiting += high - from;
-                let ts = borrowed_at(c, &self.orders_topic, p, from, Duration::from_secs(5))
-                    .and_then(|m| m.timestamp().to_millis());
-                if let Some(ts) = ts {
-                    w.oldest_ts = Some(w.oldest_ts.map_or(ts, |o| o.min(ts)));
+        for (t, name) in orders.iter() {
+            let (mut held, mut waiting) = (0, 0);
+            for &(lane, low, high) in offsets.iter().filter(|(l, _, _)| l.topic == t) {
+                held += high - low;
+                let from = next(lane).max(low);
+                if from < high {
+                    waiting += high - from;
+                    let ts = borrowed_at(c, name, lane.partition, from, Duration::from_secs(5))
+                        .and_then(|m| m.timestamp().to_millis());
+                    if let Some(ts) = ts {
+                        w.oldest_ts = Some(w.oldest_ts.map_or(ts, |o| o.min(ts)));
+                    }
                 }
             }
+            w.in_topic += held;
+            w.waiting += waiting;
+            w.by_topic.push((name.to_string(), held, waiting));
         }
         w
     }

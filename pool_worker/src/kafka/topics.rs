@@ -310,7 +310,16 @@ pub trait Asks: Send + Sync {
         topic: &str,
         partitions: &[i32],
         timeout: Duration,
-    ) -> Result<BTreeMap<i32, i64>, KafkaError>;
+    ) -> Result<BTreeMap<i32, i64>, KafkaError> {
+        let parts: Vec<(&str, i32)> = partitions.iter().map(|&p| (topic, p)).collect();
+        let ends = self.ask_ends_of(&parts, timeout)?;
+        Ok(partitions.iter().copied().zip(ends).collect())
+    }
+    /// The ends of partitions of several topics (`(topic, partition)`), in
+    /// the order asked: one ListOffsets request per leader for them all
+    /// (the orders topics of a pool with priorities, R57).
+    fn ask_ends_of(&self, parts: &[(&str, i32)], timeout: Duration)
+        -> Result<Vec<i64>, KafkaError>;
 }
 
 /// The end offsets of `partitions` of `topic`, asked through `client`: the
@@ -325,12 +334,24 @@ pub fn ends_of<C: rdkafka::ClientContext>(
     partitions: &[i32],
     timeout: Duration,
 ) -> Result<BTreeMap<i32, i64>, KafkaError> {
+    let parts: Vec<(&str, i32)> = partitions.iter().map(|&p| (topic, p)).collect();
+    let ends = ends_of_parts(client, &parts, timeout)?;
+    Ok(partitions.iter().copied().zip(ends).collect())
+}
+
+/// [`ends_of`] for partitions of several topics, in one go (one request per
+/// leader): their ends, in the order of `parts`.
+pub fn ends_of_parts<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    parts: &[(&str, i32)],
+    timeout: Duration,
+) -> Result<Vec<i64>, KafkaError> {
     use rdkafka::{Offset, TopicPartitionList};
-    if partitions.is_empty() {
-        return Ok(BTreeMap::new());
+    if parts.is_empty() {
+        return Ok(Vec::new());
     }
     let mut tpl = TopicPartitionList::new();
-    for &p in partitions {
+    for &(topic, p) in parts {
         tpl.add_partition_offset(topic, p, Offset::End)?;
     }
     let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
@@ -343,16 +364,36 @@ pub fn ends_of<C: rdkafka::ClientContext>(
     if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
         return Err(KafkaError::MetadataFetch(err.into()));
     }
-    tpl.elements()
+    parts
         .iter()
-        .map(|e| {
+        .map(|&(topic, p)| {
+            let e = tpl
+                .find_partition(topic, p)
+                .ok_or(KafkaError::MetadataFetch(RDKafkaErrorCode::Fail))?;
             e.error()?;
             match e.offset() {
-                Offset::Offset(o) => Ok((e.partition(), o)),
+                Offset::Offset(o) => Ok(o),
                 _ => Err(KafkaError::MetadataFetch(RDKafkaErrorCode::Fail)),
             }
         })
         .collect()
+}
+
+/// The ends of the orders topics' `lanes` (R57), asked in one go through
+/// `client` (lanes of a topic not in `orders` are left out).
+pub(crate) fn lane_ends<A: Asks + ?Sized>(
+    client: &A,
+    orders: &crate::orders_topics::OrdersTopics,
+    lanes: &[crate::record::Lane],
+    timeout: Duration,
+) -> Result<BTreeMap<crate::record::Lane, i64>, KafkaError> {
+    let known: Vec<(crate::record::Lane, (&str, i32))> = lanes
+        .iter()
+        .filter_map(|&l| Some((l, orders.kafka_lane(l)?)))
+        .collect();
+    let parts: Vec<(&str, i32)> = known.iter().map(|(_, k)| *k).collect();
+    let ends = client.ask_ends_of(&parts, timeout)?;
+    Ok(known.into_iter().map(|(l, _)| l).zip(ends).collect())
 }
 
 impl<C: ConsumerContext> Asks for BaseConsumer<C> {
@@ -367,13 +408,12 @@ impl<C: ConsumerContext> Asks for BaseConsumer<C> {
     ) -> Result<(i64, i64), KafkaError> {
         self.client().fetch_watermarks(topic, partition, timeout)
     }
-    fn ask_ends(
+    fn ask_ends_of(
         &self,
-        topic: &str,
-        partitions: &[i32],
+        parts: &[(&str, i32)],
         timeout: Duration,
-    ) -> Result<BTreeMap<i32, i64>, KafkaError> {
-        ends_of(self.client(), topic, partitions, timeout)
+    ) -> Result<Vec<i64>, KafkaError> {
+        ends_of_parts(self.client(), parts, timeout)
     }
 }
 
@@ -391,14 +431,13 @@ impl<C: rdkafka::producer::ProducerContext> Asks for rdkafka::producer::BaseProd
         use rdkafka::producer::Producer as _;
         self.client().fetch_watermarks(topic, partition, timeout)
     }
-    fn ask_ends(
+    fn ask_ends_of(
         &self,
-        topic: &str,
-        partitions: &[i32],
+        parts: &[(&str, i32)],
         timeout: Duration,
-    ) -> Result<BTreeMap<i32, i64>, KafkaError> {
+    ) -> Result<Vec<i64>, KafkaError> {
         use rdkafka::producer::Producer as _;
-        ends_of(self.client(), topic, partitions, timeout)
+        ends_of_parts(self.client(), parts, timeout)
     }
 }
 
@@ -416,12 +455,19 @@ pub(crate) fn partitions_now<A: Asks + ?Sized>(
         .unwrap_or_default())
 }
 
-/// The end offset of every partition of `topic`, asked now.
+/// The end offset of every partition of every orders topic, asked now
+/// (one metadata request per topic, then one ListOffsets per leader).
 pub(crate) fn order_ends_now<A: Asks + ?Sized>(
     client: &A,
-    topic: &str,
-) -> Result<BTreeMap<i32, i64>, KafkaError> {
-    client.ask_ends(topic, &partitions_now(client, topic)?, REQUEST_TIMEOUT)
+    orders: &crate::orders_topics::OrdersTopics,
+) -> Result<BTreeMap<crate::record::Lane, i64>, KafkaError> {
+    let mut lanes = Vec::new();
+    for (topic, name) in orders.iter() {
+        for p in partitions_now(client, name)? {
+            lanes.push(crate::record::Lane::new(topic, p));
+        }
+    }
+    lane_ends(client, orders, &lanes, REQUEST_TIMEOUT)
 }
 
 /// How long the DescribeConfigs request may take.

@@ -193,9 +193,16 @@ pub(super) fn job_base(cfg: &Config) -> anyhow::Result<JobContext> {
     Ok(ctx)
 }
 
-pub(super) fn job_context(base: &JobContext, order: OrderId, attempt: u32) -> JobContext {
+/// `topic`: the Kafka name of the order's topic (`ORDER_TOPIC`).
+pub(super) fn job_context(
+    base: &JobContext,
+    order: OrderId,
+    topic: &str,
+    attempt: u32,
+) -> JobContext {
     JobContext {
         order,
+        order_topic: topic.to_string(),
         attempt,
         ..base.clone()
     }

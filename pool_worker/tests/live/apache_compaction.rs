@@ -873,7 +873,7 @@ fn dead_claim(instance: u32, inc: &str, order: OrderId) -> Record {
     let mut c = Record::of(instance, Event::Claimed, inc, now_ms()).with_order(order);
     c.seq = 2;
     c.set_attempt(1);
-    c.next.insert(order.partition, order.offset + 1);
+    c.next.insert(order.lane(), order.offset + 1);
     c
 }
 

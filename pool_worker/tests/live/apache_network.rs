@@ -267,7 +267,7 @@ fn dead_holder(instance: u32, inc: &str, order: OrderId) -> [Record; 2] {
     let mut claim = Record::of(instance, Event::Claimed, inc, now_ms()).with_order(order);
     claim.seq = 2;
     claim.set_attempt(1);
-    claim.next.insert(order.partition, order.offset + 1);
+    claim.next.insert(order.lane(), order.offset + 1);
     [booted, claim]
 }
 

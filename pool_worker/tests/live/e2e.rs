@@ -600,7 +600,7 @@ fn old_claim(instance: u32, inc: &str, seq: u64, order: OrderId) -> Record {
     c = c.with_order(order);
     c.seq = seq;
     c.set_attempt(1);
-    c.next.insert(order.partition, order.offset + 1);
+    c.next.insert(order.lane(), order.offset + 1);
     c
 }
 

@@ -15,6 +15,7 @@ mod apache_compaction;
 mod apache_faults;
 mod apache_network;
 mod apache_parking;
+mod apache_priority;
 mod apache_security;
 mod chaos;
 mod e2e;

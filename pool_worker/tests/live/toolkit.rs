@@ -794,6 +794,8 @@ fn image_orders_run_docker_from_path() {
         "-e",
         "GREETING",
         "-e",
+        "ORDER_TOPIC",
+        "-e",
         "ORDER_PARTITION",
         "-e",
         "ORDER_OFFSET",
@@ -3331,4 +3333,108 @@ fn shows_commit_by(story: &str, instance: u32) -> bool {
         l.contains(&format!(" {instance}:committed"))
             || (l.contains(&format!(" {instance}:claimed")) && l.contains("its own commit"))
     })
+}
+
+/// Priority topics on the embedded broker (R57): `broker` creates every
+/// topic of `ORDERS_TOPIC=u,w`; `submit --topic` sends to one of them
+/// (printing `u:0:0`), refuses a topic not in the list (exit 2), and sends
+/// to the main topic without it; an order id of a topic not in the list is
+/// refused by `history` (exit 2). One instance started with an order
+/// waiting in each topic takes the urgent one first; its job sees
+/// `ORDER_TOPIC`, and the results name each order's topic.
+#[test]
+fn priority_topics_on_the_embedded_broker() {
+    let (u, w) = (unique_topic("u"), unique_topic("w"));
+    let broker = BrokerProc::start_with(BrokerOpts {
+        orders_topic: format!("{u},{w}"),
+        coordination_topic: unique_topic("claims"),
+        results_topic: Some(unique_topic("results")),
+        ..BrokerOpts::default()
+    });
+    let env = broker.env();
+    let job = [
+        "--",
+        "sh",
+        "-c",
+        "echo $ORDER_TOPIC:$ORDER_PARTITION:$ORDER_OFFSET",
+    ];
+    let nope = tool(
+        &env,
+        &[&["submit", "--topic", "nope"][..], &job].concat(),
+        None,
+        TOOL,
+    );
+    assert_eq!(nope.code, Some(2), "{nope:?}");
+    assert!(nope.stderr.contains("not one of ORDERS_TOPIC"), "{nope:?}");
+    let main = tool(&env, &[&["submit"][..], &job].concat(), None, TOOL);
+    assert_eq!(
+        (main.code, main.stdout.trim()),
+        (Some(0), "0:0"),
+        "{main:?}"
+    );
+    let urgent = tool(
+        &env,
+        &[&["submit", "--topic", &u][..], &job].concat(),
+        None,
+        TOOL,
+    );
+    let urgent_id = format!("{u}:0:0");
+    assert_eq!(
+        (urgent.code, urgent.stdout.trim()),
+        (Some(0), urgent_id.as_str()),
+        "{urgent:?}"
+    );
+    let other = tool(&env, &["history", "other:0:0"], None, TOOL);
+    assert_eq!(other.code, Some(2), "{other:?}");
+
+    let _sup = pool(&broker, "1", &[]);
+    let claims = &broker.opts.coordination_topic;
+    let main_id: pool_worker::record::OrderId = "0:0".parse().unwrap();
+    let urgent_oid: pool_worker::record::OrderId = urgent_id.parse().unwrap();
+    let mut recs = Vec::new();
+    assert!(
+        poll_until(T, Duration::from_millis(100), || {
+            recs = decoded_claims(broker.bootstrap(), claims);
+            [main_id, urgent_oid].iter().all(|o| {
+                recs.iter()
+                    .any(|(_, r)| r.event() == Event::Completed && r.order() == Some(*o))
+            })
+        }),
+        "not completed:\n{}",
+        show_all(&recs)
+    );
+    let claimed_at = |o| {
+        recs.iter()
+            .find(|(_, r)| r.event() == Event::Claimed && r.order() == Some(o))
+            .map(|(p, _)| *p)
+            .unwrap()
+    };
+    assert!(
+        claimed_at(urgent_oid) < claimed_at(main_id),
+        "the urgent order was not taken first:\n{}",
+        show_all(&recs)
+    );
+    let results = broker.opts.results_topic.clone().unwrap();
+    let mut got = Vec::new();
+    assert!(poll_until(
+        Duration::from_secs(15),
+        Duration::from_millis(200),
+        || {
+            got = read_topic(broker.bootstrap(), &results, 0);
+            got.len() >= 2
+        }
+    ));
+    let by_key: BTreeMap<String, serde_json::Value> = got
+        .iter()
+        .map(|(_, k, v)| {
+            (
+                String::from_utf8(k.clone().unwrap()).unwrap(),
+                serde_json::from_slice(v.as_deref().unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(by_key["0:0"]["topic"], w.as_str(), "{by_key:?}");
+    assert_eq!(by_key["0:0"]["stdout"], format!("{w}:0:0\n"));
+    assert_eq!(by_key[&urgent_id]["topic"], u.as_str(), "{by_key:?}");
+    assert_eq!(by_key[&urgent_id]["stdout"], format!("{urgent_id}\n"));
 }

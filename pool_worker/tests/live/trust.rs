@@ -98,7 +98,7 @@ fn hostile(order: OrderId, done: OrderId) -> [Record; 3] {
     c.seq = 2;
     c.set_attempt(1);
     c.set_rank(Some(0));
-    c.next.insert(order.partition, order.offset + 1);
+    c.next.insert(order.lane(), order.offset + 1);
     let mut d = Record::of(9, Event::Completed, "evil-1", now_ms()).with_order(done);
     d.seq = 3;
     d.set_attempt(1);
@@ -229,7 +229,7 @@ fn impossible_claims_are_foreign() {
     );
     let mut b = Record::of(9, Event::Booted, "evil-1", now_ms());
     b.seq = 1;
-    b.next.insert(0, 1_000_000);
+    b.next.insert(0.into(), 1_000_000);
     let [_, c, _] = hostile(OrderId::new(0, 5_000), OrderId::new(0, 0));
     forge(broker.bootstrap(), &claims, &[(b, None), (c, None)]);
 

@@ -98,8 +98,9 @@ pub(super) fn flash_html(f: Option<&Flash>) -> String {
 }
 
 /// The forms of the main page: for its header (log in, or log out) and
-/// for above the live part (submit an order).
-pub(super) fn main_controls(v: &Viewer) -> (String, String) {
+/// for above the live part (submit an order; to one of `topics`, the
+/// orders topics in priority order, when there are several).
+pub(super) fn main_controls(v: &Viewer, topics: &[String]) -> (String, String) {
     match v {
         Viewer::ReadOnly => (String::new(), String::new()),
         Viewer::LoggedOut => (login_form(), String::new()),
@@ -108,7 +109,10 @@ pub(super) fn main_controls(v: &Viewer) -> (String, String) {
                 "<form class=\"inline\" method=\"post\" action=\"/logout\">{}<button id=\"logout\">log out</button></form>",
                 hidden("csrf", csrf)
             ),
-            format!("{}<script src=\"/actions.js\"></script>", submit_form(csrf, "")),
+            format!(
+                "{}<script src=\"/actions.js\"></script>",
+                submit_form(csrf, "", topics, None)
+            ),
         ),
     }
 }
@@ -165,12 +169,35 @@ fn login_form() -> String {
         .into()
 }
 
-fn submit_form(csrf: &str, text: &str) -> String {
+/// The submit form, `text` in it. With several orders topics (`topics`,
+/// in priority order, R57) it has a choice of topic: `chosen`, else the
+/// main one (the last), as `pool_worker submit` without `--topic`.
+fn submit_form(csrf: &str, text: &str, topics: &[String], chosen: Option<&str>) -> String {
+    let choice = if topics.len() > 1 {
+        let chosen = chosen.or(topics.last().map(String::as_str));
+        let options: String = topics
+            .iter()
+            .map(|t| {
+                format!(
+                    "<option value=\"{0}\"{1}>{0}</option>",
+                    esc(t),
+                    if Some(t.as_str()) == chosen {
+                        " selected"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect();
+        format!("<label>topic <select name=\"topic\" id=\"topic\">{options}</select></label> ")
+    } else {
+        String::new()
+    };
     format!(
         "<section class=\"panel actions\"><h2>Submit an order <small>a command line, or a JSON order (as <code>pool_worker submit --text</code> or <code>--json-file</code>)</small></h2>\
          <form method=\"post\" action=\"/action/submit\">{}\
          <textarea name=\"order\" id=\"order-input\" rows=\"3\" required placeholder=\"echo hi    or    {{&quot;cmd&quot;: [&quot;echo&quot;, &quot;hi&quot;], &quot;timeout_secs&quot;: 60}}\">{}</textarea>\
-         <button id=\"submit\">submit</button></form></section>",
+         {choice}<button id=\"submit\">submit</button></form></section>",
         hidden("csrf", csrf),
         html_escape::encode_text(text)
     )
@@ -388,15 +415,21 @@ async fn logout(
     r
 }
 
-/// The submit form again, with what was typed and why it was not sent.
-fn submit_again(status: StatusCode, csrf: &str, text: &str, why: &str) -> Response {
+/// The submit form again, with what was typed (`text`, and the topic
+/// chosen) and why it was not sent.
+fn submit_again(
+    status: StatusCode,
+    (csrf, topics, chosen): (&str, &[String], Option<&str>),
+    text: &str,
+    why: &str,
+) -> Response {
     message_page(
         status,
         "submit",
         &format!(
             "<p class=\"flash err\" id=\"flash\">{}; nothing sent</p>{}<p><a href=\"/\">back to the pool</a></p>",
             esc(why),
-            submit_form(csrf, text)
+            submit_form(csrf, text, topics, chosen)
         ),
     )
 }
@@ -413,15 +446,33 @@ async fn submit(
     };
     let csrf = a.csrf(&s);
     let text = f.get("order").map(String::as_str).unwrap_or_default();
+    let orders = app.src.orders().ok();
+    let names = orders
+        .as_ref()
+        .map(|o| o.names().to_vec())
+        .unwrap_or_default();
+    let chosen = f.get("topic").map(|t| t.trim());
+    let form = (csrf.as_str(), names.as_slice(), chosen);
     if text.trim().is_empty() {
         return submit_again(
             StatusCode::BAD_REQUEST,
-            &csrf,
+            form,
             text,
             "nothing to submit: give a command line or a JSON order",
         );
     }
-    match crate::cli::submit::check_and_send(&app.src, text.as_bytes()).await {
+    // The topic chosen (R57), else the main one.
+    let topic = match (chosen, &orders) {
+        (None, _) => crate::record::Topic::MAIN,
+        (Some(name), Some(o)) if o.topic_of(name).is_some() => {
+            o.topic_of(name).unwrap_or(crate::record::Topic::MAIN)
+        }
+        (Some(name), _) => {
+            let why = format!("'{name}' is not one of the orders topics");
+            return submit_again(StatusCode::BAD_REQUEST, form, text, &why);
+        }
+    };
+    match crate::cli::submit::check_and_send(&app.src, topic, text.as_bytes()).await {
         Ok(Ok((order, _))) => {
             let flash = done(
                 &s,
@@ -435,20 +486,26 @@ async fn submit(
         }
         Ok(Err(why)) => {
             done(&s, peer, "submit", "", false, why.clone());
-            submit_again(StatusCode::BAD_REQUEST, &csrf, text, &why)
+            submit_again(StatusCode::BAD_REQUEST, form, text, &why)
         }
         Err(e) => {
             let why = format!("cannot send the order: {e:#}");
             done(&s, peer, "submit", "", false, why.clone());
-            submit_again(StatusCode::SERVICE_UNAVAILABLE, &csrf, text, &why)
+            submit_again(StatusCode::SERVICE_UNAVAILABLE, form, text, &why)
         }
     }
 }
 
-/// The order a cancel or retry names; or the 400 that says why not.
-fn order_field(f: &Fields) -> Result<OrderId, Box<Response>> {
+/// The order a cancel or retry names (of one of the orders topics); or
+/// the 400 that says why not.
+fn order_field(app: &App, f: &Fields) -> Result<OrderId, Box<Response>> {
     let given = f.get("order").map(String::as_str).unwrap_or_default();
-    given.trim().parse().map_err(|e: String| {
+    let parsed = app
+        .src
+        .orders()
+        .map_err(|e| e.0)
+        .and_then(|o| o.parse_order(given.trim()));
+    parsed.map_err(|e: String| {
         Box::new(message_page(
             StatusCode::BAD_REQUEST,
             "bad order",
@@ -497,7 +554,7 @@ fn confirmed(
     question: impl FnOnce(OrderId) -> String,
 ) -> Result<(Arc<Auth>, Session, Fields, OrderId), Box<Response>> {
     let (a, s, f) = guard(app, peer, &format!("/action/{action}"), h, body)?;
-    let order = order_field(&f)?;
+    let order = order_field(app, &f)?;
     if f.get("confirm").map(String::as_str) != Some("yes") {
         let step = confirm_step(action, order, &a.csrf(&s), &f, &question(order));
         return Err(Box::new(step));
@@ -550,7 +607,10 @@ async fn retry(
         Err(r) => return *r,
     };
     let sent = match crate::cli::retry::prepare(&app.src, order).await {
-        Ok(Ok(payload)) => crate::cli::submit::check_and_send(&app.src, &payload).await,
+        // To the original's own topic (R57), as `pool_worker retry`.
+        Ok(Ok(payload)) => {
+            crate::cli::submit::check_and_send(&app.src, order.topic, &payload).await
+        }
         Ok(Err(why)) => Ok(Err(why)),
         Err(e) => Err(e),
     };
@@ -565,4 +625,39 @@ async fn retry(
     };
     let flash = done(&s, peer, "retry", &order.to_string(), ok, text);
     redirect(&a, &format!("/order/{to}"), flash, auth::over_https(&h))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// R57: with several orders topics the submit form offers them, in
+    /// priority order, the main one (the last) chosen unless another was;
+    /// with one topic it offers no choice.
+    #[test]
+    fn the_submit_form_offers_a_topic_when_there_are_several() {
+        let one = submit_form("c", "", &["work".to_string()], None);
+        assert!(!one.contains("<select"), "{one}");
+        let topics = ["urgent".to_string(), "work".to_string()];
+        let form = submit_form("c", "", &topics, None);
+        assert!(
+            form.contains(
+                "<select name=\"topic\" id=\"topic\"><option value=\"urgent\">urgent</option><option value=\"work\" selected>work</option></select>"
+            ),
+            "{form}"
+        );
+        let mut b = super::super::board::Board::new();
+        b.waiting_by_topic = vec![("urgent".into(), 2, 1), ("work".into(), 9, 4)];
+        let live = super::super::html::render_live(&b, 10_000);
+        assert!(
+            live.contains("id=\"waiting-0\">1</div><div class=\"k\">waiting in urgent</div>")
+                && live.contains("id=\"waiting-1\">4</div><div class=\"k\">waiting in work</div>"),
+            "{live}"
+        );
+        let again = submit_form("c", "echo hi", &topics, Some("urgent"));
+        assert!(
+            again.contains("<option value=\"urgent\" selected>"),
+            "{again}"
+        );
+    }
 }

@@ -206,6 +206,9 @@ pub(crate) struct Board {
     pub(crate) orders_in_topic: i64,
     pub(crate) waiting: i64,
     pub(crate) oldest_waiting_ts: Option<i64>,
+    /// Each orders topic in priority order (R57): its name, the orders it
+    /// holds, those of them waiting.
+    pub(crate) waiting_by_topic: Vec<(String, i64, i64)>,
 }
 
 impl Default for Board {
@@ -237,6 +240,7 @@ impl Board {
             orders_in_topic: 0,
             waiting: 0,
             oldest_waiting_ts: None,
+            waiting_by_topic: Vec::new(),
         }
     }
 

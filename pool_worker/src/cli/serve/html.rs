@@ -148,6 +148,13 @@ fn totals(s: &mut String, b: &Board, rows: &[InstanceRow], now: u64) {
         let _ = write!(s, "<div class=\"card {class}\"><div class=\"v\" id=\"{id}\">{v}</div><div class=\"k\">{k}</div></div>");
     };
     card(s, "waiting", b.waiting.to_string(), "waiting", "");
+    // With priority topics (R57), what waits in each, first topic first.
+    if b.waiting_by_topic.len() > 1 {
+        for (i, (topic, _, waiting)) in b.waiting_by_topic.iter().enumerate() {
+            let k = format!("waiting in {}", esc(topic));
+            card(s, &format!("waiting-{i}"), waiting.to_string(), &k, "");
+        }
+    }
     card(s, "running", running.to_string(), "running", "");
     // On a compacted topic, the completions counted are those whose
     // records survive: at least this many.

@@ -194,6 +194,28 @@ impl Apache {
         (orders, claims)
     }
 
+    /// One more fresh orders topic of `partitions` (a priority topic in
+    /// front of [`Apache::topics`]' orders topic, R57).
+    pub fn orders_topic(&self, prefix: &str, partitions: i32) -> String {
+        let name = unique_topic(prefix);
+        let rf = self.nodes.len().min(3) as i32;
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .expect("admin client");
+        let topic = NewTopic::new(&name, partitions, TopicReplication::Fixed(rf));
+        let res = tokio_rt()
+            .block_on(admin.create_topics(
+                [&topic],
+                &AdminOptions::new().operation_timeout(Some(KAFKA_TIMEOUT)),
+            ))
+            .expect("create topic");
+        for r in res {
+            r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
+        }
+        name
+    }
+
     /// Runs `scripts/create-topics.sh` against this cluster with `env`
     /// (its variables: ORDERS_TOPIC, COORDINATION_TOPIC, CLAIMS_*, ...) and
     /// `args`; returns its standard output, panics when it fails.

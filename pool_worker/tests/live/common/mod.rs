@@ -1158,7 +1158,7 @@ impl Audit {
         let mut finished: std::collections::BTreeSet<OrderId> = Default::default();
         // Partition → the frontier the valid records' `next` raised (R13);
         // orders with a late first claim (R14).
-        let mut frontier: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut frontier: BTreeMap<pool_worker::record::Lane, i64> = BTreeMap::new();
         let mut late: std::collections::BTreeSet<OrderId> = Default::default();
         // Instance → its open hold as the replay sees it (order, position of
         // the hold's newest claim/commit/lease, incarnation), for judging
@@ -1242,7 +1242,7 @@ impl Audit {
             // record (its own `next` counts the claim itself).
             let behind = rec
                 .order()
-                .is_some_and(|o| frontier.get(&o.partition).is_some_and(|f| o.offset < *f));
+                .is_some_and(|o| frontier.get(&o.lane()).is_some_and(|f| o.offset < *f));
             for (&p, &o) in &rec.next {
                 let f = frontier.entry(p).or_insert(o);
                 *f = (*f).max(o);
@@ -1387,7 +1387,11 @@ impl Audit {
 
     /// The trail of one order, for error messages.
     pub fn show(&self, order: (i32, i64)) -> String {
-        let id = pool_worker::record::OrderId::new(order.0, order.1);
+        self.show_id(pool_worker::record::OrderId::new(order.0, order.1))
+    }
+
+    /// [`Audit::show`] of an order of any orders topic (R57).
+    pub fn show_id(&self, id: pool_worker::record::OrderId) -> String {
         match self.orders.get(&id) {
             Some(t) => format!("claims trail of {id}:\n{}", t.lines.join("\n")),
             None => format!("no claims record names {id}"),
@@ -1406,13 +1410,24 @@ impl Audit {
     /// replay). Only two commits with no revocation of the first between
     /// them are an error ([`OrderTrail::committed_by_two`]).
     pub fn check_exactly_once(&self, orders: &[(i32, i64)]) -> Result<(), String> {
+        let ids: Vec<pool_worker::record::OrderId> = orders
+            .iter()
+            .map(|&(p, o)| pool_worker::record::OrderId::new(p, o))
+            .collect();
+        self.check_exactly_once_ids(&ids)
+    }
+
+    /// [`Audit::check_exactly_once`] of orders of any orders topic (R57).
+    pub fn check_exactly_once_ids(
+        &self,
+        orders: &[pool_worker::record::OrderId],
+    ) -> Result<(), String> {
         let mut errors: Vec<String> = self
             .product_violations
             .iter()
             .map(|v| format!("pool_worker audit: {v}"))
             .collect();
-        for &o in orders {
-            let id = pool_worker::record::OrderId::new(o.0, o.1);
+        for &id in orders {
             let Some(t) = self.orders.get(&id) else {
                 errors.push(format!("{id}: no record at all"));
                 continue;
@@ -1446,7 +1461,11 @@ impl Audit {
                 }
             }
             if !problems.is_empty() {
-                errors.push(format!("{id}: {}\n{}", problems.join("; "), self.show(o)));
+                errors.push(format!(
+                    "{id}: {}\n{}",
+                    problems.join("; "),
+                    self.show_id(id)
+                ));
             }
         }
         if errors.is_empty() {
