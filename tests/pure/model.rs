@@ -87,6 +87,15 @@
 //! `a_guard_that_waits_for_the_loop_is_caught` (docs/protocol-proofs.md,
 //! "Reader-clock leases and the guard").
 //!
+//! Priorities (R57): `protocol_holds_with_two_topics` puts the orders in
+//! two topics, `urgent` then the main one, at the same offsets (the world
+//! keeps each order's ghost per topic, `World::slot`, and the skipped-order
+//! property per topic), and checks besides every property the priority
+//! property `PRIORITY` (an instance first in line for an order of a topic
+//! claims no order of a later topic); `a_frontier_per_partition_is_caught`
+//! and `ignoring_priorities_is_caught` show it bites
+//! (docs/protocol-proofs.md, "Priorities").
+//!
 //! ## Reductions (and why no behaviour is lost)
 //!
 //! The world's own steps (`Pool::lazy`, still used for leases) interleave

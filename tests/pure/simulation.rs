@@ -52,6 +52,10 @@
 //! runs 100 instances with leases, pauses and outages.
 //! `POOL_SIM_DEFER_MS=0` runs the herd instead, for comparison.
 //!
+//! `simulation_with_two_topics` runs both with the orders in two topics
+//! (R57) at the same offsets, with the priority property;
+//! `broken_priorities_are_caught_by_the_simulation` shows the checks bite.
+//!
 //! Both simulations write checkpoints every 40 positions and boot every
 //! process from the newest one (src/checkpoint.rs), and the seeds take
 //! turns with `ORDERS_PER_PROCESS` 1, 2 and 5 (a process goes on to the
