@@ -943,4 +943,109 @@ mod tests {
             .collect();
         assert_eq!(firsts, vec![0, 2, 1, 0]);
     }
+
+    fn urgent() -> crate::record::Topic {
+        crate::record::Topic::named("urgent").unwrap()
+    }
+
+    /// R28, R57: the orders waiting are lined up by their topic's place
+    /// in the list (parked orders ready ahead of new ones within a topic),
+    /// orders of a topic not listed are left out, and the lines are dealt
+    /// out over the idle queue in that order.
+    #[test]
+    fn waiting_orders_are_lined_up_by_topic_priority() {
+        use crate::record::Topic;
+        let u = Lane::new(urgent(), 0);
+        let other = Lane::new(Topic::named("other").unwrap(), 0);
+        // Three idle instances; both listed topics' frontiers at 3.
+        let mut b = rec(1, Event::Booted, "a", 0);
+        b.next = BTreeMap::from([(Lane::from(0), 3), (u, 3)]);
+        let v = view(&[
+            b,
+            rec(2, Event::Booted, "b", 0),
+            rec(3, Event::Booted, "c", 0),
+        ]);
+        assert_eq!(v.idle_queue(), ns(&[1, 2, 3]));
+        let ready = [OrderId::new(0, 1), u.at(2), other.at(0)];
+        let ends = BTreeMap::from([(Lane::from(0), 5), (u, 5), (other, 5)]);
+        let topics = [urgent(), Topic::MAIN];
+        let lines = |me| {
+            turns_with(&v, &ready, &ends, &topics, n(me))
+                .into_iter()
+                .map(|t| (t.order, t.ahead))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            lines(1),
+            vec![
+                (u.at(2), ns(&[])),
+                (u.at(3), ns(&[2, 3])),
+                (OrderId::new(0, 1), ns(&[3])),
+                (OrderId::new(0, 3), ns(&[])),
+            ]
+        );
+        assert_eq!(
+            lines(2).iter().map(|l| l.1.len()).collect::<Vec<_>>(),
+            vec![1, 0, 2, 1]
+        );
+        // Main topic only: the urgent orders are left out.
+        let main_only = turns_with(&v, &ready, &ends, &[Topic::MAIN], n(1));
+        let orders: Vec<OrderId> = main_only.iter().map(|t| t.order).collect();
+        assert_eq!(orders, vec![OrderId::new(0, 1), OrderId::new(0, 3)]);
+        // Nothing of a listed topic waiting: no turn at all.
+        let others = BTreeMap::from([(other, 5)]);
+        assert!(turns_with(&v, &[other.at(0)], &others, &topics, n(1)).is_empty());
+        assert_eq!(crate::boot::priority(&topics, Topic::MAIN), Some(1));
+        assert_eq!(crate::boot::priority(&topics, other.topic), None);
+        assert_eq!(crate::boot::priority(&[], other.topic), Some(0));
+    }
+
+    /// R13, R57: an order of a named topic with the main topic's
+    /// partition and offset is another order: its claim moves its own
+    /// lane's frontier only, its contest is apart, and a claim of the main
+    /// topic's order after it is not late.
+    #[test]
+    fn orders_of_two_topics_at_one_offset_are_two_orders() {
+        let u = Lane::new(urgent(), 0);
+        let (uo, mo) = (u.at(0), OrderId::new(0, 0));
+        let mut c1 = rec(1, Event::Claimed, "a", 0).with_order(uo);
+        c1.set_attempt(1);
+        c1.next = BTreeMap::from([(u, 1)]);
+        let log = vec![
+            rec(1, Event::Booted, "a", 0),
+            rec(2, Event::Booted, "b", 0),
+            c1,
+        ];
+        let v = view(&log);
+        assert_eq!(v.next_offset(u), 1);
+        assert_eq!(v.next_offset(0.into()), 0);
+        assert_eq!(v.hold(n(1)).unwrap().order, uo);
+        assert!(v.contest(mo).is_none());
+        let mut c2 = rec(2, Event::Claimed, "b", 0);
+        c2.next = BTreeMap::from([(Lane::from(0), 1), (u, 1)]);
+        let mut log = log;
+        log.push(c2);
+        let v = view(&log);
+        let (cu, cm) = (v.contest(uo).unwrap(), v.contest(mo).unwrap());
+        assert!(!cu.late);
+        assert!(!cm.late, "the main order was at its frontier");
+        assert_eq!(v.hold(n(2)).unwrap().order, mo);
+        assert_eq!(v.hold(n(2)).unwrap().committed, Some(p(3)), "no rival");
+        assert_eq!(v.hold(n(1)).unwrap().committed, Some(p(2)), "no rival");
+        // A completion of one leaves the other open; a cancel of one is
+        // the other's no more.
+        let mut done = rec(1, Event::Completed, "a", 0).with_order(uo);
+        done.set_attempt(1);
+        log.push(done);
+        log.push(Record::cancel(mo, "op", 0, "x"));
+        let v = view(&log);
+        assert!(v.contest(uo).unwrap().completed_at.is_some());
+        assert!(v.contest(mo).unwrap().completed_at.is_none());
+        assert!(v.cancel(mo).is_some());
+        assert!(v.cancel(uo).is_none());
+        // The frontiers survive a checkpoint, per lane.
+        let back = View::from_snapshot(&v.snapshot());
+        assert_eq!(back.frontier(), v.frontier());
+        assert_eq!(back.frontier().len(), 2);
+    }
 }

@@ -1781,7 +1781,8 @@ mod tests {
 
     /// Records as the pool writes them (testdata/records.txt: one per
     /// line, key TAB value; written by the flat `Record` before records were
-    /// typed) read back and write out byte for byte the same: the wire
+    /// typed, but for the last three, about an order of a named topic,
+    /// R57) read back and write out byte for byte the same: the wire
     /// format is the spec's (docs/protocol.md §2), and old logs replay.
     #[test]
     fn the_wire_format_is_unchanged() {
@@ -1835,6 +1836,65 @@ mod tests {
         assert!(Record::decode(Some(b"park:0:17"), Some(&p.encode())).is_err());
         p.set_order_key(Some(String::new()));
         assert!(Record::decode(Some(b"park:0:17"), Some(&p.encode())).is_err());
+    }
+
+    /// R57: a record about an order of a named topic carries `topic`, its
+    /// keys name it (`park:urgent:0:3`, `cancel:urgent:0:3`), and it reads
+    /// back as it was written; the same key without the topic, or another
+    /// topic, is not its key; a record of the main topic names none.
+    #[test]
+    fn records_of_a_named_topic_round_trip() {
+        let urgent = Topic::named("urgent").unwrap();
+        let o = Lane::new(urgent, 0).at(3);
+        let mut c = Record::of(3, Event::Claimed, "a1", 5).with_order(o);
+        c.set_attempt(1);
+        c.next = BTreeMap::from([(Lane::from(0), 19), (o.lane(), 4)]);
+        let v = String::from_utf8(c.encode()).unwrap();
+        assert!(
+            v.contains(r#""topic":"urgent","partition":0,"offset":3"#),
+            "{v}"
+        );
+        assert!(v.contains(r#""next":{"0":19,"urgent:0":4}"#), "{v}");
+        assert_eq!(c.key(), "3:claimed");
+        let back = Record::decode(Some(b"3:claimed"), Some(v.as_bytes())).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(back.order(), Some(o));
+        assert_ne!(back.order(), Some(OrderId::new(0, 3)));
+        let mut p = Record::of(3, Event::Parked, "a1", 6).with_order(o);
+        p.set_attempt(1);
+        p.set_until(Some(99));
+        assert_eq!(p.key(), "park:urgent:0:3");
+        let v = p.encode();
+        assert_eq!(Record::decode(Some(b"park:urgent:0:3"), Some(&v)), Ok(p));
+        let cancel = Record::cancel(o, "op", 7, "not wanted");
+        assert_eq!(cancel.key(), "cancel:urgent:0:3");
+        let v = cancel.encode();
+        assert_eq!(
+            Record::decode(Some(b"cancel:urgent:0:3"), Some(&v)),
+            Ok(cancel)
+        );
+        for key in [
+            &b"cancel:0:3"[..],
+            b"cancel:other:0:3",
+            b"cancel:urgent:0:4",
+        ] {
+            assert!(Record::decode(Some(key), Some(&v)).is_err(), "{key:?}");
+        }
+        // The main topic's order at the same partition and offset.
+        let main = Record::cancel(OrderId::new(0, 3), "op", 7, "x");
+        assert_eq!(main.key(), "cancel:0:3");
+        assert!(!String::from_utf8(main.encode()).unwrap().contains("topic"));
+        // A topic the reader does not read is not judged impossible; a
+        // partition missing from one it reads, or an offset past its end,
+        // is.
+        let ends = BTreeMap::from([(Lane::from(0), 20)]);
+        assert_eq!(c.impossible(&ends), None);
+        let ends = BTreeMap::from([(Lane::from(0), 20), (Lane::new(urgent, 1), 9)]);
+        assert!(c.impossible(&ends).is_some());
+        let ends = BTreeMap::from([(Lane::from(0), 20), (o.lane(), 3)]);
+        assert!(c.impossible(&ends).is_some());
+        let ends = BTreeMap::from([(Lane::from(0), 20), (o.lane(), 4)]);
+        assert_eq!(c.impossible(&ends), None);
     }
 
     #[test]

@@ -318,6 +318,16 @@ pub enum Flaw {
     StartEarly,
     /// Run an order with a key whatever the key's other holds (R56).
     IgnoreKeyLimit,
+    /// Keep the frontier per partition, whatever the topic (the rule
+    /// before R57): every record's `next` raises each listed topic's lane
+    /// of a partition to the highest frontier of that partition in any
+    /// topic, so a claim of `urgent:0:0` moves the main topic's frontier
+    /// past `0:0`, which nobody then claims.
+    FrontierPerPartition,
+    /// Ignore the topics' priorities (R57): line the orders waiting up by
+    /// topic name and partition, and claim of those it may the one seen
+    /// waiting longest, whatever its topic.
+    IgnorePriority,
 }
 
 /// Whether the broken rule `Flaw::$flaw` is on in `$settings`: never
@@ -622,11 +632,33 @@ impl Worker {
         // dead incarnation's claim landing late), so the frontier must not
         // live in claims alone (tests/pure/model.rs found the double run).
         r.next = self.view.frontier().clone();
+        if flawed!(self.settings, FrontierPerPartition) {
+            self.per_partition(&mut r.next);
+        }
         // R54: about an order once parked, keyed by the order.
         r.order_keyed =
             r.event().order_keyed() && r.order().is_some_and(|o| self.view.parked_once(o));
         r
     }
+
+    /// `Flaw::FrontierPerPartition`: every listed topic's lane of a
+    /// partition raised to the partition's highest frontier in any topic.
+    #[cfg(any(test, feature = "testing"))]
+    fn per_partition(&self, next: &mut BTreeMap<Lane, i64>) {
+        let mut top: BTreeMap<i32, i64> = BTreeMap::new();
+        for (l, &o) in next.iter() {
+            let e = top.entry(l.partition).or_insert(o);
+            *e = (*e).max(o);
+        }
+        for (p, o) in top {
+            for &t in &self.settings.topics {
+                next.insert(Lane::new(t, p), o);
+            }
+        }
+    }
+
+    #[cfg(not(any(test, feature = "testing")))]
+    fn per_partition(&self, _next: &mut BTreeMap<Lane, i64>) {}
 
     /// Whether `rec` is the record numbered `seq` that this incarnation
     /// wrote (on its own behalf, or a revocation on another's).
@@ -1314,6 +1346,9 @@ impl Worker {
         });
         if parked.is_none() {
             claim.next.insert(order.lane(), order.offset + 1);
+            if flawed!(self.settings, FrontierPerPartition) {
+                self.per_partition(&mut claim.next);
+            }
         }
         self.phase = Phase::Claim {
             order,
@@ -1351,7 +1386,8 @@ impl Worker {
         let over = std::mem::take(&mut self.defer_over);
         self.defer_until = None;
         let ready = self.view.ready(self.now, self.settings.key_concurrency);
-        let topics = &self.settings.topics;
+        let ignore = flawed!(self.settings, IgnorePriority);
+        let topics: &[Topic] = if ignore { &[] } else { &self.settings.topics };
         let turns = turns_with(&self.view, &ready, ends, topics, self.me);
         self.waiting_since
             .retain(|o, _| turns.iter().any(|t| t.order == *o));
@@ -2504,5 +2540,161 @@ mod tests {
             log.feed(&mut old, &mut cur),
             vec![Action::Exit(Exit::Fenced)]
         );
+    }
+
+    fn urgent() -> Topic {
+        Topic::named("urgent").unwrap()
+    }
+
+    /// Deferring instances reading the topics `urgent` then the main one
+    /// (docs/protocol.md R57).
+    fn prioritized(flaw: Option<Flaw>) -> Settings {
+        Settings {
+            topics: vec![urgent(), Topic::MAIN],
+            ..deferring(flaw)
+        }
+    }
+
+    /// `n` idle instances (1, …, n in the idle queue) with `settings`, that
+    /// have read the log to its end.
+    fn idle_with(log: &mut Log, n: u32, settings: Settings) -> Vec<(Worker, usize)> {
+        let mut ws: Vec<(Worker, usize)> = (1..=n)
+            .map(|i| {
+                let (w, a) = Worker::start(
+                    i.into(),
+                    Incarnation::new(format!("i{i}")),
+                    settings.clone(),
+                    0,
+                );
+                log.append(&a);
+                (w, 0)
+            })
+            .collect();
+        for (w, c) in &mut ws {
+            assert_eq!(log.feed(w, c), vec![Action::FindOrder]);
+        }
+        ws
+    }
+
+    /// Whether `a` is one claim of `order`.
+    fn claims_order(a: &[Action], order: OrderId) -> bool {
+        matches!(a, [Action::Append(r)] if r.event() == Event::Claimed && r.order() == Some(order))
+    }
+
+    /// R57, R29: an idle instance whose View shows an urgent and a main
+    /// order waiting, both its turn, claims the urgent one; the main
+    /// topic's order, at the same partition and offset, is another order,
+    /// still waiting at the main topic's frontier, and is claimed next.
+    #[test]
+    fn an_idle_instance_claims_the_urgent_order_first() {
+        let u = Lane::new(urgent(), 0);
+        let ends = BTreeMap::from([(Lane::from(0), 1), (u, 1)]);
+        let mut log = Log(Vec::new());
+        let settings = Settings {
+            orders_per_process: 2,
+            ..prioritized(None)
+        };
+        let (mut w, mut cur) = boot_in(&mut log, 1, "i1", settings);
+        let a = w.handle(Input::Orders(ends.clone()), 0);
+        assert!(claims_order(&a, u.at(0)), "{a:?}");
+        let Action::Append(claim) = &a[0] else {
+            unreachable!()
+        };
+        // Its `next` names the urgent lane only (R8, R57).
+        assert_eq!(claim.next, BTreeMap::from([(u, 1)]));
+        log.append(&a);
+        let a = log.feed(&mut w, &mut cur);
+        assert_eq!(
+            a,
+            vec![Action::Run {
+                order: u.at(0),
+                attempt: Attempt::FIRST,
+                retry: false,
+            }]
+        );
+        assert_eq!(w.view.next_offset(u), 1);
+        assert_eq!(w.view.next_offset(0.into()), 0, "0:0 is still waiting");
+        let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
+        log.append(&a);
+        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::FindOrder]);
+        let a = w.handle(Input::Orders(ends), 0);
+        assert!(claims_order(&a, OrderId::new(0, 0)), "{a:?}");
+    }
+
+    /// R28, R29, R57 with more idle instances than urgent orders waiting:
+    /// the lines are by topic, so the first instance of the queue is first
+    /// in line for the urgent order and the second for the main one, and
+    /// both claim at once; the third defers. An instance whose deferral
+    /// for the urgent order ran out while it is first in line for the main
+    /// one takes the urgent one (of those it may claim, the first topic).
+    /// With `Flaw::IgnorePriority` the first instance takes the main order.
+    #[test]
+    fn surplus_instances_take_main_orders_at_once() {
+        let u = Lane::new(urgent(), 0);
+        let ends = BTreeMap::from([(Lane::from(0), 1), (u, 1)]);
+        let mut log = Log(Vec::new());
+        let mut ws = idle_with(&mut log, 3, prioritized(None));
+        let a = ws[0].0.handle(Input::Orders(ends.clone()), 0);
+        assert!(claims_order(&a, u.at(0)), "{a:?}");
+        let a = ws[1].0.handle(Input::Orders(ends.clone()), 0);
+        assert!(claims_order(&a, OrderId::new(0, 0)), "{a:?}");
+        assert_eq!(
+            ws[2].0.handle(Input::Orders(ends.clone()), 0),
+            vec![Action::WakeAt(1000)],
+            "3 is behind 1 for urgent:0:0 and behind 2 for 0:0"
+        );
+        // Instance 2 saw both waiting at 0 and, at 1500, may take either:
+        // the urgent one, passing over 1.
+        let mut log = Log(Vec::new());
+        let mut ws = idle_with(&mut log, 3, prioritized(None));
+        let w2 = &mut ws[1].0;
+        let only_urgent = BTreeMap::from([(Lane::from(0), 0), (u, 1)]);
+        assert_eq!(
+            w2.handle(Input::Orders(only_urgent), 0),
+            vec![Action::WakeAt(1000)]
+        );
+        let a = w2.handle(Input::Orders(ends.clone()), 1500);
+        assert!(claims_order(&a, u.at(0)), "the urgent one: {a:?}");
+        let Action::Append(r) = &a[0] else {
+            unreachable!()
+        };
+        assert_eq!(r.passed_over(), vec![InstanceNo::new(1)]);
+        // The broken rule: the first of the queue takes the main order.
+        let mut log = Log(Vec::new());
+        let mut ws = idle_with(&mut log, 3, prioritized(Some(Flaw::IgnorePriority)));
+        let a = ws[0].0.handle(Input::Orders(ends), 0);
+        assert!(claims_order(&a, OrderId::new(0, 0)), "{a:?}");
+    }
+
+    /// R57: orders of a topic that is not listed are not claimed.
+    #[test]
+    fn unlisted_topics_are_not_claimed() {
+        let other = Lane::new(Topic::named("other").unwrap(), 0);
+        let mut log = Log(Vec::new());
+        let (mut w, _) = boot_in(&mut log, 1, "i1", prioritized(None));
+        let a = w.handle(Input::Orders(BTreeMap::from([(other, 5)])), 0);
+        assert!(a.is_empty(), "{a:?}");
+        let a = w.handle(
+            Input::Orders(BTreeMap::from([(other, 5), (0.into(), 1)])),
+            0,
+        );
+        assert!(claims_order(&a, OrderId::new(0, 0)), "{a:?}");
+    }
+
+    /// `Flaw::FrontierPerPartition`, the broken rule the checks catch: a
+    /// claim of `urgent:0:0` raises the main topic's frontier too.
+    #[test]
+    fn a_frontier_per_partition_skips_the_main_order() {
+        let u = Lane::new(urgent(), 0);
+        let ends = BTreeMap::from([(Lane::from(0), 1), (u, 1)]);
+        let mut log = Log(Vec::new());
+        let settings = prioritized(Some(Flaw::FrontierPerPartition));
+        let (mut w, _) = boot_in(&mut log, 1, "i1", settings);
+        let a = w.handle(Input::Orders(ends), 0);
+        let [Action::Append(claim)] = &a[..] else {
+            panic!("{a:?}")
+        };
+        assert_eq!(claim.order(), Some(u.at(0)));
+        assert_eq!(claim.next, BTreeMap::from([(Lane::from(0), 1), (u, 1)]));
     }
 }

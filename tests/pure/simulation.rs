@@ -52,6 +52,10 @@
 //! runs 100 instances with leases, pauses and outages.
 //! `POOL_SIM_DEFER_MS=0` runs the herd instead, for comparison.
 //!
+//! `simulation_with_two_topics` runs both with the orders in two topics
+//! (R57) at the same offsets, with the priority property;
+//! `broken_priorities_are_caught_by_the_simulation` shows the checks bite.
+//!
 //! Both simulations write checkpoints every 40 positions and boot every
 //! process from the newest one (src/checkpoint.rs), and the seeds take
 //! turns with `ORDERS_PER_PROCESS` 1, 2 and 5 (a process goes on to the
@@ -63,6 +67,7 @@
 //! `POOL_SIM_SEED=<seed> cargo test --test pure simulation::replay -- --nocapture`.
 
 use crate::world::*;
+use pool_worker_core::record::Topic;
 use pool_worker_core::worker::{Phase, Terms};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -186,6 +191,7 @@ fn config() -> Config {
         cut_offs: false,
         terms: Vec::new(),
         key_concurrency: 1,
+        topics: vec![Topic::MAIN],
     }
 }
 
@@ -1249,6 +1255,122 @@ fn starting_early_and_ignoring_keys_are_caught_by_the_simulation() {
         let f = caught.unwrap_or_else(|| panic!("{flaw:?} not caught in 20 seeds"));
         assert!(f.contains(prop), "{flaw:?}: {f}");
         println!("{flaw:?} caught: {}", f.lines().next().unwrap_or_default());
+    }
+}
+
+/// Orders per topic of the simulations with two topics (R57).
+const TOPIC_ORDERS: u32 = 150;
+
+/// [`config`] or [`config_leases`] with orders in two topics (R57),
+/// `urgent` then the main one, [`TOPIC_ORDERS`] each, at the same offsets.
+fn two_topics(base: Config) -> Config {
+    Config {
+        topics: vec![Topic::named("urgent").expect("a name"), Topic::MAIN],
+        orders: TOPIC_ORDERS,
+        ..base
+    }
+}
+
+/// Priorities (docs/protocol.md R57): the simulation without and with
+/// leases (crashes, duplicates, compaction, checkpoints; with leases
+/// pauses, outages and takeovers) over orders in two topics whose offsets
+/// coincide. Every property holds on every step, [`PRIORITY`] among them
+/// (no instance first in line for an urgent order claims a main-topic
+/// order instead), and every order of both topics is completed. Reported:
+/// the mean log position of each topic's orders' first claims. They are
+/// close: each topic's one partition shows one order waiting at a time,
+/// so with two instances idle or more one takes the urgent order and
+/// another the main one at once (docs/protocol-proofs.md, "Priorities");
+/// priority shows only when a single instance is idle.
+/// `POOL_SIM_TOPIC_SEEDS` changes the seeds (20 of each by default).
+#[test]
+fn simulation_with_two_topics() {
+    let seeds = env("POOL_SIM_TOPIC_SEEDS", 20);
+    let t = Instant::now();
+    let mut lines = Vec::new();
+    for (name, base) in [("no leases", config()), ("leases", config_leases())] {
+        let cfg = two_topics(base);
+        // (sum of first-claim positions, orders) per topic: urgent, main.
+        let mut first = [(0u64, 0u64); 2];
+        // Claims, and claims after a deferral, per topic.
+        let mut claims = [(0u64, 0u64); 2];
+        for seed in 0..seeds {
+            let (out, w) = run_world(seed, &cfg);
+            if let Some(f) = out.failure {
+                panic!("two topics, {name}, seed {seed}:\n{f}");
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for (p, e) in w.log.iter().enumerate() {
+                let Some(o) = e.rec.order() else { continue };
+                if e.rec.event() == pool_worker_core::record::Event::Claimed {
+                    let k = usize::from(o.topic.is_main());
+                    claims[k].0 += 1;
+                    claims[k].1 += u64::from(!e.rec.passed_over().is_empty());
+                }
+                if e.rec.event() == pool_worker_core::record::Event::Claimed && seen.insert(o) {
+                    let k = usize::from(o.topic.is_main());
+                    first[k].0 += p as u64;
+                    first[k].1 += 1;
+                }
+            }
+            assert_eq!(seen.len() as u32, cfg.total_orders(), "seed {seed}");
+        }
+        let mean = |k: usize| first[k].0 as f64 / first[k].1.max(1) as f64;
+        let per = |c: u64| c as f64 / (seeds * TOPIC_ORDERS as u64).max(1) as f64;
+        lines.push(format!(
+            "{name}: mean position of a first claim {:.0} (urgent), {:.0} (main); claims per order {:.2} (urgent), {:.2} (main), of them after a deferral {:.2}, {:.2}",
+            mean(0),
+            mean(1),
+            per(claims[0].0),
+            per(claims[1].0),
+            per(claims[0].1),
+            per(claims[1].1)
+        ));
+    }
+    let line = format!(
+        "simulation with two topics: {seeds} seeds without leases and {seeds} with ({INSTANCES} instances, {TOPIC_ORDERS} orders per topic): {}, in {:.1}s",
+        lines.join("; "),
+        t.elapsed().as_secs_f64()
+    );
+    report(&line, &[]);
+}
+
+/// The broken rules of R57 are caught by the simulation with two topics:
+/// a frontier per partition whatever the topic (`Flaw::FrontierPerPartition`:
+/// main-topic orders skipped), and priorities ignored
+/// (`Flaw::IgnorePriority`: [`PRIORITY`]); the same seed holds without
+/// the flaw. Bounded: at most 20 seeds each.
+#[test]
+fn broken_priorities_are_caught_by_the_simulation() {
+    use pool_worker_core::worker::Flaw;
+    for (flaw, prop) in [
+        (Flaw::FrontierPerPartition, SKIPPED),
+        (Flaw::IgnorePriority, PRIORITY),
+    ] {
+        let cfg = Config {
+            flaw: Some(flaw),
+            ..two_topics(config())
+        };
+        let caught = (0..20).find_map(|seed| run(seed, &cfg).failure.map(|f| (seed, f)));
+        let (seed, f) = caught.unwrap_or_else(|| panic!("{flaw:?} not caught in 20 seeds"));
+        assert!(
+            f.contains(prop),
+            "{flaw:?}: another property broke first:\n{f}"
+        );
+        let fixed = Config {
+            flaw: None,
+            ..cfg.clone()
+        };
+        assert!(
+            run(seed, &fixed).failure.is_none(),
+            "seed {seed} fails without the flaw too"
+        );
+        let line = format!(
+            "simulation with two topics, broken {flaw:?}: caught at seed {seed}: {}",
+            f.lines().next().unwrap_or_default()
+        );
+        println!("{line}");
+        crate::world::record_figures(&line);
     }
 }
 

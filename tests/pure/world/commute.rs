@@ -481,6 +481,9 @@ impl World {
             thaws,
             terms,
             key_concurrency,
+            topics,
+            per_topic,
+            ends,
             parks,
             unparked_runs,
         } = self;
@@ -501,6 +504,7 @@ impl World {
         (forged, cancels, shared_cancel_key, trust, fence).hash(&mut h);
         (clocks, guard_in_loop, judge_leases, cuts, freezes, thaws).hash(&mut h);
         (terms, key_concurrency, parks, unparked_runs).hash(&mut h);
+        (topics, per_topic, ends).hash(&mut h);
         for &p in order {
             // The key is the record's hash, unless it names a position.
             match log[p].rec.seen() {

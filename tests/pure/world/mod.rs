@@ -32,10 +32,10 @@
 
 #![allow(dead_code)]
 
-use pool_worker_core::boot::{Relabel, View};
+use pool_worker_core::boot::{priority, turns_with, Relabel, View};
 use pool_worker_core::record::describe as describe_record;
 use pool_worker_core::record::{
-    Body, Event, Incarnation, InstanceNo, Lane, OrderId, Outcome, Position, Record, Status,
+    Body, Event, Incarnation, InstanceNo, Lane, OrderId, Outcome, Position, Record, Status, Topic,
 };
 use pool_worker_core::worker::{Action, Flaw, Input, Phase, Settings, Terms, Worker};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -220,6 +220,11 @@ pub struct Config {
     pub terms: Vec<Terms>,
     /// `Settings::key_concurrency` (R56).
     pub key_concurrency: u32,
+    /// The orders topics in priority order (`Settings::topics`, R57; the
+    /// last is the main one): each holds `orders` orders in its partition
+    /// 0, all at the same offsets, so that any confusion of two topics'
+    /// orders shows.
+    pub topics: Vec<Topic>,
 }
 
 impl Config {
@@ -234,13 +239,21 @@ impl Config {
         !self.compaction
             || (self.max_crashes == 0
                 && self.lease_ms.is_none()
-                && self.orders_per_process > self.orders)
+                && self.orders_per_process > self.total_orders())
     }
 
-    /// The orders topic's end offsets, as Answer reports them: the orders,
-    /// all present from the start, in partition 0.
+    /// Orders in all, over every topic.
+    pub fn total_orders(&self) -> u32 {
+        self.orders * self.topics.len() as u32
+    }
+
+    /// The orders topics' end offsets, as Answer reports them: the orders,
+    /// all present from the start, in partition 0 of each topic.
     pub fn order_ends(&self) -> BTreeMap<Lane, i64> {
-        BTreeMap::from([(0.into(), self.orders as i64)])
+        self.topics
+            .iter()
+            .map(|&t| (Lane::new(t, 0), self.orders as i64))
+            .collect()
     }
 
     pub fn settings(&self) -> Settings {
@@ -253,6 +266,7 @@ impl Config {
             fence: self.fence,
             claim_defer_ms: self.claim_defer_ms,
             key_concurrency: self.key_concurrency,
+            topics: self.topics.clone(),
             ..Settings::default()
         }
     }
@@ -491,8 +505,10 @@ pub struct World {
     pub referee: View,
     pub orders: Vec<OrderGhost>,
     pub newest_booted: Vec<Option<usize>>,
-    pub max_claimed: Option<i64>,
-    pub claimed_count: i64,
+    /// Per topic (by its place in `Config::topics`): the highest offset
+    /// claimed, and how many orders were claimed.
+    pub max_claimed: Vec<Option<i64>>,
+    pub claimed_count: Vec<i64>,
     /// Orders with at least one accepted completion.
     pub completed: u32,
     /// The first property violated: (property, what happened).
@@ -504,6 +520,12 @@ pub struct World {
     /// Copied from the config: `Config::terms`, `Config::key_concurrency`.
     terms: Arc<Vec<Terms>>,
     key_concurrency: u32,
+    /// Copied from the config: `Config::topics`, `Config::orders` (per
+    /// topic) and `Config::order_ends`. An order's ghost is
+    /// `orders[slot]`, [`World::slot`].
+    topics: Arc<Vec<Topic>>,
+    per_topic: u32,
+    ends: Arc<BTreeMap<Lane, i64>>,
     /// Parked records the referee accepted, and jobs started after a park.
     pub parks: u32,
     pub unparked_runs: u32,
@@ -549,7 +571,7 @@ pub struct World {
     /// Copied from the config: how readers judge records
     /// (`Config::max_forgeries` above 0, `claims_key`, `trust_all`, the
     /// orders' end).
-    trust: Option<(Option<pool_worker_core::sign::ClaimsKey>, bool, i64)>,
+    trust: Option<(Option<pool_worker_core::sign::ClaimsKey>, bool)>,
     /// Copied from the config: `Config::clocks` (shared: never changes).
     clocks: Arc<Vec<(u64, i64)>>,
     /// Copied from the config: `Config::guard_in_loop`,
@@ -597,7 +619,14 @@ pub const RUN_CONCURRENTLY: &str = "no two jobs of one order are live at the sam
 pub const RUN_EARLY: &str = "no order's job starts before its not_before";
 /// Issue 36, R56: live as in [`RUN_CONCURRENTLY`].
 pub const KEY_LIMIT: &str = "no more than KEY_CONCURRENCY jobs of one key are live at once";
-pub const SAFETY: [&str; 12] = [
+/// R29, R57: an instance that is first in line for an order of a topic
+/// claims no order of a later topic instead (of the orders it may claim,
+/// it takes one of the first topic), and claims no order of a topic not
+/// listed. Judged on the View the claimant chose with, as it appends its
+/// claim (a first claim or an unpark, not a takeover).
+pub const PRIORITY: &str =
+    "no instance first in line for an order of a topic claims an order of a later topic";
+pub const SAFETY: [&str; 13] = [
     RUN_BY_TWO,
     RUN_TWICE,
     COMPLETED_TWICE,
@@ -610,6 +639,7 @@ pub const SAFETY: [&str; 12] = [
     RUN_CONCURRENTLY,
     RUN_EARLY,
     KEY_LIMIT,
+    PRIORITY,
 ];
 
 fn ok_outcome() -> Outcome {
@@ -634,16 +664,19 @@ impl World {
             crashes: 0,
             dups: 0,
             referee: View::new(),
-            orders: vec![OrderGhost::default(); cfg.orders as usize],
+            orders: vec![OrderGhost::default(); cfg.total_orders() as usize],
             newest_booted: vec![None; cfg.instances as usize],
-            max_claimed: None,
-            claimed_count: 0,
+            max_claimed: vec![None; cfg.topics.len()],
+            claimed_count: vec![0; cfg.topics.len()],
             completed: 0,
             violation: None,
             now: 0,
             jumps: 0,
             terms: Arc::new(cfg.terms.clone()),
             key_concurrency: cfg.key_concurrency,
+            topics: Arc::new(cfg.topics.clone()),
+            per_topic: cfg.orders,
+            ends: Arc::new(cfg.order_ends()),
             parks: 0,
             unparked_runs: 0,
             pauses: 0,
@@ -664,8 +697,7 @@ impl World {
             forged: 0,
             cancels: 0,
             shared_cancel_key: cfg.shared_cancel_key,
-            trust: (cfg.max_forgeries > 0)
-                .then(|| (cfg.claims_key.clone(), cfg.trust_all, cfg.orders as i64)),
+            trust: (cfg.max_forgeries > 0).then(|| (cfg.claims_key.clone(), cfg.trust_all)),
             clocks: Arc::new(cfg.clocks.clone()),
             guard_in_loop: cfg.guard_in_loop,
             judge_leases: cfg.judge_leases,
@@ -673,6 +705,21 @@ impl World {
             freezes: 0,
             thaws: 0,
         }
+    }
+
+    /// Where the ghost of `order` is in [`World::orders`]: its topic's
+    /// place in `Config::topics` times the orders per topic, plus its
+    /// offset; `None` for an order that does not exist.
+    pub fn slot(&self, order: OrderId) -> Option<usize> {
+        let t = self.topics.iter().position(|&t| t == order.topic)?;
+        let ok = order.partition == 0 && (0..self.per_topic as i64).contains(&order.offset);
+        ok.then(|| t * self.per_topic as usize + order.offset as usize)
+    }
+
+    /// The order whose ghost is `orders[slot]` ([`World::slot`]).
+    pub fn order_at(&self, slot: usize) -> OrderId {
+        let n = self.per_topic as usize;
+        Lane::new(self.topics[slot / n], 0).at((slot % n) as i64)
     }
 
     /// Instance `i`'s clock at the world's time `g` ([`Config::clocks`]).
@@ -784,7 +831,7 @@ impl World {
                 .map_or(format!("{i}.1"), |w| w.incarnation.to_string())
         };
         let seq = 1_000 + self.forged as u64;
-        let n = self.orders.len() as i64;
+        let n = self.per_topic as i64;
         match k {
             0 => {
                 let mut r = Record::of(1, Event::Completed, &inc(1), self.now)
@@ -846,7 +893,7 @@ impl World {
     /// `Record::impossible` against the orders' end offsets.
     fn admit(&self, pos: usize) -> Result<Record, pool_worker_core::record::Foreign> {
         let e = &self.log[pos];
-        let Some((key, trust_all, n)) = &self.trust else {
+        let Some((key, trust_all)) = &self.trust else {
             return Ok(Record::clone(&e.rec));
         };
         if *trust_all {
@@ -864,14 +911,14 @@ impl World {
             sig.as_deref().map(str::as_bytes),
         );
         let rec = Record::decode_with(Some(e.rec.key().as_bytes()), Some(&value), verdict)?;
-        match rec.impossible(&BTreeMap::from([(0.into(), *n)])) {
+        match rec.impossible(&self.ends) {
             Some(why) => Err(pool_worker_core::record::Foreign::Impossible(why)),
             None => Ok(rec),
         }
     }
 
     pub fn all_completed(&self, cfg: &Config) -> bool {
-        self.completed == cfg.orders
+        self.completed == cfg.total_orders()
     }
 
     fn inst(&self, i: u32) -> &Inst {
@@ -1262,8 +1309,8 @@ impl World {
 
     fn crash(&mut self, i: u32) {
         self.crashes += 1;
-        if let Some(o) = self.inst(i).ran {
-            let og = &mut self.orders[o.offset as usize];
+        if let Some(o) = self.inst(i).ran.and_then(|o| self.slot(o)) {
+            let og = &mut self.orders[o];
             og.deaths_running += 1;
             if og.open && og.runner == Some(i) {
                 og.open = false;
@@ -1381,6 +1428,9 @@ impl World {
         for a in acts {
             match a {
                 Action::Append(r) => {
+                    if r.event() == Event::Claimed && r.takeover_of().is_empty() {
+                        self.judge_priority(i, &r);
+                    }
                     if r.event() == Event::Booted {
                         // R17: removed before booted is appended.
                         self.inst_mut(i).deadline = None;
@@ -1465,6 +1515,39 @@ impl World {
         }
     }
 
+    /// [`PRIORITY`], as instance `i`'s process appends claim `r`, judged
+    /// on the View it chose with (a claim is made on `Input::Orders`, which
+    /// changes no View): the lines of the orders waiting in that View
+    /// (`boot::turns_with`, with the orders' end offsets the world answers
+    /// and the parked orders ready on the claimant's clock); if it is first
+    /// in line for an order of a topic, the claimed order's topic must not
+    /// come after it in `Config::topics`.
+    fn judge_priority(&mut self, i: u32, r: &Record) {
+        let (Some(w), Some(o)) = (&self.inst(i).worker, r.order()) else {
+            return;
+        };
+        let topics = &self.topics[..];
+        let Some(mine) = priority(topics, o.topic) else {
+            let what = format!("instance {i} claims order {o}, of a topic not listed");
+            return self.violate(PRIORITY, what);
+        };
+        let ready = w.view.ready(self.local(i), self.key_concurrency);
+        let first = turns_with(&w.view, &ready, &self.ends, topics, i.into())
+            .into_iter()
+            .filter(|t| t.ahead.is_empty())
+            .filter_map(|t| priority(topics, t.order.topic).map(|p| (p, t.order)))
+            .min();
+        if let Some((p, u)) = first.filter(|&(p, _)| p < mine) {
+            let name = |t: Topic| t.name().unwrap_or("main");
+            let what = format!(
+                "instance {i} claims order {o} (topic {}, {mine} in the list) while first in line for order {u} (topic {}, {p} in the list)",
+                name(o.topic),
+                name(u.topic)
+            );
+            self.violate(PRIORITY, what);
+        }
+    }
+
     /// Instance `i`'s process starts the job of `order` (attempt
     /// `attempt`): the run's ghost history and its checks.
     fn start_job(&mut self, i: u32, order: OrderId, attempt: u32) {
@@ -1495,7 +1578,13 @@ impl World {
             self.leased_run(i, order, attempt);
             return;
         }
-        let og = &mut self.orders[order.offset as usize];
+        let Some(k) = self.slot(order) else {
+            return self.violate(
+                RUN_BY_TWO,
+                format!("instance {i} runs order {order}, which does not exist"),
+            );
+        };
+        let og = &mut self.orders[k];
         og.runs += 1;
         let (prev, runs, deaths) = (og.runner, og.runs, og.deaths_running);
         og.runner = Some(i);
@@ -1523,10 +1612,7 @@ impl World {
                 format!("instance {i} starts order {order}'s job after reading its cancel (#{p})");
             return self.violate(RUN_CANCELLED, what);
         }
-        let first = self
-            .orders
-            .get(order.offset as usize)
-            .and_then(|og| og.first_commit);
+        let first = self.slot(order).and_then(|k| self.orders[k].first_commit);
         if let (Some((c, _)), Some(f)) = (self.referee.cancel(order), first) {
             if (c.get() as usize) < f {
                 let what = format!("instance {i} starts order {order}'s job, cancelled at #{c} before its first commit at #{f}");
@@ -1551,13 +1637,17 @@ impl World {
             .referee
             .hold(i.into())
             .is_some_and(|h| h.order == order && h.committed.is_some() && h.incarnation == inc);
+        let Some(k) = self.slot(order) else {
+            let what = format!("instance {i} runs order {order}, which does not exist");
+            return self.violate(RUN_BY_TWO, what);
+        };
         if !holds {
             let revoked = self
                 .referee
                 .instance(i.into())
                 .and_then(|s| s.revoked.as_ref())
                 == Some(&inc);
-            self.orders[order.offset as usize].runs += 1;
+            self.orders[k].runs += 1;
             if revoked {
                 self.second_runs_takeover += 1;
                 self.stale_runs += 1;
@@ -1567,7 +1657,7 @@ impl World {
             }
             return;
         }
-        let og = &mut self.orders[order.offset as usize];
+        let og = &mut self.orders[k];
         og.runs += 1;
         let (prev, open, completions, ended, runs) =
             (og.runner, og.open, og.completions, og.ended, og.runs);
@@ -1632,10 +1722,8 @@ impl World {
         if r.event() == Event::Booted {
             self.newest_booted[r.instance.get() as usize - 1] = Some(pos);
         }
-        if let Some(o) = r.order() {
-            if let Some(og) = self.orders.get_mut(o.offset as usize) {
-                og.first_pos.get_or_insert(pos);
-            }
+        if let Some(k) = r.order().and_then(|o| self.slot(o)) {
+            self.orders[k].first_pos.get_or_insert(pos);
         }
         let verdict = self.referee.apply(Position::new(pos as u64), &r);
         if verdict == Err(pool_worker_core::boot::Void::Stray)
@@ -1647,8 +1735,9 @@ impl World {
         if accepted && r.event() == Event::Parked {
             self.parks += 1;
         }
-        if let (false, Event::Completed, Some(o)) = (accepted, r.event(), r.order()) {
-            if let Some(og) = self.orders.get_mut(o.offset as usize) {
+        let slot = r.order().and_then(|o| self.slot(o));
+        if let (false, Event::Completed, Some(k)) = (accepted, r.event(), slot) {
+            if let Some(og) = self.orders.get_mut(k) {
                 if og.completions == 0 && !og.finished_void {
                     og.finished_void = true;
                     self.completed += 1;
@@ -1693,7 +1782,8 @@ impl World {
             );
             self.violate(LEASE_RESPECTED, what);
         }
-        if let Some(og) = self.orders.get_mut(h.order.offset as usize) {
+        let slot = self.slot(h.order);
+        if let Some(og) = slot.and_then(|k| self.orders.get_mut(k)) {
             if og.open && og.runner == Some(r.instance.get()) {
                 og.open = false;
                 og.ended = Some(RunEnd::Revoked);
@@ -1723,13 +1813,13 @@ impl World {
     }
 
     fn judge(&mut self, pos: usize, r: &Record, o: OrderId) {
-        let n = self.orders.len() as i64;
-        if o.offset >= n {
+        let Some(k) = self.slot(o) else {
             return self.violate(
                 SKIPPED,
                 format!("#{pos}: a record about order {o}, which does not exist"),
             );
-        }
+        };
+        let t = k / self.per_topic as usize;
         // R34: a claim that met no rival is its writer's commit (the
         // referee, which has read it, says so).
         let fused = r.event() == Event::Claimed
@@ -1737,7 +1827,7 @@ impl World {
                 .referee
                 .hold(r.instance)
                 .is_some_and(|h| h.fused_at(o, Position::new(pos as u64)));
-        let og = &mut self.orders[o.offset as usize];
+        let og = &mut self.orders[k];
         if fused {
             og.first_commit.get_or_insert(pos);
             if !og.committed_by.contains(&r.instance.get()) {
@@ -1748,12 +1838,13 @@ impl World {
             Event::Claimed => {
                 if !og.claimed {
                     og.claimed = true;
-                    self.claimed_count += 1;
+                    self.claimed_count[t] += 1;
                 }
-                let max = self.max_claimed.map_or(o.offset, |m| m.max(o.offset));
-                self.max_claimed = Some(max);
-                if self.claimed_count != max + 1 {
-                    self.violate(SKIPPED, format!("#{pos}: order {o} is claimed but {} orders below {max} were never claimed", max + 1 - self.claimed_count));
+                // Per topic: each has a frontier of its own (R57).
+                let max = self.max_claimed[t].map_or(o.offset, |m| m.max(o.offset));
+                self.max_claimed[t] = Some(max);
+                if self.claimed_count[t] != max + 1 {
+                    self.violate(SKIPPED, format!("#{pos}: order {o} is claimed but {} orders of its topic below {max} were never claimed", max + 1 - self.claimed_count[t]));
                 }
             }
             Event::Committed => {
@@ -1808,7 +1899,7 @@ impl World {
             }
         }
         for o in self.open_orders(cfg) {
-            if let Some(f) = self.orders.get(o.offset as usize).and_then(|g| g.first_pos) {
+            if let Some(f) = self.slot(o).and_then(|k| self.orders[k].first_pos) {
                 h = h.min(f);
             }
         }
@@ -2137,7 +2228,7 @@ impl World {
                     && self.orders[k].completions == 0
                     && !self.orders[k].finished_void
             })
-            .map(|k| OrderId::new(0, k as i64))
+            .map(|k| self.order_at(k))
             .filter(|o| !held.contains(o))
             // A parked order is held by nobody and waits (R55).
             .filter(|o| self.referee.parked_order(*o).is_none())
@@ -2167,7 +2258,7 @@ impl World {
             .enumerate()
             .filter(|(_, og)| og.completions == 0)
         {
-            let o = OrderId::new(0, k as i64);
+            let o = self.order_at(k);
             if !og.claimed {
                 continue;
             }
