@@ -30,7 +30,8 @@ pub use ids::{Attempt, Incarnation, InstanceNo, Position};
 pub use order_id::{Lane, OrderId, Topic, MAX_TOPICS, MAX_TOPIC_BYTES};
 pub use result::ResultMessage;
 pub use size::{
-    fit_json, json_len, MAX_REASON_BYTES, MAX_RECORD_BYTES, MAX_TAIL_BYTES, RECORD_LIMIT,
+    fit_json, frontier_fits, json_len, MAX_FRONTIER_BYTES, MAX_REASON_BYTES, MAX_RECORD_BYTES,
+    MAX_TAIL_BYTES, RECORD_LIMIT,
 };
 pub use text::describe;
 

@@ -32,6 +32,25 @@ pub const MAX_TAIL_BYTES: usize = 256 * 1024;
 /// The most bytes of a reason in a record, as written.
 pub const MAX_REASON_BYTES: usize = 2048;
 
+/// The most bytes a record's `next` (the writer's frontier, one entry per
+/// partition of every orders topic, docs/protocol.md R8, R57) may take as
+/// written: a pool whose orders topics have more partitions than fit is
+/// refused at boot, and partitions added later beyond it are not read
+/// ([`frontier_fits`]). A `completed` record (two tails, a reason) or a
+/// checkpoint (its ids, its frontier, `next`) then stays within
+/// [`RECORD_LIMIT`].
+pub const MAX_FRONTIER_BYTES: usize = 128 * 1024;
+
+/// Whether a frontier over `lanes` fits [`MAX_FRONTIER_BYTES`], counting
+/// each entry at its largest (`"T:P":<19 digits>,`).
+pub fn frontier_fits<'a>(lanes: impl IntoIterator<Item = &'a super::Lane>) -> bool {
+    let bytes: usize = lanes
+        .into_iter()
+        .map(|l| l.to_string().len() + 2 + 1 + 19 + 1)
+        .sum();
+    bytes <= MAX_FRONTIER_BYTES
+}
+
 /// How many bytes `c` takes inside a JSON string as serde_json writes it.
 fn json_char_len(c: char) -> usize {
     match c {
@@ -205,5 +224,16 @@ mod tests {
             prop_assert_eq!(t.buf.iter().copied().collect::<Vec<_>>(), all[all.len().saturating_sub(limit)..].to_vec());
             prop_assert!(t.into_string().len() <= limit);
         }
+    }
+
+    #[test]
+    fn a_frontier_fits_up_to_its_budget() {
+        use crate::record::{Lane, Topic};
+        let main: Vec<Lane> = (0..4000).map(Lane::from).collect();
+        assert!(frontier_fits(&main), "4,000 main partitions");
+        let t = Topic::named(&"t".repeat(240)).unwrap();
+        let long: Vec<Lane> = (0..1000).map(|p| Lane::new(t, p)).collect();
+        assert!(!frontier_fits(&long), "1,000 partitions of a 240-byte name");
+        assert!(frontier_fits(&long[..400]));
     }
 }

@@ -937,6 +937,14 @@ impl Kafka {
             .zip(orders)
             .flat_map(|(t, n)| (0..n).map(move |p| Lane::new(t, p)))
             .collect();
+        if !crate::record::frontier_fits(&lanes) {
+            return Err(crate::kafka::topics::TopicProblem::TooManyPartitions {
+                topics: self.orders.names().join(","),
+                lanes: lanes.len(),
+                max: crate::record::MAX_FRONTIER_BYTES,
+            }
+            .into());
+        }
         if let Ok(mut c) = self.order_partitions.lock() {
             *c = Some((std::time::Instant::now(), lanes.clone()));
         }
@@ -1410,6 +1418,18 @@ impl Kafka {
                                     .into_iter()
                                     .map(|p| Lane::new(t, p)),
                             );
+                        }
+                        // Partitions added since boot beyond what a
+                        // record's frontier can carry are not read: the
+                        // most that fit, topic by topic, partition by
+                        // partition (the boot refused more than fit).
+                        while !crate::record::frontier_fits(&parts) {
+                            tracing::error!(
+                                lanes = parts.len(),
+                                "the orders topics have more partitions than a claims record's \
+                                 frontier can carry; the last ones are not read"
+                            );
+                            parts.truncate(parts.len() * 9 / 10);
                         }
                         if let Ok(mut c) = cache.lock() {
                             *c = Some((std::time::Instant::now(), parts.clone()));

@@ -47,6 +47,17 @@ pub enum TopicProblem {
     /// The brokers answer about the topic with another error.
     #[error("the brokers refuse topic '{topic}': {error}")]
     Refused { topic: String, error: String },
+    /// The orders topics have more partitions than a record's `next` can
+    /// carry (`record::MAX_FRONTIER_BYTES`).
+    #[error(
+        "the orders topics {topics} have {lanes} partitions in all, more than a claims record's \
+         frontier can carry ({max} bytes, docs/protocol.md R8): use fewer partitions or topics"
+    )]
+    TooManyPartitions {
+        topics: String,
+        lanes: usize,
+        max: usize,
+    },
     /// The claims topic has other than one partition.
     #[error(
         "the coordination topic '{topic}' has {partitions} partitions; it must have exactly 1 \
