@@ -78,6 +78,14 @@ impl OrdersTopics {
         Ok(())
     }
 
+    /// `ORDERS_TOPIC` as the tools take it: parsed, and apart from
+    /// `COORDINATION_TOPIC` (`claims`).
+    pub fn beside_claims(orders: &str, claims: &str) -> Result<OrdersTopics, ConfigError> {
+        let t = OrdersTopics::parse("ORDERS_TOPIC", orders)?;
+        t.check_apart("ORDERS_TOPIC", "COORDINATION_TOPIC", claims)?;
+        Ok(t)
+    }
+
     /// The Kafka names, in priority order (the main topic last).
     pub fn names(&self) -> &[String] {
         &self.names

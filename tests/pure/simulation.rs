@@ -251,6 +251,19 @@ fn run(seed: u64, cfg: &Config) -> Outcome {
     run_world(seed, cfg).0
 }
 
+/// A flaw's seed that failed holds with the same config without the flaw
+/// (so the flaw, not the seed, broke the property).
+fn holds_without_the_flaw(seed: u64, cfg: &Config) {
+    let fixed = Config {
+        flaw: None,
+        ..cfg.clone()
+    };
+    assert!(
+        run(seed, &fixed).failure.is_none(),
+        "seed {seed} fails without the flaw too"
+    );
+}
+
 /// Runs one seed; returns the outcome and the world where it ended.
 fn run_world(seed: u64, cfg: &Config) -> (Outcome, World) {
     // Seeds take turns with ORDERS_PER_PROCESS 1 (seed 002), 2 and 5.
@@ -891,14 +904,7 @@ fn defer_forever_is_caught_by_the_simulation() {
                 .collect();
             println!("caught, as it must be (seed {seed}):\n{f}");
             // And the same seeds hold without the flaw.
-            let fixed = Config {
-                flaw: None,
-                ..cfg.clone()
-            };
-            assert!(
-                run(seed, &fixed).failure.is_none(),
-                "seed {seed} fails without the flaw too"
-            );
+            holds_without_the_flaw(seed, &cfg);
             return;
         }
     }
@@ -920,14 +926,7 @@ fn fusing_despite_a_rival_is_caught_by_the_simulation() {
     for seed in 0..300 {
         if let Some(f) = run(seed, &cfg).failure {
             assert!(f.contains("run by two"), "seed {seed}: {f}");
-            let fixed = Config {
-                flaw: None,
-                ..cfg.clone()
-            };
-            assert!(
-                run(seed, &fixed).failure.is_none(),
-                "seed {seed} fails without the flaw too"
-            );
+            holds_without_the_flaw(seed, &cfg);
             println!("caught at seed {seed}");
             return;
         }
@@ -1357,14 +1356,7 @@ fn broken_priorities_are_caught_by_the_simulation() {
             f.contains(prop),
             "{flaw:?}: another property broke first:\n{f}"
         );
-        let fixed = Config {
-            flaw: None,
-            ..cfg.clone()
-        };
-        assert!(
-            run(seed, &fixed).failure.is_none(),
-            "seed {seed} fails without the flaw too"
-        );
+        holds_without_the_flaw(seed, &cfg);
         let line = format!(
             "simulation with two topics, broken {flaw:?}: caught at seed {seed}: {}",
             f.lines().next().unwrap_or_default()

@@ -70,13 +70,10 @@ impl TopicArgs {
     pub(crate) fn orders(
         &self,
     ) -> Result<crate::orders_topics::OrdersTopics, crate::env::ConfigError> {
-        let t = crate::orders_topics::OrdersTopics::parse("ORDERS_TOPIC", &self.orders_topic)?;
-        t.check_apart(
-            "ORDERS_TOPIC",
-            "COORDINATION_TOPIC",
+        crate::orders_topics::OrdersTopics::beside_claims(
+            &self.orders_topic,
             &self.coordination_topic,
-        )?;
-        Ok(t)
+        )
     }
 
     /// The results topic, if one is named.

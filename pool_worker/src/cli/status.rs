@@ -813,7 +813,6 @@ pub(crate) mod tests {
         assert!(!render(&json!({"instances": [], "parked": []})).contains("parked"));
     }
 
-    /// `history` of a parked order says so, in text and in JSON.
     /// R57: with priority topics, `status` says what waits in each, in
     /// priority order; with one topic it says nothing more.
     #[test]
@@ -838,41 +837,33 @@ pub(crate) mod tests {
         assert!(!one.contains("by topic"), "{one}");
     }
 
+    /// `history` of a parked order says so, in text and in JSON.
     #[test]
     fn history_says_an_order_is_parked() {
         let view = parking_view();
         let rows = parked_rows(&view, 1_795_715_000_000);
-        let mut out = Vec::new();
-        print_history(
-            &mut out,
-            false,
-            OrderId::new(0, 2),
-            &[],
-            &[],
-            None,
-            Some(&rows[2]),
-        );
-        let text = String::from_utf8(out).unwrap();
+        let history = |json: bool, offset: i64, parked: Option<&serde_json::Value>| {
+            let mut out = Vec::new();
+            print_history(
+                &mut out,
+                json,
+                OrderId::new(0, offset),
+                &[],
+                &[],
+                None,
+                parked,
+            );
+            String::from_utf8(out).unwrap()
+        };
+        let text = history(false, 2, Some(&rows[2]));
         assert!(
             text.contains("parked now, held by nobody until due and its key has room: due 2026-11-26T18:01:00.000Z, key -, attempt 2"),
             "{text}"
         );
-        let mut out = Vec::new();
-        print_history(
-            &mut out,
-            true,
-            OrderId::new(0, 0),
-            &[],
-            &[],
-            None,
-            Some(&rows[0]),
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&history(true, 0, Some(&rows[0]))).unwrap();
         assert_eq!(v["parked"]["key"], "a");
         assert_eq!(v["parked"]["due"], false);
-        let mut out = Vec::new();
-        print_history(&mut out, false, OrderId::new(0, 3), &[], &[], None, None);
-        assert!(!String::from_utf8(out).unwrap().contains("parked"));
+        assert!(!history(false, 3, None).contains("parked"));
     }
 
     /// An instance whose newest record's `ts` is in this host's future is

@@ -135,13 +135,10 @@ impl Source {
     /// order (pool_worker/src/orders_topics.rs), none of them the claims
     /// topic. A bad list is a [`ConfigError`] (exit 2).
     pub(crate) fn orders(&self) -> Result<OrdersTopics, ConfigError> {
-        let t = OrdersTopics::parse("ORDERS_TOPIC", &self.orders_topic)?;
-        t.check_apart(
-            "ORDERS_TOPIC",
-            "COORDINATION_TOPIC",
+        crate::orders_topics::OrdersTopics::beside_claims(
+            &self.orders_topic,
             &self.coordination_topic,
-        )?;
-        Ok(t)
+        )
     }
 
     /// An order id as a tool's user gave it, checked against the orders

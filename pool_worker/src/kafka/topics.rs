@@ -407,31 +407,31 @@ pub(crate) fn lane_ends<A: Asks + ?Sized>(
     Ok(known.into_iter().map(|(l, _)| l).zip(ends).collect())
 }
 
-impl<C: ConsumerContext> Asks for BaseConsumer<C> {
-    fn ask_metadata(&self, topic: &str, timeout: Duration) -> Result<Metadata, KafkaError> {
-        self.client().fetch_metadata(Some(topic), timeout)
-    }
-    fn ask_watermarks(
-        &self,
-        topic: &str,
-        partition: i32,
-        timeout: Duration,
-    ) -> Result<(i64, i64), KafkaError> {
-        self.client().fetch_watermarks(topic, partition, timeout)
-    }
-    fn ask_ends_of(
-        &self,
-        parts: &[(&str, i32)],
-        timeout: Duration,
-    ) -> Result<Vec<i64>, KafkaError> {
-        ends_of_parts(self.client(), parts, timeout)
+/// The librdkafka client under a consumer or a producer: what [`Asks`]
+/// asks through, so that one implementation serves both.
+pub trait HasClient: Send + Sync {
+    type Context: rdkafka::ClientContext;
+    fn rd_client(&self) -> &rdkafka::client::Client<Self::Context>;
+}
+
+impl<C: ConsumerContext> HasClient for BaseConsumer<C> {
+    type Context = C;
+    fn rd_client(&self) -> &rdkafka::client::Client<C> {
+        self.client()
     }
 }
 
-impl<C: rdkafka::producer::ProducerContext> Asks for rdkafka::producer::BaseProducer<C> {
-    fn ask_metadata(&self, topic: &str, timeout: Duration) -> Result<Metadata, KafkaError> {
+impl<C: rdkafka::producer::ProducerContext> HasClient for rdkafka::producer::BaseProducer<C> {
+    type Context = C;
+    fn rd_client(&self) -> &rdkafka::client::Client<C> {
         use rdkafka::producer::Producer as _;
-        self.client().fetch_metadata(Some(topic), timeout)
+        self.client()
+    }
+}
+
+impl<T: HasClient> Asks for T {
+    fn ask_metadata(&self, topic: &str, timeout: Duration) -> Result<Metadata, KafkaError> {
+        self.rd_client().fetch_metadata(Some(topic), timeout)
     }
     fn ask_watermarks(
         &self,
@@ -439,16 +439,14 @@ impl<C: rdkafka::producer::ProducerContext> Asks for rdkafka::producer::BaseProd
         partition: i32,
         timeout: Duration,
     ) -> Result<(i64, i64), KafkaError> {
-        use rdkafka::producer::Producer as _;
-        self.client().fetch_watermarks(topic, partition, timeout)
+        self.rd_client().fetch_watermarks(topic, partition, timeout)
     }
     fn ask_ends_of(
         &self,
         parts: &[(&str, i32)],
         timeout: Duration,
     ) -> Result<Vec<i64>, KafkaError> {
-        use rdkafka::producer::Producer as _;
-        ends_of_parts(self.client(), parts, timeout)
+        ends_of_parts(self.rd_client(), parts, timeout)
     }
 }
 

@@ -921,13 +921,9 @@ fn a_stopped_workers_job_is_frozen_before_its_order_runs_again() {
     let done = &audit.orders[&id].completions;
     assert_eq!(done.len(), 1, "{}", audit.show(order));
     assert_eq!(done[0].1.instance.get(), 2, "{}", audit.show(order));
-    assert!(
-        first
-            .stderr
-            .lines()
-            .iter()
-            .any(|l| l.contains("job frozen")),
-        "the guard's freeze was not logged:\n{}",
-        first.stderr.last(30)
-    );
+    // Not asserted: that the worker logged the guard's freeze. Once
+    // continued, it may read its revocation before the guard's report,
+    // kill the job and exit without logging it (seen in CI); the job's
+    // state `T` above, taken while the worker was stopped, is the guard's
+    // freeze, since nothing else stops the job.
 }

@@ -770,12 +770,10 @@ impl World {
         (!frozen).then_some(order)
     }
 
-    /// The terms of `order` (none if the config gives none).
-    pub fn terms_of(&self, order: OrderId) -> Terms {
-        self.terms
-            .get(order.offset as usize)
-            .cloned()
-            .unwrap_or_default()
+    /// The terms of `order` (none if the config gives none), by offset:
+    /// the orders at one offset of every topic have the same terms.
+    pub fn terms_of(&self, order: OrderId) -> Option<&Terms> {
+        self.terms.get(order.offset as usize)
     }
 
     /// [`RUN_CONCURRENTLY`] and [`KEY_LIMIT`], after every step.
@@ -786,8 +784,8 @@ impl World {
             .collect();
         let mut per_key: BTreeMap<String, Vec<(u32, OrderId)>> = BTreeMap::new();
         for &(i, o) in &live {
-            if let Some(k) = self.terms_of(o).key {
-                per_key.entry(k).or_default().push((i, o));
+            if let Some(k) = self.terms_of(o).and_then(|t| t.key.as_ref()) {
+                per_key.entry(k.clone()).or_default().push((i, o));
             }
         }
         if let Some((k, jobs)) = per_key
@@ -1446,10 +1444,13 @@ impl World {
                     inst.fetched = None;
                     inst.ran = None;
                 }
-                Action::Run { order, attempt, .. } if self.terms_of(order).any() => {
+                Action::Run { order, attempt, .. }
+                    if self.terms_of(order).is_some_and(Terms::any) =>
+                {
                     // The shell fetches the order and reports its terms.
                     self.inst_mut(i).fetched = Some((order, attempt.get()));
-                    self.feed(i, Input::Terms(self.terms_of(order)));
+                    let terms = self.terms_of(order).cloned().unwrap_or_default();
+                    self.feed(i, Input::Terms(terms));
                 }
                 Action::Start { order } => {
                     if let Some((o, attempt)) = self.inst_mut(i).fetched.take() {
@@ -1552,7 +1553,7 @@ impl World {
     /// `attempt`): the run's ghost history and its checks.
     fn start_job(&mut self, i: u32, order: OrderId, attempt: u32) {
         self.inst_mut(i).killed = false;
-        if let Some(nb) = self.terms_of(order).not_before {
+        if let Some(nb) = self.terms_of(order).and_then(|t| t.not_before) {
             if self.local(i) < nb {
                 let what = format!("instance {i} starts order {order}'s job at {} ms on its clock, before its not_before {nb}", self.local(i));
                 self.violate(RUN_EARLY, what);
