@@ -565,19 +565,34 @@ impl Out {
         } else {
             "s"
         };
+        // With priorities (R57), kcat sends to one topic of the list: the
+        // main one (the last) by default.
+        let names: Vec<&str> = orders.split(',').map(str::trim).collect();
+        let main = names.last().copied().unwrap_or(orders.as_str());
+        let topics_line = if names.len() > 1 {
+            format!(
+                "orders topics {} (most urgent first; {p} partition{plural} each)",
+                names.join(", "),
+                p = args.topics.orders_partitions,
+            )
+        } else {
+            format!(
+                "orders topic  {orders} ({p} partition{plural})",
+                p = args.topics.orders_partitions
+            )
+        };
         let mut text = format!(
             "pool_worker dev: an embedded Kafka broker and {n} worker instances\n\
              \n  bootstrap     {addr}\
-             \n  orders topic  {orders} ({p} partition{plural})\
+             \n  {topics_line}\
              \n  claims topic  {claims} (1 partition)\n",
             n = args.instances,
-            p = args.topics.orders_partitions,
         );
         if let Some(r) = args.topics.results_topic() {
             text.push_str(&format!("  results topic {r}\n"));
         }
         text.push_str(&format!(
-            "\nSend an order:\n  echo 'echo hello' | kcat -P -b {addr} -t {orders}\n\
+            "\nSend an order:\n  echo 'echo hello' | kcat -P -b {addr} -t {main}\n\
              Read the audit trail:\n  kcat -C -b {addr} -t {claims} -f '%k %s\\n'\n\
              Run one more worker by hand:\n  KAFKA_BROKERS={addr} ORDERS_TOPIC={orders} \
              COORDINATION_TOPIC={claims} INSTANCE_NUMBER={next} {mock} {exe}\n\
