@@ -87,7 +87,11 @@
 //! same interval, and for the pool its claims records per order. A table
 //! per job and layout, the three systems side by side, then issue 27's
 //! target ratios (one orders partition, N = 8). A burst that is not done
-//! within BENCH_MATRIX_CASE_SECS (default 300) is reported incomplete. The
+//! within BENCH_MATRIX_CASE_SECS (default 300) is reported incomplete.
+//! Before the first case, each system runs BENCH_MATRIX_WARM (default 300
+//! on Apache Kafka, 0 on the embedded broker) orders of `true` at the
+//! largest N on topics of its own, not reported: the figures are of a
+//! warm broker (steady state), not of its JIT compilers' first minutes. The
 //! full matrix takes about 12–15 minutes on 2 cores (estimated from smoke
 //! runs at the pool's rates of 2026-11-26: 4.5–12 orders/s; the share
 //! group's join, ~12–25 s per case, is a good part of it):
@@ -151,7 +155,14 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-const BIN: &str = env!("CARGO_BIN_EXE_pool_worker");
+const BUILT_BIN: &str = env!("CARGO_BIN_EXE_pool_worker");
+
+/// The `pool_worker` binary the bench runs: this build's, or
+/// `POOL_WORKER_BIN` (another build, to compare two with one bench
+/// executable).
+fn bin() -> String {
+    std::env::var("POOL_WORKER_BIN").unwrap_or_else(|_| BUILT_BIN.to_string())
+}
 const PAYLOAD: &str = "true";
 
 /// The pool's `fetch.wait.max.ms` against the embedded broker.
@@ -260,7 +271,7 @@ impl BrokerProc {
         if apache_wanted() {
             return BrokerProc::start_apache();
         }
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(bin())
             .args(["broker", "--orders-partitions", "1"])
             .args(["--orders-topic", &format!("{run}-init-orders")])
             .args(["--coordination-topic", &format!("{run}-init-claims")])
@@ -695,7 +706,7 @@ impl Supervisor {
         restart_delay_ms: Option<u64>,
         sampler: &Sampler,
     ) -> Supervisor {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.args([
             "supervise",
             "--instances",
@@ -1392,11 +1403,11 @@ impl Bench {
                         "-o",
                         &format!("{dir}/boot-k{k}-run{run}.data"),
                         "--",
-                        BIN,
+                        &bin(),
                     ]);
                     c
                 }
-                None => Command::new(BIN),
+                None => Command::new(bin()),
             };
             let start_ms = now_ms();
             let t = Instant::now();
@@ -2051,6 +2062,8 @@ struct MatrixResult {
     incomplete: Option<String>,
     /// N = 1: the same case as the one-partition layout's.
     same_as_one: bool,
+    /// A warm-up run (BENCH_MATRIX_WARM), not reported: topics of its own.
+    warm: bool,
 }
 
 impl MatrixResult {
@@ -2176,8 +2189,10 @@ impl Bench {
             .map(|c| if c == ' ' { '_' } else { c })
             .collect();
         let base = format!(
-            "{}-x-{job_tag}-p{partitions}-n{}-{sys_tag}",
-            self.run, res.n
+            "{}-x{}-{job_tag}-p{partitions}-n{}-{sys_tag}",
+            self.run,
+            if res.warm { "warm" } else { "" },
+            res.n
         );
         match res.system {
             "pool" | POOL_LONG => self.matrix_pool(&mut res, &base, partitions),
@@ -2361,6 +2376,15 @@ impl Bench {
     }
 }
 
+/// Orders of `true` each system runs before the matrix's first case
+/// (BENCH_MATRIX_WARM; default 300 on Apache Kafka, 0 on the embedded
+/// broker, which has no JIT to warm).
+fn matrix_warm(apache: bool) -> usize {
+    env_or("BENCH_MATRIX_WARM", if apache { "300" } else { "0" })
+        .parse()
+        .unwrap_or(0)
+}
+
 /// The time limit of one system's burst in the matrix (BENCH_MATRIX_CASE_SECS).
 fn matrix_case_secs() -> u64 {
     env_or("BENCH_MATRIX_CASE_SECS", "300")
@@ -2396,6 +2420,7 @@ fn matrix_knobs() -> Vec<String> {
         "BENCH_SHARE_CONFIG",
         "BENCH_MATRIX_CASE_SECS",
         "BENCH_RESTART_DELAY_MS",
+        "BENCH_MATRIX_WARM",
     ]
     .iter()
     .filter_map(|k| std::env::var(k).ok().map(|v| (k, v)))
@@ -2448,7 +2473,8 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
             .find(|x| x.job == job && x.layout == layout && x.n == n && x.system == sys)
     };
     let _ = writeln!(r, "## Peers{on}\n");
-    let _ = writeln!(r, "Measured {date}. {label}Issue 27, section 1: three systems of N members on the same broker and the same orders, each on a fresh orders topic (1 partition, or N), started and waited for before the clock starts (every pool instance booted; every member joined, its partitions assigned); then a burst of M orders sent at once (round robin over the partitions). **pool**: `pool_worker supervise --instances 1-N --json --child-output null` with what a deployment sets (topics, `STATE_DIR`; `SETTLE_MS=1000` for each instance's first start, before the clock). **share group**: `bench/ShareGroup.java`, N `KafkaShareConsumer` threads in one JVM ({}), each running the order's command and acknowledging it (explicit ACCEPT, `commitSync`) after the job. **consumer group**: N rdkafka consumers of one `group.id` (threads of a child process: this bench with `--consumer-group`), `enable.auto.commit=false`, each running the order's command, then committing its offset synchronously. orders/s = done ÷ (first send → last done); send → done latency includes queueing behind the burst (done: the pool's `completed` record ts; the peers' end of the job, their clock; same machine). CPU per order: CPU time (utime + stime + cutime + cstime from /proc of the system's root process — the supervisor, the JVM, the consumer-group process — and of every live process under it: workers, members and jobs) from just before the first send to the last done, ÷ orders; the bench's own threads (producer, readers) are not in it. Broker CPU per order: the broker process's over the same interval. Pool claims records per order: records naming the order / all claims records written in the interval (`booted`, checkpoints included) per order. Ready after: start → ready (the share group's includes the JVM's start and compiling ShareGroup.java). Exit → next booted (pool, in the notes): for each worker process that exited during the burst, the supervisor's `exited` event (as the bench read it) → the `booted` record of the instance's next process (its timestamp; same machine), the time an instance cannot claim.\n",
+    let _ = writeln!(r, "Measured {date}. {label}Issue 27, section 1: three systems of N members on the same broker and the same orders, each on a fresh orders topic (1 partition, or N), started and waited for before the clock starts (every pool instance booted; every member joined, its partitions assigned); then a burst of M orders sent at once (round robin over the partitions). Before the first case each system ran {} orders of `true` at the largest N on topics of its own (BENCH_MATRIX_WARM; a warm broker: steady state). **pool**: `pool_worker supervise --instances 1-N --json --child-output null` with what a deployment sets (topics, `STATE_DIR`; `SETTLE_MS=1000` for each instance's first start, before the clock). **share group**: `bench/ShareGroup.java`, N `KafkaShareConsumer` threads in one JVM ({}), each running the order's command and acknowledging it (explicit ACCEPT, `commitSync`) after the job. **consumer group**: N rdkafka consumers of one `group.id` (threads of a child process: this bench with `--consumer-group`), `enable.auto.commit=false`, each running the order's command, then committing its offset synchronously. orders/s = done ÷ (first send → last done); send → done latency includes queueing behind the burst (done: the pool's `completed` record ts; the peers' end of the job, their clock; same machine). CPU per order: CPU time (utime + stime + cutime + cstime from /proc of the system's root process — the supervisor, the JVM, the consumer-group process — and of every live process under it: workers, members and jobs) from just before the first send to the last done, ÷ orders; the bench's own threads (producer, readers) are not in it. Broker CPU per order: the broker process's over the same interval. Pool claims records per order: records naming the order / all claims records written in the interval (`booted`, checkpoints included) per order. Ready after: start → ready (the share group's includes the JVM's start and compiling ShareGroup.java). Exit → next booted (pool, in the notes): for each worker process that exited during the burst, the supervisor's `exited` event (as the bench read it) → the `booted` record of the instance's next process (its timestamp; same machine), the time an instance cannot claim.\n",
+        matrix_warm(apache),
         match env_or("BENCH_SHARE_MAX_POLL", "1").as_str() {
             "0" => "Kafka's default acquisition, `batch_optimized`".to_string(),
             k => format!("`share.acquire.mode=record_limit`, `max.poll.records={k}`: a member takes {k} record(s) at a time, so that one partition's records are spread over the members"),
@@ -2709,7 +2735,7 @@ fn main() {
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
-    progress(format!("pool_worker bench: binary {BIN}, {cores} cores, sections {sections}, N {ns:?}, M {ms:?}, one-at-a-time {seq}, supervise{restart_flag}"));
+    progress(format!("pool_worker bench: binary {}, {cores} cores, sections {sections}, N {ns:?}, M {ms:?}, one-at-a-time {seq}, supervise{restart_flag}", bin()));
     let broker = BrokerProc::start(&run);
     progress(format!("broker at {}", broker.bootstrap));
     let perf_dir = std::env::var("BENCH_PERF").ok().filter(|s| !s.is_empty());
@@ -2822,6 +2848,37 @@ fn main() {
         .collect();
         let true_orders = env_list("BENCH_TRUE_ORDERS", "200");
         let sleep_orders = env_list("BENCH_SLEEP_ORDERS", "40,100,160");
+        // Steady state (issue 35): a fresh broker spends its first minutes
+        // compiling (its JIT compilers took half its CPU per order in the
+        // account section). Each system first runs a burst of `true`
+        // orders of its own at the largest N, not reported.
+        let warm = matrix_warm(bench.broker.is_apache());
+        if warm > 0 {
+            let n = mx_ns.iter().copied().max().unwrap_or(1);
+            for &system in &systems {
+                progress(format!(
+                    "=== warm-up: {system}, N={n}, {warm} orders of `true`"
+                ));
+                let res = MatrixResult {
+                    system,
+                    job: "true".into(),
+                    layout: "1",
+                    n,
+                    m: warm,
+                    warm: true,
+                    ..Default::default()
+                };
+                let x = bench.matrix_case(res, 1);
+                progress(format!(
+                    "warm-up {system}: {}/{warm} in {:.2} s, CPU {} ms/order, broker {} ms/order",
+                    x.done,
+                    x.secs,
+                    x.cpu_per_order().map_or("-".into(), |c| format!("{c:.1}")),
+                    x.broker_per_order()
+                        .map_or("-".into(), |c| format!("{c:.1}")),
+                ));
+            }
+        }
         for job in &jobs {
             let counts = if job == "true" {
                 &true_orders
