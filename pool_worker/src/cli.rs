@@ -177,6 +177,27 @@ impl Command {
 /// subcommand.
 pub fn main() -> ExitCode {
     crate::account::init();
+    // The two commands on every order's path (a worker process per order,
+    // and its job's guard) skip building the whole command line's parser,
+    // all subcommands' definitions (bench/RESULTS.md, "The process's own
+    // start").
+    let first = std::env::args_os().nth(1);
+    match first.as_deref().and_then(std::ffi::OsStr::to_str) {
+        None => {
+            return match runtime() {
+                Ok(rt) => worker_mode(&rt),
+                Err(code) => code,
+            }
+        }
+        // A blocking loop, no runtime, no logging set-up.
+        Some("guard") => {
+            let args = GuardCli::parse_from(std::env::args_os().skip(1)).args;
+            let code = crate::guard::main(args);
+            crate::account::mark_exit();
+            return ExitCode::from(u8::try_from(code).unwrap_or(1));
+        }
+        Some(_) => {}
+    }
     let matches = Cli::command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let (Some(command), Some((_, m))) = (cli.command.as_mut(), matches.subcommand()) {
@@ -185,22 +206,9 @@ pub fn main() -> ExitCode {
             return crate::process_exit::process_code(Exit::Config);
         }
     }
-    // The guard: a blocking loop, no runtime, no logging set-up.
-    if let Some(Command::Guard(args)) = &cli.command {
-        let code = crate::guard::main(args.clone());
-        crate::account::mark_exit();
-        return ExitCode::from(u8::try_from(code).unwrap_or(1));
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("pool_worker: cannot start the async runtime: {e}");
-            return crate::process_exit::process_code(Exit::Failure);
-        }
+        Err(code) => return code,
     };
     let Some(command) = cli.command else {
         worker_mode(&runtime)
@@ -216,6 +224,31 @@ pub fn main() -> ExitCode {
             }
         }
     }
+}
+
+// `pool_worker guard ...` parsed alone: the hidden subcommand's own
+// arguments, [`crate::guard::GuardArgs`].
+#[derive(Parser, Debug)]
+#[command(
+    name = "pool_worker guard",
+    bin_name = "pool_worker guard",
+    about = "The guard of a running job (started by the worker; see pool_worker/src/guard.rs)."
+)]
+struct GuardCli {
+    #[command(flatten)]
+    args: crate::guard::GuardArgs,
+}
+
+/// The async runtime of every command but the guard.
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("pool_worker: cannot start the async runtime: {e}");
+            crate::process_exit::process_code(Exit::Failure)
+        })
 }
 
 /// Worker mode: one worker, configured by the environment; exits the
