@@ -65,7 +65,8 @@
 //! BENCH_FLOOR_OPS (operations per row of processes, transactions and
 //! records, 500), BENCH_FLOOR_CLIENTS (per row of client creations and
 //! `init_transactions`, 150), BENCH_FLOOR_ROW_SECS (each row's bound, 20).
-//! A whole run takes about 3 minutes on 2 cores.
+//! A whole run takes about 2 minutes on 2 cores (the broker's start
+//! included; the warm-up is most of it).
 
 use super::*;
 use std::collections::BTreeMap;
