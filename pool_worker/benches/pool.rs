@@ -110,7 +110,12 @@
 //! against history), and `account`, not in the default: where one order's
 //! wall and CPU time go, phase by phase, in the pool's processes and in the
 //! broker (issue 35; pool_worker/benches/pool/account.rs:
-//! `BENCH_BROKER=apache BENCH_SECTIONS=account cargo bench --bench pool`).
+//! `BENCH_BROKER=apache BENCH_SECTIONS=account cargo bench --bench pool`),
+//! and `floor`, not in the default either: each primitive one order needs
+//! (a process start, clients created, a fence, a transaction) measured
+//! alone on a warm broker, and their sum as a floor for the CPU per order
+//! (issue 35; pool_worker/benches/pool/floor.rs: `BENCH_BROKER=apache
+//! BENCH_SECTIONS=floor cargo bench --bench pool`).
 //!
 //! Knobs (environment): BENCH_NS (default `1,4,8`), BENCH_MS (orders per
 //! burst for each N, default `60,150,250`, sized so that each burst fits
@@ -139,6 +144,8 @@
 
 #[path = "pool/account.rs"]
 mod account; // the `account` section: where one order's milliseconds go
+#[path = "pool/floor.rs"]
+mod floor; // the `floor` section: one order's primitives, each alone
 
 use pool_worker::account::{cpu_ticks, tree_ticks};
 use pool_worker::record::{Event, OrderId, Outcome, Position, Record, Status};
@@ -2991,6 +2998,12 @@ fn main() {
         progress("=== account N=1, threads listed");
         accounts.push(bench.account_case(1, false, true));
     }
+    let mut floor = None;
+    if section("floor") {
+        check_broker(&mut bench, "floor");
+        progress("=== floor");
+        floor = Some(bench.floor_case());
+    }
     let mut hist = Vec::new();
     for &k in ks.iter().filter(|_| section("history")) {
         check_broker(&mut bench, &format!("history K={k}"));
@@ -3148,6 +3161,10 @@ fn main() {
     if !accounts.is_empty() {
         r.push('\n');
         r.push_str(&account::account_report(&accounts, &on, &date));
+    }
+    if let Some(f) = &floor {
+        r.push('\n');
+        r.push_str(&floor::floor_report(f, &on, &date));
     }
     for note in &broker_notes {
         let _ = writeln!(r, "\nNote: {note}.");
