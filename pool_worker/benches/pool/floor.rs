@@ -571,7 +571,7 @@ impl Bench {
             quiet_secs: knob("BENCH_FLOOR_QUIET_SECS") as f64,
             ..Default::default()
         };
-        let bin = std::env::var("POOL_WORKER_BIN").unwrap_or_else(|_| BIN.to_string());
+        let bin = super::bin();
         let topic = format!("{}-floor-claims", self.run);
         if let Err(e) = self.broker.create(&topic, 1) {
             res.incomplete = Some(e);
