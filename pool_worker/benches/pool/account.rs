@@ -176,8 +176,10 @@ impl Drop for CpuSampler {
 }
 
 /// The broker's threads by full name (`jcmd PID Thread.print`: the kernel
-/// keeps only 15 characters of a thread's name), tid -> name.
-fn jvm_thread_names(pid: u32) -> HashMap<u32, String> {
+/// keeps only 15 characters of a thread's name), tid -> name. (`nid` is
+/// hexadecimal, `0x...`, in JDK 17, decimal in later ones.) The floor
+/// section uses it too.
+pub(super) fn jvm_thread_names(pid: u32) -> HashMap<u32, String> {
     let Ok(out) = Command::new("jcmd")
         .args([&pid.to_string(), "Thread.print"])
         .stderr(Stdio::null())
@@ -191,12 +193,15 @@ fn jvm_thread_names(pid: u32) -> HashMap<u32, String> {
         let Some(end) = line[1..].find('"') else {
             continue;
         };
-        let name = &line[1..=end];
         let Some(nid) = line.split_whitespace().find_map(|w| w.strip_prefix("nid=")) else {
             continue;
         };
-        if let Ok(tid) = u32::from_str_radix(nid.trim_start_matches("0x"), 16) {
-            names.insert(tid, name.to_string());
+        let tid = match nid.strip_prefix("0x") {
+            Some(hex) => u32::from_str_radix(hex, 16).ok(),
+            None => nid.parse().ok(),
+        };
+        if let Some(tid) = tid {
+            names.insert(tid, line[1..=end].to_string());
         }
     }
     names

@@ -153,36 +153,6 @@ fn thread_groups(pid: u32, names: &HashMap<u32, String>) -> HashMap<String, f64>
     out
 }
 
-/// `jcmd PID Thread.print`: tid -> the thread's full name.
-fn jvm_names(pid: u32) -> HashMap<u32, String> {
-    let Ok(out) = Command::new("jcmd")
-        .args([&pid.to_string(), "Thread.print"])
-        .stderr(Stdio::null())
-        .output()
-    else {
-        return HashMap::new();
-    };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut names = HashMap::new();
-    for line in text.lines().filter(|l| l.starts_with('"')) {
-        let Some(end) = line[1..].find('"') else {
-            continue;
-        };
-        let Some(nid) = line.split_whitespace().find_map(|w| w.strip_prefix("nid=")) else {
-            continue;
-        };
-        let tid = if let Some(hex) = nid.strip_prefix("0x") {
-            u32::from_str_radix(hex, 16).ok()
-        } else {
-            nid.parse().ok()
-        };
-        if let Some(tid) = tid {
-            names.insert(tid, line[1..=end].to_string());
-        }
-    }
-    names
-}
-
 /// A producer whose delivery reports a thread of its own serves (as the
 /// worker's `delivery-reports` thread), handed over on a channel.
 struct Reports(Mutex<mpsc::Sender<Result<(), String>>>);
@@ -581,7 +551,7 @@ impl Bench {
         let pid = self.broker.pid();
         let run = self.run.clone();
         let names = if self.broker.is_apache() {
-            jvm_names(pid)
+            super::account::jvm_thread_names(pid)
         } else {
             HashMap::new()
         };
