@@ -33,6 +33,23 @@ pub const VAR: &str = "POOL_WORKER_ACCOUNT";
 /// The open file and this process's role, once [`init`] found the variable.
 static SINK: OnceLock<(std::fs::File, &'static str)> = OnceLock::new();
 
+/// The role a forked copy writes under instead of its parent's
+/// ([`become_guard`]).
+static ROLE: OnceLock<&'static str> = OnceLock::new();
+
+/// The accounting file's descriptor, if accounting is on (the guard host
+/// keeps it open when it closes what it inherited).
+pub fn sink_fd() -> Option<i32> {
+    use std::os::fd::AsRawFd as _;
+    SINK.get().map(|(f, _)| f.as_raw_fd())
+}
+
+/// The worker's guard host (a forked copy of the worker) marks its points
+/// as the guard.
+pub fn become_guard() {
+    let _ = ROLE.set("guard");
+}
+
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct AccountEnv {
@@ -130,6 +147,7 @@ fn write(point: &str, detail: &str) {
     let Some((file, role)) = SINK.get() else {
         return;
     };
+    let role = ROLE.get().unwrap_or(role);
     let cpu = clock_us(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID);
     let wall = clock_us(nix::time::ClockId::CLOCK_REALTIME);
     let line = format!(

@@ -184,10 +184,13 @@ pub fn main() -> ExitCode {
     let first = std::env::args_os().nth(1);
     match first.as_deref().and_then(std::ffi::OsStr::to_str) {
         None => {
+            // Before any thread exists: the job's guards live in a copy of
+            // this process made now (pool_worker/src/guard.rs, `Host`).
+            crate::guard::fork_host();
             return match runtime() {
                 Ok(rt) => worker_mode(&rt),
                 Err(code) => code,
-            }
+            };
         }
         // A blocking loop, no runtime, no logging set-up.
         Some("guard") => {

@@ -250,9 +250,18 @@ pub(crate) fn end_descendants(limit: Duration) -> usize {
     let mut killed = BTreeSet::new();
     loop {
         let parents = parents();
+        // The guard host (pool_worker/src/guard.rs) guards the worker's
+        // next jobs: it and what it runs are not a job's.
+        let host: BTreeSet<i32> = crate::guard::host_pid()
+            .map(|h| {
+                let mut set = descendants(h, &parents);
+                set.insert(h);
+                set
+            })
+            .unwrap_or_default();
         let live: Vec<i32> = descendants(me, &parents)
             .into_iter()
-            .filter(|pid| !is_zombie(*pid))
+            .filter(|pid| !host.contains(pid) && !is_zombie(*pid))
             .collect();
         for &pid in &live {
             let _ = nix::sys::signal::kill(

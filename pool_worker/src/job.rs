@@ -271,7 +271,7 @@ pub(crate) async fn run(
     let deadline = started
         .checked_add(limit)
         .unwrap_or_else(|| started + Duration::from_secs(30 * 365 * 86400));
-    let guard = start_guard(ctx, group.as_ref(), spec, &path);
+    let guard = start_guard(ctx, group.as_ref(), spec, &path).await;
     crate::account::mark("guard_started");
     let (end, out, err) = wait(
         &mut child,
@@ -483,7 +483,7 @@ struct Guarded {
 
 /// Starts the job's guard, with the newest deadline (none yet: freeze at
 /// once). `None` without a guard feed.
-fn start_guard(
+async fn start_guard(
     ctx: &JobContext,
     group: Option<&Group>,
     spec: &OrderSpec,
@@ -499,6 +499,7 @@ fn start_guard(
     let container = matches!(spec.kind, OrderKind::Image { .. }).then_some((path, name.as_str()));
     Some(
         GuardProc::start(feed, group.0.as_raw(), until, container)
+            .await
             .map(|proc| Guarded {
                 proc,
                 deadlines: Some(deadlines),

@@ -694,7 +694,7 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         ("supervisor: `go` to the standby", "reap → the standby reads `go`", false, false),
         ("supervisor process (its whole CPU)", "the supervisor's CPU between two reaps (spawning the next standby, reaping, `go`)", true, false),
         ("job process (`true`)", "worker's RUSAGE_CHILDREN step over the job, less the guard's", true, false),
-        ("guard process", "the guard's own CPU at its last mark", true, false),
+        ("guard process", "the guard's own CPU at the job's end (the guard host's: its fork at the worker's start included)", true, false),
     ];
     let mut rows: Vec<Row> = specs
         .iter()
@@ -949,13 +949,29 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
             bw(reaped.wall, q_go.wall.min(next_send)),
         );
         put(21, None, Some(reaped.cpu - prev_reap.cpu), None);
+        // The job's guard: the worker's guard host (a copy forked at the
+        // worker's start, which marks `main hosted` when it takes the job
+        // and `exit` when it ends) or a guard process of the job's own.
+        // Either way its CPU at the job's end is all it has spent; only a
+        // guard process is the worker's reaped child (in its children's
+        // step), the host is reaped after the worker.
         let guard = guard_mains
             .iter()
             .find(|g| g.wall >= job_spawn.wall && g.wall <= job_done.wall)
-            .and_then(|g| guards.iter().find(|e| e.pid == g.pid));
+            .and_then(|g| {
+                guards
+                    .iter()
+                    .find(|e| e.pid == g.pid && e.wall >= g.wall)
+                    .map(|e| (e, g.detail == "hosted"))
+            });
         let kids = job_done.children - job_spawn.children;
-        if let Some(g) = guard {
-            put(22, None, Some(kids - g.cpu), None);
+        if let Some((g, hosted)) = guard {
+            put(
+                22,
+                None,
+                Some(if hosted { kids } else { kids - g.cpu }),
+                None,
+            );
             put(23, None, Some(g.cpu), None);
         }
         if let Some(c) = marks
