@@ -970,25 +970,8 @@ pub(crate) mod tests {
         let (_tx, feed, mut host) = test_host();
         let mut job = sleeper();
         let pid = job.id().unwrap();
-        let now = crate::clock::boottime_ms();
-        let mut g = GuardProc::start(&feed, pid as i32, now + 300, None)
-            .await
-            .unwrap();
+        let g = freeze_then_thaw(&feed, pid).await;
         assert_eq!(g.id(), Some(host.id()), "guarded by the host");
-        let frozen = tokio::time::timeout(Duration::from_secs(10), g.report())
-            .await
-            .unwrap();
-        let Report::Frozen(at) = frozen else {
-            panic!("{frozen:?}")
-        };
-        assert!(at >= now + 300, "frozen early: {at} < {}", now + 300);
-        until_state(pid, |s| s == Some('T')).await;
-        assert!(g.until(crate::clock::boottime_ms() + 60_000).await);
-        let thawed = tokio::time::timeout(Duration::from_secs(10), g.report())
-            .await
-            .unwrap();
-        assert!(matches!(thawed, Report::Thawed(_)), "{thawed:?}");
-        until_state(pid, |s| matches!(s, Some('S' | 'R'))).await;
         g.end().await;
         assert!(
             state(host.id()).is_some(),
@@ -1081,16 +1064,12 @@ pub(crate) mod tests {
             .unwrap()
     }
 
-    /// The dead man's switch: nothing more is sent after the first
-    /// deadline, and the guard freezes the job when it passes; a later
-    /// deadline thaws it; `end` lets the guard exit, leaving the job be.
-    #[tokio::test]
-    async fn the_guard_freezes_when_no_new_deadline_comes_and_thaws_on_one() {
-        let mut job = sleeper();
-        let pid = job.id().unwrap();
-        let (_tx, feed) = test_feed();
+    /// Guards the job `pid` from `feed` with a deadline 300 ms ahead and
+    /// no other: the guard freezes it when that passes (not before), and a
+    /// later deadline thaws it. The guard, still guarding.
+    async fn freeze_then_thaw(feed: &GuardFeed, pid: u32) -> GuardProc {
         let now = crate::clock::boottime_ms();
-        let mut g = GuardProc::start(&feed, pid as i32, now + 300, None)
+        let mut g = GuardProc::start(feed, pid as i32, now + 300, None)
             .await
             .unwrap();
         let frozen = tokio::time::timeout(Duration::from_secs(10), g.report())
@@ -1107,6 +1086,18 @@ pub(crate) mod tests {
             .unwrap();
         assert!(matches!(thawed, Report::Thawed(_)), "{thawed:?}");
         until_state(pid, |s| matches!(s, Some('S' | 'R'))).await;
+        g
+    }
+
+    /// The dead man's switch: nothing more is sent after the first
+    /// deadline, and the guard freezes the job when it passes; a later
+    /// deadline thaws it; `end` lets the guard exit, leaving the job be.
+    #[tokio::test]
+    async fn the_guard_freezes_when_no_new_deadline_comes_and_thaws_on_one() {
+        let mut job = sleeper();
+        let pid = job.id().unwrap();
+        let (_tx, feed) = test_feed();
+        let g = freeze_then_thaw(&feed, pid).await;
         let gpid = g.id().unwrap();
         g.end().await;
         assert_eq!(state(gpid), None);
