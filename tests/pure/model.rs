@@ -327,8 +327,9 @@
 //! 2,699 s (45 minutes, the first half of it beside a CI run).
 //!
 //! **3 instances × 3 orders is in CI without compaction**
-//! (`protocol_holds_three_by_three`: 1,862,297 states, about 60 s in
-//! release, 114 s in the test profile beside the other checks), thanks to
+//! (`protocol_holds_three_by_three`: 3,146,208 states since priorities,
+//! keys and delays, 193 s in the test profile beside the other checks on 2
+//! cores, the suite's longest; 1,862,297 and 114 s before), thanks to
 //! reduction 9; with `ORDERS_PER_PROCESS=4`, where nobody exits and so
 //! nothing is erased even with compaction on, 1,123,589 states in 34 s (by
 //! hand). **With compaction, or with a crash, 3 × 3 does not fit in CI**
