@@ -45,13 +45,17 @@ const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
 /// Runs one worker process to its end; returns the exit status.
 pub async fn run(mut cfg: Config) -> anyhow::Result<Exit> {
-    let signals = Signals::new()?;
+    let mut signals = Signals::new()?;
     // A standby prepares only where the broker fences (R16): settling
     // (R17) counts from this process's start and must not begin before its
     // predecessor has exited, so here it waits for `go` first and then
     // starts as any process does. `supervise` starts no standby then.
     if cfg.standby && cfg.fence == Fence::Settle {
-        if !go().await {
+        let went = tokio::select! {
+            went = go() => went,
+            code = signals.recv() => return Ok(stopped_early(&cfg, code)),
+        };
+        if !went {
             tracing::info!(
                 instance = cfg.instance,
                 "standby dismissed (its supervisor is gone or stops): exiting"
@@ -70,13 +74,30 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<Exit> {
     // CLOCK_BOOTTIME (pool_worker/src/guard.rs).
     let (guard, deadlines) = watch::channel(None);
     job_base.guard = Some(crate::guard::GuardFeed::worker(deadlines));
-    let Some(kafka) = connect(&cfg).await? else {
+    // A stop asked while the brokers cannot be reached (connect retries
+    // for BROKER_PATIENCE) is heeded at once: nothing is appended or held
+    // yet.
+    let connected = tokio::select! {
+        r = connect(&cfg) => r?,
+        code = signals.recv() => return Ok(stopped_early(&cfg, code)),
+    };
+    let Some(kafka) = connected else {
         return Ok(Exit::Config);
     };
     Shell::boot(cfg, kafka, job_base, signals, guard)
         .await?
         .run()
         .await
+}
+
+/// A SIGTERM or SIGINT before the process connected: it exits with the
+/// signal's status, having appended nothing.
+fn stopped_early(cfg: &Config, code: Exit) -> Exit {
+    tracing::info!(
+        instance = cfg.instance,
+        "stopped by a signal before joining the pool: exiting"
+    );
+    code
 }
 
 /// Connects to the brokers and checks the topics; `None` (logged) when the

@@ -817,6 +817,38 @@ fn config_errors_exit_2_naming_the_variable() {
     }
 }
 
+/// A worker that cannot reach any broker retries for two minutes
+/// (BROKER_PATIENCE) before it gives up; a SIGTERM meanwhile (a
+/// supervisor's or systemd's stop) ends it at once, with the status of a
+/// terminated worker, 143, having appended nothing. It used to be ignored
+/// until the patience ran out.
+#[test]
+fn a_worker_that_cannot_reach_the_brokers_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("KAFKA_BROKERS", "127.0.0.1:1"),
+        ("ORDERS_TOPIC", "o"),
+        ("COORDINATION_TOPIC", "c"),
+        ("INSTANCE_NUMBER", "1"),
+        ("STATE_DIR", dir.path().to_str().unwrap()),
+    ];
+    let mut w = WorkerProc::start("unreachable", &env);
+    assert!(
+        w.stderr.wait_for("brokers unreachable", T),
+        "no retry logged:\n{}",
+        w.stderr.last(20)
+    );
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(w.pid() as i32, libc::SIGTERM) };
+    let status = w.wait(T).expect("the worker exits after SIGTERM");
+    assert_eq!(status.code(), Some(143), "{}", w.stderr.last(20));
+    assert!(
+        w.stderr.has("stopped by a signal before joining the pool"),
+        "{}",
+        w.stderr.last(20)
+    );
+}
+
 /// Issue 18: a clean-exit marker lets the next process boot without
 /// settling, so its directory must be the worker user's alone; a
 /// world-writable one is a configuration error before anything else.
