@@ -1660,7 +1660,10 @@ fn replay_in_process(history: &[(String, Vec<u8>)]) -> f64 {
         .iter()
         .filter(|(k, _)| k.ends_with(":checkpoint"))
         .count();
-    assert_eq!(view.completions as usize, (history.len() - checkpoints) / 4);
+    assert_eq!(
+        view.completions as usize,
+        (history.len() - checkpoints) / HISTORY_RECORDS_PER_ORDER
+    );
     ms
 }
 
