@@ -41,7 +41,8 @@
 # "Security"). Kafka's table of operations per request:
 # https://kafka.apache.org/documentation/#operations_resources_and_protocols
 #
-# Every option has an environment variable (the option wins): BOOTSTRAP,
+# Every option has an environment variable (the option wins): BOOTSTRAP
+# (default: the pool's KAFKA_BROKERS when set, else localhost:9092),
 # ORDERS_TOPIC, COORDINATION_TOPIC, RESULTS_TOPIC, ORDERS_PARTITIONS,
 # REPLICATION_FACTOR, COMMAND_CONFIG, ACLS, SUBMITTER. Further knobs, by environment only:
 #   MIN_INSYNC_REPLICAS          default 2 when REPLICATION_FACTOR >= 3, else 1
@@ -73,7 +74,7 @@ die() {
     exit 1
 }
 
-BOOTSTRAP=${BOOTSTRAP:-localhost:9092}
+BOOTSTRAP=${BOOTSTRAP:-${KAFKA_BROKERS:-localhost:9092}}
 ORDERS_TOPIC=${ORDERS_TOPIC:-work_orders}
 COORDINATION_TOPIC=${COORDINATION_TOPIC:-work_claims}
 RESULTS_TOPIC=${RESULTS_TOPIC:-}

@@ -66,9 +66,9 @@ enum Command {
     /// TLS (the session cookie is then marked Secure). See docs/deploy.md,
     /// "Acting from the page".
     Serve(serve::ServeArgs),
-    /// Internal: a running job's guard, started by the worker (pool_worker/src/guard.rs).
-    #[command(hide = true)]
-    Guard(crate::guard::GuardArgs),
+    // `pool_worker guard ...` (internal: a running job's guard, started by
+    // the worker) is no subcommand here: `main` parses it alone, with
+    // [`guard_args`], before this tree is built.
 }
 
 fn init_logs(json: bool) {
@@ -107,7 +107,7 @@ impl Command {
             Command::Status(a) => drop(a.source.orders()?),
             Command::Audit(a) => drop(a.source.orders()?),
             Command::Serve(a) => drop(a.source.orders()?),
-            Command::Supervise(_) | Command::Guard(_) => {}
+            Command::Supervise(_) => {}
         }
         Ok(())
     }
@@ -116,7 +116,7 @@ impl Command {
         match self {
             Command::Dev(a) => a.topics.apply_env(m),
             Command::Broker(a) => a.topics.apply_env(m),
-            Command::Supervise(_) | Command::Guard(_) => Ok(()),
+            Command::Supervise(_) => Ok(()),
             Command::Status(a) => a.source.apply_env(m),
             Command::History(a) => a.source.apply_env(m),
             Command::Submit(a) => a.source.apply_env(m),
@@ -166,8 +166,6 @@ impl Command {
                 Command::Cancel(a) => cancel::run(a).await,
                 Command::Audit(a) => audit::run(a).await,
                 Command::Serve(a) => serve::run(a).await,
-                // Handled in `main`, before any runtime or logging.
-                Command::Guard(_) => Ok(Exit::Failure),
             }
         })
     }
@@ -194,7 +192,7 @@ pub fn main() -> ExitCode {
         }
         // A blocking loop, no runtime, no logging set-up.
         Some("guard") => {
-            let args = GuardCli::parse_from(std::env::args_os().skip(1)).args;
+            let args = guard_args(std::env::args_os().skip(1)).unwrap_or_else(|e| e.exit());
             let code = crate::guard::main(args);
             crate::account::mark_exit();
             return ExitCode::from(u8::try_from(code).unwrap_or(1));
@@ -240,6 +238,14 @@ pub fn main() -> ExitCode {
 struct GuardCli {
     #[command(flatten)]
     args: crate::guard::GuardArgs,
+}
+
+/// The guard's arguments from its command line (`guard` first, in place
+/// of the program's name), as `pool_worker guard` parses them.
+pub(crate) fn guard_args(
+    argv: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+) -> Result<crate::guard::GuardArgs, clap::Error> {
+    GuardCli::try_parse_from(argv).map(|c| c.args)
 }
 
 /// The async runtime of every command but the guard.

@@ -869,15 +869,9 @@ pub(crate) mod tests {
         let Ok(args) = std::env::var(ARGS_VAR) else {
             return;
         };
-        use clap::Parser as _;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: GuardArgs,
-        }
-        let cli = Cli::try_parse_from(std::iter::once("guard").chain(args.lines()))
+        let args = crate::cli::guard_args(std::iter::once("guard").chain(args.lines()))
             .unwrap_or_else(|e| e.exit());
-        std::process::exit(main(cli.args));
+        std::process::exit(main(args));
     }
 
     /// A feed whose guard is this test binary running [`as_guard`], with

@@ -309,9 +309,11 @@ impl Shell {
             Some(snap) if w.load(&snap) => snap.at.get(),
             _ => 0,
         };
-        kafka.read_claims_from(from).await?;
+        // `seek=false`: the replay starts among the records the checkpoint
+        // search read (pool_worker/src/kafka/claims_reader.rs, `Kept`).
+        let seek = kafka.read_claims_from(from).await?;
         crate::account::mark("replay");
-        tracing::info!(instance = me, incarnation = %w.incarnation, pid = std::process::id(), from, "booting: replaying the claims topic");
+        tracing::info!(instance = me, incarnation = %w.incarnation, pid = std::process::id(), from, seek, "booting: replaying the claims topic");
         let scheduler = Scheduler::new(cfg.schedules.clone());
         let (fired_tx, fired_rx) = tokio::sync::mpsc::unbounded_channel();
         Ok(Shell {

@@ -25,7 +25,7 @@ pub const MAX_TOPIC_BYTES: usize = 249;
 /// reference to its name, interned once per process ([`Topic::named`]),
 /// so that an order id stays `Copy`; compared and ordered by name, so
 /// every process orders them alike.
-#[derive(Clone, Copy, Hash, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct Topic(&'static str);
 
 /// By name; interned names compare by address first. A replay looks an
@@ -43,6 +43,13 @@ impl PartialEq for Topic {
 }
 
 impl Eq for Topic {}
+
+/// By name, as equality is.
+impl std::hash::Hash for Topic {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
+    }
+}
 
 impl Ord for Topic {
     fn cmp(&self, other: &Topic) -> std::cmp::Ordering {

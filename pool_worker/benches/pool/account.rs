@@ -675,7 +675,8 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         ("standby: runtime, configuration, logging", "main → configured (tokio runtime, environment read, tracing set up)", true, false),
         ("standby: Kafka clients created", "configured → clients (job base, isolation, the two librdkafka clients and their threads)", true, false),
         ("standby: connection and topic checks (open)", "clients → open (connections, metadata, the topics' checks)", true, false),
-        ("standby: replay of the claims topic", "open → first caught up (checkpoint lookup, assign, read to the end)", true, false),
+        ("standby: replay: checkpoint lookup, assign", "open → replay (the claims topic's watermarks, the checkpoint search, the claims partition assigned where the replay starts)", true, false),
+        ("standby: replay: read to the end", "replay → first caught up (fetched, checked, decoded and folded)", true, false),
         ("standby: standing by (paused once caught up)", "caught up → `go` (wall: waiting for the previous process; CPU: its idle threads, and any record read before its pause)", true, false),
         ("fence (init_transactions)", "`go` → fenced", false, false),
         ("append `booted` and read it back", "fenced → own `booted` read back", false, false),
@@ -761,6 +762,9 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         ) else {
             continue;
         };
+        let Some(replay) = find("replay", "") else {
+            continue;
+        };
         let (Some(fenced), Some(booted_read), Some(arrived), Some(app_claimed), Some(claimed_read)) = (
             find("fenced", ""),
             find("read", "booted own"),
@@ -840,11 +844,17 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         );
         put(
             4,
-            Some(caught.wall - open.wall),
-            Some(d(open, caught)),
+            Some(replay.wall - open.wall),
+            Some(d(open, replay)),
             None,
         );
-        put(5, Some(go.wall - caught.wall), Some(d(caught, go)), None);
+        put(
+            5,
+            Some(caught.wall - replay.wall),
+            Some(d(replay, caught)),
+            None,
+        );
+        put(6, Some(go.wall - caught.wall), Some(d(caught, go)), None);
         let reads = pm
             .iter()
             .filter(|m| {
@@ -858,45 +868,45 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
             res.standby_reads.push(d(caught, go) / reads as f64);
         }
         put(
-            6,
+            7,
             Some(fenced.wall - go.wall),
             Some(d(go, fenced)),
             bw(go.wall, fenced.wall),
         );
         put(
-            7,
+            8,
             Some(booted_read.wall - fenced.wall),
             Some(d(fenced, booted_read)),
             bw(fenced.wall, booted_read.wall),
         );
         put(
-            8,
+            9,
             Some(ends.wall - booted_read.wall),
             Some(d(booted_read, ends)),
             bw(booted_read.wall, idle_from),
         );
         put(
-            9,
+            10,
             Some(send - ends.wall),
             Some(d(ends, arrived)),
             bw(idle_from, send),
         );
-        put(10, Some(arrived.wall - send), None, bw(send, arrived.wall));
+        put(11, Some(arrived.wall - send), None, bw(send, arrived.wall));
         put(
-            11,
+            12,
             Some(app_claimed.wall - arrived.wall),
             Some(d(arrived, app_claimed)),
             bw(arrived.wall, app_claimed.wall),
         );
         put(
-            12,
+            13,
             Some(claimed_read.wall - app_claimed.wall),
             Some(d(app_claimed, claimed_read)),
             bw(app_claimed.wall, claimed_read.wall),
         );
         if let Some(committed_read) = committed_read {
             put(
-                13,
+                14,
                 Some(committed_read.wall - claimed_read.wall),
                 Some(d(claimed_read, committed_read)),
                 bw(claimed_read.wall, committed_read.wall),
@@ -904,31 +914,31 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         }
         let decided = committed_read.unwrap_or(claimed_read);
         put(
-            14,
+            15,
             Some(fetched.wall - decided.wall),
             Some(d(decided, fetched)),
             bw(decided.wall, fetched.wall),
         );
         put(
-            15,
+            16,
             Some(guard_started.wall - fetched.wall),
             Some(d(fetched, guard_started)),
             bw(fetched.wall, guard_started.wall),
         );
         put(
-            16,
+            17,
             Some(job_done.wall - guard_started.wall),
             Some(d(guard_started, job_done)),
             bw(guard_started.wall, job_done.wall),
         );
         put(
-            17,
+            18,
             Some(completed_read.wall - job_done.wall),
             Some(d(job_done, completed_read)),
             bw(job_done.wall, completed_read.wall),
         );
         put(
-            18,
+            19,
             Some(exit.wall - completed_read.wall),
             Some(d(completed_read, exit)),
             bw(completed_read.wall, exit.wall),
@@ -937,18 +947,18 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         // P's own children (job, guard).
         let p_total = reaped.children - prev_reap.children - threads_mk.children;
         put(
-            19,
+            20,
             Some(reaped.wall - exit.wall),
             Some(p_total - threads_mk.cpu),
             bw(exit.wall, reaped.wall),
         );
         put(
-            20,
+            21,
             Some(q_go.wall - reaped.wall),
             None,
             bw(reaped.wall, q_go.wall.min(next_send)),
         );
-        put(21, None, Some(reaped.cpu - prev_reap.cpu), None);
+        put(22, None, Some(reaped.cpu - prev_reap.cpu), None);
         // The job's guard: the worker's guard host (a copy forked at the
         // worker's start, which marks `main hosted` when it takes the job
         // and `exit` when it ends) or a guard process of the job's own.
@@ -967,12 +977,12 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         let kids = job_done.children - job_spawn.children;
         if let Some((g, hosted)) = guard {
             put(
-                22,
+                23,
                 None,
                 Some(if hosted { kids } else { kids - g.cpu }),
                 None,
             );
-            put(23, None, Some(g.cpu), None);
+            put(24, None, Some(g.cpu), None);
         }
         if let Some(c) = marks
             .iter()

@@ -40,8 +40,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How far back from the end of the claims topic a reader looks for a
-/// checkpoint: a few checkpoint intervals.
-pub const CHECKPOINT_WINDOW: i64 = 4 * DEFAULT_CHECKPOINT_EVERY as i64;
+/// checkpoint at most: many checkpoint intervals (a stretch of leases
+/// and other records without a boot can leave the newest one far behind).
+pub const CHECKPOINT_WINDOW: i64 = 16 * DEFAULT_CHECKPOINT_EVERY as i64;
+
+/// Where a reader looks first: the last two checkpoint intervals, which
+/// hold the newest checkpoint whenever processes boot (one writes a
+/// checkpoint when the newest is `DEFAULT_CHECKPOINT_EVERY` behind, R23).
+/// Only when these hold none does it look on back to [`CHECKPOINT_WINDOW`].
+pub const CHECKPOINT_NEAR: i64 = 2 * DEFAULT_CHECKPOINT_EVERY as i64;
 
 /// How long one watermark request, or the whole checkpoint search, may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -256,6 +263,31 @@ pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
     /// last: 1 (exact) for the tools, 2 for a worker, whose records are
     /// each followed by a commit marker ([`ClaimsReader::marker_slack`]).
     slack: i64,
+    /// What a shared consumer's checkpoint search read ([`Kept`]), for the
+    /// replay that starts among it; then what is left of it to poll.
+    kept: std::sync::Mutex<Kept>,
+    /// [`ClaimsReader::start_at`] started among the kept records and some
+    /// are left to poll.
+    kept_left: AtomicBool,
+}
+
+/// The records a worker's checkpoint search polled from the window's near
+/// part on ([`ClaimsReader::find_checkpoint`]): the replay that starts at a
+/// checkpoint among them polls them from here ([`ClaimsReader::start_at`])
+/// and goes on where the search stopped. Sought back instead, the consumer
+/// waited for the fetch it had sent at the log's end, which the broker
+/// holds for `fetch.wait.max.ms` when nothing new comes: 100 ms of every
+/// boot (bench/RESULTS.md).
+#[derive(Default)]
+struct Kept {
+    /// The position the search started at: every record from here to the
+    /// last of `records` was polled, and the consumer goes on after it.
+    from: u64,
+    records: std::collections::VecDeque<rdkafka::message::OwnedMessage>,
+    /// Whether `from` and `records` hold a search's reading.
+    some: bool,
+    /// The position after the last record the search polled.
+    next: u64,
 }
 
 /// What one [`ClaimsReader::poll`] got.
@@ -318,6 +350,8 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             next: AtomicU64::new(0),
             asks,
             slack: 1,
+            kept: Default::default(),
+            kept_left: AtomicBool::new(false),
         })
     }
 
@@ -353,6 +387,8 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             next: AtomicU64::new(0),
             asks,
             slack: 1,
+            kept: Default::default(),
+            kept_left: AtomicBool::new(false),
         })
     }
 
@@ -390,11 +426,61 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// (the orders partitions beside it stay as they are); a later start
     /// (after the checkpoint search) seeks, which drops whatever was
     /// fetched for the old position (librdkafka's version barrier).
-    pub fn start_at(&self, pos: u64) -> anyhow::Result<()> {
+    ///
+    /// A start among what a worker's checkpoint search read ([`Kept`])
+    /// polls those records first and goes on where the search stopped,
+    /// without a seek. Returns whether it sought (or assigned) the
+    /// partition.
+    pub fn start_at(&self, pos: u64) -> anyhow::Result<bool> {
         self.from.store(pos, Ordering::Relaxed);
         self.next.store(pos, Ordering::Relaxed);
         self.end_next.store(false, Ordering::Relaxed);
-        self.go_to(pos as i64)
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.some && kept.from <= pos {
+            kept.some = false;
+            while kept
+                .records
+                .front()
+                .is_some_and(|m| (m.offset().max(0) as u64) < pos)
+            {
+                kept.records.pop_front();
+            }
+            if kept.records.is_empty() {
+                // Read to the end already (the search reads to it).
+                self.next.store(kept.next.max(pos), Ordering::Relaxed);
+                self.end_next.store(true, Ordering::Relaxed);
+            } else {
+                self.kept_left.store(true, Ordering::Relaxed);
+            }
+            return Ok(false);
+        }
+        *kept = Kept::default();
+        drop(kept);
+        self.go_to(pos as i64)?;
+        Ok(true)
+    }
+
+    /// The next of the kept records [`ClaimsReader::start_at`] started
+    /// among, if any is left: as [`ClaimsReader::poll_map`] gives a record
+    /// (the last of them was read to the log's end, so the next poll says
+    /// [`Polled::End`]). The consumer fetched them a moment ago, below the
+    /// watermark the search asked for.
+    fn poll_kept<T>(
+        &self,
+        f: impl FnOnce(&rdkafka::message::OwnedMessage) -> T,
+    ) -> Option<Polled<T>> {
+        if !self.kept_left.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let m = kept.records.pop_front()?;
+        if kept.records.is_empty() {
+            self.kept_left.store(false, Ordering::Relaxed);
+            self.end_next.store(true, Ordering::Relaxed);
+        }
+        let pos = m.offset().max(0) as u64;
+        self.next.store(pos + 1, Ordering::Relaxed);
+        Some(Polled::Record(pos, f(&m)))
     }
 
     /// Stops fetching the claims partition (a standby that caught up,
@@ -484,12 +570,23 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// The next record, waiting at most `wait`; `live` bounds the gate's
     /// retries (see [`Gate::decode`]).
     pub fn poll(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled {
+        if let Some(p) = self.poll_kept(|m| self.gate.decode(&*self.asks, m, live)) {
+            return p;
+        }
         self.poll_map(wait, |m| self.gate.decode(&*self.asks, m, live))
     }
 
     /// [`ClaimsReader::poll`], with the message's key and value as read
     /// (`dev` shows a foreign record's bytes).
     pub fn poll_raw(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled<Raw> {
+        let raw = |m: &rdkafka::message::OwnedMessage| Raw {
+            record: self.gate.decode(&*self.asks, m, live),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+        };
+        if let Some(p) = self.poll_kept(raw) {
+            return p;
+        }
         self.poll_map(wait, |m| Raw {
             record: self.gate.decode(&*self.asks, m, live),
             key: m.key().map(<[u8]>::to_vec),
@@ -548,8 +645,10 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// The newest checkpoint (src/checkpoint.rs) among the last `window`
     /// positions of the log whose view is of the log before a position
     /// `<= at_most`: only records keyed `<n>:checkpoint` are decoded, and
-    /// only those the [`Gate`] accepts count. `None` when the log is not
-    /// longer than the window (replaying it all costs no more), holds no
+    /// only those the [`Gate`] accepts count. The last [`CHECKPOINT_NEAR`]
+    /// positions are read first, and the rest of the window only when they
+    /// hold no such checkpoint. `None` when the log is not longer than the
+    /// part of the window read (replaying it all costs no more), holds no
     /// such checkpoint there, or the search takes longer than a few seconds.
     ///
     /// A tool's search reads with a consumer of its own, dropped after it,
@@ -560,6 +659,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// the worker's) is never unassigned: the search assigns the claims
     /// partition where it starts, and [`ClaimsReader::start_at`] then seeks
     /// it, so the worker's boot needs no client of its own for the search.
+    /// Either seeks for the second part of the window.
     ///
     /// Only a checkpoint written less than `max_age_ms` ago counts
     /// ([`crate::checkpoint::DEFAULT_CHECKPOINT_MAX_AGE_MS`], R24).
@@ -572,35 +672,118 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             .asks
             .ask_watermarks(&self.topic, 0, REQUEST_TIMEOUT)
             .ok()?;
-        if high - low <= window {
-            return None;
-        }
-        let own: Option<BaseConsumer<Silent>> = match self.queue {
-            Some(_) => {
-                self.go_to(high - window).ok()?;
-                None
-            }
-            None => {
-                let search: BaseConsumer<Silent> = self.config.create_with_context(Silent).ok()?;
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition_offset(&self.topic, 0, Offset::Offset(high - window))
-                    .ok()?;
-                search.assign(&tpl).ok()?;
-                Some(search)
-            }
-        };
-        let poll = |wait: Duration| match &own {
-            Some(search) => search.poll(wait),
-            None => self.next(wait),
-        };
-        let mut best: Option<Snapshot> = None;
         let deadline = Instant::now() + REQUEST_TIMEOUT;
+        let near = CHECKPOINT_NEAR.min(window);
+        let mut own: Option<BaseConsumer<Silent>> = None;
+        // What the shared consumer polls in the near part, for the replay
+        // ([`Kept`]).
+        let mut keep = self
+            .queue
+            .as_ref()
+            .map(|_| std::collections::VecDeque::new());
+        // (from, to): the near part, then the rest of the window.
+        for (from, to) in [(high - near, high), (high - window, high - near)] {
+            if from >= to {
+                return None;
+            }
+            if from <= low {
+                // The log is no longer than this: replay it all.
+                return None;
+            }
+            match (&self.queue, &own) {
+                (Some(_), _) => self.go_to(from).ok()?,
+                (None, None) => {
+                    let search: BaseConsumer<Silent> =
+                        self.config.create_with_context(Silent).ok()?;
+                    let mut tpl = TopicPartitionList::new();
+                    tpl.add_partition_offset(&self.topic, 0, Offset::Offset(from))
+                        .ok()?;
+                    search.assign(&tpl).ok()?;
+                    own = Some(search);
+                }
+                (None, Some(search)) => search
+                    .seek(&self.topic, 0, Offset::Offset(from), REQUEST_TIMEOUT)
+                    .ok()?,
+            }
+            let poll = |wait: Duration| match &own {
+                Some(search) => search.poll(wait),
+                None => self.next(wait),
+            };
+            let position = || match &own {
+                Some(search) => position_of(search, &self.topic),
+                None => position_of(&self.consumer, &self.topic),
+            };
+            let ends_log = to == high;
+            let kept = keep.as_mut().filter(|_| ends_log);
+            if let Some(best) = self.search(
+                poll, position, kept, to, ends_log, at_most, oldest, deadline,
+            )? {
+                if let Some(records) = keep.take().filter(|_| ends_log) {
+                    let next = records
+                        .back()
+                        .map_or(from as u64, |m: &rdkafka::message::OwnedMessage| {
+                            m.offset().max(0) as u64 + 1
+                        });
+                    *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Kept {
+                        from: from as u64,
+                        records,
+                        some: true,
+                        next,
+                    };
+                }
+                return Some(best);
+            }
+        }
+        None
+    }
+
+    /// The newest checkpoint [`ClaimsReader::find_checkpoint`] accepts
+    /// among the records `poll` gives before position `to`: `Some(None)`
+    /// when there is none, `None` when the search took past `deadline`.
+    ///
+    /// Where `to` is the log's end (`ends_log`), the last record is
+    /// followed by its transaction's commit marker (R16), which is never
+    /// delivered: a record one below the end is the last, as the worker's
+    /// reader takes it ([`ClaimsReader::marker_slack`]), and the consumer's
+    /// `position` past `to` (control records included) ends the search
+    /// too. Waiting for librdkafka's end-of-partition event instead cost a
+    /// fetch held for `fetch.wait.max.ms` (100 ms) on every boot.
+    #[allow(clippy::too_many_arguments)]
+    fn search<'a>(
+        &self,
+        poll: impl Fn(Duration) -> Option<KafkaResult<BorrowedMessage<'a>>>,
+        position: impl Fn() -> Option<i64>,
+        mut keep: Option<&mut std::collections::VecDeque<rdkafka::message::OwnedMessage>>,
+        to: i64,
+        ends_log: bool,
+        at_most: u64,
+        oldest: u64,
+        deadline: Instant,
+    ) -> Option<Option<Snapshot>> {
+        let slack = if ends_log { 2 } else { 1 };
+        let mut best: Option<Snapshot> = None;
         loop {
             // Too slow: replay from the beginning instead.
             let left = deadline.checked_duration_since(Instant::now())?;
-            match poll(left.min(Duration::from_millis(100))) {
-                None => {}
+            match poll(left.min(Duration::from_millis(10))) {
+                None => {
+                    // Only at the end: after the seek back for the rest of
+                    // the window, the position may still be the first
+                    // part's end, and records follow `to` there anyway.
+                    if ends_log && position().is_some_and(|p| p >= to) {
+                        return Some(best);
+                    }
+                }
                 Some(Ok(m)) => {
+                    if let Some(k) = keep.as_mut() {
+                        k.push_back(m.detach());
+                    }
+                    if m.offset() >= to {
+                        return Some(best);
+                    }
+                    if m.offset() >= to {
+                        return Some(best);
+                    }
                     if m.key().is_some_and(|k| k.ends_with(b":checkpoint")) {
                         // Signed, and possible: a checkpoint is a whole view.
                         let live = || Instant::now() < deadline;
@@ -615,17 +798,27 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                             }
                         }
                     }
-                    if m.offset() + 1 >= high {
-                        return best;
+                    if m.offset() + slack >= to {
+                        return Some(best);
                     }
                 }
-                Some(Err(KafkaError::PartitionEOF(_))) => return best,
+                Some(Err(KafkaError::PartitionEOF(_))) => return Some(best),
                 Some(Err(e)) => {
                     tracing::warn!(topic = %self.topic, error = %e, "looking for a checkpoint");
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
         }
+    }
+}
+
+/// `consumer`'s position in partition 0 of `topic`: past the last record
+/// or control record polled. `None`: not known.
+fn position_of<X: ConsumerContext>(consumer: &BaseConsumer<X>, topic: &str) -> Option<i64> {
+    let tpl = consumer.position().ok()?;
+    match tpl.find_partition(topic, 0)?.offset() {
+        Offset::Offset(n) if n >= 0 => Some(n),
+        _ => None,
     }
 }
 

@@ -957,24 +957,29 @@ impl Kafka {
 
     /// Starts reading the claims topic at `pos` (0: from its beginning), on
     /// the reader thread ([`read_topics`]), which also reads the orders
-    /// partitions from then on. Once only.
-    pub(crate) async fn read_claims_from(&'static self, pos: u64) -> anyhow::Result<()> {
+    /// partitions from then on. Once only. Returns whether the claims
+    /// partition was sought there (not when the checkpoint search already
+    /// read from there on: [`ClaimsReader::start_at`]).
+    pub(crate) async fn read_claims_from(&'static self, pos: u64) -> anyhow::Result<bool> {
         let claims = self.claims.clone();
-        blocking(move || claims.start_at(pos)).await??;
+        let sought = blocking(move || claims.start_at(pos)).await??;
         if let Some(tx) = self.claims_tx.lock().ok().and_then(|mut t| t.take()) {
             std::thread::Builder::new()
                 .name("kafka-reader".into())
                 .spawn(move || read_topics(self, &tx))
                 .context("cannot start the Kafka reader thread")?;
         }
-        Ok(())
+        Ok(sought)
     }
 
     /// The newest checkpoint near the end of the claims topic
-    /// (src/checkpoint.rs): the last [`CHECKPOINT_WINDOW`] positions are
-    /// read ([`ClaimsReader::find_checkpoint`]). `None` when the log is
-    /// shorter than the window (replaying it all costs no more) or holds no
-    /// checkpoint there; boot then replays from the beginning.
+    /// (src/checkpoint.rs): the last
+    /// [`crate::kafka::claims_reader::CHECKPOINT_NEAR`] positions are
+    /// read, and only if they hold none the rest of the last
+    /// [`CHECKPOINT_WINDOW`] ([`ClaimsReader::find_checkpoint`]). `None`
+    /// when the log is shorter than what was read (replaying it all costs
+    /// no more) or holds no checkpoint there; boot then replays from the
+    /// beginning.
     pub(crate) async fn find_checkpoint(&self) -> Option<Snapshot> {
         let (claims, max_age) = (self.claims.clone(), self.checkpoint_max_age_ms);
         blocking(move || claims.find_checkpoint(CHECKPOINT_WINDOW, u64::MAX, max_age))

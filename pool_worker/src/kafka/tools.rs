@@ -668,7 +668,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::test_record as rec;
     use crate::kafka::broker::Broker;
-    use crate::kafka::claims_reader::CHECKPOINT_WINDOW;
+    use crate::kafka::claims_reader::{CHECKPOINT_NEAR, CHECKPOINT_WINDOW};
     use crate::record::{Event, OrderId, Status};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     use rdkafka::ClientConfig;
@@ -786,6 +786,11 @@ mod tests {
             .as_millis() as u64;
         let at = log.len() as u64;
         log.push(cp);
+        // More records than the window's near part after the checkpoint:
+        // the search reads on back (R20).
+        for n in 0..CHECKPOINT_NEAR + 10 {
+            log.push(rec(4, Event::Booted, &format!("q{n}"), 1, 0));
+        }
         log.push(rec(2, Event::Completed, "b", 4, 1));
         log.push(rec(1, Event::Claimed, "a", 5, 2));
         for r in &log {

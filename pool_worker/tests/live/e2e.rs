@@ -1090,6 +1090,14 @@ fn boot_starts_from_the_newest_checkpoint() {
         "instance 2 must replay from the checkpoint at {at}:\n{}",
         booting.join("\n")
     );
+    // The checkpoint is among the log's last positions: the replay starts
+    // among the records the search read, without seeking back (which
+    // waited for the fetch held at the log's end).
+    assert!(
+        booting.iter().any(|l| l.contains("seek=false")),
+        "instance 2 must replay on from its checkpoint search's records:\n{}",
+        booting.join("\n")
+    );
     let recs = decoded_claims(broker.bootstrap(), &claims);
     let audit = Audit::of(&recs);
     audit
