@@ -579,19 +579,20 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// [`ClaimsReader::poll`], with the message's key and value as read
     /// (`dev` shows a foreign record's bytes).
     pub fn poll_raw(&self, wait: Duration, live: &dyn Fn() -> bool) -> Polled<Raw> {
-        let raw = |m: &rdkafka::message::OwnedMessage| Raw {
-            record: self.gate.decode(&*self.asks, m, live),
-            key: m.key().map(<[u8]>::to_vec),
-            value: m.payload().map(<[u8]>::to_vec),
-        };
-        if let Some(p) = self.poll_kept(raw) {
+        if let Some(p) = self.poll_kept(|m| self.raw(m, live)) {
             return p;
         }
-        self.poll_map(wait, |m| Raw {
+        self.poll_map(wait, |m| self.raw(m, live))
+    }
+
+    /// A message as [`ClaimsReader::poll_raw`] gives it: decoded, with its
+    /// key and value as read.
+    fn raw(&self, m: &impl Message, live: &dyn Fn() -> bool) -> Raw {
+        Raw {
             record: self.gate.decode(&*self.asks, m, live),
             key: m.key().map(<[u8]>::to_vec),
             value: m.payload().map(<[u8]>::to_vec),
-        })
+        }
     }
 
     /// The reader is at the end once it has read the record below the
@@ -777,9 +778,6 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                 Some(Ok(m)) => {
                     if let Some(k) = keep.as_mut() {
                         k.push_back(m.detach());
-                    }
-                    if m.offset() >= to {
-                        return Some(best);
                     }
                     if m.offset() >= to {
                         return Some(best);
