@@ -287,7 +287,7 @@ fn worker_mode(runtime: &tokio::runtime::Runtime) -> ! {
             } else {
                 eprintln!("pool_worker: {e}");
             }
-            std::process::exit(Exit::Config.code())
+            crate::process_exit::exit_now(Exit::Config)
         }
     };
     init_logs(cfg.log_json);
@@ -302,7 +302,7 @@ fn worker_mode(runtime: &tokio::runtime::Runtime) -> ! {
         }
     };
     crate::account::mark_exit();
-    std::process::exit(code.code())
+    crate::process_exit::exit_now(code)
 }
 
 /// Runs `f` (blocking Kafka client calls) off the async threads

@@ -12,6 +12,25 @@ pub fn process_code(e: Exit) -> std::process::ExitCode {
     std::process::ExitCode::from(e.code() as u8)
 }
 
+/// Ends the process at once with `e`'s status, from any thread, while
+/// Kafka clients may still be connected.
+///
+/// Not `std::process::exit`: that runs the C library's exit handlers, and
+/// OpenSSL's (`OPENSSL_cleanup`, registered with `atexit`) frees its state
+/// while librdkafka's broker threads may still be inside it (a TLS
+/// handshake, a read). A worker refused by an ACL while its clients were
+/// still connecting over SASL_SSL died of a signal that way, in CI, instead
+/// of exiting 2. `_exit` runs no handlers: stdout and stderr are flushed
+/// here first (tracing writes straight to stderr; the account's sink is
+/// unbuffered), and nothing else of the process needs an ending.
+pub fn exit_now(e: Exit) -> ! {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit ends the process without touching its memory.
+    unsafe { libc::_exit(e.code()) }
+}
+
 /// SIGTERM and SIGINT, for the worker and the commands that run until asked
 /// to stop (`dev`, `broker`, `supervise`); handled from the moment this is made (before, either
 /// kills the process, as by default).

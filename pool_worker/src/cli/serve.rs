@@ -84,7 +84,7 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
         if let Ok(c) = src.consumer() {
             if let Ok(Err(problem)) = src.check_topics(&c, Duration::from_secs(5)) {
                 eprintln!("pool_worker: {problem}");
-                std::process::exit(crate::process_exit::Exit::Failure.code());
+                crate::process_exit::exit_now(crate::process_exit::Exit::Failure);
             }
         }
         let opened = src
@@ -117,7 +117,7 @@ fn tail(src: Source, board: Arc<Mutex<Board>>) {
                 Polled::Error(e) => crate::kafka::claims_reader::say_error(&e),
                 Polled::Broken(p) => {
                     eprintln!("pool_worker: {p}");
-                    std::process::exit(crate::process_exit::Exit::Failure.code());
+                    crate::process_exit::exit_now(crate::process_exit::Exit::Failure);
                 }
             }
             b.caught_up

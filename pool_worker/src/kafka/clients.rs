@@ -591,7 +591,7 @@ struct Wanted {
 /// meet the same broker).
 fn broken(instance: u32, problem: &crate::kafka::topics::TopicProblem) -> ! {
     tracing::error!(instance, "pool_worker: {problem}");
-    std::process::exit(crate::process_exit::Exit::Config.code());
+    crate::process_exit::exit_now(crate::process_exit::Exit::Config);
 }
 
 /// Whether a produce failed because the record is larger than the client
@@ -1255,7 +1255,7 @@ impl Kafka {
                         principal: crate::kafka::topics::principal(&self.props),
                     };
                     tracing::error!(instance = self.instance, "pool_worker: {problem}");
-                    std::process::exit(crate::process_exit::Exit::Config.code());
+                    crate::process_exit::exit_now(crate::process_exit::Exit::Config);
                 }
                 Err(e) => {
                     // Not assumed written, not assumed lost: append again; a
