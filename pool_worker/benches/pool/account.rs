@@ -679,17 +679,21 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         ("standby: replay: read to the end", "replay → first caught up (fetched, checked, decoded and folded)", true, false),
         ("standby: standing by (paused once caught up)", "caught up → `go` (wall: waiting for the previous process; CPU: its idle threads, and any record read before its pause)", true, false),
         ("fence (init_transactions)", "`go` → fenced", false, false),
-        ("append `booted` and read it back", "fenced → own `booted` read back", false, false),
+        ("append `booted`: its transaction committed", "fenced → `booted` acknowledged (begin, produce, commit: AddPartitionsToTxn, Produce, EndTxn answered)", false, false),
+        ("read `booted` back", "acknowledged → own `booted` read (its commit marker written, the held fetch answered, the record decoded)", false, false),
         ("choose: the orders' end offsets, go idle", "`booted` read back → first ListOffsets answered", false, false),
         ("idle, waiting for the order", "→ the order arrives (bench's gap; not counted)", true, true),
         ("the order reaches the worker", "bench's send → the orders consumer's wake-up (the bench's produce, the held fetch's answer)", false, false),
         ("claim decision", "order arrived → `claimed` appended (ListOffsets, the machine)", false, false),
-        ("append `claimed` and read it back", "append → own record read back", false, false),
-        ("append `committed` and read it back", "own `claimed` read → own `committed` read (none where the claim met no rival: it is the commit, R34)", false, false),
+        ("append `claimed`: its transaction committed", "append → acknowledged", false, false),
+        ("read `claimed` back", "acknowledged → own record read", false, false),
+        ("append `committed`: its transaction committed", "own `claimed` read → `committed` acknowledged (none where the claim met no rival: it is the commit, R34)", false, false),
+        ("read `committed` back", "acknowledged → own `committed` read", false, false),
         ("fetch the order's message", "own commit read (the claim, or a `committed`) → order fetched and parsed", false, false),
         ("job start: spawn job and guard", "fetched → guard started (worker side)", false, false),
         ("job runs (`true`), reaped", "guard started → job done (worker side; job's and guard's own CPU below)", false, false),
-        ("append `completed` and read it back", "job done → own `completed` read", false, false),
+        ("append `completed`: its transaction committed", "job done → `completed` acknowledged", false, false),
+        ("read `completed` back", "acknowledged → own `completed` read", false, false),
         ("exit: flush, clean-exit marker", "own `completed` read → last mark before exit(2)", false, false),
         ("process teardown, reaped by the supervisor", "last mark → supervisor's reap; CPU: the supervisor's RUSAGE_CHILDREN step less the process's last mark and its children", false, false),
         ("supervisor: `go` to the standby", "reap → the standby reads `go`", false, false),
@@ -777,6 +781,16 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         // R34: an uncontested claim is its own commit; a `committed` is
         // read back only where the claim met a rival.
         let committed_read = find("read", "committed own");
+        let committed_acked = find("acked", "committed");
+        // Each append's acknowledgement: its transaction committed
+        // (`Kafka::append` returned), before the record is read back.
+        let (Some(booted_acked), Some(claimed_acked), Some(completed_acked)) = (
+            find("acked", "booted"),
+            find("acked", "claimed"),
+            find("acked", "completed"),
+        ) else {
+            continue;
+        };
         let (Some(fetched), Some(guard_started), Some(job_done)) = (
             find("fetched", ""),
             find("guard_started", ""),
@@ -875,70 +889,94 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         );
         put(
             8,
-            Some(booted_read.wall - fenced.wall),
-            Some(d(fenced, booted_read)),
-            bw(fenced.wall, booted_read.wall),
+            Some(booted_acked.wall - fenced.wall),
+            Some(d(fenced, booted_acked)),
+            bw(fenced.wall, booted_acked.wall),
         );
         put(
             9,
+            Some(booted_read.wall - booted_acked.wall),
+            Some(d(booted_acked, booted_read)),
+            bw(booted_acked.wall, booted_read.wall),
+        );
+        put(
+            10,
             Some(ends.wall - booted_read.wall),
             Some(d(booted_read, ends)),
             bw(booted_read.wall, idle_from),
         );
         put(
-            10,
+            11,
             Some(send - ends.wall),
             Some(d(ends, arrived)),
             bw(idle_from, send),
         );
-        put(11, Some(arrived.wall - send), None, bw(send, arrived.wall));
+        put(12, Some(arrived.wall - send), None, bw(send, arrived.wall));
         put(
-            12,
+            13,
             Some(app_claimed.wall - arrived.wall),
             Some(d(arrived, app_claimed)),
             bw(arrived.wall, app_claimed.wall),
         );
         put(
-            13,
-            Some(claimed_read.wall - app_claimed.wall),
-            Some(d(app_claimed, claimed_read)),
-            bw(app_claimed.wall, claimed_read.wall),
+            14,
+            Some(claimed_acked.wall - app_claimed.wall),
+            Some(d(app_claimed, claimed_acked)),
+            bw(app_claimed.wall, claimed_acked.wall),
         );
-        if let Some(committed_read) = committed_read {
+        put(
+            15,
+            Some(claimed_read.wall - claimed_acked.wall),
+            Some(d(claimed_acked, claimed_read)),
+            bw(claimed_acked.wall, claimed_read.wall),
+        );
+        if let (Some(committed_acked), Some(committed_read)) = (committed_acked, committed_read) {
             put(
-                14,
-                Some(committed_read.wall - claimed_read.wall),
-                Some(d(claimed_read, committed_read)),
-                bw(claimed_read.wall, committed_read.wall),
+                16,
+                Some(committed_acked.wall - claimed_read.wall),
+                Some(d(claimed_read, committed_acked)),
+                bw(claimed_read.wall, committed_acked.wall),
+            );
+            put(
+                17,
+                Some(committed_read.wall - committed_acked.wall),
+                Some(d(committed_acked, committed_read)),
+                bw(committed_acked.wall, committed_read.wall),
             );
         }
         let decided = committed_read.unwrap_or(claimed_read);
         put(
-            15,
+            18,
             Some(fetched.wall - decided.wall),
             Some(d(decided, fetched)),
             bw(decided.wall, fetched.wall),
         );
         put(
-            16,
+            19,
             Some(guard_started.wall - fetched.wall),
             Some(d(fetched, guard_started)),
             bw(fetched.wall, guard_started.wall),
         );
         put(
-            17,
+            20,
             Some(job_done.wall - guard_started.wall),
             Some(d(guard_started, job_done)),
             bw(guard_started.wall, job_done.wall),
         );
         put(
-            18,
-            Some(completed_read.wall - job_done.wall),
-            Some(d(job_done, completed_read)),
-            bw(job_done.wall, completed_read.wall),
+            21,
+            Some(completed_acked.wall - job_done.wall),
+            Some(d(job_done, completed_acked)),
+            bw(job_done.wall, completed_acked.wall),
         );
         put(
-            19,
+            22,
+            Some(completed_read.wall - completed_acked.wall),
+            Some(d(completed_acked, completed_read)),
+            bw(completed_acked.wall, completed_read.wall),
+        );
+        put(
+            23,
             Some(exit.wall - completed_read.wall),
             Some(d(completed_read, exit)),
             bw(completed_read.wall, exit.wall),
@@ -947,18 +985,18 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         // P's own children (job, guard).
         let p_total = reaped.children - prev_reap.children - threads_mk.children;
         put(
-            20,
+            24,
             Some(reaped.wall - exit.wall),
             Some(p_total - threads_mk.cpu),
             bw(exit.wall, reaped.wall),
         );
         put(
-            21,
+            25,
             Some(q_go.wall - reaped.wall),
             None,
             bw(reaped.wall, q_go.wall.min(next_send)),
         );
-        put(22, None, Some(reaped.cpu - prev_reap.cpu), None);
+        put(26, None, Some(reaped.cpu - prev_reap.cpu), None);
         // The job's guard: the worker's guard host (a copy forked at the
         // worker's start, which marks `main hosted` when it takes the job
         // and `exit` when it ends) or a guard process of the job's own.
@@ -977,12 +1015,12 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         let kids = job_done.children - job_spawn.children;
         if let Some((g, hosted)) = guard {
             put(
-                23,
+                27,
                 None,
                 Some(if hosted { kids } else { kids - g.cpu }),
                 None,
             );
-            put(24, None, Some(g.cpu), None);
+            put(28, None, Some(g.cpu), None);
         }
         if let Some(c) = marks
             .iter()
