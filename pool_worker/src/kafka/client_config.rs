@@ -156,6 +156,13 @@ pub(crate) fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> 
     // is a connection per broker per client on a large cluster
     // (`KAFKA_ENABLE_SPARSE_CONNECTIONS=true` to go back).
     c.set("enable.sparse.connections", "false");
+    // No client metrics pushed to the brokers (KIP-714, librdkafka's
+    // default since 2.5): a worker process lives for one order, far less
+    // than a push interval, and with it on every broker handle a client
+    // makes allocates and clears a dozen histograms, about 4 % of a
+    // worker process's CPU up to its boot (bench/RESULTS.md, "Issue 35:
+    // client metrics off"). `KAFKA_ENABLE_METRICS_PUSH=true` to go back.
+    c.set("enable.metrics.push", "false");
     for (k, v) in props {
         c.set(k, v);
     }
@@ -221,5 +228,25 @@ pub(crate) async fn blocking<T: Send + 'static>(
 impl From<SettingsError> for crate::env::ConfigError {
     fn from(e: SettingsError) -> crate::env::ConfigError {
         crate::env::ConfigError(e.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pool's own defaults for librdkafka, and the user's
+    /// `KAFKA_<PROPERTY>` over them.
+    #[test]
+    fn the_pools_defaults_and_the_users_properties_over_them() {
+        let c = client_config("127.0.0.1:9092", &BTreeMap::new());
+        assert_eq!(c.get("enable.metrics.push"), Some("false"));
+        assert_eq!(c.get("enable.sparse.connections"), Some("false"));
+        assert_eq!(c.get("socket.nagle.disable"), Some("true"));
+        let user = BTreeMap::from([("enable.metrics.push".to_string(), "true".to_string())]);
+        let c = client_config("127.0.0.1:9092", &user);
+        assert_eq!(c.get("enable.metrics.push"), Some("true"));
+        // librdkafka knows the property (it refuses unknown ones).
+        assert!(c.create_native_config().is_ok());
     }
 }
