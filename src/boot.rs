@@ -178,8 +178,9 @@ pub struct Hold {
     pub pending: bool,
     /// The hold this one took over, if it is a takeover.
     pub took_over: Option<Cite>,
-    /// The order's key and the position of the lease that announced it
-    /// (docs/protocol.md R56).
+    /// The order's key and the position of the record that announced it
+    /// in this hold: its claim, the revocation that opened a pending hold,
+    /// or a lease (docs/protocol.md R56).
     pub key: Option<(String, Position)>,
 }
 
@@ -581,6 +582,124 @@ mod tests {
         let mut l = log;
         l.push(again);
         assert!(view(&l).parked_order(o0).is_none());
+    }
+
+    /// R56: a claim announces its order's key at its own position; a
+    /// lower order of the key claimed out of the park after it is not
+    /// counted ahead of it (announced later) but goes first
+    /// (`held_below`), and counts the higher one ahead of itself.
+    #[test]
+    fn a_claim_announces_its_key_and_a_lower_order_claimed_later_goes_first() {
+        let (o1, o4) = (OrderId::new(0, 1), OrderId::new(0, 4));
+        let mut c1 = rec(1, Event::Claimed, "a", 1);
+        c1.next.insert(0.into(), 2);
+        let mut park = rec(1, Event::Parked, "a", 1);
+        park.set_order_key(Some("k".into()));
+        let mut c4 = rec(2, Event::Claimed, "b", 4);
+        c4.next.insert(0.into(), 5);
+        c4.set_order_key(Some("k".into()));
+        let mut again = rec(3, Event::Claimed, "c", 1);
+        again.set_unpark(true);
+        again.set_park_at(Some(p(2)));
+        again.set_order_key(Some("k".into()));
+        let log = vec![
+            rec(1, Event::Booted, "a", 0),
+            c1,
+            park,
+            rec(2, Event::Booted, "b", 0),
+            c4,
+            rec(3, Event::Booted, "c", 0),
+            again,
+        ];
+        let v = view(&log);
+        assert_eq!(v.hold(n(2)).unwrap().key, Some(("k".into(), p(4))));
+        assert_eq!(v.hold(n(3)).unwrap().key, Some(("k".into(), p(6))));
+        assert!(v.parked_order(o1).is_none(), "out of the park");
+        assert_eq!(v.key_ahead(n(2), "k", p(4)), 0, "announced after 0:4's");
+        assert!(v.held_below(n(2), o4, "k", p(4)), "0:1 goes first");
+        assert!(!v.held_below(n(3), o1, "k", p(6)), "nothing below 0:1");
+        assert_eq!(v.key_ahead(n(3), "k", p(6)), 1, "0:4 counts for 0:1");
+        // As a checkpoint carries it.
+        let back = View::from_snapshot(&v.snapshot());
+        assert_eq!(back.hold(n(2)).unwrap().key, v.hold(n(2)).unwrap().key);
+    }
+
+    /// R55: a claim out of the park whose writer had not read the order's
+    /// completion yields, whether the reader read that completion or
+    /// started from a checkpoint after it (which keeps no settled
+    /// contest): late by `park_at`, never its own commit.
+    #[test]
+    fn a_stale_unpark_claim_yields_also_after_a_checkpoint() {
+        let o0 = OrderId::new(0, 0);
+        let mut c0 = rec(1, Event::Claimed, "a", 0);
+        c0.next.insert(0.into(), 1);
+        let unpark = |i: u32, inc: &str| {
+            let mut r = rec(i, Event::Claimed, inc, 0);
+            r.set_unpark(true);
+            r.set_park_at(Some(p(2)));
+            r
+        };
+        let mut done = rec(2, Event::Completed, "b", 0);
+        done.order_keyed = true;
+        let log = vec![
+            rec(1, Event::Booted, "a", 0),
+            c0,
+            rec(1, Event::Parked, "a", 0),
+            rec(2, Event::Booted, "b", 0),
+            unpark(2, "b"),
+            done,
+            rec(3, Event::Booted, "c", 0),
+        ];
+        let v = view(&log);
+        assert_eq!(v.contest(o0).unwrap().completed_at, Some(p(5)));
+        let stale = unpark(3, "c");
+        let mut all = log.clone();
+        all.push(stale.clone());
+        let read = view(&all);
+        assert_eq!(
+            read.hold(n(3)).unwrap().committed,
+            None,
+            "read the completion"
+        );
+        let mut from = View::from_snapshot(&v.snapshot());
+        assert!(from.contest(o0).is_none(), "settled: not in the snapshot");
+        let _ = from.apply(p(7), &stale);
+        assert_eq!(
+            from.hold(n(3)).unwrap().committed,
+            None,
+            "from the checkpoint"
+        );
+        assert!(from.contest(o0).unwrap().late, "late by its park_at");
+        // A park after the checkpoint: never late (compaction may have
+        // erased what came before the claim).
+        let mut fresh = unpark(3, "c");
+        fresh.set_park_at(Some(p(7)));
+        let mut from = View::from_snapshot(&v.snapshot());
+        let _ = from.apply(p(8), &fresh);
+        assert!(!from.contest(o0).unwrap().late);
+    }
+
+    /// R54, R15: a void completion (its writer revoked after the order's
+    /// next holder parked it) takes the order out of the park.
+    #[test]
+    fn a_void_completion_takes_its_order_out_of_the_park() {
+        let o0 = OrderId::new(0, 0);
+        let mut c0 = rec(1, Event::Claimed, "a", 0);
+        c0.next.insert(0.into(), 1);
+        let mut late = rec(3, Event::Completed, "c", 0);
+        late.order_keyed = true;
+        let log = vec![
+            rec(1, Event::Booted, "a", 0),
+            c0,
+            rec(1, Event::Parked, "a", 0),
+        ];
+        assert!(view(&log).parked_order(o0).is_some());
+        let mut all = log;
+        all.push(late);
+        let v = view(&all);
+        assert!(v.parked_order(o0).is_none(), "finished: parked no more");
+        assert!(v.snapshot().parked.is_empty());
+        assert!(v.ready(0, 1).is_empty());
     }
 
     #[test]

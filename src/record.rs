@@ -309,6 +309,10 @@ struct Flat {
     /// On a claim of a parked order (docs/protocol.md R55). Absent: false.
     #[serde(default, skip_serializing_if = "is_false")]
     unpark: bool,
+    /// On a claim of a parked order: the position of the park it ends
+    /// (docs/protocol.md R55). Absent on an older writer's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    park_at: Option<Position>,
     /// On `completed`: its writer's process exits after it (it has
     /// completed its `ORDERS_PER_PROCESS`). Readers leave the instance out
     /// of the idle queue until its next `booted` (docs/protocol.md
@@ -325,8 +329,8 @@ struct Flat {
     /// order's `not_before` (docs/protocol.md R54).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     until: Option<u64>,
-    /// On `parked` and on a `lease` announcing it: the order's `key`
-    /// (docs/protocol.md R56).
+    /// On `parked`, and on a `claimed` or a `lease` announcing it: the
+    /// order's `key` (docs/protocol.md R56).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     order_key: Option<String>,
     /// On `completed`: how the order ended.
@@ -430,6 +434,11 @@ impl Flat {
         {
             return Err(Foreign::BadValue("revoked without fences/by/seen".into()));
         }
+        if self.park_at.is_some() && !self.unpark {
+            return Err(Foreign::BadValue(
+                "park_at on a claim without unpark".into(),
+            ));
+        }
         if self
             .order_key
             .as_deref()
@@ -498,8 +507,15 @@ pub enum Body {
         /// The order's `id`, on a takeover of a hold that announced it.
         order_id: Option<String>,
         /// A claim of a parked order (docs/protocol.md R55): behind the
-        /// frontier by design, never late.
+        /// frontier by design, late only if stale (`park_at`).
         unpark: bool,
+        /// On an unpark claim, the position of the park it ends, as its
+        /// writer read it (R55).
+        park_at: Option<Position>,
+        /// The order's `key`, announced by the claim itself: its writer
+        /// read the order before claiming it, or the order's park or the
+        /// hold it takes over named it (docs/protocol.md R56).
+        order_key: Option<String>,
     },
     /// "I won this order and run it", or a new attempt of that run.
     Committed { order: OrderId, attempt: Attempt },
@@ -609,6 +625,8 @@ impl Body {
             passed_over: Vec::new(),
             order_id: None,
             unpark: false,
+            park_at: None,
+            order_key: None,
         }
     }
 
@@ -644,6 +662,7 @@ impl From<Record> for Flat {
             next: r.next,
             passed_over: Vec::new(),
             unpark: false,
+            park_at: None,
             exits: false,
             order_id: None,
             reason: None,
@@ -674,10 +693,13 @@ impl Flat {
                 passed_over,
                 order_id,
                 unpark,
+                park_at,
+                order_key,
                 ..
             } => {
                 (f.attempt, f.takeover_of, f.rank) = (attempt, takeover_of, rank);
                 (f.passed_over, f.order_id, f.unpark) = (passed_over, order_id, unpark);
+                (f.park_at, f.order_key) = (park_at, order_key);
             }
             Body::Committed { attempt, .. } => {
                 f.attempt = attempt;
@@ -777,6 +799,7 @@ impl Flat {
             ("seen", f.seen.is_some()),
             ("passed_over", !f.passed_over.is_empty()),
             ("unpark", f.unpark),
+            ("park_at", f.park_at.is_some()),
             ("exits", f.exits),
             ("order_id", f.order_id.is_some()),
             ("reason", f.reason.is_some()),
@@ -795,6 +818,8 @@ impl Flat {
                 "passed_over",
                 "order_id",
                 "unpark",
+                "park_at",
+                "order_key",
             ],
             Event::Committed => &["attempt"],
             Event::Yielded => &["attempt", "reason"],
@@ -834,6 +859,8 @@ impl Flat {
                 passed_over: f.passed_over,
                 order_id: f.order_id,
                 unpark: f.unpark,
+                park_at: f.park_at,
+                order_key: f.order_key,
             },
             Event::Committed => Body::Committed {
                 order: order()?,
@@ -1241,6 +1268,8 @@ impl Record {
                 passed_over: Vec::new(),
                 order_id: None,
                 unpark: false,
+                park_at: None,
+                order_key: None,
             },
             Event::Committed => Body::Committed {
                 order,
@@ -1334,8 +1363,9 @@ impl Record {
 
     setter!(set_rank, rank: Option<u32>, Claimed | Revoked);
     setter!(set_unpark, unpark: bool, Claimed);
+    setter!(set_park_at, park_at: Option<Position>, Claimed);
     setter!(set_until, until: Option<u64>, Parked);
-    setter!(set_order_key, order_key: Option<String>, Lease | Parked);
+    setter!(set_order_key, order_key: Option<String>, Claimed | Lease | Parked);
     setter!(set_reason, reason: Option<String>, Yielded | Revoked | Cancelled);
     setter!(set_order_id, order_id: Option<String>, Claimed | Lease | Completed);
     setter!(set_takeover_of, takeover_of: Vec<Cite>, Claimed);
@@ -1642,6 +1672,7 @@ mod tests {
             ("until", "1"),
             ("order_key", r#""k""#),
             ("unpark", "true"),
+            ("park_at", "1"),
         ];
         let mut refused = 0;
         for line in text.lines() {
@@ -1658,7 +1689,9 @@ mod tests {
                         "order_id" | "rank" | "attempt" | "takeover_of" | "passed_over" | "unpark",
                     ) => true,
                     (Event::Lease | Event::Completed, "order_id") => true,
-                    (Event::Lease | Event::Parked, "order_key") => true,
+                    (Event::Claimed | Event::Lease | Event::Parked, "order_key") => true,
+                    // Only on a claim out of the park.
+                    (Event::Claimed, "park_at") => value.contains(r#""unpark":true"#),
                     (Event::Parked, "until") => true,
                     (Event::Yielded | Event::Cancelled, "reason") => true,
                     (Event::Cancelled, "attempt") => false,

@@ -66,6 +66,10 @@ pub enum Input {
     /// `id`, a `not_before`, a `key`); the shell waits for
     /// [`Action::Start`] before running it, or [`Action::Release`].
     Terms(Terms),
+    /// The key of the order asked about by [`Action::Peek`]: `None` when it
+    /// has none, or could not be read (the claim then carries no key, and
+    /// the holder announces it on a lease if the order has one after all).
+    Peeked { order: OrderId, key: Option<String> },
     /// The shell fenced the instance's previous processes
     /// (docs/protocol.md R16): whatever they appended has landed or never
     /// will. Ends [`Phase::Fence`].
@@ -107,6 +111,11 @@ pub enum Action {
     /// Report the orders topic's end offsets when caught up with the log; if
     /// no order is waiting, the shell waits for a new order or a new record.
     FindOrder,
+    /// Read the order (it waits at the frontier) and report its key with
+    /// [`Input::Peeked`], before the machine claims it: the claim
+    /// announces the key (docs/protocol.md R56). The shell may keep the
+    /// order's message for the [`Action::Run`] that may follow.
+    Peek { order: OrderId },
     /// Fetch the order and run it. `retry` when an earlier attempt was lost.
     /// If the order names an `id`, report it with [`Input::OrderId`] and
     /// run only on [`Action::Start`].
@@ -318,6 +327,15 @@ pub enum Flaw {
     StartEarly,
     /// Run an order with a key whatever the key's other holds (R56).
     IgnoreKeyLimit,
+    /// Claim without reading the order first (the rule before R56's key
+    /// on the claim): the holder announces the key on a lease after its
+    /// claim, so a later order of the key whose holder announces first
+    /// runs first.
+    KeyAfterClaim,
+    /// An order goes behind parked lower orders of its key only, not
+    /// behind one claimed again (out of the park) after its own claim
+    /// (R56's rule before `View::held_below`).
+    OnlyParkedGoFirst,
     /// Keep the frontier per partition, whatever the topic (the rule
     /// before R57): every record's `next` raises each listed topic's lane
     /// of a partition to the highest frontier of that partition in any
@@ -388,6 +406,20 @@ pub struct Worker {
     /// or the idle queue, an order may have arrived. False while a question
     /// is open.
     looking: bool,
+    /// The order we are reading before we claim it ([`Action::Peek`]).
+    peek: Option<Peek>,
+    /// Whether our hold must wait for its key (R56), judged as its
+    /// decision was read back ([`Worker::run`]), until its job would
+    /// start.
+    key_verdict: Option<bool>,
+}
+
+/// An order we read before claiming it (R56), and the instances its
+/// claim passes over.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Peek {
+    order: OrderId,
+    passed_over: Vec<InstanceNo>,
 }
 
 impl Worker {
@@ -462,6 +494,8 @@ impl Worker {
             defer_until: None,
             defer_over: false,
             looking: false,
+            peek: None,
+            key_verdict: None,
         };
         if fence {
             // R16: boot once the shell has fenced our predecessors.
@@ -578,6 +612,8 @@ impl Worker {
             defer_until,
             defer_over,
             looking,
+            peek,
+            key_verdict,
         } = self;
         (me, incarnation).hash(h);
         view.hash_relabeled(r, h);
@@ -596,7 +632,16 @@ impl Worker {
         for x in &renamed {
             x.hash(h);
         }
-        (completed, waiting_since, defer_until, defer_over, looking).hash(h);
+        (
+            completed,
+            waiting_since,
+            defer_until,
+            defer_over,
+            looking,
+            peek,
+            key_verdict,
+        )
+            .hash(h);
     }
 
     /// While choosing and deferring to instances ahead in an order's line:
@@ -695,6 +740,7 @@ impl Worker {
             Input::Record(pos, rec) => self.on_record(pos, rec),
             Input::CaughtUp => self.on_caught_up(),
             Input::Orders(ends) => self.on_orders(&ends),
+            Input::Peeked { order, key } => self.on_peeked(order, key),
             Input::OrdersMoved => self.look_again(),
             Input::JobDone(outcome) => self.on_job_done(outcome),
             Input::Tick => self.on_tick(),
@@ -713,10 +759,23 @@ impl Worker {
         let Phase::Run { order, attempt } = self.phase else {
             return Vec::new();
         };
+        // R56: the key a record of our hold announced (its claim's, read
+        // before the claim) is the order's key for the protocol, also
+        // where the order's body differs (a URL order's body names
+        // another, or none).
+        let announced = self
+            .view
+            .hold(self.me)
+            .and_then(|h| h.key.as_ref())
+            .map(|(k, _)| k.clone());
+        let keyed = announced.is_some();
+        let terms = Terms {
+            key: announced.or(terms.key),
+            ..terms
+        };
         if terms.not_before.is_some_and(|t| t > self.now) && !flawed!(self.settings, StartEarly) {
             return self.park(order, attempt, &terms);
         }
-        let keyed = self.view.hold(self.me).is_some_and(|h| h.key.is_some());
         let order_key = terms.key.clone().filter(|_| !keyed);
         if terms.id.is_none() && order_key.is_none() {
             return self.start_job(order, attempt, &terms);
@@ -742,22 +801,61 @@ impl Worker {
     /// parked order of its key that is due goes before it; else start it.
     fn start_job(&mut self, order: OrderId, attempt: Attempt, terms: &Terms) -> Vec<Action> {
         if let Some(k) = terms.key.as_deref() {
-            let at = self
-                .view
-                .hold(self.me)
-                .and_then(|h| h.key.as_ref())
-                .map_or(Position::new(u64::MAX), |(_, at)| *at);
-            let full =
-                self.view.key_ahead(self.me, k, at) >= self.settings.key_concurrency as usize;
-            // Fairness, for a first run only: a retry's first run may have
-            // started (a resumed hold keeps its place, R21).
-            let behind = attempt == Attempt::FIRST && self.view.parked_ahead(order, k, self.now);
-            if (full || behind) && !flawed!(self.settings, IgnoreKeyLimit) {
+            // Judged as the hold's decision was read back, if the key was
+            // known then (announced by the claim); else now, as the lease
+            // that announced it is read back.
+            let blocked = match self.key_verdict.take() {
+                Some(v) => v,
+                None => self.key_blocked(order, attempt, k),
+            };
+            if blocked && !flawed!(self.settings, IgnoreKeyLimit) {
                 return self.park(order, attempt, terms);
             }
         }
         self.phase = Phase::Run { order, attempt };
         vec![Action::Start { order }]
+    }
+
+    /// Whether our hold of `order` with key `k` must wait (R56): the key
+    /// has no room (`key_concurrency` holds of other orders announced it
+    /// before ours), or an order of the key with a lower offset goes first
+    /// (I15).
+    fn key_blocked(&self, order: OrderId, attempt: Attempt, k: &str) -> bool {
+        let hold = self.view.hold(self.me);
+        let at = hold
+            .and_then(|h| h.key.as_ref())
+            .map_or(Position::new(u64::MAX), |(_, at)| *at);
+        let full = self.view.key_ahead(self.me, k, at) >= self.settings.key_concurrency as usize;
+        // Order: a due parked order of the key goes first, and so does a
+        // lower order of the key claimed again after ours (out of the
+        // park, or taken over). On a first run, and on a takeover's; not
+        // on a retry of our own instance's hold (R21): its first run may
+        // have started, and a park would hand it to another instance
+        // without a revocation.
+        let own_retry = attempt > Attempt::FIRST && hold.is_none_or(|h| h.took_over.is_none());
+        let behind = !own_retry
+            && (self.view.parked_ahead(order, k, self.now)
+                || (self.view.held_below(self.me, order, k, at)
+                    && !flawed!(self.settings, OnlyParkedGoFirst)));
+        full || behind
+    }
+
+    /// Our hold's decision (or a retry's commit) is read back, and the
+    /// order is to run: if its claim announced its key, judge R56 now, on
+    /// the log as it stands at that record, as every reader of it would.
+    fn run(&mut self, order: OrderId, attempt: Attempt, retry: bool) -> Vec<Action> {
+        let key = self
+            .view
+            .hold(self.me)
+            .and_then(|h| h.key.as_ref())
+            .map(|(k, _)| k.clone());
+        self.key_verdict = key.map(|k| self.key_blocked(order, attempt, &k));
+        self.phase = Phase::Run { order, attempt };
+        vec![Action::Run {
+            order,
+            attempt,
+            retry,
+        }]
     }
 
     /// Park the order we hold committed, before its job starts (R54): it
@@ -1008,6 +1106,8 @@ impl Worker {
             passed_over: Vec::new(),
             order_id: h.order_id.clone(),
             unpark: false,
+            park_at: None,
+            order_key: h.key.as_ref().map(|(k, _)| k.clone()),
         });
         self.phase = Phase::Claim {
             order: h.order,
@@ -1088,13 +1188,7 @@ impl Worker {
                 if flawed!(self.settings, FuseDespiteRival) {
                     // The broken rule: run as if the claim were its own
                     // commit although a rival's claim came first.
-                    let attempt = Attempt::FIRST;
-                    self.phase = Phase::Run { order, attempt };
-                    return vec![Action::Run {
-                        order,
-                        attempt,
-                        retry: false,
-                    }];
+                    return self.run(order, Attempt::FIRST, false);
                 }
                 self.phase = Phase::Negotiate { order };
                 self.negotiate(order)
@@ -1123,14 +1217,7 @@ impl Worker {
                 seq,
             } if self.is_ours(&rec, seq) => self
                 .before_start(result, order, attempt)
-                .unwrap_or_else(|| {
-                    self.phase = Phase::Run { order, attempt };
-                    vec![Action::Run {
-                        order,
-                        attempt,
-                        retry: true,
-                    }]
-                }),
+                .unwrap_or_else(|| self.run(order, attempt, true)),
             // The order we run is cancelled: kill the job; its end is
             // completed `cancelled` (on_job_done).
             Phase::Run { order, .. }
@@ -1334,15 +1421,42 @@ impl Worker {
         }
         // R55: a parked order is claimed again at the attempt it waits
         // with; it is behind the frontier already.
-        let parked = self.view.parked_order(order).map(|p| p.attempt);
+        let parked = self
+            .view
+            .parked_order(order)
+            .map(|p| (p.attempt, p.key.clone(), p.at));
+        // R56: the claim announces the order's key: its park's, or read
+        // from the order first.
+        let order_key = match &parked {
+            Some((_, key, _)) => key.clone(),
+            None if flawed!(self.settings, KeyAfterClaim) => None,
+            None => {
+                self.peek = Some(Peek { order, passed_over });
+                return vec![Action::Peek { order }];
+            }
+        };
+        self.claim(order, passed_over, parked.map(|p| (p.0, p.2)), order_key)
+    }
+
+    /// Our claim of `order` (a first claim, or out of the park at the
+    /// attempt it waits with, naming the park it ends), announcing its key.
+    fn claim(
+        &mut self,
+        order: OrderId,
+        passed_over: Vec<InstanceNo>,
+        parked: Option<(Attempt, Position)>,
+        order_key: Option<String>,
+    ) -> Vec<Action> {
         let mut claim = self.record(Body::Claimed {
             order,
-            attempt: parked.unwrap_or(Attempt::FIRST),
+            attempt: parked.map_or(Attempt::FIRST, |p| p.0),
             takeover_of: Vec::new(),
             rank: None,
             passed_over,
             order_id: None,
             unpark: parked.is_some(),
+            park_at: parked.map(|p| p.1),
+            order_key,
         });
         if parked.is_none() {
             claim.next.insert(order.lane(), order.offset + 1);
@@ -1371,6 +1485,23 @@ impl Worker {
             return out;
         }
         vec![Action::Append(claim)]
+    }
+
+    /// The key of the order we read before claiming it (R56): claim it,
+    /// unless we stopped choosing meanwhile, or a record read meanwhile
+    /// moved the frontier past it (another instance claimed it): then ask
+    /// for the orders again.
+    fn on_peeked(&mut self, order: OrderId, key: Option<String>) -> Vec<Action> {
+        let Some(peek) = self.peek.take_if(|p| p.order == order) else {
+            return Vec::new();
+        };
+        if self.phase != Phase::Choose {
+            return Vec::new();
+        }
+        if self.view.next_offset(order.lane()) > order.offset {
+            return vec![Action::FindOrder];
+        }
+        self.claim(order, peek.passed_over, None, key)
     }
 
     /// The order to claim now, with the instances passed over to claim it;
@@ -1488,12 +1619,7 @@ impl Worker {
                     );
                     return self.complete(order, attempt, Outcome::not_run(Status::GaveUp, reason));
                 }
-                self.phase = Phase::Run { order, attempt };
-                vec![Action::Run {
-                    order,
-                    attempt,
-                    retry: attempt > Attempt::FIRST,
-                }]
+                self.run(order, attempt, attempt > Attempt::FIRST)
             }
             _ => {
                 self.phase = Phase::Choose;
@@ -1593,6 +1719,27 @@ impl Worker {
 mod tests {
     use super::*;
 
+    /// [`Worker::handle`], answering the machine's [`Action::Peek`] (the
+    /// order read before its claim) with no key, as the shell does for an
+    /// order without one.
+    trait Peeks {
+        fn handle_peeked(&mut self, input: Input, now: u64) -> Vec<Action>;
+    }
+
+    impl Peeks for Worker {
+        fn handle_peeked(&mut self, input: Input, now: u64) -> Vec<Action> {
+            let mut out = self.handle(input, now);
+            for _ in 0..4 {
+                let [Action::Peek { order }] = out.as_slice() else {
+                    break;
+                };
+                let order = *order;
+                out = self.handle(Input::Peeked { order, key: None }, now);
+            }
+            out
+        }
+    }
+
     /// A tiny log that worker machines append to and read from in turn.
     struct Log(Vec<Record>);
 
@@ -1626,7 +1773,7 @@ mod tests {
         let mut cur = 0;
         let a = log.feed(&mut w, &mut cur);
         assert_eq!(a, vec![Action::FindOrder]);
-        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
+        let a = w.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
         assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Claimed));
         log.append(&a);
         // R34: the claim met no rival, so it is the commit: the order runs
@@ -1658,7 +1805,7 @@ mod tests {
         log.append(&a);
         let mut cur = 0;
         log.feed(&mut w, &mut cur);
-        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
+        let a = w.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
         log.append(&a);
         assert_eq!(log.feed(&mut w, &mut cur), run((0, 0), 1, false));
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
@@ -1708,7 +1855,7 @@ mod tests {
             ..Settings::default()
         };
         let (mut w, cur) = boot_in(log, 1, "i1", settings);
-        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
+        let a = w.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
         assert!(matches!(&a[..], [Action::Append(r)] if r.event() == Event::Claimed));
         if cancel_first {
             log.0
@@ -1809,7 +1956,7 @@ mod tests {
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::FindOrder]);
         for offset in 0..2 {
             let order = OrderId::new(0, offset);
-            let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 3)])), 0);
+            let a = w.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 3)])), 0);
             assert!(
                 matches!(&a[..], [Action::Append(r)]
                 if r.event() == Event::Claimed && r.order() == Some(order) && r.attempt().get() == 1),
@@ -1873,7 +2020,7 @@ mod tests {
     fn a_committed_hold_is_run_again_as_a_retry_then_given_up() {
         let mut log = Log(Vec::new());
         let (mut w, mut cur) = boot_in(&mut log, 1, "i1", Settings::default());
-        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
+        let a = w.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
         log.append(&a);
@@ -1929,7 +2076,7 @@ mod tests {
     /// Instance 1 claims and commits order 0:0 at time 0, then goes silent.
     fn silent_holder(log: &mut Log) -> (Worker, usize) {
         let (mut w1, mut c1) = booted(log, 1, "one", 0);
-        let a = w1.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), 0);
+        let a = w1.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 2)])), 0);
         log.append(&a);
         // With leases, the guard's deadline (R53) comes with the claim read
         // back (its time plus two thirds of the lease), before the run: the
@@ -1954,7 +2101,7 @@ mod tests {
         assert_eq!(a, vec![Action::FindOrder]);
         // Idle with an expired hold in sight: revoke it; read back, claim
         // its order in the hold's place.
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
+        let a = w2.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
         assert!(
             matches!(&a[..], [Action::Append(r), Action::WakeAt(_)]
             if r.event() == Event::Revoked && r.instance.get() == 1 && r.rank() == Some(0) && r.attempt().get() == 2),
@@ -1995,13 +2142,13 @@ mod tests {
         let (mut w2, _) = booted(&mut log, 2, "two", far);
         // No order waits but the held one: idle, it looks for expired holds.
         let orders = || Input::Orders(BTreeMap::from([(0.into(), 1)]));
-        let a = w2.handle(orders(), far + 1000);
+        let a = w2.handle_peeked(orders(), far + 1000);
         assert!(
             !a.iter()
                 .any(|a| matches!(a, Action::Append(r) if r.event() == Event::Revoked)),
             "a lease read a second ago is not expired: {a:?}"
         );
-        let a = w2.handle(orders(), far + 1001);
+        let a = w2.handle_peeked(orders(), far + 1001);
         assert!(
             matches!(&a[..], [Action::Append(r), Action::WakeAt(_)] if r.event() == Event::Revoked),
             "{a:?}"
@@ -2024,7 +2171,7 @@ mod tests {
         log.append(&a);
         let mut c2 = 0;
         log.feed(&mut w2, &mut c2);
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), far);
+        let a = w2.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 2)])), far);
         assert!(
             matches!(&a[..], [Action::Append(r)] if r.event() == Event::Revoked),
             "{a:?}"
@@ -2054,7 +2201,7 @@ mod tests {
         // Without leases there is no guard at all.
         let mut log = Log(Vec::new());
         let (mut w, mut cur) = boot_in(&mut log, 1, "i1", Settings::default());
-        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
+        let a = w.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
         log.append(&a);
         let a = log.feed(&mut w, &mut cur);
         log.append(&a);
@@ -2074,7 +2221,7 @@ mod tests {
         let retry = log.feed(&mut w1, &mut c1);
         assert!(commits(&retry, 2));
         let (mut w2, _) = booted(&mut log, 2, "two", 5000);
-        let takeover = w2.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
+        let takeover = w2.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
         log.append(&takeover);
         log.append(&retry);
         assert_eq!(
@@ -2090,7 +2237,7 @@ mod tests {
         let mut log = Log(Vec::new());
         let (mut w1, mut c1) = silent_holder(&mut log);
         let (mut w2, mut c2) = booted(&mut log, 2, "two", 5000);
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
+        let a = w2.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
         // Instance 1 renews its lease before the revocation lands.
         let renew = w1.handle(Input::Tick, 7000);
         assert!(
@@ -2121,7 +2268,7 @@ mod tests {
         let mut log = Log(Vec::new());
         let (_w1, _) = silent_holder(&mut log);
         let (mut w2, _) = booted(&mut log, 2, "two", 5000);
-        let a = w2.handle(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
+        let a = w2.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
         log.append(&a);
         // Instance 2 dies with only its revocation in the log: it holds the
         // order nonetheless (nobody else may take it but by its lease).
@@ -2149,7 +2296,7 @@ mod tests {
     /// does next.
     fn run_with_id(log: &mut Log, me: u32, inc: &str, id: &str, ends: i64) -> Vec<Action> {
         let (mut w, mut cur) = boot_in(log, me, inc, Settings::default());
-        let a = w.handle(Input::Orders(BTreeMap::from([(0.into(), ends)])), 0);
+        let a = w.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), ends)])), 0);
         log.append(&a);
         assert!(matches!(
             &log.feed(&mut w, &mut cur)[..],
@@ -2236,29 +2383,29 @@ mod tests {
         let mut ws = three_idle(&mut log, None);
         let ends = BTreeMap::from([(0.into(), 2)]);
         assert_eq!(
-            ws[1].0.handle(Input::Orders(ends.clone()), 0),
+            ws[1].0.handle_peeked(Input::Orders(ends.clone()), 0),
             vec![Action::WakeAt(1000)]
         );
         assert_eq!(
-            ws[2].0.handle(Input::Orders(ends.clone()), 0),
+            ws[2].0.handle_peeked(Input::Orders(ends.clone()), 0),
             vec![Action::WakeAt(2000)],
             "two ahead"
         );
         assert_eq!(ws[1].0.deferring(), Some(1000));
-        let a = ws[0].0.handle(Input::Orders(ends.clone()), 0);
+        let a = ws[0].0.handle_peeked(Input::Orders(ends.clone()), 0);
         assert!(claims(&a, (0, 0), &[]), "{a:?}");
         log.append(&a);
         // Instance 2 reads the claim and catches up: the log moved, so it
         // looks at the orders again; it is now first in line for 0:1.
         let (w2, c2) = &mut ws[1];
         assert_eq!(log.feed(w2, c2), vec![Action::FindOrder]);
-        let a = w2.handle(Input::Orders(ends.clone()), 5);
+        let a = w2.handle_peeked(Input::Orders(ends.clone()), 5);
         assert!(claims(&a, (0, 1), &[]), "{a:?}");
         log.append(&a);
         // Instance 3 reads both: nothing waits any more.
         let (w3, c3) = &mut ws[2];
         assert_eq!(log.feed(w3, c3), vec![Action::FindOrder]);
-        assert!(w3.handle(Input::Orders(ends), 6).is_empty());
+        assert!(w3.handle_peeked(Input::Orders(ends), 6).is_empty());
         assert_eq!(w3.deferring(), None);
         // Idle and looking: an order arriving makes it ask again, once.
         assert!(w3.looking());
@@ -2284,12 +2431,12 @@ mod tests {
         let ends = BTreeMap::from([(0.into(), 2)]);
         let (w2, c2) = &mut ws[1];
         assert_eq!(
-            w2.handle(Input::Orders(ends.clone()), 0),
+            w2.handle_peeked(Input::Orders(ends.clone()), 0),
             vec![Action::WakeAt(1000)]
         );
         assert!(w2.handle(Input::Tick, 999).is_empty());
         assert_eq!(w2.handle(Input::Tick, 1000), vec![Action::FindOrder]);
-        let a = w2.handle(Input::Orders(ends.clone()), 1000);
+        let a = w2.handle_peeked(Input::Orders(ends.clone()), 1000);
         assert!(claims(&a, (0, 0), &[1]), "{a:?}");
         log.append(&a);
         assert!(log
@@ -2300,12 +2447,12 @@ mod tests {
         // claim is read, 1 is passed over and 2 holds: 0:1 is its at once.
         let (w3, c3) = &mut ws[2];
         assert_eq!(
-            w3.handle(Input::Orders(ends.clone()), 0),
+            w3.handle_peeked(Input::Orders(ends.clone()), 0),
             vec![Action::WakeAt(2000)]
         );
         log.feed(w3, c3);
         assert_eq!(w3.view.idle_queue(), vec![3.into()]);
-        let a = w3.handle(Input::Orders(ends), 1001);
+        let a = w3.handle_peeked(Input::Orders(ends), 1001);
         assert!(claims(&a, (0, 1), &[]), "{a:?}");
     }
 
@@ -2319,14 +2466,14 @@ mod tests {
         let w2 = &mut ws[1].0;
         // Only 0:0 waits; 1 is first in its line, 2 behind it.
         assert_eq!(
-            w2.handle(
+            w2.handle_peeked(
                 Input::Orders(BTreeMap::from([(0.into(), 1), (1.into(), 0)])),
                 0
             ),
             vec![Action::WakeAt(1000)]
         );
         // 1:0 arrives, and 2 is first in its line; but 0:0 has waited its turn.
-        let a = w2.handle(
+        let a = w2.handle_peeked(
             Input::Orders(BTreeMap::from([(0.into(), 1), (1.into(), 1)])),
             1500,
         );
@@ -2334,13 +2481,13 @@ mod tests {
         // Before the deadline, its own turn comes first.
         let w3 = &mut ws[2].0;
         assert_eq!(
-            w3.handle(
+            w3.handle_peeked(
                 Input::Orders(BTreeMap::from([(0.into(), 1), (1.into(), 0)])),
                 0
             ),
             vec![Action::WakeAt(2000)]
         );
-        let a = w3.handle(
+        let a = w3.handle_peeked(
             Input::Orders(BTreeMap::from([
                 (0.into(), 1),
                 (1.into(), 1),
@@ -2357,9 +2504,9 @@ mod tests {
         let mut ws = three_idle(&mut log, Some(Flaw::DeferForever));
         let ends = BTreeMap::from([(0.into(), 1)]);
         let w2 = &mut ws[1].0;
-        assert!(w2.handle(Input::Orders(ends.clone()), 0).is_empty());
+        assert!(w2.handle_peeked(Input::Orders(ends.clone()), 0).is_empty());
         assert!(w2.handle(Input::Tick, 1_000_000).is_empty());
-        assert!(w2.handle(Input::Orders(ends), 1_000_000).is_empty());
+        assert!(w2.handle_peeked(Input::Orders(ends), 1_000_000).is_empty());
     }
 
     fn settling(ms: u64) -> Settings {
@@ -2595,7 +2742,7 @@ mod tests {
             ..prioritized(None)
         };
         let (mut w, mut cur) = boot_in(&mut log, 1, "i1", settings);
-        let a = w.handle(Input::Orders(ends.clone()), 0);
+        let a = w.handle_peeked(Input::Orders(ends.clone()), 0);
         assert!(claims_order(&a, u.at(0)), "{a:?}");
         let Action::Append(claim) = &a[0] else {
             unreachable!()
@@ -2617,7 +2764,7 @@ mod tests {
         let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 0);
         log.append(&a);
         assert_eq!(log.feed(&mut w, &mut cur), vec![Action::FindOrder]);
-        let a = w.handle(Input::Orders(ends), 0);
+        let a = w.handle_peeked(Input::Orders(ends), 0);
         assert!(claims_order(&a, OrderId::new(0, 0)), "{a:?}");
     }
 
@@ -2634,12 +2781,12 @@ mod tests {
         let ends = BTreeMap::from([(Lane::from(0), 1), (u, 1)]);
         let mut log = Log(Vec::new());
         let mut ws = idle_with(&mut log, 3, prioritized(None));
-        let a = ws[0].0.handle(Input::Orders(ends.clone()), 0);
+        let a = ws[0].0.handle_peeked(Input::Orders(ends.clone()), 0);
         assert!(claims_order(&a, u.at(0)), "{a:?}");
-        let a = ws[1].0.handle(Input::Orders(ends.clone()), 0);
+        let a = ws[1].0.handle_peeked(Input::Orders(ends.clone()), 0);
         assert!(claims_order(&a, OrderId::new(0, 0)), "{a:?}");
         assert_eq!(
-            ws[2].0.handle(Input::Orders(ends.clone()), 0),
+            ws[2].0.handle_peeked(Input::Orders(ends.clone()), 0),
             vec![Action::WakeAt(1000)],
             "3 is behind 1 for urgent:0:0 and behind 2 for 0:0"
         );
@@ -2650,10 +2797,10 @@ mod tests {
         let w2 = &mut ws[1].0;
         let only_urgent = BTreeMap::from([(Lane::from(0), 0), (u, 1)]);
         assert_eq!(
-            w2.handle(Input::Orders(only_urgent), 0),
+            w2.handle_peeked(Input::Orders(only_urgent), 0),
             vec![Action::WakeAt(1000)]
         );
-        let a = w2.handle(Input::Orders(ends.clone()), 1500);
+        let a = w2.handle_peeked(Input::Orders(ends.clone()), 1500);
         assert!(claims_order(&a, u.at(0)), "the urgent one: {a:?}");
         let Action::Append(r) = &a[0] else {
             unreachable!()
@@ -2662,7 +2809,7 @@ mod tests {
         // The broken rule: the first of the queue takes the main order.
         let mut log = Log(Vec::new());
         let mut ws = idle_with(&mut log, 3, prioritized(Some(Flaw::IgnorePriority)));
-        let a = ws[0].0.handle(Input::Orders(ends), 0);
+        let a = ws[0].0.handle_peeked(Input::Orders(ends), 0);
         assert!(claims_order(&a, OrderId::new(0, 0)), "{a:?}");
     }
 
@@ -2672,9 +2819,9 @@ mod tests {
         let other = Lane::new(Topic::named("other").unwrap(), 0);
         let mut log = Log(Vec::new());
         let (mut w, _) = boot_in(&mut log, 1, "i1", prioritized(None));
-        let a = w.handle(Input::Orders(BTreeMap::from([(other, 5)])), 0);
+        let a = w.handle_peeked(Input::Orders(BTreeMap::from([(other, 5)])), 0);
         assert!(a.is_empty(), "{a:?}");
-        let a = w.handle(
+        let a = w.handle_peeked(
             Input::Orders(BTreeMap::from([(other, 5), (0.into(), 1)])),
             0,
         );
@@ -2690,7 +2837,7 @@ mod tests {
         let mut log = Log(Vec::new());
         let settings = prioritized(Some(Flaw::FrontierPerPartition));
         let (mut w, _) = boot_in(&mut log, 1, "i1", settings);
-        let a = w.handle(Input::Orders(ends), 0);
+        let a = w.handle_peeked(Input::Orders(ends), 0);
         let [Action::Append(claim)] = &a[..] else {
             panic!("{a:?}")
         };

@@ -375,6 +375,10 @@ impl Shell {
                 Action::PublishResult(msg) => self.appender.publish(msg),
                 Action::WakeAt(at) => self.wake_at(at),
                 Action::FindOrder => self.find_order().await?,
+                Action::Peek { order } => {
+                    crate::account::mark("peek");
+                    self.job.peek(self.kafka, order)
+                }
                 Action::Run {
                     order,
                     attempt,
@@ -585,6 +589,10 @@ impl Shell {
         tokio::select! {
             ev = kafka.next_claim() => Next::Input(self.claim_input(ev)),
             Some((order, attempt, spec)) = self.job.prep_rx.recv() => self.prepared(order, attempt, spec),
+            Some((order, key)) = self.job.peek_rx.recv() => {
+                crate::account::mark("peeked");
+                Next::Input(Input::Peeked { order, key })
+            }
             Some(outcome) = self.job.out_rx.recv() => {
                 crate::account::mark("job_done");
                 self.job.ended();

@@ -27,12 +27,33 @@ impl View {
             rank,
             order_id,
             unpark,
+            park_at,
+            order_key,
             ..
         } = &rec.body
         else {
             return;
         };
         let i = rec.instance;
+        // R55: a claim out of a park that this view read before its
+        // checkpoint, of an order it neither has parked nor negotiates, is
+        // stale: the order was completed before the checkpoint, which
+        // forgot its settled contest. Late, as a first claim behind the
+        // frontier is (R14). (Without the checkpoint, the contest's
+        // completion makes its writer yield alike.)
+        let stale_unpark = *unpark
+            && park_at.is_some_and(|p| p < self.checkpoint)
+            && !self.parked.contains_key(&order)
+            && !self.contests.contains_key(&order);
+        // R56: the claim announces the order's key at its own position; an
+        // unpark claim of an older writer (without `order_key`) has the
+        // key its park named.
+        let parked_key = self
+            .parked
+            .get(&order)
+            .filter(|_| *unpark)
+            .and_then(|p| p.key.clone());
+        let key = order_key.clone().or(parked_key).map(|k| (k, pos));
         let takeover = !takeover_of.is_empty();
         let continues = takeover
             && self
@@ -41,9 +62,10 @@ impl View {
                 .and_then(|s| s.hold.as_ref())
                 .is_some_and(|h| h.pending && h.order == order);
         // A takeover follows a revocation, a claim of a parked order a park
-        // (R55): both are behind the frontier by design, never late.
+        // (R55): both are behind the frontier by design, never late, but
+        // for a stale claim out of the park.
         let contest = self.contests.entry(order).or_insert_with(|| Contest {
-            late: behind && !takeover && !unpark,
+            late: behind && !takeover && (!unpark || stale_unpark),
             ..Contest::default()
         });
         let rank = rank.unwrap_or(i.get());
@@ -57,7 +79,7 @@ impl View {
             contest.stale.remove(&i);
         }
         // R55: any other claim of a parked order takes it out of the park
-        // (its holder announces its key again, R56).
+        // (the claim announces its key, R56).
         if !stale {
             self.parked.remove(&order);
         }
@@ -88,7 +110,7 @@ impl View {
             rank,
             pending: false,
             took_over: takeover_of.first().cloned(),
-            key: None,
+            key,
         });
     }
 
@@ -228,6 +250,12 @@ impl View {
             return;
         };
         let order = *order;
+        // A finished order waits no more (R54): a void completion (its
+        // writer fenced or revoked) after a park by the order's next
+        // holder must not leave it parked, or a reader from a checkpoint,
+        // which keeps the park but not the settled contest, would claim it
+        // out of the park and run it again.
+        self.parked.remove(&order);
         let c = self.contests.entry(order).or_default();
         if c.finished.is_none() {
             c.finished = Some((pos, outcome.clone()));
@@ -341,14 +369,19 @@ impl View {
         self.parked.contains_key(&order) || self.contests.get(&order).is_some_and(|c| c.parked_once)
     }
 
-    /// How many holds of other instances than `me` have `key`, from a
-    /// position before `at` (R56): those that go before a hold that got
-    /// the key at `at`.
+    /// How many holds of other instances than `me` have `key`, announced
+    /// at a position before `at` (R56): those that go before a hold that
+    /// got the key at `at`. Holds of `me`'s own order are not counted:
+    /// they are rivals in its contest, and at most one of a contest runs
+    /// (I1).
     pub fn key_ahead(&self, me: crate::record::InstanceNo, key: &str, at: Position) -> usize {
+        let mine = self.hold(me).map(|h| h.order);
         self.instances
             .iter()
             .filter(|(i, _)| **i != me)
-            .filter_map(|(_, s)| s.hold.as_ref()?.key.as_ref())
+            .filter_map(|(_, s)| s.hold.as_ref())
+            .filter(|h| Some(h.order) != mine)
+            .filter_map(|h| h.key.as_ref())
             .filter(|(k, p)| k == key && *p < at)
             .count()
     }
@@ -359,6 +392,27 @@ impl View {
         self.parked
             .range(..order)
             .any(|(_, p)| p.key.as_deref() == Some(key) && p.until.is_none_or(|u| u <= now))
+    }
+
+    /// Whether another instance than `me` holds an order of `key` in
+    /// `order`'s lane with a lower offset whose key it announced after
+    /// `at` (R56): a lower order claimed again (out of the park, or taken
+    /// over) after `order` was claimed. [`View::key_ahead`] does not count
+    /// it, yet `order` goes behind it.
+    pub fn held_below(
+        &self,
+        me: crate::record::InstanceNo,
+        order: OrderId,
+        key: &str,
+        at: Position,
+    ) -> bool {
+        self.instances
+            .iter()
+            .filter(|(i, _)| **i != me)
+            .filter_map(|(_, s)| s.hold.as_ref())
+            .filter(|h| h.order.lane() == order.lane() && h.order.offset < order.offset)
+            .filter_map(|h| h.key.as_ref())
+            .any(|(k, p)| k == key && *p > at)
     }
 
     /// The parked orders that an idle instance may claim at `now` (R55),
@@ -380,17 +434,16 @@ impl View {
             }
             if let Some(k) = p.key.as_deref() {
                 let left = room.entry(k).or_insert_with(|| {
-                    let held = self
+                    // Orders, not holds: rivals in one contest hold one
+                    // order, and at most one of them runs it (I1).
+                    let held: std::collections::BTreeSet<OrderId> = self
                         .instances
                         .values()
-                        .filter(|s| {
-                            s.hold
-                                .as_ref()
-                                .and_then(|h| h.key.as_ref())
-                                .is_some_and(|(hk, _)| hk == k)
-                        })
-                        .count();
-                    (limit as usize).saturating_sub(held)
+                        .filter_map(|s| s.hold.as_ref())
+                        .filter(|h| h.key.as_ref().is_some_and(|(hk, _)| hk == k))
+                        .map(|h| h.order)
+                        .collect();
+                    (limit as usize).saturating_sub(held.len())
                 });
                 if *left == 0 {
                     continue;

@@ -66,8 +66,9 @@ impl View {
                 instance: i,
                 incarnation: hold.incarnation,
             }),
-            // The taker announces the key again before it runs (R56).
-            key: None,
+            // The order's key stays held, from the revocation on; the
+            // takeover claim announces it again (R56).
+            key: hold.key.map(|(k, _)| (k, pos)),
         });
         contest.claim(*by, pos, rank);
         if late {

@@ -31,6 +31,9 @@ pub fn describe(rec: &Record) -> String {
     };
     if let Body::Lease {
         order_key: Some(k), ..
+    }
+    | Body::Claimed {
+        order_key: Some(k), ..
     } = &rec.body
     {
         s.push_str(&format!(" (key {})", clip(k, 40)));

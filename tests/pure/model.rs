@@ -932,6 +932,9 @@ impl Model for Pool {
             Property::always(KEY_LIMIT, |_, s: &S| {
                 s.w.violation.as_ref().is_none_or(|v| v.0 != KEY_LIMIT)
             }),
+            Property::always(KEY_ORDER, |_, s: &S| {
+                s.w.violation.as_ref().is_none_or(|v| v.0 != KEY_ORDER)
+            }),
             Property::always(PRIORITY, |_, s: &S| {
                 s.w.violation.as_ref().is_none_or(|v| v.0 != PRIORITY)
             }),
@@ -2488,6 +2491,54 @@ fn ignore_key_limit_is_caught() {
     assert_caught(
         Pool::new(keyed(2, 2, 0, Some(Flaw::IgnoreKeyLimit))),
         &[KEY_LIMIT],
+    );
+}
+
+/// `keyed_between`: 2 instances, orders of key "a" at 0:0, 0:1 and 0:3
+/// and one without a key at 0:2, so that an instance runs 0:2 while 0:1
+/// waits in the park and then claims 0:3 while 0:1 is claimed out of it.
+fn keyed_between(crashes: u32, flaw: Option<Flaw>) -> Config {
+    let a = Terms {
+        key: Some("a".into()),
+        ..Terms::default()
+    };
+    Config {
+        terms: vec![a.clone(), a.clone(), Terms::default(), a],
+        key_concurrency: 1,
+        max_crashes: crashes,
+        max_dups: 0,
+        ..config(2, 4, flaw)
+    }
+}
+
+/// R56 with an order claimed out of the park while a later order of its
+/// key is claimed at the frontier: every property, [`KEY_ORDER`] among
+/// them. CI: breadth-first to 1,000,000 states; the whole space
+/// (31,782,745 states, 14 minutes on 2 cores) by hand:
+/// `keyed_orders_start_in_order_around_the_park_full`. Its broken
+/// variant, `Flaw::OnlyParkedGoFirst`, lies deeper than 2,000,000 states;
+/// the simulation catches it (tests/pure/simulation.rs).
+#[test]
+fn keyed_orders_start_in_order_around_the_park() {
+    assert_holds_upto(Pool::new(keyed_between(0, None)), Bound::States(1_000_000));
+}
+
+/// The whole space of [`keyed_orders_start_in_order_around_the_park`].
+#[test]
+#[ignore]
+fn keyed_orders_start_in_order_around_the_park_full() {
+    assert_holds(Pool::new(keyed_between(0, None)));
+}
+
+/// R56's broken variant for order: a claim carries no key (the rule
+/// before the key on the claim); its holder announces the key on a lease
+/// after it, so the holder of a later order of the key that announces
+/// first runs first.
+#[test]
+fn key_after_claim_is_caught() {
+    assert_caught(
+        Pool::new(keyed(2, 2, 0, Some(Flaw::KeyAfterClaim))),
+        &[KEY_ORDER],
     );
 }
 

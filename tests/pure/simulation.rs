@@ -1192,7 +1192,8 @@ fn leased_seeds(cfg: &Config, first: u64, seeds: u64, name: &str) {
 /// or "b", at most one live run each). Checked after every step besides
 /// every other property: no job starts before its `not_before` on its
 /// starter's clock (`RUN_EARLY`), never two live runs of a key
-/// (`KEY_LIMIT`); every order is completed. `POOL_SIM_PARK_SEEDS` changes
+/// (`KEY_LIMIT`), the orders of a key without a delay start in offset order
+/// (`KEY_ORDER`); every order is completed. `POOL_SIM_PARK_SEEDS` changes
 /// the seeds.
 fn config_parking() -> Config {
     let base = config_clocks();
@@ -1238,13 +1239,15 @@ fn simulation_with_delays_and_keys() {
     );
 }
 
-/// The broken rules of R54 and R56 are caught by that simulation.
+/// The broken rules of R54 and R56 (the key limit, and the key order:
+/// [`crate::world::KEY_ORDER`]) are caught by that simulation.
 #[test]
 fn starting_early_and_ignoring_keys_are_caught_by_the_simulation() {
     use pool_worker_core::worker::Flaw;
     for (flaw, prop) in [
         (Flaw::StartEarly, crate::world::RUN_EARLY),
         (Flaw::IgnoreKeyLimit, crate::world::KEY_LIMIT),
+        (Flaw::KeyAfterClaim, crate::world::KEY_ORDER),
     ] {
         let cfg = Config {
             flaw: Some(flaw),
@@ -1367,7 +1370,9 @@ fn broken_priorities_are_caught_by_the_simulation() {
 }
 
 /// Replays one seed: `POOL_SIM_SEED=1234 cargo test --test pure simulation::replay -- --nocapture`
-/// (with `POOL_SIM_LEASES=1`: a seed of the simulation with leases).
+/// (with `POOL_SIM_LEASES=1`: a seed of the simulation with leases;
+/// `POOL_SIM_CLOCKS=1`, with clocks; `POOL_SIM_PARKING=1`, with delays and
+/// keys).
 #[test]
 fn replay() {
     let Some(seed) = std::env::var("POOL_SIM_SEED")
@@ -1377,7 +1382,9 @@ fn replay() {
         return;
     };
     let t = Instant::now();
-    let mut cfg = if env("POOL_SIM_CLOCKS", 0) == 1 {
+    let mut cfg = if env("POOL_SIM_PARKING", 0) == 1 {
+        config_parking()
+    } else if env("POOL_SIM_CLOCKS", 0) == 1 {
         config_clocks()
     } else if env("POOL_SIM_LEASES", 0) == 1 {
         config_leases()

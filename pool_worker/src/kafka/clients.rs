@@ -1718,6 +1718,14 @@ impl Kafka {
         r
     }
 
+    /// Keeps an order's message for the next [`Kafka::fetch_order`] of it
+    /// (read before its claim: `Action::Peek`).
+    pub(crate) fn keep_order(&self, order: OrderId, m: OrderMessage) {
+        if let Ok(mut c) = self.payloads.lock() {
+            c.put(order, m);
+        }
+    }
+
     /// The first offset still in an orders partition (its log start), if
     /// the broker says.
     async fn log_start(&self, lane: Lane) -> Option<i64> {

@@ -35,6 +35,12 @@ pub(super) type Prepared = (OrderId, u32, Result<orders::OrderSpec, Outcome>);
 /// task of its own (the loop goes on renewing the lease and reading the log
 /// meanwhile), then run as a job on another; each reports on a channel.
 pub(super) struct Job {
+    peek_tx: mpsc::Sender<(OrderId, Option<String>)>,
+    /// The key of an order read before its claim ([`Job::peek`]).
+    pub(super) peek_rx: mpsc::Receiver<(OrderId, Option<String>)>,
+    /// The read under way: a fetch for a run ends it (both would use the
+    /// orders consumer).
+    peek_task: Option<JoinHandle<()>>,
     prep_tx: mpsc::Sender<Prepared>,
     pub(super) prep_rx: mpsc::Receiver<Prepared>,
     pub(super) prep_task: Option<JoinHandle<()>>,
@@ -55,7 +61,11 @@ impl Job {
     pub(super) fn new() -> Job {
         let (prep_tx, prep_rx) = mpsc::channel(1);
         let (out_tx, out_rx) = mpsc::channel(1);
+        let (peek_tx, peek_rx) = mpsc::channel(1);
         Job {
+            peek_tx,
+            peek_rx,
+            peek_task: None,
             prep_tx,
             prep_rx,
             prep_task: None,
@@ -68,6 +78,25 @@ impl Job {
         }
     }
 
+    /// `Action::Peek`: reads the order on a task, before its claim; its
+    /// key (none if it has none or cannot be read or parsed) arrives on
+    /// `peek_rx`. The message is kept for the fetch of its run, if the
+    /// claim wins.
+    pub(super) fn peek(&mut self, kafka: &'static Kafka, order: OrderId) {
+        let tx = self.peek_tx.clone();
+        self.peek_task = Some(tokio::spawn(async move {
+            let key = match kafka.fetch_order(order).await {
+                Ok(m) => {
+                    let key = orders::parse(m.payload.as_deref()).ok().and_then(|s| s.key);
+                    kafka.keep_order(order, m);
+                    key
+                }
+                Err(_) => None,
+            };
+            let _ = tx.send((order, key)).await;
+        }));
+    }
+
     /// Fetches and parses the order on a task; the result arrives on `prep_rx`.
     pub(super) fn fetch(
         &mut self,
@@ -78,6 +107,9 @@ impl Job {
         timeout: Duration,
     ) {
         self.killed = false;
+        if let Some(t) = self.peek_task.take() {
+            t.abort();
+        }
         let tx = self.prep_tx.clone();
         self.prep_task = Some(tokio::spawn(async move {
             let msg = kafka

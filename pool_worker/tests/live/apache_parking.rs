@@ -1,9 +1,8 @@
 //! Parked orders on Apache Kafka (issue 36 items 2 and 3, docs/protocol.md
 //! R54–R56): an order with a `not_before` still ahead waits without
 //! holding up the orders behind it and starts no earlier than that time;
-//! with KEY_CONCURRENCY=1, orders of one `key` run one at a time (in
-//! offset order as a rule, not asserted: see [`apache_key_runs_one_at_a_time`]),
-//! while other orders run beside them.
+//! with KEY_CONCURRENCY=1, orders of one `key` run one at a time, in
+//! offset order, while other orders run beside them.
 //!
 //! The jobs write what they saw (`P:O INSTANCE ATTEMPT TIME_MS`, by their
 //! own clock, `date +%s%3N`) to files: the start of each run, and for the
@@ -299,7 +298,8 @@ fn spans(dir: &Path) -> (Vec<Span>, Vec<String>) {
 /// KEY_CONCURRENCY=1, 3 instances: 4 orders of key "a" (each a second of
 /// heartbeats), 3 of key "b" and 3 without a key, interleaved: no two
 /// runs of "a" are alive at once, runs of "b" or keyless ones start while
-/// one of "a" runs, and every order completes exactly once with one run.
+/// one of "a" runs, the orders of "a" start in offset order, and every
+/// order completes exactly once with one run.
 #[test]
 fn apache_key_runs_one_at_a_time() {
     let started = std::time::Instant::now();
@@ -367,14 +367,17 @@ fn apache_key_runs_one_at_a_time() {
             w[1]
         );
     }
-    // Not asserted: that the orders of "a" start in offset order. R56
-    // keeps a first attempt behind a *parked* order of its key with a
-    // lower offset, but an unpark claim takes that order out of the park
-    // before its holder announces the key; a later order of the key
-    // claimed meanwhile can announce first and run first (seen in CI,
-    // 2026-11-27: 0:4 before 0:1). README, "Delayed orders and keys",
-    // says so; closing it is a protocol change (the view keeping an
-    // unparked order's key until its holder announces it), not made yet.
+    // In offset order.
+    let offsets: Vec<i64> = a
+        .iter()
+        .map(|r| r.order.parse::<OrderId>().expect("P:O").offset)
+        .collect();
+    let mut sorted = offsets.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        offsets, sorted,
+        "the orders of key a started out of offset order\n{shown}"
+    );
     // Others ran meanwhile.
     let others: Vec<&Span> = runs
         .iter()

@@ -72,12 +72,12 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
     if a.order_id().is_some() && a.order_id() == b.order_id() {
         return true;
     }
-    // R54–R56: a holder's key check, as it reads back its lease that
-    // announces the key, counts the holds of its key (opened by such a
-    // lease, closed by any completion, yield, park or revocation) and the
-    // parked orders of its key (parked, claimed again): such a lease, and
-    // a park, depend on every record about an order. (Coarse: the records
-    // do not all say their key.)
+    // R54–R56: a holder's key check counts the holds of its key (opened
+    // by a claim or a lease that announces it, closed by any completion,
+    // yield, park or revocation) and the parked orders of its key (parked,
+    // claimed again): such a claim or lease, and a park, depend on every
+    // record about an order. (Coarse: the records do not all say their
+    // key.)
     let keyed = |r: &Record| {
         r.order_keyed
             || matches!(
@@ -87,6 +87,11 @@ fn depends_in(a: &Record, b: &Record, unerased: bool) -> bool {
                         order_key: Some(_),
                         ..
                     }
+                    | Body::Claimed {
+                        order_key: Some(_),
+                        ..
+                    }
+                    | Body::Claimed { unpark: true, .. }
             )
     };
     if (keyed(a) && b.order().is_some()) || (keyed(b) && a.order().is_some()) {
@@ -507,9 +512,17 @@ impl World {
         (topics, per_topic, ends).hash(&mut h);
         for &p in order {
             // The key is the record's hash, unless it names a position.
-            match log[p].rec.seen() {
-                None => h.write_u64(key[p]),
-                Some(_) => {
+            let names = log[p].rec.seen().is_some()
+                || matches!(
+                    log[p].rec.body,
+                    Body::Claimed {
+                        park_at: Some(_),
+                        ..
+                    }
+                );
+            match names {
+                false => h.write_u64(key[p]),
+                true => {
                     hash_record(&log[p].rec, &f, &mut h);
                     log[p].erased.hash(&mut h);
                 }
@@ -595,6 +608,7 @@ impl World {
                 first_commit,
                 finished_void,
                 claimed,
+                started,
                 first_pos: _,
                 committed_by: _,
                 open,
@@ -608,6 +622,7 @@ impl World {
                 first_commit.map(|p| f(Position::new(p as u64))),
                 finished_void,
                 claimed,
+                started,
                 open,
                 ended,
             )
@@ -643,7 +658,7 @@ impl World {
     }
 }
 
-/// Hashes a record with its positions (`seen`) renamed by `f`, leaving out
+/// Hashes a record with its positions (`seen`, `park_at`) renamed by `f`, leaving out
 /// its reasons.
 fn hash_record(r: &Record, f: &dyn Fn(Position) -> Position, h: &mut Mix) {
     // Destructured, so that a field added to Record must be placed here.
@@ -668,6 +683,8 @@ fn hash_record(r: &Record, f: &dyn Fn(Position) -> Position, h: &mut Mix) {
             passed_over,
             order_id,
             unpark,
+            park_at,
+            order_key,
         } => {
             (
                 order,
@@ -677,6 +694,8 @@ fn hash_record(r: &Record, f: &dyn Fn(Position) -> Position, h: &mut Mix) {
                 passed_over,
                 order_id,
                 unpark,
+                park_at.map(f),
+                order_key,
             )
                 .hash(h);
             None

@@ -412,6 +412,8 @@ pub struct OrderGhost {
     pub finished_void: bool,
     /// A claim of it was accepted.
     pub claimed: bool,
+    /// A job of it started ([`KEY_ORDER`]).
+    pub started: bool,
     /// Position of the first record about it.
     pub first_pos: Option<usize>,
     /// Instances whose `committed` for it the referee accepted.
@@ -619,6 +621,14 @@ pub const RUN_CONCURRENTLY: &str = "no two jobs of one order are live at the sam
 pub const RUN_EARLY: &str = "no order's job starts before its not_before";
 /// Issue 36, R56: live as in [`RUN_CONCURRENTLY`].
 pub const KEY_LIMIT: &str = "no more than KEY_CONCURRENCY jobs of one key are live at once";
+/// Issue 36, R56: with `KEY_CONCURRENCY` 1, the orders of one key in one
+/// partition start in offset order: when a job of such an order first
+/// starts, every order of the key below it in its lane has started or
+/// ended (completed, also without running: cancelled, given up). Orders
+/// with a `not_before` are left out (one not due yet lets later ones go
+/// first, R56), and so is a start by a retry of its instance's own hold
+/// after a crash (R21: the first run may have started; I15).
+pub const KEY_ORDER: &str = "the orders of one key in one partition start in offset order";
 /// R29, R57: an instance that is first in line for an order of a topic
 /// claims no order of a later topic instead (of the orders it may claim,
 /// it takes one of the first topic), and claims no order of a topic not
@@ -626,7 +636,7 @@ pub const KEY_LIMIT: &str = "no more than KEY_CONCURRENCY jobs of one key are li
 /// claim (a first claim or an unpark, not a takeover).
 pub const PRIORITY: &str =
     "no instance first in line for an order of a topic claims an order of a later topic";
-pub const SAFETY: [&str; 13] = [
+pub const SAFETY: [&str; 14] = [
     RUN_BY_TWO,
     RUN_TWICE,
     COMPLETED_TWICE,
@@ -639,6 +649,7 @@ pub const SAFETY: [&str; 13] = [
     RUN_CONCURRENTLY,
     RUN_EARLY,
     KEY_LIMIT,
+    KEY_ORDER,
     PRIORITY,
 ];
 
@@ -1444,6 +1455,12 @@ impl World {
                     inst.fetched = None;
                     inst.ran = None;
                 }
+                // The shell reads the order before its claim (R56) and
+                // reports its key at once.
+                Action::Peek { order } => {
+                    let key = self.terms_of(order).and_then(|t| t.key.clone());
+                    self.feed(i, Input::Peeked { order, key });
+                }
                 Action::Run { order, attempt, .. }
                     if self.terms_of(order).is_some_and(Terms::any) =>
                 {
@@ -1562,6 +1579,7 @@ impl World {
         if self.referee.contest(order).is_some_and(|c| c.parked_once) {
             self.unparked_runs += 1;
         }
+        self.judge_key_order(i, order, attempt);
         self.inst_mut(i).running = Some(order);
         self.inst_mut(i).ran = Some(order);
         self.judge_cancel(i, order);
@@ -1598,6 +1616,50 @@ impl World {
             );
         } else if runs > 1 + deaths {
             self.violate(RUN_TWICE, format!("instance {i} runs order {order} for the {runs}th time (attempt {attempt}) but died running it only {deaths} times"));
+        }
+    }
+
+    /// [`KEY_ORDER`], as instance `i` starts a job of `order`; notes the
+    /// start. A retry of the instance's own hold (R21, not a takeover) is
+    /// not judged: its first run may have started (docs/protocol.md I15).
+    fn judge_key_order(&mut self, i: u32, order: OrderId, attempt: u32) {
+        let Some(k) = self.slot(order) else {
+            return;
+        };
+        let first = !self.orders[k].started;
+        self.orders[k].started = true;
+        let own_retry = attempt > 1
+            && self
+                .inst(i)
+                .worker
+                .as_ref()
+                .is_none_or(|w| w.view.hold(i.into()).is_none_or(|h| h.took_over.is_none()));
+        if own_retry {
+            return;
+        }
+        let plain_key = |w: &World, o: OrderId| {
+            w.terms_of(o)
+                .filter(|t| t.not_before.is_none())
+                .and_then(|t| t.key.clone())
+        };
+        let Some(key) = plain_key(self, order).filter(|_| first && self.key_concurrency == 1)
+        else {
+            return;
+        };
+        let pending = (0..order.offset)
+            .map(|offset| order.lane().at(offset))
+            .filter(|o| plain_key(self, *o).as_ref() == Some(&key))
+            .find(|o| {
+                self.slot(*o).is_some_and(|j| {
+                    let g = &self.orders[j];
+                    !g.started && g.completions == 0 && !g.finished_void
+                })
+            });
+        if let Some(o) = pending {
+            let what = format!(
+                "instance {i} starts order {order} of key {key:?} before order {o} of the same key, which has not started"
+            );
+            self.violate(KEY_ORDER, what);
         }
     }
 
