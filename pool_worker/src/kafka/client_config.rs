@@ -40,6 +40,9 @@ const NOT_PROPERTIES: &[&str] = &[
     "KAFKA_HOME",
 ];
 
+/// librdkafka's `debug` property, which `KAFKA_DEBUG` cannot set.
+pub(crate) const DEBUG_VAR: &str = "LIBRDKAFKA_DEBUG";
+
 /// The largest secret file a `KAFKA_<PROPERTY>_FILE` may name.
 const MAX_SECRET_FILE: u64 = 64 * 1024;
 
@@ -97,6 +100,13 @@ impl KafkaSettings {
             }
             check_property(var, &name, &value)?;
             props.insert(name, (var.clone(), value));
+        }
+        // librdkafka's `debug` (its contexts: `eos,protocol`, `all`), whose
+        // `KAFKA_DEBUG` is Kafka's scripts' own; logged through
+        // `RUST_LOG=librdkafka=debug`.
+        if let Some((var, value)) = vars.iter().find(|(k, _)| k == DEBUG_VAR) {
+            check_property(var, "debug", value)?;
+            props.insert("debug".into(), (var.clone(), value.clone()));
         }
         Ok(KafkaSettings {
             brokers,
@@ -248,5 +258,26 @@ mod tests {
         assert_eq!(c.get("enable.metrics.push"), Some("true"));
         // librdkafka knows the property (it refuses unknown ones).
         assert!(c.create_native_config().is_ok());
+    }
+
+    /// `LIBRDKAFKA_DEBUG` sets librdkafka's `debug`; `KAFKA_DEBUG` (Kafka's
+    /// scripts') does not; a context librdkafka does not know is refused,
+    /// naming the variable.
+    #[test]
+    fn librdkafka_debug_has_a_variable_of_its_own() {
+        let vars = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let s = KafkaSettings::from_vars(&vars(&[("LIBRDKAFKA_DEBUG", "eos,protocol")])).unwrap();
+        assert_eq!(
+            s.props.get("debug").map(String::as_str),
+            Some("eos,protocol")
+        );
+        let s = KafkaSettings::from_vars(&vars(&[("KAFKA_DEBUG", "y")])).unwrap();
+        assert!(!s.props.contains_key("debug"));
+        let e = KafkaSettings::from_vars(&vars(&[("LIBRDKAFKA_DEBUG", "nonsense")])).unwrap_err();
+        assert!(e.0.contains("LIBRDKAFKA_DEBUG"), "{e}");
     }
 }
