@@ -2513,8 +2513,8 @@ fn keyed_between(crashes: u32, flaw: Option<Flaw>) -> Config {
 
 /// R56 with an order claimed out of the park while a later order of its
 /// key is claimed at the frontier: every property, [`KEY_ORDER`] among
-/// them. CI: breadth-first to 1,000,000 states; the whole space (about
-/// 32 million states, 14 minutes on 2 cores) by hand:
+/// them. CI: breadth-first to 1,000,000 states; the whole space
+/// (31,192,368 states, 15 minutes on 2 cores) by hand:
 /// `keyed_orders_start_in_order_around_the_park_full`. Its broken
 /// variant, `Flaw::OnlyParkedGoFirst`, is not caught: its case needs a
 /// contested claim's window (docs/protocol-proofs.md, "Parked orders").
