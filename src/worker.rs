@@ -763,11 +763,7 @@ impl Worker {
         // before the claim) is the order's key for the protocol, also
         // where the order's body differs (a URL order's body names
         // another, or none).
-        let announced = self
-            .view
-            .hold(self.me)
-            .and_then(|h| h.key.as_ref())
-            .map(|(k, _)| k.clone());
+        let announced = self.announced_key();
         let keyed = announced.is_some();
         let terms = Terms {
             key: announced.or(terms.key),
@@ -844,18 +840,21 @@ impl Worker {
     /// order is to run: if its claim announced its key, judge R56 now, on
     /// the log as it stands at that record, as every reader of it would.
     fn run(&mut self, order: OrderId, attempt: Attempt, retry: bool) -> Vec<Action> {
-        let key = self
-            .view
-            .hold(self.me)
-            .and_then(|h| h.key.as_ref())
-            .map(|(k, _)| k.clone());
-        self.key_verdict = key.map(|k| self.key_blocked(order, attempt, &k));
+        self.key_verdict = self
+            .announced_key()
+            .map(|k| self.key_blocked(order, attempt, &k));
         self.phase = Phase::Run { order, attempt };
         vec![Action::Run {
             order,
             attempt,
             retry,
         }]
+    }
+
+    /// The key a record of our hold announced (its claim, a lease; R56).
+    fn announced_key(&self) -> Option<String> {
+        let (k, _) = self.view.hold(self.me)?.key.as_ref()?;
+        Some(k.clone())
     }
 
     /// Park the order we hold committed, before its job starts (R54): it

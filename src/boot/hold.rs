@@ -376,14 +376,19 @@ impl View {
     /// (I1).
     pub fn key_ahead(&self, me: crate::record::InstanceNo, key: &str, at: Position) -> usize {
         let mine = self.hold(me).map(|h| h.order);
-        self.instances
-            .iter()
-            .filter(|(i, _)| **i != me)
-            .filter_map(|(_, s)| s.hold.as_ref())
+        self.holds_of_others(me)
             .filter(|h| Some(h.order) != mine)
             .filter_map(|h| h.key.as_ref())
             .filter(|(k, p)| k == key && *p < at)
             .count()
+    }
+
+    /// The open holds of every instance but `me` (R56's counts).
+    fn holds_of_others(&self, me: crate::record::InstanceNo) -> impl Iterator<Item = &Hold> {
+        self.instances
+            .iter()
+            .filter(move |(i, _)| **i != me)
+            .filter_map(|(_, s)| s.hold.as_ref())
     }
 
     /// Whether a parked order of `key` due at `now` goes before `order`
@@ -406,10 +411,7 @@ impl View {
         key: &str,
         at: Position,
     ) -> bool {
-        self.instances
-            .iter()
-            .filter(|(i, _)| **i != me)
-            .filter_map(|(_, s)| s.hold.as_ref())
+        self.holds_of_others(me)
             .filter(|h| h.order.lane() == order.lane() && h.order.offset < order.offset)
             .filter_map(|h| h.key.as_ref())
             .any(|(k, p)| k == key && *p > at)

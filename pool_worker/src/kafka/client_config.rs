@@ -41,7 +41,7 @@ const NOT_PROPERTIES: &[&str] = &[
 ];
 
 /// librdkafka's `debug` property, which `KAFKA_DEBUG` cannot set.
-pub(crate) const DEBUG_VAR: &str = "LIBRDKAFKA_DEBUG";
+const DEBUG_VAR: &str = "LIBRDKAFKA_DEBUG";
 
 /// The largest secret file a `KAFKA_<PROPERTY>_FILE` may name.
 const MAX_SECRET_FILE: u64 = 64 * 1024;
