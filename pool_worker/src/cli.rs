@@ -185,6 +185,8 @@ pub fn main() -> ExitCode {
             // Before any thread exists: the job's guards live in a copy of
             // this process made now (pool_worker/src/guard.rs, `Host`).
             crate::guard::fork_host();
+            // SAFETY: still one thread (the host is a process of its own).
+            unsafe { crate::supervise::take_ready() };
             return match runtime() {
                 Ok(rt) => worker_mode(&rt),
                 Err(code) => code,

@@ -129,6 +129,35 @@ pub(crate) struct Limits {
     pub(crate) open_files: Option<u64>,
 }
 
+/// Makes every descriptor of `cmd`'s child past the standard three close at
+/// its `exec`: a job gets its standard input, output and error, and nothing
+/// else of the worker's. librdkafka makes its queues' wakeup pipes without
+/// close-on-exec, and a worker passes on whatever its own parent left open
+/// (a build tool's jobserver pipe, say): a job could read a broker thread's
+/// wakeups away, or hold a pipe open after the worker is gone.
+/// Close-on-exec rather than closed: the standard library's own pipe, which
+/// reports a failed `exec` to the worker, must stay open until the `exec`.
+/// Linux 5.11 and later (`close_range` with `CLOSE_RANGE_CLOEXEC`); an older
+/// kernel refuses it, and the job then inherits them as before.
+pub(crate) fn close_inherited(cmd: &mut tokio::process::Command) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: the closure makes one system call, async-signal-safe, and
+    // ignores its result.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        });
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
 /// Sets up the child of `cmd`, between `fork` and `exec`: limits first
 /// (`RLIMIT_NPROC` is checked at `fork`, so it counts the job user's
 /// processes from then on), then groups, gid and uid, in that order (once

@@ -352,6 +352,7 @@ fn command(
     };
     crate::isolate::prepare_child(&mut cmd, ctx.user.as_deref(), limits);
     crate::supervise::die_with_parent(&mut cmd);
+    crate::isolate::close_inherited(&mut cmd);
     cmd
 }
 

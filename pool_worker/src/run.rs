@@ -755,6 +755,8 @@ impl Shell {
             self.todo.extend(self.w.handle(input, now_ms()));
             if was_booting && !booting(&self.w.phase) {
                 crate::account::mark("boot_done");
+                // Ready to claim: the supervisor starts the next standby now.
+                crate::supervise::say_booted();
                 self.replay.report(&self.w);
             }
             if self.w.phase != Phase::Choose {

@@ -80,11 +80,13 @@
 //! runs it in-process through the [`Supervisor`] handle and prints the same
 //! [`SupEvent`]s.
 
+mod ready;
 use crate::backoff::Backoff;
 use crate::process_exit::Exit;
 use anyhow::{anyhow, bail, Context as _};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
+pub(crate) use ready::{booted as say_booted, take as take_ready};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::{self, Write as _};
@@ -564,6 +566,13 @@ impl Drop for Supervisor {
     }
 }
 
+/// A spawned child, with the pipe on which it says it booted where
+/// standbys are kept ([`ready`]).
+struct Proc {
+    child: Child,
+    ready: Option<ready::Ready>,
+}
+
 struct Shared {
     cfg: SupervisorConfig,
     spawner: Spawner,
@@ -586,6 +595,25 @@ impl Shared {
                 (n < max).then_some(n + 1)
             })
             .is_ok()
+    }
+
+    /// Spawns a child of `instance` (a standby, or a plain start) on the
+    /// spawner thread; where standbys are kept, with the pipe on which it
+    /// says it booted ([`ready`]).
+    async fn spawn(&self, instance: u32, standby: bool) -> io::Result<Proc> {
+        let mut cmd = self.command(instance, standby);
+        let pipe = if self.cfg.standby {
+            let pipe = ready::Pipe::new()?;
+            pipe.give(&mut cmd);
+            Some(pipe)
+        } else {
+            None
+        };
+        let child = self.spawner.spawn(cmd).await?;
+        Ok(Proc {
+            child,
+            ready: pipe.and_then(ready::Pipe::spawned),
+        })
     }
 
     fn command(&self, instance: u32, standby: bool) -> Command {
@@ -628,7 +656,7 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
     let mut restarts = Restarts::new(sh.cfg.restart_delay, sh.cfg.max_restart_delay);
     // The next process, started while the current one runs (dropped, and
     // so killed, with this task).
-    let mut standby: Option<Child> = None;
+    let mut standby: Option<Proc> = None;
     loop {
         if *stop.borrow() {
             return Fate::Stopped;
@@ -642,14 +670,14 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
         }
         run += 1;
         let promoted = match standby.take() {
-            Some(c) => promote(c).await,
+            Some(p) => promote(p).await,
             None => None,
         };
         let child = match promoted {
-            Some(c) => Ok((c, true)),
+            Some(p) => Ok((p, true)),
             None => {
                 crate::account::mark("spawn");
-                let c = sh.spawner.spawn(sh.command(instance, false)).await;
+                let c = sh.spawn(instance, false).await;
                 crate::account::mark_with("spawned", || spawned_pid(&c));
                 c.map(|c| (c, false))
             }
@@ -662,12 +690,18 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                 });
                 restarts.next(false, Duration::ZERO)
             }
-            Ok((child, relayed)) => {
-                if sh.cfg.standby {
-                    standby = start_standby(instance, &sh).await;
-                }
-                match run_child(instance, run, &sh, &mut stop, child, relayed, &mut restarts).await
-                {
+            Ok((Proc { child, ready }, relayed)) => {
+                let running =
+                    run_child(instance, run, &sh, &mut stop, child, relayed, &mut restarts);
+                let ran = match ready {
+                    Some(ready) => {
+                        let (ran, next) = standby_once_booted(instance, &sh, ready, running).await;
+                        standby = next;
+                        ran
+                    }
+                    None => running.await,
+                };
+                match ran {
                     Ok(delay) => delay,
                     Err(fate) => return fate,
                 }
@@ -683,42 +717,74 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
     }
 }
 
+/// Runs the current child (`running`: its [`run_child`]) and, once it says
+/// it booted ([`ready`]), starts the instance's next standby: not before,
+/// so that the standby's own start does not compete with the child's fence
+/// and `booted` for the cores (bench/RESULTS.md, issue 35). Without a word
+/// within [`ready::PATIENCE`] (a program that is no worker, a first start
+/// that settles), the standby starts then; a child that closes the pipe
+/// without it (it exits before it boots) gets none: the next start is a
+/// plain one.
+async fn standby_once_booted(
+    instance: u32,
+    sh: &Shared,
+    mut ready: ready::Ready,
+    running: impl std::future::Future<Output = Result<Duration, Fate>>,
+) -> (Result<Duration, Fate>, Option<Proc>) {
+    let mut running = std::pin::pin!(running);
+    let said = tokio::select! {
+        // A word and the exit can come together: the word first.
+        biased;
+        said = ready.booted(ready::PATIENCE) => said,
+        ran = &mut running => return (ran, None),
+    };
+    let standby = match said {
+        ready::Said::Booted | ready::Said::Nothing => start_standby(instance, sh).await,
+        ready::Said::Closed => None,
+    };
+    (running.await, standby)
+}
+
 /// Starts a standby for `instance`'s next start ([`STANDBY`]), its output
 /// relayed like any child's; `None` (the next start is a plain one) if it
 /// cannot be started.
-async fn start_standby(instance: u32, sh: &Shared) -> Option<Child> {
+async fn start_standby(instance: u32, sh: &Shared) -> Option<Proc> {
     crate::account::mark("spawn_standby");
-    let child = sh.spawner.spawn(sh.command(instance, true)).await;
-    crate::account::mark_with("spawned_standby", || spawned_pid(&child));
-    let mut child = child.ok()?;
+    let spawned = sh.spawn(instance, true).await;
+    crate::account::mark_with("spawned_standby", || spawned_pid(&spawned));
+    let mut p = spawned.ok()?;
     sh.emit(SupEvent::Standby {
         instance,
-        pid: child.id().unwrap_or(0),
+        pid: p.child.id().unwrap_or(0),
     });
     if sh.cfg.output == ChildOutput::Prefix {
-        relay_output(instance, &mut child);
+        relay_output(instance, &mut p.child);
     }
-    Some(child)
+    Some(p)
 }
 
 /// A spawned child's pid, for crate::account (0: none).
-fn spawned_pid(c: &io::Result<Child>) -> String {
-    c.as_ref().ok().and_then(Child::id).unwrap_or(0).to_string()
+fn spawned_pid(c: &io::Result<Proc>) -> String {
+    c.as_ref()
+        .ok()
+        .and_then(|p| p.child.id())
+        .unwrap_or(0)
+        .to_string()
 }
 
 /// Tells a standby to take over (`go`); `None` if it has exited meanwhile
 /// or cannot be told (it is then killed, having appended nothing).
-async fn promote(mut child: Child) -> Option<Child> {
+async fn promote(mut p: Proc) -> Option<Proc> {
     use tokio::io::AsyncWriteExt as _;
-    if !matches!(child.try_wait(), Ok(None)) {
+    if !matches!(p.child.try_wait(), Ok(None)) {
         return None;
     }
-    let mut input = child.stdin.take()?;
+    let mut input = p.child.stdin.take()?;
     input.write_all(b"go\n").await.ok()?;
     input.flush().await.ok()?;
-    crate::account::mark_with("go_sent", || child.id().unwrap_or(0).to_string());
+    crate::account::mark_with("go_sent", || p.child.id().unwrap_or(0).to_string());
     // Dropping the pipe after `go` is harmless: the worker reads no more.
-    Some(child)
+    Some(p)
 }
 
 /// One run of an instance's child, from its start to its exit: the delay
@@ -1004,13 +1070,14 @@ mod tests {
     }
 
     /// A standby waits for `go` on its input, then runs; a plain start
-    /// runs at once. Each run appends a line to a file: who ran, in order.
+    /// runs at once. Each run appends a line to a file: who ran, in order,
+    /// then says it booted (as a worker does once it can claim).
     #[tokio::test]
     async fn standbys_take_over_only_when_told() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("runs");
         let script = format!(
-            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then read line || exit 0; [ "$line" = go ] || exit 9; echo "standby $$" >> {log}; else echo "plain $$" >> {log}; fi; exit 0"#,
+            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then read line || exit 0; [ "$line" = go ] || exit 9; echo "standby $$" >> {log}; else echo "plain $$" >> {log}; fi; echo booted >&$POOL_WORKER_READY_FD; exit 0"#,
             log = log.display()
         );
         let mut cfg = sh(vec![1], &script);
@@ -1054,6 +1121,72 @@ mod tests {
             .map(|r| r.split(' ').nth(1).unwrap().parse().unwrap())
             .collect();
         assert_eq!(ran, started);
+    }
+
+    /// The next standby starts once the current process says it booted
+    /// (ready.rs), not with it: each process notes its start, and the first
+    /// notes when it says so, after a pause that a standby started at once
+    /// would have filled.
+    #[tokio::test]
+    async fn the_standby_starts_once_the_process_booted() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runs");
+        let script = format!(
+            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then echo "standby started" >> {log}; read line || exit 0; exit 0; fi; sleep 0.3; echo "plain booted" >> {log}; echo booted >&$POOL_WORKER_READY_FD; sleep 0.3; exit 0"#,
+            log = log.display()
+        );
+        let mut cfg = sh(vec![1], &script);
+        cfg.standby = true;
+        cfg.max_runs = Some(2);
+        let (ending, events) = collect(cfg).await;
+        assert_eq!(ending, Ending::MaxRuns);
+        let runs = std::fs::read_to_string(&log).unwrap();
+        let runs: Vec<&str> = runs.lines().collect();
+        assert_eq!(runs, ["plain booted", "standby started"], "{events:?}");
+    }
+
+    /// A process that ends without saying it booted gets no standby: the
+    /// next start is a plain one (no standby waits for a `go`).
+    #[tokio::test]
+    async fn no_standby_for_a_process_that_never_booted() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runs");
+        let script = format!(
+            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then echo standby >> {log}; else echo plain >> {log}; fi; exit 0"#,
+            log = log.display()
+        );
+        let mut cfg = sh(vec![1], &script);
+        cfg.standby = true;
+        cfg.max_runs = Some(3);
+        let (ending, events) = collect(cfg).await;
+        assert_eq!(ending, Ending::MaxRuns);
+        let runs = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(runs, "plain\nplain\nplain\n", "{events:?}");
+        assert_eq!(count(&events, |e| matches!(e, SupEvent::Standby { .. })), 0);
+    }
+
+    /// A process that says nothing (a program that is no worker) still
+    /// gets its standby, after [`ready::PATIENCE`], while it runs.
+    #[tokio::test]
+    async fn a_silent_process_gets_its_standby_after_the_patience() {
+        let mut cfg = sh(
+            vec![1],
+            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then read line || exit 0; exit 0; fi; sleep 3; exit 0"#,
+        );
+        cfg.standby = true;
+        cfg.max_runs = Some(1);
+        let (ending, events) = collect(cfg).await;
+        assert_eq!(ending, Ending::MaxRuns);
+        let standby = events
+            .iter()
+            .position(|e| matches!(e, SupEvent::Standby { .. }));
+        let exited = events
+            .iter()
+            .position(|e| matches!(e, SupEvent::Exited { .. }));
+        assert!(
+            matches!((standby, exited), (Some(s), Some(x)) if s < x),
+            "a standby while the silent process ran: {events:?}"
+        );
     }
 
     #[test]

@@ -1506,3 +1506,91 @@ fn the_pool_runs_orders_over_tls() {
         "tls: 3 orders completed through a TLS-only broker (stunnel on port {port})"
     ));
 }
+
+/// A supervised worker says "booted" on the descriptor its supervisor gave
+/// it (`POOL_WORKER_READY_FD`, pool_worker/src/supervise/ready.rs) once it
+/// can claim, before any order exists, and closes it by exiting. Its job
+/// gets none of the worker's descriptors beyond the standard three: not
+/// this one, nor librdkafka's wakeup pipes or whatever the worker's own
+/// parent left open (docs/security.md).
+#[test]
+fn a_worker_says_booted_on_its_supervisors_pipe() {
+    use std::io::Read as _;
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::process::CommandExt as _;
+    let broker = broker(1);
+    let topic = broker.opts.orders_topic.clone();
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+    let mut cmd = command();
+    cmd.envs(worker_env(&broker, 1))
+        .env("POOL_WORKER_READY_FD", "3")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let w = write.as_raw_fd();
+    // SAFETY: dup2 between fork and exec, onto the child's own descriptor 3
+    // (which clears close-on-exec there).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(w, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(write);
+    let err = forward_stderr("worker1".into(), child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut f = std::fs::File::from(read);
+        let mut buf = [0u8; 64];
+        let mut got = Vec::new();
+        loop {
+            match f.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    got.extend_from_slice(&buf[..n]);
+                    let _ = tx.send(Some(String::from_utf8_lossy(&got).into_owned()));
+                }
+            }
+        }
+        let _ = tx.send(None);
+    });
+    let said = rx.recv_timeout(T).expect("no word from the worker");
+    assert_eq!(said.as_deref(), Some("booted\n"), "{}", err.last(20));
+    // Booted and idle: now its order, which fails if its process has any
+    // descriptor past the standard three (the shell's `[` is a builtin, so
+    // /proc/self is the job's own process; the glob's own descriptor is
+    // listed, and closed by the time it is tested).
+    produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[sh_order(
+            "for f in /proc/self/fd/*; do n=${f##*/}; [ \"$n\" -le 2 ] || [ ! -e \"$f\" ] || { echo \"fd $n\" >&2; exit 7; }; done",
+            None,
+        )],
+        Some(0),
+    );
+    let done = wait_completed(
+        broker.bootstrap(),
+        &broker.opts.coordination_topic,
+        &[(0, 0)],
+        T,
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", err.last(20)));
+    assert_eq!(
+        done[0].outcome().map(|o| o.status),
+        Some(Status::Ok),
+        "the job had more than the standard descriptors: {:?}",
+        done[0]
+    );
+    let status = wait_child(&mut child, T).expect("the worker did not exit");
+    assert_eq!(status.code(), Some(0), "{}", err.last(20));
+    // The pipe closed with the worker (and its guard host), nothing more said.
+    assert_eq!(
+        rx.recv_timeout(T),
+        Ok(None),
+        "the pipe stayed open or more was said"
+    );
+}

@@ -162,7 +162,7 @@ impl Tail {
 }
 
 /// Copies a child's stderr into the test's output, keeping the tail.
-fn forward_stderr(name: String, from: impl Read + Send + 'static) -> Tail {
+pub fn forward_stderr(name: String, from: impl Read + Send + 'static) -> Tail {
     let tail = Tail::default();
     let keep = tail.clone();
     std::thread::spawn(move || {
@@ -195,7 +195,7 @@ fn signal(pid: u32, sig: i32) -> bool {
 }
 
 /// Waits for a child with a deadline; `None` if it is still running.
-fn wait_child(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+pub fn wait_child(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {

@@ -1,0 +1,168 @@
+//! "Booted": a supervised process tells its supervisor that it is ready to
+//! claim (its own `booted` read back and the claims topic read to its end,
+//! docs/protocol.md R20), so that the supervisor starts the instance's next
+//! standby then and not while the process fences and boots.
+//!
+//! Started at once, the standby's own start (exec, clients, connections,
+//! replay: about 10 ms of CPU) ran beside the new process's fence and
+//! `booted`, on the same cores as the broker that serves them, and an
+//! instance's next process was ready later (bench/RESULTS.md, issue 35:
+//! "exit → next booted").
+//!
+//! The channel is a pipe: the supervisor hands each child its write end as
+//! descriptor [`FD`] and names it in [`VAR`] (as systemd's `LISTEN_FDS`
+//! names descriptor 3); the worker writes the line `booted` once, then
+//! closes it. A process that never writes it (another program, or a worker
+//! that exits before it boots) closes it by exiting. No library does this
+//! for a child of our own: `sd_notify` is systemd's, with a socket and a
+//! manager on the other side.
+
+use std::io::Write as _;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::time::Duration;
+
+/// The environment variable that names the descriptor (always [`FD`]).
+pub(crate) const VAR: &str = "POOL_WORKER_READY_FD";
+
+/// The child's descriptor for the pipe's write end.
+const FD: i32 = 3;
+
+/// The line a worker writes once it has booted.
+const BOOTED: &[u8] = b"booted\n";
+
+/// How long the supervisor waits for a child's `booted` before it starts
+/// the next standby anyway (a program that is no worker, a first start that
+/// settles: docs/protocol.md R17). A worker boots in tens of milliseconds;
+/// a standby started late only stands by for less time.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(1);
+
+/// The worker's end, taken from the environment at its start ([`take`]).
+static WRITER: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);
+
+/// The worker's side, at its start, while it has one thread (it changes the
+/// environment): takes the descriptor [`VAR`] names if it is the pipe the
+/// supervisor gave, closes it on exec (no job inherits it) and removes
+/// [`VAR`] from the environment. Anything else there (no such descriptor,
+/// not a pipe, another number) is left alone: a worker started by hand has
+/// none.
+///
+/// # Safety
+/// Only while the process has one thread: it changes the environment.
+pub(crate) unsafe fn take() {
+    let Some(v) = std::env::var_os(VAR) else {
+        return;
+    };
+    // SAFETY: the caller's promise: no other thread reads the environment.
+    unsafe { std::env::remove_var(VAR) };
+    if v.to_str() != Some("3") {
+        return;
+    }
+    let Ok(stat) = nix::sys::stat::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(FD) }) else {
+        return;
+    };
+    if stat.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return;
+    }
+    // SAFETY: descriptor 3 is open (fstat above) and nothing else in this
+    // process owns it: the supervisor opened it for us alone.
+    let file = unsafe { std::fs::File::from_raw_fd(FD) };
+    // XX let _ = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    *WRITER.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
+}
+
+/// The worker's side, once booted: says so, once, and closes the pipe.
+/// Nothing if there is none or the supervisor is gone.
+pub(crate) fn booted() {
+    let taken = WRITER.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(mut f) = taken {
+        let _ = f.write_all(BOOTED);
+    }
+}
+
+/// The supervisor's side of one child's pipe.
+pub(crate) struct Pipe {
+    /// Given to the child as [`FD`] (closed here once the child is spawned).
+    write: OwnedFd,
+    read: OwnedFd,
+}
+
+impl Pipe {
+    pub(crate) fn new() -> std::io::Result<Pipe> {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        Ok(Pipe { write, read })
+    }
+
+    /// Makes `cmd`'s child get the write end as [`FD`], named by [`VAR`].
+    pub(crate) fn give(&self, cmd: &mut tokio::process::Command) {
+        let w = self.write.as_raw_fd();
+        cmd.env(VAR, FD.to_string());
+        // SAFETY: the closure runs between fork and exec and calls only
+        // async-signal-safe functions (dup2, fcntl) on descriptors of the
+        // child's own copy.
+        unsafe {
+            cmd.pre_exec(move || {
+                if w == FD {
+                    // dup2 onto itself would keep close-on-exec.
+                    nix::fcntl::fcntl(
+                        std::os::fd::BorrowedFd::borrow_raw(FD),
+                        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+                    )?;
+                } else if libc::dup2(w, FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// Once the child is spawned (or could not be): the read end alone.
+    pub(crate) fn spawned(self) -> Option<Ready> {
+        drop(self.write);
+        tokio::net::unix::pipe::Receiver::from_owned_fd(self.read)
+            .ok()
+            .map(Ready)
+    }
+}
+
+/// The read end of a spawned child's pipe.
+pub(crate) struct Ready(tokio::net::unix::pipe::Receiver);
+
+/// What a child said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Said {
+    /// `booted`.
+    Booted,
+    /// It closed the pipe without it (it exited, most likely).
+    Closed,
+    /// Nothing within [`PATIENCE`].
+    Nothing,
+}
+
+impl Ready {
+    /// Waits for the child's `booted`, at most `patience`.
+    pub(crate) async fn booted(&mut self, patience: Duration) -> Said {
+        use tokio::io::AsyncReadExt as _;
+        let read = async {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 16];
+            loop {
+                match self.0.read(&mut buf).await {
+                    Ok(0) | Err(_) => return Said::Closed,
+                    Ok(n) => {
+                        got.extend_from_slice(&buf[..n]);
+                        if got.starts_with(BOOTED) {
+                            return Said::Booted;
+                        }
+                        if got.len() >= BOOTED.len() || !BOOTED.starts_with(&got) {
+                            // Not ours to understand: as if nothing came.
+                            return std::future::pending().await;
+                        }
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(patience, read)
+            .await
+            .unwrap_or(Said::Nothing)
+    }
+}
