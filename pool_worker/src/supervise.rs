@@ -142,7 +142,8 @@ pub(crate) struct SupervisorConfig {
     pub(crate) stop_grace: Duration,
     pub(crate) output: ChildOutput,
     /// Keep a standby process per instance ([`STANDBY`]): started while the
-    /// instance's process runs, promoted the moment it exits.
+    /// instance's process runs, once it has booted ([`ready`]), promoted the
+    /// moment it exits.
     pub(crate) standby: bool,
 }
 
@@ -178,7 +179,9 @@ impl SupervisorConfig {
 /// delay, if it failed). End of input before `go` (the supervisor is gone,
 /// or dismissed the standby) makes it exit 0, having appended nothing. A
 /// busy instance's next process is thus started, connected and caught up
-/// while the current one runs its order (issue 27).
+/// while the current one runs its order (issue 27); it is started once the
+/// current one says it booted ([`ready`]), so as not to compete with its
+/// fence and `booted` for the cores (issue 35).
 pub(crate) const STANDBY: &str = "POOL_WORKER_STANDBY";
 
 /// Whether workers started with `cfg` can stand by: this executable's
