@@ -9,11 +9,18 @@
 //! instance's next process was ready later (bench/RESULTS.md, issue 35:
 //! "exit → next booted").
 //!
+//! And "done": a worker about to exit with every append acknowledged and
+//! its clean-exit marker left (R18) says so, and the supervisor tells the
+//! standby `go` then, while the process is still being torn down, rather
+//! than once it has reaped it (docs/protocol.md R16: a process that said
+//! `done` appends nothing more, so fencing it costs nothing).
+//!
 //! The channel is a pipe: the supervisor hands each child its write end as
 //! descriptor [`FD`] and names it in [`VAR`] (as systemd's `LISTEN_FDS`
 //! names descriptor 3); the worker writes the line `booted` once, then
-//! closes it. A process that never writes it (another program, or a worker
-//! that exits before it boots) closes it by exiting. No library does this
+//! `done`, then closes it. A process that never writes them (another
+//! program, or a worker that exits before it boots, or on an error or a
+//! signal) closes it by exiting. No library does this
 //! for a child of our own: `sd_notify` is systemd's, with a socket and a
 //! manager on the other side.
 
@@ -28,7 +35,10 @@ pub(crate) const VAR: &str = "POOL_WORKER_READY_FD";
 const FD: i32 = 3;
 
 /// The line a worker writes once it has booted.
-const BOOTED: &[u8] = b"booted\n";
+const BOOTED: &[u8] = b"booted";
+
+/// The line a worker writes once it only exits (after [`BOOTED`]).
+const DONE: &[u8] = b"done";
 
 /// How long the supervisor waits for a child's `booted` before it starts
 /// the next standby anyway (a program that is no worker, a first start that
@@ -70,12 +80,22 @@ pub(crate) unsafe fn take() {
     *WRITER.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
 }
 
-/// The worker's side, once booted: says so, once, and closes the pipe.
-/// Nothing if there is none or the supervisor is gone.
+/// The worker's side, once booted: says so, once. Nothing if there is no
+/// pipe or the supervisor is gone.
 pub(crate) fn booted() {
+    let mut w = WRITER.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(f) = w.as_mut() {
+        let _ = f.write_all(b"booted\n");
+    }
+}
+
+/// The worker's side, about to exit cleanly: every append acknowledged,
+/// its clean-exit marker left, nothing more to append (docs/protocol.md
+/// R16). Says so and closes the pipe.
+pub(crate) fn done() {
     let taken = WRITER.lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(mut f) = taken {
-        let _ = f.write_all(BOOTED);
+        let _ = f.write_all(b"done\n");
     }
 }
 
@@ -120,12 +140,13 @@ impl Pipe {
         drop(self.write);
         tokio::net::unix::pipe::Receiver::from_owned_fd(self.read)
             .ok()
-            .map(Ready)
+            .map(|r| Ready(r, Vec::new()))
     }
 }
 
-/// The read end of a spawned child's pipe.
-pub(crate) struct Ready(tokio::net::unix::pipe::Receiver);
+/// The read end of a spawned child's pipe, and what was read of it that is
+/// not a whole line yet.
+pub(crate) struct Ready(tokio::net::unix::pipe::Receiver, Vec<u8>);
 
 /// What a child said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,28 +162,55 @@ pub(crate) enum Said {
 impl Ready {
     /// Waits for the child's `booted`, at most `patience`.
     pub(crate) async fn booted(&mut self, patience: Duration) -> Said {
+        match tokio::time::timeout(patience, self.line()).await {
+            Err(_) => Said::Nothing,
+            Ok(None) => Said::Closed,
+            Ok(Some(l)) if l == BOOTED => Said::Booted,
+            // Not ours to understand: as if nothing came.
+            Ok(Some(_)) => Said::Nothing,
+        }
+    }
+
+    /// Whether the child said `booted` in what it has written so far (read
+    /// now, without waiting): for a child that exited before the wait saw
+    /// its word (tokio may learn of the exit before the pipe's readiness).
+    pub(crate) fn booted_already(&mut self) -> bool {
+        use std::os::fd::AsFd as _;
+        let mut buf = [0u8; 64];
+        while let Ok(n @ 1..) = nix::unistd::read(self.0.as_fd(), &mut buf) {
+            self.1.extend_from_slice(&buf[..n]);
+        }
+        self.1
+            .split(|&b| b == b'\n')
+            .next()
+            .is_some_and(|l| l == BOOTED && self.1.contains(&b'\n'))
+    }
+
+    /// Waits for the child's `done` (after its `booted`): whether it came
+    /// before the pipe closed.
+    pub(crate) async fn done(&mut self) -> bool {
+        self.line().await.is_some_and(|l| l == DONE)
+    }
+
+    /// The next line, without its end; `None` at the end of the pipe (or
+    /// when it cannot be read). A line is a few bytes: one that grows past
+    /// 64 is taken as it is.
+    async fn line(&mut self) -> Option<Vec<u8>> {
         use tokio::io::AsyncReadExt as _;
-        let read = async {
-            let mut got = Vec::new();
-            let mut buf = [0u8; 16];
-            loop {
-                match self.0.read(&mut buf).await {
-                    Ok(0) | Err(_) => return Said::Closed,
-                    Ok(n) => {
-                        got.extend_from_slice(&buf[..n]);
-                        if got.starts_with(BOOTED) {
-                            return Said::Booted;
-                        }
-                        if got.len() >= BOOTED.len() || !BOOTED.starts_with(&got) {
-                            // Not ours to understand: as if nothing came.
-                            return std::future::pending().await;
-                        }
-                    }
-                }
+        loop {
+            if let Some(n) = self.1.iter().position(|&b| b == b'\n') {
+                let mut l: Vec<u8> = self.1.drain(..=n).collect();
+                l.pop();
+                return Some(l);
             }
-        };
-        tokio::time::timeout(patience, read)
-            .await
-            .unwrap_or(Said::Nothing)
+            if self.1.len() > 64 {
+                return Some(std::mem::take(&mut self.1));
+            }
+            let mut buf = [0u8; 64];
+            match self.0.read(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.1.extend_from_slice(&buf[..n]),
+            }
+        }
     }
 }

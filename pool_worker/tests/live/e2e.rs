@@ -1509,7 +1509,8 @@ fn the_pool_runs_orders_over_tls() {
 
 /// A supervised worker says "booted" on the descriptor its supervisor gave
 /// it (`POOL_WORKER_READY_FD`, pool_worker/src/supervise/ready.rs) once it
-/// can claim, before any order exists, and closes it by exiting. Its job
+/// can claim, before any order exists, "done" once its order's records are
+/// all acknowledged, and closes it by exiting. Its job
 /// gets none of the worker's descriptors beyond the standard three: not
 /// this one, nor librdkafka's wakeup pipes or whatever the worker's own
 /// parent left open (docs/security.md).
@@ -1587,7 +1588,15 @@ fn a_worker_says_booted_on_its_supervisors_pipe() {
     );
     let status = wait_child(&mut child, T).expect("the worker did not exit");
     assert_eq!(status.code(), Some(0), "{}", err.last(20));
-    // The pipe closed with the worker (and its guard host), nothing more said.
+    // Before its exit, with every append acknowledged: `done` (the
+    // supervisor tells the next process `go` then); then the pipe closed
+    // with the worker (and its guard host), nothing more said.
+    assert_eq!(
+        rx.recv_timeout(T),
+        Ok(Some("booted\ndone\n".to_string())),
+        "{}",
+        err.last(20)
+    );
     assert_eq!(
         rx.recv_timeout(T),
         Ok(None),
