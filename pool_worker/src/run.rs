@@ -548,12 +548,6 @@ impl Shell {
         if code != Exit::Fenced {
             self.leave_marker();
         }
-        if code == Exit::Ok {
-            // Nothing more to append: the supervisor may tell the next
-            // process `go` now (docs/protocol.md R16).
-            crate::account::mark("done");
-            crate::supervise::say_done();
-        }
         let me = self.cfg.instance;
         if code == Exit::Revoked {
             tracing::error!(

@@ -86,7 +86,7 @@ use crate::process_exit::Exit;
 use anyhow::{anyhow, bail, Context as _};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-pub(crate) use ready::{booted as say_booted, done as say_done, take as take_ready};
+pub(crate) use ready::{booted as say_booted, take as take_ready};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::{self, Write as _};
@@ -588,16 +588,6 @@ impl Shared {
         let _ = self.events.send(e);
     }
 
-    /// Gives back a start [`Shared::take_run`] took for a standby that could
-    /// not be told `go`.
-    fn untake_run(&self) {
-        if self.cfg.max_runs.is_some() {
-            let _ = self
-                .runs
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        }
-    }
-
     /// Takes one start from the `max_runs` budget.
     fn take_run(&self) -> bool {
         let Some(max) = self.cfg.max_runs else {
@@ -668,15 +658,13 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
     let mut run: u64 = 0;
     let mut restarts = Restarts::new(sh.cfg.restart_delay, sh.cfg.max_restart_delay);
     // The next process, started while the current one runs (dropped, and
-    // so killed, with this task), perhaps told `go` already.
-    let mut next: Option<Next> = None;
+    // so killed, with this task).
+    let mut standby: Option<Proc> = None;
     loop {
         if *stop.borrow() {
             return Fate::Stopped;
         }
-        // A standby told `go` early took its run then.
-        let early = matches!(next, Some(Next::Promoted(_)));
-        if !early && !sh.take_run() {
+        if !sh.take_run() {
             sh.emit(SupEvent::Retired {
                 instance,
                 reason: Retirement::MaxRuns,
@@ -684,9 +672,8 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
             return Fate::Retired(Retirement::MaxRuns);
         }
         run += 1;
-        let promoted = match next.take() {
-            Some(Next::Promoted(p)) => Some(p),
-            Some(Next::Standby(p)) => promote(p).await,
+        let promoted = match standby.take() {
+            Some(p) => promote(p).await,
             None => None,
         };
         let child = match promoted {
@@ -711,26 +698,19 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                     run_child(instance, run, &sh, &mut stop, child, relayed, &mut restarts);
                 let ran = match ready {
                     Some(ready) => {
-                        let (ran, n) = standby_once_booted(instance, &sh, ready, running).await;
-                        next = n;
+                        let (ran, next) = standby_once_booted(instance, &sh, ready, running).await;
+                        standby = next;
                         ran
                     }
                     None => running.await,
                 };
                 match ran {
                     Ok(delay) => delay,
-                    Err(fate) => {
-                        // One told `go` already is stopped like any child.
-                        if let Some(Next::Promoted(mut p)) = next.take() {
-                            let _ = terminate(&mut p.child, sh.cfg.stop_grace).await;
-                        }
-                        return fate;
-                    }
+                    Err(fate) => return fate,
                 }
             }
         };
-        // A standby told `go` runs already: no delay can hold it back.
-        if delay.is_zero() || matches!(next, Some(Next::Promoted(_))) {
+        if delay.is_zero() {
             continue;
         }
         tokio::select! {
@@ -740,14 +720,6 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
     }
 }
 
-/// An instance's next process.
-enum Next {
-    /// Standing by, to be told `go` when the current one exits.
-    Standby(Proc),
-    /// Told `go` already: the current one said `done` ([`ready`]).
-    Promoted(Proc),
-}
-
 /// Runs the current child (`running`: its [`run_child`]) and, once it says
 /// it booted ([`ready`]), starts the instance's next standby: not before,
 /// so that the standby's own start does not compete with the child's fence
@@ -755,15 +727,13 @@ enum Next {
 /// within [`ready::PATIENCE`] (a program that is no worker, a first start
 /// that settles), the standby starts then; a child that closes the pipe
 /// without it (it exits before it boots) gets none: the next start is a
-/// plain one. Once the child says `done` (every append acknowledged, it
-/// only exits: docs/protocol.md R16), the standby is told `go` at once,
-/// while the child is torn down, if the run budget allows another start.
+/// plain one.
 async fn standby_once_booted(
     instance: u32,
     sh: &Shared,
     mut ready: ready::Ready,
     running: impl std::future::Future<Output = Result<Duration, Fate>>,
-) -> (Result<Duration, Fate>, Option<Next>) {
+) -> (Result<Duration, Fate>, Option<Proc>) {
     let mut running = std::pin::pin!(running);
     let said = tokio::select! {
         // A word and the exit can come together: the word first.
@@ -772,7 +742,7 @@ async fn standby_once_booted(
         ran = &mut running => {
             // Its word may have come just before its exit, unseen yet.
             let next = if ready.booted_already() {
-                start_standby(instance, sh).await.map(Next::Standby)
+                start_standby(instance, sh).await
             } else {
                 None
             };
@@ -783,28 +753,7 @@ async fn standby_once_booted(
         ready::Said::Booted | ready::Said::Nothing => start_standby(instance, sh).await,
         ready::Said::Closed => None,
     };
-    let Some(standby) = standby else {
-        return (running.await, None);
-    };
-    if said != ready::Said::Booted {
-        return (running.await, Some(Next::Standby(standby)));
-    }
-    let done = tokio::select! {
-        biased;
-        done = ready.done() => done,
-        ran = &mut running => return (ran, Some(Next::Standby(standby))),
-    };
-    if !done || !sh.take_run() {
-        return (running.await, Some(Next::Standby(standby)));
-    }
-    let next = match promote(standby).await {
-        Some(p) => Some(Next::Promoted(p)),
-        None => {
-            sh.untake_run();
-            None
-        }
-    };
-    (running.await, next)
+    (running.await, standby)
 }
 
 /// Starts a standby for `instance`'s next start ([`STANDBY`]), its output
@@ -1205,32 +1154,6 @@ mod tests {
         let runs = std::fs::read_to_string(&log).unwrap();
         let runs: Vec<&str> = runs.lines().collect();
         assert_eq!(runs, ["plain booted", "standby started"], "{events:?}");
-    }
-
-    /// A process that says `done` (it only exits now) has its standby told
-    /// `go` before it has exited: the standby notes `go` before the first
-    /// process, still running half a second on, notes its exit.
-    #[tokio::test]
-    async fn the_standby_is_told_go_once_the_process_is_done() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("runs");
-        let script = format!(
-            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then read line || exit 0; echo "standby go" >> {log}; exit 0; fi; echo booted >&$POOL_WORKER_READY_FD; sleep 0.2; echo done >&$POOL_WORKER_READY_FD; sleep 0.5; echo "plain exits" >> {log}; exit 0"#,
-            log = log.display()
-        );
-        let mut cfg = sh(vec![1], &script);
-        cfg.standby = true;
-        cfg.max_runs = Some(2);
-        let (ending, events) = collect(cfg).await;
-        assert_eq!(ending, Ending::MaxRuns);
-        let runs = std::fs::read_to_string(&log).unwrap();
-        let runs: Vec<&str> = runs.lines().collect();
-        assert_eq!(runs, ["standby go", "plain exits"], "{events:?}");
-        assert_eq!(
-            count(&events, |e| matches!(e, SupEvent::Started { .. })),
-            2,
-            "the early start counts as a run: {events:?}"
-        );
     }
 
     /// A process that ends without saying it booted gets no standby: the

@@ -694,9 +694,9 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         ("job runs (`true`), reaped", "guard started → job done (worker side; job's and guard's own CPU below)", false, false),
         ("append `completed`: its transaction committed", "job done → `completed` acknowledged", false, false),
         ("read `completed` back", "acknowledged → own `completed` read", false, false),
-        ("exit: flush, clean-exit marker, `done`", "own `completed` read → `done` said to the supervisor (or, without it, the last mark before exit(2))", false, false),
-        ("process teardown, reaped by the supervisor", "last mark → supervisor's reap (off the path: the standby is told `go` at `done`); CPU: the supervisor's RUSAGE_CHILDREN step less the process's last mark and its children", true, false),
-        ("supervisor: `go` to the standby", "`done` (or, without it, the reap) → the standby reads `go`", false, false),
+        ("exit: flush, clean-exit marker", "own `completed` read → last mark before exit(2)", false, false),
+        ("process teardown, reaped by the supervisor", "last mark → supervisor's reap; CPU: the supervisor's RUSAGE_CHILDREN step less the process's last mark and its children", false, false),
+        ("supervisor: `go` to the standby", "reap → the standby reads `go`", false, false),
         ("supervisor process (its whole CPU)", "the supervisor's CPU between two reaps (spawning the next standby, reaping, `go`)", true, false),
         ("job process (`true`)", "worker's RUSAGE_CHILDREN step over the job, less the guard's", true, false),
         ("guard process", "the guard's own CPU at the job's end (the guard host's: its fork at the worker's start included)", true, false),
@@ -750,15 +750,8 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         let reaped = reaped_i.map(|i| sup[i]);
         let prev_reap =
             reaped_i.and_then(|i| sup[..i].iter().rev().find(|m| m.point == "reaped").copied());
-        // The successor's `go`: sent when P said `done`, else after its reap.
-        let done = find("done", "");
-        let go_sent = match done {
-            Some(dn) => sup
-                .iter()
-                .find(|m| m.point == "go_sent" && m.wall >= dn.wall)
-                .copied(),
-            None => reaped_i.and_then(|i| sup[i..].iter().find(|m| m.point == "go_sent").copied()),
-        };
+        let go_sent =
+            reaped_i.and_then(|i| sup[i..].iter().find(|m| m.point == "go_sent").copied());
         let q = go_sent.and_then(|g| g.detail.parse::<u32>().ok());
         let q_go = q
             .and_then(|q| by_pid.get(&q))
@@ -982,12 +975,11 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
             Some(d(completed_acked, completed_read)),
             bw(completed_acked.wall, completed_read.wall),
         );
-        let said = done.unwrap_or(exit);
         put(
             23,
-            Some(said.wall - completed_read.wall),
-            Some(d(completed_read, said)),
-            bw(completed_read.wall, said.wall),
+            Some(exit.wall - completed_read.wall),
+            Some(d(completed_read, exit)),
+            bw(completed_read.wall, exit.wall),
         );
         // P's whole CPU: the supervisor's children step at its reap, less
         // P's own children (job, guard).
@@ -998,16 +990,11 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
             Some(p_total - threads_mk.cpu),
             bw(exit.wall, reaped.wall),
         );
-        let go_from = if done.is_some() {
-            said.wall
-        } else {
-            reaped.wall
-        };
         put(
             25,
-            Some(q_go.wall - go_from),
+            Some(q_go.wall - reaped.wall),
             None,
-            bw(go_from, q_go.wall.min(next_send)),
+            bw(reaped.wall, q_go.wall.min(next_send)),
         );
         put(26, None, Some(reaped.cpu - prev_reap.cpu), None);
         // The job's guard: the worker's guard host (a copy forked at the

@@ -9,18 +9,11 @@
 //! instance's next process was ready later (bench/RESULTS.md, issue 35:
 //! "exit → next booted").
 //!
-//! And "done": a worker about to exit with every append acknowledged and
-//! its clean-exit marker left (R18) says so, and the supervisor tells the
-//! standby `go` then, while the process is still being torn down, rather
-//! than once it has reaped it (docs/protocol.md R16: a process that said
-//! `done` appends nothing more, so fencing it costs nothing).
-//!
 //! The channel is a pipe: the supervisor hands each child its write end as
 //! descriptor [`FD`] and names it in [`VAR`] (as systemd's `LISTEN_FDS`
-//! names descriptor 3); the worker writes the line `booted` once, then
-//! `done`, then closes it. A process that never writes them (another
-//! program, or a worker that exits before it boots, or on an error or a
-//! signal) closes it by exiting. No library does this
+//! names descriptor 3); the worker writes the line `booted` once, and the
+//! pipe closes when it exits. A process that never writes it (another
+//! program, or a worker that exits before it boots) closes it by exiting. No library does this
 //! for a child of our own: `sd_notify` is systemd's, with a socket and a
 //! manager on the other side.
 
@@ -34,11 +27,8 @@ pub(crate) const VAR: &str = "POOL_WORKER_READY_FD";
 /// The child's descriptor for the pipe's write end.
 const FD: i32 = 3;
 
-/// The line a worker writes once it has booted.
+/// The line a worker writes once it has booted (without its end).
 const BOOTED: &[u8] = b"booted";
-
-/// The line a worker writes once it only exits (after [`BOOTED`]).
-const DONE: &[u8] = b"done";
 
 /// How long the supervisor waits for a child's `booted` before it starts
 /// the next standby anyway (a program that is no worker, a first start that
@@ -80,22 +70,12 @@ pub(crate) unsafe fn take() {
     *WRITER.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
 }
 
-/// The worker's side, once booted: says so, once. Nothing if there is no
-/// pipe or the supervisor is gone.
+/// The worker's side, once booted: says so, once, and closes the pipe.
+/// Nothing if there is none or the supervisor is gone.
 pub(crate) fn booted() {
-    let mut w = WRITER.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(f) = w.as_mut() {
-        let _ = f.write_all(b"booted\n");
-    }
-}
-
-/// The worker's side, about to exit cleanly: every append acknowledged,
-/// its clean-exit marker left, nothing more to append (docs/protocol.md
-/// R16). Says so and closes the pipe.
-pub(crate) fn done() {
     let taken = WRITER.lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(mut f) = taken {
-        let _ = f.write_all(b"done\n");
+        let _ = f.write_all(b"booted\n");
     }
 }
 
@@ -184,12 +164,6 @@ impl Ready {
             .split(|&b| b == b'\n')
             .next()
             .is_some_and(|l| l == BOOTED && self.1.contains(&b'\n'))
-    }
-
-    /// Waits for the child's `done` (after its `booted`): whether it came
-    /// before the pipe closed.
-    pub(crate) async fn done(&mut self) -> bool {
-        self.line().await.is_some_and(|l| l == DONE)
     }
 
     /// The next line, without its end; `None` at the end of the pipe (or
