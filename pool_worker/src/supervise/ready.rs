@@ -11,9 +11,9 @@
 //!
 //! The channel is a pipe: the supervisor hands each child its write end as
 //! descriptor [`FD`] and names it in [`VAR`] (as systemd's `LISTEN_FDS`
-//! names descriptor 3); the worker writes the line `booted` once, and the
-//! pipe closes when it exits. A process that never writes it (another
-//! program, or a worker that exits before it boots) closes it by exiting. No library does this
+//! names descriptor 3); the worker writes the line `booted` once, then
+//! closes it. A process that never writes it (another program, or a worker
+//! that exits before it boots) closes it by exiting. No library does this
 //! for a child of our own: `sd_notify` is systemd's, with a socket and a
 //! manager on the other side.
 
@@ -66,7 +66,10 @@ pub(crate) unsafe fn take() {
     // SAFETY: descriptor 3 is open (fstat above) and nothing else in this
     // process owns it: the supervisor opened it for us alone.
     let file = unsafe { std::fs::File::from_raw_fd(FD) };
-    // XX let _ = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    let _ = nix::fcntl::fcntl(
+        &file,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    );
     *WRITER.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
 }
 
