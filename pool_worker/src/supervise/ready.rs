@@ -54,7 +54,7 @@ pub(crate) unsafe fn take() {
     };
     // SAFETY: the caller's promise: no other thread reads the environment.
     unsafe { std::env::remove_var(VAR) };
-    if v.to_str() != Some("3") {
+    if v.to_str().and_then(|v| v.parse().ok()) != Some(FD) {
         return;
     }
     let Ok(stat) = nix::sys::stat::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(FD) }) else {
@@ -163,10 +163,15 @@ impl Ready {
         while let Ok(n @ 1..) = nix::unistd::read(self.0.as_fd(), &mut buf) {
             self.1.extend_from_slice(&buf[..n]);
         }
-        self.1
-            .split(|&b| b == b'\n')
-            .next()
-            .is_some_and(|l| l == BOOTED && self.1.contains(&b'\n'))
+        self.whole_line().is_some_and(|l| l == BOOTED)
+    }
+
+    /// The first whole line of what was read, taken without its end.
+    fn whole_line(&mut self) -> Option<Vec<u8>> {
+        let n = self.1.iter().position(|&b| b == b'\n')?;
+        let mut l: Vec<u8> = self.1.drain(..=n).collect();
+        l.pop();
+        Some(l)
     }
 
     /// The next line, without its end; `None` at the end of the pipe (or
@@ -175,9 +180,7 @@ impl Ready {
     async fn line(&mut self) -> Option<Vec<u8>> {
         use tokio::io::AsyncReadExt as _;
         loop {
-            if let Some(n) = self.1.iter().position(|&b| b == b'\n') {
-                let mut l: Vec<u8> = self.1.drain(..=n).collect();
-                l.pop();
+            if let Some(l) = self.whole_line() {
                 return Some(l);
             }
             if self.1.len() > 64 {
