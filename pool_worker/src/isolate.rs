@@ -268,6 +268,62 @@ fn descendants(root: i32, parents: &BTreeMap<i32, i32>) -> BTreeSet<i32> {
     found
 }
 
+/// The descendants of `root` from the kernel's own lists of each thread's
+/// children (`/proc/PID/task/TID/children`), without entering `skip`'s
+/// subtree: only the tree is read, where [`parents`] reads every process of
+/// the machine (a whole `/proc` scan per order: 0.9 ms of a worker's CPU on
+/// a quiet machine, more on a busy one; bench/RESULTS.md). `None`: this
+/// kernel keeps no such lists (built without `CONFIG_PROC_CHILDREN`).
+/// A process may fork or exit while its list is read; [`end_descendants`]
+/// goes round again until none is left.
+fn tree(root: i32, skip: Option<i32>) -> Option<BTreeSet<i32>> {
+    static LISTS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*LISTS.get_or_init(|| std::path::Path::new("/proc/thread-self/children").exists()) {
+        return None;
+    }
+    let mut found = BTreeSet::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        // A process gone meanwhile has no tasks left to list.
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+                continue;
+            };
+            for child in list.split_ascii_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+                if Some(child) != skip && child != root && found.insert(child) {
+                    frontier.push(child);
+                }
+            }
+        }
+    }
+    Some(found)
+}
+
+/// The descendants of this process `me` that may be a job's: all but the
+/// guard host (pool_worker/src/guard.rs), which guards the worker's next
+/// jobs, and what it runs. By [`tree`], else by a scan of `/proc`.
+fn jobs_descendants(me: i32) -> BTreeSet<i32> {
+    let host = crate::guard::host_pid();
+    if let Some(found) = tree(me, host) {
+        return found;
+    }
+    let parents = parents();
+    let hosts: BTreeSet<i32> = host
+        .map(|h| {
+            let mut set = descendants(h, &parents);
+            set.insert(h);
+            set
+        })
+        .unwrap_or_default();
+    descendants(me, &parents)
+        .into_iter()
+        .filter(|pid| !hosts.contains(pid))
+        .collect()
+}
+
 /// Ends every descendant of this process (SIGKILL) and reaps those that are
 /// its children, round after round until none is left (a process being
 /// killed may have forked; its orphans come to this subreaper) or `limit`
@@ -278,19 +334,9 @@ pub(crate) fn end_descendants(limit: Duration) -> usize {
     let until = Instant::now() + limit;
     let mut killed = BTreeSet::new();
     loop {
-        let parents = parents();
-        // The guard host (pool_worker/src/guard.rs) guards the worker's
-        // next jobs: it and what it runs are not a job's.
-        let host: BTreeSet<i32> = crate::guard::host_pid()
-            .map(|h| {
-                let mut set = descendants(h, &parents);
-                set.insert(h);
-                set
-            })
-            .unwrap_or_default();
-        let live: Vec<i32> = descendants(me, &parents)
+        let live: Vec<i32> = jobs_descendants(me)
             .into_iter()
-            .filter(|pid| !host.contains(pid) && !is_zombie(*pid))
+            .filter(|pid| !is_zombie(*pid))
             .collect();
         for &pid in &live {
             let _ = nix::sys::signal::kill(
@@ -299,15 +345,14 @@ pub(crate) fn end_descendants(limit: Duration) -> usize {
             );
             killed.insert(pid);
         }
-        // Reap our own children among them (orphans reparented to us); a
-        // job's main process is already reaped by its runner.
-        for (&pid, &ppid) in &parents {
-            if ppid == me && killed.contains(&pid) {
-                let _ = nix::sys::wait::waitpid(
-                    nix::unistd::Pid::from_raw(pid),
-                    Some(nix::sys::wait::WaitPidFlag::WNOHANG),
-                );
-            }
+        // Reap our own children among them (orphans reparented to us; for
+        // any other pid `waitpid` fails with ECHILD, harmlessly); a job's
+        // main process is already reaped by its runner.
+        for &pid in &killed {
+            let _ = nix::sys::wait::waitpid(
+                nix::unistd::Pid::from_raw(pid),
+                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+            );
         }
         if live.is_empty() || Instant::now() >= until {
             return killed.len();
@@ -362,6 +407,44 @@ mod tests {
         let p = BTreeMap::from([(10, 1), (11, 10), (12, 11), (13, 1), (14, 12), (15, 13)]);
         assert_eq!(descendants(10, &p), BTreeSet::from([11, 12, 14]));
         assert_eq!(descendants(15, &p), BTreeSet::new());
+    }
+
+    #[test]
+    fn the_kernels_lists_give_the_tree_and_leave_the_skipped_subtree() {
+        let Some(_) = tree(std::process::id() as i32, None) else {
+            eprintln!("this kernel keeps no lists of children: the /proc scan is used");
+            return;
+        };
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & sleep 30 & wait"])
+            .spawn()
+            .expect("sh runs");
+        let sh_pid = sh.id() as i32;
+        let me = std::process::id() as i32;
+        // The shell's two sleeps, by the full scan (the reference).
+        let mut sleeps = BTreeSet::new();
+        for _ in 0..400 {
+            sleeps = descendants(sh_pid, &parents());
+            if sleeps.len() == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let found = tree(me, None).expect("lists were there a moment ago");
+        let skipped = tree(me, Some(sh_pid)).expect("lists were there a moment ago");
+        let _ = sh.kill();
+        for pid in &sleeps {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = sh.wait();
+        assert_eq!(sleeps.len(), 2, "the shell started its two sleeps");
+        assert!(found.contains(&sh_pid), "{found:?} lacks the child {sh_pid}");
+        assert!(found.is_superset(&sleeps), "{found:?} lacks the grandchildren {sleeps:?}");
+        assert!(!skipped.contains(&sh_pid), "{skipped:?} holds the skipped {sh_pid}");
+        assert!(skipped.is_disjoint(&sleeps), "{skipped:?} entered the skipped subtree");
     }
 
     #[test]
