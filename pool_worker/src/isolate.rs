@@ -292,7 +292,10 @@ fn tree(root: i32, skip: Option<i32>) -> Option<BTreeSet<i32>> {
             let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
                 continue;
             };
-            for child in list.split_ascii_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+            for child in list
+                .split_ascii_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+            {
                 if Some(child) != skip && child != root && found.insert(child) {
                     frontier.push(child);
                 }
@@ -441,10 +444,22 @@ mod tests {
         }
         let _ = sh.wait();
         assert_eq!(sleeps.len(), 2, "the shell started its two sleeps");
-        assert!(found.contains(&sh_pid), "{found:?} lacks the child {sh_pid}");
-        assert!(found.is_superset(&sleeps), "{found:?} lacks the grandchildren {sleeps:?}");
-        assert!(!skipped.contains(&sh_pid), "{skipped:?} holds the skipped {sh_pid}");
-        assert!(skipped.is_disjoint(&sleeps), "{skipped:?} entered the skipped subtree");
+        assert!(
+            found.contains(&sh_pid),
+            "{found:?} lacks the child {sh_pid}"
+        );
+        assert!(
+            found.is_superset(&sleeps),
+            "{found:?} lacks the grandchildren {sleeps:?}"
+        );
+        assert!(
+            !skipped.contains(&sh_pid),
+            "{skipped:?} holds the skipped {sh_pid}"
+        );
+        assert!(
+            skipped.is_disjoint(&sleeps),
+            "{skipped:?} entered the skipped subtree"
+        );
     }
 
     #[test]
