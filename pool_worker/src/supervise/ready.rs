@@ -78,7 +78,8 @@ pub(crate) unsafe fn take() {
 pub(crate) fn booted() {
     let taken = WRITER.lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(mut f) = taken {
-        let _ = f.write_all(b"booted\n");
+        // One write, so that the word and its end arrive together.
+        let _ = f.write_all(&[BOOTED, b"\n"].concat());
     }
 }
 
