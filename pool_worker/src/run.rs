@@ -43,6 +43,14 @@ const BROKER_PATIENCE: Duration = Duration::from_secs(120);
 /// a wake-up was missed.
 const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
+/// Whether [`Shell::find_order`] may tell the machine the orders' ends it
+/// asked at `asked` instead of asking again: only while idle (the orders
+/// watch is reading the orders partitions from the frontier, and its
+/// wake-up forgets them), and for less than [`IDLE_RECHECK`].
+fn reuse_ends(asked: std::time::Instant, idle: bool, now: std::time::Instant) -> bool {
+    idle && now.saturating_duration_since(asked) < IDLE_RECHECK
+}
+
 /// Runs one worker process to its end; returns the exit status.
 pub async fn run(mut cfg: Config) -> anyhow::Result<Exit> {
     let mut signals = Signals::new()?;
@@ -202,6 +210,12 @@ struct Shell {
     job: Job,
     /// Waiting for a new order (no order waiting, or deferring to others).
     idle: bool,
+    /// The orders' end offsets last asked, and when: reused while idle
+    /// ([`Shell::find_order`]); forgotten when the orders watch wakes.
+    ends_asked: Option<(
+        std::time::Instant,
+        std::collections::BTreeMap<crate::record::Lane, i64>,
+    )>,
     replay: Replay,
     appender: Appender,
     /// When the machine asked to be woken ([`Action::WakeAt`]).
@@ -331,6 +345,7 @@ impl Shell {
             todo: first.into(),
             job: Job::new(),
             idle: false,
+            ends_asked: None,
             replay: Replay::new(),
             appender: Appender::start(kafka),
             wake: None,
@@ -440,9 +455,30 @@ impl Shell {
 
     /// Tells the machine the orders' end offsets; if it claims nothing,
     /// waits for orders arriving (idle).
+    ///
+    /// While idle, the ends asked last are told again instead of asking the
+    /// brokers anew ([`reuse_ends`]): what moves the machine then is the log
+    /// (a catch-up, a deferral run out), not the orders, whose arrivals the
+    /// orders watch reports; its wake-up, and [`IDLE_RECHECK`], ask anew.
+    /// Ends told late are lower than the brokers' (end offsets never fall),
+    /// so the machine at worst sees an order later, never one that is not
+    /// there. In a burst at N = 8 on one partition the idle instances asked
+    /// four to eight times per order, one ListOffsets request each
+    /// (bench/RESULTS.md).
     async fn find_order(&mut self) -> anyhow::Result<()> {
         let me = self.cfg.instance;
-        let ends = self.kafka.order_ends().await;
+        let now = std::time::Instant::now();
+        let ends = match self.ends_asked.take() {
+            Some((at, ends)) if reuse_ends(at, self.idle, now) => {
+                self.ends_asked = Some((at, ends.clone()));
+                ends
+            }
+            _ => {
+                let ends = self.kafka.order_ends().await;
+                self.ends_asked = Some((now, ends.clone()));
+                ends
+            }
+        };
         crate::account::mark("order_ends");
         tracing::debug!(instance = me, ?ends, "orders' end offsets");
         let frontier = self.w.view.frontier_for(&ends);
@@ -600,9 +636,13 @@ impl Shell {
             }
             _ = kafka.order_arrived(), if self.idle => {
                 crate::account::mark("order_arrived");
+                self.ends_asked = None;
                 Next::Input(Input::OrdersMoved)
             }
-            _ = tokio::time::sleep(IDLE_RECHECK), if self.idle => Next::Input(Input::OrdersMoved),
+            _ = tokio::time::sleep(IDLE_RECHECK), if self.idle => {
+                self.ends_asked = None;
+                Next::Input(Input::OrdersMoved)
+            }
             _ = self.ticks.tick() => Next::Input(Input::Tick),
             // A schedule's firing is due: plan again (Shell::schedule).
             _ = tokio::time::sleep(sched_in), if self.idle && self.sched_wake.is_some() => {
@@ -877,5 +917,27 @@ impl Replay {
             ms = self.started.elapsed().as_millis() as u64,
             "replayed the claims topic"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// The orders' ends are told again only while idle, and never once
+    /// IDLE_RECHECK has passed since they were asked: a process that is not
+    /// idle (booting, after a yield or a completion) has no orders watch to
+    /// report the orders that arrived since.
+    #[test]
+    fn the_orders_ends_are_told_again_only_while_idle_and_fresh() {
+        let asked = Instant::now();
+        assert!(reuse_ends(asked, true, asked));
+        assert!(reuse_ends(asked, true, asked + IDLE_RECHECK / 2));
+        assert!(!reuse_ends(asked, false, asked));
+        assert!(!reuse_ends(asked, true, asked + IDLE_RECHECK));
+        assert!(!reuse_ends(asked, true, asked + IDLE_RECHECK * 2));
+        // A clock that went back (asked after now) reuses: the age is zero.
+        assert!(reuse_ends(asked + IDLE_RECHECK, true, asked));
     }
 }
