@@ -88,11 +88,15 @@
 //! per job and layout, the three systems side by side, then issue 27's
 //! target ratios (one orders partition, N = 8). A burst that is not done
 //! within BENCH_MATRIX_CASE_SECS (default 300) is reported incomplete.
-//! Before the first case, each system runs BENCH_MATRIX_WARM (default 300
+//! Before the first case, each system runs BENCH_MATRIX_WARM (default 2500
 //! on Apache Kafka, 0 on the embedded broker) orders of `true` at the
 //! largest N on topics of its own, not reported: the figures are of a
-//! warm broker (steady state), not of its JIT compilers' first minutes. The
-//! full matrix takes about 12–15 minutes on 2 cores (estimated from smoke
+//! warm broker (steady state), not of its JIT compilers' first minutes
+//! (with 300, the broker's compilers still took about half of its CPU per
+//! order of the pool: bench/RESULTS.md, "the broker's CPU per order, by
+//! thread, as the broker ages"). The
+//! full matrix takes about 12–15 minutes on 2 cores, and a minute more for
+//! the warm-up (estimated from smoke
 //! runs at the pool's rates of 2026-11-26: 4.5–12 orders/s; the share
 //! group's join, ~12–25 s per case, is a good part of it):
 //!
@@ -2387,10 +2391,10 @@ impl Bench {
 }
 
 /// Orders of `true` each system runs before the matrix's first case
-/// (BENCH_MATRIX_WARM; default 300 on Apache Kafka, 0 on the embedded
+/// (BENCH_MATRIX_WARM; default 2500 on Apache Kafka, 0 on the embedded
 /// broker, which has no JIT to warm).
 fn matrix_warm(apache: bool) -> usize {
-    env_or("BENCH_MATRIX_WARM", if apache { "300" } else { "0" })
+    env_or("BENCH_MATRIX_WARM", if apache { "2500" } else { "0" })
         .parse()
         .unwrap_or(0)
 }
