@@ -468,11 +468,8 @@ impl Shell {
     async fn find_order(&mut self) -> anyhow::Result<()> {
         let me = self.cfg.instance;
         let now = std::time::Instant::now();
-        let ends = match self.ends_asked.take() {
-            Some((at, ends)) if reuse_ends(at, self.idle, now) => {
-                self.ends_asked = Some((at, ends.clone()));
-                ends
-            }
+        let ends = match &self.ends_asked {
+            Some((at, ends)) if reuse_ends(*at, self.idle, now) => ends.clone(),
             _ => {
                 let ends = self.kafka.order_ends().await;
                 self.ends_asked = Some((now, ends.clone()));
