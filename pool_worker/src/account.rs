@@ -131,15 +131,26 @@ fn clock_us(id: nix::time::ClockId) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time of this process's workers that another process reaped (the
+/// supervisor's fork server: pool_worker/src/supervise/fork_server.rs),
+/// added to CHILDREN_US so that it counts them as if it had reaped them.
+static REAPED_ELSEWHERE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts `us` of CPU of a child reaped by the fork server in CHILDREN_US.
+pub fn reaped_elsewhere(us: u64) {
+    REAPED_ELSEWHERE.fetch_add(us, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn children_us() -> u64 {
     use nix::sys::resource::{getrusage, UsageWho};
-    getrusage(UsageWho::RUSAGE_CHILDREN)
-        .map(|u| {
-            let us =
-                |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
-            us(u.user_time()) + us(u.system_time())
-        })
-        .unwrap_or(0)
+    REAPED_ELSEWHERE.load(std::sync::atomic::Ordering::Relaxed)
+        + getrusage(UsageWho::RUSAGE_CHILDREN)
+            .map(|u| {
+                let us =
+                    |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+                us(u.user_time()) + us(u.system_time())
+            })
+            .unwrap_or(0)
 }
 
 #[cold]

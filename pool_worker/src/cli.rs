@@ -174,6 +174,14 @@ impl Command {
 /// The binary: parses the command line and runs worker mode or a
 /// subcommand.
 pub fn main() -> ExitCode {
+    // The supervisor's fork server: its forked children come back here as
+    // workers, set up as if this executable had been started for them.
+    if std::env::var_os(crate::supervise::FORK_SERVER).is_some() {
+        match crate::supervise::fork_server() {
+            crate::supervise::Served::Child => {}
+            crate::supervise::Served::Done(code) => return ExitCode::from(code),
+        }
+    }
     crate::account::init();
     // The two commands on every order's path (a worker process per order,
     // and its job's guard) skip building the whole command line's parser,

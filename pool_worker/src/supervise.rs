@@ -74,16 +74,26 @@
 //! idle threads, so every child is forked from one dedicated thread that
 //! lives as long as the supervisor (see [`Spawner`]).
 //!
+//! # The fork server
+//!
+//! Workers of this executable are forked from a fork server
+//! ([`fork_server`]): a copy of it started once from the spawning thread,
+//! which forks a new process for every start without an `exec`
+//! (`--no-fork-server` execs every one, as another `--program` always is).
+//! The server dies with that thread, and its workers with it.
+//!
 //! # Library use
 //!
 //! [`supervise`] is the whole loop as an async function; `pool_worker dev`
 //! runs it in-process through the [`Supervisor`] handle and prints the same
 //! [`SupEvent`]s.
 
+mod fork_server;
 mod ready;
 use crate::backoff::Backoff;
 use crate::process_exit::Exit;
 use anyhow::{anyhow, bail, Context as _};
+pub(crate) use fork_server::{serve as fork_server, Served, VAR as FORK_SERVER};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 pub(crate) use ready::{booted as say_booted, take as take_ready};
@@ -145,6 +155,10 @@ pub(crate) struct SupervisorConfig {
     /// instance's process runs, once it has booted ([`ready`]), promoted the
     /// moment it exits.
     pub(crate) standby: bool,
+    /// Start this executable's workers from a fork server
+    /// ([`fork_server`]) rather than with `fork` and `exec` each time
+    /// (`--program` and program arguments always `exec`).
+    pub(crate) fork_server: bool,
 }
 
 impl SupervisorConfig {
@@ -164,6 +178,7 @@ impl SupervisorConfig {
             stop_grace: Duration::from_secs(5),
             output: ChildOutput::Prefix,
             standby: false,
+            fork_server: true,
         })
     }
 }
@@ -486,8 +501,12 @@ pub(crate) async fn supervise(
             cfg.instances.len()
         );
     }
+    let forking = cfg.fork_server
+        && cfg.args.is_empty()
+        && std::env::current_exe().is_ok_and(|me| me == cfg.program);
     let shared = Arc::new(Shared {
         spawner: Spawner::start()?,
+        forking,
         runs: AtomicU64::new(0),
         events,
         cfg,
@@ -572,13 +591,83 @@ impl Drop for Supervisor {
 /// A spawned child, with the pipe on which it says it booted where
 /// standbys are kept ([`ready`]).
 struct Proc {
-    child: Child,
+    child: Kid,
     ready: Option<ready::Ready>,
+}
+
+/// A child started with `exec`, or by the fork server.
+enum Kid {
+    Own(Child),
+    Forked(fork_server::Forked),
+}
+
+type Input = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+type Output = Box<dyn AsyncRead + Unpin + Send>;
+
+impl Kid {
+    /// Its pid while it runs (`None` once reaped).
+    fn id(&self) -> Option<u32> {
+        match self {
+            Kid::Own(c) => c.id(),
+            Kid::Forked(f) => f.id(),
+        }
+    }
+
+    async fn wait(&mut self) -> io::Result<ExitStatus> {
+        match self {
+            Kid::Own(c) => c.wait().await,
+            Kid::Forked(f) => f.wait().await,
+        }
+    }
+
+    fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        match self {
+            Kid::Own(c) => c.try_wait(),
+            Kid::Forked(f) => f.try_wait(),
+        }
+    }
+
+    /// Sends `signal` unless it has been reaped.
+    fn signal(&mut self, signal: Signal) {
+        match self {
+            Kid::Own(c) => {
+                // `id()` is None once the child has been reaped, so the
+                // pid cannot have been reused by another process.
+                if let Some(pid) = c.id().and_then(|p| i32::try_from(p).ok()) {
+                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+                }
+            }
+            Kid::Forked(f) => f.signal(signal),
+        }
+    }
+
+    fn take_stdin(&mut self) -> Option<Input> {
+        match self {
+            Kid::Own(c) => c.stdin.take().map(|i| Box::new(i) as Input),
+            Kid::Forked(f) => f.stdin.take().map(|i| Box::new(i) as Input),
+        }
+    }
+
+    fn take_output(&mut self) -> (Option<Output>, Option<Output>) {
+        match self {
+            Kid::Own(c) => (
+                c.stdout.take().map(|o| Box::new(o) as Output),
+                c.stderr.take().map(|o| Box::new(o) as Output),
+            ),
+            Kid::Forked(f) => (
+                f.stdout.take().map(|o| Box::new(o) as Output),
+                f.stderr.take().map(|o| Box::new(o) as Output),
+            ),
+        }
+    }
 }
 
 struct Shared {
     cfg: SupervisorConfig,
     spawner: Spawner,
+    /// Workers start from the fork server ([`SupervisorConfig::fork_server`],
+    /// and the program is this executable in worker mode).
+    forking: bool,
     runs: AtomicU64,
     events: mpsc::UnboundedSender<SupEvent>,
 }
@@ -604,32 +693,88 @@ impl Shared {
     /// spawner thread; where standbys are kept, with the pipe on which it
     /// says it booted ([`ready`]).
     async fn spawn(&self, instance: u32, standby: bool) -> io::Result<Proc> {
-        let mut cmd = self.command(instance, standby);
         let pipe = if self.cfg.standby {
-            let pipe = ready::Pipe::new()?;
-            pipe.give(&mut cmd);
-            Some(pipe)
+            Some(ready::Pipe::new()?)
         } else {
             None
         };
+        if self.forking {
+            match self.fork(instance, standby, pipe.as_ref()).await {
+                Ok(child) => {
+                    return Ok(Proc {
+                        child: Kid::Forked(child),
+                        ready: pipe.and_then(ready::Pipe::spawned),
+                    })
+                }
+                // Started with exec instead (said once per reason: the
+                // server logs its own failures to our stderr).
+                Err(e) => {
+                    tracing::debug!("fork server: {e}; starting instance {instance} with exec")
+                }
+            }
+        }
+        let mut cmd = self.command(instance, standby);
+        if let Some(pipe) = &pipe {
+            pipe.give(&mut cmd);
+        }
         let child = self.spawner.spawn(cmd).await?;
         Ok(Proc {
-            child,
+            child: Kid::Own(child),
             ready: pipe.and_then(ready::Pipe::spawned),
         })
+    }
+
+    /// Starts a child of `instance` from the fork server (started on the
+    /// spawner thread if there is none, or anew if the program's file has
+    /// changed).
+    async fn fork(
+        &self,
+        instance: u32,
+        standby: bool,
+        pipe: Option<&ready::Pipe>,
+    ) -> io::Result<fork_server::Forked> {
+        use std::os::fd::AsFd as _;
+        let output = match self.cfg.output {
+            ChildOutput::Prefix => fork_server::Output::Piped,
+            ChildOutput::Inherit => fork_server::Output::Inherit,
+            ChildOutput::Null => fork_server::Output::Null,
+        };
+        let stdio = fork_server::Stdio::new(standby, output, pipe.map(|p| p.write_end().as_fd()))?;
+        let mut env = self.child_env(instance, standby);
+        if pipe.is_some() {
+            env.push((ready::VAR.into(), Some(ready::FD.to_string().into())));
+        }
+        let server = self.spawner.fork_server(self.cfg.program.clone()).await?;
+        fork_server::spawn(server, &env, stdio).await
+    }
+
+    /// The child's environment on top of the supervisor's (`None`: removed).
+    fn child_env(&self, instance: u32, standby: bool) -> Vec<(OsString, Option<OsString>)> {
+        let mut env: Vec<(OsString, Option<OsString>)> = self
+            .cfg
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect();
+        env.push(("INSTANCE_NUMBER".into(), Some(instance.to_string().into())));
+        env.push((STANDBY.into(), standby.then(|| OsString::from("1"))));
+        env
     }
 
     fn command(&self, instance: u32, standby: bool) -> Command {
         let mut cmd = Command::new(&self.cfg.program);
         cmd.args(&self.cfg.args)
-            .envs(self.cfg.env.iter().map(|(k, v)| (k, v)))
-            .env("INSTANCE_NUMBER", instance.to_string())
-            .stdin(Stdio::null())
+            .stdin(if standby {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .kill_on_drop(true);
-        if standby {
-            cmd.env(STANDBY, "1").stdin(Stdio::piped());
-        } else {
-            cmd.env_remove(STANDBY);
+        for (k, v) in self.child_env(instance, standby) {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
         }
         let (out, err) = match self.cfg.output {
             ChildOutput::Prefix => (Stdio::piped(), Stdio::piped()),
@@ -790,7 +935,7 @@ async fn promote(mut p: Proc) -> Option<Proc> {
     if !matches!(p.child.try_wait(), Ok(None)) {
         return None;
     }
-    let mut input = p.child.stdin.take()?;
+    let mut input = p.child.take_stdin()?;
     input.write_all(b"go\n").await.ok()?;
     input.flush().await.ok()?;
     crate::account::mark_with("go_sent", || p.child.id().unwrap_or(0).to_string());
@@ -806,7 +951,7 @@ async fn run_child(
     run: u64,
     sh: &Shared,
     stop: &mut watch::Receiver<bool>,
-    mut child: Child,
+    mut child: Kid,
     relayed: bool,
     restarts: &mut Restarts,
 ) -> Result<Duration, Fate> {
@@ -850,16 +995,12 @@ async fn run_child(
 }
 
 /// SIGTERM, then SIGKILL after `grace`; returns the child's exit status.
-async fn terminate(child: &mut Child, grace: Duration) -> io::Result<ExitStatus> {
-    // `id()` is None once the child has been reaped, so the pid cannot have
-    // been reused by another process.
-    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
-    }
+async fn terminate(child: &mut Kid, grace: Duration) -> io::Result<ExitStatus> {
+    child.signal(Signal::SIGTERM);
     match tokio::time::timeout(grace, child.wait()).await {
         Ok(status) => status,
         Err(_) => {
-            let _ = child.start_kill();
+            child.signal(Signal::SIGKILL);
             child.wait().await
         }
     }
@@ -867,12 +1008,13 @@ async fn terminate(child: &mut Child, grace: Duration) -> io::Result<ExitStatus>
 
 /// Copies the child's stdout and stderr to our stderr, line by line, with
 /// the `[instance] ` prefix. The copiers end at end of file.
-fn relay_output(instance: u32, child: &mut Child) {
+fn relay_output(instance: u32, child: &mut Kid) {
     let prefix = format!("[{instance}] ");
-    if let Some(out) = child.stdout.take() {
+    let (out, err) = child.take_output();
+    if let Some(out) = out {
         tokio::spawn(relay(prefix.clone(), out));
     }
-    if let Some(err) = child.stderr.take() {
+    if let Some(err) = err {
         tokio::spawn(relay(prefix, err));
     }
 }
@@ -927,10 +1069,18 @@ pub(crate) fn die_with_parent(cmd: &mut Command) {
     let _ = cmd;
 }
 
-type SpawnRequest = (Command, oneshot::Sender<io::Result<Child>>);
+enum SpawnRequest {
+    Exec(Command, oneshot::Sender<io::Result<Child>>),
+    /// The fork server for this program (started if there is none, or its
+    /// file has changed).
+    Server(
+        PathBuf,
+        oneshot::Sender<io::Result<Arc<fork_server::Server>>>,
+    ),
+}
 
-/// The one thread that forks every child (see "No orphans" in the module
-/// docs). It ends when the supervisor drops it.
+/// The one thread that forks every child, and starts the fork server (see
+/// "No orphans" in the module docs). It ends when the supervisor drops it.
 struct Spawner {
     tx: std::sync::mpsc::Sender<SpawnRequest>,
 }
@@ -945,10 +1095,20 @@ impl Spawner {
             .spawn(move || {
                 // tokio::process registers children with the runtime.
                 let _guard = handle.enter();
-                while let Ok((mut cmd, reply)) = rx.recv() {
-                    // If the requester is gone, the child is dropped and,
-                    // being kill_on_drop, killed.
-                    let _ = reply.send(cmd.spawn());
+                let mut server: Option<Arc<fork_server::Server>> = None;
+                // A server that could not start is not tried again.
+                let mut failed = false;
+                while let Ok(request) = rx.recv() {
+                    match request {
+                        // If the requester is gone, the child is dropped
+                        // and, being kill_on_drop, killed.
+                        SpawnRequest::Exec(mut cmd, reply) => {
+                            let _ = reply.send(cmd.spawn());
+                        }
+                        SpawnRequest::Server(program, reply) => {
+                            let _ = reply.send(serve(&program, &mut server, &mut failed));
+                        }
+                    }
                 }
             })
             .context("cannot start the spawner thread")?;
@@ -958,8 +1118,50 @@ impl Spawner {
     async fn spawn(&self, cmd: Command) -> io::Result<Child> {
         let (reply, rx) = oneshot::channel();
         let gone = || io::Error::other("the spawner thread has ended");
-        self.tx.send((cmd, reply)).map_err(|_| gone())?;
+        self.tx
+            .send(SpawnRequest::Exec(cmd, reply))
+            .map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
+    }
+
+    async fn fork_server(&self, program: PathBuf) -> io::Result<Arc<fork_server::Server>> {
+        let (reply, rx) = oneshot::channel();
+        let gone = || io::Error::other("the spawner thread has ended");
+        self.tx
+            .send(SpawnRequest::Server(program, reply))
+            .map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+}
+
+/// The spawner thread's fork server for `program`: the running one, or a
+/// new one if there is none, it has ended, or the file at `program` is no
+/// longer the one it was started from (the old one is retired: it exits
+/// after its last child).
+fn serve(
+    program: &std::path::Path,
+    server: &mut Option<Arc<fork_server::Server>>,
+    failed: &mut bool,
+) -> io::Result<Arc<fork_server::Server>> {
+    if let Some(s) = server.as_ref().filter(|s| s.usable(program)) {
+        return Ok(s.clone());
+    }
+    if *failed {
+        return Err(io::Error::other("the fork server could not start"));
+    }
+    if let Some(old) = server.take() {
+        old.retire();
+    }
+    match fork_server::Server::start(program) {
+        Ok(s) => {
+            *server = Some(s.clone());
+            Ok(s)
+        }
+        Err(e) => {
+            *failed = true;
+            tracing::warn!("{e:#}: workers are started with exec");
+            Err(io::Error::other(format!("{e:#}")))
+        }
     }
 }
 

@@ -46,6 +46,13 @@ pub(crate) struct SuperviseArgs {
     /// appends only then); not with `CLAIMS_FENCE=settle` or `--program`.
     #[arg(long)]
     pub(crate) no_standby: bool,
+    /// Start every worker with fork and exec. By default workers are forked
+    /// from a fork server, a copy of this executable started once that
+    /// never runs a worker itself: a worker is still a new process per
+    /// order, without the exec's cost (bench/RESULTS.md, issue 35). A new
+    /// binary at this executable's path gets a new fork server.
+    #[arg(long)]
+    pub(crate) no_fork_server: bool,
     /// Run this program instead of this executable's worker mode (for tests,
     /// or to supervise something else); its arguments follow `--`.
     #[arg(long)]
@@ -69,6 +76,7 @@ pub(crate) async fn run(args: SuperviseArgs) -> anyhow::Result<Exit> {
     cfg.stop_grace = Duration::from_millis(args.stop_grace_ms);
     cfg.output = args.child_output;
     cfg.standby = !args.no_standby && crate::supervise::can_stand_by(&cfg);
+    cfg.fork_server = !args.no_fork_server;
 
     let json = args.json;
     let (mut sup, mut events) = Supervisor::spawn(cfg);

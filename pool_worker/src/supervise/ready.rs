@@ -25,7 +25,7 @@ use std::time::Duration;
 pub(crate) const VAR: &str = "POOL_WORKER_READY_FD";
 
 /// The child's descriptor for the pipe's write end.
-const FD: i32 = 3;
+pub(crate) const FD: i32 = 3;
 
 /// The line a worker writes once it has booted (without its end).
 const BOOTED: &[u8] = b"booted";
@@ -94,6 +94,12 @@ impl Pipe {
     pub(crate) fn new() -> std::io::Result<Pipe> {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         Ok(Pipe { write, read })
+    }
+
+    /// The write end, for a child started by the fork server (which puts
+    /// it at [`FD`]).
+    pub(crate) fn write_end(&self) -> &OwnedFd {
+        &self.write
     }
 
     /// Makes `cmd`'s child get the write end as [`FD`], named by [`VAR`].

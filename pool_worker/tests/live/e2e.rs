@@ -1595,3 +1595,101 @@ fn a_worker_says_booted_on_its_supervisors_pipe() {
         "the pipe stayed open or more was said"
     );
 }
+
+/// `(ppid, comm)` of a live process, from /proc/PID/stat.
+fn parent_and_name(pid: u32) -> Option<(u32, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(") ")?;
+    let comm = head.split_once(" (")?.1.to_string();
+    let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+    Some((ppid, comm))
+}
+
+/// Workers are forked from the supervisor's fork server
+/// (pool_worker/src/supervise/fork_server.rs), not exec'd: each is still a
+/// new process per order, a child of the one server, which is the
+/// supervisor's child. A new binary at the executable's path gets a new
+/// server for the next start, and the old one exits once its last worker
+/// has. The supervisor killed with SIGKILL takes the server and every
+/// worker with it.
+#[test]
+fn workers_are_forked_by_a_fork_server_that_follows_the_binary_and_dies_with_the_supervisor() {
+    let broker = broker(1);
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("pool_worker");
+    std::fs::copy(bin(), &exe).unwrap();
+    let mut env = broker.env();
+    env.push(("ALLOWED_COMMANDS".into(), "sh".into()));
+    let sup = SupervisorProc::start_with(SupervisorOpts {
+        instances: "1-2".into(),
+        env,
+        bin: Some(exe.clone()),
+        ..SupervisorOpts::default()
+    });
+    let server_of = |pid: u32| {
+        let (server, comm) = parent_and_name(pid).expect("the worker runs");
+        assert_eq!(comm, "pool_worker", "the worker's name");
+        let (grand, name) = parent_and_name(server).expect("its parent runs");
+        assert_eq!(
+            (grand, name.as_str()),
+            (sup.pid(), "pw-fork-server"),
+            "worker {pid}'s parent {server} is not the supervisor's fork server"
+        );
+        server
+    };
+    let first = sup.wait_pid(1, T).expect("instance 1 runs");
+    let second = sup.wait_pid(2, T).expect("instance 2 runs");
+    let server = server_of(first);
+    assert_eq!(server_of(second), server, "one server for all instances");
+
+    // A new binary at the path (as an upgrade puts it: a new file renamed
+    // over the old one), then an order: the next process comes from a new
+    // server.
+    let fresh = dir.path().join("pool_worker.new");
+    std::fs::copy(bin(), &fresh).unwrap();
+    std::fs::rename(&fresh, &exe).unwrap();
+    let topic = broker.opts.orders_topic.clone();
+    produce_orders(
+        broker.bootstrap(),
+        &topic,
+        &[sh_order("true", None)],
+        Some(0),
+    );
+    wait_completed(
+        broker.bootstrap(),
+        &broker.opts.coordination_topic,
+        &[(0, 0)],
+        T,
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", sup.stderr.last(30)));
+    sup.expect(
+        "an instance restarted after its order",
+        |s| s.total_starts() >= 3 && s.pids.len() == 2,
+        T,
+    );
+    let s = sup.snapshot();
+    let (done, still) = if s.starts(1) > 1 { (1, 2) } else { (2, 1) };
+    let next = s.pid(done).unwrap();
+    let new_server = server_of(next);
+    assert_ne!(new_server, server, "the new binary got no new server");
+    // The old server still forks nothing new but waits for its worker.
+    assert_eq!(server_of(s.pid(still).unwrap()), server);
+
+    // SIGKILL: nothing can clean up, and nothing is left.
+    let everyone = [server, new_server, next, s.pid(still).unwrap()];
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sup.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(
+        poll_until(T, Duration::from_millis(20), || everyone
+            .iter()
+            .all(|&p| !alive(p as i32))),
+        "left running after the supervisor's SIGKILL: {:?}",
+        everyone
+            .iter()
+            .filter(|&&p| alive(p as i32))
+            .collect::<Vec<_>>()
+    );
+}

@@ -437,6 +437,9 @@ pub struct SupervisorOpts {
     /// (uid, gid) instead of the test's user (tests/live/apache_network.rs
     /// cuts one user's packets off).
     pub user: Option<(u32, u32)>,
+    /// Run this file as the `pool_worker` binary instead of [`bin`] (a copy
+    /// the test may replace).
+    pub bin: Option<PathBuf>,
 }
 
 /// One `exited` event.
@@ -543,6 +546,19 @@ impl SupervisorProc {
 
     pub fn start_with(opts: SupervisorOpts) -> Self {
         let mut cmd = command();
+        if let Some(b) = &opts.bin {
+            let env: Vec<_> = cmd
+                .get_envs()
+                .map(|(k, v)| (k.to_owned(), v.map(OsStr::to_owned)))
+                .collect();
+            cmd = Command::new(b);
+            cmd.env_clear();
+            for (k, v) in env {
+                if let Some(v) = v {
+                    cmd.env(k, v);
+                }
+            }
+        }
         cmd.args(["supervise", "--json", "--instances", &opts.instances]);
         if let Some(ms) = opts.restart_delay_ms {
             cmd.args(["--restart-delay-ms", &ms.to_string()]);
