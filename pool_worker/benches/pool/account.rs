@@ -671,7 +671,7 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         .collect();
     // Row names, in order; (label, how, off_path, idle).
     let specs: &[(&str, &str, bool, bool)] = &[
-        ("standby: process start (fork + exec → main)", "supervisor's mark before the spawn → the process's first mark; CPU: the process's CPU time at main (exec, dynamic linking, Rust start-up)", true, false),
+        ("standby: process start (fork server's fork → main)", "supervisor's mark before the spawn → the process's first mark; CPU: the process's CPU time at main (the fork server's child setting itself up; with `--no-fork-server`, fork + exec: the exec, dynamic linking, Rust start-up)", true, false),
         ("standby: runtime, configuration, logging", "main → configured (tokio runtime, environment read, tracing set up)", true, false),
         ("standby: Kafka clients created", "configured → clients (job base, isolation, the two librdkafka clients and their threads)", true, false),
         ("standby: connection and topic checks (open)", "clients → open (connections, metadata, the topics' checks)", true, false),
