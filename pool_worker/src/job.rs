@@ -351,7 +351,7 @@ fn command(
         ctx.limits
     };
     crate::isolate::prepare_child(&mut cmd, ctx.user.as_deref(), limits);
-    crate::supervise::die_with_parent(&mut cmd);
+    crate::supervise::die_with_parent(cmd.as_std_mut());
     crate::isolate::close_inherited(&mut cmd);
     cmd
 }

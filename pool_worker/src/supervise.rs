@@ -782,7 +782,7 @@ impl Shared {
             ChildOutput::Null => (Stdio::null(), Stdio::null()),
         };
         cmd.stdout(out).stderr(err);
-        die_with_parent(&mut cmd);
+        die_with_parent(cmd.as_std_mut());
         cmd
     }
 }
@@ -1045,10 +1045,11 @@ async fn relay(prefix: String, from: impl AsyncRead + Unpin) {
 
 /// Makes the child get SIGKILL when the *thread* that forks it ends (Linux's
 /// `PR_SET_PDEATHSIG`): for a long-lived thread, when the process dies, even
-/// by SIGKILL. Used for supervised instances and for jobs.
-pub(crate) fn die_with_parent(cmd: &mut Command) {
+/// by SIGKILL. Used for supervised instances, the fork server and jobs.
+pub(crate) fn die_with_parent(cmd: &mut std::process::Command) {
     #[cfg(target_os = "linux")]
     {
+        use std::os::unix::process::CommandExt as _;
         let parent = nix::unistd::getpid();
         // SAFETY: the closure runs between fork and exec and calls only
         // async-signal-safe functions (prctl, getppid). Its error is a bare

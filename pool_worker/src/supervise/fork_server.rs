@@ -546,7 +546,7 @@ impl Server {
             .stdin(std::process::Stdio::from(theirs))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::inherit());
-        pdeathsig(&mut cmd);
+        super::die_with_parent(&mut cmd);
         let mut child = cmd.spawn().context("cannot start the fork server")?;
         let pid = child.id();
         let read = ours.try_clone().context("dup")?;
@@ -712,22 +712,6 @@ fn read_replies(sock: OwnedFd, routes: &Mutex<Routes>) {
     r.closed = true;
     r.spawns.clear();
     r.exits.clear();
-}
-
-/// `PR_SET_PDEATHSIG = SIGKILL` for the server (see [`super::die_with_parent`]).
-fn pdeathsig(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt as _;
-    let parent = nix::unistd::getpid();
-    // SAFETY: between fork and exec, async-signal-safe calls only.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-            if nix::unistd::getppid() != parent {
-                return Err(nix::errno::Errno::ESRCH.into());
-            }
-            Ok(())
-        });
-    }
 }
 
 /// A worker the fork server started: its pid, its exit once reported, and
