@@ -137,7 +137,27 @@ pub fn to_boottime(t: u64) -> u64 {
 /// (a job learns nothing from the claims topic about which process to
 /// look at); the worker logs its pid beside it when it boots.
 pub(crate) fn new_incarnation() -> String {
-    format!("{:016x}", crate::isolate::random_u64())
+    format!("{:016x}", random_u64())
+}
+
+/// A fresh random 64-bit number from the kernel (`getrandom`), for the
+/// incarnation id; falls back to the standard library's random hasher keys.
+pub(crate) fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into an 8-byte buffer.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n == 8 {
+        return u64::from_ne_bytes(buf);
+    }
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    h.finish()
 }
 
 #[cfg(test)]

@@ -879,7 +879,7 @@ pub(crate) mod tests {
     /// (a test filter that matches no test), for [`guard_pid`].
     pub(crate) fn test_feed() -> (watch::Sender<Option<u64>>, GuardFeed) {
         let (tx, rx) = watch::channel(None);
-        let tag = format!("tag-{:016x}", crate::isolate::random_u64());
+        let tag = format!("tag-{:016x}", crate::clock::random_u64());
         let feed = GuardFeed {
             program: std::env::current_exe().expect("the test binary's path"),
             prefix: [

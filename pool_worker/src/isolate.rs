@@ -374,26 +374,6 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(true)
 }
 
-/// A fresh random 64-bit number from the kernel (`getrandom`), for the
-/// incarnation id; falls back to the standard library's random hasher keys.
-pub(crate) fn random_u64() -> u64 {
-    let mut buf = [0u8; 8];
-    // SAFETY: writes at most 8 bytes into an 8-byte buffer.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n == 8 {
-        return u64::from_ne_bytes(buf);
-    }
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    h.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,6 +463,6 @@ mod tests {
 
     #[test]
     fn random_ids_differ() {
-        assert_ne!(random_u64(), random_u64());
+        assert_ne!(crate::clock::random_u64(), crate::clock::random_u64());
     }
 }
