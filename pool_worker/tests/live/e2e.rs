@@ -1627,6 +1627,12 @@ fn workers_are_forked_by_a_fork_server_that_follows_the_binary_and_dies_with_the
         ..SupervisorOpts::default()
     });
     let server_of = |pid: u32| {
+        // Set up as a worker (it renames itself then) once it logs its boot.
+        assert!(
+            sup.stderr.wait_for(&format!("pid={pid} "), T),
+            "worker {pid} did not boot: {}",
+            sup.stderr.last(20)
+        );
         let (server, comm) = parent_and_name(pid).expect("the worker runs");
         assert_eq!(comm, "pool_worker", "the worker's name");
         let (grand, name) = parent_and_name(server).expect("its parent runs");
