@@ -713,7 +713,7 @@ impl Shared {
                 }
             }
         }
-        let mut cmd = self.command(instance, standby);
+        let mut cmd = self.command(instance, standby, pipe.is_some());
         if let Some(pipe) = &pipe {
             pipe.give(&mut cmd);
         }
@@ -740,16 +740,19 @@ impl Shared {
             ChildOutput::Null => fork_server::Output::Null,
         };
         let stdio = fork_server::Stdio::new(standby, output, pipe.map(|p| p.write_end().as_fd()))?;
-        let mut env = self.child_env(instance, standby);
-        if pipe.is_some() {
-            env.push((ready::VAR.into(), Some(ready::FD.to_string().into())));
-        }
+        let env = self.child_env(instance, standby, pipe.is_some());
         let server = self.spawner.fork_server(self.cfg.program.clone()).await?;
         fork_server::spawn(server, &env, stdio).await
     }
 
-    /// The child's environment on top of the supervisor's (`None`: removed).
-    fn child_env(&self, instance: u32, standby: bool) -> Vec<(OsString, Option<OsString>)> {
+    /// The child's environment on top of the supervisor's (`None`: removed);
+    /// `ready`: it gets the ready pipe, at [`ready::FD`].
+    fn child_env(
+        &self,
+        instance: u32,
+        standby: bool,
+        ready: bool,
+    ) -> Vec<(OsString, Option<OsString>)> {
         let mut env: Vec<(OsString, Option<OsString>)> = self
             .cfg
             .env
@@ -758,10 +761,13 @@ impl Shared {
             .collect();
         env.push(("INSTANCE_NUMBER".into(), Some(instance.to_string().into())));
         env.push((STANDBY.into(), standby.then(|| OsString::from("1"))));
+        if ready {
+            env.push((ready::VAR.into(), Some(ready::FD.to_string().into())));
+        }
         env
     }
 
-    fn command(&self, instance: u32, standby: bool) -> Command {
+    fn command(&self, instance: u32, standby: bool, ready: bool) -> Command {
         let mut cmd = Command::new(&self.cfg.program);
         cmd.args(&self.cfg.args)
             .stdin(if standby {
@@ -770,7 +776,7 @@ impl Shared {
                 Stdio::null()
             })
             .kill_on_drop(true);
-        for (k, v) in self.child_env(instance, standby) {
+        for (k, v) in self.child_env(instance, standby, ready) {
             match v {
                 Some(v) => cmd.env(k, v),
                 None => cmd.env_remove(k),
@@ -1117,20 +1123,22 @@ impl Spawner {
     }
 
     async fn spawn(&self, cmd: Command) -> io::Result<Child> {
-        let (reply, rx) = oneshot::channel();
-        let gone = || io::Error::other("the spawner thread has ended");
-        self.tx
-            .send(SpawnRequest::Exec(cmd, reply))
-            .map_err(|_| gone())?;
-        rx.await.map_err(|_| gone())?
+        self.ask(|reply| SpawnRequest::Exec(cmd, reply)).await
     }
 
     async fn fork_server(&self, program: PathBuf) -> io::Result<Arc<fork_server::Server>> {
+        self.ask(|reply| SpawnRequest::Server(program, reply)).await
+    }
+
+    /// Sends the spawner thread the request `make` builds around its reply
+    /// channel, and waits for the reply.
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<io::Result<T>>) -> SpawnRequest,
+    ) -> io::Result<T> {
         let (reply, rx) = oneshot::channel();
         let gone = || io::Error::other("the spawner thread has ended");
-        self.tx
-            .send(SpawnRequest::Server(program, reply))
-            .map_err(|_| gone())?;
+        self.tx.send(make(reply)).map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
     }
 }

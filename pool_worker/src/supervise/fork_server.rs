@@ -70,9 +70,6 @@ const MAX_MESSAGE: usize = 60 * 1024;
 /// input, output, error, then the ready pipe's write end if `ready`.
 const STDIO: [RawFd; 3] = [0, 1, 2];
 
-/// Where the child's ready pipe goes (as with `exec`: [`super::ready`]).
-const READY_FD: RawFd = 3;
-
 /// The kernel name the server takes (`ps -o comm`), and the one its
 /// children take back.
 const SERVER_COMM: &str = "pw-fork-server";
@@ -393,7 +390,7 @@ impl ChildSetup {
             high.push(unsafe { OwnedFd::from_raw_fd(raw) });
         }
         drop(self.fds);
-        for (fd, target) in high.iter().zip(STDIO.into_iter().chain([READY_FD])) {
+        for (fd, target) in high.iter().zip(STDIO.into_iter().chain([super::ready::FD])) {
             // dup2 leaves the copy without close-on-exec: a job inherits
             // 0-2 as from an exec'd worker, and the worker itself closes
             // the ready pipe on exec (ready::take).

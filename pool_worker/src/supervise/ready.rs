@@ -102,10 +102,10 @@ impl Pipe {
         &self.write
     }
 
-    /// Makes `cmd`'s child get the write end as [`FD`], named by [`VAR`].
+    /// Makes `cmd`'s child get the write end as [`FD`] (the supervisor
+    /// names it in [`VAR`] with the rest of the child's environment).
     pub(crate) fn give(&self, cmd: &mut tokio::process::Command) {
         let w = self.write.as_raw_fd();
-        cmd.env(VAR, FD.to_string());
         // SAFETY: the closure runs between fork and exec and calls only
         // async-signal-safe functions (dup2, fcntl) on descriptors of the
         // child's own copy.
