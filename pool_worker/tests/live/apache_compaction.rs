@@ -887,7 +887,10 @@ fn dead_claim(instance: u32, inc: &str, order: OrderId) -> Record {
 ///   counted from the first record about X): its negotiation of X, open
 ///   since its claim, ends by yielding to instance 1's commit. X runs once.
 /// * Instance 3 starts again only after the cleaner erased instance 1's
-///   records about X': the negotiation outlived the lag, against R43. Its
+///   records about X', and every record before the dead claim of X' that
+///   carries the frontier past X' (R8: a standby's `booted` can land
+///   between instance 1's completion of X' and the dead claims, and would
+///   make the claim late, R14): the negotiation outlived the lag, against R43. Its
 ///   dead process's claim now meets no rival, so it reads as that
 ///   process's commit (R34); instance 3 resumes it as a retry and runs X' a
 ///   second time: the failure that R43 (7 days in production) is there to
@@ -1012,20 +1015,37 @@ fn r43_edge_a_negotiation_open_close_to_the_lag() {
     // about X (instance 1's claim) to instance 2's decision.
     let open_for = decision.ts.saturating_sub(first_ts(x));
 
-    // Beyond the edge: wait until the cleaner erased instance 1's records
-    // about X', then start instance 3.
+    // Beyond the edge: wait until the cleaner erased every record before
+    // the dead claim of X' that carries the frontier past X' (R8, R14):
+    // instance 1's records about X', and its processes' `booted` records
+    // written after it completed X' (a standby's can land before the dead
+    // claims). Then start instance 3.
+    let dead_3_claim = recs
+        .iter()
+        .find(|(_, r)| r.incarnation.as_str() == "dead-3" && r.event() == Event::Claimed)
+        .map(|(p, _)| *p)
+        .expect("the dead claim of X'");
+    let past_x2 = |r: &Record| r.next.get(&x2.lane()).is_some_and(|n| *n > x2.offset);
+    let mut present = Vec::new();
     let erased = poll_until(
         Duration::from_millis(LAG_MS) + T,
         Duration::from_millis(500),
         || {
-            let (_, now) = compacted(kafka, &claims);
-            let present: BTreeSet<i64> = now.iter().map(|r| r.0).collect();
-            ones_x2.iter().all(|p| !present.contains(p))
+            present = decoded_claims(&kafka.bootstrap, &claims);
+            present
+                .iter()
+                .all(|(p, r)| *p >= dead_3_claim || !past_x2(r))
         },
     );
     assert!(
         erased,
-        "the cleaner did not erase instance 1's records about X'"
+        "the cleaner did not erase the records before the dead claim of X' (#{dead_3_claim}) that carry the \
+         frontier past it:\n{}",
+        show_all(&present)
+    );
+    assert!(
+        ones_x2.iter().all(|p| present.iter().all(|(q, _)| q != p)),
+        "instance 1's records about X' are erased"
     );
     let mut three = WorkerProc::start("worker3", &with("3"));
     let status = three.wait(T);
