@@ -9,24 +9,23 @@
 //!   double fork, `setsid`) becomes the worker's child instead of init's,
 //!   which lets [`end_descendants`] find and end it.
 //! * [`JobUser`] (`JOB_USER`): jobs run under another uid, gid and that
-//!   user's supplementary groups, set in the child between `fork` and
-//!   `exec`. A job user cannot read the worker's memory or environment (a
+//!   user's supplementary groups, set in the child before its `exec`
+//!   (pool_worker/src/job/spawn.rs). A job user cannot read the worker's memory or environment (a
 //!   worker running as root is not dumpable, and another uid may not ptrace
 //!   it) nor files that only the worker's user can read: that is where
 //!   credentials belong.
-//! * [`Limits`] (`JOB_LIMIT_*`): `setrlimit` in the child.
+//! * [`Limits`] (`JOB_LIMIT_*`): `setrlimit` in the child (the same).
 //!
-//! `nix` wraps the system calls: safe `prctl`, `setrlimit`, `setgroups`,
-//! `setuid` and a thread-safe `getpwnam_r` with its buffer handling, for a
-//! small crate (only its `process`, `user`, `resource`, `signal` and `fs`
-//! parts are built); `rustix` lacks the user database and `setgroups`.
+//! `nix` wraps the system calls here: safe `prctl` and a thread-safe
+//! `getpwnam_r` with its buffer handling, for a small crate (only some of
+//! its parts are built); `rustix` lacks the user database. The job's own
+//! `setrlimit`, `setgroups`, `setgid` and `setuid` are raw system calls in
+//! pool_worker/src/job/spawn.rs, which says why.
 
 use crate::env::ConfigError;
-use nix::sys::resource::{setrlimit, Resource};
-use nix::unistd::{Gid, Uid};
+use nix::unistd::Uid;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
-use std::io;
 use std::time::{Duration, Instant};
 
 /// Makes this process non-dumpable and a child subreaper.
@@ -127,105 +126,6 @@ pub(crate) struct Limits {
     pub(crate) processes: Option<u64>,
     /// `RLIMIT_NOFILE`, open files per process (`JOB_LIMIT_OPEN_FILES`).
     pub(crate) open_files: Option<u64>,
-}
-
-/// Makes every descriptor of `cmd`'s child past the standard three close at
-/// its `exec`: a job gets its standard input, output and error, and nothing
-/// else of the worker's. librdkafka makes its queues' wakeup pipes without
-/// close-on-exec, and a worker passes on whatever its own parent left open
-/// (a build tool's jobserver pipe, say): a job could read a broker thread's
-/// wakeups away, or hold a pipe open after the worker is gone.
-/// Close-on-exec rather than closed: the standard library's own pipe, which
-/// reports a failed `exec` to the worker, must stay open until the `exec`.
-/// Linux 5.11 and later (`close_range` with `CLOSE_RANGE_CLOEXEC`); an older
-/// kernel refuses it, and the job then inherits them as before.
-pub(crate) fn close_inherited(cmd: &mut tokio::process::Command) {
-    #[cfg(target_os = "linux")]
-    // SAFETY: the closure makes one system call, async-signal-safe, and
-    // ignores its result.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            );
-            Ok(())
-        });
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = cmd;
-}
-
-/// Sets up the child of `cmd`, between `fork` and `exec`: limits first
-/// (`RLIMIT_NPROC` is checked at `fork`, so it counts the job user's
-/// processes from then on), then groups, gid and uid, in that order (once
-/// the uid is dropped, the rest could not be changed). Must be called before
-/// any other `pre_exec` that should run as the job user: the kernel clears
-/// the parent-death signal when credentials change.
-pub(crate) fn prepare_child(
-    cmd: &mut tokio::process::Command,
-    user: Option<&JobUser>,
-    limits: Limits,
-) {
-    if user.is_none() && limits == Limits::default() {
-        return;
-    }
-    // Everything the closure needs is computed here: after fork, only
-    // async-signal-safe calls (no allocation).
-    let creds = user.map(|u| {
-        (
-            Uid::from_raw(u.uid),
-            Gid::from_raw(u.gid),
-            u.groups
-                .iter()
-                .map(|g| Gid::from_raw(*g))
-                .collect::<Vec<_>>(),
-        )
-    });
-    let limit = |r: Resource, v: Option<u64>| v.map(|v| (r, v));
-    let limits: Vec<(Resource, u64)> = [
-        limit(Resource::RLIMIT_AS, limits.memory_bytes),
-        limit(Resource::RLIMIT_NPROC, limits.processes),
-        limit(Resource::RLIMIT_NOFILE, limits.open_files),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    // SAFETY: the closure calls only prctl, setrlimit, setgroups, setgid and
-    // setuid (async-signal-safe system calls) on data prepared before the
-    // fork; io::Error::last_os_error and from(Errno) do not allocate.
-    unsafe {
-        cmd.pre_exec(move || {
-            for (r, v) in &limits {
-                setrlimit(*r, *v, *v).map_err(io::Error::from)?;
-            }
-            if let Some((uid, gid, groups)) = &creds {
-                // A worker given CAP_SETUID/CAP_SETGID as ambient capabilities
-                // (systemd's AmbientCapabilities=) would pass them on through
-                // exec: a non-root uid change keeps them. Clear them first
-                // (EINVAL: a kernel without ambient capabilities).
-                if libc::prctl(
-                    libc::PR_CAP_AMBIENT,
-                    libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                {
-                    let e = io::Error::last_os_error();
-                    if e.raw_os_error() != Some(nix::errno::Errno::EINVAL as i32) {
-                        return Err(e);
-                    }
-                }
-                nix::unistd::setgroups(groups).map_err(io::Error::from)?;
-                nix::unistd::setgid(*gid).map_err(io::Error::from)?;
-                nix::unistd::setuid(*uid).map_err(io::Error::from)?;
-            }
-            Ok(())
-        });
-    }
 }
 
 /// Parent pid of each process in `/proc` (`stat`'s fourth field; the name

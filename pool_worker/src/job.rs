@@ -10,7 +10,7 @@
 //!
 //! * **A job is a process tree, not a process.** `sh -c 'a & b'` starts
 //!   processes that outlive `sh`. Every job gets its own group
-//!   (`process_group(0)`, so its id is the main process's pid) and the whole
+//!   (its id is the main process's pid) and the whole
 //!   group is sent `SIGKILL` on timeout, on cancellation, and when the job
 //!   ends. A process that leaves the group (`setsid`, `setpgid`) or is
 //!   orphaned is still the worker's: worker mode makes the worker a child
@@ -23,6 +23,11 @@
 //!   SIGKILL too (`PR_SET_PDEATHSIG`); its own children outlive it unless
 //!   they die with it (a shell's pipeline does), which is one more reason
 //!   for `image` orders.
+//!
+//! * **A job is not a copy of the worker.** Its process is started with
+//!   `clone(CLONE_VM | CLONE_VFORK)` and set up with raw system calls
+//!   before its `exec` (`job/spawn.rs`, which says why): a `fork` of the
+//!   worker, many threads and megabytes, cost about 1 ms of CPU per order.
 //!
 //! * **Output is unbounded, memory is not.** stdout and stderr are read
 //!   concurrently (reading one while the job blocks writing the other would
@@ -69,6 +74,7 @@ use crate::record::size::Tail;
 use crate::record::{OrderId, Outcome, Status};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
+use spawn::{Child, Spec};
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -78,7 +84,9 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
+
+mod spawn;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -247,10 +255,10 @@ pub(crate) async fn run(
     if *cancel.borrow() {
         return Outcome::not_run(Status::Error, "cancelled: before the job started");
     }
-    let mut cmd = command(spec, ctx, &path, &program, &args);
+    let env = job_env(std::env::vars_os(), spec, ctx);
     let started = Instant::now();
     crate::account::mark("job_spawn");
-    let spawned = cmd.spawn();
+    let spawned = Child::spawn(&command(spec, ctx, &path, &program, &args, &env));
     crate::account::mark("job_started");
     let mut child = match spawned {
         Ok(c) => c,
@@ -261,9 +269,8 @@ pub(crate) async fn run(
         }
     };
     // (killpg(0) or killpg(1) would hit the worker or everything: never.)
-    let group = child
-        .id()
-        .and_then(|pid| i32::try_from(pid).ok())
+    let group = i32::try_from(child.id())
+        .ok()
         .filter(|&pid| pid > 1)
         .map(|pid| Group(Pid::from_raw(pid)));
     let limit = spec.timeout.unwrap_or(ctx.default_timeout);
@@ -316,44 +323,36 @@ pub(crate) async fn run(
 }
 
 /// The job's command: its own process group, the job's environment, no
-/// stdin, piped output, the job user and limits.
-fn command(
+/// stdin, piped output, the job user and limits, the parent-death signal
+/// and no descriptor of the worker's beyond the standard three (see
+/// pool_worker/src/job/spawn.rs). Should the worker be killed (SIGKILL),
+/// its job's main process dies with it instead of running on as an orphan
+/// beside the retry that the next incarnation starts. (A process the job
+/// started that left the job's main process behind is not covered: see the
+/// module doc.) An image order's limits are the container's, set by
+/// `docker run`: the docker CLI itself needs more address space than a job
+/// may get.
+fn command<'a>(
     spec: &OrderSpec,
-    ctx: &JobContext,
-    path: &Path,
-    program: &str,
-    args: &[String],
-) -> Command {
-    let mut cmd = Command::new(path);
-    cmd.arg0(program)
-        .args(args)
-        .env_clear()
-        .envs(job_env(std::env::vars_os(), spec, ctx))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        // Should this future be dropped, the main process dies with it and
-        // `Group` below kills the rest.
-        .kill_on_drop(true);
-    // Should the worker be killed (SIGKILL), its job's main process dies
-    // with it instead of running on as an orphan beside the retry that the
-    // next incarnation starts. This future runs on a runtime worker thread,
-    // which lives as long as the process. (A process the job started that
-    // left the job's main process behind is not covered: see the module doc.)
-    // The job user and limits first: changing credentials clears the
-    // parent-death signal, which is set after them.
-    // (An image order's limits are the container's, set by `docker run`:
-    // the docker CLI itself needs more address space than a job may get.)
+    ctx: &'a JobContext,
+    path: &'a Path,
+    program: &'a str,
+    args: &'a [String],
+    env: &'a BTreeMap<OsString, OsString>,
+) -> Spec<'a> {
     let limits = if matches!(spec.kind, OrderKind::Image { .. }) {
         Limits::default()
     } else {
         ctx.limits
     };
-    crate::isolate::prepare_child(&mut cmd, ctx.user.as_deref(), limits);
-    crate::supervise::die_with_parent(cmd.as_std_mut());
-    crate::isolate::close_inherited(&mut cmd);
-    cmd
+    Spec {
+        path,
+        arg0: program,
+        args,
+        env,
+        user: ctx.user.as_deref(),
+        limits,
+    }
 }
 
 /// Reads the job's output until it exits, times out or is cancelled; kills

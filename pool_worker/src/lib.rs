@@ -43,7 +43,7 @@ pub mod env; // the environment as settings: the parsers every program shares, a
 pub mod fetch; // fetching a URL order's body
 pub mod guard; // the job's dead man's switch: frozen when its hold's deadline passes (R53)
 pub mod isolate; // what keeps a job away from the worker
-pub mod job; // running a job with tokio::process
+pub mod job; // running a job: its process (job/spawn.rs), output, limits, time
 pub mod kafka; // everything Kafka: the worker's and the tools' clients, the claims reader, the embedded broker
 pub mod orders_topics; // ORDERS_TOPIC: the orders topics in priority order, Kafka names and the core's topics
 pub mod policy; // the allow lists: what an order may run, set, pull and fetch
