@@ -326,6 +326,8 @@ fn pipe2() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// The child: runs on its own stack, in the worker's memory, until `exec`.
 /// System calls only; on failure, the errno into `Steps::err` and exit 127.
+/// (`syscall` is variadic: an argument the kernel reads as `unsigned long`,
+/// prctl's, is passed as one, not as a C `int` whose upper half is undefined.)
 extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `Steps` the parent keeps alive and does not
     // touch until this process has exec'd or exited.
@@ -375,10 +377,10 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
             if libc::syscall(
                 libc::SYS_prctl,
                 libc::PR_CAP_AMBIENT,
-                libc::PR_CAP_AMBIENT_CLEAR_ALL,
-                0,
-                0,
-                0,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
             ) != 0
                 && errno() != libc::EINVAL
             {
@@ -398,10 +400,10 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         if libc::syscall(
             libc::SYS_prctl,
             libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL,
-            0,
-            0,
-            0,
+            libc::SIGKILL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
         ) != 0
         {
             fail(s);
