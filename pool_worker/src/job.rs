@@ -85,10 +85,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
-
-mod spawn;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+mod spawn;
 
 /// Default time limit of an order that names none.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);

@@ -1051,7 +1051,8 @@ async fn relay(prefix: String, from: impl AsyncRead + Unpin) {
 
 /// Makes the child get SIGKILL when the *thread* that forks it ends (Linux's
 /// `PR_SET_PDEATHSIG`): for a long-lived thread, when the process dies, even
-/// by SIGKILL. Used for supervised instances, the fork server and jobs.
+/// by SIGKILL. Used for supervised instances and the fork server (a job's
+/// process sets it itself: pool_worker/src/job/spawn.rs).
 pub(crate) fn die_with_parent(cmd: &mut std::process::Command) {
     #[cfg(target_os = "linux")]
     {

@@ -90,8 +90,6 @@ struct Steps {
     creds: Option<(libc::uid_t, libc::gid_t, *const libc::gid_t, usize)>,
     /// The worker's pid, for the parent-death signal's check.
     parent: libc::pid_t,
-    /// The signal mask to exec with (empty, as std's `Command` gives).
-    mask: libc::sigset_t,
     /// The errno of the step that failed; 0 if none did.
     err: libc::c_int,
 }
@@ -143,12 +141,6 @@ impl Child {
             .map(OwnedFd::from)?;
         let (out_r, out_w) = pipe2()?;
         let (err_r, err_w) = pipe2()?;
-        // SAFETY: sigemptyset initialises the set it is given.
-        let mask = unsafe {
-            let mut m = std::mem::zeroed::<libc::sigset_t>();
-            libc::sigemptyset(&mut m);
-            m
-        };
         let mut steps = Steps {
             path: path.as_ptr(),
             argv: argv_p.as_ptr(),
@@ -162,7 +154,6 @@ impl Child {
                 .user
                 .map(|u| (u.uid, u.gid, groups.as_ptr(), groups.len())),
             parent: std::process::id() as libc::pid_t,
-            mask,
             err: 0,
         };
         let mut stack = vec![0u8; STACK];
@@ -326,8 +317,6 @@ fn pipe2() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// The child: runs on its own stack, in the worker's memory, until `exec`.
 /// System calls only; on failure, the errno into `Steps::err` and exit 127.
-/// (`syscall` is variadic: an argument the kernel reads as `unsigned long`,
-/// prctl's, is passed as one, not as a C `int` whose upper half is undefined.)
 extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `Steps` the parent keeps alive and does not
     // touch until this process has exec'd or exited.
@@ -374,15 +363,10 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
             // (systemd's AmbientCapabilities=) would pass them on through
             // exec: a non-root uid change keeps them. Clear them first
             // (EINVAL: a kernel without ambient capabilities).
-            if libc::syscall(
-                libc::SYS_prctl,
+            if !prctl(
                 libc::PR_CAP_AMBIENT,
                 libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            ) != 0
-                && errno() != libc::EINVAL
+            ) && errno() != libc::EINVAL
             {
                 fail(s);
             }
@@ -396,16 +380,9 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         // The parent-death signal after the credentials (changing them
         // clears it). Should the worker die (SIGKILL), its job's main
         // process dies with it; if it died before this, nobody would send
-        // the signal.
-        if libc::syscall(
-            libc::SYS_prctl,
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        ) != 0
-        {
+        // the signal. (The signal follows the thread that cloned: a runtime
+        // worker thread, which lives as long as the process.)
+        if !prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) {
             fail(s);
         }
         if libc::syscall(libc::SYS_getppid) as libc::pid_t != s.parent {
@@ -421,16 +398,27 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
             u32::MAX,
             libc::CLOSE_RANGE_CLOEXEC,
         );
+        // An empty signal mask, as std's `Command` gives (the kernel's
+        // set is 64 bits).
+        let empty: u64 = 0;
         libc::syscall(
             libc::SYS_rt_sigprocmask,
             libc::SIG_SETMASK,
-            std::ptr::addr_of!(s.mask),
-            std::ptr::null_mut::<libc::sigset_t>(),
-            8usize,
+            std::ptr::addr_of!(empty),
+            std::ptr::null_mut::<u64>(),
+            std::mem::size_of::<u64>(),
         );
         libc::syscall(libc::SYS_execve, s.path, s.argv, s.envp);
         fail(s)
     }
+}
+
+/// `prctl(option, arg, 0, 0, 0)` as a raw system call; whether it succeeded.
+/// (`syscall` is variadic: every argument is passed as the `unsigned long`
+/// the kernel reads, not as a C `int` whose upper half is undefined.)
+unsafe fn prctl(option: libc::c_int, arg: libc::c_ulong) -> bool {
+    let zero: libc::c_ulong = 0;
+    libc::syscall(libc::SYS_prctl, option, arg, zero, zero, zero) == 0
 }
 
 /// The child's way out: the errno of the step that failed into
