@@ -289,8 +289,9 @@ if [ -n "$ACLS" ]; then
         echo "# Results: published, never read."
         show "${add[@]}" --operation Write --operation Describe --topic "$RESULTS_TOPIC"
     fi
-    echo "# Consumer groups pool_worker-*: nothing is committed (offsets come from the claims"
-    echo "# topic), but librdkafka looks up the coordinator of a consumer's group.id (Describe)."
+    echo "# Consumer groups pool_worker-*, for the tools (status, history, audit, serve): nothing is"
+    echo "# committed, but librdkafka looks up the coordinator of a consumer's group.id (Describe)."
+    echo "# The workers' consumer has no group.id."
     show "${add[@]}" --operation Describe --group pool_worker- --resource-pattern-type prefixed
     echo "# Transactional ids pool_worker.$COORDINATION_TOPIC.*: each claims record is a transaction, and a"
     echo "# new process fences its dead predecessor with init_transactions (docs/protocol.md R16)."

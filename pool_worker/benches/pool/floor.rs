@@ -272,7 +272,7 @@ fn metadata<C: ClientContext>(c: &rdkafka::client::Client<C>, topic: &str) -> Re
 /// `Offset::End`, librdkafka's own query of it came ~500 ms later.
 fn consumer_at_end(bootstrap: &str, group: &str, topic: &str) -> Result<BaseConsumer, String> {
     let c: BaseConsumer =
-        pool_worker::kafka::claims_reader::config(bootstrap, &BTreeMap::new(), group)
+        pool_worker::kafka::claims_reader::config(bootstrap, &BTreeMap::new(), Some(group))
             .create()
             .map_err(|e| e.to_string())?;
     let (_, high) = c

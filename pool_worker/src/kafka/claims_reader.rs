@@ -7,7 +7,9 @@
 //! * one consumer configuration ([`config`]): no group membership, no
 //!   commit, partition EOF (how a reader knows it caught up) and the fetch
 //!   sizes of a replay, the user's `KAFKA_*` properties last;
-//! * partition 0 assigned at a position ([`ClaimsReader::start_at`]), every
+//! * partition 0 read from a position ([`ClaimsReader::start_at`]; a tool's
+//!   consumer is assigned it, the worker's, which has no group, starts it by
+//!   hand: [`start_fetching`]), every
 //!   record decoded and judged by the pool's [`Gate`] (signature, possible
 //!   claims): foreign ones come out as `Err`;
 //! * the newest checkpoint near the end of the log
@@ -67,10 +69,21 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// queued) also bounds a replay's memory, and was not slower than 4 MB
 /// fetches into an 8 MB queue (which a replay fills faster than the
 /// worker folds it). `fetch.wait.max.ms`: see [`CLAIMS_FETCH_WAIT_MS`].
-pub fn config(brokers: &str, props: &BTreeMap<String, String>, group: &str) -> ClientConfig {
+///
+/// `group`: the `group.id` (a tool's consumer, which is assigned partitions
+/// and joins no group); `None` for a consumer whose partitions are started
+/// by hand ([`start_fetching`]: the worker's), which has none, whatever the
+/// properties say.
+pub fn config(
+    brokers: &str,
+    props: &BTreeMap<String, String>,
+    group: Option<&str>,
+) -> ClientConfig {
     let mut c = client_config(brokers, &BTreeMap::new());
-    c.set("group.id", group)
-        .set("enable.auto.commit", "false")
+    if let Some(group) = group {
+        c.set("group.id", group);
+    }
+    c.set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", CLAIMS_FETCH_WAIT_MS.to_string())
@@ -88,6 +101,9 @@ pub fn config(brokers: &str, props: &BTreeMap<String, String>, group: &str) -> C
     // record of an aborted transaction, nor one of a transaction still open
     // (docs/protocol.md R16). librdkafka's default, made sure of.
     c.set("isolation.level", "read_committed");
+    if group.is_none() {
+        c.remove("group.id");
+    }
     c
 }
 
@@ -233,10 +249,9 @@ pub struct ClaimsReader<X: ConsumerContext + 'static = Silent> {
     /// error names the partition, not the topic: on one queue, the orders'
     /// partition 0 and the claims partition could not be told apart.)
     queue: Option<PartitionQueue<X>>,
-    /// Whether the claims partition is in the consumer's assignment (a
-    /// shared consumer's is changed incrementally, and the partition is
-    /// assigned once: later starts seek).
-    assigned: AtomicBool,
+    /// Whether a shared consumer fetches the claims partition already
+    /// (started once, [`start_fetching`]: later starts seek).
+    started: AtomicBool,
     /// The consumer's configuration, for the checkpoint search's own
     /// consumer ([`ClaimsReader::find_checkpoint`]).
     config: ClientConfig,
@@ -341,7 +356,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         Ok(ClaimsReader {
             consumer: Arc::new(consumer),
             queue: None,
-            assigned: AtomicBool::new(false),
+            started: AtomicBool::new(false),
             config: config.clone(),
             gate,
             topic: topic.to_string(),
@@ -359,9 +374,9 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// worker's one consumer, pool_worker/src/kafka/clients.rs): the claims
     /// partition gets a queue of its own, and `wake` is called whenever that
     /// queue goes from empty to not empty (the thread polling it may be
-    /// waiting on something else). The consumer's assignment is only ever
-    /// changed incrementally; the checkpoint search reads through this
-    /// consumer too ([`ClaimsReader::find_checkpoint`]). `config`: the
+    /// waiting on something else). The consumer has no `group.id`: its
+    /// partitions are started by hand ([`start_fetching`]); the checkpoint
+    /// search reads through this consumer too ([`ClaimsReader::find_checkpoint`]). `config`: the
     /// consumer's settings ([`config`]).
     pub fn sharing(
         consumer: Arc<BaseConsumer<X>>,
@@ -378,7 +393,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         Ok(ClaimsReader {
             consumer,
             queue: Some(queue),
-            assigned: AtomicBool::new(false),
+            started: AtomicBool::new(false),
             config: config.clone(),
             gate,
             topic: topic.to_string(),
@@ -422,8 +437,9 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// no longer start there, `auto.offset.reset=earliest` starts at its
     /// first record.
     ///
-    /// A shared consumer's claims partition is assigned once, incrementally
-    /// (the orders partitions beside it stay as they are); a later start
+    /// A shared consumer's claims partition is started once
+    /// ([`start_fetching`]; the orders partitions beside it stay as they
+    /// are); a later start
     /// (after the checkpoint search) seeks, which drops whatever was
     /// fetched for the old position (librdkafka's version barrier).
     ///
@@ -530,7 +546,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             self.consumer
                 .assign(&tpl)
                 .context("cannot assign the claims topic")?;
-        } else if self.assigned.swap(true, Ordering::Relaxed) {
+        } else if self.started.swap(true, Ordering::Relaxed) {
             self.consumer
                 .seek_partitions(tpl, REQUEST_TIMEOUT)
                 .context("cannot seek the claims topic")?
@@ -540,9 +556,17 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
                 .map_or(Ok(()), Err)
                 .context("cannot seek the claims topic")?;
         } else {
-            self.consumer
-                .incremental_assign(&tpl)
-                .context("cannot assign the claims topic")?;
+            // The shared consumer has no group (see [`start_fetching`]);
+            // its claims partition's messages stay on the partition's own
+            // queue ([`ClaimsReader::sharing`]).
+            start_fetching(
+                &self.consumer,
+                &self.topic,
+                0,
+                offset,
+                FetchInto::PartitionQueue,
+            )
+            .context("cannot start reading the claims topic")?;
         }
         Ok(())
     }
@@ -657,9 +681,10 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     /// librdkafka (2.x) can abort on `rktp->rktp_started` when one consumer
     /// is assigned again while its previous assignment is still stopping
     /// (confluentinc/librdkafka#5573). A shared consumer's ([`ClaimsReader::sharing`],
-    /// the worker's) is never unassigned: the search assigns the claims
-    /// partition where it starts, and [`ClaimsReader::start_at`] then seeks
-    /// it, so the worker's boot needs no client of its own for the search.
+    /// the worker's) is never stopped: the search starts the claims
+    /// partition where it starts ([`start_fetching`]), and
+    /// [`ClaimsReader::start_at`] then seeks it, so the worker's boot needs
+    /// no client of its own for the search.
     /// Either seeks for the second part of the window.
     ///
     /// Only a checkpoint written less than `max_age_ms` ago counts
@@ -826,6 +851,71 @@ pub struct Raw {
     pub record: Result<Record, Foreign>,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
+}
+
+/// Where [`start_fetching`] delivers a partition's messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FetchInto {
+    /// The partition's own queue ([`BaseConsumer::split_partition_queue`]).
+    PartitionQueue,
+    /// The client's main queue, which a consumer without a `group.id`
+    /// polls ([`BaseConsumer::poll`]).
+    MainQueue,
+}
+
+/// Starts fetching `topic`'s `partition` at `offset` on a consumer made
+/// without a `group.id` (the worker's one consumer, pool_worker/src/kafka/clients.rs):
+/// librdkafka's simple consumer (`rd_kafka_consume_start`), which rdkafka
+/// does not wrap. Later moves are seeks, pauses and resumes, which work on
+/// such a partition as on an assigned one.
+///
+/// Why not `assign`: librdkafka lets only a consumer with a `group.id`
+/// assign, and such a consumer looks for its group's coordinator and keeps
+/// a connection to it (FindCoordinator, ApiVersions, a broker thread), from
+/// each of the pool's processes, though the pool never commits an offset
+/// (seed 002: offsets by hand).
+pub(crate) fn start_fetching<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    into: FetchInto,
+) -> anyhow::Result<()> {
+    use rdkafka::bindings as rd;
+    let name = std::ffi::CString::new(topic)?;
+    let rk = consumer.client().native_ptr();
+    // SAFETY: `rk` is a live client; `name` is NUL-terminated and outlives
+    // the calls. The topic handle and the main queue's handle are new
+    // references, each dropped once here: the partition keeps its topic,
+    // and a queue forwarded to keeps a reference of its own.
+    let err = unsafe {
+        let rkt = rd::rd_kafka_topic_new(rk, name.as_ptr(), std::ptr::null_mut());
+        if rkt.is_null() {
+            bail!(
+                "cannot use topic '{topic}': {}",
+                rdkafka::types::RDKafkaErrorCode::from(rd::rd_kafka_last_error())
+            );
+        }
+        let started = match into {
+            FetchInto::PartitionQueue => rd::rd_kafka_consume_start(rkt, partition, offset),
+            FetchInto::MainQueue => {
+                let main = rd::rd_kafka_queue_get_main(rk);
+                let r = rd::rd_kafka_consume_start_queue(rkt, partition, offset, main);
+                rd::rd_kafka_queue_destroy(main);
+                r
+            }
+        };
+        let err = (started == -1).then(|| rd::rd_kafka_last_error());
+        rd::rd_kafka_topic_destroy(rkt);
+        err
+    };
+    match err {
+        Some(e) => bail!(
+            "cannot read partition {partition} of topic '{topic}': {}",
+            rdkafka::types::RDKafkaErrorCode::from(e)
+        ),
+        None => Ok(()),
+    }
 }
 
 /// How long a tool may take to read the claims topic to its end.

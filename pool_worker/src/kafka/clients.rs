@@ -28,7 +28,9 @@
 
 use crate::backoff;
 use crate::checkpoint::Snapshot;
-use crate::kafka::claims_reader::{ClaimsReader, Gate, Polled, CHECKPOINT_WINDOW};
+use crate::kafka::claims_reader::{
+    start_fetching, ClaimsReader, FetchInto, Gate, Polled, CHECKPOINT_WINDOW,
+};
 use crate::kafka::client_config::{blocking, client_config};
 use crate::kafka::topics::{lane_ends, partitions_now, Asks};
 use crate::orders_topics::OrdersTopics;
@@ -387,20 +389,21 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync +
 
 /// The consumer's settings: the claims readers' own ([`crate::kafka::claims_reader::config`]:
 /// read_committed whatever the user's properties say, partition EOF, the
-/// fetch sizes of a replay, `fetch.wait.max.ms` [`crate::kafka::client_config::CLAIMS_FETCH_WAIT_MS`]),
-/// named after the instance. The orders partitions are read with them too:
+/// fetch sizes of a replay, `fetch.wait.max.ms` [`crate::kafka::client_config::CLAIMS_FETCH_WAIT_MS`]).
+/// The orders partitions are read with them too:
 /// read_committed changes nothing for orders written without transactions
 /// (their last stable offset is their high watermark, which is also the end
 /// the pool learns orders from: the producer's ListOffsets are
 /// read_committed, librdkafka's default, which the orders consumer had
 /// too), and an order written in a transaction is read once it is committed
 /// and never if it is aborted.
+///
+/// It has no `group.id`, whatever the `KAFKA_*` properties say: its
+/// partitions are started by hand ([`crate::kafka::claims_reader::start_fetching`]),
+/// and a consumer with a group keeps a connection to the group's
+/// coordinator, which the pool, committing no offset, never needs.
 fn consumer_config(cfg: &Setup) -> ClientConfig {
-    crate::kafka::claims_reader::config(
-        &cfg.brokers,
-        &cfg.props,
-        &format!("pool_worker-{}", cfg.instance),
-    )
+    crate::kafka::claims_reader::config(&cfg.brokers, &cfg.props, None)
 }
 
 /// Most orders messages the reader thread takes from the main queue before
@@ -533,7 +536,7 @@ impl Queues {
         // is NUL-terminated and outlives the call.
         let (main, claims) = unsafe {
             (
-                rdkafka::bindings::rd_kafka_queue_get_consumer(rk),
+                rdkafka::bindings::rd_kafka_queue_get_main(rk),
                 rdkafka::bindings::rd_kafka_queue_get_partition(rk, topic.as_ptr(), 0),
             )
         };
@@ -565,11 +568,11 @@ impl Drop for Queues {
     }
 }
 
-/// The orders partitions in the consumer's assignment. They are assigned
-/// once each (incrementally, beside the claims partition) and then sought
-/// and paused or resumed, never unassigned: no assignment change can race
-/// another one's stop (confluentinc/librdkafka#5573), and the claims
-/// partition is never touched.
+/// The orders partitions the consumer reads. Each is started once
+/// ([`crate::kafka::claims_reader::start_fetching`], beside the claims
+/// partition) and then sought and paused or resumed, never stopped: no
+/// start can race another one's stop (as an assignment could,
+/// confluentinc/librdkafka#5573), and the claims partition is never touched.
 #[derive(Default)]
 struct OrdersAssigned {
     assigned: BTreeSet<Lane>,
@@ -1486,10 +1489,10 @@ impl Kafka {
 
     /// Points the consumer's orders partitions at `from` and fetches them,
     /// pausing the other orders partitions it has. A partition new to the
-    /// consumer is assigned (incrementally: the claims partition stays as it
-    /// is); one it has is resumed and then sought, which drops whatever
-    /// was fetched before (and waits until it is dropped).
-    fn read_orders_at(&self, from: &BTreeMap<Lane, i64>) -> Result<(), KafkaError> {
+    /// consumer is started there (the claims partition stays as it is); one
+    /// it has is resumed and then sought, which drops whatever was fetched
+    /// before (and waits until it is dropped).
+    fn read_orders_at(&self, from: &BTreeMap<Lane, i64>) -> anyhow::Result<()> {
         let mut st = self
             .orders_assigned
             .lock()
@@ -1541,14 +1544,14 @@ impl Kafka {
                 REQUEST_TIMEOUT,
             )?;
             if let Some(e) = sought.elements().iter().find_map(|e| e.error().err()) {
-                return Err(e);
+                return Err(e.into());
             }
         }
-        if !new.is_empty() {
-            self.consumer.incremental_assign(&tpl(&mut new
-                .iter()
-                .map(|(&p, &o)| (p, Offset::Offset(o))))?)?;
-            st.assigned.extend(new.iter().map(|(&p, _)| p));
+        for (&l, &o) in &new {
+            if let Some((topic, p)) = self.orders.kafka_lane(l) {
+                start_fetching(&self.consumer, topic, p, o, FetchInto::MainQueue)?;
+            }
+            st.assigned.insert(l);
         }
         st.fetching.extend(from.keys());
         Ok(())
@@ -1760,7 +1763,7 @@ impl Kafka {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 return Err(Unreadable::Failed(format!(
-                    "cannot read the orders topic: {e}"
+                    "cannot read the orders topic: {e:#}"
                 )))
             }
             Err(e) => {

@@ -634,7 +634,7 @@ impl Source {
         let gate = self.gate()?;
         let settings = kafka_settings()?;
         ClaimsReader::open(
-            &claims_reader::config(&self.brokers, &settings.props, "pool_worker-status"),
+            &claims_reader::config(&self.brokers, &settings.props, Some("pool_worker-status")),
             &self.coordination_topic,
             gate,
             start,
