@@ -701,6 +701,9 @@ struct Exited {
     /// When the bench read the event (its wall clock, ms).
     at: f64,
     instance: u32,
+    /// How long the process ran (`after_ms`: from its start, or its
+    /// promotion from standby, to its exit).
+    ran_ms: f64,
 }
 
 struct Supervisor {
@@ -758,7 +761,12 @@ impl Supervisor {
                 }
                 if v["event"].as_str() == Some("exited") {
                     let instance = v["instance"].as_u64().unwrap_or(0) as u32;
-                    ex2.lock().unwrap().push(Exited { at, instance });
+                    let ran_ms = v["after_ms"].as_f64().unwrap_or(0.0);
+                    ex2.lock().unwrap().push(Exited {
+                        at,
+                        instance,
+                        ran_ms,
+                    });
                 }
             }
         });
@@ -2169,20 +2177,30 @@ impl Bench {
     }
 
     /// For each exit of a worker process between the first send and the last
-    /// completion: the time to the first `booted` record of the same instance
-    /// stamped at or after it (1 ms early allowed: the record's timestamp is
-    /// whole milliseconds), ms.
+    /// completion: the time from it to the `booted` record of the
+    /// instance's next process, ms; 0 when that came first. The next process
+    /// is let go when this one says `done`, after its `completed`, so its
+    /// `booted` is the first of the instance stamped at or after the
+    /// exiting process's last `completed` (after its start); for a process
+    /// that completed nothing, the first at or after the exit (1 ms early
+    /// allowed: a record's timestamp is whole milliseconds).
     fn exit_to_booted(exits: &[Exited], recs: &[(f64, i64, Record)], seen: &Measured) -> Vec<f64> {
         exits
             .iter()
             .filter(|e| e.at >= seen.t0 && e.at <= seen.last)
             .filter_map(|e| {
-                recs.iter()
-                    .filter(|(_, _, r)| {
-                        r.event() == Event::Booted && r.instance.get() == e.instance
-                    })
-                    .map(|(_, _, r)| r.ts as f64)
-                    .filter(|&ts| ts + 1.0 >= e.at)
+                let of = |ev: Event| {
+                    recs.iter()
+                        .filter(move |(_, _, r)| r.event() == ev && r.instance.get() == e.instance)
+                        .map(|(_, _, r)| r.ts as f64)
+                };
+                let since = e.at - e.ran_ms;
+                let from = of(Event::Completed)
+                    .filter(|&ts| ts + 1.0 >= since && ts <= e.at + 1.0)
+                    .max_by(f64::total_cmp)
+                    .unwrap_or(e.at - 1.0);
+                of(Event::Booted)
+                    .filter(|&ts| ts >= from)
                     .min_by(f64::total_cmp)
                     .map(|ts| (ts - e.at).max(0.0))
             })
@@ -2487,7 +2505,7 @@ fn matrix_report(results: &[MatrixResult], on: &str, date: &str, apache: bool) -
             .find(|x| x.job == job && x.layout == layout && x.n == n && x.system == sys)
     };
     let _ = writeln!(r, "## Peers{on}\n");
-    let _ = writeln!(r, "Measured {date}. {label}Issue 27, section 1: three systems of N members on the same broker and the same orders, each on a fresh orders topic (1 partition, or N), started and waited for before the clock starts (every pool instance booted; every member joined, its partitions assigned); then a burst of M orders sent at once (round robin over the partitions). Before the first case each system ran {} orders of `true` at the largest N on topics of its own (BENCH_MATRIX_WARM; a warm broker: steady state). **pool**: `pool_worker supervise --instances 1-N --json --child-output null` with what a deployment sets (topics, `STATE_DIR`; `SETTLE_MS=1000` for each instance's first start, before the clock). **share group**: `bench/ShareGroup.java`, N `KafkaShareConsumer` threads in one JVM ({}), each running the order's command and acknowledging it (explicit ACCEPT, `commitSync`) after the job. **consumer group**: N rdkafka consumers of one `group.id` (threads of a child process: this bench with `--consumer-group`), `enable.auto.commit=false`, each running the order's command, then committing its offset synchronously. orders/s = done ÷ (first send → last done); send → done latency includes queueing behind the burst (done: the pool's `completed` record ts; the peers' end of the job, their clock; same machine). CPU per order: CPU time (utime + stime + cutime + cstime from /proc of the system's root process — the supervisor, the JVM, the consumer-group process — and of every live process under it: workers, members and jobs) from just before the first send to the last done, ÷ orders; the bench's own threads (producer, readers) are not in it. Broker CPU per order: the broker process's over the same interval. Pool claims records per order: records naming the order / all claims records written in the interval (`booted`, checkpoints included) per order. Ready after: start → ready (the share group's includes the JVM's start and compiling ShareGroup.java). Exit → next booted (pool, in the notes): for each worker process that exited during the burst, the supervisor's `exited` event (as the bench read it) → the `booted` record of the instance's next process (its timestamp; same machine), the time an instance cannot claim.\n",
+    let _ = writeln!(r, "Measured {date}. {label}Issue 27, section 1: three systems of N members on the same broker and the same orders, each on a fresh orders topic (1 partition, or N), started and waited for before the clock starts (every pool instance booted; every member joined, its partitions assigned); then a burst of M orders sent at once (round robin over the partitions). Before the first case each system ran {} orders of `true` at the largest N on topics of its own (BENCH_MATRIX_WARM; a warm broker: steady state). **pool**: `pool_worker supervise --instances 1-N --json --child-output null` with what a deployment sets (topics, `STATE_DIR`; `SETTLE_MS=1000` for each instance's first start, before the clock). **share group**: `bench/ShareGroup.java`, N `KafkaShareConsumer` threads in one JVM ({}), each running the order's command and acknowledging it (explicit ACCEPT, `commitSync`) after the job. **consumer group**: N rdkafka consumers of one `group.id` (threads of a child process: this bench with `--consumer-group`), `enable.auto.commit=false`, each running the order's command, then committing its offset synchronously. orders/s = done ÷ (first send → last done); send → done latency includes queueing behind the burst (done: the pool's `completed` record ts; the peers' end of the job, their clock; same machine). CPU per order: CPU time (utime + stime + cutime + cstime from /proc of the system's root process — the supervisor, the JVM, the consumer-group process — and of every live process under it: workers, members and jobs) from just before the first send to the last done, ÷ orders; the bench's own threads (producer, readers) are not in it. Broker CPU per order: the broker process's over the same interval. Pool claims records per order: records naming the order / all claims records written in the interval (`booted`, checkpoints included) per order. Ready after: start → ready (the share group's includes the JVM's start and compiling ShareGroup.java). Exit → next booted (pool, in the notes): for each worker process that exited during the burst, the supervisor's `exited` event (as the bench read it) → the `booted` record of the instance's next process (its timestamp; same machine; 0 when the next process booted before the exit was reported: it is let go at the previous one's `done`), the time an instance cannot claim.\n",
         matrix_warm(apache),
         match env_or("BENCH_SHARE_MAX_POLL", "1").as_str() {
             "0" => "Kafka's default acquisition, `batch_optimized`".to_string(),

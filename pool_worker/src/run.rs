@@ -581,6 +581,11 @@ impl Shell {
         if code != Exit::Fenced {
             self.leave_marker();
         }
+        if code == Exit::Ok {
+            // All this process does from here is exit: the supervisor may
+            // let the instance's standby go now (pool_worker/src/supervise/ready.rs).
+            crate::supervise::say_done();
+        }
         let me = self.cfg.instance;
         if code == Exit::Revoked {
             tracing::error!(

@@ -96,7 +96,7 @@ use anyhow::{anyhow, bail, Context as _};
 pub(crate) use fork_server::{serve as fork_server, Served, VAR as FORK_SERVER};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-pub(crate) use ready::{booted as say_booted, take as take_ready};
+pub(crate) use ready::{booted as say_booted, done as say_done, take as take_ready};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::{self, Write as _};
@@ -190,8 +190,8 @@ impl SupervisorConfig {
 /// written meanwhile at `go`: pool_worker/src/kafka/clients.rs, `StandbyReading`),
 /// but fences its predecessors and appends nothing (docs/protocol.md R16)
 /// until it reads the line `go` on its standard input, which the supervisor
-/// writes the moment the current process has exited (after the restart
-/// delay, if it failed). End of input before `go` (the supervisor is gone,
+/// writes the moment the current process says `done` ([`ready`]) or else
+/// has exited (after the restart delay, if it failed). End of input before `go` (the supervisor is gone,
 /// or dismissed the standby) makes it exit 0, having appended nothing. A
 /// busy instance's next process is thus started, connected and caught up
 /// while the current one runs its order (issue 27); it is started once the
@@ -809,13 +809,19 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
     let mut run: u64 = 0;
     let mut restarts = Restarts::new(sh.cfg.restart_delay, sh.cfg.max_restart_delay);
     // The next process, started while the current one runs (dropped, and
-    // so killed, with this task).
-    let mut standby: Option<Proc> = None;
+    // so killed, with this task), and let go already if the current one
+    // said `done` before its exit.
+    let mut standby: Option<Next> = None;
     loop {
         if *stop.borrow() {
+            if let Some(Next::Gone(mut p)) = standby.take() {
+                terminate(&mut p.child, sh.cfg.stop_grace).await.ok();
+            }
             return Fate::Stopped;
         }
-        if !sh.take_run() {
+        // A standby let go already took its run from the budget then.
+        let gone = matches!(standby, Some(Next::Gone(_)));
+        if !gone && !sh.take_run() {
             sh.emit(SupEvent::Retired {
                 instance,
                 reason: Retirement::MaxRuns,
@@ -824,7 +830,8 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
         }
         run += 1;
         let promoted = match standby.take() {
-            Some(p) => promote(p).await,
+            Some(Next::Standby(p)) => promote(p).await,
+            Some(Next::Gone(p)) => Some(p),
             None => None,
         };
         let child = match promoted {
@@ -857,11 +864,19 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                 };
                 match ran {
                     Ok(delay) => delay,
-                    Err(fate) => return fate,
+                    Err(fate) => {
+                        // A standby let go already may hold an order: it
+                        // stops as a running process does.
+                        if let Some(Next::Gone(mut p)) = standby.take() {
+                            terminate(&mut p.child, sh.cfg.stop_grace).await.ok();
+                        }
+                        return fate;
+                    }
                 }
             }
         };
-        if delay.is_zero() {
+        // The next process runs already: no delay to keep.
+        if delay.is_zero() || matches!(standby, Some(Next::Gone(_))) {
             continue;
         }
         tokio::select! {
@@ -879,12 +894,16 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
 /// that settles), the standby starts then; a child that closes the pipe
 /// without it (it exits before it boots) gets none: the next start is a
 /// plain one.
+///
+/// A child that says `done` ([`ready::done`]: a clean end, all it does
+/// after is exit) lets its standby go at once ([`Next::Gone`]), not once its
+/// exit has been torn down and reaped.
 async fn standby_once_booted(
     instance: u32,
     sh: &Shared,
     mut ready: ready::Ready,
     running: impl std::future::Future<Output = Result<Duration, Fate>>,
-) -> (Result<Duration, Fate>, Option<Proc>) {
+) -> (Result<Duration, Fate>, Option<Next>) {
     let mut running = std::pin::pin!(running);
     let said = tokio::select! {
         // A word and the exit can come together: the word first.
@@ -893,7 +912,7 @@ async fn standby_once_booted(
         ran = &mut running => {
             // Its word may have come just before its exit, unseen yet.
             let next = if ready.booted_already() {
-                start_standby(instance, sh).await
+                start_standby(instance, sh).await.map(Next::Standby)
             } else {
                 None
             };
@@ -902,9 +921,32 @@ async fn standby_once_booted(
     };
     let standby = match said {
         ready::Said::Booted | ready::Said::Nothing => start_standby(instance, sh).await,
-        ready::Said::Closed => None,
+        ready::Said::Done | ready::Said::Closed => None,
     };
-    (running.await, standby)
+    let Some(standby) = standby else {
+        return (running.await, None);
+    };
+    let said = tokio::select! {
+        biased;
+        said = ready.done() => said,
+        ran = &mut running => return (ran, Some(Next::Standby(standby))),
+    };
+    // Let go only within the `max_runs` budget (else it is dismissed as
+    // before, once the current process has exited).
+    if said != ready::Said::Done || !sh.take_run() {
+        return (running.await, Some(Next::Standby(standby)));
+    }
+    crate::account::mark("done");
+    let next = promote(standby).await.map(Next::Gone);
+    (running.await, next)
+}
+
+/// An instance's next process, started while the current one runs.
+enum Next {
+    /// Standing by: told `go` once the current one has exited.
+    Standby(Proc),
+    /// Told `go` already: the current one said `done`.
+    Gone(Proc),
 }
 
 /// Starts a standby for `instance`'s next start ([`STANDBY`]), its output
@@ -1366,6 +1408,44 @@ mod tests {
         let runs = std::fs::read_to_string(&log).unwrap();
         let runs: Vec<&str> = runs.lines().collect();
         assert_eq!(runs, ["plain booted", "standby started"], "{events:?}");
+    }
+
+    /// A process that says `done` (ready.rs) lets its standby go at once,
+    /// not at its exit: the first process waits (bounded) for the standby
+    /// to run before it exits, and notes whether it saw that.
+    #[tokio::test]
+    async fn done_lets_the_standby_go_before_the_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runs");
+        let ran = dir.path().join("standby-ran");
+        let script = format!(
+            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then read line || exit 0; [ "$line" = go ] || exit 9; touch {ran}; echo "standby ran" >> {log}; echo booted >&$POOL_WORKER_READY_FD; exit 0; fi; echo booted >&$POOL_WORKER_READY_FD; echo done >&$POOL_WORKER_READY_FD; for i in $(seq 200); do [ -e {ran} ] && break; sleep 0.05; done; if [ -e {ran} ]; then echo "plain saw it" >> {log}; else echo "plain waited in vain" >> {log}; fi; exit 0"#,
+            log = log.display(),
+            ran = ran.display(),
+        );
+        let mut cfg = sh(vec![1], &script);
+        cfg.standby = true;
+        cfg.max_runs = Some(2);
+        let (ending, events) = collect(cfg).await;
+        assert_eq!(ending, Ending::MaxRuns);
+        let runs = std::fs::read_to_string(&log).unwrap();
+        let runs: Vec<&str> = runs.lines().collect();
+        assert_eq!(runs, ["standby ran", "plain saw it"], "{events:?}");
+        // The events still tell one process at a time: the first's exit,
+        // then the second's start.
+        let kinds: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                SupEvent::Started { .. } => Some("started"),
+                SupEvent::Exited { .. } => Some("exited"),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["started", "exited", "started", "exited"],
+            "{events:?}"
+        );
     }
 
     /// A process that ends without saying it booted gets no standby: the

@@ -695,8 +695,8 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         ("append `completed`: its transaction committed", "job done → `completed` acknowledged", false, false),
         ("read `completed` back", "acknowledged → own `completed` read", false, false),
         ("exit: flush, clean-exit marker", "own `completed` read → last mark before exit(2)", false, false),
-        ("process teardown, reaped by the supervisor", "last mark → supervisor's reap; CPU: the supervisor's RUSAGE_CHILDREN step less the process's last mark and its children", false, false),
-        ("supervisor: `go` to the standby", "reap → the standby reads `go`", false, false),
+        ("process teardown, reaped by the supervisor", "last mark → supervisor's reap; CPU: the supervisor's RUSAGE_CHILDREN step less the process's last mark and its children (off the path: the standby is let go at the process's `done`, before it)", true, false),
+        ("supervisor: `go` to the standby", "the process's `done` (its reap, without one) → the standby reads `go`", false, false),
         ("supervisor process (its whole CPU)", "the supervisor's CPU between two reaps (spawning the next standby, reaping, `go`)", true, false),
         ("job process (`true`)", "worker's RUSAGE_CHILDREN step over the job, less the guard's", true, false),
         ("guard process", "the guard's own CPU at the job's end (the guard host's: its fork at the worker's start included)", true, false),
@@ -750,8 +750,20 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         let reaped = reaped_i.map(|i| sup[i]);
         let prev_reap =
             reaped_i.and_then(|i| sup[..i].iter().rev().find(|m| m.point == "reaped").copied());
-        let go_sent =
-            reaped_i.and_then(|i| sup[i..].iter().find(|m| m.point == "go_sent").copied());
+        // P says `done` before its exit and its standby is let go then
+        // (pool_worker/src/supervise/ready.rs); without the word, at P's
+        // reap. Either way the first `go` after P's `exit_begin`.
+        let exit_begin = find("exit_begin", "");
+        let go_sent = exit_begin.and_then(|e| {
+            sup.iter()
+                .find(|m| m.point == "go_sent" && m.wall >= e.wall)
+                .copied()
+        });
+        let done = exit_begin.and_then(|e| {
+            sup.iter()
+                .find(|m| m.point == "done" && m.wall >= e.wall)
+                .copied()
+        });
         let q = go_sent.and_then(|g| g.detail.parse::<u32>().ok());
         let q_go = q
             .and_then(|q| by_pid.get(&q))
@@ -990,11 +1002,13 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
             Some(p_total - threads_mk.cpu),
             bw(exit.wall, reaped.wall),
         );
+        // From P's `done`, when the supervisor heard it before the reap.
+        let end = done.filter(|d| d.wall <= reaped.wall).unwrap_or(reaped);
         put(
             25,
-            Some(q_go.wall - reaped.wall),
+            Some(q_go.wall - end.wall),
             None,
-            bw(reaped.wall, q_go.wall.min(next_send)),
+            bw(end.wall, q_go.wall.min(next_send)),
         );
         put(26, None, Some(reaped.cpu - prev_reap.cpu), None);
         // The job's guard: the worker's guard host (a copy forked at the

@@ -11,9 +11,11 @@
 //!
 //! The channel is a pipe: the supervisor hands each child its write end as
 //! descriptor [`FD`] and names it in [`VAR`] (as systemd's `LISTEN_FDS`
-//! names descriptor 3); the worker writes the line `booted` once, then
-//! closes it. A process that never writes it (another program, or a worker
-//! that exits before it boots) closes it by exiting. No library does this
+//! names descriptor 3); the worker writes the line `booted` once, and at a
+//! clean exit the line `done`, then closes it ([`done`]: the supervisor then
+//! lets the instance's standby go without waiting for the exit). A process
+//! that never writes them (another program, or a worker that exits before
+//! it boots, or fails) closes it by exiting. No library does this
 //! for a child of our own: `sd_notify` is systemd's, with a socket and a
 //! manager on the other side.
 
@@ -29,6 +31,11 @@ pub(crate) const FD: i32 = 3;
 
 /// The line a worker writes once it has booted (without its end).
 const BOOTED: &[u8] = b"booted";
+
+/// The line a worker writes once it is done with the pool (without its
+/// end): every record it wrote acknowledged and read back, its job ended,
+/// its clean-exit marker left; all it does after is exit.
+const DONE: &[u8] = b"done";
 
 /// How long the supervisor waits for a child's `booted` before it starts
 /// the next standby anyway (a program that is no worker, a first start that
@@ -73,15 +80,33 @@ pub(crate) unsafe fn take() {
     *WRITER.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
 }
 
-/// The worker's side, once booted: says so, once, and closes the pipe.
-/// Nothing if there is none or the supervisor is gone.
+/// The worker's side, once booted: says so, once. Nothing if there is no
+/// pipe or the supervisor is gone.
 pub(crate) fn booted() {
-    let taken = WRITER.lock().unwrap_or_else(|p| p.into_inner()).take();
-    if let Some(mut f) = taken {
+    let mut w = WRITER.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(f) = w.as_mut() {
         // One write, so that the word and its end arrive together.
-        let _ = f.write_all(&[BOOTED, b"\n"].concat());
+        if f.write_all(&[BOOTED, b"\n"].concat()).is_err() {
+            *w = None;
+        } else {
+            SAID_BOOTED.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
+
+/// The worker's side, at a clean exit ([`DONE`]): says so and closes the
+/// pipe, so that the supervisor lets the instance's standby go now, not
+/// once this process's exit has been torn down and reaped (about 1.5 ms,
+/// bench/RESULTS.md). Nothing if there is no pipe.
+pub(crate) fn done() {
+    let taken = WRITER.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(mut f) = taken.filter(|_| SAID_BOOTED.load(std::sync::atomic::Ordering::Relaxed)) {
+        let _ = f.write_all(&[DONE, b"\n"].concat());
+    }
+}
+
+/// Whether [`booted`] was said: `done` means nothing without it.
+static SAID_BOOTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The supervisor's side of one child's pipe.
 pub(crate) struct Pipe {
@@ -143,6 +168,8 @@ pub(crate) struct Ready(tokio::net::unix::pipe::Receiver, Vec<u8>);
 pub(crate) enum Said {
     /// `booted`.
     Booted,
+    /// `done` ([`done`]).
+    Done,
     /// It closed the pipe without it (it exited, most likely).
     Closed,
     /// Nothing within [`PATIENCE`].
@@ -156,8 +183,22 @@ impl Ready {
             Err(_) => Said::Nothing,
             Ok(None) => Said::Closed,
             Ok(Some(l)) if l == BOOTED => Said::Booted,
+            Ok(Some(l)) if l == DONE => Said::Done,
             // Not ours to understand: as if nothing came.
             Ok(Some(_)) => Said::Nothing,
+        }
+    }
+
+    /// Waits for the child's `done` (after its `booted`): [`Said::Done`],
+    /// or [`Said::Closed`] when it closes the pipe without it (it exits,
+    /// or fails, without a clean end). Other lines are skipped.
+    pub(crate) async fn done(&mut self) -> Said {
+        loop {
+            match self.line().await {
+                None => return Said::Closed,
+                Some(l) if l == DONE => return Said::Done,
+                Some(_) => {}
+            }
         }
     }
 

@@ -1509,7 +1509,8 @@ fn the_pool_runs_orders_over_tls() {
 
 /// A supervised worker says "booted" on the descriptor its supervisor gave
 /// it (`POOL_WORKER_READY_FD`, pool_worker/src/supervise/ready.rs) once it
-/// can claim, before any order exists, and closes it. Its job
+/// can claim, before any order exists, and "done" at its clean exit, and
+/// closes it. Its job
 /// gets none of the worker's descriptors beyond the standard three: not
 /// this one, nor librdkafka's wakeup pipes or whatever the worker's own
 /// parent left open (docs/deploy.md).
@@ -1587,8 +1588,14 @@ fn a_worker_says_booted_on_its_supervisors_pipe() {
     );
     let status = wait_child(&mut child, T).expect("the worker did not exit");
     assert_eq!(status.code(), Some(0), "{}", err.last(20));
-    // The pipe closed (at the word, or with the worker and its guard host
-    // at the latest), nothing more said.
+    // At its clean exit it says "done" (its standby may go), and the pipe
+    // closes (at that word, or with the worker and its guard host at the
+    // latest), nothing more said.
+    assert_eq!(
+        rx.recv_timeout(T),
+        Ok(Some("booted\ndone\n".into())),
+        "the worker's last word"
+    );
     assert_eq!(
         rx.recv_timeout(T),
         Ok(None),
