@@ -112,6 +112,9 @@ impl ProducerContext for Quiet {
 }
 
 pub(crate) struct Kafka {
+    /// The consumer's handles on the topics it reads, held from its
+    /// creation on (dropped first).
+    _topics: TopicHandles,
     /// Its delivery reports are served by a thread of its own
     /// ([`Kafka::connect`]), not by rdkafka's `FutureProducer`, whose
     /// polling thread wakes every 100 ms and then spins for up to a
@@ -337,13 +340,15 @@ pub(crate) enum OpenError {
 /// The number of partitions of `topic`, waiting (with backoff, for at most
 /// `patience`) while the brokers cannot be reached.
 ///
-/// Asked through `consumer`, the client that will read the topic: it then
-/// knows the partitions' leaders *before* it is assigned one. Assigned
-/// blind, librdkafka waits for a 500 ms retry timer before it starts
-/// fetching, and that wait would be on every boot (see bench/RESULTS.md).
-async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync + 'static>(
-    consumer: Arc<T>,
-    client: fn(&T) -> &C,
+/// Asked through `asks`, the producer, which appends to the claims topic
+/// and answers the questions about the orders topics (their end offsets):
+/// it then knows the partitions' leaders before its first append or
+/// question. The consumer learns them without a request of its own: it
+/// holds a handle on each topic from its creation on ([`TopicHandles`]),
+/// so that the Metadata request librdkafka sends as each of its
+/// connections comes up covers them.
+async fn partitions(
+    asks: Arc<BaseProducer<Quiet>>,
     topic: String,
     props: Arc<BTreeMap<String, String>>,
     patience: Duration,
@@ -351,10 +356,9 @@ async fn partitions<C: Consumer<Quiet> + Send + Sync + 'static, T: Send + Sync +
     let start = std::time::Instant::now();
     let mut backoff = backoff::REQUEST;
     loop {
-        let (c, t, p) = (consumer.clone(), topic.clone(), props.clone());
+        let (c, t, p) = (asks.clone(), topic.clone(), props.clone());
         let r = blocking(move || {
-            client(&c)
-                .fetch_metadata(Some(&t), REQUEST_TIMEOUT)
+            c.ask_metadata(&t, REQUEST_TIMEOUT)
                 .map(|m| crate::kafka::topics::partitions_in(&m, &t, &p))
         })
         .await
@@ -564,6 +568,52 @@ impl Drop for Queues {
                 // SAFETY: a reference this value took, dropped once.
                 unsafe { rdkafka::bindings::rd_kafka_queue_destroy(q) };
             }
+        }
+    }
+}
+
+/// A client's handles on topics (`rd_kafka_topic_new`), taken right after
+/// the client is created, before its connections come up: the Metadata
+/// request librdkafka sends as each connection comes up then covers these
+/// topics, and the client knows their partitions' leaders without a
+/// request of its own. Taken with a request each instead (rdkafka's
+/// `fetch_metadata`), the consumer's two cost every process two Metadata
+/// requests (bench/RESULTS.md, issue 35).
+struct TopicHandles(Vec<*mut rdkafka::bindings::rd_kafka_topic_t>);
+
+// SAFETY: librdkafka's topic handles may be used and destroyed from any
+// thread; these are only destroyed.
+unsafe impl Send for TopicHandles {}
+unsafe impl Sync for TopicHandles {}
+
+impl TopicHandles {
+    fn new<'a>(
+        consumer: &BaseConsumer<Quiet>,
+        topics: impl IntoIterator<Item = &'a str>,
+    ) -> anyhow::Result<TopicHandles> {
+        let rk = consumer.client().native_ptr();
+        let mut handles = TopicHandles(Vec::new());
+        for t in topics {
+            let name = std::ffi::CString::new(t)?;
+            // SAFETY: `rk` is a live client, `name` is NUL-terminated and
+            // outlives the call; the handle is destroyed once, in `drop`.
+            let rkt = unsafe {
+                rdkafka::bindings::rd_kafka_topic_new(rk, name.as_ptr(), std::ptr::null_mut())
+            };
+            if rkt.is_null() {
+                anyhow::bail!("cannot use topic '{t}'");
+            }
+            handles.0.push(rkt);
+        }
+        Ok(handles)
+    }
+}
+
+impl Drop for TopicHandles {
+    fn drop(&mut self) {
+        for &rkt in &self.0 {
+            // SAFETY: a handle this value took, destroyed once.
+            unsafe { rdkafka::bindings::rd_kafka_topic_destroy(rkt) };
         }
     }
 }
@@ -812,6 +862,11 @@ impl Kafka {
         let ring = wake.clone();
         consumer.set_nonempty_callback(move || ring.ring());
         let consumer = Arc::new(consumer);
+        let topics = TopicHandles::new(
+            &consumer,
+            std::iter::once(cfg.claims_topic.as_str())
+                .chain(cfg.orders.names().iter().map(String::as_str)),
+        )?;
         let ring = wake.clone();
         let claims = ClaimsReader::sharing(
             consumer.clone(),
@@ -828,6 +883,7 @@ impl Kafka {
         let queues = Queues::of(&consumer, &cfg.claims_topic)?;
         let (tx, rx) = mpsc::channel(CLAIMS_BATCHES);
         Ok(Kafka {
+            _topics: topics,
             producer: std::sync::RwLock::new(producer),
             producer_config: pc,
             renewals: std::sync::atomic::AtomicU32::new(Self::RENEWALS),
@@ -866,18 +922,13 @@ impl Kafka {
     /// Checks the topics (the claims topic must have exactly one partition);
     /// [`Kafka::read_claims_from`] then starts the claims reader.
     ///
-    /// The two clients connect in parallel: the consumer asks for both
-    /// topics' partitions, and the producer learns both topics (it appends
-    /// to the claims topic and answers the questions about the orders topic;
-    /// otherwise the first append, `booted`, waited ~15 ms for the
-    /// producer's connection and metadata, on every boot).
+    /// The two clients connect in parallel: the producer asks for both
+    /// topics' partitions (it appends to the claims topic and answers the
+    /// questions about the orders topic; otherwise the first append,
+    /// `booted`, waited ~15 ms for the producer's connection and metadata,
+    /// on every boot), and the consumer learns both topics as it connects
+    /// ([`TopicHandles`]).
     pub(crate) async fn open(&self, patience: Duration) -> Result<(), OpenError> {
-        for topic in
-            std::iter::once(self.claims_topic.clone()).chain(self.orders.names().iter().cloned())
-        {
-            let producer = self.producer();
-            std::thread::spawn(move || drop(producer.ask_metadata(&topic, REQUEST_TIMEOUT)));
-        }
         let principal = crate::kafka::topics::principal(&self.props);
         // Every orders topic's partitions, asked in parallel (R57).
         let orders_asked: Vec<_> = self
@@ -886,8 +937,7 @@ impl Kafka {
             .iter()
             .map(|name| {
                 tokio::spawn(partitions(
-                    self.consumer.clone(),
-                    |c| c,
+                    self.producer(),
                     name.clone(),
                     self.props.clone(),
                     patience,
@@ -896,8 +946,7 @@ impl Kafka {
             .collect();
         let (n, orders, warning) = tokio::try_join!(
             partitions(
-                self.consumer.clone(),
-                |c| c,
+                self.producer(),
                 self.claims_topic.clone(),
                 self.props.clone(),
                 patience
