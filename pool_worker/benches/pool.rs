@@ -668,6 +668,20 @@ impl Sampler {
         }
     }
 
+    /// One that reads nothing: for the sections that report no memory.
+    /// Its reads (/proc/PID/status of every pool process every 5 ms) took
+    /// the pool's cores and made each process's reaping dearer (the
+    /// dentries of its /proc entries dropped: `d_walk`), which the peers,
+    /// one process each, were spared.
+    fn none() -> Sampler {
+        Sampler {
+            live: Arc::default(),
+            hwm: Arc::default(),
+            stop: Arc::default(),
+            thread: None,
+        }
+    }
+
     fn peaks_kb(&self) -> Vec<f64> {
         self.hwm
             .lock()
@@ -896,7 +910,7 @@ impl Bench {
             return res;
         }
         let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Beginning);
-        let sampler = Sampler::start();
+        let sampler = Sampler::none();
         let state_dir = std::env::temp_dir().join(format!("pool_worker-bench-{claims}"));
         let mut env = vec![
             ("KAFKA_BROKERS", self.broker.bootstrap.clone()),
@@ -1794,7 +1808,7 @@ impl Bench {
             return res;
         }
         let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Beginning);
-        let sampler = Sampler::start();
+        let sampler = Sampler::none();
         let state_dir = std::env::temp_dir().join(format!("pool_worker-bench-{claims}"));
         let mut env = vec![
             ("KAFKA_BROKERS", self.broker.bootstrap.clone()),
@@ -2245,7 +2259,7 @@ impl Bench {
             return;
         }
         let reader = Reader::start(&self.broker.bootstrap, &claims, Offset::Beginning);
-        let sampler = Sampler::start();
+        let sampler = Sampler::none();
         let state_dir = std::env::temp_dir().join(format!("pool_worker-bench-{claims}"));
         // As pool_case: what a deployment sets, and SETTLE_MS=1000 for the
         // first start of each instance (before the clock).
