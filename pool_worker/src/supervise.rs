@@ -1394,20 +1394,31 @@ mod tests {
     /// would have filled.
     #[tokio::test]
     async fn the_standby_starts_once_the_process_booted() {
+        let (runs, events) = two_runs_with_a_standby(|dir| {
+            let log = dir.join("runs");
+            format!(
+                r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then echo "standby started" >> {log}; read line || exit 0; exit 0; fi; sleep 0.3; echo "plain booted" >> {log}; echo booted >&$POOL_WORKER_READY_FD; sleep 0.3; exit 0"#,
+                log = log.display()
+            )
+        })
+        .await;
+        assert_eq!(runs, ["plain booted", "standby started"], "{events:?}");
+    }
+
+    /// Two runs of one instance with standbys, `script(dir)` each, in a
+    /// temporary `dir`: the lines the script wrote to `dir/runs`, and the
+    /// supervisor's events.
+    async fn two_runs_with_a_standby(
+        script: impl FnOnce(&std::path::Path) -> String,
+    ) -> (Vec<String>, Vec<SupEvent>) {
         let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("runs");
-        let script = format!(
-            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then echo "standby started" >> {log}; read line || exit 0; exit 0; fi; sleep 0.3; echo "plain booted" >> {log}; echo booted >&$POOL_WORKER_READY_FD; sleep 0.3; exit 0"#,
-            log = log.display()
-        );
-        let mut cfg = sh(vec![1], &script);
+        let mut cfg = sh(vec![1], &script(dir.path()));
         cfg.standby = true;
         cfg.max_runs = Some(2);
         let (ending, events) = collect(cfg).await;
         assert_eq!(ending, Ending::MaxRuns);
-        let runs = std::fs::read_to_string(&log).unwrap();
-        let runs: Vec<&str> = runs.lines().collect();
-        assert_eq!(runs, ["plain booted", "standby started"], "{events:?}");
+        let runs = std::fs::read_to_string(dir.path().join("runs")).unwrap();
+        (runs.lines().map(String::from).collect(), events)
     }
 
     /// A process that says `done` (ready.rs) lets its standby go at once,
@@ -1415,21 +1426,14 @@ mod tests {
     /// to run before it exits, and notes whether it saw that.
     #[tokio::test]
     async fn done_lets_the_standby_go_before_the_exit() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("runs");
-        let ran = dir.path().join("standby-ran");
-        let script = format!(
-            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then read line || exit 0; [ "$line" = go ] || exit 9; touch {ran}; echo "standby ran" >> {log}; echo booted >&$POOL_WORKER_READY_FD; exit 0; fi; echo booted >&$POOL_WORKER_READY_FD; echo done >&$POOL_WORKER_READY_FD; for i in $(seq 200); do [ -e {ran} ] && break; sleep 0.05; done; if [ -e {ran} ]; then echo "plain saw it" >> {log}; else echo "plain waited in vain" >> {log}; fi; exit 0"#,
-            log = log.display(),
-            ran = ran.display(),
-        );
-        let mut cfg = sh(vec![1], &script);
-        cfg.standby = true;
-        cfg.max_runs = Some(2);
-        let (ending, events) = collect(cfg).await;
-        assert_eq!(ending, Ending::MaxRuns);
-        let runs = std::fs::read_to_string(&log).unwrap();
-        let runs: Vec<&str> = runs.lines().collect();
+        let (runs, events) = two_runs_with_a_standby(|dir| {
+            format!(
+                r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then read line || exit 0; [ "$line" = go ] || exit 9; touch {ran}; echo "standby ran" >> {log}; echo booted >&$POOL_WORKER_READY_FD; exit 0; fi; echo booted >&$POOL_WORKER_READY_FD; echo done >&$POOL_WORKER_READY_FD; for i in $(seq 200); do [ -e {ran} ] && break; sleep 0.05; done; if [ -e {ran} ]; then echo "plain saw it" >> {log}; else echo "plain waited in vain" >> {log}; fi; exit 0"#,
+                log = dir.join("runs").display(),
+                ran = dir.join("standby-ran").display(),
+            )
+        })
+        .await;
         assert_eq!(runs, ["standby ran", "plain saw it"], "{events:?}");
         // The events still tell one process at a time: the first's exit,
         // then the second's start.
