@@ -882,40 +882,74 @@ pub(crate) fn start_fetching<X: ConsumerContext>(
     into: FetchInto,
 ) -> anyhow::Result<()> {
     use rdkafka::bindings as rd;
-    let name = std::ffi::CString::new(topic)?;
+    let rkt = TopicHandle::new(consumer.client(), topic)?;
     let rk = consumer.client().native_ptr();
-    // SAFETY: `rk` is a live client; `name` is NUL-terminated and outlives
-    // the calls. The topic handle and the main queue's handle are new
-    // references, each dropped once here: the partition keeps its topic,
-    // and a queue forwarded to keeps a reference of its own.
-    let err = unsafe {
-        let rkt = rd::rd_kafka_topic_new(rk, name.as_ptr(), std::ptr::null_mut());
-        if rkt.is_null() {
-            bail!(
-                "cannot use topic '{topic}': {}",
-                rdkafka::types::RDKafkaErrorCode::from(rd::rd_kafka_last_error())
-            );
-        }
-        let started = match into {
-            FetchInto::PartitionQueue => rd::rd_kafka_consume_start(rkt, partition, offset),
+    // SAFETY: `rk` and `rkt.0` are live handles. The main queue's handle is
+    // a new reference, dropped once here (a queue forwarded to keeps a
+    // reference of its own); the partition keeps its topic when `rkt` is
+    // dropped.
+    let started = unsafe {
+        match into {
+            FetchInto::PartitionQueue => rd::rd_kafka_consume_start(rkt.0, partition, offset),
             FetchInto::MainQueue => {
                 let main = rd::rd_kafka_queue_get_main(rk);
-                let r = rd::rd_kafka_consume_start_queue(rkt, partition, offset, main);
+                let r = rd::rd_kafka_consume_start_queue(rkt.0, partition, offset, main);
                 rd::rd_kafka_queue_destroy(main);
                 r
             }
-        };
-        let err = (started == -1).then(|| rd::rd_kafka_last_error());
-        rd::rd_kafka_topic_destroy(rkt);
-        err
+        }
     };
-    match err {
-        Some(e) => bail!(
+    if started == -1 {
+        bail!(
             "cannot read partition {partition} of topic '{topic}': {}",
-            rdkafka::types::RDKafkaErrorCode::from(e)
-        ),
-        None => Ok(()),
+            last_error()
+        );
     }
+    Ok(())
+}
+
+/// An application's handle on a topic of a client (`rd_kafka_topic_new`),
+/// destroyed when dropped; rdkafka keeps its own inside its calls.
+pub(crate) struct TopicHandle(*mut rdkafka::bindings::rd_kafka_topic_t);
+
+// SAFETY: librdkafka's topic handles may be used and destroyed from any
+// thread.
+unsafe impl Send for TopicHandle {}
+unsafe impl Sync for TopicHandle {}
+
+impl TopicHandle {
+    pub(crate) fn new<X: rdkafka::ClientContext>(
+        client: &rdkafka::client::Client<X>,
+        topic: &str,
+    ) -> anyhow::Result<TopicHandle> {
+        let name = std::ffi::CString::new(topic)?;
+        // SAFETY: the client is live, `name` is NUL-terminated and outlives
+        // the call; the handle is destroyed once, in `drop`.
+        let rkt = unsafe {
+            rdkafka::bindings::rd_kafka_topic_new(
+                client.native_ptr(),
+                name.as_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rkt.is_null() {
+            bail!("cannot use topic '{topic}': {}", last_error());
+        }
+        Ok(TopicHandle(rkt))
+    }
+}
+
+impl Drop for TopicHandle {
+    fn drop(&mut self) {
+        // SAFETY: a handle this value took, destroyed once.
+        unsafe { rdkafka::bindings::rd_kafka_topic_destroy(self.0) };
+    }
+}
+
+/// librdkafka's error of this thread's last legacy call.
+fn last_error() -> rdkafka::types::RDKafkaErrorCode {
+    // SAFETY: reads a thread-local of librdkafka's.
+    rdkafka::types::RDKafkaErrorCode::from(unsafe { rdkafka::bindings::rd_kafka_last_error() })
 }
 
 /// How long a tool may take to read the claims topic to its end.

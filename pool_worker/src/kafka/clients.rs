@@ -29,7 +29,7 @@
 use crate::backoff;
 use crate::checkpoint::Snapshot;
 use crate::kafka::claims_reader::{
-    start_fetching, ClaimsReader, FetchInto, Gate, Polled, CHECKPOINT_WINDOW,
+    start_fetching, ClaimsReader, FetchInto, Gate, Polled, TopicHandle, CHECKPOINT_WINDOW,
 };
 use crate::kafka::client_config::{blocking, client_config};
 use crate::kafka::topics::{lane_ends, partitions_now, Asks};
@@ -112,9 +112,14 @@ impl ProducerContext for Quiet {
 }
 
 pub(crate) struct Kafka {
-    /// The consumer's handles on the topics it reads, held from its
-    /// creation on (dropped first).
-    _topics: TopicHandles,
+    /// The consumer's handles on the topics it reads ([`TopicHandle`]),
+    /// taken right after it is created, before its connections come up,
+    /// and held (dropped first): the Metadata request librdkafka sends as
+    /// each connection comes up then covers these topics, and the consumer
+    /// knows their partitions' leaders without a request of its own. Taken
+    /// with a request each instead (rdkafka's `fetch_metadata`), the two
+    /// cost every process two Metadata requests (bench/RESULTS.md, issue 35).
+    _topics: Vec<TopicHandle>,
     /// Its delivery reports are served by a thread of its own
     /// ([`Kafka::connect`]), not by rdkafka's `FutureProducer`, whose
     /// polling thread wakes every 100 ms and then spins for up to a
@@ -344,7 +349,7 @@ pub(crate) enum OpenError {
 /// and answers the questions about the orders topics (their end offsets):
 /// it then knows the partitions' leaders before its first append or
 /// question. The consumer learns them without a request of its own: it
-/// holds a handle on each topic from its creation on ([`TopicHandles`]),
+/// holds a handle on each topic from its creation on (`Kafka::_topics`),
 /// so that the Metadata request librdkafka sends as each of its
 /// connections comes up covers them.
 async fn partitions(
@@ -568,52 +573,6 @@ impl Drop for Queues {
                 // SAFETY: a reference this value took, dropped once.
                 unsafe { rdkafka::bindings::rd_kafka_queue_destroy(q) };
             }
-        }
-    }
-}
-
-/// A client's handles on topics (`rd_kafka_topic_new`), taken right after
-/// the client is created, before its connections come up: the Metadata
-/// request librdkafka sends as each connection comes up then covers these
-/// topics, and the client knows their partitions' leaders without a
-/// request of its own. Taken with a request each instead (rdkafka's
-/// `fetch_metadata`), the consumer's two cost every process two Metadata
-/// requests (bench/RESULTS.md, issue 35).
-struct TopicHandles(Vec<*mut rdkafka::bindings::rd_kafka_topic_t>);
-
-// SAFETY: librdkafka's topic handles may be used and destroyed from any
-// thread; these are only destroyed.
-unsafe impl Send for TopicHandles {}
-unsafe impl Sync for TopicHandles {}
-
-impl TopicHandles {
-    fn new<'a>(
-        consumer: &BaseConsumer<Quiet>,
-        topics: impl IntoIterator<Item = &'a str>,
-    ) -> anyhow::Result<TopicHandles> {
-        let rk = consumer.client().native_ptr();
-        let mut handles = TopicHandles(Vec::new());
-        for t in topics {
-            let name = std::ffi::CString::new(t)?;
-            // SAFETY: `rk` is a live client, `name` is NUL-terminated and
-            // outlives the call; the handle is destroyed once, in `drop`.
-            let rkt = unsafe {
-                rdkafka::bindings::rd_kafka_topic_new(rk, name.as_ptr(), std::ptr::null_mut())
-            };
-            if rkt.is_null() {
-                anyhow::bail!("cannot use topic '{t}'");
-            }
-            handles.0.push(rkt);
-        }
-        Ok(handles)
-    }
-}
-
-impl Drop for TopicHandles {
-    fn drop(&mut self) {
-        for &rkt in &self.0 {
-            // SAFETY: a handle this value took, destroyed once.
-            unsafe { rdkafka::bindings::rd_kafka_topic_destroy(rkt) };
         }
     }
 }
@@ -862,11 +821,10 @@ impl Kafka {
         let ring = wake.clone();
         consumer.set_nonempty_callback(move || ring.ring());
         let consumer = Arc::new(consumer);
-        let topics = TopicHandles::new(
-            &consumer,
-            std::iter::once(cfg.claims_topic.as_str())
-                .chain(cfg.orders.names().iter().map(String::as_str)),
-        )?;
+        let topics = std::iter::once(&cfg.claims_topic)
+            .chain(cfg.orders.names())
+            .map(|t| TopicHandle::new(consumer.client(), t))
+            .collect::<anyhow::Result<_>>()?;
         let ring = wake.clone();
         let claims = ClaimsReader::sharing(
             consumer.clone(),
@@ -927,7 +885,7 @@ impl Kafka {
     /// questions about the orders topic; otherwise the first append,
     /// `booted`, waited ~15 ms for the producer's connection and metadata,
     /// on every boot), and the consumer learns both topics as it connects
-    /// ([`TopicHandles`]).
+    /// (`Kafka::_topics`).
     pub(crate) async fn open(&self, patience: Duration) -> Result<(), OpenError> {
         let principal = crate::kafka::topics::principal(&self.props);
         // Every orders topic's partitions, asked in parallel (R57).
