@@ -814,9 +814,7 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
     let mut standby: Option<Next> = None;
     loop {
         if *stop.borrow() {
-            if let Some(Next::Gone(mut p)) = standby.take() {
-                terminate(&mut p.child, sh.cfg.stop_grace).await.ok();
-            }
+            stop_gone(&mut standby, &sh).await;
             return Fate::Stopped;
         }
         // A standby let go already took its run from the budget then.
@@ -865,11 +863,7 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                 match ran {
                     Ok(delay) => delay,
                     Err(fate) => {
-                        // A standby let go already may hold an order: it
-                        // stops as a running process does.
-                        if let Some(Next::Gone(mut p)) = standby.take() {
-                            terminate(&mut p.child, sh.cfg.stop_grace).await.ok();
-                        }
+                        stop_gone(&mut standby, &sh).await;
                         return fate;
                     }
                 }
@@ -939,6 +933,15 @@ async fn standby_once_booted(
     crate::account::mark("done");
     let next = promote(standby).await.map(Next::Gone);
     (running.await, next)
+}
+
+/// A standby let go already ([`Next::Gone`]) may hold an order: when the
+/// instance stops, it stops as a running process does (SIGTERM, then
+/// SIGKILL after the grace), not killed with the rest.
+async fn stop_gone(standby: &mut Option<Next>, sh: &Shared) {
+    if let Some(Next::Gone(mut p)) = standby.take() {
+        terminate(&mut p.child, sh.cfg.stop_grace).await.ok();
+    }
 }
 
 /// An instance's next process, started while the current one runs.

@@ -43,8 +43,18 @@ const DONE: &[u8] = b"done";
 /// a standby started late only stands by for less time.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(1);
 
-/// The worker's end, taken from the environment at its start ([`take`]).
-static WRITER: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);
+/// The worker's end, taken from the environment at its start ([`take`]),
+/// and what it said on it so far.
+static WRITER: std::sync::Mutex<Writer> = std::sync::Mutex::new(Writer::None);
+
+enum Writer {
+    /// No pipe, or it is closed.
+    None,
+    /// Nothing said yet.
+    Fresh(std::fs::File),
+    /// `booted` said: `done` may follow.
+    Booted(std::fs::File),
+}
 
 /// The worker's side, at its start, while it has one thread (it changes the
 /// environment): takes the descriptor [`VAR`] names if it is the pipe the
@@ -77,36 +87,35 @@ pub(crate) unsafe fn take() {
         &file,
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
     );
-    *WRITER.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
+    *WRITER.lock().unwrap_or_else(|p| p.into_inner()) = Writer::Fresh(file);
 }
 
 /// The worker's side, once booted: says so, once. Nothing if there is no
 /// pipe or the supervisor is gone.
 pub(crate) fn booted() {
     let mut w = WRITER.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(f) = w.as_mut() {
+    if let Writer::Fresh(mut f) = std::mem::replace(&mut *w, Writer::None) {
         // One write, so that the word and its end arrive together.
-        if f.write_all(&[BOOTED, b"\n"].concat()).is_err() {
-            *w = None;
-        } else {
-            SAID_BOOTED.store(true, std::sync::atomic::Ordering::Relaxed);
+        if f.write_all(&[BOOTED, b"\n"].concat()).is_ok() {
+            *w = Writer::Booted(f);
         }
     }
 }
 
-/// The worker's side, at a clean exit ([`DONE`]): says so and closes the
-/// pipe, so that the supervisor lets the instance's standby go now, not
-/// once this process's exit has been torn down and reaped (about 1.5 ms,
+/// The worker's side, at a clean exit ([`DONE`]): says so, if it said
+/// `booted` (`done` means nothing without it), and closes the pipe, so that
+/// the supervisor lets the instance's standby go now, not once this
+/// process's exit has been torn down and reaped (about 1.5 ms,
 /// bench/RESULTS.md). Nothing if there is no pipe.
 pub(crate) fn done() {
-    let taken = WRITER.lock().unwrap_or_else(|p| p.into_inner()).take();
-    if let Some(mut f) = taken.filter(|_| SAID_BOOTED.load(std::sync::atomic::Ordering::Relaxed)) {
+    let taken = std::mem::replace(
+        &mut *WRITER.lock().unwrap_or_else(|p| p.into_inner()),
+        Writer::None,
+    );
+    if let Writer::Booted(mut f) = taken {
         let _ = f.write_all(&[DONE, b"\n"].concat());
     }
 }
-
-/// Whether [`booted`] was said: `done` means nothing without it.
-static SAID_BOOTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The supervisor's side of one child's pipe.
 pub(crate) struct Pipe {
