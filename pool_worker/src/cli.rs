@@ -196,10 +196,7 @@ pub fn main() -> ExitCode {
             crate::guard::fork_host();
             // SAFETY: still one thread (the host is a process of its own).
             unsafe { crate::supervise::take_ready() };
-            return match worker_runtime() {
-                Ok(rt) => worker_mode(&rt),
-                Err(code) => code,
-            };
+            return worker();
         }
         // A blocking loop, no runtime, no logging set-up.
         Some("guard") => {
@@ -219,10 +216,7 @@ pub fn main() -> ExitCode {
         }
     }
     let Some(command) = cli.command else {
-        return match worker_runtime() {
-            Ok(rt) => worker_mode(&rt),
-            Err(code) => code,
-        };
+        return worker();
     };
     let runtime = match runtime() {
         Ok(rt) => rt,
@@ -297,32 +291,33 @@ fn operator_sets_arenas(arena_max: bool, tunables: Option<&std::ffi::OsStr>) -> 
 
 /// The async runtime of every command but the worker's and the guard's.
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            eprintln!("pool_worker: cannot start the async runtime: {e}");
-            crate::process_exit::process_code(Exit::Failure)
-        })
+    build_runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
 }
 
-/// The worker's async runtime: its tasks run on the process's own thread,
-/// with no worker threads of tokio's. A worker process lives for one
-/// order; two more threads cost it their start and a hand-over at each
-/// wake-up, about 0.5 ms of CPU per order in all (bench/RESULTS.md,
-/// "Issue 35: the worker's tasks on one thread"). Blocking librdkafka calls
-/// still go to tokio's blocking threads ([`crate::cli::blocking`]), and
-/// the Kafka reader is a thread of its own, so nothing the worker awaits
-/// holds this thread.
-fn worker_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            eprintln!("pool_worker: cannot start the async runtime: {e}");
-            crate::process_exit::process_code(Exit::Failure)
-        })
+/// Worker mode ([`worker_mode`]) on its own async runtime: its tasks run
+/// on the process's own thread, with no worker threads of tokio's. A
+/// worker process lives for one order; two more threads cost it their
+/// start and a hand-over at each wake-up, about 0.5 ms of CPU per order in
+/// all (bench/RESULTS.md, "Issue 35: the worker's tasks on one thread").
+/// Blocking librdkafka calls still go to tokio's blocking threads
+/// ([`crate::cli::blocking`]), and the Kafka reader is a thread of its
+/// own, so nothing the worker awaits holds this thread.
+fn worker() -> ExitCode {
+    match build_runtime(&mut tokio::runtime::Builder::new_current_thread()) {
+        Ok(rt) => worker_mode(&rt),
+        Err(code) => code,
+    }
+}
+
+/// `builder`'s runtime, with its I/O and time drivers; a failure is said
+/// on standard error and is the process's failure status.
+fn build_runtime(
+    builder: &mut tokio::runtime::Builder,
+) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("pool_worker: cannot start the async runtime: {e}");
+        crate::process_exit::process_code(Exit::Failure)
+    })
 }
 
 /// Worker mode: one worker, configured by the environment; exits the
