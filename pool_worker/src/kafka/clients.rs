@@ -431,6 +431,14 @@ fn consumer_config(cfg: &Setup) -> ClientConfig {
     crate::kafka::claims_reader::config(&cfg.brokers, &cfg.props, None)
 }
 
+/// How far below the claims partition's high watermark a standby that has
+/// read every record received may be and still stop fetching until its
+/// `go`: above the last stable offset lie only the records and markers of
+/// open transactions, a few per instance; an answer cut at the fetch size
+/// (a long replay) leaves the reader thousands of positions below it, and
+/// the standby reads on.
+const STANDBY_SLACK: u64 = 256;
+
 /// Most orders messages the reader thread takes from the main queue before
 /// it looks at the claims queue again.
 const ORDERS_BATCH: usize = 256;
@@ -460,6 +468,9 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
                 Polled::Nothing => {
                     if std::mem::take(&mut unsaid) {
                         batch.push(ClaimEvent::Drained);
+                        // A standby near the end stops fetching too (in a
+                        // busy log the end of partition hardly comes).
+                        kafka.standby_caught_up(|| kafka.claims.near_end(STANDBY_SLACK));
                     }
                     break;
                 }
@@ -476,7 +487,7 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
                     batch.push(ClaimEvent::CaughtUp);
                     // A standby stops fetching until its `go` (a no-op
                     // for any other process, and after `go`).
-                    kafka.standby_caught_up();
+                    kafka.standby_caught_up(|| true);
                 }
                 Polled::Broken(p) => broken(instance, &p),
                 Polled::Error(e) => {
@@ -1597,10 +1608,11 @@ impl Kafka {
     /// A standby that caught up with the claims topic before its `go` stops
     /// fetching it ([`StandbyReading`]); a no-op for any other process, and
     /// after `go`. Called by the reader thread at the end of the log, so
-    /// that what it polled and what it will poll next meet exactly.
-    fn standby_caught_up(&self) {
+    /// that what it polled and what it will poll next meet exactly; `at_end`
+    /// is asked only of a standby still reading.
+    fn standby_caught_up(&self, at_end: impl FnOnce() -> bool) {
         let mut st = self.standby.lock().unwrap_or_else(|p| p.into_inner());
-        if *st != StandbyReading::Reading {
+        if *st != StandbyReading::Reading || !at_end() {
             return;
         }
         match self.claims.pause() {
