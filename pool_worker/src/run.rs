@@ -856,6 +856,16 @@ impl Shell {
             // process of its number in the log, which an answer cut at the
             // fetch size (a long replay) may not have reached yet.
             ClaimEvent::Drained => {
+                // The first time near the end counts as the replay's end
+                // for crate::account too: a standby stops fetching then
+                // (Kafka::standby_caught_up) and may never see an end of
+                // partition before its `go`.
+                if !self.replay.caught_up
+                    && self.kafka.claims_near_end()
+                    && !std::mem::replace(&mut self.replay.caught_up, true)
+                {
+                    crate::account::mark("caught_up");
+                }
                 if !self.w.awaits_caught_up() || matches!(self.w.phase, Phase::Settle { .. }) {
                     return None;
                 }

@@ -1605,6 +1605,12 @@ impl Kafka {
         Ok(())
     }
 
+    /// Whether the claims reader has read to within [`STANDBY_SLACK`] of
+    /// the partition's high watermark as last heard ([`ClaimsReader::near_end`]).
+    pub(crate) fn claims_near_end(&self) -> bool {
+        self.claims.near_end(STANDBY_SLACK)
+    }
+
     /// A standby that caught up with the claims topic before its `go` stops
     /// fetching it ([`StandbyReading`]); a no-op for any other process, and
     /// after `go`. Called by the reader thread at the end of the log, so
