@@ -849,8 +849,6 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
     }
 }
 
-/// `consumer`'s position in partition 0 of `topic`: past the last record
-/// or control record polled. `None`: not known.
 /// Partition 0's high watermark as librdkafka last heard it in a fetch's
 /// answer (`rd_kafka_get_watermark_offsets`, which rdkafka does not wrap:
 /// it asks nothing of the brokers); `None` before any answer.
@@ -873,6 +871,8 @@ fn cached_high<X: ConsumerContext>(consumer: &BaseConsumer<X>, topic: &str) -> O
         .flatten()
 }
 
+/// `consumer`'s position in partition 0 of `topic`: past the last record
+/// or control record polled. `None`: not known.
 fn position_of<X: ConsumerContext>(consumer: &BaseConsumer<X>, topic: &str) -> Option<i64> {
     let tpl = consumer.position().ok()?;
     match tpl.find_partition(topic, 0)?.offset() {
