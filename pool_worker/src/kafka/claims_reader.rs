@@ -511,20 +511,6 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             .context("cannot pause the claims topic")
     }
 
-    /// Whether the position after the last record polled is within
-    /// `slack` offsets of the partition's high watermark as of the last
-    /// fetch's answer (librdkafka's cached figure: no request). Above the
-    /// last stable offset lie only the open transactions' records and
-    /// markers; an answer cut at the fetch size leaves the reader far
-    /// below it.
-    pub fn near_end(&self, slack: u64) -> bool {
-        let next = self.next.load(Ordering::Relaxed);
-        match cached_high(&self.consumer, &self.topic) {
-            Some(high) => next.saturating_add(slack) >= high,
-            None => false,
-        }
-    }
-
     /// Fetches the claims partition again after [`ClaimsReader::pause`],
     /// from the position after the last record polled; returns that
     /// position.
@@ -847,28 +833,6 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             }
         }
     }
-}
-
-/// Partition 0's high watermark as librdkafka last heard it in a fetch's
-/// answer (`rd_kafka_get_watermark_offsets`, which rdkafka does not wrap:
-/// it asks nothing of the brokers); `None` before any answer.
-fn cached_high<X: ConsumerContext>(consumer: &BaseConsumer<X>, topic: &str) -> Option<u64> {
-    let name = std::ffi::CString::new(topic).ok()?;
-    let (mut low, mut high) = (-1i64, -1i64);
-    // SAFETY: a live client handle, a NUL-terminated name, two i64 out
-    // parameters; librdkafka only reads its partition's cached figures.
-    let err = unsafe {
-        rdkafka::bindings::rd_kafka_get_watermark_offsets(
-            consumer.client().native_ptr(),
-            name.as_ptr(),
-            0,
-            &mut low,
-            &mut high,
-        )
-    };
-    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR)
-        .then(|| u64::try_from(high).ok())
-        .flatten()
 }
 
 /// `consumer`'s position in partition 0 of `topic`: past the last record

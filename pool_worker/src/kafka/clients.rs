@@ -75,23 +75,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) enum ClaimEvent {
     Record(u64, Record),
     Foreign(u64, Foreign),
-    /// librdkafka's end of partition: a fetch answered with nothing new,
-    /// the reader at the partition's last stable offset.
     CaughtUp,
-    /// The reader took every record the brokers have sent so far, and read
-    /// one or more since it last said so. A fetch's answer carries the
-    /// partition up to its last stable offset of that moment (unless it
-    /// was cut at the fetch size, in a long replay), and librdkafka queues
-    /// each answer whole, so the reader is at the end the log had then:
-    /// caught up, as a [`ClaimEvent::CaughtUp`] that came at once.
-    ///
-    /// Why both: librdkafka says "end of partition" only when an answer
-    /// brings nothing new. A held fetch is answered as soon as something
-    /// is committed, so while the pool appends (a burst) that takes until
-    /// the log is quiet for a whole `fetch.wait.max.ms`: an idle instance
-    /// first in an order's line waited for it before it claimed, up to
-    /// 100 ms, and a boot before it was done (bench/RESULTS.md, issue 35).
-    Drained,
 }
 
 /// The clients' context: librdkafka's errors become one warning each (its
@@ -431,14 +415,6 @@ fn consumer_config(cfg: &Setup) -> ClientConfig {
     crate::kafka::claims_reader::config(&cfg.brokers, &cfg.props, None)
 }
 
-/// How far below the claims partition's high watermark a standby that has
-/// read every record received may be and still stop fetching until its
-/// `go`: above the last stable offset lie only the records and markers of
-/// open transactions, a few per instance; an answer cut at the fetch size
-/// (a long replay) leaves the reader thousands of positions below it, and
-/// the standby reads on.
-const STANDBY_SLACK: u64 = 256;
-
 /// Most orders messages the reader thread takes from the main queue before
 /// it looks at the claims queue again.
 const ORDERS_BATCH: usize = 256;
@@ -459,35 +435,18 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
     let instance = kafka.instance;
     let live = || !tx.is_closed();
     let mut batch = Vec::with_capacity(CLAIMS_BATCH);
-    // Records read since the last CaughtUp or Drained.
-    let mut unsaid = false;
     while !tx.is_closed() {
         let mut busy = false;
         while batch.len() < CLAIMS_BATCH {
             match kafka.claims.poll(Duration::ZERO, &live) {
-                Polled::Nothing => {
-                    if std::mem::take(&mut unsaid) {
-                        batch.push(ClaimEvent::Drained);
-                        // A standby near the end stops fetching too (in a
-                        // busy log the end of partition hardly comes).
-                        kafka.standby_caught_up(|| kafka.claims.near_end(STANDBY_SLACK));
-                    }
-                    break;
-                }
-                Polled::Record(pos, Ok(r)) => {
-                    unsaid = true;
-                    batch.push(ClaimEvent::Record(pos, r))
-                }
-                Polled::Record(pos, Err(why)) => {
-                    unsaid = true;
-                    batch.push(ClaimEvent::Foreign(pos, why))
-                }
+                Polled::Nothing => break,
+                Polled::Record(pos, Ok(r)) => batch.push(ClaimEvent::Record(pos, r)),
+                Polled::Record(pos, Err(why)) => batch.push(ClaimEvent::Foreign(pos, why)),
                 Polled::End => {
-                    unsaid = false;
                     batch.push(ClaimEvent::CaughtUp);
                     // A standby stops fetching until its `go` (a no-op
                     // for any other process, and after `go`).
-                    kafka.standby_caught_up(|| true);
+                    kafka.standby_caught_up();
                 }
                 Polled::Broken(p) => broken(instance, &p),
                 Polled::Error(e) => {
@@ -1605,20 +1564,13 @@ impl Kafka {
         Ok(())
     }
 
-    /// Whether the claims reader has read to within [`STANDBY_SLACK`] of
-    /// the partition's high watermark as last heard ([`ClaimsReader::near_end`]).
-    pub(crate) fn claims_near_end(&self) -> bool {
-        self.claims.near_end(STANDBY_SLACK)
-    }
-
     /// A standby that caught up with the claims topic before its `go` stops
     /// fetching it ([`StandbyReading`]); a no-op for any other process, and
     /// after `go`. Called by the reader thread at the end of the log, so
-    /// that what it polled and what it will poll next meet exactly; `at_end`
-    /// is asked only of a standby still reading.
-    fn standby_caught_up(&self, at_end: impl FnOnce() -> bool) {
+    /// that what it polled and what it will poll next meet exactly.
+    fn standby_caught_up(&self) {
         let mut st = self.standby.lock().unwrap_or_else(|p| p.into_inner());
-        if *st != StandbyReading::Reading || !at_end() {
+        if *st != StandbyReading::Reading {
             return;
         }
         match self.claims.pause() {
