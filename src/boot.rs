@@ -413,6 +413,13 @@ impl View {
         self.instances.iter().map(|(i, s)| (*i, s))
     }
 
+    /// The position of instance `i`'s `booted` by `incarnation`, when that
+    /// is its current one (R10: every later record of it carries it).
+    pub fn booted_at(&self, i: InstanceNo, incarnation: &Incarnation) -> Option<Position> {
+        let b = self.instances.get(&i)?.booted.as_ref()?;
+        (b.incarnation == *incarnation).then_some(b.at)
+    }
+
     /// What instance `i` holds.
     pub fn hold(&self, i: InstanceNo) -> Option<&Hold> {
         self.instances.get(&i)?.hold.as_ref()
@@ -822,6 +829,55 @@ mod tests {
         c2.next.insert(0.into(), 8);
         // Compaction kept only the newer claim; its `next` remembers 0..8.
         assert_eq!(view(&[c2]).next_offset(0.into()), 8);
+    }
+
+    /// R10, R42: a replay that the log cleaner passed reads an instance's
+    /// old `booted` and claim before its place, while after it the cleaner
+    /// erased that claim's completion and the next incarnation's `booted`
+    /// (each had a newer record of its key). The next incarnation's records
+    /// name their `booted` (`booted_at`): it is current, its claim closes
+    /// the old hold, and the instance holds nothing (a compaction test on
+    /// Apache Kafka found the old hold resumed and its order run twice).
+    #[test]
+    fn a_newer_incarnation_whose_booted_was_erased_is_current() {
+        let at = |mut r: Record, b: u64| {
+            r.booted_at = Some(p(b));
+            r
+        };
+        let mut c1 = at(rec(4, Event::Claimed, "y", 1), 3);
+        c1.next.insert(0.into(), 2);
+        let log = [
+            (0, rec(4, Event::Booted, "x", 0)),
+            (1, at(rec(4, Event::Claimed, "x", 0), 0)),
+            // 2: x's completion of 0:0, 3: y's booted: erased.
+            (4, c1),
+            (5, at(rec(4, Event::Completed, "y", 1), 3)),
+            (6, rec(4, Event::Booted, "z", 0)),
+        ];
+        let mut v = View::new();
+        for (pos, r) in &log {
+            assert_eq!(v.apply(p(*pos), r), Ok(()), "#{pos}");
+        }
+        assert!(v.hold(n(4)).is_none(), "{:?}", v.hold(n(4)));
+        assert_eq!(v.void, 0);
+        // An older incarnation's record, by its `booted_at`, stays void;
+        // one that names no `booted` too.
+        let mut v2 = View::new();
+        let _ = v2.apply(p(0), &rec(4, Event::Booted, "x", 0));
+        let _ = v2.apply(p(1), &rec(4, Event::Booted, "y", 0));
+        let zombie = at(rec(4, Event::Claimed, "x", 3), 0);
+        assert_eq!(v2.apply(p(2), &zombie), Err(Void::Fenced));
+        assert_eq!(
+            v2.apply(p(3), &rec(4, Event::Claimed, "w", 3)),
+            Err(Void::Fenced)
+        );
+        // A `booted_at` at or past the record's own position proves nothing.
+        let odd = at(rec(4, Event::Claimed, "w", 3), 9);
+        assert_eq!(v2.apply(p(4), &odd), Err(Void::Fenced));
+        assert_eq!(
+            v2.incarnation(n(4)).map(|i| i.to_string()),
+            Some("y".into())
+        );
     }
 
     #[test]

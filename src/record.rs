@@ -273,6 +273,12 @@ struct Flat {
     /// (docs/protocol.md R7).
     #[serde(default, skip_serializing_if = "is_zero64")]
     seq: u64,
+    /// The position of the writer incarnation's own `booted`, on every
+    /// record it writes once it read that back (docs/protocol.md R10): a
+    /// reader whose log lost that `booted` to compaction still knows the
+    /// incarnation is newer than a `booted` before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    booted_at: Option<Position>,
     /// Which run of the order this is (1 for the first; claims and commits).
     #[serde(default, skip_serializing_if = "is_zero")]
     attempt: Attempt,
@@ -395,6 +401,13 @@ impl Flat {
         } else if !in_range(self.instance) || self.by.is_some_and(|b| !in_range(b)) {
             return Err(Foreign::Range(format!("instance {}", self.instance)));
         }
+        // A `booted` names no earlier one of its own; a cancel is nobody's.
+        if self.booted_at.is_some() && matches!(self.event, Event::Booted | Event::Cancelled) {
+            return Err(Foreign::BadValue(format!(
+                "booted_at on a {} record",
+                self.event
+            )));
+        }
         if self.takeover_of.iter().any(|c| !in_range(c.instance))
             || self.rank.is_some_and(|r| r > MAX_INSTANCE)
         {
@@ -470,6 +483,10 @@ pub struct Record {
     /// readers drop a record whose seq is not above the last one seen from
     /// that incarnation (docs/protocol.md R7).
     pub seq: u64,
+    /// The position of the writer incarnation's own `booted` (the writer's:
+    /// a revocation's `by`), once it read it back; `None` before, and on
+    /// older writers' records (docs/protocol.md R10).
+    pub booted_at: Option<Position>,
     /// The writer's knowledge of the claim frontier: per orders partition,
     /// the lowest offset nobody has claimed yet. Carried by every record so
     /// that compaction never loses it (docs/protocol.md R8).
@@ -654,6 +671,7 @@ impl From<Record> for Flat {
             incarnation: r.incarnation,
             ts: r.ts,
             seq: r.seq,
+            booted_at: r.booted_at,
             attempt: Attempt::default(),
             takeover_of: Vec::new(),
             rank: None,
@@ -767,12 +785,13 @@ impl TryFrom<Flat> for Record {
         f.own_fields_only()?;
         let incarnation = std::mem::take(&mut f.incarnation);
         let next = std::mem::take(&mut f.next);
-        let (instance, ts, seq) = (f.instance, f.ts, f.seq);
+        let (instance, ts, seq, booted_at) = (f.instance, f.ts, f.seq, f.booted_at);
         Ok(Record {
             instance,
             incarnation,
             ts,
             seq,
+            booted_at,
             next,
             body: f.into_body()?,
             order_keyed: false,
@@ -920,6 +939,7 @@ impl Record {
             incarnation: incarnation.clone(),
             ts,
             seq: 0,
+            booted_at: None,
             next: BTreeMap::new(),
             body,
             order_keyed: false,
@@ -1654,6 +1674,23 @@ mod tests {
     /// A field of another event makes a record foreign: the typed record
     /// could not carry it, and a reader must not read it (a `by` on a
     /// commit would have skipped its fence check).
+    /// R10: `booted_at` travels on any record of an instance but its
+    /// `booted` (which names no earlier one of its own) and a cancel.
+    #[test]
+    fn booted_at_round_trips_and_is_foreign_on_a_booted() {
+        let mut r = Record::of(3, Event::Claimed, "a", 5).with_order(OrderId::new(0, 1));
+        r.booted_at = Some(Position::new(7));
+        let back = Record::decode(Some(r.key().as_bytes()), Some(&r.encode())).unwrap();
+        assert_eq!(back, r);
+        assert!(String::from_utf8(r.encode())
+            .unwrap()
+            .contains(r#""booted_at":7"#));
+        let mut b = Record::of(3, Event::Booted, "a", 5);
+        b.booted_at = Some(Position::new(7));
+        let err = Record::decode(Some(b.key().as_bytes()), Some(&b.encode())).unwrap_err();
+        assert!(format!("{err:?}").contains("booted_at"), "{err:?}");
+    }
+
     #[test]
     fn a_field_of_another_event_is_foreign() {
         let text = include_str!("../testdata/records.txt");

@@ -304,6 +304,10 @@ pub enum Flaw {
     SkipAnOrder,
     /// Do not drop duplicate records.
     KeepDuplicates,
+    /// Records do not name their writer's `booted` (`booted_at`, R10), as
+    /// older writers': a replay that the log cleaner passed takes a newer
+    /// incarnation whose `booted` it erased for a fenced one.
+    NoBootedAt,
     /// Never claim an order this instance is not first in line for: an
     /// order whose preferred instance is dead waits for it for ever.
     DeferForever,
@@ -672,6 +676,10 @@ impl Worker {
         self.seq += 1;
         let mut r = Record::new(self.me, body, &self.incarnation, self.now);
         r.seq = self.seq;
+        // R10: where our own `booted` is, once read back.
+        if !flawed!(self.settings, NoBootedAt) {
+            r.booted_at = self.view.booted_at(self.me, &self.incarnation);
+        }
         // Every record carries our frontier (record.rs, `next`): compaction
         // keeps only the newest record per key, and that one may be void (a
         // dead incarnation's claim landing late), so the frontier must not
@@ -1120,15 +1128,21 @@ impl Worker {
     /// `pos`: a newer incarnation fences us (R10) — once our own `booted`
     /// is read; before, a newer one is not newer.
     fn on_other_booted(&mut self, pos: Position, rec: &Record) -> Vec<Action> {
-        let seen = !matches!(
-            self.phase,
-            Phase::Fence | Phase::Settle { .. } | Phase::Boot { seen: false }
-        );
+        let seen = self.own_booted_seen();
         let _ = self.view.apply(pos, rec);
         if seen {
             return self.finish(Exit::Fenced);
         }
         Vec::new()
+    }
+
+    /// Whether our own `booted` was read back: from then on, another
+    /// incarnation of ours that becomes current is newer than us.
+    fn own_booted_seen(&self) -> bool {
+        !matches!(
+            self.phase,
+            Phase::Fence | Phase::Settle { .. } | Phase::Boot { seen: false }
+        )
     }
 
     fn on_record(&mut self, pos: Position, rec: Record) -> Vec<Action> {
@@ -1139,6 +1153,15 @@ impl Worker {
             return self.on_other_booted(pos, &rec);
         }
         let result = self.view.apply(pos, &rec);
+        // R10: a record of a newer incarnation of ours whose `booted`
+        // compaction erased (the View took it as current by its
+        // `booted_at`) fences us as that `booted` would have.
+        let newer_of_ours = rec.writer() == self.me
+            && rec.incarnation != self.incarnation
+            && self.view.incarnation(self.me) == Some(&rec.incarnation);
+        if newer_of_ours && self.own_booted_seen() {
+            return self.finish(Exit::Fenced);
+        }
         let applied = result.is_ok();
         let revokes_us =
             matches!(&rec.body, Body::Revoked { fences, .. } if *fences == self.incarnation);

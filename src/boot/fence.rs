@@ -10,6 +10,7 @@ impl View {
     /// silent (R10); a `seq` not above the last accepted is a duplicate
     /// (R7). A `booted` makes its incarnation the current one.
     pub(super) fn admit(&mut self, pos: Position, rec: &Record) -> Result<(), Void> {
+        self.adopt_newer(pos, rec);
         // Written on another's behalf (a revocation): the writer must not be
         // fenced itself.
         if let Some(w) = rec.by().and_then(|w| self.instances.get(&w)) {
@@ -54,6 +55,37 @@ impl View {
         }
         inst.last_ts = inst.last_ts.max(rec.ts);
         Ok(())
+    }
+
+    /// R10: a record whose writer incarnation is not its instance's
+    /// current one, but names its own `booted` (`booted_at`) after the
+    /// current one's and before itself, is of a newer incarnation whose
+    /// `booted` this view never read: compaction erased it (R42), as a
+    /// cleaner that passed this reader does while it replays, leaving older
+    /// records before the reader's place and erasing newer ones after it.
+    /// That incarnation becomes current, as its `booted` would have made
+    /// it; an older incarnation's record (its `booted_at` before the
+    /// current one's) stays void.
+    fn adopt_newer(&mut self, pos: Position, rec: &Record) {
+        let Some(at) = rec.booted_at.filter(|&a| a < pos) else {
+            return;
+        };
+        if matches!(rec.event(), Event::Booted | Event::Cancelled) {
+            return;
+        }
+        let w = self.instances.entry(rec.writer()).or_default();
+        let newer = w
+            .booted
+            .as_ref()
+            .is_some_and(|b| b.incarnation != rec.incarnation && at > b.at);
+        if newer {
+            w.booted = Some(Booted {
+                at,
+                incarnation: rec.incarnation.clone(),
+            });
+            w.revoked = None;
+            w.exiting = false;
+        }
     }
 
     /// Whether duplicates are applied (the `KeepDuplicates` flaw).

@@ -47,7 +47,9 @@ impl View {
     /// as names of records — it stores them, compares them for equality and
     /// prints them, and orders one against another only to keep a
     /// checkpoint's newest ids and to forget settled contests, neither of
-    /// which happens in those checks — so two logs that differ only in the
+    /// which happens in those checks, and to compare two records of one
+    /// writer (R10, `booted_at`), which every equivalent order keeps in
+    /// order — so two logs that differ only in the
     /// order of unrelated records give views equal up to this renaming, and
     /// the check counts them once. `r.outcome` drops the texts
     /// (reasons) that quote positions; no rule reads them. The queue of

@@ -110,7 +110,10 @@
 //!    reads the log to its end. A read changes only its reader, and a
 //!    record's position and content are fixed once it landed (appends go
 //!    at the end; compaction never erases at or above a live reader's
-//!    cursor). So, in any execution, a process's non-read step (Answer,
+//!    cursor — an assumption of this world, not Kafka's: its log cleaner
+//!    may pass a process that replays the log, which the simulation
+//!    explores instead, `Config::cleaner_passes_replays`, docs/protocol.md
+//!    R10, R42). So, in any execution, a process's non-read step (Answer,
 //!    CaughtUp, JobDone, its crash) taken while records it has not read
 //!    had landed can be moved before those landings (it commutes with the
 //!    other processes' steps, and with its own deliveries: it appends to the
@@ -978,6 +981,7 @@ fn config(instances: u32, orders: u32, flaw: Option<Flaw>) -> Config {
         orders_per_process: 1,
         causal: false,
         protect_in_flight: true,
+        cleaner_passes_replays: false,
         max_forgeries: 0,
         claims_key: None,
         trust_all: false,

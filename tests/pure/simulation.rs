@@ -172,6 +172,9 @@ fn config() -> Config {
         // horizons: the claim horizon, the default here, keeps everything
         // after each instance's newest `booted` anyway).
         protect_in_flight: true,
+        // Kafka's log cleaner may pass a process replaying the log (R42):
+        // it reads older records before its place than after it.
+        cleaner_passes_replays: true,
         max_forgeries: 0,
         claims_key: None,
         trust_all: false,
@@ -803,6 +806,48 @@ fn clock_rates_beyond_the_margin_are_caught() {
         ..config_clocks()
     };
     caught_as_concurrent_runs("clock rates ±45 %", &cfg);
+}
+
+/// R10, R42: Kafka's log cleaner passes a process that replays the log
+/// (`Config::cleaner_passes_replays`): before its place the replay has read
+/// an instance's older `booted` and claim, after it the cleaner erased that
+/// claim's completion and the next incarnation's `booted`. Records that do
+/// not name their writer's `booted` (`Flaw::NoBootedAt`, as before R10 said
+/// so) make that next incarnation look fenced: its claim of another order
+/// is void, the old hold stays open, and the instance runs its order again
+/// (found on Apache Kafka by `apache_compaction`, an order completed twice).
+/// The same seed holds without the flaw, and the flaw alone breaks nothing
+/// where the cleaner waits for every reader. Bounded: at most 60 seeds.
+#[test]
+fn a_replay_passed_by_the_cleaner_is_caught_without_booted_at() {
+    use pool_worker_core::worker::Flaw;
+    let cfg = Config {
+        flaw: Some(Flaw::NoBootedAt),
+        ..config()
+    };
+    let t = Instant::now();
+    let caught = (0..60).find_map(|seed| run(seed, &cfg).failure.map(|f| (seed, f)));
+    let Some((seed, f)) = caught else {
+        panic!("60 seeds with Flaw::NoBootedAt and no violation: the check does not bite");
+    };
+    println!("NoBootedAt caught, as it must be (seed {seed}):\n{f}");
+    assert!(
+        f.contains(RUN_TWICE) || f.contains(RUN_BY_TWO) || f.contains(COMPLETED_TWICE),
+        "another property broke first:\n{f}"
+    );
+    holds_without_the_flaw(seed, &cfg);
+    let patient = Config {
+        cleaner_passes_replays: false,
+        ..cfg.clone()
+    };
+    assert!(
+        run(seed, &patient).failure.is_none(),
+        "seed {seed} fails with the flaw where the cleaner waits for readers too"
+    );
+    crate::world::record_figures(&format!(
+        "simulation: Flaw::NoBootedAt caught at seed {seed} (cleaner passing replays), in {:.1}s",
+        t.elapsed().as_secs_f64()
+    ));
 }
 
 /// The settle rule bites (docs/protocol.md R16, I7): where a dead

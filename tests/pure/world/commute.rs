@@ -658,7 +658,7 @@ impl World {
     }
 }
 
-/// Hashes a record with its positions (`seen`, `park_at`) renamed by `f`, leaving out
+/// Hashes a record with its positions (`seen`, `park_at`, `booted_at`) renamed by `f`, leaving out
 /// its reasons.
 fn hash_record(r: &Record, f: &dyn Fn(Position) -> Position, h: &mut Mix) {
     // Destructured, so that a field added to Record must be placed here.
@@ -667,11 +667,13 @@ fn hash_record(r: &Record, f: &dyn Fn(Position) -> Position, h: &mut Mix) {
         incarnation,
         ts,
         seq,
+        booted_at,
         next,
         body,
         order_keyed,
     } = r;
     (instance, incarnation, ts, seq, next, order_keyed).hash(h);
+    booted_at.map(f).hash(h);
     std::mem::discriminant(body).hash(h);
     let outcome = match body {
         Body::Booted => None,

@@ -152,6 +152,13 @@ pub struct Config {
     /// still in flight ([`World::in_flight_claim_orders`]); false only to
     /// show what that prevents.
     pub protect_in_flight: bool,
+    /// Compaction may erase records at and above the cursor of a process
+    /// still replaying the log (`Phase::Settle`, `Fence`, `Boot`): Kafka's
+    /// log cleaner knows nothing of readers, and a replay reads records
+    /// older than `min.compaction.lag.ms`, so a cleaner pass may overtake
+    /// it (docs/protocol.md R42). False: every live reader's cursor bounds
+    /// the horizon (as the model check's reduction 1 has it).
+    pub cleaner_passes_replays: bool,
     /// Issue 18: someone who is not the pool can write to the claims topic
     /// and appends up to this many forged records ([`Step::Forge`]), at any
     /// moment. 0: nobody does (and records are not encoded to be read).
@@ -1945,7 +1952,14 @@ impl World {
     pub fn horizon(&self, cfg: &Config) -> usize {
         let mut h = self.log.len();
         for inst in &self.insts {
-            if inst.worker.is_some() {
+            let Some(w) = &inst.worker else {
+                continue;
+            };
+            let replaying = matches!(
+                w.phase,
+                Phase::Settle { .. } | Phase::Fence | Phase::Boot { .. }
+            );
+            if !(cfg.cleaner_passes_replays && replaying) {
                 h = h.min(inst.cursor);
             }
         }
