@@ -75,7 +75,23 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) enum ClaimEvent {
     Record(u64, Record),
     Foreign(u64, Foreign),
+    /// librdkafka's end of partition: a fetch answered with nothing new,
+    /// the reader at the partition's last stable offset.
     CaughtUp,
+    /// The reader took every record the brokers have sent so far, and read
+    /// one or more since it last said so. A fetch's answer carries the
+    /// partition up to its last stable offset of that moment (unless it
+    /// was cut at the fetch size, in a long replay), and librdkafka queues
+    /// each answer whole, so the reader is at the end the log had then:
+    /// caught up, as a [`ClaimEvent::CaughtUp`] that came at once.
+    ///
+    /// Why both: librdkafka says "end of partition" only when an answer
+    /// brings nothing new. A held fetch is answered as soon as something
+    /// is committed, so while the pool appends (a burst) that takes until
+    /// the log is quiet for a whole `fetch.wait.max.ms`: an idle instance
+    /// first in an order's line waited for it before it claimed, up to
+    /// 100 ms, and a boot before it was done (bench/RESULTS.md, issue 35).
+    Drained,
 }
 
 /// The clients' context: librdkafka's errors become one warning each (its
@@ -435,14 +451,28 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
     let instance = kafka.instance;
     let live = || !tx.is_closed();
     let mut batch = Vec::with_capacity(CLAIMS_BATCH);
+    // Records read since the last CaughtUp or Drained.
+    let mut unsaid = false;
     while !tx.is_closed() {
         let mut busy = false;
         while batch.len() < CLAIMS_BATCH {
             match kafka.claims.poll(Duration::ZERO, &live) {
-                Polled::Nothing => break,
-                Polled::Record(pos, Ok(r)) => batch.push(ClaimEvent::Record(pos, r)),
-                Polled::Record(pos, Err(why)) => batch.push(ClaimEvent::Foreign(pos, why)),
+                Polled::Nothing => {
+                    if std::mem::take(&mut unsaid) {
+                        batch.push(ClaimEvent::Drained);
+                    }
+                    break;
+                }
+                Polled::Record(pos, Ok(r)) => {
+                    unsaid = true;
+                    batch.push(ClaimEvent::Record(pos, r))
+                }
+                Polled::Record(pos, Err(why)) => {
+                    unsaid = true;
+                    batch.push(ClaimEvent::Foreign(pos, why))
+                }
                 Polled::End => {
+                    unsaid = false;
                     batch.push(ClaimEvent::CaughtUp);
                     // A standby stops fetching until its `go` (a no-op
                     // for any other process, and after `go`).
