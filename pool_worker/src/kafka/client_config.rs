@@ -189,7 +189,13 @@ pub(crate) fn client_config(brokers: &str, props: &BTreeMap<String, String>) -> 
 /// holds it for the whole wait (measured in
 /// `pool_worker/tests/live/fence.rs` `kill_storm_on_apache_kafka`, 6
 /// instances under kills: a boot's replay took 1.3 s at the median with
-/// 500 ms, 0.33 s with 100 ms, 0.17 s with 20 ms). For the orders topic the
+/// 500 ms, 0.33 s with 100 ms, 0.17 s with 20 ms). That was measured while
+/// the worker knew it caught up only by librdkafka's end of partition,
+/// which in a busy log comes only after a whole quiet wait; it also says so
+/// now once it has read a fetch's answer whole (`ClaimEvent::Drained`,
+/// bench/RESULTS.md), so the wait may matter less than this measured, but
+/// the tools' reads to the end still wait for an end of partition, and a
+/// longer wait has not been measured since. For the orders topic the
 /// wait costs no latency at any value (a Kafka broker answers a waiting
 /// fetch as soon as an order arrives; orders are written without
 /// transactions); when the worker had a consumer per topic, the orders one
