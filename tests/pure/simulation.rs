@@ -261,10 +261,14 @@ fn holds_without_the_flaw(seed: u64, cfg: &Config) {
         flaw: None,
         ..cfg.clone()
     };
-    assert!(
-        run(seed, &fixed).failure.is_none(),
-        "seed {seed} fails without the flaw too"
-    );
+    holds(seed, &fixed, "without the flaw too");
+}
+
+/// Seed `seed` of `cfg` holds; else fails saying it "fails {what}".
+fn holds(seed: u64, cfg: &Config, what: &str) {
+    if let Some(f) = run(seed, cfg).failure {
+        panic!("seed {seed} fails {what}:\n{f}");
+    }
 }
 
 /// Runs one seed; returns the outcome and the world where it ended.
@@ -840,9 +844,10 @@ fn a_replay_passed_by_the_cleaner_is_caught_without_booted_at() {
         cleaner_passes_replays: false,
         ..cfg.clone()
     };
-    assert!(
-        run(seed, &patient).failure.is_none(),
-        "seed {seed} fails with the flaw where the cleaner waits for readers too"
+    holds(
+        seed,
+        &patient,
+        "with the flaw where the cleaner waits for readers too",
     );
     crate::world::record_figures(&format!(
         "simulation: Flaw::NoBootedAt caught at seed {seed} (cleaner passing replays), in {:.1}s",
