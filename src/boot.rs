@@ -310,6 +310,10 @@ pub struct View {
     /// Completions applied so far (only those this replay saw: compaction
     /// may have erased older ones).
     pub completions: u64,
+    /// Incarnations made current by a record's `booted_at`, their `booted`
+    /// unread: erased by compaction, behind or ahead of a cleaner pass
+    /// (docs/protocol.md R10).
+    pub adopted: u64,
     instances: BTreeMap<InstanceNo, Instance>,
     frontier: BTreeMap<Lane, i64>,
     contests: BTreeMap<OrderId, Contest>,
@@ -859,7 +863,7 @@ mod tests {
             assert_eq!(v.apply(p(*pos), r), Ok(()), "#{pos}");
         }
         assert!(v.hold(n(4)).is_none(), "{:?}", v.hold(n(4)));
-        assert_eq!(v.void, 0);
+        assert_eq!((v.void, v.adopted), (0, 1));
         // An older incarnation's record, by its `booted_at`, stays void;
         // one that names no `booted` too.
         let mut v2 = View::new();

@@ -937,6 +937,7 @@ impl Replay {
             end = w.view.end().get(),
             foreign = w.view.foreign,
             void = w.view.void,
+            adopted = w.view.adopted,
             completions = w.view.completions,
             ms = self.started.elapsed().as_millis() as u64,
             "replayed the claims topic"

@@ -85,6 +85,7 @@ impl View {
             });
             w.revoked = None;
             w.exiting = false;
+            self.adopted += 1;
         }
     }
 

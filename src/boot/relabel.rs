@@ -114,6 +114,7 @@ impl View {
             foreign,
             void,
             completions,
+            adopted,
             instances,
             frontier,
             contests,
@@ -124,7 +125,7 @@ impl View {
             parked,
         } = self;
         let f = r.position;
-        (keep_duplicates, end, foreign, void, completions).hash(h);
+        (keep_duplicates, end, foreign, void, completions, adopted).hash(h);
         instances.len().hash(h);
         for (i, s) in instances {
             i.hash(h);
