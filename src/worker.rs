@@ -2711,6 +2711,34 @@ mod tests {
         );
     }
 
+    /// R10: a record of a newer incarnation of our instance whose `booted`
+    /// we never read (compaction erased it), known by its `booted_at`,
+    /// stops us as that `booted` would; a record naming our own `booted`
+    /// or an older one does not.
+    #[test]
+    fn an_older_incarnation_stops_at_a_newer_ones_record_by_booted_at() {
+        let mut log = Log(Vec::new());
+        let (mut old, mut cur) = boot_in(&mut log, 1, "old", Settings::default());
+        let own = old.view.booted_at(1.into(), &"old".into()).unwrap();
+        let mut stale = Record::new(1.into(), Body::Booted, &"older".into(), 0);
+        stale.body = Body::Yielded {
+            order: OrderId::new(0, 0),
+            attempt: Attempt::FIRST,
+            reason: None,
+        };
+        stale.booted_at = Some(own);
+        log.0.push(stale.clone());
+        assert_eq!(log.feed(&mut old, &mut cur), vec![], "not newer");
+        let mut newer = stale;
+        newer.incarnation = "new".into();
+        newer.booted_at = Some(Position::new(log.0.len() as u64 - 1));
+        log.0.push(newer);
+        assert_eq!(
+            log.feed(&mut old, &mut cur),
+            vec![Action::Exit(Exit::Fenced)]
+        );
+    }
+
     fn urgent() -> Topic {
         Topic::named("urgent").unwrap()
     }
