@@ -1671,9 +1671,6 @@ mod tests {
         ));
     }
 
-    /// A field of another event makes a record foreign: the typed record
-    /// could not carry it, and a reader must not read it (a `by` on a
-    /// commit would have skipped its fence check).
     /// R10: `booted_at` travels on any record of an instance but its
     /// `booted` (which names no earlier one of its own) and a cancel.
     #[test]
@@ -1691,6 +1688,9 @@ mod tests {
         assert!(format!("{err:?}").contains("booted_at"), "{err:?}");
     }
 
+    /// A field of another event makes a record foreign: the typed record
+    /// could not carry it, and a reader must not read it (a `by` on a
+    /// commit would have skipped its fence check).
     #[test]
     fn a_field_of_another_event_is_foreign() {
         let text = include_str!("../testdata/records.txt");
