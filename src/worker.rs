@@ -205,6 +205,26 @@ pub enum Phase {
     Done(Exit),
 }
 
+impl Phase {
+    /// Still booting: fencing, settling, or replaying the log until its
+    /// own `booted` is read back and it caught up (a replay in progress).
+    pub fn booting(&self) -> bool {
+        matches!(
+            self,
+            Phase::Fence | Phase::Settle { .. } | Phase::Boot { .. }
+        )
+    }
+
+    /// Before the own `booted` was read back: until then, another
+    /// incarnation of the instance that is current is not newer than us.
+    pub fn before_own_booted(&self) -> bool {
+        matches!(
+            self,
+            Phase::Fence | Phase::Settle { .. } | Phase::Boot { seen: false }
+        )
+    }
+}
+
 /// Knobs of the protocol that are the operator's.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Settings {
@@ -557,11 +577,7 @@ impl Worker {
     /// position 0: the shell then reads on from `snapshot.at`. Only before
     /// the first record is read; refused (false) after.
     pub fn load(&mut self, snapshot: &crate::checkpoint::Snapshot) -> bool {
-        let fresh = matches!(
-            self.phase,
-            Phase::Fence | Phase::Settle { .. } | Phase::Boot { seen: false }
-        );
-        if !fresh || self.view.end() > Position::new(0) {
+        if !self.phase.before_own_booted() || self.view.end() > Position::new(0) {
             return false;
         }
         #[cfg(any(test, feature = "testing"))]
@@ -1139,10 +1155,7 @@ impl Worker {
     /// Whether our own `booted` was read back: from then on, another
     /// incarnation of ours that becomes current is newer than us.
     fn own_booted_seen(&self) -> bool {
-        !matches!(
-            self.phase,
-            Phase::Fence | Phase::Settle { .. } | Phase::Boot { seen: false }
-        )
+        !self.phase.before_own_booted()
     }
 
     fn on_record(&mut self, pos: Position, rec: Record) -> Vec<Action> {

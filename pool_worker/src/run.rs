@@ -777,15 +777,13 @@ impl Shell {
     /// received, until the machine asks for something (a replay goes batch
     /// by batch, not once around the select! per record).
     fn fold(&mut self, mut input: Input) {
-        let booting =
-            |p: &Phase| matches!(p, Phase::Fence | Phase::Settle { .. } | Phase::Boot { .. });
         loop {
             if let Input::Record(pos, _) | Input::Foreign(pos) = &input {
                 self.replay.read(pos.get());
             }
-            let was_booting = booting(&self.w.phase);
+            let was_booting = self.w.phase.booting();
             self.todo.extend(self.w.handle(input, now_ms()));
-            if was_booting && !booting(&self.w.phase) {
+            if was_booting && !self.w.phase.booting() {
                 crate::account::mark("boot_done");
                 // Ready to claim: the supervisor starts the next standby now.
                 crate::supervise::say_booted();

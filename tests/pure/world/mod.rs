@@ -1955,11 +1955,7 @@ impl World {
             let Some(w) = &inst.worker else {
                 continue;
             };
-            let replaying = matches!(
-                w.phase,
-                Phase::Settle { .. } | Phase::Fence | Phase::Boot { .. }
-            );
-            if !(cfg.cleaner_passes_replays && replaying) {
+            if !(cfg.cleaner_passes_replays && w.phase.booting()) {
                 h = h.min(inst.cursor);
             }
         }
