@@ -1166,13 +1166,13 @@ impl Worker {
             return self.on_other_booted(pos, &rec);
         }
         let result = self.view.apply(pos, &rec);
-        // R10: a record of a newer incarnation of ours whose `booted`
-        // compaction erased (the View took it as current by its
-        // `booted_at`) fences us as that `booted` would have.
-        let newer_of_ours = rec.writer() == self.me
-            && rec.incarnation != self.incarnation
-            && self.view.incarnation(self.me) == Some(&rec.incarnation);
-        if newer_of_ours && self.own_booted_seen() {
+        // R10: once our `booted` is read, we stay our instance's current
+        // incarnation until a newer one's `booted` (on_other_booted) or,
+        // that `booted` erased by compaction, a record naming it
+        // (`booted_at`, View::adopt_newer) makes another current: that
+        // fences us as the `booted` would have.
+        let superseded = self.view.incarnation(self.me) != Some(&self.incarnation);
+        if superseded && self.own_booted_seen() {
             return self.finish(Exit::Fenced);
         }
         let applied = result.is_ok();

@@ -1,7 +1,7 @@
 //! Which records speak: fences (docs/protocol.md R10, R37) and duplicates (R7).
 
-use super::{Booted, LastSeq, View, Void};
-use crate::record::{Event, Position, Record};
+use super::{Booted, Instance, LastSeq, View, Void};
+use crate::record::{Event, Incarnation, Position, Record};
 
 impl View {
     /// Admits the record at `pos` from its writer, or says why it is void:
@@ -25,11 +25,7 @@ impl View {
         let keep_duplicates = self.keeps_duplicates();
         let inst = self.instances.entry(rec.instance).or_default();
         if rec.event() == Event::Booted {
-            inst.booted = Some(Booted {
-                at: pos,
-                incarnation: rec.incarnation.clone(),
-            });
-            inst.revoked = None;
+            inst.make_current(pos, &rec.incarnation);
         } else if rec.by().is_none() {
             if inst
                 .booted
@@ -79,11 +75,8 @@ impl View {
             .as_ref()
             .is_some_and(|b| b.incarnation != rec.incarnation && at > b.at);
         if newer {
-            w.booted = Some(Booted {
-                at,
-                incarnation: rec.incarnation.clone(),
-            });
-            w.revoked = None;
+            w.make_current(at, &rec.incarnation);
+            // As its `booted` does (`View::note_idle`).
             w.exiting = false;
             self.adopted += 1;
         }
@@ -99,5 +92,17 @@ impl View {
     #[cfg(not(any(test, feature = "testing")))]
     fn keeps_duplicates(&self) -> bool {
         false
+    }
+}
+
+impl Instance {
+    /// The incarnation whose `booted` is at `at` is the instance's current
+    /// one (R10): read, or known by a later record's `booted_at`.
+    fn make_current(&mut self, at: Position, incarnation: &Incarnation) {
+        self.booted = Some(Booted {
+            at,
+            incarnation: incarnation.clone(),
+        });
+        self.revoked = None;
     }
 }
