@@ -49,9 +49,9 @@ impl View {
     /// checkpoint's newest ids and to forget settled contests, neither of
     /// which happens in those checks, and to compare two records of one
     /// writer (R10, `booted_at`), which every equivalent order keeps in
-    /// order — so two logs that differ only in the
-    /// order of unrelated records give views equal up to this renaming, and
-    /// the check counts them once. `r.outcome` drops the texts
+    /// order — so two logs that differ only in the order of unrelated
+    /// records give views equal up to this renaming, and the check counts
+    /// them once. `r.outcome` drops the texts
     /// (reasons) that quote positions; no rule reads them. The queue of
     /// settled contests is dropped: it matters only [`CONTEST_MEMORY`]
     /// positions after a contest settled. Only with the `testing` feature.
