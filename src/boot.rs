@@ -324,6 +324,14 @@ pub struct View {
     ids: BTreeMap<String, IdOwner>,
     /// The newest checkpoint read covers the log before this position.
     checkpoint: Position,
+    /// Before this position the log may hold a completion this view does
+    /// not remember: the snapshot it was loaded from covers the log before
+    /// it, and the contests that settled before it were forgotten (R12).
+    /// Not raised by a checkpoint read on the way: a view that read the log
+    /// itself read every completion of a parked order (keyed by its order,
+    /// R54, so never erased before it is read), but may have missed the
+    /// park itself, erased by a newer one (R55).
+    stale_before: Position,
     /// Operators' cancels (`pool_worker cancel`) of orders not completed
     /// when they landed: order → the first one. A
     /// commit of the order that follows it never runs the job
@@ -681,6 +689,18 @@ mod tests {
             "from the checkpoint"
         );
         assert!(from.contest(o0).unwrap().late, "late by its park_at");
+        // A view that read the completion, then forgot its settled contest
+        // (R12, CONTEST_MEMORY positions later), judges it stale too.
+        let mut forgot = view(&log);
+        let far = p(5 + CONTEST_MEMORY);
+        let _ = forgot.apply(far, &rec(3, Event::Booted, "c", 0));
+        assert!(forgot.contest(o0).is_none(), "forgotten");
+        let _ = forgot.apply(far.next(), &stale);
+        assert!(
+            forgot.contest(o0).unwrap().late,
+            "late: forgotten after its park_at"
+        );
+        assert_eq!(forgot.hold(n(3)).unwrap().committed, None);
         // A park after the checkpoint: never late (compaction may have
         // erased what came before the claim).
         let mut fresh = unpark(3, "c");
@@ -688,6 +708,64 @@ mod tests {
         let mut from = View::from_snapshot(&v.snapshot());
         let _ = from.apply(p(8), &fresh);
         assert!(!from.contest(o0).unwrap().late);
+    }
+
+    /// R55, R42: a view that read the log itself, not from a checkpoint,
+    /// may have missed an order's first claim and park (each erased by a
+    /// newer record of its key, the cleaner ahead of the replay). A
+    /// checkpoint read on the way, after that park, does not make the
+    /// claim out of it stale: it is the first record the view meets of a
+    /// live order, and the park after it parks the order again, as for a
+    /// view loaded from that checkpoint (whose snapshot has the order
+    /// parked). Found by the simulation (the herd with one key, seed 460):
+    /// the view lost the order, and a later order of its key ran first.
+    #[test]
+    fn an_unpark_claim_is_not_stale_by_a_checkpoint_read_on_the_way() {
+        let o0 = OrderId::new(0, 0);
+        let mut c0 = rec(1, Event::Claimed, "a", 0);
+        c0.next.insert(0.into(), 1);
+        let mut b2 = rec(2, Event::Booted, "b", 0);
+        b2.next.insert(0.into(), 1);
+        let full = vec![
+            rec(1, Event::Booted, "a", 0),
+            c0,
+            rec(1, Event::Parked, "a", 0),
+            b2.clone(),
+        ];
+        let snapshot = view(&full).snapshot();
+        assert!(snapshot.parked.iter().any(|(o, _)| *o == o0));
+        let mut cp = Record::of(2, Event::Checkpoint, "b", 0);
+        cp.body = Body::Checkpoint {
+            snapshot: Box::new(snapshot.clone()),
+        };
+        let mut unpark = rec(2, Event::Claimed, "b", 0);
+        unpark.set_unpark(true);
+        unpark.set_park_at(Some(p(2)));
+        let repark = rec(2, Event::Parked, "b", 0);
+        // The log as the cleaner left it ahead of the replay: #1 and #2
+        // erased.
+        let mut read = View::new();
+        for (pos, r) in [
+            (0, &full[0]),
+            (3, &b2),
+            (4, &cp),
+            (5, &unpark),
+            (6, &repark),
+        ] {
+            let _ = read.apply(p(pos), r);
+        }
+        let mut from = View::from_snapshot(&snapshot);
+        for (pos, r) in [(4, &cp), (5, &unpark), (6, &repark)] {
+            let _ = from.apply(p(pos), r);
+        }
+        for (v, how) in [(&read, "read from #0"), (&from, "from the checkpoint")] {
+            assert!(!v.contest(o0).unwrap().late, "{how}: not stale");
+            assert_eq!(
+                v.parked_order(o0).map(|p| p.at),
+                Some(p(6)),
+                "{how}: parked again"
+            );
+        }
     }
 
     /// R54, R15: a void completion (its writer revoked after the order's

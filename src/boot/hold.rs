@@ -35,14 +35,17 @@ impl View {
             return;
         };
         let i = rec.instance;
-        // R55: a claim out of a park that this view read before its
-        // checkpoint, of an order it neither has parked nor negotiates, is
-        // stale: the order was completed before the checkpoint, which
-        // forgot its settled contest. Late, as a first claim behind the
-        // frontier is (R14). (Without the checkpoint, the contest's
-        // completion makes its writer yield alike.)
+        // R55: a claim out of a park before `stale_before` (the snapshot
+        // this view was loaded from, or a forgotten settlement), of an
+        // order it neither has parked nor negotiates, is stale: the order
+        // was completed before, and the snapshot (or R12) forgot its
+        // settled contest. Late, as a first claim behind the frontier is
+        // (R14). (A view that read the completion knows the contest, and
+        // its writer yields alike.) Not by a checkpoint read on the way:
+        // such a view may have missed the park, erased by a newer one,
+        // and the claim is then the first it meets of a live order.
         let stale_unpark = *unpark
-            && park_at.is_some_and(|p| p < self.checkpoint)
+            && park_at.is_some_and(|p| p < self.stale_before)
             && !self.parked.contains_key(&order)
             && !self.contests.contains_key(&order);
         // R56: the claim announces the order's key at its own position; an
@@ -277,6 +280,7 @@ impl View {
             if self.contests.get(&order).is_some_and(Contest::settled) {
                 self.contests.remove(&order);
                 self.cancels.remove(&order);
+                self.stale_before = self.stale_before.max(at);
             }
         }
     }

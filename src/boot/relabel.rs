@@ -121,6 +121,7 @@ impl View {
             settled: _,
             ids,
             checkpoint,
+            stale_before,
             cancels,
             parked,
         } = self;
@@ -144,6 +145,7 @@ impl View {
             (id, (owner.order, f(owner.at))).hash(h);
         }
         checkpoint.hash(h);
+        stale_before.hash(h);
         cancels.len().hash(h);
         for (o, c) in cancels {
             (o, (f(c.at), &c.reason)).hash(h);

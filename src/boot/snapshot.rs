@@ -95,6 +95,7 @@ impl View {
                 })
                 .collect(),
             checkpoint: snap.at,
+            stale_before: snap.at,
             cancels: snap
                 .cancels
                 .iter()

@@ -1310,6 +1310,66 @@ fn starting_early_and_ignoring_keys_are_caught_by_the_simulation() {
     }
 }
 
+/// [`config_parking`] in the herd (`claim_defer_ms` 0: every idle
+/// instance claims at once, so that claims are contested) with key `a` on
+/// every second order: many parks and claims out of the park.
+fn config_herd_one_key() -> Config {
+    let mut cfg = Config {
+        claim_defer_ms: 0,
+        ..config_parking()
+    };
+    for (o, t) in cfg.terms.iter_mut().enumerate() {
+        t.key = (o % 2 == 0).then(|| "a".into());
+    }
+    cfg
+}
+
+/// R55, R42: a replay that the cleaner passes may miss an order's park
+/// (erased by a newer park of it) and read a checkpoint after it; the
+/// claim out of that park must not then be stale. Seed 460 of
+/// [`config_herd_one_key`] broke key order (I15) before `stale_before`:
+/// a process that had replayed from position 0 lost order 0:12 from its
+/// view and ran 0:14, of the same key, first (boot.rs,
+/// `an_unpark_claim_is_not_stale_by_a_checkpoint_read_on_the_way`). The
+/// seeds around it, and it, hold. 1,000 seeds by hand:
+/// `POOL_SIM_PARK_SEEDS=1000 cargo test --release --test pure simulation::the_herd_with_one_key_by_hand -- --ignored`.
+#[test]
+fn a_replay_that_missed_a_park_keeps_the_key_order() {
+    let cfg = config_herd_one_key();
+    for seed in 455..=465 {
+        holds(seed, &cfg, "in the herd with one key");
+    }
+}
+
+/// [`config_herd_one_key`] over many seeds (`POOL_SIM_FIRST`,
+/// `POOL_SIM_PARK_SEEDS`); with `POOL_SIM_FLAW=1`, R56's broken variant
+/// `Flaw::OnlyParkedGoFirst` (no `View::held_below`), which needs a claim
+/// out of the park to land in a contested claim's window: not caught in
+/// 1,000 seeds (nor by the model check, whose configurations do not
+/// reach that window).
+#[test]
+#[ignore = "by hand: POOL_SIM_PARK_SEEDS=1000 cargo test --release --test pure simulation::the_herd_with_one_key_by_hand -- --ignored --nocapture"]
+fn the_herd_with_one_key_by_hand() {
+    use pool_worker_core::worker::Flaw;
+    let cfg = Config {
+        flaw: (env("POOL_SIM_FLAW", 0) == 1).then_some(Flaw::OnlyParkedGoFirst),
+        ..config_herd_one_key()
+    };
+    let (ran, tot, failures) = run_seeds(
+        &cfg,
+        env("POOL_SIM_FIRST", 0),
+        env("POOL_SIM_PARK_SEEDS", 200),
+    );
+    let line = format!(
+        "simulation, the herd with one key (flaw {:?}): {ran} seeds, {} parks, {} jobs started after a park, {} failing",
+        cfg.flaw,
+        tot.parks,
+        tot.unparked_runs,
+        failures.len()
+    );
+    report(&line, &failures);
+}
+
 /// Orders per topic of the simulations with two topics (R57).
 const TOPIC_ORDERS: u32 = 150;
 
