@@ -297,7 +297,27 @@ fn race_8_instances_few_orders() {
         "8",
         &[("KAFKA_FETCH_WAIT_MAX_MS", "50"), ("CLAIM_DEFER_MS", "0")],
     );
-    let audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
+    // A claim is decided by its writer's `committed` or `yielded`, or is
+    // its own commit (it met no rival, R34). A loser may read the winner's
+    // claim only after the winner completed, so its `yielded` can land
+    // after the last completion: wait for every claim's decision.
+    let undecided = |a: &Audit| {
+        a.orders.iter().find_map(|(id, t)| {
+            t.claims
+                .iter()
+                .find(|(pos, i, _)| {
+                    !t.unrivalled_claims.contains(pos) && !t.decisions.iter().any(|d| d.1 == *i)
+                })
+                .map(|(_, i, _)| {
+                    format!("{id}: instance {i} never decided\n{}", t.lines.join("\n"))
+                })
+        })
+    };
+    let mut audit = wait_and_audit(broker.bootstrap(), &claims, &orders, T);
+    poll_until(T, Duration::from_millis(50), || {
+        audit = Audit::of(&decoded_claims(broker.bootstrap(), &claims));
+        undecided(&audit).is_none()
+    });
     audit
         .check_exactly_once(&orders)
         .unwrap_or_else(|e| panic!("{e}"));
@@ -321,17 +341,9 @@ fn race_8_instances_few_orders() {
             .join("\n")
     );
     // Every instance that claimed and did not commit yielded (nobody is
-    // left undecided once the orders are done, and nobody ran without a
-    // decision): a claim is decided by its writer's `committed` or
-    // `yielded`, or is its own commit (it met no rival, R34).
-    for (id, t) in &audit.orders {
-        for (pos, i, _) in &t.claims {
-            assert!(
-                t.unrivalled_claims.contains(pos) || t.decisions.iter().any(|d| d.1 == *i),
-                "{id}: instance {i} never decided\n{}",
-                t.lines.join("\n")
-            );
-        }
+    // left undecided, and nobody ran without a decision).
+    if let Some(e) = undecided(&audit) {
+        panic!("{e}");
     }
     let s = sup.snapshot();
     assert!(s.exits.iter().all(|e| e.code == Some(0)), "{:?}", s.exits);
