@@ -43,6 +43,12 @@ const BROKER_PATIENCE: Duration = Duration::from_secs(120);
 /// a wake-up was missed.
 const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
+/// While its job runs, how often a quiet worker looks at the claims topic
+/// ([`crate::kafka::Kafka::hush`]): the most an operator's cancel of its
+/// order waits beyond its own fetch. Longer than a short job (`sleep 0.1`
+/// looks never), short beside a person's patience.
+pub(crate) const HUSH_PEEK: Duration = Duration::from_millis(250);
+
 /// Whether [`Shell::find_order`] may tell the machine the orders' ends it
 /// asked at `asked` instead of asking again: only while idle (the orders
 /// watch is reading the orders partitions from the frontier, and its
@@ -234,6 +240,13 @@ struct Shell {
     /// outcome.
     fired_tx: tokio::sync::mpsc::UnboundedSender<(Firing, Result<OrderId, String>)>,
     fired_rx: tokio::sync::mpsc::UnboundedReceiver<(Firing, Result<OrderId, String>)>,
+    /// The `seq` of the newest record this process appended, and of the
+    /// newest of its own it read back ([`Shell::hush`]).
+    own_appended: u64,
+    own_read: u64,
+    /// Whether the claims reader was told to go quiet ([`Shell::hush`]), and
+    /// when to look next.
+    quiet: Option<tokio::time::Instant>,
 }
 
 impl Shell {
@@ -355,6 +368,9 @@ impl Shell {
             sched_wake: None,
             fired_tx,
             fired_rx,
+            own_appended: 0,
+            own_read: 0,
+            quiet: None,
         })
     }
 
@@ -365,6 +381,7 @@ impl Shell {
             if let Some(code) = self.act().await? {
                 return Ok(code);
             }
+            self.hush();
             self.schedule();
             match self.next().await {
                 Next::Input(input) => self.fold(input),
@@ -380,6 +397,7 @@ impl Shell {
         while let Some(action) = self.todo.pop_front() {
             match action {
                 Action::Append(rec) => {
+                    self.own_appended = self.own_appended.max(rec.seq);
                     if rec.event() == Event::Booted {
                         if let Some(code) = self.drop_deadline() {
                             return Ok(Some(code));
@@ -420,6 +438,21 @@ impl Shell {
             }
         }
         Ok(None)
+    }
+
+    /// Quiet while the job runs and every record this process appended is
+    /// read back (the claims reader pauses, [`crate::kafka::Kafka::hush`]);
+    /// reading again as soon as that ends: an append to read back, the
+    /// job's end, another phase.
+    fn hush(&mut self) {
+        let quiet = matches!(self.w.phase, Phase::Run { .. })
+            && self.job.running()
+            && self.own_read >= self.own_appended;
+        if quiet == self.quiet.is_some() {
+            return;
+        }
+        self.kafka.hush(quiet);
+        self.quiet = quiet.then(|| tokio::time::Instant::now() + HUSH_PEEK);
     }
 
     fn wake_at(&mut self, at: u64) {
@@ -646,6 +679,12 @@ impl Shell {
                 Next::Input(Input::OrdersMoved)
             }
             _ = self.ticks.tick() => Next::Input(Input::Tick),
+            // Quiet while the job runs: a look at the log now and then.
+            _ = tokio::time::sleep_until(self.quiet.unwrap_or_else(tokio::time::Instant::now)), if self.quiet.is_some() => {
+                self.kafka.peek();
+                self.quiet = Some(tokio::time::Instant::now() + HUSH_PEEK);
+                Next::Again
+            }
             // A schedule's firing is due: plan again (Shell::schedule).
             _ = tokio::time::sleep(sched_in), if self.idle && self.sched_wake.is_some() => {
                 self.sched_wake = None;
@@ -814,6 +853,9 @@ impl Shell {
     fn claim_input(&mut self, ev: ClaimEvent) -> Option<Input> {
         Some(match ev {
             ClaimEvent::Record(pos, rec) => {
+                if rec.incarnation == self.w.incarnation && rec.writer() == self.w.me {
+                    self.own_read = self.own_read.max(rec.seq);
+                }
                 crate::account::mark_with("read", || {
                     let own = rec.incarnation == self.w.incarnation;
                     format!(

@@ -203,6 +203,32 @@ pub(crate) struct Kafka {
     /// A standby's reading of the claims topic before `go`
     /// ([`Kafka::standby_caught_up`], [`Kafka::standby_go`]).
     standby: std::sync::Mutex<StandbyReading>,
+    /// A running job's worker's reading of the claims topic
+    /// ([`Kafka::hush`]).
+    hush: std::sync::Mutex<Hush>,
+}
+
+/// How a worker reads the claims topic while its job runs (issue 35).
+/// Nothing it waits for then comes from the log but an operator's cancel
+/// of its order (read a little later, never lost) and its own renewals,
+/// which it reads back before it goes quiet again; yet at N instances every
+/// record another instance writes cost it a fetch and a wake-up, and the
+/// brokers a fetch answered, each. So the shell asks for quiet
+/// ([`Kafka::hush`]) while its job runs and every record it appended is
+/// read back; the reader thread pauses the claims partition at the next end
+/// of the log, and resumes it where it stopped when the shell no longer
+/// wants quiet or asks for a look ([`Kafka::peek`], every
+/// [`crate::run::HUSH_PEEK`]). Both are done on the reader thread, so that
+/// what it polled and where it resumes meet exactly, as at a standby's `go`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Hush {
+    /// The shell wants quiet: pause at the next end of the log.
+    want: bool,
+    /// Paused by the reader thread.
+    paused: bool,
+    /// The shell asked for one look: resume once; quiet again at the next
+    /// end of the log if still wanted.
+    peek: bool,
 }
 
 /// Where a standby's reading of the claims topic stands (issue 35). A
@@ -454,6 +480,7 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
     // Records read since the last CaughtUp or Drained.
     let mut unsaid = false;
     while !tx.is_closed() {
+        kafka.hush_lift();
         let mut busy = false;
         while batch.len() < CLAIMS_BATCH {
             match kafka.claims.poll(Duration::ZERO, &live) {
@@ -475,8 +502,10 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
                     unsaid = false;
                     batch.push(ClaimEvent::CaughtUp);
                     // A standby stops fetching until its `go` (a no-op
-                    // for any other process, and after `go`).
+                    // for any other process, and after `go`); a running
+                    // job's worker until it wants to read again.
                     kafka.standby_caught_up();
+                    kafka.hush_at_end();
                 }
                 Polled::Broken(p) => broken(instance, &p),
                 Polled::Error(e) => {
@@ -904,6 +933,7 @@ impl Kafka {
             } else {
                 StandbyReading::Gone
             }),
+            hush: std::sync::Mutex::new(Hush::default()),
         })
     }
 
@@ -1638,6 +1668,71 @@ impl Kafka {
         .await;
         if let Err(e) = r.and_then(|r| r) {
             tracing::warn!(instance = self.instance, error = %format!("{e:#}"), "standby: cannot read the claims topic again where it stopped");
+        }
+    }
+
+    /// The shell's wish for quiet ([`Hush`]): `true` while its job runs and
+    /// every record it appended is read back; `false` wakes the reader
+    /// thread to read again where it stopped, if it had paused.
+    pub(crate) fn hush(&self, quiet: bool) {
+        let mut h = self.hush.lock().unwrap_or_else(|p| p.into_inner());
+        h.want = quiet;
+        if !quiet && h.paused {
+            drop(h);
+            self.wake.ring();
+        }
+    }
+
+    /// One look at the log while quiet ([`Hush::peek`]): what was written
+    /// since the pause is read (an operator's cancel, say), then quiet again.
+    pub(crate) fn peek(&self) {
+        let mut h = self.hush.lock().unwrap_or_else(|p| p.into_inner());
+        if h.paused {
+            h.peek = true;
+            drop(h);
+            self.wake.ring();
+        }
+    }
+
+    /// The reader thread at the end of the log: pauses the claims partition
+    /// if the shell wants quiet (never a standby before its `go`).
+    fn hush_at_end(&self) {
+        let mut h = self.hush.lock().unwrap_or_else(|p| p.into_inner());
+        if !h.want || h.paused {
+            return;
+        }
+        if *self.standby.lock().unwrap_or_else(|p| p.into_inner()) != StandbyReading::Gone {
+            return;
+        }
+        match self.claims.pause() {
+            Ok(()) => {
+                h.paused = true;
+                crate::account::mark("hushed");
+            }
+            // Reading on costs only the fetches.
+            Err(e) => {
+                tracing::debug!(instance = self.instance, error = %e, "cannot pause the claims topic while the job runs")
+            }
+        }
+    }
+
+    /// The reader thread, before each round: resumes the claims partition
+    /// where it stopped if the shell no longer wants quiet or asked for a
+    /// look. A failed resume is tried again the next round.
+    fn hush_lift(&self) {
+        let mut h = self.hush.lock().unwrap_or_else(|p| p.into_inner());
+        if !h.paused || (h.want && !h.peek) {
+            return;
+        }
+        match self.claims.resume_where_read() {
+            Ok(next) => {
+                h.paused = false;
+                h.peek = false;
+                crate::account::mark_with("unhushed", || next.to_string());
+            }
+            Err(e) => {
+                tracing::warn!(instance = self.instance, error = %format!("{e:#}"), "cannot read the claims topic again where it stopped")
+            }
         }
     }
 

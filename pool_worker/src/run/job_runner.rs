@@ -155,6 +155,11 @@ impl Job {
         }));
     }
 
+    /// Whether a job runs (started, its outcome not arrived yet).
+    pub(super) fn running(&self) -> bool {
+        self.task.is_some()
+    }
+
     /// The job's outcome arrived.
     pub(super) fn ended(&mut self) {
         self.task = None;

@@ -3278,6 +3278,85 @@ fn cancel_stops_waiting_and_running_orders_and_leaves_completed_ones() {
     drop(sup);
 }
 
+/// A worker whose job runs reads the claims topic only now and then
+/// (issue 35, `Kafka::hush`): once its claim is read back it stops
+/// fetching the claims topic at the log's end, and looks again every
+/// `HUSH_PEEK` (250 ms). What the pool writes meanwhile is read late, never
+/// lost: while the long job's worker is quiet, the other instance completes
+/// three orders, and a cancel of the long order, sent then, still kills its
+/// job. The audit then finds every invariant held.
+#[test]
+fn a_quiet_running_worker_reads_late_but_takes_its_cancel() {
+    let dir = tempfile::tempdir().unwrap();
+    let (started, account) = (dir.path().join("started"), dir.path().join("account"));
+    let broker = broker();
+    let (bootstrap, topic) = (broker.bootstrap(), broker.opts.orders_topic.clone());
+    let env = broker.env();
+    let account_var = account.to_str().unwrap().to_string();
+    let sup = pool(&broker, "1-2", &[("POOL_WORKER_ACCOUNT", &account_var)]);
+    let long = produce_orders(
+        bootstrap,
+        &topic,
+        &[sh_order(
+            &format!("touch {}; exec sleep 300", shq(&started)),
+            None,
+        )],
+        Some(0),
+    )[0];
+    assert!(
+        poll_until(T, Duration::from_millis(20), || started.exists()),
+        "order {} never started:\n{}",
+        pos(long),
+        sup.stderr.last(30)
+    );
+    // The processes that went quiet: pid -> (hushed, unhushed) marks.
+    let quiet = || {
+        let text = std::fs::read_to_string(&account).unwrap_or_default();
+        let mut by_pid: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            match f.get(2) {
+                Some(&"hushed") => by_pid.entry(f[0].to_string()).or_default().0 += 1,
+                Some(&"unhushed") => by_pid.entry(f[0].to_string()).or_default().1 += 1,
+                _ => {}
+            }
+        }
+        by_pid
+    };
+    assert!(
+        poll_until(T, Duration::from_millis(20), || !quiet().is_empty()),
+        "the long job's worker never went quiet:\n{}",
+        sup.stderr.last(30)
+    );
+    let shorts = produce_orders(bootstrap, &topic, &["true", "true", "true"], Some(0));
+    for o in outcomes(&broker, &shorts) {
+        assert_eq!(o.status, Status::Ok, "{o:?}");
+    }
+    let r = tool(
+        &env,
+        &["cancel", &pos(long), "--reason", "quiet"],
+        None,
+        TOOL,
+    );
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let o = outcomes(&broker, &[long]);
+    assert_eq!(o[0].status, Status::Cancelled, "{:?}", o[0]);
+    let reason = o[0].reason.as_deref().unwrap_or("");
+    assert!(reason.contains("while it ran"), "{reason}");
+    // The long job's worker looked at the log again and again while its
+    // job ran (the three orders, the cancel): quiet, then reading, more
+    // than once.
+    let (hushed, unhushed) = quiet().into_values().max().unwrap_or_default();
+    assert!(
+        hushed >= 2 && unhushed >= 2,
+        "hushed {hushed}, unhushed {unhushed} times: {:?}",
+        quiet()
+    );
+    let r = tool(&env, &["audit"], None, TOOL);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    drop(sup);
+}
+
 /// `/readyz` answers 503 until `serve` has read the claims topic to its
 /// end (and counted the orders against it): started while the broker
 /// refuses every connection, it cannot have read anything, whatever the
