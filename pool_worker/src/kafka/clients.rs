@@ -1844,6 +1844,12 @@ impl Kafka {
         order: OrderId,
     ) -> Result<OrderMessage, Unreadable> {
         if let Some(p) = self.payloads.lock().ok().and_then(|mut c| c.take(order)) {
+            // Read already (by the idle watch, or before the claim): the
+            // orders partitions stop here too. Left fetching, they kept a
+            // fetch waiting at the broker all through the job, answered
+            // empty every `fetch.wait.max.ms`, and a quiet reader's resume
+            // at the job's end waited behind it (bench/RESULTS.md, issue 35).
+            self.pause_orders();
             return Ok(p);
         }
         let r = self.fetch_order_read(order).await;
