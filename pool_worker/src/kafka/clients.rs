@@ -215,20 +215,22 @@ pub(crate) struct Kafka {
 /// record another instance writes cost it a fetch and a wake-up, and the
 /// brokers a fetch answered, each. So the shell asks for quiet
 /// ([`Kafka::hush`]) while its job runs and every record it appended is
-/// read back; the reader thread pauses the claims partition at the next end
-/// of the log, and resumes it where it stopped when the shell no longer
-/// wants quiet or asks for a look ([`Kafka::peek`], every
-/// [`crate::run::HUSH_PEEK`]). Both are done on the reader thread, so that
-/// what it polled and where it resumes meet exactly, as at a standby's `go`.
+/// read back, and the reader thread pauses the claims partition; it
+/// resumes it where it stopped when the shell no longer wants quiet, or
+/// for a look ([`Kafka::peek`], every [`crate::run::HUSH_PEEK`]) that lasts
+/// to the next end of the log. Both are done on the reader thread, between
+/// its polls, so that what it polled and where it resumes meet exactly, as
+/// at a standby's `go`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Hush {
-    /// The shell wants quiet: pause at the next end of the log.
+    /// The shell wants quiet.
     want: bool,
     /// Paused by the reader thread.
     paused: bool,
-    /// The shell asked for one look: resume once; quiet again at the next
-    /// end of the log if still wanted.
+    /// The shell asked for a look while paused.
     peek: bool,
+    /// Resumed for a look: reading until the next end of the log.
+    looking: bool,
 }
 
 /// Where a standby's reading of the claims topic stands (issue 35). A
@@ -480,7 +482,7 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
     // Records read since the last CaughtUp or Drained.
     let mut unsaid = false;
     while !tx.is_closed() {
-        kafka.hush_lift();
+        kafka.hush_round();
         let mut busy = false;
         while batch.len() < CLAIMS_BATCH {
             match kafka.claims.poll(Duration::ZERO, &live) {
@@ -502,8 +504,8 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
                     unsaid = false;
                     batch.push(ClaimEvent::CaughtUp);
                     // A standby stops fetching until its `go` (a no-op
-                    // for any other process, and after `go`); a running
-                    // job's worker until it wants to read again.
+                    // for any other process, and after `go`); a quiet
+                    // worker's look is over.
                     kafka.standby_caught_up();
                     kafka.hush_at_end();
                 }
@@ -1672,15 +1674,11 @@ impl Kafka {
     }
 
     /// The shell's wish for quiet ([`Hush`]): `true` while its job runs and
-    /// every record it appended is read back; `false` wakes the reader
-    /// thread to read again where it stopped, if it had paused.
+    /// every record it appended is read back. Either way the reader thread
+    /// is woken to pause, or to read again where it stopped.
     pub(crate) fn hush(&self, quiet: bool) {
-        let mut h = self.hush.lock().unwrap_or_else(|p| p.into_inner());
-        h.want = quiet;
-        if !quiet && h.paused {
-            drop(h);
-            self.wake.ring();
-        }
+        self.hush.lock().unwrap_or_else(|p| p.into_inner()).want = quiet;
+        self.wake.ring();
     }
 
     /// One look at the log while quiet ([`Hush::peek`]): what was written
@@ -1694,44 +1692,47 @@ impl Kafka {
         }
     }
 
-    /// The reader thread at the end of the log: pauses the claims partition
-    /// if the shell wants quiet (never a standby before its `go`).
+    /// The reader thread at the end of the log: a look is over.
     fn hush_at_end(&self) {
-        let mut h = self.hush.lock().unwrap_or_else(|p| p.into_inner());
-        if !h.want || h.paused {
-            return;
-        }
-        if *self.standby.lock().unwrap_or_else(|p| p.into_inner()) != StandbyReading::Gone {
-            return;
-        }
-        match self.claims.pause() {
-            Ok(()) => {
-                h.paused = true;
-                crate::account::mark("hushed");
-            }
-            // Reading on costs only the fetches.
-            Err(e) => {
-                tracing::debug!(instance = self.instance, error = %e, "cannot pause the claims topic while the job runs")
-            }
-        }
+        self.hush.lock().unwrap_or_else(|p| p.into_inner()).looking = false;
     }
 
-    /// The reader thread, before each round: resumes the claims partition
-    /// where it stopped if the shell no longer wants quiet or asked for a
-    /// look. A failed resume is tried again the next round.
-    fn hush_lift(&self) {
+    /// The reader thread, before each round: pauses the claims partition if
+    /// the shell wants quiet (and no look is under way; never a standby
+    /// before its `go`), or resumes it where it stopped if the shell no
+    /// longer does, or asked for a look. A failed resume is tried again the
+    /// next round.
+    fn hush_round(&self) {
         let mut h = self.hush.lock().unwrap_or_else(|p| p.into_inner());
-        if !h.paused || (h.want && !h.peek) {
-            return;
-        }
-        match self.claims.resume_where_read() {
-            Ok(next) => {
-                h.paused = false;
-                h.peek = false;
-                crate::account::mark_with("unhushed", || next.to_string());
+        if h.paused {
+            if h.want && !h.peek {
+                return;
             }
-            Err(e) => {
-                tracing::warn!(instance = self.instance, error = %format!("{e:#}"), "cannot read the claims topic again where it stopped")
+            match self.claims.resume_where_read() {
+                Ok(next) => {
+                    h.paused = false;
+                    h.looking = h.want;
+                    h.peek = false;
+                    crate::account::mark_with("unhushed", || next.to_string());
+                }
+                Err(e) => {
+                    tracing::warn!(instance = self.instance, error = %format!("{e:#}"), "cannot read the claims topic again where it stopped")
+                }
+            }
+        } else if h.want && !h.looking {
+            if *self.standby.lock().unwrap_or_else(|p| p.into_inner()) != StandbyReading::Gone {
+                return;
+            }
+            match self.claims.pause() {
+                Ok(()) => {
+                    h.paused = true;
+                    crate::account::mark("hushed");
+                }
+                // Reading on costs only the fetches.
+                Err(e) => {
+                    h.looking = true;
+                    tracing::debug!(instance = self.instance, error = %e, "cannot pause the claims topic while the job runs")
+                }
             }
         }
     }
