@@ -729,10 +729,16 @@ impl Worker {
     #[cfg(not(any(test, feature = "testing")))]
     fn per_partition(&self, _next: &mut BTreeMap<Lane, i64>) {}
 
+    /// Whether this incarnation wrote `rec` (on its own behalf, or a
+    /// revocation on another's).
+    pub fn wrote(&self, rec: &Record) -> bool {
+        rec.writer() == self.me && rec.incarnation == self.incarnation
+    }
+
     /// Whether `rec` is the record numbered `seq` that this incarnation
-    /// wrote (on its own behalf, or a revocation on another's).
+    /// wrote ([`Worker::wrote`]).
     fn is_ours(&self, rec: &Record, seq: u64) -> bool {
-        rec.writer() == self.me && rec.incarnation == self.incarnation && rec.seq == seq
+        self.wrote(rec) && rec.seq == seq
     }
 
     /// Feeds one input at time `now`; returns what to do.

@@ -853,11 +853,11 @@ impl Shell {
     fn claim_input(&mut self, ev: ClaimEvent) -> Option<Input> {
         Some(match ev {
             ClaimEvent::Record(pos, rec) => {
-                if rec.incarnation == self.w.incarnation && rec.writer() == self.w.me {
+                let own = self.w.wrote(&rec);
+                if own {
                     self.own_read = self.own_read.max(rec.seq);
                 }
                 crate::account::mark_with("read", || {
-                    let own = rec.incarnation == self.w.incarnation;
                     format!(
                         "{} {}",
                         rec.event().as_str(),
