@@ -52,7 +52,8 @@ pub(crate) const HUSH_PEEK: Duration = Duration::from_millis(250);
 /// Whether [`Shell::find_order`] may tell the machine the orders' ends it
 /// asked at `asked` instead of asking again: only while idle (the orders
 /// watch is reading the orders partitions from the frontier, and its
-/// wake-up forgets them), and for less than [`IDLE_RECHECK`].
+/// wake-up raises them to the orders it read), and for less than
+/// [`IDLE_RECHECK`].
 fn reuse_ends(asked: std::time::Instant, idle: bool, now: std::time::Instant) -> bool {
     idle && now.saturating_duration_since(asked) < IDLE_RECHECK
 }
@@ -492,10 +493,11 @@ impl Shell {
     /// While idle, the ends asked last are told again instead of asking the
     /// brokers anew ([`reuse_ends`]): what moves the machine then is the log
     /// (a catch-up, a deferral run out), not the orders, whose arrivals the
-    /// orders watch reports; its wake-up, and [`IDLE_RECHECK`], ask anew.
-    /// Ends told late are lower than the brokers' (end offsets never fall),
-    /// so the machine at worst sees an order later, never one that is not
-    /// there. In a burst at N = 8 on one partition the idle instances asked
+    /// orders watch reports; its wake-up raises them to the orders it read
+    /// (an order's message at offset `o`: its partition ends past `o`), and
+    /// [`IDLE_RECHECK`] asks anew. Ends told late are lower than the
+    /// brokers' (end offsets never fall), so the machine at worst sees an
+    /// order later, never one that is not there. In a burst at N = 8 on one partition the idle instances asked
     /// four to eight times per order, one ListOffsets request each
     /// (bench/RESULTS.md).
     async fn find_order(&mut self) -> anyhow::Result<()> {
@@ -671,7 +673,13 @@ impl Shell {
             }
             _ = kafka.order_arrived(), if self.idle => {
                 crate::account::mark("order_arrived");
-                self.ends_asked = None;
+                // The ends asked last, raised to the orders read since (the
+                // one that arrived among them), not asked again: told late,
+                // an end is lower than the brokers', never higher
+                // (find_order). Asked anew after IDLE_RECHECK.
+                if let Some((_, ends)) = &mut self.ends_asked {
+                    kafka.raise_to_read(ends);
+                }
                 Next::Input(Input::OrdersMoved)
             }
             _ = tokio::time::sleep(IDLE_RECHECK), if self.idle => {

@@ -148,6 +148,18 @@ impl Gate {
         }
     }
 
+    /// Raises `ends` to the end offsets known here, lane by lane (both are
+    /// lower bounds of the brokers' ends: an end offset never falls).
+    pub(crate) fn raise(&self, ends: &mut BTreeMap<Lane, i64>) {
+        if let Ok(k) = self.known.lock() {
+            for (lane, end) in ends.iter_mut() {
+                if let Some(&e) = k.get(lane) {
+                    *end = (*end).max(e);
+                }
+            }
+        }
+    }
+
     /// Raises the known end offsets (an end offset never falls).
     pub(crate) fn saw_ends(&self, ends: &BTreeMap<Lane, i64>) {
         if let Ok(mut k) = self.known.lock() {

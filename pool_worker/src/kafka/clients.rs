@@ -32,7 +32,7 @@ use crate::kafka::claims_reader::{
     start_fetching, ClaimsReader, FetchInto, Gate, Polled, TopicHandle, CHECKPOINT_WINDOW,
 };
 use crate::kafka::client_config::{blocking, client_config};
-use crate::kafka::topics::{lane_ends, partitions_now, Asks};
+use crate::kafka::topics::{known_topics, lane_ends, partitions_now, Asks};
 use crate::orders_topics::OrdersTopics;
 use crate::record::Lane;
 use crate::record::{Foreign, OrderId, Record};
@@ -128,13 +128,16 @@ impl ProducerContext for Quiet {
 }
 
 pub(crate) struct Kafka {
-    /// The consumer's handles on the topics it reads ([`TopicHandle`]),
-    /// taken right after it is created, before its connections come up,
-    /// and held (dropped first): the Metadata request librdkafka sends as
-    /// each connection comes up then covers these topics, and the consumer
-    /// knows their partitions' leaders without a request of its own. Taken
-    /// with a request each instead (rdkafka's `fetch_metadata`), the two
-    /// cost every process two Metadata requests (bench/RESULTS.md, issue 35).
+    /// The consumer's and the producer's handles on the claims and orders
+    /// topics ([`TopicHandle`]), taken right after each is created, before
+    /// its connections come up, and held (dropped first): the Metadata
+    /// request librdkafka sends as each connection comes up then covers
+    /// these topics, and the consumer knows their partitions' leaders
+    /// without a request of its own. Taken with a request each instead
+    /// (rdkafka's `fetch_metadata`), the two cost every process two Metadata
+    /// requests (bench/RESULTS.md, issue 35); the producer's let
+    /// [`Kafka::open`] ask for all the topics in one request
+    /// ([`known_topics`]), not one per topic.
     _topics: Vec<TopicHandle>,
     /// Its delivery reports are served by a thread of its own
     /// ([`Kafka::connect`]), not by rdkafka's `FutureProducer`, whose
@@ -386,52 +389,73 @@ pub(crate) enum OpenError {
     Task(anyhow::Error),
 }
 
-/// The number of partitions of `topic`, waiting (with backoff, for at most
-/// `patience`) while the brokers cannot be reached.
+/// The number of partitions of each of `topics`, in order, waiting (with
+/// backoff, for at most `patience`) while the brokers cannot be reached.
 ///
 /// Asked through `asks`, the producer, which appends to the claims topic
 /// and answers the questions about the orders topics (their end offsets):
 /// it then knows the partitions' leaders before its first append or
-/// question. The consumer learns them without a request of its own: it
-/// holds a handle on each topic from its creation on (`Kafka::_topics`),
-/// so that the Metadata request librdkafka sends as each of its
-/// connections comes up covers them.
+/// question. One Metadata request for them all ([`known_topics`]: the
+/// producer holds a handle on each from its creation on, `Kafka::_topics`),
+/// not one per topic. The consumer learns them without a request of its
+/// own: it holds handles too, so that the Metadata request librdkafka sends
+/// as each of its connections comes up covers them.
 async fn partitions(
     asks: Arc<BaseProducer<Quiet>>,
-    topic: String,
+    topics: Vec<String>,
     props: Arc<BTreeMap<String, String>>,
     patience: Duration,
-) -> Result<i32, OpenError> {
+) -> Result<Vec<i32>, OpenError> {
+    use rdkafka::producer::Producer as _;
     let start = std::time::Instant::now();
     let mut backoff = backoff::REQUEST;
     loop {
-        let (c, t, p) = (asks.clone(), topic.clone(), props.clone());
-        let r = blocking(move || {
-            c.ask_metadata(&t, REQUEST_TIMEOUT)
-                .map(|m| crate::kafka::topics::partitions_in(&m, &t, &p))
-        })
-        .await
-        .map_err(OpenError::Task)?;
-        match r {
-            Ok(Ok(n)) if n > 0 => return Ok(n),
-            // Refused (no ACL) or another error the brokers give about the
-            // topic: asking again changes nothing.
-            Ok(Err(e @ crate::kafka::topics::TopicProblem::Missing { .. })) => {
-                // A broker may also say so while starting.
-                if start.elapsed() > Duration::from_secs(3) {
-                    return Err(e.into());
+        let c = asks.clone();
+        let answer = blocking(move || known_topics(c.client(), REQUEST_TIMEOUT))
+            .await
+            .map_err(OpenError::Task)?;
+        match answer {
+            Ok(listed) => {
+                let mut counts = Vec::with_capacity(topics.len());
+                let mut waiting = None;
+                for topic in &topics {
+                    let judged = match listed.iter().find(|t| &t.name == topic) {
+                        Some(t) => {
+                            crate::kafka::topics::judge(topic, t.error, t.partitions, &props)
+                        }
+                        None => Ok(0),
+                    };
+                    match judged {
+                        Ok(n) if n > 0 => counts.push(n),
+                        // Not listed, or no leader yet.
+                        Ok(_) => {
+                            waiting.get_or_insert_with(|| {
+                                crate::kafka::topics::TopicProblem::Missing {
+                                    topic: topic.clone(),
+                                }
+                            });
+                        }
+                        // A broker may also say so while starting.
+                        Err(e @ crate::kafka::topics::TopicProblem::Missing { .. }) => {
+                            waiting.get_or_insert(e);
+                        }
+                        // Refused (no ACL) or another error the brokers give
+                        // about the topic: asking again changes nothing.
+                        Err(e) => return Err(e.into()),
+                    }
                 }
-            }
-            Ok(Err(e)) => return Err(e.into()),
-            Ok(Ok(_)) => {
-                // Not listed, or no leader yet.
-                if start.elapsed() > Duration::from_secs(3) {
-                    return Err(crate::kafka::topics::TopicProblem::Missing { topic }.into());
+                match waiting {
+                    None => return Ok(counts),
+                    Some(e) if start.elapsed() > Duration::from_secs(3) => return Err(e.into()),
+                    Some(_) => {}
                 }
             }
             Err(e) => {
                 if start.elapsed() > patience {
-                    return Err(OpenError::Unreachable { topic, cause: e });
+                    return Err(OpenError::Unreachable {
+                        topic: topics.join(","),
+                        cause: e,
+                    });
                 }
                 tracing::warn!(error = %e, "brokers unreachable; retrying in {:?}", backoff.peek());
             }
@@ -882,10 +906,17 @@ impl Kafka {
         let ring = wake.clone();
         consumer.set_nonempty_callback(move || ring.ring());
         let consumer = Arc::new(consumer);
-        let topics = std::iter::once(&cfg.claims_topic)
+        let names: Vec<&String> = std::iter::once(&cfg.claims_topic)
             .chain(cfg.orders.names())
-            .map(|t| TopicHandle::new(consumer.client(), t))
-            .collect::<anyhow::Result<_>>()?;
+            .collect();
+        let topics = {
+            use rdkafka::producer::Producer as _;
+            names
+                .iter()
+                .map(|t| TopicHandle::new(consumer.client(), t))
+                .chain(names.iter().map(|t| TopicHandle::new(producer.client(), t)))
+                .collect::<anyhow::Result<_>>()?
+        };
         let ring = wake.clone();
         let claims = ClaimsReader::sharing(
             consumer.clone(),
@@ -950,34 +981,12 @@ impl Kafka {
     /// (`Kafka::_topics`).
     pub(crate) async fn open(&self, patience: Duration) -> Result<(), OpenError> {
         let principal = crate::kafka::topics::principal(&self.props);
-        // Every orders topic's partitions, asked in parallel (R57).
-        let orders_asked: Vec<_> = self
-            .orders
-            .names()
-            .iter()
-            .map(|name| {
-                tokio::spawn(partitions(
-                    self.producer(),
-                    name.clone(),
-                    self.props.clone(),
-                    patience,
-                ))
-            })
+        // The claims topic and every orders topic (R57), in one request.
+        let names: Vec<String> = std::iter::once(self.claims_topic.clone())
+            .chain(self.orders.names().iter().cloned())
             .collect();
-        let (n, orders, warning) = tokio::try_join!(
-            partitions(
-                self.producer(),
-                self.claims_topic.clone(),
-                self.props.clone(),
-                patience
-            ),
-            async {
-                let mut counts = Vec::with_capacity(orders_asked.len());
-                for h in orders_asked {
-                    counts.push(h.await.map_err(|e| OpenError::Task(e.into()))??);
-                }
-                Ok::<_, OpenError>(counts)
-            },
+        let (counts, warning) = tokio::try_join!(
+            partitions(self.producer(), names, self.props.clone(), patience),
             async {
                 let Some(admin_config) = &self.admin_config else {
                     return Ok(None);
@@ -998,6 +1007,10 @@ impl Kafka {
                 .map_err(OpenError::from)
             },
         )?;
+        let (n, orders) = match counts.split_first() {
+            Some((n, rest)) => (*n, rest.to_vec()),
+            None => (0, Vec::new()),
+        };
         crate::kafka::topics::one_partition(&self.claims_topic, n)?;
         // The orders topics' partitions (Kafka numbers them 0..n), just
         // asked: [`Kafka::order_ends`] reuses them for PARTITIONS_REFRESH
@@ -1759,6 +1772,16 @@ impl Kafka {
             Ok(()) => st.fetching.clear(),
             Err(e) => tracing::debug!(error = %e, "pausing the orders topic"),
         }
+    }
+
+    /// Raises `ends` (orders' end offsets asked earlier) to what the orders
+    /// messages read since show: a message at offset `o` means its
+    /// partition ends past `o` ([`Kafka::order_message`] notes it for the
+    /// [`Gate`]). An idle worker woken by an order's arrival learns the new
+    /// end so, not with a ListOffsets request (one per idle instance and
+    /// arrival; issue 35).
+    pub(crate) fn raise_to_read(&self, ends: &mut BTreeMap<Lane, i64>) {
+        self.gate.raise(ends);
     }
 
     /// Waits until a message arrives on a watched orders partition.
