@@ -35,6 +35,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::error::KafkaResult;
 use rdkafka::message::BorrowedMessage;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -146,6 +147,14 @@ impl Gate {
             k.sort_unstable();
             k.dedup();
         }
+    }
+
+    /// The orders partitions known to exist.
+    pub(crate) fn lanes(&self) -> Vec<Lane> {
+        self.partitions
+            .lock()
+            .map(|k| k.clone())
+            .unwrap_or_default()
     }
 
     /// Raises `ends` to the end offsets known here, lane by lane (both are
@@ -706,10 +715,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         let oldest = now.saturating_sub(max_age_ms);
-        let (low, high) = self
-            .asks
-            .ask_watermarks(&self.topic, 0, REQUEST_TIMEOUT)
-            .ok()?;
+        let (low, high) = self.watermarks().ok()?;
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         let near = CHECKPOINT_NEAR.min(window);
         let mut own: Option<BaseConsumer<Silent>> = None;
@@ -773,6 +779,45 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
             }
         }
         None
+    }
+
+    /// The claims partition's log start and end (as `fetch_watermarks`
+    /// gives them: two ListOffsets requests at once), with, in the request
+    /// for the end, the ends of the orders partitions the [`Gate`] knows
+    /// of, which it is told: the replay's first record that names an order
+    /// asked for them in a request of its own (one more per process, issue
+    /// 35). Asked together, they are as fresh as the records before the
+    /// claims topic's end: an order those name existed when it was written.
+    fn watermarks(&self) -> Result<(i64, i64), KafkaError> {
+        let lanes: Vec<(Lane, (&str, i32))> = self
+            .gate
+            .lanes()
+            .into_iter()
+            .filter_map(|l| Some((l, self.gate.orders.kafka_lane(l)?)))
+            .collect();
+        let parts: Vec<(&str, i32)> = std::iter::once((self.topic.as_str(), 0))
+            .chain(lanes.iter().map(|(_, k)| *k))
+            .collect();
+        let (low, ends) = std::thread::scope(|s| {
+            let low = s.spawn(|| self.asks.ask_start(&self.topic, 0, REQUEST_TIMEOUT));
+            let ends = self.asks.ask_ends_of(&parts, REQUEST_TIMEOUT);
+            let low = low
+                .join()
+                .unwrap_or(Err(KafkaError::MetadataFetch(RDKafkaErrorCode::Fail)));
+            (low, ends)
+        });
+        let (low, ends) = (low?, ends?);
+        let (&high, orders) = ends
+            .split_first()
+            .ok_or(KafkaError::MetadataFetch(RDKafkaErrorCode::Fail))?;
+        self.gate.saw_ends(
+            &lanes
+                .iter()
+                .map(|(l, _)| *l)
+                .zip(orders.iter().copied())
+                .collect(),
+        );
+        Ok((low, high))
     }
 
     /// The newest checkpoint [`ClaimsReader::find_checkpoint`] accepts

@@ -331,6 +331,8 @@ pub trait Asks: Send + Sync {
     /// (the orders topics of a pool with priorities, R57).
     fn ask_ends_of(&self, parts: &[(&str, i32)], timeout: Duration)
         -> Result<Vec<i64>, KafkaError>;
+    /// A partition's log start alone ([`start_of`]).
+    fn ask_start(&self, topic: &str, partition: i32, timeout: Duration) -> Result<i64, KafkaError>;
 }
 
 /// A topic as a Metadata answer lists it: the brokers' error about it, if
@@ -426,13 +428,47 @@ pub fn ends_of_parts<C: rdkafka::ClientContext>(
     parts: &[(&str, i32)],
     timeout: Duration,
 ) -> Result<Vec<i64>, KafkaError> {
+    offsets_of_parts(client, parts, rdkafka::Offset::End, timeout)
+}
+
+/// The log start of `partition` of `topic` alone: the ListOffsets request
+/// for the earliest offset that `fetch_watermarks` sends beside the one
+/// for the end ([`ends_of_parts`] asks that one, with other partitions).
+pub fn start_of<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<i64, KafkaError> {
+    let starts = offsets_of_parts(
+        client,
+        &[(topic, partition)],
+        rdkafka::Offset::Beginning,
+        timeout,
+    )?;
+    starts
+        .first()
+        .copied()
+        .ok_or(KafkaError::MetadataFetch(RDKafkaErrorCode::Fail))
+}
+
+/// The offsets of `parts` at `at` (`Offset::End`: "latest", the end;
+/// `Offset::Beginning`: "earliest", the log start), one ListOffsets request
+/// per leader (`rd_kafka_offsets_for_times` with the logical offset as the
+/// timestamp, as `fetch_watermarks` asks them).
+fn offsets_of_parts<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    parts: &[(&str, i32)],
+    at: rdkafka::Offset,
+    timeout: Duration,
+) -> Result<Vec<i64>, KafkaError> {
     use rdkafka::{Offset, TopicPartitionList};
     if parts.is_empty() {
         return Ok(Vec::new());
     }
     let mut tpl = TopicPartitionList::new();
     for &(topic, p) in parts {
-        tpl.add_partition_offset(topic, p, Offset::End)?;
+        tpl.add_partition_offset(topic, p, at)?;
     }
     let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
     // SAFETY: the client pointer is live for `client`'s lifetime and `tpl`
@@ -516,6 +552,9 @@ impl<T: HasClient> Asks for T {
         timeout: Duration,
     ) -> Result<Vec<i64>, KafkaError> {
         ends_of_parts(self.rd_client(), parts, timeout)
+    }
+    fn ask_start(&self, topic: &str, partition: i32, timeout: Duration) -> Result<i64, KafkaError> {
+        start_of(self.rd_client(), topic, partition, timeout)
     }
 }
 
