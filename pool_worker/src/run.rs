@@ -49,6 +49,19 @@ const IDLE_RECHECK: Duration = Duration::from_secs(5);
 /// looks never), short beside a person's patience.
 pub(crate) const HUSH_PEEK: Duration = Duration::from_millis(250);
 
+/// How recently the orders' ends must have been asked for
+/// [`Shell::find_order`] to tell them to the machine without asking again
+/// when it is not idle yet (a process's first look for an order, or one
+/// after a hold's end): a boot's standby asks them with the claims topic's
+/// end, and again for the first record naming a new order it reads at
+/// `go`, a few milliseconds before its `booted` is read back and it looks
+/// (issue 35: a ListOffsets request per order). About one idle fetch's wait
+/// ([`crate::kafka::client_config::CLAIMS_FETCH_WAIT_MS`]), so that an
+/// order this misses is one the orders watch, which then starts from the
+/// frontier, reads at once; ends told late are lower than the brokers',
+/// never higher.
+const ENDS_RECENT: Duration = Duration::from_millis(100);
+
 /// Whether [`Shell::find_order`] may tell the machine the orders' ends it
 /// asked at `asked` instead of asking again: only while idle (the orders
 /// watch is reading the orders partitions from the frontier, and its
@@ -506,8 +519,11 @@ impl Shell {
         let ends = match &self.ends_asked {
             Some((at, ends)) if reuse_ends(*at, self.idle, now) => ends.clone(),
             _ => {
-                let ends = self.kafka.order_ends().await;
-                self.ends_asked = Some((now, ends.clone()));
+                let (at, ends) = match self.kafka.recent_order_ends(ENDS_RECENT) {
+                    Some(recent) => recent,
+                    None => (now, self.kafka.order_ends().await),
+                };
+                self.ends_asked = Some((at, ends.clone()));
                 ends
             }
         };

@@ -128,6 +128,9 @@ pub struct Gate {
     /// a record these ends, asked fresh, find possible is the pool's
     /// without asking for the topic's metadata again.
     partitions: Arc<std::sync::Mutex<Vec<Lane>>>,
+    /// When the brokers were last asked for the ends of every orders
+    /// partition ([`Gate::saw_ends_asked`]).
+    asked_at: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Gate {
@@ -137,6 +140,7 @@ impl Gate {
             orders: orders.clone(),
             known: Arc::default(),
             partitions: Arc::default(),
+            asked_at: Arc::default(),
         }
     }
 
@@ -167,6 +171,35 @@ impl Gate {
                 }
             }
         }
+    }
+
+    /// [`Gate::saw_ends`] for ends just asked of the brokers, when they
+    /// cover every orders topic: noted with the time they were asked at
+    /// ([`Gate::recent_ends`]).
+    pub(crate) fn saw_ends_asked(&self, ends: &BTreeMap<Lane, i64>, at: Instant) {
+        self.saw_ends(ends);
+        if self.covers(ends) {
+            if let Ok(mut a) = self.asked_at.lock() {
+                *a = Some(a.map_or(at, |was| was.max(at)));
+            }
+        }
+    }
+
+    /// The known ends of every orders partition known to exist, and when
+    /// they were asked, if that was less than `within` ago: each is at
+    /// least the brokers' end then (raised since by the orders read).
+    pub(crate) fn recent_ends(&self, within: Duration) -> Option<(Instant, BTreeMap<Lane, i64>)> {
+        let at = (*self.asked_at.lock().ok()?)?;
+        if at.elapsed() >= within {
+            return None;
+        }
+        let lanes = self.lanes();
+        let known = self.known.lock().ok()?;
+        let ends: BTreeMap<Lane, i64> = lanes
+            .iter()
+            .map(|l| known.get(l).map(|&e| (*l, e)))
+            .collect::<Option<_>>()?;
+        (!ends.is_empty() && self.covers(&ends)).then_some((at, ends))
     }
 
     /// Raises the known end offsets (an end offset never falls).
@@ -216,8 +249,9 @@ impl Gate {
             .map(|k| k.clone())
             .unwrap_or_default();
         if !parts.is_empty() {
+            let asked = Instant::now();
             if let Ok(ends) = lane_ends(client, &self.orders, &parts, REQUEST_TIMEOUT) {
-                self.saw_ends(&ends);
+                self.saw_ends_asked(&ends, asked);
                 if self.covers(&ends) && rec.impossible(&ends).is_none() {
                     return Ok(rec);
                 }
@@ -225,8 +259,9 @@ impl Gate {
         }
         let mut backoff = backoff::REQUEST;
         let fresh = loop {
+            let asked = Instant::now();
             match order_ends_now(client, &self.orders) {
-                Ok(ends) if !ends.is_empty() => break ends,
+                Ok(ends) if !ends.is_empty() => break (asked, ends),
                 Ok(_) => tracing::warn!("the orders topic has no partitions yet"),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the orders topic's end offsets to check a claims record")
@@ -239,8 +274,9 @@ impl Gate {
             }
             backoff.wait_blocking();
         };
-        self.saw_ends(&fresh);
+        let (asked, fresh) = fresh;
         self.saw_partitions(fresh.keys().copied());
+        self.saw_ends_asked(&fresh, asked);
         match rec.impossible(&fresh) {
             Some(why) => Err(Foreign::Impossible(why)),
             None => Ok(rec),
@@ -798,6 +834,7 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         let parts: Vec<(&str, i32)> = std::iter::once((self.topic.as_str(), 0))
             .chain(lanes.iter().map(|(_, k)| *k))
             .collect();
+        let asked = Instant::now();
         let (low, ends) = std::thread::scope(|s| {
             let low = s.spawn(|| self.asks.ask_start(&self.topic, 0, REQUEST_TIMEOUT));
             let ends = self.asks.ask_ends_of(&parts, REQUEST_TIMEOUT);
@@ -810,12 +847,13 @@ impl<X: ConsumerContext + 'static> ClaimsReader<X> {
         let (&high, orders) = ends
             .split_first()
             .ok_or(KafkaError::MetadataFetch(RDKafkaErrorCode::Fail))?;
-        self.gate.saw_ends(
+        self.gate.saw_ends_asked(
             &lanes
                 .iter()
                 .map(|(l, _)| *l)
                 .zip(orders.iter().copied())
                 .collect(),
+            asked,
         );
         Ok((low, high))
     }
@@ -1072,4 +1110,59 @@ impl ClaimsReader<Silent> {
 /// by itself; the tool goes on).
 pub fn say_error(e: &KafkaError) {
     eprintln!("pool_worker: reading the claims topic: {e}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(topics: &str) -> (Gate, OrdersTopics) {
+        let orders = OrdersTopics::parse("ORDERS_TOPIC", topics).expect("topics");
+        (Gate::new(None, &orders), orders)
+    }
+
+    /// Ends asked of the brokers are reused only while recent, only when
+    /// they cover every partition known to exist, and raised by what was
+    /// read since; ends learnt from messages alone never count as asked.
+    #[test]
+    fn recent_ends_are_asked_ones_raised_by_what_was_read() {
+        let (g, orders) = gate("work");
+        let main = orders.topics()[0];
+        let (l0, l1) = (Lane::new(main, 0), Lane::new(main, 1));
+        g.saw_partitions([l0, l1]);
+        // Ends from messages read are no answer of the brokers.
+        g.saw_ends(&BTreeMap::from([(l0, 5), (l1, 3)]));
+        assert_eq!(g.recent_ends(Duration::from_secs(60)), None);
+        let asked = Instant::now();
+        g.saw_ends_asked(&BTreeMap::from([(l0, 7), (l1, 2)]), asked);
+        let (at, ends) = g.recent_ends(Duration::from_secs(60)).expect("recent");
+        assert_eq!(at, asked);
+        // Each end the highest known: l1's message-read 3 over the asked 2.
+        assert_eq!(ends, BTreeMap::from([(l0, 7), (l1, 3)]));
+        // An order read since raises what is told.
+        g.saw_ends(&BTreeMap::from([(l0, 9)]));
+        let mut told = BTreeMap::from([(l0, 7), (l1, 2)]);
+        g.raise(&mut told);
+        assert_eq!(told, BTreeMap::from([(l0, 9), (l1, 3)]));
+        // Too old.
+        assert_eq!(g.recent_ends(Duration::ZERO), None);
+        // A partition added since, whose end was never asked.
+        g.saw_partitions([Lane::new(main, 2)]);
+        assert_eq!(g.recent_ends(Duration::from_secs(60)), None);
+    }
+
+    /// Ends that miss an orders topic (R57) are not marked as asked.
+    #[test]
+    fn ends_missing_a_topic_are_not_recent() {
+        let (g, orders) = gate("urgent,work");
+        let [urgent, main] = orders.topics()[..] else {
+            panic!("two topics")
+        };
+        let (u, m) = (Lane::new(urgent, 0), Lane::new(main, 0));
+        g.saw_partitions([u, m]);
+        g.saw_ends_asked(&BTreeMap::from([(m, 4)]), Instant::now());
+        assert_eq!(g.recent_ends(Duration::from_secs(60)), None);
+        g.saw_ends_asked(&BTreeMap::from([(u, 1), (m, 4)]), Instant::now());
+        assert!(g.recent_ends(Duration::from_secs(60)).is_some());
+    }
 }

@@ -1484,6 +1484,7 @@ impl Kafka {
     pub(crate) async fn order_ends(&self) -> BTreeMap<Lane, i64> {
         let mut backoff = backoff::REQUEST;
         loop {
+            let asked = std::time::Instant::now();
             let meta = self.producer();
             let orders = self.orders.clone();
             let cache = self.order_partitions.clone();
@@ -1538,7 +1539,7 @@ impl Kafka {
             }
             match r {
                 Ok(Ok(ends)) if !ends.is_empty() => {
-                    self.gate.saw_ends(&ends);
+                    self.gate.saw_ends_asked(&ends, asked);
                     return ends;
                 }
                 Ok(Ok(_)) => tracing::warn!("the orders topic has no partitions yet"),
@@ -1772,6 +1773,17 @@ impl Kafka {
             Ok(()) => st.fetching.clear(),
             Err(e) => tracing::debug!(error = %e, "pausing the orders topic"),
         }
+    }
+
+    /// The orders' ends asked of the brokers less than `within` ago (by a
+    /// boot, or by the [`Gate`] for a record naming a new order), raised to
+    /// the orders read since, and when they were asked; `None` if there are
+    /// none that recent, or they miss a partition.
+    pub(crate) fn recent_order_ends(
+        &self,
+        within: Duration,
+    ) -> Option<(std::time::Instant, BTreeMap<Lane, i64>)> {
+        self.gate.recent_ends(within)
     }
 
     /// Raises `ends` (orders' end offsets asked earlier) to what the orders
