@@ -510,9 +510,9 @@ impl Shell {
     /// (an order's message at offset `o`: its partition ends past `o`), and
     /// [`IDLE_RECHECK`] asks anew. Ends told late are lower than the
     /// brokers' (end offsets never fall), so the machine at worst sees an
-    /// order later, never one that is not there. In a burst at N = 8 on one partition the idle instances asked
-    /// four to eight times per order, one ListOffsets request each
-    /// (bench/RESULTS.md).
+    /// order later, never one that is not there. In a burst at N = 8 on one
+    /// partition the idle instances asked four to eight times per order,
+    /// one ListOffsets request each (bench/RESULTS.md).
     async fn find_order(&mut self) -> anyhow::Result<()> {
         let me = self.cfg.instance;
         let now = std::time::Instant::now();

@@ -243,11 +243,7 @@ impl Gate {
         // find possible is (a partition the record names is among them, and
         // its end is fresh). Only one they refuse is judged on the topic's
         // metadata too (a partition added since, or a foreign record).
-        let parts = self
-            .partitions
-            .lock()
-            .map(|k| k.clone())
-            .unwrap_or_default();
+        let parts = self.lanes();
         if !parts.is_empty() {
             let asked = Instant::now();
             if let Ok(ends) = lane_ends(client, &self.orders, &parts, REQUEST_TIMEOUT) {
