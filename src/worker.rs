@@ -870,6 +870,14 @@ impl Worker {
     /// order is to run: if its claim announced its key, judge R56 now, on
     /// the log as it stands at that record, as every reader of it would.
     fn run(&mut self, order: OrderId, attempt: Attempt, retry: bool) -> Vec<Action> {
+        // R15: a void completion of the order landed after our decision
+        // was made (its revoked writer ran the job to its end): record
+        // that outcome validly, as a resume does, instead of running it
+        // again (or parking it: a park of a finished order is stray, and
+        // our hold would stay open, its key full, until a lease ran out).
+        if let Some(done) = self.ran_elsewhere(order) {
+            return self.complete(order, attempt, done);
+        }
         self.key_verdict = self
             .announced_key()
             .map(|k| self.key_blocked(order, attempt, &k));
@@ -890,6 +898,10 @@ impl Worker {
     /// Park the order we hold committed, before its job starts (R54): it
     /// waits, held by nobody, until it is due and its key has room.
     fn park(&mut self, order: OrderId, attempt: Attempt, terms: &Terms) -> Vec<Action> {
+        // R15, as in `run`: finished while its body was fetched.
+        if let Some(done) = self.ran_elsewhere(order) {
+            return self.complete(order, attempt, done);
+        }
         let r = self.record(Body::Parked {
             order,
             attempt,
@@ -1245,7 +1257,23 @@ impl Worker {
                 .before_start(result, order, attempt)
                 .unwrap_or_else(|| self.after_announce(order, attempt, &terms)),
             // Our park closed our hold: choose again, as after a yield.
-            Phase::Park { seq, .. } if self.is_ours(&rec, seq) => match result {
+            Phase::Park { order, seq } if self.is_ours(&rec, seq) => match result {
+                // R15: a void completion of the order landed between our
+                // park's decision and the park, which is stray: our hold
+                // is still open. Record that outcome validly, as `run`
+                // does, which closes the hold (else it, and its key, would
+                // stay held until a lease ran out).
+                Err(Void::Stray) => {
+                    let held = self
+                        .view
+                        .hold(self.me)
+                        .filter(|h| h.order == order && h.committed.is_some())
+                        .map(|h| h.attempt);
+                    match (held, self.ran_elsewhere(order)) {
+                        (Some(attempt), Some(done)) => self.complete(order, attempt, done),
+                        _ => self.own_record_void(Void::Stray),
+                    }
+                }
                 Err(void) => self.own_record_void(void),
                 Ok(()) => {
                     self.phase = Phase::Choose;
@@ -1685,7 +1713,8 @@ impl Worker {
     }
 
     /// The outcome of a run of `order` that ended in a process whose records
-    /// are void (revoked or fenced), for the resume of a committed hold.
+    /// are void (revoked or fenced), for our committed hold of it: resumed,
+    /// or read back after that void completion (R15).
     fn ran_elsewhere(&self, order: OrderId) -> Option<Outcome> {
         let c = self.view.contest(order)?;
         if c.completed_at.is_some() {
@@ -2171,6 +2200,52 @@ mod tests {
             log.feed(&mut w1, &mut c1),
             vec![Action::Exit(Exit::Revoked)]
         );
+    }
+
+    /// R15: the revoked holder's job ran to its end, and its completion
+    /// (void) landed after the taker's claim, before the taker's commit
+    /// came back: the taker records that outcome validly instead of
+    /// running the order again.
+    #[test]
+    fn a_taker_whose_commit_follows_a_void_completion_does_not_run_it_again() {
+        let mut log = Log(Vec::new());
+        let (mut w1, _) = silent_holder(&mut log);
+        let (mut w2, a) = leased(2, "two", 5000);
+        log.append(&a);
+        let mut c2 = 0;
+        let _ = w2.handle(Input::CaughtUp, 5000);
+        log.feed(&mut w2, &mut c2);
+        let a = w2.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 2)])), 7000);
+        log.append(&a);
+        let a = log.feed(&mut w2, &mut c2);
+        log.append(&a);
+        let decision = log.feed(&mut w2, &mut c2);
+        assert!(commits(&decision, 2), "{decision:?}");
+        // The revoked holder, which has not read its revocation, ends its
+        // job: its completion lands before the taker's commit.
+        let done = w1.handle(Input::JobDone(Outcome::not_run(Status::Ok, "ran")), 7100);
+        assert!(
+            matches!(&done[..], [Action::Append(r)] if r.event() == Event::Completed),
+            "{done:?}"
+        );
+        log.append(&done);
+        log.append(&decision);
+        let a = log.feed(&mut w2, &mut c2);
+        let outcome = completed_in(&a).unwrap_or_else(|| panic!("completed, not run: {a:?}"));
+        assert_eq!(outcome.status, Status::Ok);
+        assert!(
+            outcome
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.contains("not run again")),
+            "{outcome:?}"
+        );
+        // That completion is the order's valid one: it closes the hold.
+        log.append(&a);
+        log.feed(&mut w2, &mut c2);
+        assert!(w2.view.hold(2.into()).is_none());
+        let c = w2.view.contest(OrderId::new(0, 0)).expect("its contest");
+        assert!(c.completed_at.is_some());
     }
 
     #[test]

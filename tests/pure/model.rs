@@ -96,6 +96,14 @@
 //! and `ignoring_priorities_is_caught` show it bites
 //! (docs/protocol-proofs.md, "Priorities").
 //!
+//! A hand-made prefix (`keyed_takeover_moves`, `Move`): for a window too
+//! deep for the searches from the start, the check starts from a world that
+//! a list of steps reaches and explores every execution from there, as
+//! `Pool::lazy_from_first_run` does from the fair schedule's first run. R56's
+//! `held_below` (a claim out of the park landing between a takeover's
+//! claim and its decision): `only_parked_go_first_is_caught`,
+//! `keyed_orders_hold_around_a_takeover`.
+//!
 //! ## Reductions (and why no behaviour is lost)
 //!
 //! The world's own steps (`Pool::lazy`, still used for leases) interleave
@@ -462,6 +470,8 @@ struct Pool {
     /// Steps taken before the check starts: it explores every execution
     /// from the world they lead to (empty: from the start).
     prefix: Vec<Step>,
+    /// Where the prefix leads, for the printed lines ("" from the start).
+    from: &'static str,
     /// Fingerprints of states whose fair run completes.
     live: Mutex<HashSet<u64>>,
 }
@@ -503,6 +513,7 @@ impl Pool {
             unerased,
             lazy_replays: false,
             prefix: Vec::new(),
+            from: "",
             live: Mutex::new(HashSet::new()),
         }
     }
@@ -522,7 +533,11 @@ impl Pool {
             w.step(&p.cfg, &s);
             prefix.push(s);
         }
-        Pool { prefix, ..p }
+        Pool {
+            prefix,
+            from: ", from the first job's start",
+            ..p
+        }
     }
 
     fn lazy(cfg: Config) -> Self {
@@ -1115,6 +1130,7 @@ fn check_upto(pool: Pool, stop_at: Option<&[&'static str]>, bound: Bound) -> Fou
         lazy_replays: pool.lazy_replays,
         unerased: pool.unerased,
         prefix: pool.prefix.clone(),
+        from: pool.from,
         live: Mutex::new(HashSet::new()),
     };
     let mut b = pool.checker().threads(if matches!(bound, Bound::Depth(_)) {
@@ -1257,7 +1273,7 @@ fn assert_holds(pool: Pool) {
 
 fn assert_holds_upto(pool: Pool, bound: Bound) {
     let cfg = pool.cfg.clone();
-    let from_run = !pool.prefix.is_empty();
+    let from = pool.from;
     let f = check_upto(pool, None, bound);
     let line = format!(
         "model check{}: {} instances, {} orders{}, ≤{} crashes, ≤{} dups{}{}: {} states explored in {:.1}s",
@@ -1275,7 +1291,7 @@ fn assert_holds_upto(pool: Pool, bound: Bound) {
             None => format!(", lease {l} ms, ≤{} clock jumps past it", cfg.max_jumps),
             Some(j) => format!(", lease {l} ms, ≤{} clock jumps of {j} ms", cfg.max_jumps),
         }) + &if cfg.clocks.is_empty() { String::new() } else { format!(", clocks (offset ms, ppm) {:?}", cfg.clocks) }
-            + if from_run { ", from the first job's start" } else { "" },
+            + from,
         cfg.checkpoint_every.map_or(String::new(), |k| format!(", checkpoints every {k} positions"))
             + &if cfg.orders_per_process > 1 { format!(", ORDERS_PER_PROCESS={}", cfg.orders_per_process) } else { String::new() }
             + if cfg.compaction { "" } else { ", no compaction" }
@@ -2586,11 +2602,11 @@ fn keyed_between(crashes: u32, flaw: Option<Flaw>) -> Config {
 /// them. CI: breadth-first to 1,000,000 states; the whole space
 /// (31,192,368 states, 15 minutes on 2 cores) by hand:
 /// `keyed_orders_start_in_order_around_the_park_full`. Its broken
-/// variant, `Flaw::OnlyParkedGoFirst`, is not caught: its case needs a
-/// contested claim's window (docs/protocol-proofs.md, "Parked orders"),
-/// which this configuration does not reach: its whole space with the flaw
+/// variant, `Flaw::OnlyParkedGoFirst`, needs a takeover's window
+/// (docs/protocol-proofs.md, "Parked orders"), which this configuration
+/// does not reach: its whole space with the flaw
 /// (`only_parked_go_first_by_hand`, 38,819,838 states in 959 s) breaks
-/// nothing.
+/// nothing; [`only_parked_go_first_is_caught`] catches it.
 #[test]
 fn keyed_orders_start_in_order_around_the_park() {
     assert_holds_upto(Pool::new(keyed_between(0, None)), Bound::States(1_000_000));
@@ -2620,7 +2636,8 @@ fn key_after_claim_is_caught() {
 /// (`POOL_MODEL_CRASHES` crashes; depth-first, `POOL_MODEL_STATES`
 /// states at most, 0: all). Without a crash the flaw breaks nothing in
 /// the whole space (38,819,838 states, 959 s on 2 cores): this test
-/// fails, as it did then.
+/// fails, as it did then. Its window needs leases and a takeover:
+/// [`only_parked_go_first_is_caught`].
 #[test]
 #[ignore = "by hand: cargo test --release --test pure model::only_parked_go_first_by_hand -- --ignored --nocapture"]
 fn only_parked_go_first_by_hand() {
@@ -2802,4 +2819,183 @@ fn passed_replays_by_hand() {
         )
     };
     assert_holds(Pool::passed_replays(cfg));
+}
+
+/// A move of a hand-made prefix: a world's step, or a process reading the
+/// log to its end (`Step::Read` while it may, then `Step::CaughtUp`).
+#[derive(Clone)]
+enum Move {
+    Do(Step),
+    ReadAll(u32),
+}
+
+/// The world's steps that `moves` take from the start; each must be one
+/// the world offers where it is taken.
+fn steps_of(cfg: &Config, moves: &[Move]) -> Vec<Step> {
+    let mut w = World::new(cfg);
+    let mut out = Vec::new();
+    let mut take = |w: &mut World, s: Step| {
+        let mut offered = Vec::new();
+        w.steps(cfg, &mut offered);
+        assert!(
+            offered.contains(&s),
+            "{s:?} is not a step of the world here: {offered:?}"
+        );
+        w.step(cfg, &s);
+        out.push(s);
+    };
+    for m in moves {
+        match m {
+            Move::Do(s) => take(&mut w, s.clone()),
+            &Move::ReadAll(i) => loop {
+                let mut offered = Vec::new();
+                w.steps(cfg, &mut offered);
+                if offered.contains(&Step::Read(i)) {
+                    take(&mut w, Step::Read(i));
+                } else {
+                    if offered.contains(&Step::CaughtUp(i)) {
+                        take(&mut w, Step::CaughtUp(i));
+                    }
+                    break;
+                }
+            },
+        }
+    }
+    out
+}
+
+/// `held_below`'s window (R56): 3 instances, orders 0:0 to 0:2 of key
+/// "a" (`KEY_CONCURRENCY` 1), leases as in [`leased`] (one clock jump past
+/// a lease), the herd (every idle instance claims at once).
+fn keyed_takeover(flaw: Option<Flaw>) -> Config {
+    let a = Terms {
+        key: Some("a".into()),
+        ..Terms::default()
+    };
+    Config {
+        terms: vec![a; 3],
+        key_concurrency: 1,
+        flaw,
+        claim_defer_ms: 0,
+        ..leased(3, 3, 0, 1)
+    }
+}
+
+/// How far [`keyed_takeover_moves`] goes before 0:0's job ends: instance 1
+/// runs 0:0, instance 2 parked 0:1 behind it, instance 3 (its view at the
+/// park: 0:1 not due) has decided to claim 0:2, its claim not yet landed.
+const KEYED_TAKEOVER_PARKED: usize = 20;
+
+/// The hand-made prefix of the checks of `held_below`'s window. Up to
+/// [`KEYED_TAKEOVER_PARKED`]: see there. Then 0:0's job ends and its
+/// completion lands (instance 1 exits); instance 2, having read it, decides
+/// to claim 0:1 out of the park (0:1 due, the key free in its view), and
+/// that claim stays in flight (a worker frozen before its produce); 3's
+/// claim of 0:2 lands and 3 reads no more (frozen); instance 1's next
+/// process boots and reads it all. From there the clock may jump past the
+/// lease: instance 1 revokes 3's hold of 0:2 and claims it over; 2's claim
+/// of 0:1 may land after that takeover claim, before its decision, which
+/// then must not run 0:2 ahead of 0:1.
+fn keyed_takeover_moves() -> Vec<Move> {
+    use Move::*;
+    use Step::*;
+    vec![
+        Do(Start(1)),
+        Do(Start(2)),
+        Do(Start(3)),
+        Do(Deliver(1)),
+        Do(Deliver(2)),
+        Do(Deliver(3)),
+        ReadAll(1),
+        ReadAll(2),
+        ReadAll(3),
+        // 1 claims 0:0 (its own commit, R34) and runs it.
+        Do(Answer(1)),
+        Do(Deliver(1)),
+        ReadAll(1),
+        // 2 claims 0:1; the key is full (R56): it parks it.
+        ReadAll(2),
+        Do(Answer(2)),
+        Do(Deliver(2)),
+        ReadAll(2),
+        Do(Deliver(2)),
+        ReadAll(2),
+        // 3 read the park, 0:1 not due: it claims 0:2 at the frontier.
+        ReadAll(3),
+        Do(Answer(3)),
+        // KEYED_TAKEOVER_PARKED
+        Do(JobDone(1)),
+        Do(Deliver(1)),
+        ReadAll(1),
+        // 2 read the completion: 0:1 due, the key free in its view.
+        ReadAll(2),
+        Do(Answer(2)),
+        Do(Deliver(3)),
+        Do(Start(1)),
+        Do(Deliver(1)),
+        ReadAll(1),
+    ]
+}
+
+/// The model check from [`keyed_takeover_moves`]' first `cut` moves.
+fn keyed_takeover_pool(flaw: Option<Flaw>, cut: usize, from: &'static str) -> Pool {
+    let cfg = keyed_takeover(flaw);
+    let prefix = steps_of(&cfg, &keyed_takeover_moves()[..cut]);
+    Pool {
+        prefix,
+        from,
+        ..Pool::lazy(cfg)
+    }
+}
+
+/// R56's broken variant `Flaw::OnlyParkedGoFirst` (no `View::held_below`),
+/// caught from the world of [`keyed_takeover_moves`]: instance 1's
+/// takeover of 0:2 runs it while 2's claim of 0:1 out of the park, landed
+/// after the takeover claim, parks 0:1 behind it (I15). The window needs a
+/// hold whose decision is a record after its claim (a takeover's; a first
+/// claim is decided where it lands, R34) and an unpark decided on a view
+/// from before that hold: breadth-first from the start, 587,777 states of
+/// this configuration do not reach it.
+#[test]
+fn only_parked_go_first_is_caught() {
+    let moves = keyed_takeover_moves().len();
+    assert_caught(
+        keyed_takeover_pool(
+            Some(Flaw::OnlyParkedGoFirst),
+            moves,
+            ", from instance 2's claim out of the park in flight",
+        ),
+        &[KEY_ORDER],
+    );
+}
+
+/// CI: the world of [`only_parked_go_first_is_caught`] without the flaw,
+/// breadth-first to 1,000,000 states (every execution from there, to the
+/// length it reaches): every property holds. And from the world before
+/// 0:0's job ended ([`KEYED_TAKEOVER_PARKED`]), where instance 1 may be
+/// revoked while its job runs: its void completion may land after 2's
+/// takeover of 0:0 decided to park it (the key full by 3's claim of 0:2),
+/// before the park, which is then stray. Before R15 covered that race the
+/// taker went idle with its hold still open in every view, the key full,
+/// 0:1 and 0:2 parked behind it until a lease ran out (the liveness check
+/// caught it); now it records the void completion's outcome validly.
+#[test]
+fn keyed_orders_hold_around_a_takeover() {
+    let moves = keyed_takeover_moves().len();
+    assert_holds_upto(
+        keyed_takeover_pool(
+            None,
+            moves,
+            ", from instance 2's claim out of the park in flight",
+        ),
+        Bound::States(1_000_000),
+    );
+    assert_holds_upto(
+        keyed_takeover_pool(
+            None,
+            KEYED_TAKEOVER_PARKED,
+            ", from 0:1 parked behind 0:0's run",
+        ),
+        Bound::States(1_000_000),
+    );
 }

@@ -1344,9 +1344,10 @@ fn a_replay_that_missed_a_park_keeps_the_key_order() {
 /// [`config_herd_one_key`] over many seeds (`POOL_SIM_FIRST`,
 /// `POOL_SIM_PARK_SEEDS`); with `POOL_SIM_FLAW=1`, R56's broken variant
 /// `Flaw::OnlyParkedGoFirst` (no `View::held_below`), which needs a claim
-/// out of the park to land in a contested claim's window: not caught in
-/// 1,000 seeds (nor by the model check, whose configurations do not
-/// reach that window).
+/// out of the park, decided on a view from before a takeover's claim, to
+/// land before that takeover's decision: not caught in 1,000 seeds (the
+/// model check catches it from a hand-made prefix,
+/// `model::only_parked_go_first_is_caught`).
 #[test]
 #[ignore = "by hand: POOL_SIM_PARK_SEEDS=1000 cargo test --release --test pure simulation::the_herd_with_one_key_by_hand -- --ignored --nocapture"]
 fn the_herd_with_one_key_by_hand() {
