@@ -187,7 +187,7 @@ impl SupervisorConfig {
 /// worker started while its instance's current process still runs. It
 /// connects, checks the topics and reads the claims topic like any worker
 /// (to its end, then it stops fetching until `go`, and reads what was
-/// written meanwhile at `go`: pool_worker/src/kafka/clients.rs, `StandbyReading`),
+/// written meanwhile at `go`: pool_worker/src/kafka/clients.rs, `ClaimsPause`),
 /// but fences its predecessors and appends nothing (docs/protocol.md R16)
 /// until it reads the line `go` on its standard input, which the supervisor
 /// writes the moment the current process says `done` ([`ready`]) or else

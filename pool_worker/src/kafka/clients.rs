@@ -203,54 +203,45 @@ pub(crate) struct Kafka {
     /// process of the instance checked it: the admin client (a Kafka client
     /// of its own, ~2 ms of CPU) is spared on every later start.
     admin_config: Option<ClientConfig>,
-    /// A standby's reading of the claims topic before `go`
-    /// ([`Kafka::standby_caught_up`], [`Kafka::standby_go`]).
-    standby: std::sync::Mutex<StandbyReading>,
-    /// A running job's worker's reading of the claims topic
-    /// ([`Kafka::hush`]).
-    hush: std::sync::Mutex<Hush>,
+    /// Whether, and why, the claims partition is paused ([`ClaimsPause`]).
+    pause: std::sync::Mutex<ClaimsPause>,
 }
 
-/// How a worker reads the claims topic while its job runs (issue 35).
-/// Nothing it waits for then comes from the log but an operator's cancel
-/// of its order (read a little later, never lost) and its own renewals,
-/// which it reads back before it goes quiet again; yet at N instances every
-/// record another instance writes cost it a fetch and a wake-up, and the
-/// brokers a fetch answered, each. So the shell asks for quiet
-/// ([`Kafka::hush`]) while its job runs and every record it appended is
-/// read back, and the reader thread pauses the claims partition; it
-/// resumes it where it stopped when the shell no longer wants quiet, or
-/// for a look ([`Kafka::peek`], every [`crate::run::HUSH_PEEK`]) that lasts
-/// to the next end of the log. Both are done on the reader thread, between
-/// its polls, so that what it polled and where it resumes meet exactly, as
-/// at a standby's `go`.
+/// Whether the claims partition is paused, and why (issue 35): at N
+/// instances every record another instance writes costs each reader a
+/// fetch and a wake-up, and the brokers a fetch answered, so a process
+/// stops fetching the claims topic where nothing it waits for comes from
+/// it, for one of two reasons.
+///
+/// * **A standby before its `go`** replays the log to its end, then pauses
+///   ([`Kafka::at_end_of_log`]) until its supervisor says `go`
+///   ([`Kafka::standby_go`]): the records the rest of the pool writes
+///   meanwhile (every instance's, two or three per order) are read once,
+///   after `go`, and a caught-up standby sends the brokers no fetch.
+/// * **A worker whose job runs** and whose every appended record is read
+///   back: the shell asks for quiet ([`Kafka::hush`]). Nothing it waits for
+///   then comes from the log but an operator's cancel of its order (read a
+///   little later, never lost) and its own renewals, which it reads back
+///   before it goes quiet again. It reads again when the shell no longer
+///   wants quiet, or for a look ([`Kafka::peek`], every
+///   [`crate::run::HUSH_PEEK`]) that lasts to the next end of the log.
+///
+/// Either way the partition resumes where the reader stopped
+/// ([`ClaimsReader::resume_where_read`]). Pauses, and resumes for quiet,
+/// are done on the reader thread between its polls (`go`'s resume under the
+/// same lock), so that what it polled and where it resumes meet exactly.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Hush {
+struct ClaimsPause {
+    /// A standby before its `go`: it pauses at its first end of the log.
+    standby: bool,
     /// The shell wants quiet.
     want: bool,
-    /// Paused by the reader thread.
+    /// Paused (for either reason).
     paused: bool,
     /// The shell asked for a look while paused.
     peek: bool,
     /// Resumed for a look: reading until the next end of the log.
     looking: bool,
-}
-
-/// Where a standby's reading of the claims topic stands (issue 35). A
-/// standby replays the log to its end, then stops fetching it until its
-/// supervisor says `go`: the records the rest of the pool writes meanwhile
-/// (every instance's, two or three per order) are read once, after `go`,
-/// instead of a fetch and a read each, and a caught-up standby sends the
-/// brokers no fetch at all.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum StandbyReading {
-    /// Reading (every process until it is told otherwise).
-    #[default]
-    Reading,
-    /// Caught up before `go`: the claims partition is paused.
-    Paused,
-    /// `go` came (or the process is no standby): reading for good.
-    Gone,
 }
 
 /// Why an order's payload could not be read.
@@ -527,11 +518,9 @@ fn read_topics(kafka: &'static Kafka, tx: &mpsc::Sender<Vec<ClaimEvent>>) {
                 Polled::End => {
                     unsaid = false;
                     batch.push(ClaimEvent::CaughtUp);
-                    // A standby stops fetching until its `go` (a no-op
-                    // for any other process, and after `go`); a quiet
+                    // A standby stops fetching until its `go`; a quiet
                     // worker's look is over.
-                    kafka.standby_caught_up();
-                    kafka.hush_at_end();
+                    kafka.at_end_of_log();
                 }
                 Polled::Broken(p) => broken(instance, &p),
                 Polled::Error(e) => {
@@ -961,12 +950,10 @@ impl Kafka {
             payloads: std::sync::Mutex::new(Payloads::default()),
             props: Arc::new(cfg.props.clone()),
             admin_config: (!cfg.standby).then(|| client_config(&cfg.brokers, &cfg.props)),
-            standby: std::sync::Mutex::new(if cfg.standby {
-                StandbyReading::Reading
-            } else {
-                StandbyReading::Gone
+            pause: std::sync::Mutex::new(ClaimsPause {
+                standby: cfg.standby,
+                ..ClaimsPause::default()
             }),
-            hush: std::sync::Mutex::new(Hush::default()),
         })
     }
 
@@ -1640,27 +1627,31 @@ impl Kafka {
         Ok(())
     }
 
-    /// A standby that caught up with the claims topic before its `go` stops
-    /// fetching it ([`StandbyReading`]); a no-op for any other process, and
-    /// after `go`. Called by the reader thread at the end of the log, so
-    /// that what it polled and what it will poll next meet exactly.
-    fn standby_caught_up(&self) {
-        let mut st = self.standby.lock().unwrap_or_else(|p| p.into_inner());
-        if *st != StandbyReading::Reading {
+    /// [`ClaimsPause`]'s state, whatever a thread that held it left.
+    fn pause(&self) -> std::sync::MutexGuard<'_, ClaimsPause> {
+        self.pause.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The reader thread at the end of the log: a look is over, and a
+    /// standby before its `go` stops fetching ([`ClaimsPause`]). If it cannot
+    /// pause, it reads on: that costs only the fetches.
+    fn at_end_of_log(&self) {
+        let mut q = self.pause();
+        q.looking = false;
+        if !q.standby || q.paused {
             return;
         }
         match self.claims.pause() {
             Ok(()) => {
-                *st = StandbyReading::Paused;
+                q.paused = true;
                 crate::account::mark("paused");
                 tracing::debug!(
                     instance = self.instance,
                     "standby caught up: the claims topic is paused until go"
                 );
             }
-            // Reading on costs only the fetches.
             Err(e) => {
-                *st = StandbyReading::Gone;
+                q.standby = false;
                 tracing::debug!(instance = self.instance, error = %e, "standby: cannot pause the claims topic");
             }
         }
@@ -1668,16 +1659,20 @@ impl Kafka {
 
     /// A standby's `go`: it reads the claims topic again, for good, from
     /// the position after the last record it read (what the pool wrote
-    /// since it caught up is read now, while its fence runs). Under the
-    /// same lock as [`Kafka::standby_caught_up`], so the two cannot cross.
+    /// since it caught up is read now, while its fence runs). Under
+    /// [`ClaimsPause`]'s lock, so that it cannot cross the reader thread's pause;
+    /// a failed resume is tried again at the reader's next round.
     pub(crate) async fn standby_go(&'static self) {
         let r = blocking(move || {
-            let mut st = self.standby.lock().unwrap_or_else(|p| p.into_inner());
-            let was = std::mem::replace(&mut *st, StandbyReading::Gone);
-            if was != StandbyReading::Paused {
+            let mut q = self.pause();
+            let paused = q.standby && q.paused;
+            q.standby = false;
+            q.peek = false;
+            if !paused {
                 return Ok(());
             }
             let next = self.claims.resume_where_read()?;
+            q.paused = false;
             crate::account::mark_with("resumed", || next.to_string());
             Ok::<_, anyhow::Error>(())
         })
@@ -1687,64 +1682,57 @@ impl Kafka {
         }
     }
 
-    /// The shell's wish for quiet ([`Hush`]): `true` while its job runs and
+    /// The shell's wish for quiet ([`ClaimsPause`]): `true` while its job runs and
     /// every record it appended is read back. Either way the reader thread
     /// is woken to pause, or to read again where it stopped.
     pub(crate) fn hush(&self, quiet: bool) {
-        self.hush.lock().unwrap_or_else(|p| p.into_inner()).want = quiet;
+        self.pause().want = quiet;
         self.wake.ring();
     }
 
-    /// One look at the log while quiet ([`Hush::peek`]): what was written
+    /// One look at the log while quiet ([`ClaimsPause::peek`]): what was written
     /// since the pause is read (an operator's cancel, say), then quiet again.
     pub(crate) fn peek(&self) {
-        let mut h = self.hush.lock().unwrap_or_else(|p| p.into_inner());
-        if h.paused {
-            h.peek = true;
-            drop(h);
+        let mut q = self.pause();
+        if q.paused && !q.standby {
+            q.peek = true;
+            drop(q);
             self.wake.ring();
         }
     }
 
-    /// The reader thread at the end of the log: a look is over.
-    fn hush_at_end(&self) {
-        self.hush.lock().unwrap_or_else(|p| p.into_inner()).looking = false;
-    }
-
     /// The reader thread, before each round: pauses the claims partition if
-    /// the shell wants quiet (and no look is under way; never a standby
-    /// before its `go`), or resumes it where it stopped if the shell no
-    /// longer does, or asked for a look. A failed resume is tried again the
-    /// next round.
+    /// the shell wants quiet (and no look is under way), or resumes it where
+    /// it stopped if the shell no longer does, or asked for a look; never
+    /// before a standby's `go`, whose pause is [`Kafka::standby_go`]'s to
+    /// end (it is tried again here after a failed resume). A failed resume
+    /// is tried again the next round.
     fn hush_round(&self) {
-        let mut h = self.hush.lock().unwrap_or_else(|p| p.into_inner());
-        if h.paused {
-            if h.want && !h.peek {
+        let mut q = self.pause();
+        if q.paused {
+            if q.standby || (q.want && !q.peek) {
                 return;
             }
             match self.claims.resume_where_read() {
                 Ok(next) => {
-                    h.paused = false;
-                    h.looking = h.want;
-                    h.peek = false;
+                    q.paused = false;
+                    q.looking = q.want;
+                    q.peek = false;
                     crate::account::mark_with("unhushed", || next.to_string());
                 }
                 Err(e) => {
                     tracing::warn!(instance = self.instance, error = %format!("{e:#}"), "cannot read the claims topic again where it stopped")
                 }
             }
-        } else if h.want && !h.looking {
-            if *self.standby.lock().unwrap_or_else(|p| p.into_inner()) != StandbyReading::Gone {
-                return;
-            }
+        } else if q.want && !q.looking && !q.standby {
             match self.claims.pause() {
                 Ok(()) => {
-                    h.paused = true;
+                    q.paused = true;
                     crate::account::mark("hushed");
                 }
                 // Reading on costs only the fetches.
                 Err(e) => {
-                    h.looking = true;
+                    q.looking = true;
                     tracing::debug!(instance = self.instance, error = %e, "cannot pause the claims topic while the job runs")
                 }
             }
