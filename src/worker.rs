@@ -871,12 +871,9 @@ impl Worker {
     /// the log as it stands at that record, as every reader of it would.
     fn run(&mut self, order: OrderId, attempt: Attempt, retry: bool) -> Vec<Action> {
         // R15: a void completion of the order landed after our decision
-        // was made (its revoked writer ran the job to its end): record
-        // that outcome validly, as a resume does, instead of running it
-        // again (or parking it: a park of a finished order is stray, and
-        // our hold would stay open, its key full, until a lease ran out).
-        if let Some(done) = self.ran_elsewhere(order) {
-            return self.complete(order, attempt, done);
+        // was made (its revoked writer ran the job to its end).
+        if let Some(done) = self.complete_ran_elsewhere(order, attempt) {
+            return done;
         }
         self.key_verdict = self
             .announced_key()
@@ -899,8 +896,8 @@ impl Worker {
     /// waits, held by nobody, until it is due and its key has room.
     fn park(&mut self, order: OrderId, attempt: Attempt, terms: &Terms) -> Vec<Action> {
         // R15, as in `run`: finished while its body was fetched.
-        if let Some(done) = self.ran_elsewhere(order) {
-            return self.complete(order, attempt, done);
+        if let Some(done) = self.complete_ran_elsewhere(order, attempt) {
+            return done;
         }
         let r = self.record(Body::Parked {
             order,
@@ -1260,20 +1257,14 @@ impl Worker {
             Phase::Park { order, seq } if self.is_ours(&rec, seq) => match result {
                 // R15: a void completion of the order landed between our
                 // park's decision and the park, which is stray: our hold
-                // is still open. Record that outcome validly, as `run`
-                // does, which closes the hold (else it, and its key, would
-                // stay held until a lease ran out).
-                Err(Void::Stray) => {
-                    let held = self
-                        .view
-                        .hold(self.me)
-                        .filter(|h| h.order == order && h.committed.is_some())
-                        .map(|h| h.attempt);
-                    match (held, self.ran_elsewhere(order)) {
-                        (Some(attempt), Some(done)) => self.complete(order, attempt, done),
-                        _ => self.own_record_void(Void::Stray),
-                    }
-                }
+                // is still open, and closes with that outcome.
+                Err(Void::Stray) => self
+                    .view
+                    .hold(self.me)
+                    .filter(|h| h.order == order && h.committed.is_some())
+                    .map(|h| h.attempt)
+                    .and_then(|attempt| self.complete_ran_elsewhere(order, attempt))
+                    .unwrap_or_else(|| self.own_record_void(Void::Stray)),
                 Err(void) => self.own_record_void(void),
                 Ok(()) => {
                     self.phase = Phase::Choose;
@@ -1710,6 +1701,16 @@ impl Worker {
             Status::Cancelled,
             format!("cancelled before it ran (claims #{at}): {reason}"),
         ))
+    }
+
+    /// R15: our committed hold of `order`, which a revoked or fenced process
+    /// ran to its end, is completed with that run's outcome (recorded
+    /// validly, which closes the hold) instead of being run again or
+    /// parked: a park of a finished order is stray, and would leave the hold
+    /// open, its key full, until a lease ran out. `None` if no such run.
+    fn complete_ran_elsewhere(&mut self, order: OrderId, attempt: Attempt) -> Option<Vec<Action>> {
+        let done = self.ran_elsewhere(order)?;
+        Some(self.complete(order, attempt, done))
     }
 
     /// The outcome of a run of `order` that ended in a process whose records

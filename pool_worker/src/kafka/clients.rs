@@ -1628,7 +1628,7 @@ impl Kafka {
     }
 
     /// [`ClaimsPause`]'s state, whatever a thread that held it left.
-    fn pause(&self) -> std::sync::MutexGuard<'_, ClaimsPause> {
+    fn pause_state(&self) -> std::sync::MutexGuard<'_, ClaimsPause> {
         self.pause.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -1636,7 +1636,7 @@ impl Kafka {
     /// standby before its `go` stops fetching ([`ClaimsPause`]). If it cannot
     /// pause, it reads on: that costs only the fetches.
     fn at_end_of_log(&self) {
-        let mut q = self.pause();
+        let mut q = self.pause_state();
         q.looking = false;
         if !q.standby || q.paused {
             return;
@@ -1664,7 +1664,7 @@ impl Kafka {
     /// a failed resume is tried again at the reader's next round.
     pub(crate) async fn standby_go(&'static self) {
         let r = blocking(move || {
-            let mut q = self.pause();
+            let mut q = self.pause_state();
             let paused = q.standby && q.paused;
             q.standby = false;
             q.peek = false;
@@ -1686,14 +1686,14 @@ impl Kafka {
     /// every record it appended is read back. Either way the reader thread
     /// is woken to pause, or to read again where it stopped.
     pub(crate) fn hush(&self, quiet: bool) {
-        self.pause().want = quiet;
+        self.pause_state().want = quiet;
         self.wake.ring();
     }
 
     /// One look at the log while quiet ([`ClaimsPause::peek`]): what was written
     /// since the pause is read (an operator's cancel, say), then quiet again.
     pub(crate) fn peek(&self) {
-        let mut q = self.pause();
+        let mut q = self.pause_state();
         if q.paused && !q.standby {
             q.peek = true;
             drop(q);
@@ -1704,11 +1704,10 @@ impl Kafka {
     /// The reader thread, before each round: pauses the claims partition if
     /// the shell wants quiet (and no look is under way), or resumes it where
     /// it stopped if the shell no longer does, or asked for a look; never
-    /// before a standby's `go`, whose pause is [`Kafka::standby_go`]'s to
-    /// end (it is tried again here after a failed resume). A failed resume
-    /// is tried again the next round.
+    /// before a standby's `go`, whose pause [`Kafka::standby_go`] ends. A
+    /// failed resume (`go`'s too) is tried again the next round.
     fn hush_round(&self) {
-        let mut q = self.pause();
+        let mut q = self.pause_state();
         if q.paused {
             if q.standby || (q.want && !q.peek) {
                 return;
