@@ -10,13 +10,14 @@
 # records one fetch answer carries depends on the timing).
 #
 # Usage: KAFKA_BROKERS=HOST:PORT bench/requests.sh [--bin PATH] [--instances N]
-#            [--orders M] [--one-at-a-time] [--log FILE]
+#            [--orders M] [--one-at-a-time] [--job CMD] [--log FILE]
 #
 #   --bin            the pool_worker binary (default: target/release/pool_worker)
 #   --instances N    instances 1..N (default 8)
 #   --orders M       orders (default 80)
 #   --one-at-a-time  each order sent once the previous one completed (an idle
 #                    pool), not all at once (a burst)
+#   --job CMD        each order's command (default: true)
 #   --log FILE       keep the pool's log there (default: a temporary file)
 #
 # Compare two builds by running it with --bin for each, alternately. The
@@ -29,6 +30,7 @@ bin=$root/target/release/pool_worker
 n=8
 m=80
 one=false
+job=true
 log=
 while [ $# -gt 0 ]; do
     case $1 in
@@ -36,8 +38,9 @@ while [ $# -gt 0 ]; do
         --instances) n=$2; shift 2 ;;
         --orders) m=$2; shift 2 ;;
         --one-at-a-time) one=true; shift ;;
+        --job) job=$2; shift 2 ;;
         --log) log=$2; shift 2 ;;
-        -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "requests.sh: unknown argument '$1' (--help)" >&2; exit 2 ;;
     esac
 done
@@ -84,12 +87,13 @@ sleep 1
 start=$(wc -l <"$log")
 if $one; then
     for i in $(seq 1 "$m"); do
-        "$bin" submit -- true >/dev/null
+        # shellcheck disable=SC2086 # an order line is split into words too
+        "$bin" submit -- $job >/dev/null
         wait_for "$i"
         sleep 0.3
     done
 else
-    for i in $(seq 1 "$m"); do echo true; done |
+    for i in $(seq 1 "$m"); do echo "$job"; done |
         kafka-console-producer.sh --bootstrap-server "$KAFKA_BROKERS" --topic "$ORDERS_TOPIC" 2>/dev/null
     wait_for "$m"
 fi
@@ -99,7 +103,7 @@ wait "$sup" 2>/dev/null || true
 sup=
 
 mode=$($one && echo "one at a time" || echo "a burst")
-echo "requests per order: $m orders of \`true\`, $mode, $n instance(s), $(basename "$bin")"
+echo "requests per order: $m orders of \`$job\`, $mode, $n instance(s), $(basename "$bin")"
 tail -n +$((start + 1)) "$log" | grep -o 'Sent [A-Za-z]*Request' | sort | uniq -c |
     awk -v m="$m" '{ printf "%8.2f  %s\n", $1 / m, substr($3, 1, length($3) - 7); t += $1 }
                    END { printf "%8.2f  all\n", t / m }'

@@ -551,6 +551,37 @@ impl Shell {
         Ok(())
     }
 
+    /// At the fence, before `booted` is appended and read back: starts
+    /// reading the orders partitions in which, by the View so far and the
+    /// orders' ends known, an order waits, from the frontier on. The order
+    /// this process claims once booted is then read already when the
+    /// machine asks to read it before its claim (R56, `Action::Peek`),
+    /// which otherwise waited for an orders fetch of its own on the way
+    /// from `booted` to the claim (issue 35: bench/RESULTS.md). Messages
+    /// read are kept among the [`crate::kafka::Kafka`]'s payloads whatever
+    /// is claimed; with no order waiting (an idle pool) nothing is read
+    /// until the idle watch starts ([`Shell::find_order`]). A failure
+    /// costs only the head start.
+    async fn read_waiting_orders(&mut self) {
+        let Some((_, ends)) = self.kafka.recent_order_ends(Duration::MAX) else {
+            return;
+        };
+        let from: std::collections::BTreeMap<_, _> = self
+            .w
+            .view
+            .frontier_for(&ends)
+            .into_iter()
+            .filter(|(lane, next)| ends.get(lane).is_some_and(|end| end > next))
+            .collect();
+        if from.is_empty() {
+            return;
+        }
+        crate::account::mark("orders_early");
+        if let Err(e) = self.kafka.watch_orders(from).await {
+            tracing::debug!(instance = self.cfg.instance, error = %format!("{e:#}"), "cannot read the waiting orders before booting");
+        }
+    }
+
     /// While idle, produces the schedules' firings that are this process's
     /// turn (src/schedule.rs), each in a task of its own (the loop goes on
     /// reading the log meanwhile), and notes when to look again.
@@ -731,7 +762,10 @@ impl Shell {
             }, if self.fencing.is_some() => {
                 self.fencing = None;
                 match r {
-                    Ok(Some(Ok(()))) => Next::Input(Input::Fenced),
+                    Ok(Some(Ok(()))) => {
+                        self.read_waiting_orders().await;
+                        Next::Input(Input::Fenced)
+                    }
                     Ok(Some(Err(stop))) => Next::Stop(self.on_stopped(stop).await),
                     // A standby that is not needed: it appended nothing and
                     // took no marker.
