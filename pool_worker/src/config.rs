@@ -118,6 +118,8 @@ struct WorkerEnv {
     pool_worker_warned_open_commands: Option<String>,
     /// Set by `supervise` ([`crate::supervise::STANDBY`]), not by operators.
     pool_worker_standby: Option<String>,
+    /// Set by `supervise` ([`crate::supervise::TXN_SLOT`]), not by operators.
+    pool_worker_txn_slot: Option<String>,
 }
 
 /// `LOG_FORMAT`.
@@ -294,8 +296,12 @@ pub struct Config {
     /// ([`crate::supervise::WARNED_OPEN_COMMANDS`]).
     pub(crate) open_commands_warned: bool,
     /// A standby started by `supervise` ([`crate::supervise::STANDBY`]):
-    /// fence and append only after `go` on standard input.
+    /// fence its predecessor and append only after `go` on standard input.
     pub(crate) standby: bool,
+    /// Which of the instance's two transactional ids this process writes
+    /// under ([`crate::supervise::TXN_SLOT`], set by `supervise`; `None`:
+    /// the one id a process outside `supervise` has, R16).
+    pub(crate) txn_slot: Option<crate::kafka::TxnSlot>,
     /// `SCHEDULE_FILE`: the periodic orders this worker produces when it is
     /// its turn (src/schedule.rs; none without the variable).
     pub schedules: Vec<crate::schedule::Schedule>,
@@ -457,6 +463,16 @@ impl Config {
             jobs: JobSettings::from_env(&mut raw)?,
             open_commands_warned: raw.pool_worker_warned_open_commands.is_some(),
             standby: raw.pool_worker_standby.as_deref() == Some("1"),
+            txn_slot: match raw.pool_worker_txn_slot.as_deref() {
+                None => None,
+                Some("0") => Some(crate::kafka::TxnSlot::Zero),
+                Some("1") => Some(crate::kafka::TxnSlot::One),
+                Some(other) => {
+                    return Err(ConfigError(format!(
+                        "POOL_WORKER_TXN_SLOT (set by `pool_worker supervise`) must be 0 or 1, not '{other}'"
+                    )))
+                }
+            },
             schedules: match raw.schedule_file.as_deref() {
                 Some(path) => crate::schedule_file::load(path)?,
                 None => Vec::new(),
@@ -480,6 +496,7 @@ impl Config {
             claims_key: self.claims_key.clone(),
             checkpoint_max_age_ms: self.checkpoint_max_age_ms,
             standby: self.standby,
+            txn_slot: self.txn_slot,
         }
     }
 }
@@ -576,6 +593,25 @@ mod tests {
         assert!(vars(&v).unwrap().open_commands_warned);
     }
 
+    /// `supervise`'s transactional id slot (R16): 0, 1 or none; anything
+    /// else is refused, not taken for the one id.
+    #[test]
+    fn the_supervisors_transactional_id_slot_reaches_the_worker() {
+        assert_eq!(vars(OK).unwrap().txn_slot, None);
+        for (v, slot) in [
+            ("0", crate::kafka::TxnSlot::Zero),
+            ("1", crate::kafka::TxnSlot::One),
+        ] {
+            let mut vs = OK.to_vec();
+            vs.push((crate::supervise::TXN_SLOT, v));
+            assert_eq!(vars(&vs).unwrap().txn_slot, Some(slot));
+        }
+        let mut vs = OK.to_vec();
+        vs.push((crate::supervise::TXN_SLOT, "2"));
+        let e = vars(&vs).unwrap_err().to_string();
+        assert!(e.contains("POOL_WORKER_TXN_SLOT"), "{e}");
+    }
+
     #[test]
     fn defaults_and_required() {
         let c = vars(OK).unwrap();
@@ -621,6 +657,15 @@ mod tests {
             "pool_worker.c.o.3",
             "named after the main topic: priority topics in front change nothing"
         );
+        // Under `supervise` with standbys, two ids per instance (R16).
+        let mut setup = c.kafka_setup();
+        setup.txn_slot = Some(crate::kafka::TxnSlot::One);
+        assert_eq!(
+            crate::kafka::transactional_id(&setup),
+            "pool_worker.c.o.3.1"
+        );
+        setup.txn_slot = Some(crate::kafka::TxnSlot::Zero);
+        assert_eq!(crate::kafka::transactional_id(&setup), "pool_worker.c.o.3");
         for (list, says) in [
             (
                 "urgent,c",

@@ -27,5 +27,6 @@ pub mod topics;
 
 // What the worker loop (pool_worker/src/run.rs) takes.
 pub(crate) use clients::{
-    transactional_id, ClaimEvent, Kafka, OpenError, OrderMessage, Setup, Stopped, Unreadable,
+    transactional_id, ClaimEvent, Kafka, OpenError, OrderMessage, Setup, Stopped, TxnSlot,
+    Unreadable,
 };

@@ -79,11 +79,12 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<Exit> {
     // predecessor has exited, so here it waits for `go` first and then
     // starts as any process does. `supervise` starts no standby then.
     if cfg.standby && cfg.fence == Fence::Settle {
+        let mut lines = SupervisorLines::stdin();
         let went = tokio::select! {
-            went = go() => went,
+            went = lines.go(|| {}) => went,
             code = signals.recv() => return Ok(stopped_early(&cfg, code)),
         };
-        if !went {
+        if went.is_none() {
             tracing::info!(
                 instance = cfg.instance,
                 "standby dismissed (its supervisor is gone or stops): exiting"
@@ -156,18 +157,61 @@ async fn connect(cfg: &Config) -> anyhow::Result<Option<&'static Kafka>> {
     }
 }
 
-/// A standby's wait for its turn (pool_worker/src/supervise.rs, STANDBY): true once
-/// the line `go` arrives on standard input, false at its end (the
-/// supervisor is gone or dismissed the standby). Other lines are ignored.
-async fn go() -> bool {
-    use tokio::io::AsyncBufReadExt as _;
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    loop {
-        match lines.next_line().await {
-            Ok(Some(line)) if line.trim() == "go" => return true,
-            Ok(Some(_)) => continue,
-            Ok(None) | Err(_) => return false,
+/// What a standby's supervisor writes on its standard input
+/// (pool_worker/src/supervise.rs, STANDBY and TXN_SLOT).
+struct SupervisorLines(tokio::io::Lines<tokio::io::BufReader<tokio::io::Stdin>>);
+
+impl SupervisorLines {
+    fn stdin() -> SupervisorLines {
+        use tokio::io::AsyncBufReadExt as _;
+        SupervisorLines(tokio::io::BufReader::new(tokio::io::stdin()).lines())
+    }
+
+    /// The standby's wait for its turn: how the line `go` that lets it go
+    /// said its predecessor ended, or `None` at the end of standard input
+    /// (the supervisor is gone or dismissed the standby). At the line
+    /// `booted` (the instance's current process has booted), `booted` is
+    /// called. Other lines are ignored.
+    async fn go(&mut self, mut booted: impl FnMut()) -> Option<Went> {
+        loop {
+            match self.0.next_line().await {
+                Ok(Some(line)) => match supervisor_line(&line) {
+                    Some(SupervisorLine::Go(w)) => return Some(w),
+                    Some(SupervisorLine::Booted) => booted(),
+                    None => {}
+                },
+                Ok(None) | Err(_) => return None,
+            }
         }
+    }
+}
+
+/// A line of a standby's supervisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SupervisorLine {
+    /// `booted`: the instance's current process has booted (its fences
+    /// are done): the standby may initialise its own transactional id.
+    Booted,
+    /// `go` or `go done`: its turn.
+    Go(Went),
+}
+
+/// How a standby's predecessor ended, as the supervisor's `go` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Went {
+    /// `go done`: it said `done`: every append acknowledged, none to come.
+    Done,
+    /// `go`: it exited (or was killed) without saying so.
+    Exited,
+}
+
+/// The supervisor's line's meaning; `None` for any other line.
+fn supervisor_line(line: &str) -> Option<SupervisorLine> {
+    match line.trim() {
+        "booted" => Some(SupervisorLine::Booted),
+        "go" => Some(SupervisorLine::Go(Went::Exited)),
+        "go done" => Some(SupervisorLine::Go(Went::Done)),
+        _ => None,
     }
 }
 
@@ -317,25 +361,60 @@ impl Shell {
         }
         // R16: fence the instance's previous processes while the log is
         // read; a standby only once the supervisor says its predecessor
-        // has exited (`go`): until then that process is the instance's.
+        // has exited or is done (`go`): until then that process is the
+        // instance's. With two transactional ids (`supervise`'s
+        // TXN_SLOT), a standby initialises its own id at once (that fences
+        // only the process before the current one, which has ended), and
+        // after `go` fences the current one's id only if it did not say
+        // `done`; a plain start fences both ids.
+        let slotted = cfg.txn_slot.is_some();
         let fencing = (cfg.fence == Fence::Transactions).then(|| {
             let (tx, rx) = tokio::sync::oneshot::channel();
             tokio::spawn(async move {
-                if standby {
+                let mut t = std::time::Instant::now();
+                let r = if standby {
                     tracing::info!(
                         instance = me,
                         "standing by: connected and reading the claims topic; taking over when instance {me}'s current process exits"
                     );
-                    if !go().await {
+                    // Its own id, once the current process has booted (that
+                    // one's fences done: a plain start fences both ids).
+                    let mut own = None;
+                    let went = SupervisorLines::stdin()
+                        .go(|| {
+                            if slotted && own.is_none() {
+                                own = Some(tokio::spawn(kafka.fence()));
+                            }
+                        })
+                        .await;
+                    let Some(went) = went else {
                         let _ = tx.send(None);
                         return;
-                    }
-                    crate::account::mark("go");
+                    };
+                    crate::account::mark_with("go", || format!("{went:?}"));
+                    t = std::time::Instant::now();
                     // Reading again, beside the fence.
                     tokio::spawn(kafka.standby_go());
-                }
-                let t = std::time::Instant::now();
-                let r = kafka.fence().await;
+                    let other = async {
+                        match went {
+                            Went::Exited if slotted => kafka.fence_other().await,
+                            _ => Ok(()),
+                        }
+                    };
+                    let own = async {
+                        match own {
+                            Some(own) => own.await.unwrap_or(Err(Stopped::Failed)),
+                            None => kafka.fence().await,
+                        }
+                    };
+                    let (own, other) = tokio::join!(own, other);
+                    own.and(other)
+                } else if slotted {
+                    let (own, other) = tokio::join!(kafka.fence(), kafka.fence_other());
+                    own.and(other)
+                } else {
+                    kafka.fence().await
+                };
                 crate::account::mark("fenced");
                 tracing::info!(
                     instance = me,
@@ -1046,6 +1125,24 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The supervisor's lines to a standby (pool_worker/src/supervise.rs,
+    /// TXN_SLOT): the two `go` lines and `booted`; any other line is none.
+    #[test]
+    fn a_standbys_supervisor_lines() {
+        assert_eq!(
+            supervisor_line("go"),
+            Some(SupervisorLine::Go(Went::Exited))
+        );
+        assert_eq!(
+            supervisor_line("go done\n"),
+            Some(SupervisorLine::Go(Went::Done))
+        );
+        assert_eq!(supervisor_line("booted"), Some(SupervisorLine::Booted));
+        for other in ["", "done", "go now", "GO"] {
+            assert_eq!(supervisor_line(other), None, "{other:?}");
+        }
+    }
     use std::time::Instant;
 
     /// The orders' ends are told again only while idle, and never once

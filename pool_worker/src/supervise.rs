@@ -91,6 +91,7 @@
 mod fork_server;
 mod ready;
 use crate::backoff::Backoff;
+use crate::kafka::TxnSlot;
 use crate::process_exit::Exit;
 use anyhow::{anyhow, bail, Context as _};
 pub(crate) use fork_server::{serve as fork_server, Served, VAR as FORK_SERVER};
@@ -198,6 +199,18 @@ impl SupervisorConfig {
 /// current one says it booted ([`ready`]), so as not to compete with its
 /// fence and `booted` for the cores (issue 35).
 pub(crate) const STANDBY: &str = "POOL_WORKER_STANDBY";
+
+/// Set (to `0` or `1`) by the supervisor, when it keeps standbys, in the
+/// environment of each worker: which of its instance's two transactional
+/// ids the process writes under ([`crate::kafka::TxnSlot`],
+/// docs/protocol.md R16). A standby gets the id its instance's current
+/// process does not use and initialises its producer while it stands by,
+/// once told (the line `booted` on its standard input) that the current
+/// process has booted, its own fences done; its `go` says whether the current process ended with `done` (the line
+/// `go done`: every append acknowledged, none to come, so no fence of its
+/// id is needed) or otherwise (`go`: the standby fences that id before it
+/// appends). A plain start fences both ids.
+pub(crate) const TXN_SLOT: &str = "POOL_WORKER_TXN_SLOT";
 
 /// Whether workers started with `cfg` can stand by: this executable's
 /// worker mode (not another `--program`), fencing with transactions (the
@@ -593,6 +606,18 @@ impl Drop for Supervisor {
 struct Proc {
     child: Kid,
     ready: Option<ready::Ready>,
+    /// A standby's standard input, once written to.
+    stdin: Option<Input>,
+}
+
+impl Proc {
+    /// A standby's standard input, where the supervisor's lines go.
+    fn input(&mut self) -> Option<&mut Input> {
+        if self.stdin.is_none() {
+            self.stdin = self.child.take_stdin();
+        }
+        self.stdin.as_mut()
+    }
 }
 
 /// A child started with `exec`, or by the fork server.
@@ -692,18 +717,22 @@ impl Shared {
     /// Spawns a child of `instance` (a standby, or a plain start) on the
     /// spawner thread; where standbys are kept, with the pipe on which it
     /// says it booted ([`ready`]).
-    async fn spawn(&self, instance: u32, standby: bool) -> io::Result<Proc> {
+    /// `slot`: the process's transactional id ([`TXN_SLOT`]), given only
+    /// where standbys are kept.
+    async fn spawn(&self, instance: u32, standby: bool, slot: TxnSlot) -> io::Result<Proc> {
+        let slot = self.cfg.standby.then_some(slot);
         let pipe = if self.cfg.standby {
             Some(ready::Pipe::new()?)
         } else {
             None
         };
         if self.forking {
-            match self.fork(instance, standby, pipe.as_ref()).await {
+            match self.fork(instance, standby, slot, pipe.as_ref()).await {
                 Ok(child) => {
                     return Ok(Proc {
                         child: Kid::Forked(child),
                         ready: pipe.and_then(ready::Pipe::spawned),
+                        stdin: None,
                     })
                 }
                 // Started with exec instead (said once per reason: the
@@ -713,7 +742,7 @@ impl Shared {
                 }
             }
         }
-        let mut cmd = self.command(instance, standby, pipe.is_some());
+        let mut cmd = self.command(instance, standby, slot, pipe.is_some());
         if let Some(pipe) = &pipe {
             pipe.give(&mut cmd);
         }
@@ -721,6 +750,7 @@ impl Shared {
         Ok(Proc {
             child: Kid::Own(child),
             ready: pipe.and_then(ready::Pipe::spawned),
+            stdin: None,
         })
     }
 
@@ -731,6 +761,7 @@ impl Shared {
         &self,
         instance: u32,
         standby: bool,
+        slot: Option<TxnSlot>,
         pipe: Option<&ready::Pipe>,
     ) -> io::Result<fork_server::Forked> {
         use std::os::fd::AsFd as _;
@@ -740,7 +771,7 @@ impl Shared {
             ChildOutput::Null => fork_server::Output::Null,
         };
         let stdio = fork_server::Stdio::new(standby, output, pipe.map(|p| p.write_end().as_fd()))?;
-        let env = self.child_env(instance, standby, pipe.is_some());
+        let env = self.child_env(instance, standby, slot, pipe.is_some());
         let server = self.spawner.fork_server(self.cfg.program.clone()).await?;
         fork_server::spawn(server, &env, stdio).await
     }
@@ -751,6 +782,7 @@ impl Shared {
         &self,
         instance: u32,
         standby: bool,
+        slot: Option<TxnSlot>,
         ready: bool,
     ) -> Vec<(OsString, Option<OsString>)> {
         let mut env: Vec<(OsString, Option<OsString>)> = self
@@ -761,13 +793,14 @@ impl Shared {
             .collect();
         env.push(("INSTANCE_NUMBER".into(), Some(instance.to_string().into())));
         env.push((STANDBY.into(), standby.then(|| OsString::from("1"))));
+        env.push((TXN_SLOT.into(), slot.map(|s| OsString::from(s.as_str()))));
         if ready {
             env.push((ready::VAR.into(), Some(ready::FD.to_string().into())));
         }
         env
     }
 
-    fn command(&self, instance: u32, standby: bool, ready: bool) -> Command {
+    fn command(&self, instance: u32, standby: bool, slot: Option<TxnSlot>, ready: bool) -> Command {
         let mut cmd = Command::new(&self.cfg.program);
         cmd.args(&self.cfg.args)
             .stdin(if standby {
@@ -776,7 +809,7 @@ impl Shared {
                 Stdio::null()
             })
             .kill_on_drop(true);
-        for (k, v) in self.child_env(instance, standby, ready) {
+        for (k, v) in self.child_env(instance, standby, slot, ready) {
             match v {
                 Some(v) => cmd.env(k, v),
                 None => cmd.env_remove(k),
@@ -812,6 +845,9 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
     // so killed, with this task), and let go already if the current one
     // said `done` before its exit.
     let mut standby: Option<Next> = None;
+    // The transactional id of the instance's current process ([`TXN_SLOT`]);
+    // its standby gets the other.
+    let mut slot = TxnSlot::Zero;
     loop {
         if *stop.borrow() {
             stop_gone(&mut standby, &sh).await;
@@ -828,15 +864,18 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
         }
         run += 1;
         let promoted = match standby.take() {
-            Some(Next::Standby(p)) => promote(p).await,
+            Some(Next::Standby(p)) => promote(p, false).await,
             Some(Next::Gone(p)) => Some(p),
             None => None,
         };
         let child = match promoted {
-            Some(p) => Ok((p, true)),
+            Some(p) => {
+                slot = slot.other();
+                Ok((p, true))
+            }
             None => {
                 crate::account::mark("spawn");
-                let c = sh.spawn(instance, false).await;
+                let c = sh.spawn(instance, false, slot).await;
                 crate::account::mark_with("spawned", || spawned_pid(&c));
                 c.map(|c| (c, false))
             }
@@ -849,12 +888,13 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                 });
                 restarts.next(false, Duration::ZERO)
             }
-            Ok((Proc { child, ready }, relayed)) => {
+            Ok((Proc { child, ready, .. }, relayed)) => {
                 let running =
                     run_child(instance, run, &sh, &mut stop, child, relayed, &mut restarts);
                 let ran = match ready {
                     Some(ready) => {
-                        let (ran, next) = standby_once_booted(instance, &sh, ready, running).await;
+                        let (ran, next) =
+                            standby_once_booted(instance, &sh, slot.other(), ready, running).await;
                         standby = next;
                         ran
                     }
@@ -895,6 +935,7 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
 async fn standby_once_booted(
     instance: u32,
     sh: &Shared,
+    slot: TxnSlot,
     mut ready: ready::Ready,
     running: impl std::future::Future<Output = Result<Duration, Fate>>,
 ) -> (Result<Duration, Fate>, Option<Next>) {
@@ -906,7 +947,7 @@ async fn standby_once_booted(
         ran = &mut running => {
             // Its word may have come just before its exit, unseen yet.
             let next = if ready.booted_already() {
-                start_standby(instance, sh).await.map(Next::Standby)
+                start_standby(instance, sh, slot).await.map(Next::Standby)
             } else {
                 None
             };
@@ -914,16 +955,30 @@ async fn standby_once_booted(
         }
     };
     let standby = match said {
-        ready::Said::Booted | ready::Said::Nothing => start_standby(instance, sh).await,
+        ready::Said::Booted | ready::Said::Nothing => start_standby(instance, sh, slot).await,
         ready::Said::Done | ready::Said::Closed => None,
     };
-    let Some(standby) = standby else {
+    let Some(mut standby) = standby else {
         return (running.await, None);
     };
-    let said = tokio::select! {
-        biased;
-        said = ready.done() => said,
-        ran = &mut running => return (ran, Some(Next::Standby(standby))),
+    // The standby may initialise its own transactional id only once the
+    // current process has booted ([`TXN_SLOT`]): a plain start fences both
+    // ids before it boots, and would fence the standby's too. Told now, or
+    // when the word comes (a standby started after [`ready::PATIENCE`]).
+    let mut told = said == ready::Said::Booted && tell_booted(&mut standby).await;
+    let said = loop {
+        tokio::select! {
+            biased;
+            said = ready.next() => match said {
+                ready::Said::Booted => {
+                    if !told {
+                        told = tell_booted(&mut standby).await;
+                    }
+                }
+                said => break said,
+            },
+            ran = &mut running => return (ran, Some(Next::Standby(standby))),
+        }
     };
     // Let go only within the `max_runs` budget (else it is dismissed as
     // before, once the current process has exited).
@@ -931,7 +986,7 @@ async fn standby_once_booted(
         return (running.await, Some(Next::Standby(standby)));
     }
     crate::account::mark("done");
-    let next = promote(standby).await.map(Next::Gone);
+    let next = promote(standby, true).await.map(Next::Gone);
     (running.await, next)
 }
 
@@ -955,9 +1010,9 @@ enum Next {
 /// Starts a standby for `instance`'s next start ([`STANDBY`]), its output
 /// relayed like any child's; `None` (the next start is a plain one) if it
 /// cannot be started.
-async fn start_standby(instance: u32, sh: &Shared) -> Option<Proc> {
+async fn start_standby(instance: u32, sh: &Shared, slot: TxnSlot) -> Option<Proc> {
     crate::account::mark("spawn_standby");
-    let spawned = sh.spawn(instance, true).await;
+    let spawned = sh.spawn(instance, true, slot).await;
     crate::account::mark_with("spawned_standby", || spawned_pid(&spawned));
     let mut p = spawned.ok()?;
     sh.emit(SupEvent::Standby {
@@ -979,15 +1034,29 @@ fn spawned_pid(c: &io::Result<Proc>) -> String {
         .to_string()
 }
 
-/// Tells a standby to take over (`go`); `None` if it has exited meanwhile
-/// or cannot be told (it is then killed, having appended nothing).
-async fn promote(mut p: Proc) -> Option<Proc> {
+/// Tells a standby that its instance's current process has booted (the line
+/// `booted`: it may initialise its own transactional id, [`TXN_SLOT`]);
+/// whether it was told.
+async fn tell_booted(p: &mut Proc) -> bool {
+    use tokio::io::AsyncWriteExt as _;
+    let Some(input) = p.input() else {
+        return false;
+    };
+    input.write_all(b"booted\n").await.is_ok() && input.flush().await.is_ok()
+}
+
+/// Tells a standby to take over: `go done` when the current process said
+/// `done` (`done`: it appends nothing more), else `go` ([`TXN_SLOT`]);
+/// `None` if it has exited meanwhile or cannot be told (it is then killed,
+/// having appended nothing).
+async fn promote(mut p: Proc, done: bool) -> Option<Proc> {
     use tokio::io::AsyncWriteExt as _;
     if !matches!(p.child.try_wait(), Ok(None)) {
         return None;
     }
-    let mut input = p.child.take_stdin()?;
-    input.write_all(b"go\n").await.ok()?;
+    let input = p.input()?;
+    let line: &[u8] = if done { b"go done\n" } else { b"go\n" };
+    input.write_all(line).await.ok()?;
     input.flush().await.ok()?;
     crate::account::mark_with("go_sent", || p.child.id().unwrap_or(0).to_string());
     // Dropping the pipe after `go` is harmless: the worker reads no more.
@@ -1345,7 +1414,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("runs");
         let script = format!(
-            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then read line || exit 0; [ "$line" = go ] || exit 9; echo "standby $$" >> {log}; else echo "plain $$" >> {log}; fi; echo booted >&$POOL_WORKER_READY_FD; exit 0"#,
+            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then until read line || exit 0; [ "$line" != booted ]; do :; done; [ "$line" = go ] || exit 9; echo "standby $$" >> {log}; else echo "plain $$" >> {log}; fi; echo booted >&$POOL_WORKER_READY_FD; exit 0"#,
             log = log.display()
         );
         let mut cfg = sh(vec![1], &script);
@@ -1400,7 +1469,7 @@ mod tests {
         let (runs, events) = two_runs_with_a_standby(|dir| {
             let log = dir.join("runs");
             format!(
-                r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then echo "standby started" >> {log}; read line || exit 0; exit 0; fi; sleep 0.3; echo "plain booted" >> {log}; echo booted >&$POOL_WORKER_READY_FD; sleep 0.3; exit 0"#,
+                r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then echo "standby started" >> {log}; until read line || exit 0; [ "$line" != booted ]; do :; done; exit 0; fi; sleep 0.3; echo "plain booted" >> {log}; echo booted >&$POOL_WORKER_READY_FD; sleep 0.3; exit 0"#,
                 log = log.display()
             )
         })
@@ -1431,7 +1500,7 @@ mod tests {
     async fn done_lets_the_standby_go_before_the_exit() {
         let (runs, events) = two_runs_with_a_standby(|dir| {
             format!(
-                r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then read line || exit 0; [ "$line" = go ] || exit 9; touch {ran}; echo "standby ran" >> {log}; echo booted >&$POOL_WORKER_READY_FD; exit 0; fi; echo booted >&$POOL_WORKER_READY_FD; echo done >&$POOL_WORKER_READY_FD; for i in $(seq 200); do [ -e {ran} ] && break; sleep 0.05; done; if [ -e {ran} ]; then echo "plain saw it" >> {log}; else echo "plain waited in vain" >> {log}; fi; exit 0"#,
+                r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then until read line || exit 0; [ "$line" != booted ]; do :; done; [ "$line" = "go done" ] || exit 9; touch {ran}; echo "standby ran" >> {log}; echo booted >&$POOL_WORKER_READY_FD; exit 0; fi; echo booted >&$POOL_WORKER_READY_FD; echo done >&$POOL_WORKER_READY_FD; for i in $(seq 200); do [ -e {ran} ] && break; sleep 0.05; done; if [ -e {ran} ]; then echo "plain saw it" >> {log}; else echo "plain waited in vain" >> {log}; fi; exit 0"#,
                 log = dir.join("runs").display(),
                 ran = dir.join("standby-ran").display(),
             )
@@ -1453,6 +1522,47 @@ mod tests {
             ["started", "exited", "started", "exited"],
             "{events:?}"
         );
+    }
+
+    /// With standbys, each process is given one of its instance's two
+    /// transactional ids (TXN_SLOT): a standby the one its instance's
+    /// current process does not have; it is told once that process has
+    /// booted (`booted`), and its `go` says whether that process said
+    /// `done` (`go done`) or just exited (`go`). Each run notes its id, the
+    /// line that let it go and how many `booted` came before; odd runs say
+    /// `done`.
+    #[tokio::test]
+    async fn standbys_alternate_the_transactional_ids_and_learn_how_the_last_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runs");
+        let script = format!(
+            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then b=0; until read line || exit 0; [ "$line" != booted ]; do b=$((b+1)); done; else line=-; b=0; fi; echo "${{POOL_WORKER_TXN_SLOT:-none}} $line $b" >> {log}; n=$(wc -l < {log}); echo booted >&$POOL_WORKER_READY_FD; if [ $((n % 2)) = 1 ]; then echo done >&$POOL_WORKER_READY_FD; fi; exit 0"#,
+            log = log.display()
+        );
+        let mut cfg = sh(vec![1], &script);
+        cfg.standby = true;
+        cfg.max_runs = Some(4);
+        let (ending, events) = collect(cfg).await;
+        assert_eq!(ending, Ending::MaxRuns);
+        let runs = std::fs::read_to_string(&log).unwrap();
+        let runs: Vec<&str> = runs.lines().collect();
+        assert_eq!(
+            runs,
+            ["0 - 0", "1 go done 1", "0 go 1", "1 go done 1"],
+            "{events:?}"
+        );
+        // Without standbys there is one id, and no slot is given.
+        let mut cfg = sh(
+            vec![1],
+            &format!(
+                r#"echo "${{POOL_WORKER_TXN_SLOT:-none}}" >> {}"#,
+                log.display()
+            ),
+        );
+        cfg.max_runs = Some(2);
+        std::fs::remove_file(&log).unwrap();
+        collect(cfg).await;
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "none\nnone\n");
     }
 
     /// A process that ends without saying it booted gets no standby: the
@@ -1481,7 +1591,7 @@ mod tests {
     async fn a_silent_process_gets_its_standby_after_the_patience() {
         let mut cfg = sh(
             vec![1],
-            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then read line || exit 0; exit 0; fi; sleep 3; exit 0"#,
+            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then until read line || exit 0; [ "$line" != booted ]; do :; done; exit 0; fi; sleep 3; exit 0"#,
         );
         cfg.standby = true;
         cfg.max_runs = Some(1);

@@ -152,6 +152,9 @@ pub(crate) struct Kafka {
     producer_config: ClientConfig,
     /// How many more times the producer may be replaced in this process.
     renewals: std::sync::atomic::AtomicU32,
+    /// The instance's other transactional id, under `supervise` with
+    /// standbys ([`TxnSlot`]): [`Kafka::fence_other`] fences it.
+    other_txn_id: Option<String>,
     /// Whether the producer writes in transactions under the instance's
     /// `transactional.id` (`CLAIMS_FENCE=transactions`, docs/protocol.md
     /// R16): every record it produces is a transaction of its own.
@@ -361,6 +364,40 @@ pub(crate) struct Setup {
     pub(crate) checkpoint_max_age_ms: u64,
     /// A standby started by `supervise`: no admin client until it is live.
     pub(crate) standby: bool,
+    /// Which of the instance's two transactional ids (`supervise`'s
+    /// processes alternate; [`transactional_id`]); `None` outside it.
+    pub(crate) txn_slot: Option<TxnSlot>,
+}
+
+/// One of an instance's two transactional ids (docs/protocol.md R16).
+/// `supervise` gives a standby the id its instance's current process does
+/// not use, so that the standby can initialise its producer (bumping that
+/// id's epoch, fencing the process before the current one, which has said
+/// `done` or exited) while it stands by, not after `go`: a `go` that says
+/// the predecessor is done (every append acknowledged, none to come) then
+/// needs no fence, and one that does not is followed by a fence of the
+/// predecessor's id ([`Kafka::fence_other`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TxnSlot {
+    /// The id a process outside `supervise` uses too.
+    Zero,
+    One,
+}
+
+impl TxnSlot {
+    pub(crate) fn other(self) -> TxnSlot {
+        match self {
+            TxnSlot::Zero => TxnSlot::One,
+            TxnSlot::One => TxnSlot::Zero,
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            TxnSlot::Zero => "0",
+            TxnSlot::One => "1",
+        }
+    }
 }
 
 /// Why [`Kafka::open`] failed. The worker exits [`crate::process_exit::Exit::Config`]
@@ -711,13 +748,26 @@ fn with_main_topic(value: String, main: &str) -> String {
 /// (`pool_worker.<claims topic>.`; docs/deploy.md). The orders topic in it
 /// is the main one (`ORDERS_TOPIC`'s last, R57): priority topics put in
 /// front of it leave the id as it was.
+///
+/// Under `supervise` an instance has two ids ([`TxnSlot`]): slot 0's is the
+/// one above, slot 1's ends in `.1` (`pool_worker.<claims>.<orders>.<n>.1`;
+/// the dot keeps it apart from another instance's number).
 pub(crate) fn transactional_id(cfg: &Setup) -> String {
-    format!(
+    transactional_id_of(cfg, cfg.txn_slot.unwrap_or(TxnSlot::Zero))
+}
+
+/// [`transactional_id`] of the given slot.
+pub(crate) fn transactional_id_of(cfg: &Setup, slot: TxnSlot) -> String {
+    let base = format!(
         "pool_worker.{}.{}.{}",
         cfg.claims_topic,
         cfg.orders.main_name(),
         cfg.instance
-    )
+    );
+    match slot {
+        TxnSlot::Zero => base,
+        TxnSlot::One => base + ".1",
+    }
 }
 
 /// `transaction.timeout.ms` of the claims producer: how long a transaction
@@ -925,6 +975,10 @@ impl Kafka {
             _topics: topics,
             producer: std::sync::RwLock::new(producer),
             producer_config: pc,
+            other_txn_id: cfg
+                .txn_slot
+                .filter(|_| transactional)
+                .map(|slot| transactional_id_of(cfg, slot.other())),
             renewals: std::sync::atomic::AtomicU32::new(Self::RENEWALS),
             transactional,
             consumer,
@@ -1071,10 +1125,45 @@ impl Kafka {
         if !self.transactional {
             return Ok(());
         }
+        self.init_producer(|| self.producer()).await
+    }
+
+    /// R16 under `supervise` with standbys ([`TxnSlot`]): fences the
+    /// instance's other transactional id, the one this process does not
+    /// write under, with a producer made for it: a plain start's, whose
+    /// instance's processes may have written under either, and a standby's
+    /// whose predecessor did not say `done` (it may have died inside a
+    /// transaction). That producer writes nothing and stays, idle, until
+    /// the process exits (destroying it would take hundreds of
+    /// milliseconds). Without the other id, nothing to do.
+    pub(crate) async fn fence_other(&self) -> Result<(), Stopped> {
+        let Some(id) = &self.other_txn_id else {
+            return Ok(());
+        };
+        let mut pc = self.producer_config.clone();
+        pc.set("transactional.id", id);
+        let p: Arc<BaseProducer<Quiet>> = match pc.create_with_context(Quiet) {
+            Ok(p) => Arc::new(p),
+            Err(e) => {
+                tracing::error!(instance = self.instance, error = %e, "cannot create a producer to fence the instance's other transactional id");
+                return Err(Stopped::Failed);
+            }
+        };
+        let r = self.init_producer(|| p.clone()).await;
+        std::mem::forget(p);
+        r
+    }
+
+    /// `init_transactions` on the producer `producer` gives, retried until
+    /// it succeeds or the producer stops for good.
+    async fn init_producer(
+        &self,
+        producer: impl Fn() -> Arc<BaseProducer<Quiet>>,
+    ) -> Result<(), Stopped> {
         let mut backoff = backoff::REQUEST;
         let mut quick = true;
         loop {
-            let p = self.producer();
+            let p = producer();
             let r = if std::mem::take(&mut quick) {
                 blocking(move || Kafka::init_quickly(&p)).await
             } else {

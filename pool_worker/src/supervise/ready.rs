@@ -198,13 +198,13 @@ impl Ready {
         }
     }
 
-    /// Waits for the child's `done` (after its `booted`): [`Said::Done`],
-    /// or [`Said::Closed`] when it closes the pipe without it (it exits,
-    /// or fails, without a clean end). Other lines are skipped.
-    pub(crate) async fn done(&mut self) -> Said {
+    /// The child's next word: [`Said::Booted`] or [`Said::Done`], or
+    /// [`Said::Closed`] at the end of the pipe. Other lines are skipped.
+    pub(crate) async fn next(&mut self) -> Said {
         loop {
             match self.line().await {
                 None => return Said::Closed,
+                Some(l) if l == BOOTED => return Said::Booted,
                 Some(l) if l == DONE => return Said::Done,
                 Some(_) => {}
             }

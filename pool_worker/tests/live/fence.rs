@@ -709,6 +709,8 @@ impl Stable {
 struct Busy {
     env: Vec<(String, String)>,
     ends: Stable,
+    bootstrap: String,
+    claims: String,
     _dir: tempfile::TempDir,
 }
 
@@ -732,9 +734,107 @@ impl Busy {
         Busy {
             env,
             ends: Stable::new(&kafka.bootstrap, &claims),
+            bootstrap: kafka.bootstrap.clone(),
+            claims,
             _dir: dir,
         }
     }
+}
+
+/// Apache Kafka, `supervise` with standbys, which write under their
+/// instance's two transactional ids in turn (docs/protocol.md R16): each
+/// process in turn is SIGKILLed with a transaction of a claims record
+/// open, and its successor is its standby, on the other id, told `go`
+/// without `done`. The standby fences the dead process's id before it
+/// appends, so the open transaction is aborted then; without that fence it
+/// would hold back every reader (the claims topic's last stable offset)
+/// until `transaction.timeout.ms` (10 s) runs out, or, as here, until the
+/// next standby (started once the successor has booted) initialises its
+/// id, which is that one: after the successor's `booted`, not before it as
+/// R16 wants. So after each kill the successor, the standby, appends its
+/// `booted` past the abort's marker (a position the claims topic's end had
+/// not reached at the kill, with no record at it), and the last stable
+/// offset reaches the end again soon.
+#[test]
+fn a_standby_on_the_other_id_fences_a_process_killed_inside_a_transaction() {
+    use crate::common::*;
+    let busy = Busy::start(2000);
+    let ends = &busy.ends;
+    let mut sup = SupervisorProc::start_with(SupervisorOpts {
+        instances: "1".into(),
+        env: busy.env.clone(),
+        restart_delay_ms: Some(20),
+        ..SupervisorOpts::default()
+    });
+    let standbys = |s: &SupState| -> Vec<u64> {
+        s.events
+            .iter()
+            .filter(|e| e["event"] == "standby")
+            .filter_map(|e| e["pid"].as_u64())
+            .collect()
+    };
+    for round in 0..3 {
+        let pid = sup.wait_pid(1, T).expect("instance 1 runs");
+        // Its standby is up (started once the process booted).
+        sup.expect(
+            "a standby for the running process",
+            |s| standbys(s).len() > round,
+            T,
+        );
+        let (_, start) = ends.now();
+        let inside = poll_until(T, Duration::from_millis(1), || {
+            let (stable, end) = ends.now();
+            if end <= start + 6 || stable >= end {
+                return false;
+            }
+            unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_millis(30));
+            let (stable, end) = ends.now();
+            if stable < end {
+                return true;
+            }
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+            false
+        });
+        assert!(
+            inside,
+            "round {round}: no open transaction seen\n{}",
+            sup.stderr.last(20)
+        );
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        let (_, end_at_kill) = ends.now();
+        let t = Instant::now();
+        let mut last = (0, 0);
+        let settled = poll_until(Duration::from_secs(3), Duration::from_millis(10), || {
+            last = ends.now();
+            last.0 == last.1 && last.1 > end_at_kill
+        });
+        assert!(
+            settled,
+            "round {round}: the claims topic's last stable offset and end {last:?} {:?} after the kill (end then {end_at_kill}): the dead process's transaction still open\n{}",
+            t.elapsed(),
+            sup.stderr.last(30)
+        );
+        // The successor is the standby.
+        sup.expect(
+            "the standby promoted",
+            |s| {
+                s.pid(1)
+                    .is_some_and(|p| p != pid && standbys(s).contains(&u64::from(p)))
+            },
+            T,
+        );
+        // Its `booted` follows the abort's marker.
+        let booted = decoded_claims(&busy.bootstrap, &busy.claims)
+            .into_iter()
+            .find(|(pos, r)| *pos >= end_at_kill && r.event() == pool_worker::record::Event::Booted)
+            .map(|(pos, _)| pos);
+        assert!(
+            booted.is_some_and(|b| b > end_at_kill),
+            "round {round}: the successor's `booted` at {booted:?}, the end at the kill {end_at_kill}: appended before the dead process's transaction was aborted"
+        );
+    }
+    sup.stop();
 }
 
 /// Apache Kafka, the workers' defaults: a worker stopped by SIGTERM while
