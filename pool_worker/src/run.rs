@@ -363,10 +363,10 @@ impl Shell {
         // read; a standby only once the supervisor says its predecessor
         // has exited or is done (`go`): until then that process is the
         // instance's. With two transactional ids (`supervise`'s
-        // TXN_SLOT), a standby initialises its own id at once (that fences
-        // only the process before the current one, which has ended), and
-        // after `go` fences the current one's id only if it did not say
-        // `done`; a plain start fences both ids.
+        // TXN_SLOT), a standby initialises its own id once told the current
+        // process has booted (that fences only the process before it, which
+        // has ended), and after `go` fences the current one's id only if it
+        // did not say `done`; a plain start fences both ids.
         let slotted = cfg.txn_slot.is_some();
         let fencing = (cfg.fence == Fence::Transactions).then(|| {
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -1125,6 +1125,7 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     /// The supervisor's lines to a standby (pool_worker/src/supervise.rs,
     /// TXN_SLOT): the two `go` lines and `booted`; any other line is none.
@@ -1143,7 +1144,6 @@ mod tests {
             assert_eq!(supervisor_line(other), None, "{other:?}");
         }
     }
-    use std::time::Instant;
 
     /// The orders' ends are told again only while idle, and never once
     /// IDLE_RECHECK has passed since they were asked: a process that is not

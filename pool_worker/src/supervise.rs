@@ -1411,19 +1411,13 @@ mod tests {
     /// then says it booted (as a worker does once it can claim).
     #[tokio::test]
     async fn standbys_take_over_only_when_told() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("runs");
-        let script = format!(
-            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then until read line || exit 0; [ "$line" != booted ]; do :; done; [ "$line" = go ] || exit 9; echo "standby $$" >> {log}; else echo "plain $$" >> {log}; fi; echo booted >&$POOL_WORKER_READY_FD; exit 0"#,
-            log = log.display()
-        );
-        let mut cfg = sh(vec![1], &script);
-        cfg.standby = true;
-        cfg.max_runs = Some(4);
-        let (ending, events) = collect(cfg).await;
-        assert_eq!(ending, Ending::MaxRuns);
-        let runs = std::fs::read_to_string(&log).unwrap();
-        let runs: Vec<&str> = runs.lines().collect();
+        let (runs, events) = runs_with_standbys(4, |dir| {
+            format!(
+                r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then until read line || exit 0; [ "$line" != booted ]; do :; done; [ "$line" = go ] || exit 9; echo "standby $$" >> {log}; else echo "plain $$" >> {log}; fi; echo booted >&$POOL_WORKER_READY_FD; exit 0"#,
+                log = dir.join("runs").display()
+            )
+        })
+        .await;
         assert_eq!(runs.len(), 4, "{runs:?} {events:?}");
         assert!(
             runs[0].starts_with("plain "),
@@ -1477,16 +1471,24 @@ mod tests {
         assert_eq!(runs, ["plain booted", "standby started"], "{events:?}");
     }
 
-    /// Two runs of one instance with standbys, `script(dir)` each, in a
+    /// Two runs of one instance with standbys ([`runs_with_standbys`]).
+    async fn two_runs_with_a_standby(
+        script: impl FnOnce(&std::path::Path) -> String,
+    ) -> (Vec<String>, Vec<SupEvent>) {
+        runs_with_standbys(2, script).await
+    }
+
+    /// `runs` runs of one instance with standbys, `script(dir)` each, in a
     /// temporary `dir`: the lines the script wrote to `dir/runs`, and the
     /// supervisor's events.
-    async fn two_runs_with_a_standby(
+    async fn runs_with_standbys(
+        runs: u64,
         script: impl FnOnce(&std::path::Path) -> String,
     ) -> (Vec<String>, Vec<SupEvent>) {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = sh(vec![1], &script(dir.path()));
         cfg.standby = true;
-        cfg.max_runs = Some(2);
+        cfg.max_runs = Some(runs);
         let (ending, events) = collect(cfg).await;
         assert_eq!(ending, Ending::MaxRuns);
         let runs = std::fs::read_to_string(dir.path().join("runs")).unwrap();
@@ -1533,25 +1535,21 @@ mod tests {
     /// `done`.
     #[tokio::test]
     async fn standbys_alternate_the_transactional_ids_and_learn_how_the_last_ended() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("runs");
-        let script = format!(
-            r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then b=0; until read line || exit 0; [ "$line" != booted ]; do b=$((b+1)); done; else line=-; b=0; fi; echo "${{POOL_WORKER_TXN_SLOT:-none}} $line $b" >> {log}; n=$(wc -l < {log}); echo booted >&$POOL_WORKER_READY_FD; if [ $((n % 2)) = 1 ]; then echo done >&$POOL_WORKER_READY_FD; fi; exit 0"#,
-            log = log.display()
-        );
-        let mut cfg = sh(vec![1], &script);
-        cfg.standby = true;
-        cfg.max_runs = Some(4);
-        let (ending, events) = collect(cfg).await;
-        assert_eq!(ending, Ending::MaxRuns);
-        let runs = std::fs::read_to_string(&log).unwrap();
-        let runs: Vec<&str> = runs.lines().collect();
+        let (runs, events) = runs_with_standbys(4, |dir| {
+            format!(
+                r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then b=0; until read line || exit 0; [ "$line" != booted ]; do b=$((b+1)); done; else line=-; b=0; fi; echo "${{POOL_WORKER_TXN_SLOT:-none}} $line $b" >> {log}; n=$(wc -l < {log}); echo booted >&$POOL_WORKER_READY_FD; if [ $((n % 2)) = 1 ]; then echo done >&$POOL_WORKER_READY_FD; fi; exit 0"#,
+                log = dir.join("runs").display()
+            )
+        })
+        .await;
         assert_eq!(
             runs,
             ["0 - 0", "1 go done 1", "0 go 1", "1 go done 1"],
             "{events:?}"
         );
         // Without standbys there is one id, and no slot is given.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runs");
         let mut cfg = sh(
             vec![1],
             &format!(
@@ -1560,7 +1558,6 @@ mod tests {
             ),
         );
         cfg.max_runs = Some(2);
-        std::fs::remove_file(&log).unwrap();
         collect(cfg).await;
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "none\nnone\n");
     }
