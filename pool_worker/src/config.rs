@@ -465,13 +465,11 @@ impl Config {
             standby: raw.pool_worker_standby.as_deref() == Some("1"),
             txn_slot: match raw.pool_worker_txn_slot.as_deref() {
                 None => None,
-                Some("0") => Some(crate::kafka::TxnSlot::Zero),
-                Some("1") => Some(crate::kafka::TxnSlot::One),
-                Some(other) => {
-                    return Err(ConfigError(format!(
-                        "POOL_WORKER_TXN_SLOT (set by `pool_worker supervise`) must be 0 or 1, not '{other}'"
-                    )))
-                }
+                Some(v) => Some(crate::kafka::TxnSlot::parse(v).ok_or_else(|| {
+                    ConfigError(format!(
+                        "POOL_WORKER_TXN_SLOT (set by `pool_worker supervise`) must be 0 or 1, not '{v}'"
+                    ))
+                })?),
             },
             schedules: match raw.schedule_file.as_deref() {
                 Some(path) => crate::schedule_file::load(path)?,

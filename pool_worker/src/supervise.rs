@@ -1038,11 +1038,16 @@ fn spawned_pid(c: &io::Result<Proc>) -> String {
 /// `booted`: it may initialise its own transactional id, [`TXN_SLOT`]);
 /// whether it was told.
 async fn tell_booted(p: &mut Proc) -> bool {
+    tell(p, b"booted\n").await
+}
+
+/// Writes `line` on a standby's standard input; whether it was written.
+async fn tell(p: &mut Proc, line: &[u8]) -> bool {
     use tokio::io::AsyncWriteExt as _;
     let Some(input) = p.input() else {
         return false;
     };
-    input.write_all(b"booted\n").await.is_ok() && input.flush().await.is_ok()
+    input.write_all(line).await.is_ok() && input.flush().await.is_ok()
 }
 
 /// Tells a standby to take over: `go done` when the current process said
@@ -1050,14 +1055,13 @@ async fn tell_booted(p: &mut Proc) -> bool {
 /// `None` if it has exited meanwhile or cannot be told (it is then killed,
 /// having appended nothing).
 async fn promote(mut p: Proc, done: bool) -> Option<Proc> {
-    use tokio::io::AsyncWriteExt as _;
     if !matches!(p.child.try_wait(), Ok(None)) {
         return None;
     }
-    let input = p.input()?;
     let line: &[u8] = if done { b"go done\n" } else { b"go\n" };
-    input.write_all(line).await.ok()?;
-    input.flush().await.ok()?;
+    if !tell(&mut p, line).await {
+        return None;
+    }
     crate::account::mark_with("go_sent", || p.child.id().unwrap_or(0).to_string());
     // Dropping the pipe after `go` is harmless: the worker reads no more.
     Some(p)

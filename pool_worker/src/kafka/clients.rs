@@ -392,11 +392,19 @@ impl TxnSlot {
         }
     }
 
+    /// As `supervise` writes it ([`crate::supervise::TXN_SLOT`]).
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             TxnSlot::Zero => "0",
             TxnSlot::One => "1",
         }
+    }
+
+    /// [`TxnSlot::as_str`]'s inverse.
+    pub(crate) fn parse(s: &str) -> Option<TxnSlot> {
+        [TxnSlot::Zero, TxnSlot::One]
+            .into_iter()
+            .find(|slot| slot.as_str() == s)
     }
 }
 
