@@ -74,6 +74,16 @@ pub enum Input {
     /// (docs/protocol.md R16): whatever they appended has landed or never
     /// will. Ends [`Phase::Fence`].
     Fenced,
+    /// The instance's next process will be this incarnation (its standby,
+    /// docs/protocol.md R16, "Handed boot"): with [`Settings::fence`], the
+    /// `completed` after which this process exits carries that
+    /// incarnation's `booted` in its transaction ([`Action::AppendAll`]).
+    /// The newest one told counts.
+    Heir(Incarnation),
+    /// Instead of [`Input::Fenced`]: the predecessor ended done, its last
+    /// transaction holding our `booted` (R16, "Handed boot"), which we
+    /// read back instead of appending one. Ends [`Phase::Fence`].
+    Handed,
 }
 
 /// What an order's body says that the protocol reads: its `id` (R46),
@@ -101,6 +111,11 @@ pub enum Action {
     /// Append this record to the claims topic (retrying until it is
     /// acknowledged; a duplicate is harmless).
     Append(Record),
+    /// Append these records to the claims topic in one transaction, in
+    /// this order: all of them land, together, or none (retrying until
+    /// acknowledged, as [`Action::Append`]). A process's last `completed`
+    /// and its heir's `booted` (docs/protocol.md R16, "Handed boot").
+    AppendAll(Vec<Record>),
     /// Publish this completion's result to the results topic (retrying
     /// until it is acknowledged; a duplicate is harmless: subscribers key
     /// results by order), before the [`Action::Append`] of the `completed`
@@ -370,6 +385,11 @@ pub enum Flaw {
     /// topic name and partition, and claim of those it may the one seen
     /// waiting longest, whatever its topic.
     IgnorePriority,
+    /// Hand the heir its `booted` in a transaction of its own before the
+    /// last `completed`, not in the completion's transaction after it
+    /// (R16, "Handed boot"): the completion then comes after a newer
+    /// incarnation's `booted`, void, and the order's hold stays open.
+    HandBeforeCompletion,
 }
 
 /// Whether the broken rule `Flaw::$flaw` is on in `$settings`: never
@@ -436,6 +456,10 @@ pub struct Worker {
     /// decision was read back ([`Worker::run`]), until its job would
     /// start.
     key_verdict: Option<bool>,
+    /// The incarnation of the instance's next process, when the shell
+    /// knows it ([`Input::Heir`]): its `booted` goes with our last
+    /// `completed` (R16, "Handed boot").
+    heir: Option<Incarnation>,
 }
 
 /// An order we read before claiming it (R56), and the instances its
@@ -520,6 +544,7 @@ impl Worker {
             looking: false,
             peek: None,
             key_verdict: None,
+            heir: None,
         };
         if fence {
             // R16: boot once the shell has fenced our predecessors.
@@ -549,6 +574,20 @@ impl Worker {
         self.phase = Phase::Boot { seen: false };
         let booted = self.record(Body::Booted);
         vec![Action::Append(booted)]
+    }
+
+    /// R16, "Handed boot": our `booted` is our predecessor's, numbered 1,
+    /// in its last transaction; read back already, boot is over (every
+    /// record of the predecessor lies before it); else wait for it, as
+    /// for an own `booted`.
+    fn handed(&mut self) -> Vec<Action> {
+        self.seq = 1;
+        if self.view.booted_at(self.me, &self.incarnation).is_some() {
+            self.phase = Phase::Boot { seen: true };
+            return self.resume();
+        }
+        self.phase = Phase::Boot { seen: false };
+        Vec::new()
     }
 
     /// Settling: boot once the wait is over, or once caught up with a log
@@ -634,6 +673,7 @@ impl Worker {
             looking,
             peek,
             key_verdict,
+            heir,
         } = self;
         (me, incarnation).hash(h);
         view.hash_relabeled(r, h);
@@ -660,6 +700,7 @@ impl Worker {
             looking,
             peek,
             key_verdict,
+            heir,
         )
             .hash(h);
     }
@@ -777,6 +818,16 @@ impl Worker {
             Input::Terms(terms) => self.on_terms(terms),
             Input::Fenced => match self.phase {
                 Phase::Fence => self.boot(),
+                _ => Vec::new(),
+            },
+            Input::Heir(inc) => {
+                if self.settings.fence && inc != self.incarnation {
+                    self.heir = Some(inc);
+                }
+                Vec::new()
+            }
+            Input::Handed => match self.phase {
+                Phase::Fence => self.handed(),
                 _ => Vec::new(),
             },
         }
@@ -1771,13 +1822,38 @@ impl Worker {
         };
         let r = self.record(body);
         self.phase = Phase::Complete { order, seq: r.seq };
+        // R16, "Handed boot": the last completion carries the heir's
+        // `booted`, after it, in its transaction.
+        let heir = self
+            .heir
+            .clone()
+            .filter(|_| r.exits() && self.settings.fence)
+            .map(|inc| self.heir_booted(&inc));
+        let append = match heir {
+            Some(b) if flawed!(self.settings, HandBeforeCompletion) => {
+                vec![Action::Append(b), Action::Append(r.clone())]
+            }
+            Some(b) => vec![Action::AppendAll(vec![r.clone(), b])],
+            None => vec![Action::Append(r.clone())],
+        };
         // R47: the result first, then the record.
         match ResultMessage::of(&r) {
             Some(result) if self.settings.publish_results => {
-                vec![Action::PublishResult(result), Action::Append(r)]
+                std::iter::once(Action::PublishResult(result))
+                    .chain(append)
+                    .collect()
             }
-            _ => vec![Action::Append(r)],
+            _ => append,
         }
+    }
+
+    /// The heir's `booted` (R16, "Handed boot"): its incarnation's first
+    /// record (seq 1), with our clock and our frontier.
+    fn heir_booted(&self, heir: &Incarnation) -> Record {
+        let mut b = Record::new(self.me, Body::Booted, heir, self.now);
+        b.seq = 1;
+        b.next = self.view.frontier().clone();
+        b
     }
 
     fn finish(&mut self, code: Exit) -> Vec<Action> {
@@ -1829,8 +1905,10 @@ mod tests {
         }
         fn append(&mut self, actions: &[Action]) {
             for a in actions {
-                if let Action::Append(r) = a {
-                    self.0.push(r.clone());
+                match a {
+                    Action::Append(r) => self.0.push(r.clone()),
+                    Action::AppendAll(rs) => self.0.extend(rs.iter().cloned()),
+                    _ => {}
                 }
             }
         }
@@ -2756,6 +2834,139 @@ mod tests {
         };
         let (_, first) = Worker::start(1.into(), "x".into(), flawed, 0);
         assert!(booted_in(&first));
+    }
+
+    /// docs/protocol.md R16, "Handed boot": told its heir, a process's
+    /// last completion carries the heir's `booted` (its first record, seq
+    /// one) after it, in one transaction; the heir, let go with `Handed`,
+    /// appends no `booted` of its own, boots on that one (read before or
+    /// after it is let go), and numbers its next record 2.
+    #[test]
+    fn the_last_completion_hands_the_heir_its_booted() {
+        let fencing = Settings {
+            fence: true,
+            ..Settings::default()
+        };
+        let mut log = Log(Vec::new());
+        let (mut w, a) = Worker::start(1.into(), "p".into(), fencing.clone(), 0);
+        assert_eq!(a, vec![]);
+        log.append(&w.handle(Input::Fenced, 0));
+        let mut cur = 0;
+        assert_eq!(log.feed(&mut w, &mut cur), vec![Action::FindOrder]);
+        assert_eq!(
+            w.handle(Input::Heir("p".into()), 0),
+            vec![],
+            "not its own heir"
+        );
+        assert_eq!(w.handle(Input::Heir("old".into()), 0), vec![]);
+        assert_eq!(
+            w.handle(Input::Heir("h".into()), 0),
+            vec![],
+            "the newest counts"
+        );
+        let a = w.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
+        log.append(&a);
+        assert_eq!(log.feed(&mut w, &mut cur), run((0, 0), 1, false));
+        let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 7);
+        let [Action::AppendAll(recs)] = &a[..] else {
+            panic!("one transaction: {a:?}");
+        };
+        let [done, booted] = &recs[..] else {
+            panic!("{recs:?}");
+        };
+        assert!(done.event() == Event::Completed && done.exits() && w.wrote(done));
+        assert_eq!(booted.event(), Event::Booted);
+        assert_eq!((booted.instance, booted.seq), (1.into(), 1));
+        assert_eq!(booted.incarnation, Incarnation::from("h"));
+        log.append(&a);
+        // The heir, standing by, may read its booted before its `go` or
+        // after.
+        for read_first in [true, false] {
+            let (mut h, first) = Worker::start(1.into(), "h".into(), fencing.clone(), 10);
+            assert_eq!(first, vec![]);
+            let mut hc = 0;
+            let upto = if read_first {
+                log.0.len()
+            } else {
+                log.0.len() - 2
+            };
+            let mut early = Vec::new();
+            while hc < upto {
+                early.extend(h.handle(
+                    Input::Record(Position::new(hc as u64), log.0[hc].clone()),
+                    10,
+                ));
+                hc += 1;
+            }
+            assert_eq!(early, vec![], "nothing while standing by");
+            let a = h.handle(Input::Handed, 11);
+            let a = if read_first {
+                a
+            } else {
+                assert_eq!(a, vec![], "waits for its booted");
+                assert_eq!(h.phase, Phase::Boot { seen: false });
+                log.feed(&mut h, &mut hc)
+            };
+            assert_eq!(
+                a,
+                vec![Action::FindOrder],
+                "booted, no booted of its own appended"
+            );
+            assert_eq!(h.view.incarnation(1.into()), Some(&Incarnation::from("h")));
+            assert!(!h.view.instance(1.into()).unwrap().exiting);
+            assert_eq!(h.handle(Input::Fenced, 12), vec![], "booted already");
+            let next = h.record(Body::Booted);
+            assert_eq!(next.seq, 2, "its booted was record 1");
+            assert!(next.booted_at.is_some());
+        }
+        // The broken rule the model check catches: the heir's booted in a
+        // transaction of its own, before the completion.
+        let flawed = Settings {
+            flaw: Some(Flaw::HandBeforeCompletion),
+            ..fencing
+        };
+        let mut log = Log(Vec::new());
+        let (mut w, _) = Worker::start(1.into(), "p".into(), flawed, 0);
+        log.append(&w.handle(Input::Fenced, 0));
+        let mut cur = 0;
+        log.feed(&mut w, &mut cur);
+        w.handle(Input::Heir("h".into()), 0);
+        log.append(&w.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0));
+        log.feed(&mut w, &mut cur);
+        let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 7);
+        assert!(
+            matches!(&a[..], [Action::Append(b), Action::Append(c)] if b.event() == Event::Booted && c.event() == Event::Completed),
+            "{a:?}"
+        );
+    }
+
+    /// R16: a heir let go with a plain `go` (its predecessor did not say
+    /// `done`) after its handed `booted` landed appends its own anyway: a
+    /// second record 1, which the View drops as a copy (R7), and boots on
+    /// it.
+    #[test]
+    fn a_heir_fenced_after_a_handed_booted_boots_on_its_copy() {
+        let fencing = Settings {
+            fence: true,
+            ..Settings::default()
+        };
+        let mut log = Log(Vec::new());
+        let (mut p, _) = Worker::start(1.into(), "p".into(), fencing.clone(), 0);
+        log.append(&p.handle(Input::Fenced, 0));
+        let mut cur = 0;
+        log.feed(&mut p, &mut cur);
+        p.handle(Input::Heir("h".into()), 0);
+        log.append(&p.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0));
+        log.feed(&mut p, &mut cur);
+        log.append(&p.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 7));
+        let (mut h, _) = Worker::start(1.into(), "h".into(), fencing, 10);
+        let mut hc = 0;
+        log.feed(&mut h, &mut hc);
+        let a = h.handle(Input::Fenced, 11);
+        assert!(booted_in(&a), "{a:?}");
+        log.append(&a);
+        assert_eq!(log.feed(&mut h, &mut hc), vec![Action::FindOrder]);
+        assert_eq!(h.view.incarnation(1.into()), Some(&Incarnation::from("h")));
     }
 
     /// docs/protocol.md R17: a process started after one that was stopped

@@ -120,6 +120,9 @@ struct WorkerEnv {
     pool_worker_standby: Option<String>,
     /// Set by `supervise` ([`crate::supervise::TXN_SLOT`]), not by operators.
     pool_worker_txn_slot: Option<String>,
+    /// Set by `supervise` ([`crate::supervise::INCARNATION`]), not by
+    /// operators.
+    pool_worker_incarnation: Option<String>,
 }
 
 /// `LOG_FORMAT`.
@@ -302,6 +305,10 @@ pub struct Config {
     /// under ([`crate::supervise::TXN_SLOT`], set by `supervise`; `None`:
     /// the one id a process outside `supervise` has, R16).
     pub(crate) txn_slot: Option<crate::kafka::TxnSlot>,
+    /// The incarnation id a standby takes ([`crate::supervise::INCARNATION`],
+    /// set by `supervise`: it tells it to the current process as its heir,
+    /// R16); `None`: the worker draws its own.
+    pub(crate) incarnation: Option<String>,
     /// `SCHEDULE_FILE`: the periodic orders this worker produces when it is
     /// its turn (src/schedule.rs; none without the variable).
     pub schedules: Vec<crate::schedule::Schedule>,
@@ -471,12 +478,27 @@ impl Config {
                     ))
                 })?),
             },
+            incarnation: match raw.pool_worker_incarnation.take() {
+                None => None,
+                Some(v) if is_incarnation(&v) => Some(v),
+                Some(v) => {
+                    return Err(ConfigError(format!(
+                        "POOL_WORKER_INCARNATION (set by `pool_worker supervise`) must be 16 hexadecimal digits, not '{v}'"
+                    )))
+                }
+            },
             schedules: match raw.schedule_file.as_deref() {
                 Some(path) => crate::schedule_file::load(path)?,
                 None => Vec::new(),
             },
         })
     }
+}
+
+/// Whether `v` is an incarnation id as a worker draws one
+/// (`crate::clock::new_incarnation`: 16 lowercase hexadecimal digits).
+pub(crate) fn is_incarnation(v: &str) -> bool {
+    v.len() == 16 && v.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 impl Config {
@@ -589,6 +611,34 @@ mod tests {
         let mut v = OK.to_vec();
         v.push((crate::supervise::WARNED_OPEN_COMMANDS, "1"));
         assert!(vars(&v).unwrap().open_commands_warned);
+    }
+
+    /// `supervise`'s incarnation for a standby (R16, "Handed boot"): 16
+    /// hexadecimal digits, as a worker draws one; anything else is refused
+    /// with the variable named.
+    #[test]
+    fn the_supervisors_incarnation_reaches_the_worker() {
+        assert_eq!(vars(OK).unwrap().incarnation, None);
+        let drawn = crate::clock::new_incarnation();
+        assert!(is_incarnation(&drawn), "{drawn}");
+        let mut vs = OK.to_vec();
+        vs.push((crate::supervise::INCARNATION, drawn.as_str()));
+        assert_eq!(
+            vars(&vs).unwrap().incarnation.as_deref(),
+            Some(drawn.as_str())
+        );
+        for bad in [
+            "",
+            "abc",
+            "0123456789ABCDEF",
+            "0123456789abcdef0",
+            "0123456789abcde ",
+        ] {
+            let mut vs = OK.to_vec();
+            vs.push((crate::supervise::INCARNATION, bad));
+            let e = vars(&vs).unwrap_err().to_string();
+            assert!(e.contains("POOL_WORKER_INCARNATION"), "{bad:?}: {e}");
+        }
     }
 
     /// `supervise`'s transactional id slot (R16): 0, 1 or none; anything

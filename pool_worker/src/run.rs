@@ -178,22 +178,36 @@ impl SupervisorLines {
                 Ok(Some(line)) => match supervisor_line(&line) {
                     Some(SupervisorLine::Go(w)) => return Some(w),
                     Some(SupervisorLine::Booted) => booted(),
-                    None => {}
+                    Some(SupervisorLine::Heir(_)) | None => {}
                 },
                 Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// After `go`, while the process runs: each heir the supervisor names
+    /// (`heir <incarnation>`, the standby it started) goes to `heirs`, until
+    /// standard input ends (docs/protocol.md R16, "Handed boot").
+    async fn heirs(mut self, heirs: watch::Sender<Option<Incarnation>>) {
+        while let Ok(Some(line)) = self.0.next_line().await {
+            if let Some(SupervisorLine::Heir(h)) = supervisor_line(&line) {
+                let _ = heirs.send(Some(Incarnation::new(h)));
             }
         }
     }
 }
 
 /// A line of a standby's supervisor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum SupervisorLine {
     /// `booted`: the instance's current process has booted (its fences
     /// are done): the standby may initialise its own transactional id.
     Booted,
-    /// `go` or `go done`: its turn.
+    /// `go`, `go done` or `go handed`: its turn.
     Go(Went),
+    /// `heir <incarnation>`, once it runs: the instance's next process
+    /// (R16, "Handed boot").
+    Heir(String),
 }
 
 /// How a standby's predecessor ended, as the supervisor's `go` says.
@@ -203,6 +217,10 @@ enum Went {
     Done,
     /// `go`: it exited (or was killed) without saying so.
     Exited,
+    /// `go handed`: it said `done`, its last transaction holding our
+    /// `booted` (R16, "Handed boot"): no fence of its id, no `booted` to
+    /// append.
+    Handed,
 }
 
 /// The supervisor's line's meaning; `None` for any other line.
@@ -211,7 +229,12 @@ fn supervisor_line(line: &str) -> Option<SupervisorLine> {
         "booted" => Some(SupervisorLine::Booted),
         "go" => Some(SupervisorLine::Go(Went::Exited)),
         "go done" => Some(SupervisorLine::Go(Went::Done)),
-        _ => None,
+        "go handed" => Some(SupervisorLine::Go(Went::Handed)),
+        l => l
+            .strip_prefix("heir ")
+            .map(str::trim)
+            .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
+            .map(|h| SupervisorLine::Heir(h.to_string())),
     }
 }
 
@@ -246,6 +269,11 @@ enum Next {
     Stop(Exit),
 }
 
+/// Where the fence's outcome arrives (`Shell::fencing`): `None` for a
+/// standby dismissed; else the fence's result and whether the predecessor
+/// handed us our `booted` (R16, "Handed boot").
+type Fencing = tokio::sync::oneshot::Receiver<Option<(Result<(), Stopped>, bool)>>;
+
 /// The worker loop's state: the machine, the I/O it drives, and what is
 /// under way.
 struct Shell {
@@ -266,9 +294,15 @@ struct Shell {
     /// (docs/protocol.md R17).
     deadline: Option<PathBuf>,
     inherited: Option<u64>,
-    /// The fence under way (docs/protocol.md R16): its outcome arrives here.
+    /// The fence under way (docs/protocol.md R16): its outcome arrives here,
+    /// and whether the predecessor handed us our `booted` (`go handed`).
     /// `None`: a standby dismissed before `go`.
-    fencing: Option<tokio::sync::oneshot::Receiver<Option<Result<(), Stopped>>>>,
+    fencing: Option<Fencing>,
+    /// The heir the supervisor names (R16, "Handed boot"), passed to the
+    /// machine when it changes.
+    heir: watch::Receiver<Option<Incarnation>>,
+    /// The heir whose `booted` our last transaction held: said with `done`.
+    handed: Option<Incarnation>,
     /// The machine's actions not carried out yet.
     todo: VecDeque<Action>,
     job: Job,
@@ -350,7 +384,7 @@ impl Shell {
         let now = now_ms();
         let (mut w, first) = Worker::start_settling(
             InstanceNo::new(me),
-            Incarnation::new(new_incarnation()),
+            Incarnation::new(cfg.incarnation.clone().unwrap_or_else(new_incarnation)),
             settings(&cfg),
             now,
             clean.clone().map(Incarnation::new),
@@ -368,10 +402,12 @@ impl Shell {
         // has ended), and after `go` fences the current one's id only if it
         // did not say `done`; a plain start fences both ids.
         let slotted = cfg.txn_slot.is_some();
+        let (heir_tx, heir) = watch::channel(None);
         let fencing = (cfg.fence == Fence::Transactions).then(|| {
             let (tx, rx) = tokio::sync::oneshot::channel();
             tokio::spawn(async move {
                 let mut t = std::time::Instant::now();
+                let mut handed = false;
                 let r = if standby {
                     tracing::info!(
                         instance = me,
@@ -380,7 +416,8 @@ impl Shell {
                     // Its own id, once the current process has booted (that
                     // one's fences done: a plain start fences both ids).
                     let mut own = None;
-                    let went = SupervisorLines::stdin()
+                    let mut lines = SupervisorLines::stdin();
+                    let went = lines
                         .go(|| {
                             if slotted && own.is_none() {
                                 own = Some(tokio::spawn(kafka.fence()));
@@ -391,6 +428,9 @@ impl Shell {
                         let _ = tx.send(None);
                         return;
                     };
+                    handed = went == Went::Handed;
+                    // Its own heir, named once it runs.
+                    tokio::spawn(lines.heirs(heir_tx));
                     crate::account::mark_with("go", || format!("{went:?}"));
                     t = std::time::Instant::now();
                     // Reading again, beside the fence.
@@ -416,12 +456,19 @@ impl Shell {
                     kafka.fence().await
                 };
                 crate::account::mark("fenced");
-                tracing::info!(
-                    instance = me,
-                    ms = t.elapsed().as_millis() as u64,
-                    "fenced the instance's previous processes (init_transactions)"
-                );
-                let _ = tx.send(Some(r));
+                if handed {
+                    tracing::info!(
+                        instance = me,
+                        "booted by the previous process: its last transaction held this one's booted"
+                    );
+                } else {
+                    tracing::info!(
+                        instance = me,
+                        ms = t.elapsed().as_millis() as u64,
+                        "fenced the instance's previous processes (init_transactions)"
+                    );
+                }
+                let _ = tx.send(Some((r, handed)));
             });
             rx
         });
@@ -448,6 +495,8 @@ impl Shell {
             deadline,
             inherited,
             fencing,
+            heir,
+            handed: None,
             todo: first.into(),
             job: Job::new(),
             idle: false,
@@ -477,7 +526,10 @@ impl Shell {
             self.hush();
             self.schedule();
             match self.next().await {
-                Next::Input(input) => self.fold(input),
+                Next::Input(input) => {
+                    self.pass_heir();
+                    self.fold(input)
+                }
                 Next::Again => {}
                 Next::Stop(code) => return Ok(code),
             }
@@ -497,6 +549,20 @@ impl Shell {
                         }
                     }
                     self.appender.append(rec)
+                }
+                Action::AppendAll(recs) => {
+                    for rec in recs.iter().filter(|r| self.w.wrote(r)) {
+                        self.own_appended = self.own_appended.max(rec.seq);
+                    }
+                    // R16, "Handed boot": our heir's `booted`, said with
+                    // `done` once acknowledged.
+                    if let Some(b) = recs
+                        .iter()
+                        .find(|r| r.event() == Event::Booted && !self.w.wrote(r))
+                    {
+                        self.handed = Some(b.incarnation.clone());
+                    }
+                    self.appender.append_all(recs)
                 }
                 Action::PublishResult(msg) => self.appender.publish(msg),
                 Action::WakeAt(at) => self.wake_at(at),
@@ -745,7 +811,7 @@ impl Shell {
         if code == Exit::Ok {
             // All this process does from here is exit: the supervisor may
             // let the instance's standby go now (pool_worker/src/supervise/ready.rs).
-            crate::supervise::say_done();
+            crate::supervise::say_done(self.handed.as_ref().map(Incarnation::as_str));
         }
         let me = self.cfg.instance;
         if code == Exit::Revoked {
@@ -841,11 +907,11 @@ impl Shell {
             }, if self.fencing.is_some() => {
                 self.fencing = None;
                 match r {
-                    Ok(Some(Ok(()))) => {
+                    Ok(Some((Ok(()), handed))) => {
                         self.read_waiting_orders().await;
-                        Next::Input(Input::Fenced)
+                        Next::Input(if handed { Input::Handed } else { Input::Fenced })
                     }
-                    Ok(Some(Err(stop))) => Next::Stop(self.on_stopped(stop).await),
+                    Ok(Some((Err(stop), _))) => Next::Stop(self.on_stopped(stop).await),
                     // A standby that is not needed: it appended nothing and
                     // took no marker.
                     Ok(None) => {
@@ -952,6 +1018,18 @@ impl Shell {
     /// Feeds the input to the machine, then every claims event already
     /// received, until the machine asks for something (a replay goes batch
     /// by batch, not once around the select! per record).
+    /// The heir the supervisor named last, to the machine once (R16,
+    /// "Handed boot").
+    fn pass_heir(&mut self) {
+        if !self.heir.has_changed().unwrap_or(false) {
+            return;
+        }
+        let heir = self.heir.borrow_and_update().clone();
+        if let Some(h) = heir {
+            self.todo.extend(self.w.handle(Input::Heir(h), now_ms()));
+        }
+    }
+
     fn fold(&mut self, mut input: Input) {
         loop {
             if let Input::Record(pos, _) | Input::Foreign(pos) = &input {
@@ -1140,7 +1218,16 @@ mod tests {
             Some(SupervisorLine::Go(Went::Done))
         );
         assert_eq!(supervisor_line("booted"), Some(SupervisorLine::Booted));
-        for other in ["", "done", "go now", "GO"] {
+        // R16, "Handed boot".
+        assert_eq!(
+            supervisor_line("go handed"),
+            Some(SupervisorLine::Go(Went::Handed))
+        );
+        assert_eq!(
+            supervisor_line("heir 0123456789abcdef\n"),
+            Some(SupervisorLine::Heir("0123456789abcdef".into()))
+        );
+        for other in ["", "done", "go now", "GO", "heir", "heir ", "heir a b"] {
             assert_eq!(supervisor_line(other), None, "{other:?}");
         }
     }

@@ -212,6 +212,16 @@ pub(crate) const STANDBY: &str = "POOL_WORKER_STANDBY";
 /// appends). A plain start fences both ids.
 pub(crate) const TXN_SLOT: &str = "POOL_WORKER_TXN_SLOT";
 
+/// Set by the supervisor, when it keeps standbys, in the environment of
+/// each standby: the incarnation id the standby takes (16 hex digits, as a
+/// worker draws its own). The supervisor tells it to the instance's
+/// current process (the line `heir <incarnation>` on its standard input),
+/// whose last transaction then holds the heir's `booted` after its last
+/// `completed`; it says so (`done handed <incarnation>`), and the standby,
+/// let go with `go handed`, boots on that `booted` without a fence or an
+/// append of its own (docs/protocol.md R16, "Handed boot").
+pub(crate) const INCARNATION: &str = "POOL_WORKER_INCARNATION";
+
 /// Whether workers started with `cfg` can stand by: this executable's
 /// worker mode (not another `--program`), fencing with transactions (the
 /// default; `CLAIMS_FENCE=settle`, in `cfg.env` or else in this process's
@@ -608,6 +618,8 @@ struct Proc {
     ready: Option<ready::Ready>,
     /// A standby's standard input, once written to.
     stdin: Option<Input>,
+    /// A standby's incarnation ([`INCARNATION`]).
+    incarnation: Option<String>,
 }
 
 impl Proc {
@@ -721,18 +733,21 @@ impl Shared {
     /// where standbys are kept.
     async fn spawn(&self, instance: u32, standby: bool, slot: TxnSlot) -> io::Result<Proc> {
         let slot = self.cfg.standby.then_some(slot);
+        let incarnation = (standby && self.cfg.standby).then(crate::clock::new_incarnation);
+        let inc = incarnation.as_deref();
         let pipe = if self.cfg.standby {
             Some(ready::Pipe::new()?)
         } else {
             None
         };
         if self.forking {
-            match self.fork(instance, standby, slot, pipe.as_ref()).await {
+            match self.fork(instance, standby, slot, inc, pipe.as_ref()).await {
                 Ok(child) => {
                     return Ok(Proc {
                         child: Kid::Forked(child),
                         ready: pipe.and_then(ready::Pipe::spawned),
                         stdin: None,
+                        incarnation,
                     })
                 }
                 // Started with exec instead (said once per reason: the
@@ -742,7 +757,7 @@ impl Shared {
                 }
             }
         }
-        let mut cmd = self.command(instance, standby, slot, pipe.is_some());
+        let mut cmd = self.command(instance, standby, slot, inc, pipe.is_some());
         if let Some(pipe) = &pipe {
             pipe.give(&mut cmd);
         }
@@ -751,6 +766,7 @@ impl Shared {
             child: Kid::Own(child),
             ready: pipe.and_then(ready::Pipe::spawned),
             stdin: None,
+            incarnation,
         })
     }
 
@@ -762,6 +778,7 @@ impl Shared {
         instance: u32,
         standby: bool,
         slot: Option<TxnSlot>,
+        incarnation: Option<&str>,
         pipe: Option<&ready::Pipe>,
     ) -> io::Result<fork_server::Forked> {
         use std::os::fd::AsFd as _;
@@ -771,7 +788,7 @@ impl Shared {
             ChildOutput::Null => fork_server::Output::Null,
         };
         let stdio = fork_server::Stdio::new(standby, output, pipe.map(|p| p.write_end().as_fd()))?;
-        let env = self.child_env(instance, standby, slot, pipe.is_some());
+        let env = self.child_env(instance, standby, slot, incarnation, pipe.is_some());
         let server = self.spawner.fork_server(self.cfg.program.clone()).await?;
         fork_server::spawn(server, &env, stdio).await
     }
@@ -783,6 +800,7 @@ impl Shared {
         instance: u32,
         standby: bool,
         slot: Option<TxnSlot>,
+        incarnation: Option<&str>,
         ready: bool,
     ) -> Vec<(OsString, Option<OsString>)> {
         let mut env: Vec<(OsString, Option<OsString>)> = self
@@ -794,13 +812,21 @@ impl Shared {
         env.push(("INSTANCE_NUMBER".into(), Some(instance.to_string().into())));
         env.push((STANDBY.into(), standby.then(|| OsString::from("1"))));
         env.push((TXN_SLOT.into(), slot.map(|s| OsString::from(s.as_str()))));
+        env.push((INCARNATION.into(), incarnation.map(OsString::from)));
         if ready {
             env.push((ready::VAR.into(), Some(ready::FD.to_string().into())));
         }
         env
     }
 
-    fn command(&self, instance: u32, standby: bool, slot: Option<TxnSlot>, ready: bool) -> Command {
+    fn command(
+        &self,
+        instance: u32,
+        standby: bool,
+        slot: Option<TxnSlot>,
+        incarnation: Option<&str>,
+        ready: bool,
+    ) -> Command {
         let mut cmd = Command::new(&self.cfg.program);
         cmd.args(&self.cfg.args)
             .stdin(if standby {
@@ -809,7 +835,7 @@ impl Shared {
                 Stdio::null()
             })
             .kill_on_drop(true);
-        for (k, v) in self.child_env(instance, standby, slot, ready) {
+        for (k, v) in self.child_env(instance, standby, slot, incarnation, ready) {
             match v {
                 Some(v) => cmd.env(k, v),
                 None => cmd.env_remove(k),
@@ -864,7 +890,7 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
         }
         run += 1;
         let promoted = match standby.take() {
-            Some(Next::Standby(p)) => promote(p, false).await,
+            Some(Next::Standby(p)) => promote(p, Went::Exited).await,
             Some(Next::Gone(p)) => Some(p),
             None => None,
         };
@@ -888,13 +914,27 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                 });
                 restarts.next(false, Duration::ZERO)
             }
-            Ok((Proc { child, ready, .. }, relayed)) => {
+            Ok((
+                Proc {
+                    child,
+                    ready,
+                    stdin,
+                    ..
+                },
+                relayed,
+            )) => {
                 let running =
                     run_child(instance, run, &sh, &mut stop, child, relayed, &mut restarts);
                 let ran = match ready {
                     Some(ready) => {
-                        let (ran, next) =
-                            standby_once_booted(instance, &sh, slot.other(), ready, running).await;
+                        let (ran, next) = standby_once_booted(
+                            instance,
+                            &sh,
+                            slot.other(),
+                            (ready, stdin),
+                            running,
+                        )
+                        .await;
                         standby = next;
                         ran
                     }
@@ -932,13 +972,19 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
 /// A child that says `done` ([`ready::done`]: a clean end, all it does
 /// after is exit) lets its standby go at once ([`Next::Gone`]), not once its
 /// exit has been torn down and reaped.
+///
+/// `current`: the child's pipe and, if it was a standby, its standard
+/// input, where it is told its heir, the standby's incarnation
+/// ([`INCARNATION`]); a `done` naming that heir lets the standby go with
+/// `go handed` (docs/protocol.md R16, "Handed boot").
 async fn standby_once_booted(
     instance: u32,
     sh: &Shared,
     slot: TxnSlot,
-    mut ready: ready::Ready,
+    current: (ready::Ready, Option<Input>),
     running: impl std::future::Future<Output = Result<Duration, Fate>>,
 ) -> (Result<Duration, Fate>, Option<Next>) {
+    let (mut ready, mut input) = current;
     let mut running = std::pin::pin!(running);
     let said = tokio::select! {
         // A word and the exit can come together: the word first.
@@ -966,6 +1012,10 @@ async fn standby_once_booted(
     // ids before it boots, and would fence the standby's too. Told now, or
     // when the word comes (a standby started after [`ready::PATIENCE`]).
     let mut told = said == ready::Said::Booted && tell_booted(&mut standby).await;
+    // Its heir, told once the standby runs (R16, "Handed boot").
+    if let (Some(input), Some(heir)) = (input.as_mut(), standby.incarnation.as_deref()) {
+        write_line(input, format!("heir {heir}\n").as_bytes()).await;
+    }
     let said = loop {
         tokio::select! {
             biased;
@@ -986,8 +1036,25 @@ async fn standby_once_booted(
         return (running.await, Some(Next::Standby(standby)));
     }
     crate::account::mark("done");
-    let next = promote(standby, true).await.map(Next::Gone);
+    let went = match (ready.handed(), standby.incarnation.as_deref()) {
+        (Some(h), Some(s)) if h == s => Went::Handed,
+        _ => Went::Done,
+    };
+    let next = promote(standby, went).await.map(Next::Gone);
     (running.await, next)
+}
+
+/// How an instance's current process ended, as its standby's `go` says
+/// ([`promote`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Went {
+    /// It exited, or was killed, without saying `done`: `go`.
+    Exited,
+    /// It said `done`: every append acknowledged, none to come: `go done`.
+    Done,
+    /// It said `done` naming the standby as the heir whose `booted` its
+    /// last transaction held: `go handed` (docs/protocol.md R16).
+    Handed,
 }
 
 /// A standby let go already ([`Next::Gone`]) may hold an order: when the
@@ -1043,27 +1110,37 @@ async fn tell_booted(p: &mut Proc) -> bool {
 
 /// Writes `line` on a standby's standard input; whether it was written.
 async fn tell(p: &mut Proc, line: &[u8]) -> bool {
-    use tokio::io::AsyncWriteExt as _;
     let Some(input) = p.input() else {
         return false;
     };
+    write_line(input, line).await
+}
+
+/// Writes `line` on a child's standard input; whether it was written.
+async fn write_line(input: &mut Input, line: &[u8]) -> bool {
+    use tokio::io::AsyncWriteExt as _;
     input.write_all(line).await.is_ok() && input.flush().await.is_ok()
 }
 
 /// Tells a standby to take over: `go done` when the current process said
-/// `done` (`done`: it appends nothing more), else `go` ([`TXN_SLOT`]);
-/// `None` if it has exited meanwhile or cannot be told (it is then killed,
-/// having appended nothing).
-async fn promote(mut p: Proc, done: bool) -> Option<Proc> {
+/// `done` (`done`: it appends nothing more), `go handed` when that `done`
+/// named the standby as its heir ([`INCARNATION`]), else `go`
+/// ([`TXN_SLOT`]); `None` if it has exited meanwhile or cannot be told (it
+/// is then killed, having appended nothing). Its standard input stays open:
+/// once it runs, it is told its own heir there.
+async fn promote(mut p: Proc, went: Went) -> Option<Proc> {
     if !matches!(p.child.try_wait(), Ok(None)) {
         return None;
     }
-    let line: &[u8] = if done { b"go done\n" } else { b"go\n" };
+    let line: &[u8] = match went {
+        Went::Exited => b"go\n",
+        Went::Done => b"go done\n",
+        Went::Handed => b"go handed\n",
+    };
     if !tell(&mut p, line).await {
         return None;
     }
     crate::account::mark_with("go_sent", || p.child.id().unwrap_or(0).to_string());
-    // Dropping the pipe after `go` is harmless: the worker reads no more.
     Some(p)
 }
 
@@ -1564,6 +1641,31 @@ mod tests {
         cfg.max_runs = Some(2);
         collect(cfg).await;
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "none\nnone\n");
+    }
+
+    /// R16, "Handed boot": each standby gets an incarnation of the
+    /// supervisor's drawing ([`INCARNATION`]), the current process is told
+    /// it (`heir X`) once its standby runs, and a `done` naming that heir
+    /// lets the standby go with `go handed`; a `done` naming another
+    /// incarnation is a plain `go done`.
+    #[tokio::test]
+    async fn a_done_naming_the_standby_as_heir_lets_it_go_handed() {
+        let (runs, events) = runs_with_standbys(4, |dir| {
+            format!(
+                r#"if [ "$POOL_WORKER_STANDBY" = 1 ]; then until read line || exit 0; [ "$line" != booted ]; do :; done; else line=-; fi; echo "${{POOL_WORKER_INCARNATION:-none}} $line" >> {log}; n=$(wc -l < {log}); echo booted >&$POOL_WORKER_READY_FD; if [ "$POOL_WORKER_STANDBY" != 1 ]; then echo done >&$POOL_WORKER_READY_FD; exit 0; fi; read h || exit 0; if [ "$n" = 2 ]; then echo "done handed ${{h#heir }}" >&$POOL_WORKER_READY_FD; else echo "done handed 0000000000000000" >&$POOL_WORKER_READY_FD; fi; exit 0"#,
+                log = dir.join("runs").display(),
+            )
+        })
+        .await;
+        assert_eq!(runs.len(), 4, "{runs:?} {events:?}");
+        let (incs, lines): (Vec<&str>, Vec<&str>) =
+            runs.iter().map(|r| r.split_once(' ').unwrap()).unzip();
+        assert_eq!(lines, ["-", "go done", "go handed", "go done"], "{runs:?}");
+        assert_eq!(incs[0], "none", "a plain start draws its own");
+        for inc in &incs[1..] {
+            assert!(crate::config::is_incarnation(inc), "{inc}");
+        }
+        assert_ne!(incs[1], incs[2]);
     }
 
     /// A process that ends without saying it booted gets no standby: the

@@ -364,6 +364,9 @@ pub(super) struct Account {
     /// CPU per record (ms).
     standby_reads: Vec<f64>,
     send_to_completed: Vec<f64>,
+    /// Processes booted by their predecessor's last transaction (R16,
+    /// "Handed boot"): no `booted` of their own.
+    handed: usize,
 }
 
 impl Account {
@@ -679,8 +682,8 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         ("standby: replay: read to the end", "replay → first caught up (fetched, checked, decoded and folded)", true, false),
         ("standby: standing by (paused once caught up)", "caught up → `go` (wall: waiting for the previous process; CPU: its idle threads, and any record read before its pause)", true, false),
         ("fence (init_transactions)", "`go` → fenced", false, false),
-        ("append `booted`: its transaction committed", "fenced → `booted` acknowledged (begin, produce, commit: AddPartitionsToTxn, Produce, EndTxn answered)", false, false),
-        ("read `booted` back", "acknowledged → own `booted` read (its commit marker written, the held fetch answered, the record decoded)", false, false),
+        ("append `booted`: its transaction committed", "fenced → `booted` acknowledged (begin, produce, commit: AddPartitionsToTxn, Produce, EndTxn answered); 0 for a process whose predecessor's last transaction held its `booted` (R16, \"Handed boot\")", false, false),
+        ("read `booted` back", "acknowledged (handed: `go`'s fence step) → own `booted` read (its commit marker written, the held fetch answered, the record decoded)", false, false),
         ("choose: the orders' end offsets, go idle", "`booted` read back → first ListOffsets answered", false, false),
         ("idle, waiting for the order", "→ the order arrives (bench's gap; not counted)", true, true),
         ("the order reaches the worker", "bench's send → the orders consumer's wake-up (the bench's produce, the held fetch's answer)", false, false),
@@ -796,11 +799,13 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         let committed_acked = find("acked", "committed");
         // Each append's acknowledgement: its transaction committed
         // (`Kafka::append` returned), before the record is read back.
-        let (Some(booted_acked), Some(claimed_acked), Some(completed_acked)) = (
-            find("acked", "booted"),
-            find("acked", "claimed"),
-            find("acked", "completed"),
-        ) else {
+        // A process booted by its predecessor's last transaction (R16,
+        // "Handed boot") appends no `booted`: it has no such row, and
+        // reads its `booted` back from the fence on (`go handed`).
+        let booted_acked = find("acked", "booted");
+        let (Some(claimed_acked), Some(completed_acked)) =
+            (find("acked", "claimed"), find("acked", "completed"))
+        else {
             continue;
         };
         let (Some(fetched), Some(guard_started), Some(job_done)) = (
@@ -899,17 +904,24 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
             Some(d(go, fenced)),
             bw(go.wall, fenced.wall),
         );
-        put(
-            8,
-            Some(booted_acked.wall - fenced.wall),
-            Some(d(fenced, booted_acked)),
-            bw(fenced.wall, booted_acked.wall),
-        );
+        if let Some(booted_acked) = booted_acked {
+            put(
+                8,
+                Some(booted_acked.wall - fenced.wall),
+                Some(d(fenced, booted_acked)),
+                bw(fenced.wall, booted_acked.wall),
+            );
+        } else {
+            // Nothing appended: the row costs nothing on this order's path.
+            put(8, Some(0.0), Some(0.0), Some(0.0));
+            res.handed += 1;
+        }
+        let acked = booted_acked.unwrap_or(fenced);
         put(
             9,
-            Some(booted_read.wall - booted_acked.wall),
-            Some(d(booted_acked, booted_read)),
-            bw(booted_acked.wall, booted_read.wall),
+            Some(booted_read.wall - acked.wall),
+            Some(d(acked, booted_read)),
+            bw(acked.wall, booted_read.wall),
         );
         put(
             10,
@@ -1123,6 +1135,7 @@ pub(super) fn account_report(results: &[Account], on: &str, date: &str) -> Strin
         let opt = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.1}"));
         let _ = writeln!(r, "| whole interval, less idle | | {} | {} | the supervisor's process tree (utime + stime + cutime + cstime, /proc) and the broker's, over the {:.0} s batch ÷ orders ({} and {}), less the idle rates measured before it × the batch's time ({} and {} ms/s) |",
             opt(bp), opt(bb), a.batch_secs, opt(a.tree_per_order), opt(a.broker_per_order), opt(a.idle_pool_ms_per_s), opt(a.idle_broker_ms_per_s));
+        let _ = writeln!(r, "\nProcesses booted by their predecessor's last transaction (no `booted` of their own, R16 \"Handed boot\"): {} of the {} measured.", a.handed, a.rows.get(8).map_or(0, |row| row.wall.len()));
         let _ = writeln!(r, "\nsend → `completed` acknowledged: p50 {} ms, p99 {} ms. Standing by, a standby spends {} ms of CPU per record it reads (its CPU from catching up to `go` ÷ the records it read meanwhile, its idle polling included; `-`: it read none, its claims partition paused once caught up).\n",
             fmt_ms(pct(&a.send_to_completed, 50.0)), fmt_ms(pct(&a.send_to_completed, 99.0)), f(&a.standby_reads));
         if !a.broker_groups.is_empty() {

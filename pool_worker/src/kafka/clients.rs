@@ -1250,11 +1250,11 @@ impl Kafka {
         }
     }
 
-    /// Produces one record as [`Kafka::send`] does; with transactions, in a
-    /// transaction of its own, committed before this returns (readers see
-    /// the record only then). The outer `Err`: the producer stopped for
-    /// good ([`Stopped`]); the inner one: this record was not written (its
-    /// transaction aborted) and may be sent again.
+    /// Produces records as [`Kafka::send`] does; with transactions, in one
+    /// transaction of their own, committed before this returns (readers see
+    /// the records only then, all of them). The outer `Err`: the producer
+    /// stopped for good ([`Stopped`]); the inner one: the records were not
+    /// written (their transaction aborted) and may be sent again.
     ///
     /// A producer that fails for good without being fenced is replaced
     /// ([`Kafka::renew`]), and the record reported not written.
@@ -1262,11 +1262,9 @@ impl Kafka {
         &self,
         topic: &str,
         partition: Option<i32>,
-        key: &str,
-        value: &[u8],
-        sig: Option<&str>,
-    ) -> Result<Result<i64, KafkaError>, Stopped> {
-        match self.produce_once(topic, partition, key, value, sig).await {
+        items: &[Item<'_>],
+    ) -> Result<Result<Vec<i64>, KafkaError>, Stopped> {
+        match self.produce_once(topic, partition, items).await {
             Err(Stopped::Failed) => {
                 self.renew().await?;
                 Ok(Err(KafkaError::Canceled))
@@ -1280,15 +1278,11 @@ impl Kafka {
         &self,
         topic: &str,
         partition: Option<i32>,
-        key: &str,
-        value: &[u8],
-        sig: Option<&str>,
-    ) -> Result<Result<i64, KafkaError>, Stopped> {
+        items: &[Item<'_>],
+    ) -> Result<Result<Vec<i64>, KafkaError>, Stopped> {
         let producer = self.producer();
         if !self.transactional {
-            return Ok(self
-                .send(&producer, topic, partition, key, value, sig)
-                .await);
+            return Ok(self.send(&producer, topic, partition, items).await);
         }
         if let Err(e) = producer.begin_transaction() {
             if let Some(stop) = txn_error(&e).and_then(stopped_by) {
@@ -1298,10 +1292,8 @@ impl Kafka {
             self.abort().await?;
             return Ok(Err(e));
         }
-        let sent = self
-            .send(&producer, topic, partition, key, value, sig)
-            .await;
-        let offset = match sent {
+        let sent = self.send(&producer, topic, partition, items).await;
+        let offsets = match sent {
             Ok(o) => o,
             Err(e) => {
                 self.abort().await?;
@@ -1316,7 +1308,7 @@ impl Kafka {
             })
             .await;
             let e = match r {
-                Ok(Ok(())) => return Ok(Ok(offset)),
+                Ok(Ok(())) => return Ok(Ok(offsets)),
                 Ok(Err(e)) => e,
                 Err(_) => KafkaError::Canceled,
             };
@@ -1381,8 +1373,10 @@ impl Kafka {
         }
     }
 
-    /// Appends a record to the claims topic; retries until the broker
-    /// acknowledges it. Returns its position, or `None` for a checkpoint the
+    /// Appends records to the claims topic, in one transaction and in
+    /// order (one record, or a last `completed` and its heir's `booted`:
+    /// docs/protocol.md R16); retries until the broker acknowledges them.
+    /// Returns their positions, or `None` for a checkpoint the
     /// broker refuses as too large even without its order ids (checkpoints
     /// are advisory). Every other record is a few hundred bytes once
     /// shortened; a broker that refuses even that (a claims topic with an
@@ -1392,23 +1386,35 @@ impl Kafka {
     /// `max.message.bytes` is below [`crate::record::RECORD_LIMIT`]) is
     /// shortened ([`Record::shrink`]) and sent again: never the same bytes
     /// forever.
-    pub(crate) async fn append(&self, rec: &Record) -> Result<Option<u64>, Stopped> {
-        let key = rec.key();
-        let mut rec = std::borrow::Cow::Borrowed(rec);
+    pub(crate) async fn append_all(&self, recs: &[Record]) -> Result<Option<Vec<u64>>, Stopped> {
+        let keys: Vec<String> = recs.iter().map(Record::key).collect();
+        let mut recs: Vec<std::borrow::Cow<Record>> =
+            recs.iter().map(std::borrow::Cow::Borrowed).collect();
         let mut backoff = backoff::APPEND;
         loop {
-            let value = rec.encode();
-            let sig = self.gate.sign(&value);
-            match self
-                .produce(&self.claims_topic, Some(0), &key, &value, sig.as_deref())
-                .await?
-            {
-                Ok(offset) => return Ok(Some(offset.max(0) as u64)),
-                Err(e) if too_large(&e) && rec.to_mut().shrink() => {
-                    tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this record as too large (check the claims topic's max.message.bytes); shortened");
+            let values: Vec<Vec<u8>> = recs.iter().map(|r| r.encode()).collect();
+            let sigs: Vec<Option<String>> = values.iter().map(|v| self.gate.sign(v)).collect();
+            let items: Vec<Item> = keys
+                .iter()
+                .zip(&values)
+                .zip(&sigs)
+                .map(|((k, v), s)| (k.as_str(), v.as_slice(), s.as_deref()))
+                .collect();
+            let bytes: usize = values.iter().map(Vec::len).sum();
+            let key = keys.join(",");
+            match self.produce(&self.claims_topic, Some(0), &items).await? {
+                Ok(offsets) => {
+                    return Ok(Some(offsets.iter().map(|o| (*o).max(0) as u64).collect()))
                 }
-                Err(e) if too_large(&e) && rec.event() == crate::record::Event::Checkpoint => {
-                    tracing::warn!(instance = self.instance, key, bytes = value.len(), "the broker refuses this checkpoint as too large; not written (boot reads further back)");
+                Err(e) if too_large(&e) && recs.iter_mut().any(|r| r.to_mut().shrink()) => {
+                    tracing::warn!(instance = self.instance, key, bytes, "the broker refuses this record as too large (check the claims topic's max.message.bytes); shortened");
+                }
+                Err(e)
+                    if too_large(&e)
+                        && recs.len() == 1
+                        && recs[0].event() == crate::record::Event::Checkpoint =>
+                {
+                    tracing::warn!(instance = self.instance, key, bytes, "the broker refuses this checkpoint as too large; not written (boot reads further back)");
                     return Ok(None);
                 }
                 Err(e)
@@ -1436,55 +1442,61 @@ impl Kafka {
         }
     }
 
-    /// Produces one record and waits for the broker's acknowledgment (or
-    /// the failure librdkafka reports at the latest after
-    /// `message.timeout.ms`); its offset.
+    /// Produces records, in order, and waits for the broker's
+    /// acknowledgment of each (or the failure librdkafka reports at the
+    /// latest after `message.timeout.ms`); their offsets.
     async fn send(
         &self,
         producer: &BaseProducer<Quiet>,
         topic: &str,
         partition: Option<i32>,
-        key: &str,
-        value: &[u8],
-        sig: Option<&str>,
-    ) -> Result<i64, KafkaError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let mut report = Box::new(tx);
-        loop {
-            let mut rec = BaseRecord::with_opaque_to(topic, report)
-                .key(key)
-                .payload(value);
-            if let Some(p) = partition {
-                rec = rec.partition(p);
-            }
-            if let Some(sig) = sig {
-                let h = rdkafka::message::Header {
-                    key: crate::sign::HEADER,
-                    value: Some(sig.as_bytes()),
+        items: &[Item<'_>],
+    ) -> Result<Vec<i64>, KafkaError> {
+        let mut reports = Vec::with_capacity(items.len());
+        for &(key, value, sig) in items {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let mut report = Box::new(tx);
+            loop {
+                let mut rec = BaseRecord::with_opaque_to(topic, report)
+                    .key(key)
+                    .payload(value);
+                if let Some(p) = partition {
+                    rec = rec.partition(p);
+                }
+                if let Some(sig) = sig {
+                    let h = rdkafka::message::Header {
+                        key: crate::sign::HEADER,
+                        value: Some(sig.as_bytes()),
+                    };
+                    rec = rec.headers(rdkafka::message::OwnedHeaders::new().insert(h));
+                }
+                let full = match producer.send(rec) {
+                    Ok(()) => None,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), rec)) => {
+                        Some(rec.delivery_opaque)
+                    }
+                    Err((e, _)) => return Err(e),
                 };
-                rec = rec.headers(rdkafka::message::OwnedHeaders::new().insert(h));
-            }
-            let full = match producer.send(rec) {
-                Ok(()) => None,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), rec)) => {
-                    Some(rec.delivery_opaque)
-                }
-                Err((e, _)) => return Err(e),
-            };
-            match full {
-                None => break,
-                Some(r) => {
-                    report = r;
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+                match full {
+                    None => break,
+                    Some(r) => {
+                        report = r;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
                 }
             }
+            reports.push(rx);
         }
-        // message.timeout.ms (10 s) bounds the report; the margin is for a
-        // busy machine.
-        match tokio::time::timeout(Duration::from_secs(30), rx).await {
-            Ok(Ok(r)) => r,
-            _ => Err(KafkaError::Canceled),
+        let mut offsets = Vec::with_capacity(reports.len());
+        for rx in reports {
+            // message.timeout.ms (10 s) bounds the report; the margin is for
+            // a busy machine.
+            match tokio::time::timeout(Duration::from_secs(30), rx).await {
+                Ok(Ok(r)) => offsets.push(r?),
+                _ => return Err(KafkaError::Canceled),
+            }
         }
+        Ok(offsets)
     }
 
     /// Publishes a completion's result to the results topic, if there is
@@ -1505,7 +1517,7 @@ impl Kafka {
         loop {
             let value = with_main_topic(msg.value(), self.orders.main_name());
             match self
-                .produce(topic, None, &msg.key, value.as_bytes(), None)
+                .produce(topic, None, &[(&msg.key, value.as_bytes(), None)])
                 .await?
             {
                 Ok(_) => return Ok(()),
@@ -2069,6 +2081,10 @@ impl Kafka {
         }
     }
 }
+
+/// One record to produce: key, value and signature (the `pool-sig`
+/// header, docs/protocol.md R5).
+type Item<'a> = (&'a str, &'a [u8], Option<&'a str>);
 
 #[cfg(test)]
 mod tests {

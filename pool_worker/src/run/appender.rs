@@ -34,8 +34,10 @@ pub(super) struct Appender {
 
 /// One thing for the appender's task to produce.
 enum Out {
-    Record(crate::record::Record),
-    Result(crate::record::ResultMessage),
+    /// Records appended in one transaction (one record, or a last
+    /// `completed` and its heir's `booted`: docs/protocol.md R16).
+    Records(Vec<crate::record::Record>),
+    Result(Box<crate::record::ResultMessage>),
 }
 
 impl Appender {
@@ -47,14 +49,15 @@ impl Appender {
             let mut n = 0;
             while let Some(out) = rx.recv().await {
                 let r = match out {
-                    Out::Result(msg) => kafka.publish_result(msg).await,
-                    Out::Record(rec) => {
-                        crate::account::mark_with("append", || rec.event().as_str().into());
-                        let r = kafka.append(&rec).await;
-                        crate::account::mark_with("acked", || rec.event().as_str().into());
+                    Out::Result(msg) => kafka.publish_result(*msg).await,
+                    Out::Records(recs) => {
+                        let first = recs.first().map_or("", |r| r.event().as_str());
+                        crate::account::mark_with("append", || first.into());
+                        let r = kafka.append_all(&recs).await;
+                        crate::account::mark_with("acked", || first.into());
                         r.map(|pos| {
-                            if let Some(pos) = pos {
-                                log_step(&rec, pos)
+                            for (rec, pos) in recs.iter().zip(pos.unwrap_or_default()) {
+                                log_step(rec, pos)
                             }
                         })
                     }
@@ -92,15 +95,24 @@ impl Appender {
     }
 
     pub(super) fn append(&self, rec: crate::record::Record) {
+        self.append_all(vec![rec]);
+    }
+
+    /// Appends `recs` in one transaction, in order: all land or none
+    /// ([`crate::worker::Action::AppendAll`]).
+    pub(super) fn append_all(&self, recs: Vec<crate::record::Record>) {
+        if recs.is_empty() {
+            return;
+        }
         self.sent.set(self.sent.get() + 1);
-        let _ = self.tx.send(Out::Record(rec));
+        let _ = self.tx.send(Out::Records(recs));
     }
 
     /// [`Action::PublishResult`]: publishes after every append asked for
     /// before it, and before every one asked for after it.
     pub(super) fn publish(&self, msg: crate::record::ResultMessage) {
         self.sent.set(self.sent.get() + 1);
-        let _ = self.tx.send(Out::Result(msg));
+        let _ = self.tx.send(Out::Result(Box::new(msg)));
     }
 
     /// Waits until every append so far is acknowledged (at most `limit`);

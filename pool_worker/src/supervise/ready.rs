@@ -37,6 +37,11 @@ const BOOTED: &[u8] = b"booted";
 /// its clean-exit marker left; all it does after is exit.
 const DONE: &[u8] = b"done";
 
+/// What follows [`DONE`] and a space when the worker's last transaction
+/// held its heir's `booted` (docs/protocol.md R16, "Handed boot"): this
+/// word, a space and the heir's incarnation.
+const HANDED: &str = "handed";
+
 /// How long the supervisor waits for a child's `booted` before it starts
 /// the next standby anyway (a program that is no worker, a first start that
 /// settles: docs/protocol.md R17). A worker boots in tens of milliseconds;
@@ -106,15 +111,49 @@ pub(crate) fn booted() {
 /// `booted` (`done` means nothing without it), and closes the pipe, so that
 /// the supervisor lets the instance's standby go now, not once this
 /// process's exit has been torn down and reaped (about 1.5 ms,
-/// bench/RESULTS.md). Nothing if there is no pipe.
-pub(crate) fn done() {
+/// bench/RESULTS.md). `handed`: the heir whose `booted` its last
+/// transaction held (`done handed <incarnation>`). Nothing if there is no
+/// pipe.
+pub(crate) fn done(handed: Option<&str>) {
     let taken = std::mem::replace(
         &mut *WRITER.lock().unwrap_or_else(|p| p.into_inner()),
         Writer::None,
     );
     if let Writer::Booted(mut f) = taken {
-        let _ = f.write_all(&[DONE, b"\n"].concat());
+        let line = done_line(handed);
+        let _ = f.write_all(line.as_bytes());
     }
+}
+
+/// The line [`done`] writes.
+fn done_line(handed: Option<&str>) -> String {
+    let done = std::str::from_utf8(DONE).unwrap_or("done");
+    match handed {
+        Some(heir) => format!("{done} {HANDED} {heir}\n"),
+        None => format!("{done}\n"),
+    }
+}
+
+/// A line's meaning, if it is one of ours; `done handed X` keeps X in
+/// `handed`.
+fn said_of(line: &[u8], handed: &mut Option<String>) -> Option<Said> {
+    if line == BOOTED {
+        return Some(Said::Booted);
+    }
+    if line == DONE {
+        *handed = None;
+        return Some(Said::Done);
+    }
+    let rest = line.strip_prefix(DONE)?.strip_prefix(b" ")?;
+    let heir = std::str::from_utf8(rest)
+        .ok()?
+        .strip_prefix(HANDED)?
+        .strip_prefix(' ')?;
+    if heir.is_empty() || heir.contains(char::is_whitespace) {
+        return None;
+    }
+    *handed = Some(heir.to_string());
+    Some(Said::Done)
 }
 
 /// The supervisor's side of one child's pipe.
@@ -164,13 +203,13 @@ impl Pipe {
         drop(self.write);
         tokio::net::unix::pipe::Receiver::from_owned_fd(self.read)
             .ok()
-            .map(|r| Ready(r, Vec::new()))
+            .map(|r| Ready(r, Vec::new(), None))
     }
 }
 
-/// The read end of a spawned child's pipe, and what was read of it that is
-/// not a whole line yet.
-pub(crate) struct Ready(tokio::net::unix::pipe::Receiver, Vec<u8>);
+/// The read end of a spawned child's pipe, what was read of it that is
+/// not a whole line yet, and the heir its `done` named, if any.
+pub(crate) struct Ready(tokio::net::unix::pipe::Receiver, Vec<u8>, Option<String>);
 
 /// What a child said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,10 +230,8 @@ impl Ready {
         match tokio::time::timeout(patience, self.line()).await {
             Err(_) => Said::Nothing,
             Ok(None) => Said::Closed,
-            Ok(Some(l)) if l == BOOTED => Said::Booted,
-            Ok(Some(l)) if l == DONE => Said::Done,
             // Not ours to understand: as if nothing came.
-            Ok(Some(_)) => Said::Nothing,
+            Ok(Some(l)) => said_of(&l, &mut self.2).unwrap_or(Said::Nothing),
         }
     }
 
@@ -204,11 +241,19 @@ impl Ready {
         loop {
             match self.line().await {
                 None => return Said::Closed,
-                Some(l) if l == BOOTED => return Said::Booted,
-                Some(l) if l == DONE => return Said::Done,
-                Some(_) => {}
+                Some(l) => {
+                    if let Some(said) = said_of(&l, &mut self.2) {
+                        return said;
+                    }
+                }
             }
         }
+    }
+
+    /// The heir the child's `done` named (`done handed X`): its last
+    /// transaction held X's `booted` (docs/protocol.md R16).
+    pub(crate) fn handed(&self) -> Option<&str> {
+        self.2.as_deref()
     }
 
     /// Whether the child said `booted` in what it has written so far (read
@@ -248,6 +293,41 @@ impl Ready {
                 Ok(0) | Err(_) => return None,
                 Ok(n) => self.1.extend_from_slice(&buf[..n]),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `done`, and `done handed X` naming the heir whose `booted` the last
+    /// transaction held (docs/protocol.md R16); what `done` writes is what
+    /// the supervisor reads.
+    #[test]
+    fn done_names_the_heir_it_handed_to() {
+        let mut handed = None;
+        assert_eq!(said_of(b"booted", &mut handed), Some(Said::Booted));
+        assert_eq!(said_of(b"done", &mut handed), Some(Said::Done));
+        assert_eq!(handed, None);
+        let line = done_line(Some("0123456789abcdef"));
+        let line = line.strip_suffix('\n').unwrap();
+        assert_eq!(said_of(line.as_bytes(), &mut handed), Some(Said::Done));
+        assert_eq!(handed.as_deref(), Some("0123456789abcdef"));
+        assert_eq!(done_line(None), "done\n");
+        // A plain `done` after forgets it; junk is not ours.
+        assert_eq!(said_of(b"done", &mut handed), Some(Said::Done));
+        assert_eq!(handed, None);
+        for junk in [
+            "done handed",
+            "done handed ",
+            "done handed a b",
+            "done x",
+            "doneX",
+            "done handedX",
+        ] {
+            assert_eq!(said_of(junk.as_bytes(), &mut handed), None, "{junk:?}");
+            assert_eq!(handed, None);
         }
     }
 }

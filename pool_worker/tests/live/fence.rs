@@ -1001,3 +1001,72 @@ fn a_settling_standby_does_nothing_before_go() {
     );
     assert!(!ledger.exists(), "the order ran");
 }
+
+/// Apache Kafka, `supervise` with standbys (docs/protocol.md R16, "Handed
+/// boot"): a process told its heir (the standby's incarnation) appends the
+/// heir's `booted` in the transaction of its last `completed`, right after
+/// it (the next position: no commit marker between, one transaction), and
+/// the heir appends no `booted` of its own: its first record after that
+/// is its claim. Of 6 orders run one after the other by one instance,
+/// every process after the first standby's is booted so (the first
+/// process is a plain start, told no heir; the first standby is let go
+/// by it with `go done`); every order completes once.
+#[test]
+fn a_process_hands_its_standby_its_booted_with_its_last_completion() {
+    use crate::common::*;
+    use pool_worker::record::Event;
+    let kafka = shared();
+    let (orders_topic, claims) = kafka.topics(1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut sup = SupervisorProc::start_with(SupervisorOpts {
+        instances: "1".into(),
+        env: kafka.env(&orders_topic, &claims, dir.path()),
+        restart_delay_ms: Some(20),
+        ..SupervisorOpts::default()
+    });
+    sup.wait_pid(1, T).expect("instance 1 runs");
+    let orders = produce_orders(&kafka.bootstrap, &orders_topic, &["true"; 6], Some(0));
+    let audit = wait_and_audit(&kafka.bootstrap, &claims, &orders, Duration::from_secs(120));
+    audit.check_exactly_once(&orders).unwrap();
+    let log = decoded_claims(&kafka.bootstrap, &claims);
+    let mut handed = 0;
+    for (k, (pos, b)) in log.iter().enumerate() {
+        if b.event() != Event::Booted {
+            continue;
+        }
+        let before = k.checked_sub(1).map(|j| &log[j]);
+        let Some((p, c)) = before.filter(|(p, c)| {
+            *p + 1 == *pos && c.event() == Event::Completed && c.exits() && c.instance == b.instance
+        }) else {
+            continue;
+        };
+        handed += 1;
+        assert_ne!(
+            c.incarnation, b.incarnation,
+            "at {p}: the heir is another process"
+        );
+        assert_eq!(b.seq, 1, "at {pos}: the heir's first record");
+        // The heir's next record is its own claim, numbered 2: no booted
+        // of its own in between.
+        let next = log[k + 1..]
+            .iter()
+            .find(|(_, r)| r.instance == b.instance)
+            .map(|(q, r)| (q, r.event(), r.incarnation.clone(), r.seq));
+        if let Some((q, ev, inc, seq)) = next {
+            assert_eq!(
+                (ev, inc, seq),
+                (Event::Claimed, b.incarnation.clone(), 2),
+                "at {q}: after the handed booted at {pos}"
+            );
+        }
+    }
+    assert!(
+        handed >= 4,
+        "{handed} handed boots of 6 orders: {:?}\n{}",
+        log.iter()
+            .map(|(p, r)| format!("{p} {} {} {}", r.event().as_str(), r.incarnation, r.seq))
+            .collect::<Vec<_>>(),
+        sup.stderr.last(30)
+    );
+    sup.stop();
+}

@@ -471,9 +471,11 @@ impl World {
             strays,
             settling,
             fence,
+            handover,
             clocked,
             starts_marked,
             starts_unmarked,
+            starts_handed: _,
             forged,
             cancels,
             shared_cancel_key,
@@ -506,7 +508,7 @@ impl World {
         let mut h = Mix::default();
         // Forged records are never reordered here: tests/pure/model.rs checks
         // them without this reduction.
-        (forged, cancels, shared_cancel_key, trust, fence).hash(&mut h);
+        (forged, cancels, shared_cancel_key, trust, fence, handover).hash(&mut h);
         (clocks, guard_in_loop, judge_leases, cuts, freezes, thaws).hash(&mut h);
         (terms, key_concurrency, parks, unparked_runs).hash(&mut h);
         (topics, per_topic, ends).hash(&mut h);
@@ -552,6 +554,8 @@ impl World {
                 loop_frozen,
                 cut_until,
                 deaths,
+                handing,
+                handed,
             } = inst;
             fetched.hash(&mut h);
             match worker {
@@ -574,8 +578,11 @@ impl World {
                 None => 0u8.hash(&mut h),
             }
             pending.len().hash(&mut h);
-            for r in pending {
-                hash_record(r, &f, &mut h);
+            for t in pending {
+                t.len().hash(&mut h);
+                for r in t {
+                    hash_record(r, &f, &mut h);
+                }
             }
             (
                 cursor,
@@ -592,12 +599,15 @@ impl World {
                 wake_at,
             )
                 .hash(&mut h);
-            (fenced, deadline).hash(&mut h);
+            (fenced, deadline, handing, handed).hash(&mut h);
             (guard, killed, loop_frozen, cut_until, deaths).hash(&mut h);
         }
         orphans.len().hash(&mut h);
-        for r in orphans {
-            hash_record(r, &f, &mut h);
+        for t in orphans {
+            t.len().hash(&mut h);
+            for r in t {
+                hash_record(r, &f, &mut h);
+            }
         }
         for o in orders {
             let OrderGhost {

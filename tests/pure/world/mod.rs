@@ -18,7 +18,10 @@
 //!   read cursor, its appends not yet delivered (FIFO, like one producer),
 //!   whether it asked for orders ([`Action::FindOrder`]) and the job it runs.
 //! * A crash drops the process; its undelivered appends become *orphans*
-//!   that may land later, in any order, or never.
+//!   that may land later, in any order, or never. An append is a
+//!   transaction ([`Txn`]): usually one record; a handing one
+//!   (`Action::AppendAll`, [`Config::handover`]) lands whole, in order, or
+//!   never, and ends its instance's other appends in flight.
 //! * A duplicate delivery (a producer retry) lands a record and keeps a copy
 //!   as an orphan, which may land again later.
 //! * Compaction erases every record that has a newer record with the same
@@ -94,6 +97,20 @@ pub struct Config {
     /// the dead process had committed). Use with `settle` false; an orphan
     /// landing after its writer's successor booted violates [`SETTLED`].
     pub fence: bool,
+    /// With [`Config::fence`]: the handed boot (docs/protocol.md R16,
+    /// "Handed boot"). Every process is told its heir at its start
+    /// (`Input::Heir`, the name of its instance's next process); its last
+    /// completion then goes with the heir's `booted` in one transaction
+    /// (`Action::AppendAll`, [`Txn`]). A process that exits `Ok` with that
+    /// transaction landed and nothing of its instance in flight (the
+    /// shell's `done handed`) has handed over ([`Inst::handed`]): its
+    /// instance's next process starts as the heir, with no
+    /// [`Step::Fence`], told `Input::Handed` instead of `Input::Fenced`.
+    /// After any other end (a crash, another exit status) the next process
+    /// starts as without it; and the heir's standby may die before it runs
+    /// ([`Step::StartPastHeir`], a crash), another incarnation starting
+    /// instead, also as without it.
+    pub handover: bool,
     /// Simulation: the machines settle themselves (`Settings::settle_ms`,
     /// `Phase::Settle`) instead of the world dropping orphans at a start:
     /// a process that exits with nothing in flight leaves a clean-exit
@@ -334,6 +351,17 @@ fn forger_key() -> pool_worker_core::sign::ClaimsKey {
     pool_worker_core::sign::ClaimsKey::new(b"a key that is not the pool's").expect("long enough")
 }
 
+/// One append in flight: the records of one Kafka transaction, in order,
+/// which land together, adjacent and in this order, or not at all. One
+/// record for `Action::Append`; the records of an `Action::AppendAll` (a
+/// process's last `completed` and its heir's `booted`, docs/protocol.md
+/// R16, "Handed boot"). A crash leaves it an orphan whole: Kafka commits
+/// or aborts a transaction whole, so its records never land apart (apart,
+/// the heir's `booted` could land alone, or before the `completed`, which
+/// would then be void and an orphan landing after a newer incarnation's
+/// `booted`: a false alarm of [`SETTLED`]).
+pub type Txn = Vec<Record>;
+
 /// One instance number.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Inst {
@@ -341,8 +369,9 @@ pub struct Inst {
     pub worker: Option<Worker>,
     /// Next log position to read.
     pub cursor: usize,
-    /// Appends not yet delivered, oldest first.
-    pub pending: VecDeque<Record>,
+    /// Appends not yet delivered, oldest first (each a transaction,
+    /// [`Txn`]).
+    pub pending: VecDeque<Txn>,
     /// The process asked for orders and has not been answered.
     pub asked: bool,
     /// The job the process runs.
@@ -397,6 +426,16 @@ pub struct Inst {
     /// by its own writer's death ([`World::expire_orphans`]), not by a
     /// later process's of its instance.
     pub deaths: Vec<(Incarnation, u64)>,
+    /// With [`Config::handover`]: the live process's handing transaction
+    /// (its last `completed` and its heir's `booted`, `Action::AppendAll`)
+    /// has landed.
+    pub handing: bool,
+    /// With [`Config::handover`]: the last process exited `Ok` after its
+    /// handing transaction landed, with nothing of the instance pending
+    /// or orphaned (the shell's `done handed`, the supervisor's `go
+    /// handed`): the next process is its heir, started with
+    /// `Input::Handed` and no fence. False after a crash or any other exit.
+    pub handed: bool,
 }
 
 /// Ghost history of one order.
@@ -446,13 +485,24 @@ pub enum RunEnd {
 pub enum Step {
     /// Start a process for a dead instance.
     Start(u32),
-    /// Deliver the instance's oldest pending append.
+    /// With [`Config::handover`]: the standby named its predecessor's heir
+    /// dies before it runs (a crash, counted), and the instance's next
+    /// process is another incarnation (`<i>.<starts + 2>`), which starts
+    /// as without a handover, fence and own `booted` (docs/protocol.md
+    /// R16, "Handed boot": the heir's `booted`, if it landed, names an
+    /// incarnation that appends nothing).
+    StartPastHeir(u32),
+    /// Deliver the instance's oldest pending append (a whole transaction,
+    /// [`Txn`]: its records land one after the other in this step).
     Deliver(u32),
     /// Deliver it and keep a copy that may land again (a producer retry).
+    /// Only for an append of one record: a transaction of several (a
+    /// handing one, R16) is delivered once, with no copy.
     DeliverDup(u32),
-    /// An orphan (append of a dead process, or a retry copy) lands.
+    /// An orphan (append of a dead process, or a retry copy) lands (a
+    /// whole transaction, [`Txn`]).
     Land(usize),
-    /// An orphan is lost for good.
+    /// An orphan is lost for good (a whole transaction).
     Lose(usize),
     /// Read the next record (erased positions skipped).
     Read(u32),
@@ -507,7 +557,9 @@ pub struct World {
     pub log: Vec<Entry>,
     /// Instance `i` is `insts[i - 1]`.
     pub insts: Vec<Inst>,
-    pub orphans: Vec<Record>,
+    /// Appends in flight whose writer died, and retry copies: each a
+    /// transaction ([`Txn`]), landing whole or never.
+    pub orphans: Vec<Txn>,
     pub crashes: u32,
     pub dups: u32,
     /// Reads every delivered record, in order, never compacted.
@@ -565,12 +617,17 @@ pub struct World {
     settling: bool,
     /// Copied from the config: `Config::fence`.
     pub fence: bool,
+    /// Copied from the config: `Config::handover` (and `Config::fence`).
+    pub handover: bool,
     /// Copied from the config: `Config::clocked`.
     clocked: bool,
     /// Simulation with settling: processes started with a clean-exit
     /// marker, and without one (they wait).
     pub starts_marked: u32,
     pub starts_unmarked: u32,
+    /// With `Config::handover`: processes started as their predecessor's
+    /// heir (`Input::Handed`; figures only, left out of the fingerprint).
+    pub starts_handed: u32,
     /// Forged records appended so far ([`Step::Forge`]).
     pub forged: u32,
     /// Cancels appended so far ([`Step::Cancel`]).
@@ -709,9 +766,11 @@ impl World {
             strays: 0,
             settling: cfg.settle_ms.is_some() || cfg.fence,
             fence: cfg.fence,
+            handover: cfg.handover && cfg.fence,
             clocked: cfg.clocked,
             starts_marked: 0,
             starts_unmarked: 0,
+            starts_handed: 0,
             forged: 0,
             cancels: 0,
             shared_cancel_key: cfg.shared_cancel_key,
@@ -1007,8 +1066,14 @@ impl World {
         for i in 1..=cfg.instances {
             self.instance_steps(i, out);
             let inst = self.inst(i);
+            if self.past_heir(cfg, i) {
+                out.push(Step::StartPastHeir(i));
+            }
             if inst.worker.is_some() {
-                if !inst.pending.is_empty() && self.dups < cfg.max_dups {
+                // A transaction of several records is never duplicated
+                // (`Step::DeliverDup`).
+                let single = inst.pending.front().is_some_and(|t| t.len() == 1);
+                if single && self.dups < cfg.max_dups {
                     out.push(Step::DeliverDup(i));
                 }
                 if self.crashes < cfg.max_crashes {
@@ -1045,6 +1110,17 @@ impl World {
         if self.cancels < cfg.max_cancels {
             out.push(Step::Cancel(OrderId::new(0, 0)));
         }
+    }
+
+    /// Whether [`Step::StartPastHeir`] may start instance `i`: handover,
+    /// a dead instance that had a process (so a heir named), a crash left.
+    pub fn past_heir(&self, cfg: &Config, i: u32) -> bool {
+        let inst = self.inst(i);
+        self.handover
+            && inst.worker.is_none()
+            && inst.starts > 0
+            && self.now >= inst.down_until
+            && self.crashes < cfg.max_crashes
     }
 
     /// Whether instance `i`'s live process defers to other idle instances
@@ -1091,9 +1167,7 @@ impl World {
         match *s {
             Step::Start(i) => {
                 if cfg.settle || !cfg.late_appends {
-                    self.orphans.retain(|r| {
-                        !(r.instance.get() == i && r.by().is_none()) && r.by() != Some(i.into())
-                    });
+                    self.orphans.retain(|t| !Self::of_instance(t, i));
                 }
                 let now = self.local(i);
                 let inst = self.inst_mut(i);
@@ -1139,6 +1213,11 @@ impl World {
                 let inst = self.inst_mut(i);
                 inst.worker = Some(w);
                 inst.cursor = cursor;
+                // R16, "Handed boot": the process that exited last handed
+                // over to this one (its heir, named `<i>.<starts>` when it
+                // started): no fence; its `booted` is in the log.
+                let handed = std::mem::take(&mut inst.handed);
+                inst.handing = false;
                 inst.asked = false;
                 inst.running = None;
                 inst.crashed = false;
@@ -1155,37 +1234,59 @@ impl World {
                     self.inst_mut(i).next_tick = next;
                 }
                 self.act(i, acts);
+                if self.handover {
+                    // Every process is told its heir: its instance's next
+                    // process, `<i>.<starts + 1>`.
+                    let starts = self.inst(i).starts;
+                    let heir = Incarnation::new(format!("{i}.{}", starts + 1));
+                    self.feed(i, Input::Heir(heir));
+                    if handed {
+                        self.starts_handed += 1;
+                        self.inst_mut(i).fenced = true;
+                        self.feed(i, Input::Handed);
+                    }
+                }
+            }
+            Step::StartPastHeir(i) => {
+                self.crashes += 1;
+                let inst = self.inst_mut(i);
+                inst.starts += 1;
+                inst.handed = false;
+                self.step_inner(cfg, &Step::Start(i));
             }
             Step::Deliver(i) => {
-                let r = self.inst_mut(i).pending.pop_front().expect("pending");
-                self.append(r);
+                let t = self.inst_mut(i).pending.pop_front().expect("pending");
+                self.deliver(i, t);
             }
             Step::DeliverDup(i) => {
-                let r = self.inst_mut(i).pending.pop_front().expect("pending");
+                let t = self.inst_mut(i).pending.pop_front().expect("pending");
+                if t.len() > 1 {
+                    // A transaction of several records (a handing one,
+                    // `Action::AppendAll`) is not duplicated: a
+                    // transactional producer's retry never lands twice.
+                    // Only the simulation asks this (the model check does
+                    // not offer it): delivered once.
+                    return self.deliver(i, t);
+                }
                 self.dups += 1;
                 if cfg.late_appends {
-                    self.orphans.push(r.clone());
+                    self.orphans.push(t.clone());
                 } else {
                     // The retry lands next (or, if the process dies, never).
-                    self.inst_mut(i).pending.push_front(r.clone());
+                    self.inst_mut(i).pending.push_front(t.clone());
                 }
-                self.append(r);
+                self.deliver(i, t);
             }
             Step::Land(k) => {
-                let r = self.orphans.remove(k);
-                if self.settling {
-                    self.check_settled(&r);
-                }
-                self.append(r);
+                let t = self.orphans.remove(k);
+                self.land_txn(t, true);
             }
             Step::Lose(k) => {
                 self.orphans.remove(k);
             }
             Step::Read(i) => self.read(cfg, i),
             Step::Fence(i) => {
-                self.orphans.retain(|r| {
-                    !(r.instance.get() == i && r.by().is_none()) && r.by() != Some(i.into())
-                });
+                self.orphans.retain(|t| !Self::of_instance(t, i));
                 self.inst_mut(i).fenced = true;
                 self.feed(i, Input::Fenced);
             }
@@ -1271,6 +1372,54 @@ impl World {
                     self.log[p].erased = true;
                 }
             }
+        }
+    }
+
+    /// Whether a record of transaction `t` is instance `i`'s (written by
+    /// its processes: of its number and no other writer's, or a revocation
+    /// it wrote): what the instance's next start (with `Config::settle`)
+    /// and its fence drop.
+    fn of_instance(t: &Txn, i: u32) -> bool {
+        t.iter()
+            .any(|r| (r.instance.get() == i && r.by().is_none()) || r.by() == Some(i.into()))
+    }
+
+    /// Whether `t` is a handing transaction (R16, "Handed boot": a
+    /// process's last `completed` and its heir's `booted`).
+    fn handing(t: &Txn) -> bool {
+        t.len() > 1 && t.iter().any(|r| r.event() == Event::Booted)
+    }
+
+    /// Lands live instance `i`'s transaction `t` ([`World::land_txn`]);
+    /// a handing one is noted ([`Inst::handing`]).
+    fn deliver(&mut self, i: u32, t: Txn) {
+        if Self::handing(&t) {
+            self.inst_mut(i).handing = true;
+        }
+        self.land_txn(t, false);
+    }
+
+    /// Lands transaction `t`, its records one after the other; an
+    /// `orphan`'s records are judged by [`SETTLED`] as they land. A
+    /// handing transaction is its writer's last: it ends whatever of its
+    /// instance is still in flight, which can only be its writer's own
+    /// appends (its fence dropped the older processes', and a handed
+    /// start has none): a transactional producer's transactions commit
+    /// in order, and a retry never lands after a later transaction of the
+    /// same producer committed (the world's late copies and its orphans
+    /// landing in any order stand for more than Kafka allows). Without
+    /// this, a retry copy of the writer's claim landed after its heir's
+    /// `booted` and broke [`SETTLED`] (2 × 1, a crash and a duplicate).
+    fn land_txn(&mut self, t: Txn, orphan: bool) {
+        if Self::handing(&t) {
+            let i = t[0].writer().get();
+            self.orphans.retain(|o| !Self::of_instance(o, i));
+        }
+        for r in t {
+            if orphan && self.settling {
+                self.check_settled(&r);
+            }
+            self.append(r);
         }
     }
 
@@ -1375,12 +1524,14 @@ impl World {
         inst.killed = false;
         inst.loop_frozen = false;
         inst.cut_until = 0;
-        let pending: Vec<Record> = inst.pending.drain(..).collect();
+        inst.handing = false;
+        inst.handed = false;
+        let pending: Vec<Txn> = inst.pending.drain(..).collect();
         self.orphans.extend(pending);
         let orphans = &self.orphans;
         self.insts[i as usize - 1]
             .deaths
-            .retain(|(inc, _)| orphans.iter().any(|r| r.incarnation == *inc));
+            .retain(|(inc, _)| orphans.iter().flatten().any(|r| r.incarnation == *inc));
     }
 
     /// The start number of an incarnation the world named `<i>.<n>`.
@@ -1416,7 +1567,10 @@ impl World {
     pub fn expire_orphans(&mut self, limit: u64) {
         let now = self.now;
         let insts = &self.insts;
-        self.orphans.retain(|r| {
+        // A transaction by its first record (its writer's own: a handing
+        // transaction's second is its heir's `booted`).
+        self.orphans.retain(|t| {
+            let r = &t[0];
             let inst = &insts[r.writer().get() as usize - 1];
             let alive = inst
                 .worker
@@ -1436,7 +1590,7 @@ impl World {
         let orphans = &self.orphans;
         for inst in &mut self.insts {
             inst.deaths
-                .retain(|(inc, _)| orphans.iter().any(|r| r.incarnation == *inc));
+                .retain(|(inc, _)| orphans.iter().flatten().any(|r| r.incarnation == *inc));
         }
     }
 
@@ -1451,7 +1605,17 @@ impl World {
                         // R17: removed before booted is appended.
                         self.inst_mut(i).deadline = None;
                     }
-                    self.inst_mut(i).pending.push_back(r)
+                    self.inst_mut(i).pending.push_back(vec![r])
+                }
+                // One transaction (R16, "Handed boot": the last completion
+                // and the heir's `booted`), delivered whole ([`Txn`]).
+                Action::AppendAll(rs) => {
+                    for r in &rs {
+                        if r.event() == Event::Claimed && r.takeover_of().is_empty() {
+                            self.judge_priority(i, r);
+                        }
+                    }
+                    self.inst_mut(i).pending.push_back(rs)
                 }
                 Action::FindOrder => {
                     // Choosing: no job of this process runs any more (its
@@ -1532,9 +1696,19 @@ impl World {
                     let clean = self.settling
                         && code != pool_worker_core::exit_status::Exit::Fenced
                         && inst.pending.is_empty()
-                        && !self.orphans.iter().any(|r| r.incarnation == inc);
+                        && !self.orphans.iter().flatten().any(|r| r.incarnation == inc);
+                    // R16, "Handed boot": the shell says `done handed` once
+                    // every append is acknowledged, its handing transaction
+                    // among them; here: it landed, and nothing of the
+                    // instance is pending or orphaned.
+                    let handed = self.handover
+                        && code == pool_worker_core::exit_status::Exit::Ok
+                        && inst.handing
+                        && inst.pending.is_empty()
+                        && !self.orphans.iter().any(|t| Self::of_instance(t, i));
                     self.kill(i);
                     self.inst_mut(i).marker = clean.then_some(inc);
+                    self.inst_mut(i).handed = handed;
                 }
             }
         }
@@ -2022,6 +2196,7 @@ impl World {
         let pending = self.insts.iter().flat_map(|i| i.pending.iter());
         pending
             .chain(self.orphans.iter())
+            .flatten()
             .filter(|r| r.event() == Event::Claimed)
             .filter_map(|r| r.order())
     }
@@ -2159,6 +2334,7 @@ impl World {
                 && !self
                     .orphans
                     .iter()
+                    .flatten()
                     .any(|r| r.instance.get() == i || r.by() == Some(i.into()))
         };
         gone(i)
@@ -2238,8 +2414,13 @@ impl World {
                     };
                     let _ = writeln!(
                         s,
-                        "  instance {i}: dead{}{down}",
-                        if inst.crashed { " (crashed)" } else { "" }
+                        "  instance {i}: dead{}{}{down}",
+                        if inst.crashed { " (crashed)" } else { "" },
+                        if inst.handed {
+                            " (handed over: its heir starts next)"
+                        } else {
+                            ""
+                        }
                     );
                 }
                 Some(w) => {
@@ -2279,7 +2460,13 @@ impl World {
             let o: Vec<String> = self
                 .orphans
                 .iter()
-                .map(|r| format!("{} {}", r.key(), describe_record(r)))
+                .map(|t| {
+                    let rs: Vec<String> = t
+                        .iter()
+                        .map(|r| format!("{} {}", r.key(), describe_record(r)))
+                        .collect();
+                    rs.join(" + ")
+                })
                 .collect();
             let _ = writeln!(s, "  orphans in flight: {}", o.join("; "));
         }
