@@ -572,7 +572,11 @@ impl Worker {
     /// Append our `booted` (docs/protocol.md R16).
     fn boot(&mut self) -> Vec<Action> {
         self.phase = Phase::Boot { seen: false };
-        let booted = self.record(Body::Booted);
+        let mut booted = self.record(Body::Booted);
+        // A `booted` names no `booted` (R10; a reader takes one that does
+        // for foreign, R3): not even a handed one read already, which a
+        // heir let go with a plain `go` boots on again (R16).
+        booted.booted_at = None;
         vec![Action::Append(booted)]
     }
 
@@ -2964,6 +2968,17 @@ mod tests {
         log.feed(&mut h, &mut hc);
         let a = h.handle(Input::Fenced, 11);
         assert!(booted_in(&a), "{a:?}");
+        // Its copy is a pool record for every reader, not a foreign one
+        // (a `booted` naming a `booted` is, R3): it read the handed one
+        // first.
+        for r in log.0.iter().chain(a.iter().filter_map(|a| match a {
+            Action::Append(r) => Some(r),
+            _ => None,
+        })) {
+            let key = r.key();
+            let decoded = Record::decode(Some(key.as_bytes()), Some(&r.encode()));
+            assert!(decoded.is_ok(), "{r:?}: {decoded:?}");
+        }
         log.append(&a);
         assert_eq!(log.feed(&mut h, &mut hc), vec![Action::FindOrder]);
         assert_eq!(h.view.incarnation(1.into()), Some(&Incarnation::from("h")));

@@ -1016,6 +1016,8 @@ async fn standby_once_booted(
     if let (Some(input), Some(heir)) = (input.as_mut(), standby.incarnation.as_deref()) {
         write_line(input, format!("heir {heir}\n").as_bytes()).await;
     }
+    // The child's end, when it came before its word was seen.
+    let mut ran_first = None;
     let said = loop {
         tokio::select! {
             biased;
@@ -1027,21 +1029,37 @@ async fn standby_once_booted(
                 }
                 said => break said,
             },
-            ran = &mut running => return (ran, Some(Next::Standby(standby))),
+            ran = &mut running => {
+                // Its `done` may have come just before its exit, unseen
+                // yet (tokio may learn of the exit first): a `go` instead
+                // of `go done` or `go handed` would cost the standby a
+                // fence, or a `booted` of its own.
+                ran_first = Some(ran);
+                break if ready.done_already() {
+                    ready::Said::Done
+                } else {
+                    ready::Said::Closed
+                };
+            }
         }
     };
     // Let go only within the `max_runs` budget (else it is dismissed as
     // before, once the current process has exited).
-    if said != ready::Said::Done || !sh.take_run() {
-        return (running.await, Some(Next::Standby(standby)));
-    }
-    crate::account::mark("done");
-    let went = match (ready.handed(), standby.incarnation.as_deref()) {
-        (Some(h), Some(s)) if h == s => Went::Handed,
-        _ => Went::Done,
+    let next = if said == ready::Said::Done && sh.take_run() {
+        crate::account::mark("done");
+        let went = match (ready.handed(), standby.incarnation.as_deref()) {
+            (Some(h), Some(s)) if h == s => Went::Handed,
+            _ => Went::Done,
+        };
+        promote(standby, went).await.map(Next::Gone)
+    } else {
+        Some(Next::Standby(standby))
     };
-    let next = promote(standby, went).await.map(Next::Gone);
-    (running.await, next)
+    let ran = match ran_first {
+        Some(ran) => ran,
+        None => running.await,
+    };
+    (ran, next)
 }
 
 /// How an instance's current process ended, as its standby's `go` says

@@ -260,12 +260,30 @@ impl Ready {
     /// now, without waiting): for a child that exited before the wait saw
     /// its word (tokio may learn of the exit before the pipe's readiness).
     pub(crate) fn booted_already(&mut self) -> bool {
+        self.drain();
+        self.whole_line().is_some_and(|l| l == BOOTED)
+    }
+
+    /// Whether the child said `done` in what it has written so far (read
+    /// now, without waiting; a `done handed X` is kept, [`Ready::handed`]):
+    /// for a child that exited before the wait saw its word.
+    pub(crate) fn done_already(&mut self) -> bool {
+        self.drain();
+        while let Some(l) = self.whole_line() {
+            if said_of(&l, &mut self.2) == Some(Said::Done) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Reads what the child has written so far, without waiting.
+    fn drain(&mut self) {
         use std::os::fd::AsFd as _;
         let mut buf = [0u8; 64];
         while let Ok(n @ 1..) = nix::unistd::read(self.0.as_fd(), &mut buf) {
             self.1.extend_from_slice(&buf[..n]);
         }
-        self.whole_line().is_some_and(|l| l == BOOTED)
     }
 
     /// The first whole line of what was read, taken without its end.
