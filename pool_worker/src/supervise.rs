@@ -632,6 +632,18 @@ impl Proc {
     }
 }
 
+/// What a child of an instance is started as ([`Shared::spawn`]).
+#[derive(Clone, Copy)]
+struct ChildSpec<'a> {
+    instance: u32,
+    /// A standby ([`STANDBY`]).
+    standby: bool,
+    /// Its transactional id, where standbys are kept ([`TXN_SLOT`]).
+    slot: Option<TxnSlot>,
+    /// A standby's incarnation ([`INCARNATION`]).
+    incarnation: Option<&'a str>,
+}
+
 /// A child started with `exec`, or by the fork server.
 enum Kid {
     Own(Child),
@@ -732,16 +744,20 @@ impl Shared {
     /// `slot`: the process's transactional id ([`TXN_SLOT`]), given only
     /// where standbys are kept.
     async fn spawn(&self, instance: u32, standby: bool, slot: TxnSlot) -> io::Result<Proc> {
-        let slot = self.cfg.standby.then_some(slot);
         let incarnation = (standby && self.cfg.standby).then(crate::clock::new_incarnation);
-        let inc = incarnation.as_deref();
+        let spec = ChildSpec {
+            instance,
+            standby,
+            slot: self.cfg.standby.then_some(slot),
+            incarnation: incarnation.as_deref(),
+        };
         let pipe = if self.cfg.standby {
             Some(ready::Pipe::new()?)
         } else {
             None
         };
         if self.forking {
-            match self.fork(instance, standby, slot, inc, pipe.as_ref()).await {
+            match self.fork(&spec, pipe.as_ref()).await {
                 Ok(child) => {
                     return Ok(Proc {
                         child: Kid::Forked(child),
@@ -757,7 +773,7 @@ impl Shared {
                 }
             }
         }
-        let mut cmd = self.command(instance, standby, slot, inc, pipe.is_some());
+        let mut cmd = self.command(&spec, pipe.is_some());
         if let Some(pipe) = &pipe {
             pipe.give(&mut cmd);
         }
@@ -775,10 +791,7 @@ impl Shared {
     /// changed).
     async fn fork(
         &self,
-        instance: u32,
-        standby: bool,
-        slot: Option<TxnSlot>,
-        incarnation: Option<&str>,
+        spec: &ChildSpec<'_>,
         pipe: Option<&ready::Pipe>,
     ) -> io::Result<fork_server::Forked> {
         use std::os::fd::AsFd as _;
@@ -787,22 +800,22 @@ impl Shared {
             ChildOutput::Inherit => fork_server::Output::Inherit,
             ChildOutput::Null => fork_server::Output::Null,
         };
-        let stdio = fork_server::Stdio::new(standby, output, pipe.map(|p| p.write_end().as_fd()))?;
-        let env = self.child_env(instance, standby, slot, incarnation, pipe.is_some());
+        let stdio =
+            fork_server::Stdio::new(spec.standby, output, pipe.map(|p| p.write_end().as_fd()))?;
+        let env = self.child_env(spec, pipe.is_some());
         let server = self.spawner.fork_server(self.cfg.program.clone()).await?;
         fork_server::spawn(server, &env, stdio).await
     }
 
     /// The child's environment on top of the supervisor's (`None`: removed);
     /// `ready`: it gets the ready pipe, at [`ready::FD`].
-    fn child_env(
-        &self,
-        instance: u32,
-        standby: bool,
-        slot: Option<TxnSlot>,
-        incarnation: Option<&str>,
-        ready: bool,
-    ) -> Vec<(OsString, Option<OsString>)> {
+    fn child_env(&self, spec: &ChildSpec<'_>, ready: bool) -> Vec<(OsString, Option<OsString>)> {
+        let ChildSpec {
+            instance,
+            standby,
+            slot,
+            incarnation,
+        } = *spec;
         let mut env: Vec<(OsString, Option<OsString>)> = self
             .cfg
             .env
@@ -819,23 +832,16 @@ impl Shared {
         env
     }
 
-    fn command(
-        &self,
-        instance: u32,
-        standby: bool,
-        slot: Option<TxnSlot>,
-        incarnation: Option<&str>,
-        ready: bool,
-    ) -> Command {
+    fn command(&self, spec: &ChildSpec<'_>, ready: bool) -> Command {
         let mut cmd = Command::new(&self.cfg.program);
         cmd.args(&self.cfg.args)
-            .stdin(if standby {
+            .stdin(if spec.standby {
                 Stdio::piped()
             } else {
                 Stdio::null()
             })
             .kill_on_drop(true);
-        for (k, v) in self.child_env(instance, standby, slot, incarnation, ready) {
+        for (k, v) in self.child_env(spec, ready) {
             match v {
                 Some(v) => cmd.env(k, v),
                 None => cmd.env_remove(k),

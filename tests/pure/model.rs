@@ -1966,17 +1966,27 @@ fn protocol_holds_when_processes_settle() {
 /// 5,242,556 states in 343 s in the test profile.)
 #[test]
 fn protocol_holds_with_the_fence() {
-    for (i, o, crashes, dups) in [(2, 1, 1, 1), (2, 2, 1, 0), (3, 1, 1, 0)] {
-        let cfg = Config {
+    for cfg in fenced(false) {
+        assert_holds(Pool::new(cfg));
+    }
+}
+
+/// The configurations the fence is checked in (instances × orders, with
+/// at most one crash, and one duplicate in the smallest), with or without
+/// the handed boot (`Config::handover`).
+fn fenced(handover: bool) -> Vec<Config> {
+    [(2, 1, 1, 1), (2, 2, 1, 0), (3, 1, 1, 0)]
+        .into_iter()
+        .map(|(i, o, crashes, dups)| Config {
             max_crashes: crashes,
             max_dups: dups,
             claim_defer_ms: 0,
             settle: false,
             fence: true,
+            handover,
             ..config(i, o, None)
-        };
-        assert_holds(Pool::new(cfg));
-    }
+        })
+        .collect()
 }
 
 /// A process that appends its `booted` before its fence has completed
@@ -2029,16 +2039,7 @@ fn protocol_holds_with_handed_boots() {
         w.step(&cfg, &s);
     }
     assert_eq!(w.starts_handed, 1, "no handed start on the fair schedule");
-    for (i, o, crashes, dups) in [(2, 1, 1, 1), (2, 2, 1, 0), (3, 1, 1, 0)] {
-        let cfg = Config {
-            max_crashes: crashes,
-            max_dups: dups,
-            claim_defer_ms: 0,
-            settle: false,
-            fence: true,
-            handover: true,
-            ..config(i, o, None)
-        };
+    for cfg in fenced(true) {
         assert_holds(Pool::new(cfg));
     }
 }

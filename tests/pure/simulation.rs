@@ -905,15 +905,22 @@ fn settling_shorter_than_appends_in_flight_is_caught() {
 /// (`SETTLED`). `POOL_SIM_FENCE_SEEDS` changes the seeds.
 #[test]
 fn simulation_with_the_fence() {
-    let cfg = Config {
-        settle: false,
-        settle_ms: None,
-        fence: true,
-        ..config_leases()
-    };
+    let cfg = fenced_leases(false);
     let seeds = env("POOL_SIM_FENCE_SEEDS", 200);
     let first = env("POOL_SIM_FIRST", 0);
     leased_seeds(&cfg, first, seeds, "simulation with the fence");
+}
+
+/// The simulation with leases, fencing instead of settling (R16), with or
+/// without the handed boot (`Config::handover`).
+fn fenced_leases(handover: bool) -> Config {
+    Config {
+        settle: false,
+        settle_ms: None,
+        fence: true,
+        handover,
+        ..config_leases()
+    }
 }
 
 /// The handed boot (docs/protocol.md R16, "Handed boot") in the
@@ -927,13 +934,7 @@ fn simulation_with_the_fence() {
 /// completed. `POOL_SIM_FENCE_SEEDS` changes the seeds.
 #[test]
 fn simulation_with_handed_boots() {
-    let cfg = Config {
-        settle: false,
-        settle_ms: None,
-        fence: true,
-        handover: true,
-        ..config_leases()
-    };
+    let cfg = fenced_leases(true);
     let seeds = env("POOL_SIM_FENCE_SEEDS", 200);
     let first = env("POOL_SIM_FIRST", 0);
     leased_seeds(&cfg, first, seeds, "simulation with handed boots");
@@ -948,13 +949,9 @@ fn simulation_with_handed_boots() {
 #[test]
 fn handing_before_the_completion_is_caught_by_the_simulation() {
     let cfg = Config {
-        settle: false,
-        settle_ms: None,
-        fence: true,
-        handover: true,
         flaw: Some(pool_worker_core::worker::Flaw::HandBeforeCompletion),
         orders: 100,
-        ..config_leases()
+        ..fenced_leases(true)
     };
     for seed in 0..200 {
         if let Some(f) = run(seed, &cfg).failure {
