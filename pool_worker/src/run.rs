@@ -29,6 +29,7 @@ use crate::orders;
 use crate::process_exit::{Exit, Signals};
 use crate::record::{Event, Incarnation, InstanceNo, OrderId, Outcome, Position, Status};
 use crate::schedule::{Firing, Idle, Scheduler};
+use crate::supervise::{SupervisorLine, Went};
 use crate::worker::{Action, Input, Phase, Settings, Worker};
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -175,7 +176,7 @@ impl SupervisorLines {
     async fn go(&mut self, mut booted: impl FnMut()) -> Option<Went> {
         loop {
             match self.0.next_line().await {
-                Ok(Some(line)) => match supervisor_line(&line) {
+                Ok(Some(line)) => match SupervisorLine::parse(&line) {
                     Some(SupervisorLine::Go(w)) => return Some(w),
                     Some(SupervisorLine::Booted) => booted(),
                     Some(SupervisorLine::Heir(_)) | None => {}
@@ -190,51 +191,10 @@ impl SupervisorLines {
     /// standard input ends (docs/protocol.md R16, "Handed boot").
     async fn heirs(mut self, heirs: watch::Sender<Option<Incarnation>>) {
         while let Ok(Some(line)) = self.0.next_line().await {
-            if let Some(SupervisorLine::Heir(h)) = supervisor_line(&line) {
+            if let Some(SupervisorLine::Heir(h)) = SupervisorLine::parse(&line) {
                 let _ = heirs.send(Some(Incarnation::new(h)));
             }
         }
-    }
-}
-
-/// A line of a standby's supervisor.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum SupervisorLine {
-    /// `booted`: the instance's current process has booted (its fences
-    /// are done): the standby may initialise its own transactional id.
-    Booted,
-    /// `go`, `go done` or `go handed`: its turn.
-    Go(Went),
-    /// `heir <incarnation>`, once it runs: the instance's next process
-    /// (R16, "Handed boot").
-    Heir(String),
-}
-
-/// How a standby's predecessor ended, as the supervisor's `go` says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Went {
-    /// `go done`: it said `done`: every append acknowledged, none to come.
-    Done,
-    /// `go`: it exited (or was killed) without saying so.
-    Exited,
-    /// `go handed`: it said `done`, its last transaction holding our
-    /// `booted` (R16, "Handed boot"): no fence of its id, no `booted` to
-    /// append.
-    Handed,
-}
-
-/// The supervisor's line's meaning; `None` for any other line.
-fn supervisor_line(line: &str) -> Option<SupervisorLine> {
-    match line.trim() {
-        "booted" => Some(SupervisorLine::Booted),
-        "go" => Some(SupervisorLine::Go(Went::Exited)),
-        "go done" => Some(SupervisorLine::Go(Went::Done)),
-        "go handed" => Some(SupervisorLine::Go(Went::Handed)),
-        l => l
-            .strip_prefix("heir ")
-            .map(str::trim)
-            .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
-            .map(|h| SupervisorLine::Heir(h.to_string())),
     }
 }
 
@@ -542,27 +502,14 @@ impl Shell {
         while let Some(action) = self.todo.pop_front() {
             match action {
                 Action::Append(rec) => {
-                    self.own_appended = self.own_appended.max(rec.seq);
-                    if rec.event() == Event::Booted {
-                        if let Some(code) = self.drop_deadline() {
-                            return Ok(Some(code));
-                        }
+                    if let Some(code) = self.append(vec![rec]) {
+                        return Ok(Some(code));
                     }
-                    self.appender.append(rec)
                 }
                 Action::AppendAll(recs) => {
-                    for rec in recs.iter().filter(|r| self.w.wrote(r)) {
-                        self.own_appended = self.own_appended.max(rec.seq);
+                    if let Some(code) = self.append(recs) {
+                        return Ok(Some(code));
                     }
-                    // R16, "Handed boot": our heir's `booted`, said with
-                    // `done` once acknowledged.
-                    if let Some(b) = recs
-                        .iter()
-                        .find(|r| r.event() == Event::Booted && !self.w.wrote(r))
-                    {
-                        self.handed = Some(b.incarnation.clone());
-                    }
-                    self.appender.append_all(recs)
                 }
                 Action::PublishResult(msg) => self.appender.publish(msg),
                 Action::WakeAt(at) => self.wake_at(at),
@@ -597,6 +544,28 @@ impl Shell {
             }
         }
         Ok(None)
+    }
+
+    /// [`Action::Append`], [`Action::AppendAll`]: the records go out in one
+    /// transaction, noted first: the newest own `seq` ([`Shell::hush`]);
+    /// before an own `booted`, the settle deadline dropped (R17; the exit
+    /// status when that fails); our heir's `booted` (R16, "Handed boot"),
+    /// said with `done` once acknowledged.
+    fn append(&mut self, recs: Vec<crate::record::Record>) -> Option<Exit> {
+        for rec in &recs {
+            if self.w.wrote(rec) {
+                self.own_appended = self.own_appended.max(rec.seq);
+                if rec.event() == Event::Booted {
+                    if let Some(code) = self.drop_deadline() {
+                        return Some(code);
+                    }
+                }
+            } else if rec.event() == Event::Booted {
+                self.handed = Some(rec.incarnation.clone());
+            }
+        }
+        self.appender.append_all(recs);
+        None
     }
 
     /// Quiet while the job runs and every record this process appended is
@@ -1015,9 +984,6 @@ impl Shell {
         }
     }
 
-    /// Feeds the input to the machine, then every claims event already
-    /// received, until the machine asks for something (a replay goes batch
-    /// by batch, not once around the select! per record).
     /// The heir the supervisor named last, to the machine once (R16,
     /// "Handed boot").
     fn pass_heir(&mut self) {
@@ -1030,6 +996,9 @@ impl Shell {
         }
     }
 
+    /// Feeds the input to the machine, then every claims event already
+    /// received, until the machine asks for something (a replay goes batch
+    /// by batch, not once around the select! per record).
     fn fold(&mut self, mut input: Input) {
         loop {
             if let Input::Record(pos, _) | Input::Foreign(pos) = &input {
@@ -1204,33 +1173,6 @@ impl Replay {
 mod tests {
     use super::*;
     use std::time::Instant;
-
-    /// The supervisor's lines to a standby (pool_worker/src/supervise.rs,
-    /// TXN_SLOT): the two `go` lines and `booted`; any other line is none.
-    #[test]
-    fn a_standbys_supervisor_lines() {
-        assert_eq!(
-            supervisor_line("go"),
-            Some(SupervisorLine::Go(Went::Exited))
-        );
-        assert_eq!(
-            supervisor_line("go done\n"),
-            Some(SupervisorLine::Go(Went::Done))
-        );
-        assert_eq!(supervisor_line("booted"), Some(SupervisorLine::Booted));
-        // R16, "Handed boot".
-        assert_eq!(
-            supervisor_line("go handed"),
-            Some(SupervisorLine::Go(Went::Handed))
-        );
-        assert_eq!(
-            supervisor_line("heir 0123456789abcdef\n"),
-            Some(SupervisorLine::Heir("0123456789abcdef".into()))
-        );
-        for other in ["", "done", "go now", "GO", "heir", "heir ", "heir a b"] {
-            assert_eq!(supervisor_line(other), None, "{other:?}");
-        }
-    }
 
     /// The orders' ends are told again only while idle, and never once
     /// IDLE_RECHECK has passed since they were asked: a process that is not

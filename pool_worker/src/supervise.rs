@@ -89,12 +89,14 @@
 //! [`SupEvent`]s.
 
 mod fork_server;
+mod lines;
 mod ready;
 use crate::backoff::Backoff;
 use crate::kafka::TxnSlot;
 use crate::process_exit::Exit;
 use anyhow::{anyhow, bail, Context as _};
 pub(crate) use fork_server::{serve as fork_server, Served, VAR as FORK_SERVER};
+pub(crate) use lines::{Line as SupervisorLine, Went};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 pub(crate) use ready::{booted as say_booted, done as say_done, take as take_ready};
@@ -1020,7 +1022,7 @@ async fn standby_once_booted(
     let mut told = said == ready::Said::Booted && tell_booted(&mut standby).await;
     // Its heir, told once the standby runs (R16, "Handed boot").
     if let (Some(input), Some(heir)) = (input.as_mut(), standby.incarnation.as_deref()) {
-        write_line(input, format!("heir {heir}\n").as_bytes()).await;
+        write_line(input, SupervisorLine::Heir(heir.into()).text().as_bytes()).await;
     }
     // The child's end, when it came before its word was seen.
     let mut ran_first = None;
@@ -1066,19 +1068,6 @@ async fn standby_once_booted(
         None => running.await,
     };
     (ran, next)
-}
-
-/// How an instance's current process ended, as its standby's `go` says
-/// ([`promote`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Went {
-    /// It exited, or was killed, without saying `done`: `go`.
-    Exited,
-    /// It said `done`: every append acknowledged, none to come: `go done`.
-    Done,
-    /// It said `done` naming the standby as the heir whose `booted` its
-    /// last transaction held: `go handed` (docs/protocol.md R16).
-    Handed,
 }
 
 /// A standby let go already ([`Next::Gone`]) may hold an order: when the
@@ -1129,7 +1118,7 @@ fn spawned_pid(c: &io::Result<Proc>) -> String {
 /// `booted`: it may initialise its own transactional id, [`TXN_SLOT`]);
 /// whether it was told.
 async fn tell_booted(p: &mut Proc) -> bool {
-    tell(p, b"booted\n").await
+    tell(p, SupervisorLine::Booted.text().as_bytes()).await
 }
 
 /// Writes `line` on a standby's standard input; whether it was written.
@@ -1156,12 +1145,7 @@ async fn promote(mut p: Proc, went: Went) -> Option<Proc> {
     if !matches!(p.child.try_wait(), Ok(None)) {
         return None;
     }
-    let line: &[u8] = match went {
-        Went::Exited => b"go\n",
-        Went::Done => b"go done\n",
-        Went::Handed => b"go handed\n",
-    };
-    if !tell(&mut p, line).await {
+    if !tell(&mut p, SupervisorLine::Go(went).text().as_bytes()).await {
         return None;
     }
     crate::account::mark_with("go_sent", || p.child.id().unwrap_or(0).to_string());

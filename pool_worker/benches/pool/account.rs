@@ -798,7 +798,7 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         let committed_read = find("read", "committed own");
         let committed_acked = find("acked", "committed");
         // Each append's acknowledgement: its transaction committed
-        // (`Kafka::append` returned), before the record is read back.
+        // (`Kafka::append_all` returned), before the record is read back.
         // A process booted by its predecessor's last transaction (R16,
         // "Handed boot") appends no `booted`: it has no such row, and
         // reads its `booted` back from the fence on (`go handed`).

@@ -6,7 +6,7 @@
 //! It offers the worker loop ([`crate::run`]) four things, each of them a
 //! thin wrapper with the retry policy written down in one place:
 //!
-//! * **the claims log**: [`Kafka::append`] (produce one record and wait for
+//! * **the claims log**: [`Kafka::append_all`] (produce records, one transaction, and wait for
 //!   the acknowledgment, retrying with backoff — a produce that timed out may
 //!   have been written, which the protocol tolerates: readers drop
 //!   duplicates by `seq`), and [`Kafka::next_claim`] (the next record of the

@@ -94,10 +94,6 @@ impl Appender {
         }
     }
 
-    pub(super) fn append(&self, rec: crate::record::Record) {
-        self.append_all(vec![rec]);
-    }
-
     /// Appends `recs` in one transaction, in order: all land or none
     /// ([`crate::worker::Action::AppendAll`]).
     pub(super) fn append_all(&self, recs: Vec<crate::record::Record>) {
