@@ -1826,6 +1826,10 @@ impl Worker {
         };
         let r = self.record(body);
         self.phase = Phase::Complete { order, seq: r.seq };
+        // R47: the result first, then the record.
+        let result = ResultMessage::of(&r)
+            .filter(|_| self.settings.publish_results)
+            .map(Action::PublishResult);
         // R16, "Handed boot": the last completion carries the heir's
         // `booted`, after it, in its transaction.
         let heir = self
@@ -1835,20 +1839,12 @@ impl Worker {
             .map(|inc| self.heir_booted(&inc));
         let append = match heir {
             Some(b) if flawed!(self.settings, HandBeforeCompletion) => {
-                vec![Action::Append(b), Action::Append(r.clone())]
+                vec![Action::Append(b), Action::Append(r)]
             }
-            Some(b) => vec![Action::AppendAll(vec![r.clone(), b])],
-            None => vec![Action::Append(r.clone())],
+            Some(b) => vec![Action::AppendAll(vec![r, b])],
+            None => vec![Action::Append(r)],
         };
-        // R47: the result first, then the record.
-        match ResultMessage::of(&r) {
-            Some(result) if self.settings.publish_results => {
-                std::iter::once(Action::PublishResult(result))
-                    .chain(append)
-                    .collect()
-            }
-            _ => append,
-        }
+        result.into_iter().chain(append).collect()
     }
 
     /// The heir's `booted` (R16, "Handed boot"): its incarnation's first

@@ -1019,10 +1019,11 @@ async fn standby_once_booted(
     // current process has booted ([`TXN_SLOT`]): a plain start fences both
     // ids before it boots, and would fence the standby's too. Told now, or
     // when the word comes (a standby started after [`ready::PATIENCE`]).
-    let mut told = said == ready::Said::Booted && tell_booted(&mut standby).await;
+    // (The line `booted`: whether the standby was told.)
+    let mut told = said == ready::Said::Booted && tell(&mut standby, &SupervisorLine::Booted).await;
     // Its heir, told once the standby runs (R16, "Handed boot").
     if let (Some(input), Some(heir)) = (input.as_mut(), standby.incarnation.as_deref()) {
-        write_line(input, SupervisorLine::Heir(heir.into()).text().as_bytes()).await;
+        write_line(input, &SupervisorLine::Heir(heir.into())).await;
     }
     // The child's end, when it came before its word was seen.
     let mut ran_first = None;
@@ -1032,7 +1033,7 @@ async fn standby_once_booted(
             said = ready.next() => match said {
                 ready::Said::Booted => {
                     if !told {
-                        told = tell_booted(&mut standby).await;
+                        told = tell(&mut standby, &SupervisorLine::Booted).await;
                     }
                 }
                 said => break said,
@@ -1114,15 +1115,8 @@ fn spawned_pid(c: &io::Result<Proc>) -> String {
         .to_string()
 }
 
-/// Tells a standby that its instance's current process has booted (the line
-/// `booted`: it may initialise its own transactional id, [`TXN_SLOT`]);
-/// whether it was told.
-async fn tell_booted(p: &mut Proc) -> bool {
-    tell(p, SupervisorLine::Booted.text().as_bytes()).await
-}
-
 /// Writes `line` on a standby's standard input; whether it was written.
-async fn tell(p: &mut Proc, line: &[u8]) -> bool {
+async fn tell(p: &mut Proc, line: &SupervisorLine) -> bool {
     let Some(input) = p.input() else {
         return false;
     };
@@ -1130,9 +1124,9 @@ async fn tell(p: &mut Proc, line: &[u8]) -> bool {
 }
 
 /// Writes `line` on a child's standard input; whether it was written.
-async fn write_line(input: &mut Input, line: &[u8]) -> bool {
+async fn write_line(input: &mut Input, line: &SupervisorLine) -> bool {
     use tokio::io::AsyncWriteExt as _;
-    input.write_all(line).await.is_ok() && input.flush().await.is_ok()
+    input.write_all(line.text().as_bytes()).await.is_ok() && input.flush().await.is_ok()
 }
 
 /// Tells a standby to take over: `go done` when the current process said
@@ -1145,7 +1139,7 @@ async fn promote(mut p: Proc, went: Went) -> Option<Proc> {
     if !matches!(p.child.try_wait(), Ok(None)) {
         return None;
     }
-    if !tell(&mut p, SupervisorLine::Go(went).text().as_bytes()).await {
+    if !tell(&mut p, &SupervisorLine::Go(went)).await {
         return None;
     }
     crate::account::mark_with("go_sent", || p.child.id().unwrap_or(0).to_string());
