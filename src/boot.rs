@@ -487,6 +487,14 @@ impl View {
     pub fn checkpoint(&self) -> Position {
         self.checkpoint
     }
+
+    /// A view loaded from a predecessor's handed view (docs/protocol.md
+    /// R16, "Handed view"), not from a checkpoint in the log: the newest
+    /// checkpoint is where the giver knew it (R23 counts from there), never
+    /// past the snapshot.
+    pub(crate) fn set_checkpoint(&mut self, at: Position) {
+        self.checkpoint = at.min(self.end);
+    }
 }
 
 fn raise(f: &mut BTreeMap<Lane, i64>, p: Lane, o: i64) {

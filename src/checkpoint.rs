@@ -9,6 +9,25 @@
 //! docs/protocol-proofs.md, "Checkpoints".
 
 pub use crate::record::wire::{Snapshot, ID_MEMORY, ID_MEMORY_BYTES};
+use crate::record::{Incarnation, Position};
+
+/// What a process whose last transaction held its heir's `booted` leaves
+/// that heir (docs/protocol.md R16, "Handed view"): its View as a
+/// snapshot, which the heir boots from and reads on after, as from a
+/// checkpoint (R24: any writer's will do), and where the newest checkpoint
+/// in the log lies, so that the heir writes the next one when R23 says.
+/// The shell passes it through the state directory
+/// (pool_worker/src/settle.rs); the heir takes it only if it names it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandedView {
+    /// The incarnation it is for.
+    pub heir: Incarnation,
+    /// The newest checkpoint its giver read covers the log before this
+    /// position.
+    pub checkpoint: Position,
+    pub snapshot: Snapshot,
+}
 
 /// A process writes a checkpoint at boot when the newest one it knows of
 /// covers less than the log minus this many positions (about 80 orders of

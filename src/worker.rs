@@ -635,6 +635,28 @@ impl Worker {
         true
     }
 
+    /// R16, "Handed view": this process's View for `heir`, the incarnation
+    /// whose `booted` its last transaction held (the shell passes it on).
+    pub fn hand_view(&self, heir: &Incarnation) -> crate::checkpoint::HandedView {
+        crate::checkpoint::HandedView {
+            heir: heir.clone(),
+            checkpoint: self.view.checkpoint(),
+            snapshot: self.view.snapshot(),
+        }
+    }
+
+    /// R16, "Handed view": starts from the View the predecessor handed
+    /// us, as from a checkpoint ([`Worker::load`]), keeping where it knew
+    /// the newest checkpoint. Refused (false) when it names another
+    /// incarnation, or after the first record is read.
+    pub fn load_handed(&mut self, v: &crate::checkpoint::HandedView) -> bool {
+        if v.heir != self.incarnation || !self.load(&v.snapshot) {
+            return false;
+        }
+        self.view.set_checkpoint(v.checkpoint);
+        true
+    }
+
     /// Renames the log positions this machine stores, and passes the
     /// outcomes it stores through `g` (see [`View::relabel`]; for the model
     /// check only: with the `testing` feature).
@@ -2840,6 +2862,11 @@ mod tests {
     /// last counts), boots on `log`, claims order 0:0 and runs it; what it
     /// does at the job's end (not appended).
     fn last_order_with_heirs(log: &mut Log, settings: &Settings, heirs: &[&str]) -> Vec<Action> {
+        last_order_of(log, settings, heirs).1
+    }
+
+    /// [`last_order_with_heirs`], and the process that ran it.
+    fn last_order_of(log: &mut Log, settings: &Settings, heirs: &[&str]) -> (Worker, Vec<Action>) {
         let (mut w, a) = Worker::start(1.into(), "p".into(), settings.clone(), 0);
         assert_eq!(a, vec![]);
         log.append(&w.handle(Input::Fenced, 0));
@@ -2851,7 +2878,8 @@ mod tests {
         let a = w.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 1)])), 0);
         log.append(&a);
         assert_eq!(log.feed(&mut w, &mut cur), run((0, 0), 1, false));
-        w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 7)
+        let a = w.handle(Input::JobDone(Outcome::not_run(Status::Ok, "")), 7);
+        (w, a)
     }
     /// docs/protocol.md R16, "Handed boot": told its heir, a process's
     /// last completion carries the heir's `booted` (its first record, seq
@@ -2931,6 +2959,59 @@ mod tests {
             matches!(&a[..], [Action::Append(b), Action::Append(c)] if b.event() == Event::Booted && c.event() == Event::Completed),
             "{a:?}"
         );
+    }
+
+    /// docs/protocol.md R16, "Handed view": the heir boots from the View
+    /// its predecessor handed it, whether that view ends before the
+    /// handed `booted` (read on from there) or after it (booted at once),
+    /// and keeps where the newest checkpoint lies; a view for another
+    /// incarnation, or one offered after a record was read, is refused.
+    #[test]
+    fn a_heir_boots_from_the_view_its_predecessor_handed_it() {
+        let fencing = Settings {
+            fence: true,
+            checkpoint_every: Some(1000),
+            ..Settings::default()
+        };
+        let mut log = Log(Vec::new());
+        let (mut p, a) = last_order_of(&mut log, &fencing, &["h"]);
+        log.append(&a);
+        // The predecessor reads its `completed` back and is done: the
+        // handed `booted` after it is not folded (a finished machine reads
+        // nothing more), so its view ends right before it.
+        let booted = log.0.len() - 1;
+        let mut pc = p.view.end().get() as usize;
+        let done = log.feed(&mut p, &mut pc);
+        assert_eq!(done, vec![Action::Exit(Exit::Ok)]);
+        assert_eq!(p.view.end(), Position::new(booted as u64));
+        let v = p.hand_view(&"h".into());
+        assert_eq!(v.snapshot.at, Position::new(booted as u64));
+        assert_eq!(v.checkpoint, p.view.checkpoint());
+        let (mut other, _) = Worker::start(1.into(), "x".into(), fencing.clone(), 10);
+        assert!(!other.load_handed(&v), "not its heir");
+        let (mut h, _) = Worker::start(1.into(), "h".into(), fencing.clone(), 10);
+        assert!(h.load_handed(&v));
+        assert_eq!(
+            h.view.checkpoint(),
+            v.checkpoint,
+            "not the snapshot's position"
+        );
+        assert_eq!(h.handle(Input::Handed, 11), vec![], "waits for its booted");
+        assert_eq!(h.phase, Phase::Boot { seen: false });
+        let mut hc = booted;
+        let a = log.feed(&mut h, &mut hc);
+        assert_eq!(a, vec![Action::FindOrder], "booted from the handed view");
+        assert_eq!(h.view.incarnation(1.into()), Some(&Incarnation::from("h")));
+        assert_eq!(
+            h.view.hold(1.into()),
+            None,
+            "the predecessor's order is done"
+        );
+        assert_eq!(h.record(Body::Booted).seq, 2, "its booted was record 1");
+        let (mut late, _) = Worker::start(1.into(), "h".into(), fencing, 10);
+        let mut lc = 0;
+        log.feed(&mut late, &mut lc);
+        assert!(!late.load_handed(&v), "a record read already");
     }
 
     /// R16: a heir let go with a plain `go` (its predecessor did not say

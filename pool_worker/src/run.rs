@@ -120,6 +120,39 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<Exit> {
         .await
 }
 
+/// Starts reading the claims topic (and the orders after it): from the
+/// View `handed` by the predecessor (R16, "Handed view") if it names this
+/// process, else from the newest checkpoint near the end of the log, else
+/// from its beginning.
+async fn start_reading(
+    kafka: &'static Kafka,
+    w: &mut Worker,
+    handed: Option<crate::checkpoint::HandedView>,
+) -> anyhow::Result<()> {
+    let me = w.me.get();
+    let from = match handed {
+        Some(v) if w.load_handed(&v) => {
+            crate::account::mark_with("view_taken", || v.snapshot.at.to_string());
+            tracing::info!(
+                instance = me,
+                at = v.snapshot.at.get(),
+                "booting from the view the previous process handed over"
+            );
+            v.snapshot.at.get()
+        }
+        _ => match kafka.find_checkpoint().await {
+            Some(snap) if w.load(&snap) => snap.at.get(),
+            _ => 0,
+        },
+    };
+    // `seek=false`: the replay starts among the records the checkpoint
+    // search read (pool_worker/src/kafka/claims_reader.rs, `Kept`).
+    let seek = kafka.read_claims_from(from).await?;
+    crate::account::mark("replay");
+    tracing::info!(instance = me, incarnation = %w.incarnation, pid = std::process::id(), from, seek, "booting: replaying the claims topic");
+    Ok(())
+}
+
 /// A SIGTERM or SIGINT before the process connected: it exits with the
 /// signal's status, having appended nothing.
 fn stopped_early(cfg: &Config, code: Exit) -> Exit {
@@ -263,6 +296,9 @@ struct Shell {
     heir: watch::Receiver<Option<Incarnation>>,
     /// The heir whose `booted` our last transaction held: said with `done`.
     handed: Option<Incarnation>,
+    /// A standby that reads nothing before `go` (R16, "Handed view"):
+    /// where its predecessor leaves its View. Taken at `go`.
+    view: Option<PathBuf>,
     /// The machine's actions not carried out yet.
     todo: VecDeque<Action>,
     job: Job,
@@ -371,7 +407,7 @@ impl Shell {
                 let r = if standby {
                     tracing::info!(
                         instance = me,
-                        "standing by: connected and reading the claims topic; taking over when instance {me}'s current process exits"
+                        "standing by: connected; taking over when instance {me}'s current process exits"
                     );
                     // Its own id, once the current process has booted (that
                     // one's fences done: a plain start fences both ids).
@@ -410,6 +446,9 @@ impl Shell {
                     let (own, other) = tokio::join!(own, other);
                     own.and(other)
                 } else if slotted {
+                    // Under `supervise` with standbys: told its heir on its
+                    // standard input too (R16, "Handed boot").
+                    tokio::spawn(SupervisorLines::stdin().heirs(heir_tx));
                     let (own, other) = tokio::join!(kafka.fence(), kafka.fence_other());
                     own.and(other)
                 } else {
@@ -432,15 +471,18 @@ impl Shell {
             });
             rx
         });
-        let from = match kafka.find_checkpoint().await {
-            Some(snap) if w.load(&snap) => snap.at.get(),
-            _ => 0,
-        };
-        // `seek=false`: the replay starts among the records the checkpoint
-        // search read (pool_worker/src/kafka/claims_reader.rs, `Kept`).
-        let seek = kafka.read_claims_from(from).await?;
-        crate::account::mark("replay");
-        tracing::info!(instance = me, incarnation = %w.incarnation, pid = std::process::id(), from, seek, "booting: replaying the claims topic");
+        // R16, "Handed view": a standby whose supervisor drew its
+        // incarnation may be handed its predecessor's View at `go`: it
+        // reads nothing before (Shell::start_reading).
+        let view = marker
+            .as_deref()
+            .filter(|_| standby && cfg.incarnation.is_some())
+            .map(crate::settle::view_path);
+        if view.is_none() {
+            start_reading(kafka, &mut w, None).await?;
+        } else {
+            crate::account::mark("standing_by");
+        }
         let scheduler = Scheduler::new(cfg.schedules.clone());
         let (fired_tx, fired_rx) = tokio::sync::mpsc::unbounded_channel();
         Ok(Shell {
@@ -457,6 +499,7 @@ impl Shell {
             fencing,
             heir,
             handed: None,
+            view,
             todo: first.into(),
             job: Job::new(),
             idle: false,
@@ -778,6 +821,12 @@ impl Shell {
             self.leave_marker();
         }
         if code == Exit::Ok {
+            // R16, "Handed view": the heir boots from our View.
+            if let (Some(heir), Some(marker)) = (&self.handed, &self.marker) {
+                let view = self.w.hand_view(heir);
+                crate::settle::leave_view(&crate::settle::view_path(marker), &view);
+                crate::account::mark_with("view_left", || view.snapshot.at.to_string());
+            }
             // All this process does from here is exit: the supervisor may
             // let the instance's standby go now (pool_worker/src/supervise/ready.rs).
             crate::supervise::say_done(self.handed.as_ref().map(Incarnation::as_str));
@@ -877,6 +926,13 @@ impl Shell {
                 self.fencing = None;
                 match r {
                     Ok(Some((Ok(()), handed))) => {
+                        if let Some(path) = self.view.take() {
+                            let view = handed.then(|| crate::settle::take_view(&path)).flatten();
+                            if let Err(e) = start_reading(self.kafka, &mut self.w, view).await {
+                                tracing::error!(instance = self.cfg.instance, error = %format!("{e:#}"), "cannot read the claims topic");
+                                return Next::Stop(Exit::Failure);
+                            }
+                        }
                         self.read_waiting_orders().await;
                         Next::Input(if handed { Input::Handed } else { Input::Fenced })
                     }

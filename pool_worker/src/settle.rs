@@ -117,26 +117,33 @@ pub fn prepare_dir(dir: &Path) -> Result<(), ConfigError> {
 /// there must not hang the worker), and whatever else is there is removed
 /// and ignored.
 pub(crate) fn take(path: &Path) -> Option<String> {
+    let text = String::from_utf8(take_whole(path, MAX_MARKER_BYTES)?).ok()?;
+    let inc = text.trim();
+    (!inc.is_empty() && inc.len() <= 200).then(|| inc.to_string())
+}
+
+/// Reads and removes the file at `path`: its bytes if it is a regular file
+/// of this user of at most `max` bytes, opened without following a
+/// symbolic link and without blocking; whatever else is there is removed
+/// and ignored.
+fn take_whole(path: &Path, max: u64) -> Option<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
         .open(path);
-    let text = match file {
+    let bytes = match file {
         Ok(mut f) => {
             let md = f.metadata().ok()?;
             let mine = md.uid() == nix::unistd::geteuid().as_raw();
-            let mut text = String::new();
+            let mut bytes = Vec::new();
             let ok = md.file_type().is_file()
                 && mine
-                && md.len() <= MAX_MARKER_BYTES
-                && (&mut f)
-                    .take(MAX_MARKER_BYTES + 1)
-                    .read_to_string(&mut text)
-                    .is_ok()
-                && text.len() as u64 <= MAX_MARKER_BYTES;
-            ok.then_some(text)
+                && md.len() <= max
+                && (&mut f).take(max + 1).read_to_end(&mut bytes).is_ok()
+                && bytes.len() as u64 <= max;
+            ok.then_some(bytes)
         }
         // A symbolic link (ELOOP) or anything that cannot be opened.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
@@ -145,16 +152,52 @@ pub(crate) fn take(path: &Path) -> Option<String> {
     // Not removed: the next process would trust it again, so ignore it.
     // (A symbolic link is removed, not its target.)
     std::fs::remove_file(path).ok()?;
-    let text = text?;
-    let inc = text.trim();
-    (!inc.is_empty() && inc.len() <= 200).then(|| inc.to_string())
+    bytes
 }
 
-/// Leaves the marker for `incarnation`: written whole to a new file (never
-/// through a symbolic link or into an existing file), then renamed into
-/// place. Called only after every append was acknowledged. A failure is
-/// logged and costs the next process the wait, nothing else.
+/// Leaves the marker for `incarnation` ([`write_whole`]). Called only
+/// after every append was acknowledged. A failure is logged and costs the
+/// next process the wait, nothing else.
 pub fn leave(path: &Path, incarnation: &str) {
+    if let Err(e) = write_whole(path, incarnation.as_bytes()) {
+        tracing::warn!(path = %path.display(), error = %e, "cannot leave the clean-exit marker; the next process will wait SETTLE_MS before booting");
+    }
+}
+
+/// Where a process that handed its heir a `booted` leaves that heir its
+/// View (docs/protocol.md R16, "Handed view"): beside the marker.
+pub fn view_path(marker: &Path) -> PathBuf {
+    marker.with_extension("view")
+}
+
+/// A handed view is a checkpoint's snapshot and a little more: a
+/// checkpoint's ids stop at 512 KiB; anything over this is not one.
+pub(crate) const MAX_VIEW_BYTES: u64 = 4 << 20;
+
+/// Leaves `view` for the heir it names ([`write_whole`]). A failure is
+/// logged and costs the heir a replay from the newest checkpoint, nothing
+/// else.
+pub fn leave_view(path: &Path, view: &crate::checkpoint::HandedView) {
+    let r = serde_json::to_vec(view)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| write_whole(path, &bytes));
+    if let Err(e) = r {
+        tracing::warn!(path = %path.display(), error = %e, "cannot leave the next process its view; it will replay the claims topic from the newest checkpoint");
+    }
+}
+
+/// Reads and removes a handed view ([`take_whole`]); `None` when there is
+/// none or it does not parse (the heir then replays as any process).
+pub(crate) fn take_view(path: &Path) -> Option<crate::checkpoint::HandedView> {
+    let bytes = take_whole(path, MAX_VIEW_BYTES)?;
+    serde_json::from_slice(&bytes)
+        .inspect_err(|e| tracing::warn!(path = %path.display(), error = %e, "a handed view that does not parse: ignored"))
+        .ok()
+}
+
+/// Writes `bytes` whole to a new file (never through a symbolic link or
+/// into an existing file), mode 0600, then renames it into place.
+fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let write = || -> std::io::Result<()> {
         use std::io::Write;
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -182,16 +225,14 @@ pub fn leave(path: &Path, incarnation: &str) {
             }
             r => r?,
         };
-        f.write_all(incarnation.as_bytes())?;
+        f.write_all(bytes)?;
         drop(f);
         // rename() replaces a link at `path`, never writes through it.
         std::fs::rename(&tmp, path).inspect_err(|_| {
             let _ = std::fs::remove_file(&tmp);
         })
     };
-    if let Err(e) = write() {
-        tracing::warn!(path = %path.display(), error = %e, "cannot leave the clean-exit marker; the next process will wait SETTLE_MS before booting");
-    }
+    write()
 }
 
 #[cfg(test)]
@@ -221,6 +262,37 @@ mod tests {
             None,
             "taking removes it: a process that dies next leaves none"
         );
+    }
+
+    /// R16, "Handed view": a view left for the heir is read back whole,
+    /// once; a file that is not one (unparsable, too large, a link) is
+    /// ignored and removed.
+    #[test]
+    fn a_handed_view_is_taken_once_and_only_a_real_one() {
+        use crate::checkpoint::HandedView;
+        use crate::record::{Incarnation, Position};
+        let dir = tempfile::tempdir().unwrap();
+        let path = view_path(&marker_path(&cfg(dir.path(), "127.0.0.1:9092", "3")));
+        assert_ne!(path, marker_path(&cfg(dir.path(), "127.0.0.1:9092", "3")));
+        let view = HandedView {
+            heir: Incarnation::new("00112233aabbccdd"),
+            checkpoint: Position::new(250),
+            snapshot: crate::boot::View::default().snapshot(),
+        };
+        assert_eq!(take_view(&path), None, "none yet");
+        leave_view(&path, &view);
+        assert_eq!(take_view(&path), Some(view.clone()));
+        assert_eq!(take_view(&path), None, "taken once");
+        std::fs::write(&path, b"{\"heir\": 1}").unwrap();
+        assert_eq!(take_view(&path), None, "not a view");
+        assert!(!path.exists(), "removed");
+        std::fs::write(&path, vec![b' '; MAX_VIEW_BYTES as usize + 1]).unwrap();
+        assert_eq!(take_view(&path), None, "too large");
+        let elsewhere = dir.path().join("elsewhere");
+        leave_view(&elsewhere, &view);
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        assert_eq!(take_view(&path), None, "a link is not followed");
+        assert!(elsewhere.exists(), "its target is left alone");
     }
 
     #[test]

@@ -217,7 +217,8 @@ pub(crate) const TXN_SLOT: &str = "POOL_WORKER_TXN_SLOT";
 /// Set by the supervisor, when it keeps standbys, in the environment of
 /// each standby: the incarnation id the standby takes (16 hex digits, as a
 /// worker draws its own). The supervisor tells it to the instance's
-/// current process (the line `heir <incarnation>` on its standard input),
+/// current process, a promoted standby or a plain start (the line `heir
+/// <incarnation>` on its standard input),
 /// whose last transaction then holds the heir's `booted` after its last
 /// `completed`; it says so (`done handed <incarnation>`), and the standby,
 /// let go with `go handed`, boots on that `booted` without a fence or an
@@ -618,14 +619,14 @@ impl Drop for Supervisor {
 struct Proc {
     child: Kid,
     ready: Option<ready::Ready>,
-    /// A standby's standard input, once written to.
+    /// Its standard input (where standbys are kept), once taken.
     stdin: Option<Input>,
     /// A standby's incarnation ([`INCARNATION`]).
     incarnation: Option<String>,
 }
 
 impl Proc {
-    /// A standby's standard input, where the supervisor's lines go.
+    /// Its standard input, where the supervisor's lines go.
     fn input(&mut self) -> Option<&mut Input> {
         if self.stdin.is_none() {
             self.stdin = self.child.take_stdin();
@@ -644,6 +645,15 @@ struct ChildSpec<'a> {
     slot: Option<TxnSlot>,
     /// A standby's incarnation ([`INCARNATION`]).
     incarnation: Option<&'a str>,
+}
+
+impl ChildSpec<'_> {
+    /// Whether the child reads the supervisor's lines on its standard
+    /// input: where standbys are kept, a standby (`go`) and a plain start
+    /// too, which is told its heir there (R16, "Handed boot").
+    fn piped_stdin(&self) -> bool {
+        self.standby || self.slot.is_some()
+    }
 }
 
 /// A child started with `exec`, or by the fork server.
@@ -802,8 +812,11 @@ impl Shared {
             ChildOutput::Inherit => fork_server::Output::Inherit,
             ChildOutput::Null => fork_server::Output::Null,
         };
-        let stdio =
-            fork_server::Stdio::new(spec.standby, output, pipe.map(|p| p.write_end().as_fd()))?;
+        let stdio = fork_server::Stdio::new(
+            spec.piped_stdin(),
+            output,
+            pipe.map(|p| p.write_end().as_fd()),
+        )?;
         let env = self.child_env(spec, pipe.is_some());
         let server = self.spawner.fork_server(self.cfg.program.clone()).await?;
         fork_server::spawn(server, &env, stdio).await
@@ -837,7 +850,7 @@ impl Shared {
     fn command(&self, spec: &ChildSpec<'_>, ready: bool) -> Command {
         let mut cmd = Command::new(&self.cfg.program);
         cmd.args(&self.cfg.args)
-            .stdin(if spec.standby {
+            .stdin(if spec.piped_stdin() {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -911,7 +924,11 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
                 crate::account::mark("spawn");
                 let c = sh.spawn(instance, false, slot).await;
                 crate::account::mark_with("spawned", || spawned_pid(&c));
-                c.map(|c| (c, false))
+                // Its standard input, where it is told its heir.
+                c.map(|mut c| {
+                    c.input();
+                    (c, false)
+                })
             }
         };
         let delay = match child {
@@ -981,8 +998,8 @@ async fn run_instance(instance: u32, sh: Arc<Shared>, mut stop: watch::Receiver<
 /// after is exit) lets its standby go at once ([`Next::Gone`]), not once its
 /// exit has been torn down and reaped.
 ///
-/// `current`: the child's pipe and, if it was a standby, its standard
-/// input, where it is told its heir, the standby's incarnation
+/// `current`: the child's pipe and its standard input, where it is told
+/// its heir, the standby's incarnation
 /// ([`INCARNATION`]); a `done` naming that heir lets the standby go with
 /// `go handed` (docs/protocol.md R16, "Handed boot").
 async fn standby_once_booted(

@@ -119,6 +119,27 @@ impl Tail {
         }
     }
 
+    /// Standbys ready to be let go: caught up with the log, or (R16,
+    /// "Handed view") standing by without reading it (`standing_by`).
+    fn standbys_ready(&mut self) -> usize {
+        self.poll();
+        let standby = |m: &&Mark| m.role == "standby";
+        let deferred: std::collections::HashSet<u32> = self
+            .marks
+            .iter()
+            .filter(standby)
+            .filter(|m| m.point == "standing_by")
+            .map(|m| m.pid)
+            .collect();
+        let caught = self
+            .marks
+            .iter()
+            .filter(standby)
+            .filter(|m| m.point == "caught_up" && !deferred.contains(&m.pid))
+            .count();
+        deferred.len() + caught
+    }
+
     fn count(&mut self, f: impl Fn(&Mark) -> bool) -> usize {
         self.poll();
         self.marks.iter().filter(|m| f(m)).count()
@@ -367,6 +388,8 @@ pub(super) struct Account {
     /// Processes booted by their predecessor's last transaction (R16,
     /// "Handed boot"): no `booted` of their own.
     handed: usize,
+    /// Processes that read nothing before `go` (R16, "Handed view").
+    deferred: usize,
 }
 
 impl Account {
@@ -480,7 +503,7 @@ impl Bench {
             let dl = Instant::now() + Duration::from_secs(30);
             wait_for(&format!("{label} ready"), want, dl, || {
                 tail.count(|m| is_worker(m) && m.point == "boot_done")
-                    .min(tail.count(|m| m.role == "standby" && m.point == "caught_up"))
+                    .min(tail.standbys_ready())
             }) >= want
         };
         let mut sender = Sender::new(&self.broker.bootstrap);
@@ -837,7 +860,13 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
             .find(|m| m.point == "spawned_standby" && m.wall >= go.wall - 5.0)
             .and_then(|m| m.detail.parse::<u32>().ok())
             .and_then(|s| by_pid.get(&s))
-            .and_then(|v| v.iter().find(|m| m.point == "caught_up").copied());
+            .and_then(|v| {
+                // Standing by without reading (R16, "Handed view"): ready
+                // once connected; its `caught_up` comes after its `go`.
+                v.iter()
+                    .find(|m| m.point == "standing_by" || m.point == "caught_up")
+                    .copied()
+            });
         let idle_from = s_caught
             .map_or(ends.wall, |s| s.wall.max(ends.wall))
             .min(send);
@@ -873,19 +902,36 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
             Some(d(clients, open)),
             None,
         );
-        put(
-            4,
-            Some(replay.wall - open.wall),
-            Some(d(open, replay)),
-            None,
-        );
-        put(
-            5,
-            Some(caught.wall - replay.wall),
-            Some(d(replay, caught)),
-            None,
-        );
-        put(6, Some(go.wall - caught.wall), Some(d(caught, go)), None);
+        // R16, "Handed view": a standby that reads nothing before `go`
+        // starts its replay after it (from its predecessor's view, or the
+        // newest checkpoint), on the order's path; its reading to its own
+        // `booted` is the row "read `booted` back".
+        let deferred = replay.wall > go.wall;
+        if deferred {
+            res.deferred += 1;
+            put(
+                4,
+                Some(replay.wall - fenced.wall),
+                Some(d(fenced, replay)),
+                bw(fenced.wall, replay.wall),
+            );
+            put(5, Some(0.0), Some(0.0), Some(0.0));
+            put(6, Some(go.wall - open.wall), Some(d(open, go)), None);
+        } else {
+            put(
+                4,
+                Some(replay.wall - open.wall),
+                Some(d(open, replay)),
+                None,
+            );
+            put(
+                5,
+                Some(caught.wall - replay.wall),
+                Some(d(replay, caught)),
+                None,
+            );
+            put(6, Some(go.wall - caught.wall), Some(d(caught, go)), None);
+        }
         let reads = pm
             .iter()
             .filter(|m| {
@@ -916,7 +962,7 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
             put(8, Some(0.0), Some(0.0), Some(0.0));
             res.handed += 1;
         }
-        let acked = booted_acked.unwrap_or(fenced);
+        let acked = booted_acked.unwrap_or(if deferred { replay } else { fenced });
         put(
             9,
             Some(booted_read.wall - acked.wall),
@@ -1076,6 +1122,17 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
         .collect();
     th.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal));
     res.threads = th;
+    if res.deferred > 0 {
+        // R16, "Handed view": the replay is after `go`, on the path.
+        rows[4].label = "replay: the handed view taken (R16, \"Handed view\"), or the checkpoint search; the claims partition assigned".into();
+        rows[4].how = "`go`'s fence step → replay (a standby reads nothing before `go`)".into();
+        rows[4].off_path = false;
+        rows[5].label = "standby: replay: read to the end".into();
+        rows[5].how = "0 where the standby reads nothing before `go`: its reading up to its own `booted` is the row \"read `booted` back\"".into();
+        rows[6].label = "standby: standing by".into();
+        rows[6].how = "open → `go` (wall: waiting for the previous process; CPU: its idle threads; a standby that reads before `go`: caught up → `go`)".into();
+        rows[9].how = "acknowledged (handed: `go`'s fence step; with a handed view, the replay's start) → own `booted` read (its commit marker written, the held fetch answered, the record decoded)".into();
+    }
     res.rows = rows;
 }
 
@@ -1135,7 +1192,7 @@ pub(super) fn account_report(results: &[Account], on: &str, date: &str) -> Strin
         let opt = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.1}"));
         let _ = writeln!(r, "| whole interval, less idle | | {} | {} | the supervisor's process tree (utime + stime + cutime + cstime, /proc) and the broker's, over the {:.0} s batch ÷ orders ({} and {}), less the idle rates measured before it × the batch's time ({} and {} ms/s) |",
             opt(bp), opt(bb), a.batch_secs, opt(a.tree_per_order), opt(a.broker_per_order), opt(a.idle_pool_ms_per_s), opt(a.idle_broker_ms_per_s));
-        let _ = writeln!(r, "\nProcesses booted by their predecessor's last transaction (no `booted` of their own, R16 \"Handed boot\"): {} of the {} measured.", a.handed, a.rows.get(8).map_or(0, |row| row.wall.len()));
+        let _ = writeln!(r, "\nProcesses booted by their predecessor's last transaction (no `booted` of their own, R16 \"Handed boot\"): {} of the {} measured; that read nothing before `go` (R16, \"Handed view\"): {}.", a.handed, a.rows.get(8).map_or(0, |row| row.wall.len()), a.deferred);
         let _ = writeln!(r, "\nsend → `completed` acknowledged: p50 {} ms, p99 {} ms. Standing by, a standby spends {} ms of CPU per record it reads (its CPU from catching up to `go` ÷ the records it read meanwhile, its idle polling included; `-`: it read none, its claims partition paused once caught up).\n",
             fmt_ms(pct(&a.send_to_completed, 50.0)), fmt_ms(pct(&a.send_to_completed, 99.0)), f(&a.standby_reads));
         if !a.broker_groups.is_empty() {

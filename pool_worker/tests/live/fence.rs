@@ -1008,9 +1008,11 @@ fn a_settling_standby_does_nothing_before_go() {
 /// it (the next position: no commit marker between, one transaction), and
 /// the heir appends no `booted` of its own: its first record after that
 /// is its claim. Of 6 orders run one after the other by one instance,
-/// every process after the first standby's is booted so (the first
-/// process is a plain start, told no heir; the first standby is let go
-/// by it with `go done`); every order completes once.
+/// every process but the first is booted so (the first, a plain start,
+/// is told its heir on its standard input too), except, now and then, the
+/// first standby, when the first order is done before the standby runs;
+/// every order completes once. Each heir boots from the View its
+/// predecessor handed it ("Handed view").
 #[test]
 fn a_process_hands_its_standby_its_booted_with_its_last_completion() {
     use crate::common::*;
@@ -1061,11 +1063,24 @@ fn a_process_hands_its_standby_its_booted_with_its_last_completion() {
         }
     }
     assert!(
-        handed >= 4,
+        handed >= 5,
         "{handed} handed boots of 6 orders: {:?}\n{}",
         log.iter()
             .map(|(p, r)| format!("{p} {} {} {}", r.event().as_str(), r.incarnation, r.seq))
             .collect::<Vec<_>>(),
+        sup.stderr.last(30)
+    );
+    // R16, "Handed view": each heir booted from its predecessor's View,
+    // not from a replay of its own.
+    let from_views = sup
+        .stderr
+        .lines()
+        .iter()
+        .filter(|l| l.contains("booting from the view the previous process handed over"))
+        .count();
+    assert!(
+        from_views + 1 >= handed && from_views > 0,
+        "{from_views} boots from a handed view, {handed} handed boots\n{}",
         sup.stderr.last(30)
     );
     sup.stop();

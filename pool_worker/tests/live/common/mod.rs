@@ -124,7 +124,7 @@ pub fn poll_until(timeout: Duration, interval: Duration, mut check: impl FnMut()
 pub struct Tail(Arc<Mutex<VecDeque<String>>>);
 
 impl Tail {
-    const KEEP: usize = 200;
+    const KEEP: usize = 2000;
 
     pub fn lines(&self) -> Vec<String> {
         self.0
