@@ -36,6 +36,7 @@
 #![allow(dead_code)]
 
 use pool_worker_core::boot::{priority, turns_with, Relabel, View};
+use pool_worker_core::checkpoint::HandedView;
 use pool_worker_core::record::describe as describe_record;
 use pool_worker_core::record::{
     Body, Event, Incarnation, InstanceNo, Lane, OrderId, Outcome, Position, Record, Status, Topic,
@@ -48,6 +49,21 @@ use std::sync::Arc;
 mod commute;
 #[allow(unused_imports)]
 pub use commute::{depends, depends_unerased};
+
+/// How a broken heir skips records (`Config::handed_view_skips`): it
+/// reads on from the log's end at its start, not from its handed view's
+/// `snapshot.at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ViewSkip {
+    /// Everything after the view, its own `booted` (at `snapshot.at`)
+    /// first of all: it waits for that `booted` for ever
+    /// (`Phase::Boot { seen: false }`), a live process that does nothing.
+    ToEnd,
+    /// Everything after the view but its own `booted`, which it reads
+    /// first: it boots on a View that misses what the other instances
+    /// wrote meanwhile.
+    PastBooted,
+}
 
 /// What compaction must leave alone below an undecided claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -111,6 +127,23 @@ pub struct Config {
     /// ([`Step::StartPastHeir`], a crash), another incarnation starting
     /// instead, also as without it.
     pub handover: bool,
+    /// With [`Config::handover`]: the handed view (docs/protocol.md R16,
+    /// "Handed view"). A process that hands over leaves its heir its View
+    /// (`Worker::hand_view`, kept in [`Inst::view`]), taken as it exits
+    /// after reading back its last `completed`: a finished machine folds
+    /// nothing more, so the view ends right before the heir's `booted`.
+    /// The heir loads it (`Worker::load_handed`) instead of the newest
+    /// checkpoint in the log and reads on from its `snapshot.at`. Any
+    /// other start (`Step::StartPastHeir`) drops it and boots as without
+    /// it; the world offers it to that machine first, which must refuse
+    /// it, since it names another incarnation (the shell takes a view
+    /// only at `go handed`, pool_worker/src/run.rs).
+    pub handed_view: bool,
+    /// Broken on purpose, with [`Config::handed_view`]: the heir loads the
+    /// handed view but reads on from the log's end at its start instead of
+    /// from the view's `snapshot.at`, skipping what landed between the
+    /// view and its start ([`ViewSkip`]).
+    pub handed_view_skips: Option<ViewSkip>,
     /// Simulation: the machines settle themselves (`Settings::settle_ms`,
     /// `Phase::Settle`) instead of the world dropping orphans at a start:
     /// a process that exits with nothing in flight leaves a clean-exit
@@ -436,6 +469,27 @@ pub struct Inst {
     /// handed`): the next process is its heir, started with
     /// `Input::Handed` and no fence. False after a crash or any other exit.
     pub handed: bool,
+    /// With [`Config::handed_view`]: the View the last process handed its
+    /// heir as it exited (with [`Inst::handed`]); taken by the next start,
+    /// whether it loads it (the heir) or not (`Step::StartPastHeir`).
+    pub view: Option<Handed>,
+}
+
+/// A view handed to a heir (`pool_worker_core::checkpoint::HandedView`),
+/// hashable so that the world is (the model check tells states apart by
+/// their hash).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handed(pub HandedView);
+
+impl std::hash::Hash for Handed {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let HandedView {
+            heir,
+            checkpoint,
+            snapshot,
+        } = &self.0;
+        (heir, checkpoint, snapshot).hash(h);
+    }
 }
 
 /// Ghost history of one order.
@@ -628,6 +682,16 @@ pub struct World {
     /// With `Config::handover`: processes started as their predecessor's
     /// heir (`Input::Handed`; figures only, left out of the fingerprint).
     pub starts_handed: u32,
+    /// Copied from the config: `Config::handed_view` (with
+    /// `Config::handover` and `Config::fence`), `Config::handed_view_skips`.
+    handed_view: bool,
+    handed_view_skips: Option<ViewSkip>,
+    /// With `Config::handed_view`: views handed to a heir that it loaded
+    /// (`Worker::load_handed`), and views dropped at a start past the heir
+    /// (`Step::StartPastHeir`), the machine refusing them (figures; with
+    /// every handed start loading one, the first is `starts_handed`).
+    pub views_loaded: u32,
+    pub views_refused: u32,
     /// Forged records appended so far ([`Step::Forge`]).
     pub forged: u32,
     /// Cancels appended so far ([`Step::Cancel`]).
@@ -771,6 +835,10 @@ impl World {
             starts_marked: 0,
             starts_unmarked: 0,
             starts_handed: 0,
+            handed_view: cfg.handed_view && cfg.handover && cfg.fence,
+            handed_view_skips: cfg.handed_view_skips,
+            views_loaded: 0,
+            views_refused: 0,
             forged: 0,
             cancels: 0,
             shared_cancel_key: cfg.shared_cancel_key,
@@ -1196,27 +1264,73 @@ impl World {
                         self.inst_mut(i).deadline = Some(until);
                     }
                 }
-                // Boot from the newest checkpoint the log still holds, as
-                // the shell does (pool_worker/src/kafka/clients.rs).
+                // R16, "Handed boot": the process that exited last handed
+                // over to this one (its heir, named `<i>.<starts>` when it
+                // started): no fence; its `booted` is in the log.
+                let handed = std::mem::take(&mut self.inst_mut(i).handed);
+                // R16, "Handed view": the view it handed its heir, which
+                // the heir boots from. Taken by this start whatever it
+                // is: a view serves the one start it was for, or none.
+                let view = self.inst_mut(i).view.take();
+                let from_view = match view {
+                    Some(Handed(v)) if handed => {
+                        assert!(w.load_handed(&v), "the heir refuses its handed view");
+                        self.views_loaded += 1;
+                        let at = v.snapshot.at;
+                        Some(match self.handed_view_skips {
+                            None => at.get() as usize,
+                            // Broken on purpose: on from the log's end.
+                            Some(ViewSkip::ToEnd) => self.log.len(),
+                            Some(ViewSkip::PastBooted) => {
+                                // Its `booted` (at the view's end), then
+                                // on from the log's end.
+                                let r = Record::clone(&self.log[at.get() as usize].rec);
+                                let acts = w.handle(Input::Record(at, r), now);
+                                assert_eq!(acts, vec![], "the heir acted on its booted");
+                                self.log.len()
+                            }
+                        })
+                    }
+                    Some(Handed(v)) => {
+                        // A start past the heir: offered the view (the
+                        // shell would not even take it, at a plain `go`),
+                        // the machine refuses it: it names the heir, not
+                        // this incarnation.
+                        assert!(
+                            !w.load_handed(&v),
+                            "{} loads the view handed to {}",
+                            w.incarnation,
+                            v.heir
+                        );
+                        self.views_refused += 1;
+                        None
+                    }
+                    None => {
+                        assert!(
+                            !(handed && self.handed_view),
+                            "a handed start without a handed view"
+                        );
+                        None
+                    }
+                };
+                // Else boot from the newest checkpoint the log still
+                // holds, as the shell does (pool_worker/src/kafka/clients.rs).
                 let snap = self
                     .log
                     .iter()
                     .filter(|e| !e.erased && e.rec.event() == Event::Checkpoint)
                     .filter_map(|e| e.rec.snapshot())
                     .max_by_key(|s| s.at)
-                    .filter(|_| cfg.checkpoint_every.is_some())
+                    .filter(|_| cfg.checkpoint_every.is_some() && from_view.is_none())
                     .cloned();
-                let cursor = match &snap {
-                    Some(s) if w.load(s) => s.at.get() as usize,
+                let cursor = match (&snap, from_view) {
+                    (_, Some(at)) => at,
+                    (Some(s), None) if w.load(s) => s.at.get() as usize,
                     _ => 0,
                 };
                 let inst = self.inst_mut(i);
                 inst.worker = Some(w);
                 inst.cursor = cursor;
-                // R16, "Handed boot": the process that exited last handed
-                // over to this one (its heir, named `<i>.<starts>` when it
-                // started): no fence; its `booted` is in the log.
-                let handed = std::mem::take(&mut inst.handed);
                 inst.handing = false;
                 inst.asked = false;
                 inst.running = None;
@@ -1526,6 +1640,7 @@ impl World {
         inst.cut_until = 0;
         inst.handing = false;
         inst.handed = false;
+        inst.view = None;
         let pending: Vec<Txn> = inst.pending.drain(..).collect();
         self.orphans.extend(pending);
         let orphans = &self.orphans;
@@ -1706,9 +1821,31 @@ impl World {
                         && inst.handing
                         && inst.pending.is_empty()
                         && !self.orphans.iter().any(|t| Self::of_instance(t, i));
+                    // R16, "Handed view": the handing process leaves its
+                    // heir its View, taken now, after reading back its last
+                    // `completed` (it ends right before the heir's
+                    // `booted`: a finished machine folds nothing more).
+                    let view = (handed && self.handed_view)
+                        .then(|| {
+                            let w = inst.worker.as_ref()?;
+                            let heir = Incarnation::new(format!("{i}.{}", inst.starts + 1));
+                            Some(Handed(w.hand_view(&heir)))
+                        })
+                        .flatten();
+                    if let Some(Handed(v)) = &view {
+                        let at = self.log.get(v.snapshot.at.get() as usize);
+                        assert!(
+                            at.is_some_and(
+                                |e| e.rec.event() == Event::Booted && e.rec.incarnation == v.heir
+                            ),
+                            "the view handed to {} does not end right before its booted",
+                            v.heir
+                        );
+                    }
                     self.kill(i);
                     self.inst_mut(i).marker = clean.then_some(inc);
                     self.inst_mut(i).handed = handed;
+                    self.inst_mut(i).view = view;
                 }
             }
         }
