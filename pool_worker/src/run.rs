@@ -481,6 +481,10 @@ impl Shell {
         if view.is_none() {
             start_reading(kafka, &mut w, None).await?;
         } else {
+            // The orders' ends, so that at `go` the waiting order is read
+            // at once, before the boot is done (Shell::read_waiting_orders;
+            // a replay would have asked them).
+            kafka.order_ends().await;
             crate::account::mark("standing_by");
         }
         let scheduler = Scheduler::new(cfg.schedules.clone());
