@@ -55,7 +55,7 @@
 //! also split the costs of the transaction, the fence and the clients'
 //! creation. Then the floor:
 //! one process start, a producer and a consumer created, one fence and N
-//! transactions (N = 3, the worker today; N = 2, a fused boot), the order
+//! transactions (N = 3, the worker before the handed boot; N = 2, the worker with it, docs/protocol.md R16), the order
 //! read once, against issue 35's targets (≤ 10 ms CPU per order in the
 //! pool's processes, ≤ 10 ms in the broker).
 //!
@@ -944,9 +944,9 @@ pub(super) fn floor_report(f: &Floor, on: &str, date: &str) -> String {
                 r,
                 "| {n:.0}{} | {c:.1} | {b:.1} | {bj:.1} | {} / {} (without JIT: {}) |",
                 if n == 3.0 {
-                    " (the worker today)"
+                    " (before the handed boot)"
                 } else {
-                    " (a fused boot)"
+                    " (the worker today: the handed boot)"
                 },
                 met(c),
                 met(b),
