@@ -120,6 +120,10 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<Exit> {
         .await
 }
 
+/// How long a standby that reads nothing before `go` tries to learn the
+/// orders' ends while it waits (R16, "Handed view").
+const STANDBY_ENDS_PATIENCE: Duration = Duration::from_secs(5);
+
 /// Starts reading the claims topic (and the orders after it): from the
 /// View `handed` by the predecessor (R16, "Handed view") if it names this
 /// process, else from the newest checkpoint near the end of the log, else
@@ -483,9 +487,13 @@ impl Shell {
         } else {
             // The orders' ends, so that at `go` the waiting order is read
             // at once, before the boot is done (Shell::read_waiting_orders;
-            // a replay would have asked them).
-            kafka.order_ends().await;
-            crate::account::mark("standing_by");
+            // a replay would have asked them). Beside the wait, and given
+            // up after a while: brokers that do not answer must not hold a
+            // standby back from its `go`.
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(STANDBY_ENDS_PATIENCE, kafka.order_ends()).await;
+                crate::account::mark("standing_by");
+            });
         }
         let scheduler = Scheduler::new(cfg.schedules.clone());
         let (fired_tx, fired_rx) = tokio::sync::mpsc::unbounded_channel();
