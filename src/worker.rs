@@ -618,11 +618,14 @@ impl Worker {
 
     /// Starts the replay from a checkpoint's snapshot instead of from
     /// position 0: the shell then reads on from `snapshot.at`. Only before
-    /// the first record is read; refused (false) after.
-    pub fn load(&mut self, snapshot: &crate::checkpoint::Snapshot) -> bool {
+    /// the first record is read; refused (false) after. `now`: the time it
+    /// is loaded (a standby loads a handed view at `go`, long after its
+    /// start), from which the ages of the holds in it count.
+    pub fn load(&mut self, snapshot: &crate::checkpoint::Snapshot, now: u64) -> bool {
         if !self.phase.before_own_booted() || self.view.end() > Position::new(0) {
             return false;
         }
+        self.now = self.now.max(now);
         #[cfg(any(test, feature = "testing"))]
         let keep = self.view.keep_duplicates;
         self.view = View::from_snapshot(snapshot);
@@ -649,8 +652,8 @@ impl Worker {
     /// us, as from a checkpoint ([`Worker::load`]), keeping where it knew
     /// the newest checkpoint. Refused (false) when it names another
     /// incarnation, or after the first record is read.
-    pub fn load_handed(&mut self, v: &crate::checkpoint::HandedView) -> bool {
-        if v.heir != self.incarnation || !self.load(&v.snapshot) {
+    pub fn load_handed(&mut self, v: &crate::checkpoint::HandedView, now: u64) -> bool {
+        if v.heir != self.incarnation || !self.load(&v.snapshot, now) {
             return false;
         }
         self.view.set_checkpoint(v.checkpoint);
@@ -2260,6 +2263,40 @@ mod tests {
         (w1, c1)
     }
 
+    /// A snapshot's holds are heard when it is loaded, at the time given
+    /// (docs/protocol.md R16, "Handed view"): a standby loads its handed
+    /// view at `go`, long after it started, and must not count a hold's
+    /// age from its own start, or it would revoke a live lease early.
+    #[test]
+    fn a_view_loaded_late_counts_the_ages_of_its_holds_from_the_load() {
+        let mut log = Log(Vec::new());
+        let (w1, c1) = silent_holder(&mut log);
+        let snap = w1.view.snapshot();
+        assert_eq!(snap.at, Position::new(c1 as u64));
+        // Started at 0, standing by; loads the view at 5000.
+        let fencing = Settings {
+            lease_ms: Some(1000),
+            fence: true,
+            ..Settings::default()
+        };
+        let (mut w2, a) = Worker::start(2.into(), "two".into(), fencing, 0);
+        assert_eq!(a, vec![]);
+        assert!(w2.load(&snap, 5000));
+        assert_eq!(w2.heard.get(&InstanceNo::new(1)).map(|h| h.1), Some(5000));
+        let a = w2.handle(Input::Fenced, 5000);
+        assert!(booted_in(&a), "{a:?}");
+        log.append(&a);
+        let mut c2 = c1;
+        assert_eq!(log.feed(&mut w2, &mut c2), vec![Action::FindOrder]);
+        // Half a lease after the load: the hold is not expired for it.
+        let a = w2.handle_peeked(Input::Orders(BTreeMap::from([(0.into(), 2)])), 5500);
+        assert!(
+            !a.iter()
+                .any(|a| matches!(a, Action::Append(r) if r.event() == Event::Revoked)),
+            "revoked a hold heard 500 ms before: {a:?}"
+        );
+    }
+
     #[test]
     fn an_expired_hold_is_taken_over_and_its_holder_stops() {
         let mut log = Log(Vec::new());
@@ -2988,9 +3025,9 @@ mod tests {
         assert_eq!(v.snapshot.at, Position::new(booted as u64));
         assert_eq!(v.checkpoint, p.view.checkpoint());
         let (mut other, _) = Worker::start(1.into(), "x".into(), fencing.clone(), 10);
-        assert!(!other.load_handed(&v), "not its heir");
+        assert!(!other.load_handed(&v, 10), "not its heir");
         let (mut h, _) = Worker::start(1.into(), "h".into(), fencing.clone(), 10);
-        assert!(h.load_handed(&v));
+        assert!(h.load_handed(&v, 10));
         assert_eq!(
             h.view.checkpoint(),
             v.checkpoint,
@@ -3011,7 +3048,7 @@ mod tests {
         let (mut late, _) = Worker::start(1.into(), "h".into(), fencing, 10);
         let mut lc = 0;
         log.feed(&mut late, &mut lc);
-        assert!(!late.load_handed(&v), "a record read already");
+        assert!(!late.load_handed(&v, 10), "a record read already");
     }
 
     /// R16: a heir let go with a plain `go` (its predecessor did not say
@@ -3081,7 +3118,7 @@ mod tests {
         let (donor, _) = Worker::start(2.into(), "d".into(), Settings::default(), 0);
         let mut snap = donor.view.snapshot();
         snap.at = Position::new(7);
-        assert!(w.load(&snap));
+        assert!(w.load(&snap, 0));
     }
 
     #[test]

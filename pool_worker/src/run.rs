@@ -135,7 +135,7 @@ async fn start_reading(
 ) -> anyhow::Result<()> {
     let me = w.me.get();
     let from = match handed {
-        Some(v) if w.load_handed(&v) => {
+        Some(v) if w.load_handed(&v, now_ms()) => {
             crate::account::mark_with("view_taken", || v.snapshot.at.to_string());
             tracing::info!(
                 instance = me,
@@ -145,7 +145,7 @@ async fn start_reading(
             v.snapshot.at.get()
         }
         _ => match kafka.find_checkpoint().await {
-            Some(snap) if w.load(&snap) => snap.at.get(),
+            Some(snap) if w.load(&snap, now_ms()) => snap.at.get(),
             _ => 0,
         },
     };

@@ -1274,7 +1274,7 @@ impl World {
                 let view = self.inst_mut(i).view.take();
                 let from_view = match view {
                     Some(Handed(v)) if handed => {
-                        assert!(w.load_handed(&v), "the heir refuses its handed view");
+                        assert!(w.load_handed(&v, now), "the heir refuses its handed view");
                         self.views_loaded += 1;
                         let at = v.snapshot.at;
                         Some(match self.handed_view_skips {
@@ -1297,7 +1297,7 @@ impl World {
                         // the machine refuses it: it names the heir, not
                         // this incarnation.
                         assert!(
-                            !w.load_handed(&v),
+                            !w.load_handed(&v, now),
                             "{} loads the view handed to {}",
                             w.incarnation,
                             v.heir
@@ -1325,7 +1325,7 @@ impl World {
                     .cloned();
                 let cursor = match (&snap, from_view) {
                     (_, Some(at)) => at,
-                    (Some(s), None) if w.load(s) => s.at.get() as usize,
+                    (Some(s), None) if w.load(s, now) => s.at.get() as usize,
                     _ => 0,
                 };
                 let inst = self.inst_mut(i);
