@@ -18,7 +18,7 @@ use crate::record::{Incarnation, Position};
 /// in the log lies, so that the heir writes the next one when R23 says.
 /// The shell passes it through the state directory
 /// (pool_worker/src/settle.rs); the heir takes it only if it names it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HandedView {
     /// The incarnation it is for.

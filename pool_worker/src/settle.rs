@@ -196,43 +196,44 @@ pub(crate) fn take_view(path: &Path) -> Option<crate::checkpoint::HandedView> {
 }
 
 /// Writes `bytes` whole to a new file (never through a symbolic link or
-/// into an existing file), mode 0600, then renames it into place.
+/// into an existing file), mode 0600, then renames it into place. The new
+/// file is named after `path` and this process (`<path>.tmp<pid>`), so
+/// that the marker and the view never share one.
 fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        if let Some(dir) = path.parent() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)?;
-        }
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let create = || {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(OFlag::O_NOFOLLOW.bits())
-                .open(&tmp)
-        };
-        let mut f = match create() {
-            // Left by a process of the same pid that died writing it (or
-            // planted): removed (a link, not its target), then made anew.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                std::fs::remove_file(&tmp)?;
-                create()?
-            }
-            r => r?,
-        };
-        f.write_all(bytes)?;
-        drop(f);
-        // rename() replaces a link at `path`, never writes through it.
-        std::fs::rename(&tmp, path).inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let create = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(OFlag::O_NOFOLLOW.bits())
+            .open(&tmp)
     };
-    write()
+    let mut f = match create() {
+        // Left by a process of the same pid that died writing it (or
+        // planted): removed (a link, not its target), then made anew.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(&tmp)?;
+            create()?
+        }
+        r => r?,
+    };
+    f.write_all(bytes)?;
+    drop(f);
+    // rename() replaces a link at `path`, never writes through it.
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 #[cfg(test)]

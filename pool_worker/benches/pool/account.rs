@@ -90,6 +90,14 @@ fn parse_mark(line: &str) -> Option<Mark> {
 }
 
 /// The accounting file, read as it grows.
+/// A standby's mark that it is ready to be let go: caught up with the
+/// log, or (R16, "Handed view") standing by without reading it, once
+/// connected and told the orders' ends (its `caught_up` then comes after
+/// its `go`).
+fn standby_ready(m: &Mark) -> bool {
+    m.point == "standing_by" || m.point == "caught_up"
+}
+
 struct Tail {
     path: PathBuf,
     off: u64,
@@ -119,25 +127,15 @@ impl Tail {
         }
     }
 
-    /// Standbys ready to be let go: caught up with the log, or (R16,
-    /// "Handed view") standing by without reading it (`standing_by`).
+    /// Standbys ready to be let go ([`standby_ready`]), each once.
     fn standbys_ready(&mut self) -> usize {
         self.poll();
-        let standby = |m: &&Mark| m.role == "standby";
-        let deferred: std::collections::HashSet<u32> = self
-            .marks
+        self.marks
             .iter()
-            .filter(standby)
-            .filter(|m| m.point == "standing_by")
+            .filter(|m| m.role == "standby" && standby_ready(m))
             .map(|m| m.pid)
-            .collect();
-        let caught = self
-            .marks
-            .iter()
-            .filter(standby)
-            .filter(|m| m.point == "caught_up" && !deferred.contains(&m.pid))
-            .count();
-        deferred.len() + caught
+            .collect::<std::collections::HashSet<u32>>()
+            .len()
     }
 
     fn count(&mut self, f: impl Fn(&Mark) -> bool) -> usize {
@@ -860,13 +858,7 @@ fn analyse(res: &mut Account, marks: &[Mark], sends: &[f64], broker: &CpuSampler
             .find(|m| m.point == "spawned_standby" && m.wall >= go.wall - 5.0)
             .and_then(|m| m.detail.parse::<u32>().ok())
             .and_then(|s| by_pid.get(&s))
-            .and_then(|v| {
-                // Standing by without reading (R16, "Handed view"): ready
-                // once connected; its `caught_up` comes after its `go`.
-                v.iter()
-                    .find(|m| m.point == "standing_by" || m.point == "caught_up")
-                    .copied()
-            });
+            .and_then(|v| v.iter().find(|m| standby_ready(m)).copied());
         let idle_from = s_caught
             .map_or(ends.wall, |s| s.wall.max(ends.wall))
             .min(send);

@@ -472,24 +472,7 @@ pub struct Inst {
     /// With [`Config::handed_view`]: the View the last process handed its
     /// heir as it exited (with [`Inst::handed`]); taken by the next start,
     /// whether it loads it (the heir) or not (`Step::StartPastHeir`).
-    pub view: Option<Handed>,
-}
-
-/// A view handed to a heir (`pool_worker_core::checkpoint::HandedView`),
-/// hashable so that the world is (the model check tells states apart by
-/// their hash).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Handed(pub HandedView);
-
-impl std::hash::Hash for Handed {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        let HandedView {
-            heir,
-            checkpoint,
-            snapshot,
-        } = &self.0;
-        (heir, checkpoint, snapshot).hash(h);
-    }
+    pub view: Option<HandedView>,
 }
 
 /// Ghost history of one order.
@@ -1273,7 +1256,7 @@ impl World {
                 // is: a view serves the one start it was for, or none.
                 let view = self.inst_mut(i).view.take();
                 let from_view = match view {
-                    Some(Handed(v)) if handed => {
+                    Some(v) if handed => {
                         assert!(w.load_handed(&v, now), "the heir refuses its handed view");
                         self.views_loaded += 1;
                         let at = v.snapshot.at;
@@ -1291,7 +1274,7 @@ impl World {
                             }
                         })
                     }
-                    Some(Handed(v)) => {
+                    Some(v) => {
                         // A start past the heir: offered the view (the
                         // shell would not even take it, at a plain `go`),
                         // the machine refuses it: it names the heir, not
@@ -1829,10 +1812,10 @@ impl World {
                         .then(|| {
                             let w = inst.worker.as_ref()?;
                             let heir = Incarnation::new(format!("{i}.{}", inst.starts + 1));
-                            Some(Handed(w.hand_view(&heir)))
+                            Some(w.hand_view(&heir))
                         })
                         .flatten();
-                    if let Some(Handed(v)) = &view {
+                    if let Some(v) = &view {
                         let at = self.log.get(v.snapshot.at.get() as usize);
                         assert!(
                             at.is_some_and(
